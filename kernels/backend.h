@@ -1,0 +1,71 @@
+/*
+ * backend.h — what a backend (kernels/cpu, kernels/cuda) provides to
+ * kernels/learner.c. Internal to kernels/: the daemon never sees it.
+ *
+ * learner.c validates every argument before calling an op, so ops may assume
+ * valid shapes and values. State travels in numbered sections of raw
+ * little-endian bytes, so a checkpoint written by one backend loads into the
+ * other; learner.c owns the file format, the backend only moves bytes.
+ */
+#ifndef DQN_BACKEND_H
+#define DQN_BACKEND_H
+
+#include "dqnd_build_config.h"
+#include "learner.h"
+
+enum learner_section {
+  SEC_END = 0,
+  SEC_CONFIG = 1,   /* canonical config text (learner.c) */
+  SEC_COUNTERS = 2, /* learner_counters_t, little-endian */
+  SEC_ONLINE = 3,   /* float [n_params] */
+  SEC_TARGET = 4,
+  SEC_ADAM_M = 5,
+  SEC_ADAM_V = 6,
+  SEC_R_S = 10,     /* float [size, S] */
+  SEC_R_S2 = 11,
+  SEC_R_A = 12,     /* int32 [size] */
+  SEC_R_R = 13,     /* float [size] */
+  SEC_R_DONE = 14,  /* uint8 [size] */
+  SEC_R_EP = 15,    /* int64 [size] */
+  SEC_R_PRIO = 16,  /* float [size] leaf values (priority^alpha); PER only */
+};
+
+/* Everything but tensors that a restore needs to continue bit-identically. */
+typedef struct learner_counters {
+  uint64_t step;      /* optimiser steps taken (Adam's t = step) */
+  uint64_t act_count; /* noisy Act calls (counter of the ACT noise stream) */
+  int64_t replay_size, replay_head, replay_total;
+  float max_leaf;     /* PER: priority^alpha given to new items */
+  learner_stats_t last; /* the last step call's stats, for GetStats */
+} learner_counters_t;
+
+typedef struct learner_backend_ops {
+  const char *name;
+  int (*create)(const learner_config_t *c, void **impl, char *err, size_t errlen);
+  void (*destroy)(void *impl);
+  int (*submit)(void *impl, const learner_transitions_t *t, char *err, size_t errlen);
+  int (*step)(void *impl, int n, learner_stats_t *st, char *err, size_t errlen);
+  int (*act)(void *impl, const float *s, int n, int noisy, int32_t *a, float *q, char *err, size_t errlen);
+  int (*sync_target)(void *impl, float tau);
+  int (*set_hparams)(void *impl, const learner_hparams_t *hp);
+  int (*get_counters)(void *impl, learner_counters_t *c);
+  int (*set_counters)(void *impl, const learner_counters_t *c);
+  /* Byte range [off, off+n) of a tensor section (SEC_ONLINE .. SEC_R_PRIO). */
+  int64_t (*section_bytes)(void *impl, int sec); /* 0 = absent */
+  int (*section_read)(void *impl, int sec, int64_t off, int64_t n, void *dst);
+  int (*section_write)(void *impl, int sec, int64_t off, int64_t n, const void *src);
+  /* After all sections are written: rebuild derived state (PER trees). */
+  int (*load_done)(void *impl);
+  int64_t (*memory_estimate)(const learner_config_t *c);
+} learner_backend_ops_t;
+
+extern const learner_backend_ops_t learner_cpu_ops;
+#if DQN_HAVE_CUDA_LEARNER
+extern const learner_backend_ops_t learner_cuda_ops;
+#endif
+#if DQN_HAVE_CUDA
+/* 1 and the device's name when a CUDA device is usable; else 0 and why. */
+int cuda_probe(char *name, size_t namelen);
+#endif
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * dqn_math.h — declarations of the learner's math (dqn_math_impl.h) in two
+ * precisions: *_f32 is the CPU backend, *_f64 serves the finite-difference
+ * tests. See dqn_math_impl.h for shapes and rules.
+ */
+#ifndef DQN_CPU_MATH_H
+#define DQN_CPU_MATH_H
+
+#include "../net_layout.h"
+
+#define DQN_MATH_DECLARE(R, S)                                                                       \
+  typedef struct net_weights_##S {                                                                   \
+    const R *W[NET_MAX_LAYERS];                                                                      \
+    const R *b[NET_MAX_LAYERS];                                                                      \
+  } net_weights_##S##_t;                                                                             \
+  typedef struct net_acts_##S {                                                                      \
+    int rows;                                                                                        \
+    R *mem;                                                                                          \
+    R *a1, *h1, *a2, *h, *av, *hv, *V;                                                               \
+    R *ab[LEARNER_MAX_BRANCHES], *hb[LEARNER_MAX_BRANCHES];                                          \
+    R *A[LEARNER_MAX_BRANCHES], *logp[LEARNER_MAX_BRANCHES];                                         \
+  } net_acts_##S##_t;                                                                                \
+  typedef struct dqn_hp_##S {                                                                        \
+    R gamma, v_min, v_max, slope;                                                                    \
+    int double_dqn;                                                                                  \
+  } dqn_hp_##S##_t;                                                                                  \
+  /* Per-call buffers for a batch of B; the caller fills x, a, r, done, w. */                       \
+  typedef struct dqn_ws_##S {                                                                        \
+    int B;                                                                                           \
+    R *mem;                                                                                          \
+    net_acts_##S##_t on, tg;                                                                         \
+    R *x;            /* [2B, S]: s rows then s' rows */                                              \
+    R *weff_on, *weff_tg; /* effective NoisyNet weights, params layout */                            \
+    R *m;            /* [D, B, Z] projected targets */                                               \
+    R *dV, *dA, *dhv, *dh, *dh1, *dhb;                                                               \
+    R *support, *qtmp;                                                                               \
+    R *r, *done, *w, *loss_i; /* [B] */                                                              \
+    int32_t *a;      /* [B] flat actions */                                                          \
+    int32_t *best;   /* [D, B] Double-DQN next actions */                                            \
+  } dqn_ws_##S##_t;                                                                                  \
+  void noisy_transform_##S(R *eps, int64_t n);                                                       \
+  void net_weights_##S(const net_layout_t *L, const R *params, const R *fnoise, R *weff,             \
+                       net_weights_##S##_t *w);                                                      \
+  int net_acts_alloc_##S(net_acts_##S##_t *A, const net_layout_t *L, int rows);                      \
+  void net_acts_free_##S(net_acts_##S##_t *A);                                                       \
+  void net_forward_##S(const net_layout_t *L, const net_weights_##S##_t *w, const R *X, int rows,     \
+                       R slope, net_acts_##S##_t *A);                                                \
+  void c51_q_values_##S(const R *logp, int n, int Z, const R *support, R *q);                        \
+  void c51_project_##S(const R *tz, const R *p, int n, R vmin, R vmax, int Z, R *out);               \
+  int dqn_ws_alloc_##S(dqn_ws_##S##_t *ws, const net_layout_t *L, int B);                            \
+  void dqn_ws_free_##S(dqn_ws_##S##_t *ws);                                                          \
+  R dqn_loss_grad_##S(const net_layout_t *L, const dqn_hp_##S##_t *hp, const R *online,              \
+                      const R *target, const R *fn_on, const R *fn_tg, dqn_ws_##S##_t *ws, R *grad,  \
+                      R *q_mean);
+
+DQN_MATH_DECLARE(float, f32)
+DQN_MATH_DECLARE(double, f64)
+
+#endif

@@ -1,0 +1,18 @@
+/* The float instance of dqn_math_impl.h: the CPU backend's math. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dqn_math.h"
+
+#define R float
+#define SFX(n) n##_f32
+#define TY(n) n##_f32_t
+#define GEMM cblas_sgemm
+#define EXP expf
+#define LOG logf
+#define SQRT sqrtf
+#define FLOOR floorf
+#define CEIL ceilf
+#include "dqn_math_impl.h"

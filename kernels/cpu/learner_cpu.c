@@ -1,0 +1,382 @@
+/*
+ * learner_cpu.c — the CPU backend: one training step of DESIGN.md §2 in the
+ * order the GPU graph will run it:
+ *   sample (Philox, PER or uniform) -> gather -> NoisyNet noise ->
+ *   forward online(s, s'), target(s') -> C51 Double-DQN loss -> backward ->
+ *   global norm, clip, AdamW -> new priorities -> target update -> stats.
+ *
+ * Shapes: B = batch, S = state_dim, P = number of parameters, N = noise
+ * vector length (net_layout.h), C = replay capacity.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "../philox.h"
+#include "dqn_math.h"
+#include "optim.h"
+#include "replay.h"
+
+typedef struct cpu_learner {
+  learner_config_t cfg;
+  net_layout_t L;
+  float *online, *target, *grad, *adam_m, *adam_v; /* [P] */
+  float *noise_on, *noise_tg;                      /* [N] f(eps) */
+  replay_t rp;
+  dqn_ws_f32_t ws;
+  int64_t *idx; /* [B] */
+  learner_counters_t ctr;
+  /* Act buffers, grown on demand */
+  net_acts_f32_t act_acts;
+  float *act_weff, *act_noise;
+} cpu_learner_t;
+
+/* Fills eps (n values) with N(0,1) draws from (seed, stream, step), lane =
+ * element / 4, then applies f(x) = sign(x) sqrt|x|. */
+static void draw_noise(float *eps, int64_t n, uint64_t seed, uint32_t stream, uint64_t step) {
+  for (int64_t j = 0; j < n; j += 4) {
+    float g[4];
+    philox_normal4(philox_draw(seed, stream, step, (uint32_t)(j / 4)), g);
+    for (int k = 0; k < 4 && j + k < n; k++) eps[j + k] = g[k];
+  }
+  noisy_transform_f32(eps, n);
+}
+
+/* Initialisation, as nn.Linear and NoisyLinear do it:
+ * weight and bias (mu) ~ U[-1/sqrt(in), 1/sqrt(in)], sigma = sigma0/sqrt(in).
+ * Draws: (seed, stream INIT, step = layer, lane = element/4) over the layer's
+ * weight then bias elements. */
+static void init_params(const net_layout_t *L, const learner_config_t *c, float *p) {
+  for (int li = 0; li < L->n_layers; li++) {
+    const net_layer_t *l = &L->layer[li];
+    float bound = 1.0f / sqrtf((float)l->in);
+    int64_t nw = (int64_t)l->in * l->out, total = nw + l->out;
+    philox4_t d = {{0, 0, 0, 0}};
+    for (int64_t k = 0; k < total; k++) {
+      if (k % 4 == 0) d = philox_draw(c->seed, PHILOX_STREAM_INIT, (uint64_t)li, (uint32_t)(k / 4));
+      float u = philox_uniform(d.v[k % 4]) * 2.0f - 1.0f;
+      p[k < nw ? l->off_w + k : l->off_b + (k - nw)] = u * bound;
+    }
+    if (l->noisy) {
+      float s = c->noisy_sigma0 / sqrtf((float)l->in);
+      for (int64_t k = 0; k < nw; k++) p[l->off_sw + k] = s;
+      for (int64_t k = 0; k < l->out; k++) p[l->off_sb + k] = s;
+    }
+  }
+}
+
+static void cpu_destroy(void *impl) {
+  cpu_learner_t *m = impl;
+  if (!m) return;
+  free(m->online);
+  free(m->target);
+  free(m->grad);
+  free(m->adam_m);
+  free(m->adam_v);
+  free(m->noise_on);
+  free(m->noise_tg);
+  free(m->idx);
+  replay_free(&m->rp);
+  dqn_ws_free_f32(&m->ws);
+  net_acts_free_f32(&m->act_acts);
+  free(m->act_weff);
+  free(m->act_noise);
+  free(m);
+}
+
+static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
+  cpu_learner_t *m = calloc(1, sizeof *m);
+  if (!m) goto oom;
+  m->cfg = *c;
+  net_layout_init(&m->L, c);
+  size_t P = (size_t)m->L.n_params, N = (size_t)(m->L.n_noise ? m->L.n_noise : 1);
+  m->online = calloc(P, sizeof(float));
+  m->target = calloc(P, sizeof(float));
+  m->grad = calloc(P, sizeof(float));
+  m->adam_m = calloc(P, sizeof(float));
+  m->adam_v = calloc(P, sizeof(float));
+  m->noise_on = calloc(N, sizeof(float));
+  m->noise_tg = calloc(N, sizeof(float));
+  m->act_noise = calloc(N, sizeof(float));
+  m->act_weff = calloc(P, sizeof(float));
+  m->idx = calloc((size_t)c->batch, sizeof(int64_t));
+  if (!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
+      !m->act_noise || !m->act_weff || !m->idx)
+    goto oom;
+  if (replay_init(&m->rp, c->replay_capacity, c->state_dim, c->prioritized, c->per_alpha)) goto oom;
+  if (dqn_ws_alloc_f32(&m->ws, &m->L, c->batch)) goto oom;
+  init_params(&m->L, c, m->online);
+  memcpy(m->target, m->online, P * sizeof(float));
+  m->ctr.max_leaf = 1.0f;
+  *impl = m;
+  return LEARNER_OK;
+oom:
+  cpu_destroy(m);
+  snprintf(err, errlen, "out of memory creating the CPU learner");
+  return LEARNER_ENOMEM;
+}
+
+static int cpu_submit(void *impl, const learner_transitions_t *t, char *err, size_t errlen) {
+  cpu_learner_t *m = impl;
+  replay_add(&m->rp, t);
+  return LEARNER_OK;
+}
+
+/* One training step; returns the batch loss, *gn the pre-clip norm, *q the mean Q. */
+static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out) {
+  const learner_config_t *c = &m->cfg;
+  const learner_hparams_t *hp = &c->hp;
+  const int B = c->batch, S = c->state_dim;
+  const uint64_t t = m->ctr.step;
+  dqn_ws_f32_t *ws = &m->ws;
+
+  /* sample and gather */
+  float beta = c->prioritized ? replay_beta(hp->per_beta0, hp->per_beta_steps, t) : 1.0f;
+  replay_sample(&m->rp, c->seed, t, B, beta, m->idx, ws->w);
+  for (int i = 0; i < B; i++) {
+    int64_t j = m->idx[i];
+    memcpy(ws->x + (size_t)i * S, m->rp.s + j * S, sizeof(float) * S);
+    memcpy(ws->x + (size_t)(B + i) * S, m->rp.s2 + j * S, sizeof(float) * S);
+    ws->a[i] = m->rp.a[j];
+    ws->r[i] = m->rp.r[j];
+    ws->done[i] = m->rp.done[j];
+  }
+
+  /* noise: one draw per step for the online net (shared by s and s'), one for the target */
+  const float *fn_on = NULL, *fn_tg = NULL;
+  if (c->noisy) {
+    draw_noise(m->noise_on, m->L.n_noise, c->seed, PHILOX_STREAM_NOISE_ONLINE, t);
+    draw_noise(m->noise_tg, m->L.n_noise, c->seed, PHILOX_STREAM_NOISE_TARGET, t);
+    fn_on = m->noise_on;
+    fn_tg = m->noise_tg;
+  }
+
+  dqn_hp_f32_t mhp = {hp->gamma, c->v_min, c->v_max, c->leaky_slope, c->double_dqn};
+  float loss = dqn_loss_grad_f32(&m->L, &mhp, m->online, m->target, fn_on, fn_tg, ws, m->grad, q);
+
+  /* optimiser */
+  int64_t P = m->L.n_params;
+  double norm = grad_norm(m->grad, P);
+  float scale = grad_clip_scale(norm, hp->grad_clip);
+  adamw_update(m->online, m->grad, m->adam_m, m->adam_v, P, scale, hp->lr, hp->adam_beta1, hp->adam_beta2,
+               hp->adam_eps, hp->weight_decay, t + 1);
+
+  /* priorities: (loss_i + eps), the tree applies ^alpha */
+  if (c->prioritized) {
+    float prio[4096];
+    for (int i0 = 0; i0 < B; i0 += 4096) {
+      int nb = B - i0 < 4096 ? B - i0 : 4096;
+      for (int i = 0; i < nb; i++) prio[i] = ws->loss_i[i0 + i] + hp->per_eps;
+      replay_update_priorities(&m->rp, m->idx + i0, prio, nb);
+    }
+  }
+
+  m->ctr.step = t + 1;
+  if (hp->tau > 0)
+    target_update(m->target, m->online, P, hp->tau);
+  else if (hp->target_period > 0 && m->ctr.step % (uint64_t)hp->target_period == 0)
+    target_update(m->target, m->online, P, 1.0f);
+  *gn = (float)norm;
+  *beta_out = beta;
+  return loss;
+}
+
+static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen) {
+  cpu_learner_t *m = impl;
+  if (m->rp.size < m->cfg.batch) {
+    snprintf(err, errlen, "replay holds %lld transitions, a step needs batch = %d",
+             (long long)m->rp.size, m->cfg.batch);
+    return LEARNER_EEMPTY;
+  }
+  double lsum = 0, gsum = 0, qsum = 0;
+  float loss = 0, gn = 0, q = 0, beta = 0;
+  for (int k = 0; k < n; k++) {
+    loss = cpu_step_one(m, &gn, &q, &beta);
+    lsum += loss;
+    gsum += gn;
+    qsum += q;
+  }
+  learner_stats_t *s = &m->ctr.last;
+  s->step = m->ctr.step;
+  s->replay_size = m->rp.size;
+  s->replay_total = m->rp.total;
+  s->steps_run = n;
+  s->loss_mean = n ? (float)(lsum / n) : 0;
+  s->loss_last = loss;
+  s->grad_norm_mean = n ? (float)(gsum / n) : 0;
+  s->grad_norm_last = gn;
+  s->q_mean = n ? (float)(qsum / n) : 0;
+  s->per_beta = beta;
+  if (st) *st = *s;
+  return LEARNER_OK;
+}
+
+static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, float *q, char *err,
+                   size_t errlen) {
+  cpu_learner_t *m = impl;
+  const net_layout_t *L = &m->L;
+  if (m->act_acts.rows < n) {
+    net_acts_free_f32(&m->act_acts);
+    if (net_acts_alloc_f32(&m->act_acts, L, n)) {
+      snprintf(err, errlen, "out of memory for %d states", n);
+      return LEARNER_ENOMEM;
+    }
+  }
+  const float *fn = NULL;
+  if (noisy && m->cfg.noisy) {
+    draw_noise(m->act_noise, L->n_noise, m->cfg.seed, PHILOX_STREAM_NOISE_ACT, m->ctr.act_count++);
+    fn = m->act_noise;
+  }
+  net_weights_f32_t w;
+  net_weights_f32(L, m->online, fn, m->act_weff, &w);
+  net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
+  float support[LEARNER_MAX_ATOMS];
+  for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
+  float *qrow = malloc(sizeof(float) * (size_t)L->q_width);
+  if (!qrow) {
+    snprintf(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    int32_t flat = 0, off = 0;
+    for (int d = 0; d < L->D; d++) {
+      int nz = L->n[d] * L->Z;
+      c51_q_values_f32(m->act_acts.logp[d] + (size_t)i * nz, L->n[d], L->Z, support, qrow + off);
+      int best = 0;
+      for (int k = 1; k < L->n[d]; k++)
+        if (qrow[off + k] > qrow[off + best]) best = k;
+      flat = flat * L->n[d] + best;
+      off += L->n[d];
+    }
+    a[i] = flat;
+    if (q) memcpy(q + (size_t)i * L->q_width, qrow, sizeof(float) * (size_t)L->q_width);
+  }
+  free(qrow);
+  return LEARNER_OK;
+}
+
+static int cpu_sync_target(void *impl, float tau) {
+  cpu_learner_t *m = impl;
+  target_update(m->target, m->online, m->L.n_params, tau > 0 ? tau : 1.0f);
+  return LEARNER_OK;
+}
+
+static int cpu_set_hparams(void *impl, const learner_hparams_t *hp) {
+  cpu_learner_t *m = impl;
+  m->cfg.hp = *hp;
+  return LEARNER_OK;
+}
+
+static int cpu_get_counters(void *impl, learner_counters_t *c) {
+  cpu_learner_t *m = impl;
+  m->ctr.replay_size = m->rp.size;
+  m->ctr.replay_head = m->rp.head;
+  m->ctr.replay_total = m->rp.total;
+  m->ctr.max_leaf = m->rp.max_leaf;
+  *c = m->ctr;
+  return LEARNER_OK;
+}
+
+static int cpu_set_counters(void *impl, const learner_counters_t *c) {
+  cpu_learner_t *m = impl;
+  m->ctr = *c;
+  m->rp.size = c->replay_size;
+  m->rp.head = c->replay_head;
+  m->rp.total = c->replay_total;
+  m->rp.max_leaf = c->max_leaf;
+  return LEARNER_OK;
+}
+
+/* Where a section lives in host memory, and its current length in bytes. */
+static void *section_ptr(cpu_learner_t *m, int sec, int64_t *bytes) {
+  int64_t P = m->L.n_params, sz = m->rp.size, S = m->cfg.state_dim;
+  switch (sec) {
+  case SEC_ONLINE: *bytes = P * 4; return m->online;
+  case SEC_TARGET: *bytes = P * 4; return m->target;
+  case SEC_ADAM_M: *bytes = P * 4; return m->adam_m;
+  case SEC_ADAM_V: *bytes = P * 4; return m->adam_v;
+  case SEC_R_S: *bytes = sz * S * 4; return m->rp.s;
+  case SEC_R_S2: *bytes = sz * S * 4; return m->rp.s2;
+  case SEC_R_A: *bytes = sz * 4; return m->rp.a;
+  case SEC_R_R: *bytes = sz * 4; return m->rp.r;
+  case SEC_R_DONE: *bytes = sz; return m->rp.done;
+  case SEC_R_EP: *bytes = sz * 8; return m->rp.ep;
+  case SEC_R_PRIO:
+    *bytes = m->cfg.prioritized ? sz * 4 : 0;
+    return m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL;
+  default: *bytes = 0; return NULL;
+  }
+}
+
+static int64_t cpu_section_bytes(void *impl, int sec) {
+  int64_t b;
+  section_ptr(impl, sec, &b);
+  return b;
+}
+
+static int cpu_section_read(void *impl, int sec, int64_t off, int64_t n, void *dst) {
+  int64_t b;
+  char *p = section_ptr(impl, sec, &b);
+  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
+  memcpy(dst, p + off, (size_t)n);
+  return LEARNER_OK;
+}
+
+static int cpu_section_write(void *impl, int sec, int64_t off, int64_t n, const void *src) {
+  int64_t b;
+  char *p = section_ptr(impl, sec, &b);
+  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
+  memcpy(p + off, src, (size_t)n);
+  return LEARNER_OK;
+}
+
+static int cpu_load_done(void *impl) {
+  cpu_learner_t *m = impl;
+  /* a state that passed its CRCs may still have been written by someone else:
+   * nothing out of range may reach the step */
+  int64_t A = learner_config_joint_actions(&m->cfg);
+  for (int64_t i = 0; i < m->rp.size; i++) {
+    if (m->rp.a[i] < 0 || m->rp.a[i] >= A || m->rp.done[i] > 1 || !isfinite(m->rp.r[i])) return LEARNER_ECORRUPT;
+    if (m->cfg.prioritized && !(m->rp.sum[m->rp.T + i] > 0 && isfinite(m->rp.sum[m->rp.T + i])))
+      return LEARNER_ECORRUPT;
+  }
+  if (m->cfg.prioritized) {
+    /* leaves were written straight into sum[T + i]; mirror them into mn */
+    for (int64_t i = 0; i < m->rp.size; i++) m->rp.mn[m->rp.T + i] = m->rp.sum[m->rp.T + i];
+    replay_rebuild(&m->rp);
+  }
+  return LEARNER_OK;
+}
+
+static int64_t cpu_memory_estimate(const learner_config_t *c) {
+  net_layout_t L;
+  net_layout_init(&L, c);
+  int64_t per = (int64_t)c->state_dim * 8 + 4 + 4 + 1 + 8;
+  int64_t tree = 0;
+  if (c->prioritized) {
+    int64_t T = 1;
+    while (T < c->replay_capacity) T <<= 1;
+    tree = 2 * T * 8;
+  }
+  return L.n_params * 4 * 7 + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024;
+}
+
+const learner_backend_ops_t learner_cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .submit = cpu_submit,
+    .step = cpu_step,
+    .act = cpu_act,
+    .sync_target = cpu_sync_target,
+    .set_hparams = cpu_set_hparams,
+    .get_counters = cpu_get_counters,
+    .set_counters = cpu_set_counters,
+    .section_bytes = cpu_section_bytes,
+    .section_read = cpu_section_read,
+    .section_write = cpu_section_write,
+    .load_done = cpu_load_done,
+    .memory_estimate = cpu_memory_estimate,
+};

@@ -1,0 +1,210 @@
+/*
+ * learner.h — the learner API that every backend implements.
+ *
+ * A learner is one branching dueling C51 Double-DQN (DESIGN.md §2) with its
+ * online and target networks, AdamW state, replay buffer and RNG keys. The
+ * daemon and the tests see only this header; kernels/learner.c picks the
+ * backend (CPU reference or CUDA) behind it, so nothing outside kernels/
+ * includes a backend's headers.
+ *
+ * Conventions
+ * - Every function that can fail returns 0 or a negative LEARNER_E* code and,
+ *   where it takes `err`, writes a one-line message naming the offending field
+ *   into it (always NUL-terminated, truncated to errlen).
+ * - Arrays are row-major float32 / int32, little-endian, owned by the caller.
+ * - A learner is not thread-safe: one thread (the trainer's worker) drives it.
+ *
+ * Shapes: B = batch, S = state_dim, Z = atoms, D = number of branches,
+ * n_d = size of branch d, A = prod_d n_d (joint actions, flat index with the
+ * first branch most significant: for 9,3,3 a = 9*a0 + 3*a1 + a2).
+ */
+#ifndef DQN_LEARNER_H
+#define DQN_LEARNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LEARNER_MAX_BRANCHES 16
+#define LEARNER_MAX_JOINT_ACTIONS (1 << 30) /* flat actions travel as int32 */
+#define LEARNER_MAX_ATOMS 256
+
+enum learner_status {
+  LEARNER_OK = 0,
+  LEARNER_EINVAL = -1,      /* bad argument or config: err names the field */
+  LEARNER_ENOMEM = -2,      /* host or device allocation failed */
+  LEARNER_EDEVICE = -3,     /* a device (CUDA) call failed */
+  LEARNER_ECORRUPT = -4,    /* a serialised state failed its checks */
+  LEARNER_EIO = -5,         /* the read/write callback failed */
+  LEARNER_EUNSUPPORTED = -6,/* backend not built or not usable here */
+  LEARNER_EEMPTY = -7,      /* step with fewer transitions than needed */
+};
+const char *learner_strerror(int status);
+
+typedef enum learner_backend {
+  LEARNER_BACKEND_AUTO = 0, /* CUDA when a usable GPU is present, else CPU */
+  LEARNER_BACKEND_CPU = 1,
+  LEARNER_BACKEND_CUDA = 2,
+} learner_backend_t;
+const char *learner_backend_name(learner_backend_t b);
+
+/* The hyperparameters a client may change between steps (SetHyperparams).
+ * They never change a shape, so the CUDA backend keeps them in device memory
+ * and never re-captures its graph for them. */
+typedef struct learner_hparams {
+  float lr;             /* AdamW learning rate */
+  float gamma;          /* discount */
+  float tau;            /* Polyak factor per step; 0 = hard copy every target_period */
+  int32_t target_period;/* steps between hard target copies (tau == 0) */
+  float weight_decay;   /* decoupled (AdamW) */
+  float grad_clip;      /* global L2 norm clip; 0 = off */
+  float adam_beta1, adam_beta2, adam_eps;
+  float per_beta0;      /* IS exponent at step 0, annealed linearly to 1 ... */
+  int64_t per_beta_steps; /* ... over this many steps (0 = stay at beta0) */
+  float per_eps;        /* priority = (loss_i + per_eps)^alpha */
+} learner_hparams_t;
+
+typedef struct learner_config {
+  int32_t state_dim;
+  int32_t trunk_h1, trunk_h2;
+  int32_t value_hidden, adv_hidden;
+  int32_t atoms;
+  float v_min, v_max;
+  int32_t n_branches;
+  int32_t branch_sizes[LEARNER_MAX_BRANCHES];
+  int32_t batch;
+  int64_t replay_capacity;
+  float leaky_slope;
+  int32_t noisy;        /* factorised Gaussian NoisyNet on the head layers */
+  float noisy_sigma0;
+  int32_t double_dqn;   /* argmax by the online net (1) or the target net (0) */
+  int32_t prioritized;  /* PER sum-tree (1) or uniform (0) replay */
+  float per_alpha;
+  uint64_t seed;
+  int32_t tensor_cores; /* CUDA: 0 = fp32, 1 = TF32 operands (fp32 accumulate) */
+  learner_hparams_t hp;
+} learner_config_t;
+
+/* Fills `c` with the `ref` configuration of DESIGN.md §2. */
+void learner_config_default(learner_config_t *c);
+/* 0 when usable; else LEARNER_EINVAL and a message naming the field. */
+int learner_config_validate(const learner_config_t *c, char *err, size_t errlen);
+int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errlen);
+int learner_config_joint_actions(const learner_config_t *c); /* prod n_d */
+int learner_config_q_width(const learner_config_t *c);       /* sum n_d */
+int64_t learner_config_num_params(const learner_config_t *c);
+
+/* The config table (Redis habit: one table feeds the config file, the command
+ * line and SetHyperparams). `branches` is the one array field: "9,3,3". */
+typedef enum { LCF_INT32, LCF_INT64, LCF_UINT64, LCF_FLOAT, LCF_BOOL, LCF_BRANCHES } learner_field_type_t;
+typedef struct learner_field {
+  const char *name;
+  learner_field_type_t type;
+  size_t offset;        /* into learner_config_t */
+  double min, max;      /* inclusive bounds (checked by validate) */
+  int hparam;           /* 1: lives in .hp and may change between steps */
+  const char *help;
+} learner_field_t;
+extern const learner_field_t learner_fields[];
+extern const int learner_num_fields;
+const learner_field_t *learner_field_find(const char *name);
+/* Parses `value` into the field; LEARNER_EINVAL names the field on failure. */
+int learner_config_set(learner_config_t *c, const char *name, const char *value, char *err, size_t errlen);
+/* Writes the field's value as text (round-trips exactly through _set). */
+int learner_config_get(const learner_config_t *c, const learner_field_t *f, char *buf, size_t n);
+/* Canonical "name=value\n" text of every field, and its FNV-1a 64 hash.
+ * Two configs are the same iff their texts are equal. */
+size_t learner_config_to_text(const learner_config_t *c, char *buf, size_t n);
+int learner_config_from_text(learner_config_t *c, const char *text, size_t len, char *err, size_t errlen);
+uint64_t learner_config_hash(const learner_config_t *c);
+/* Equal shapes (everything but .hp): same shapes ⇒ the state can be restored. */
+int learner_config_same_shape(const learner_config_t *a, const learner_config_t *b);
+
+/* A batch of transitions in structure-of-arrays form. */
+typedef struct learner_transitions {
+  int64_t n;
+  const float *states;      /* [n, S] */
+  const int32_t *actions;   /* [n] flat joint actions in [0, A) */
+  const float *rewards;     /* [n] */
+  const float *next_states; /* [n, S] */
+  const uint8_t *dones;     /* [n] 0 or 1 (terminal: no bootstrap) */
+  const int64_t *episode_ids; /* [n] or NULL (then all 0) */
+} learner_transitions_t;
+/* Checks finiteness, action range and flags; names the field and index. */
+int learner_transitions_validate(const learner_config_t *c, const learner_transitions_t *t,
+                                 char *err, size_t errlen);
+
+typedef struct learner_stats {
+  uint64_t step;        /* optimiser steps taken in total */
+  int64_t replay_size;  /* transitions held */
+  int64_t replay_total; /* transitions ever submitted */
+  int32_t steps_run;    /* steps run by this call */
+  float loss_mean;      /* mean over this call's steps of the batch loss */
+  float loss_last;
+  float grad_norm_mean; /* pre-clip global gradient norm */
+  float grad_norm_last;
+  float q_mean;         /* mean over steps, batch and branches of Q_d(s, a_d) */
+  float per_beta;       /* IS exponent used at the last step */
+} learner_stats_t;
+
+typedef struct learner learner_t;
+
+int learner_create(const learner_config_t *c, learner_backend_t backend, learner_t **out,
+                   char *err, size_t errlen);
+void learner_destroy(learner_t *l);
+const learner_config_t *learner_config(const learner_t *l);
+learner_backend_t learner_backend(const learner_t *l);
+/* Bytes of device (or host) memory the learner of this config will hold. */
+int64_t learner_memory_estimate(const learner_config_t *c);
+
+/* Copies transitions into the replay ring (oldest overwritten when full). New
+ * items get the current maximum priority. Validates first; on error nothing
+ * is stored. */
+int learner_submit(learner_t *l, const learner_transitions_t *t, char *err, size_t errlen);
+/* Runs n training steps. Needs replay_size >= batch (else LEARNER_EEMPTY). */
+int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen);
+/* Actions for n states. noisy = 0: greedy with the mean weights; noisy = 1:
+ * fresh NoisyNet noise (one draw per call). q (optional) receives [n, sum n_d]
+ * per-branch Q values, branch after branch. */
+int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q,
+                char *err, size_t errlen);
+/* tau <= 0: hard copy; else target = tau*online + (1-tau)*target. */
+int learner_sync_target(learner_t *l, float tau);
+void learner_get_hparams(const learner_t *l, learner_hparams_t *hp);
+int learner_set_hparams(learner_t *l, const learner_hparams_t *hp, char *err, size_t errlen);
+int learner_get_stats(const learner_t *l, learner_stats_t *st);
+
+/* Parameters in the flat layout of kernels/cpu/net.h (nn.Linear order:
+ * weight [out,in] then bias [out]; NoisyNet layers add sigma_w, sigma_b). */
+int learner_get_params(const learner_t *l, int which /*0 online, 1 target*/, float *dst, int64_t n);
+int learner_set_params(learner_t *l, int which, const float *src, int64_t n);
+
+/* Complete state, streamed through a callback so a 1M-transition replay never
+ * needs a second copy in memory. Format (all little-endian):
+ *   "DQNDLRN\0" u32 version u32 flags u64 config_hash
+ *   sections: u32 tag, u32 0, u64 len, payload, u32 crc32c(payload)
+ *   last section: tag END, len 0.
+ * learner_load builds a new learner and fills it; on any error it destroys it
+ * and returns the error: nothing else is touched. */
+typedef int (*learner_write_fn)(void *ctx, const void *buf, size_t n);  /* 0 = ok */
+typedef int (*learner_read_fn)(void *ctx, void *buf, size_t n);         /* 0 = ok, all n bytes */
+int learner_save(learner_t *l, int with_replay, learner_write_fn w, void *ctx, char *err, size_t errlen);
+int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_t **out,
+                 char *err, size_t errlen);
+/* Reads only the header and config section (to validate before loading). */
+int learner_peek_config(learner_read_fn r, void *ctx, learner_config_t *c, int *with_replay,
+                        char *err, size_t errlen);
+
+/* CRC32C (Castagnoli), as used by the state format and the checkpoint files. */
+uint32_t learner_crc32c(uint32_t crc, const void *buf, size_t n);
+
+/* 1 if the CUDA backend is compiled in and a device is usable. */
+int learner_cuda_available(char *name, size_t namelen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,51 @@
+/*
+ * net_layout.h — where every parameter of the network lives in the flat
+ * parameter vector. Backend-neutral: the CPU and CUDA learners, the state
+ * format and the golden tests all index parameters through this table.
+ *
+ * Layer order: trunk1, trunk2, value1, value2, then per branch d:
+ * branch{d}_1, branch{d}_2. Per layer, in this order:
+ *   weight [out, in] (nn.Linear layout), bias [out],
+ *   and for NoisyNet layers (the head layers when config.noisy):
+ *   sigma_weight [out, in], sigma_bias [out].
+ * NoisyNet noise for one step is a flat vector too: per noisy layer
+ * eps_in [in] then eps_out [out], at noise_off.
+ */
+#ifndef DQN_NET_LAYOUT_H
+#define DQN_NET_LAYOUT_H
+
+#include "learner.h"
+
+#define NET_MAX_LAYERS (4 + 2 * LEARNER_MAX_BRANCHES)
+
+enum { NET_TRUNK1 = 0, NET_TRUNK2 = 1, NET_VALUE1 = 2, NET_VALUE2 = 3, NET_BRANCH0 = 4 };
+/* Layer index of branch d's first (k = 1) or second (k = 2) layer. */
+#define NET_BRANCH(d, k) (NET_BRANCH0 + 2 * (d) + ((k) - 1))
+
+typedef struct net_layer {
+  char name[16];       /* "trunk1", "branch2_1", ... as in the golden files */
+  int32_t in, out;
+  int32_t noisy;
+  int64_t off_w, off_b;   /* into the parameter vector */
+  int64_t off_sw, off_sb; /* -1 unless noisy */
+  int64_t noise_off;      /* into the noise vector; -1 unless noisy */
+} net_layer_t;
+
+typedef struct net_layout {
+  int32_t n_layers;
+  net_layer_t layer[NET_MAX_LAYERS];
+  int64_t n_params;
+  int64_t n_noise;
+  /* dims copied from the config for the kernels' convenience */
+  int32_t S, H1, H2, VH, AH, Z, D;
+  int32_t n[LEARNER_MAX_BRANCHES];
+  int32_t q_width;  /* sum n_d */
+  int32_t a_width;  /* sum n_d * Z : all advantage outputs */
+} net_layout_t;
+
+void net_layout_init(net_layout_t *L, const learner_config_t *c);
+int net_layout_find(const net_layout_t *L, const char *name);
+/* Splits a flat joint action into per-branch indices (first branch most significant). */
+void net_decode_action(const net_layout_t *L, int32_t a, int32_t *per_branch);
+
+#endif
