@@ -1,0 +1,76 @@
+/*
+ * test-learning.c — the CPU learner must solve the built-in meanrev
+ * environment (client/demo_env.h): its greedy policy reaches >= 90% of the
+ * optimal policy's return on held-out episodes within a fixed step budget.
+ * The oracle is the closed-form optimal policy of the environment.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "demo_env.h"
+#include "learner.h"
+
+static int drv_submit(void *ctx, const learner_transitions_t *t) {
+  char err[256];
+  int rc = learner_submit(ctx, t, err, sizeof err);
+  if (rc) fprintf(stderr, "submit: %s\n", err);
+  return rc;
+}
+static int drv_step(void *ctx, int n, learner_stats_t *st) {
+  char err[256];
+  int rc = learner_step(ctx, n, st, err, sizeof err);
+  if (rc == LEARNER_EEMPTY) return 0; /* warm-up: not a batch yet */
+  if (rc) fprintf(stderr, "step: %s\n", err);
+  return rc;
+}
+static int drv_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
+  char err[256];
+  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "act: %s\n", err);
+  return rc;
+}
+
+static void progress(void *ctx, const demo_point_t *p) {
+  (void)ctx;
+  printf("iter %4d step %6llu loss %.4f return %.3f (optimal %.3f, random %.3f) = %.1f%% of optimal\n",
+         p->iteration, (unsigned long long)p->learner_step, p->loss, p->policy_return, p->optimal_return,
+         p->random_return, 100.0 * p->policy_return / p->optimal_return);
+  fflush(stdout);
+}
+
+START_TEST(test_meanrev_solved) {
+  learner_config_t c;
+  demo_env_learner_config(&c);
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  demo_driver_t drv = {l, drv_submit, drv_step, drv_act};
+  demo_opts_t o;
+  demo_opts_default(&o);
+  demo_point_t before, fin;
+  ck_assert_int_eq(demo_evaluate(&drv, o.seed, o.eval_episodes, &before), 0);
+  progress(NULL, &before);
+  ck_assert_int_eq(demo_train(&drv, &o, progress, NULL, &fin), 0);
+  /* the untrained net must not already be good, or the test proves nothing */
+  ck_assert_msg(before.policy_return < 0.5 * before.optimal_return, "untrained policy already at %.3f",
+                before.policy_return);
+  ck_assert_msg(fin.optimal_return > 0, "optimal return %.3f", fin.optimal_return);
+  ck_assert_msg(fin.policy_return >= 0.9 * fin.optimal_return, "policy %.3f < 90%% of optimal %.3f",
+                fin.policy_return, fin.optimal_return);
+  learner_destroy(l);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("learning");
+  TCase *tc = tcase_create("meanrev");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_meanrev_solved);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,52 @@
+/*
+ * testutil.h — small helpers shared by the check suites: random inputs from
+ * Philox (reproducible), relative-error norms, and a golden-case loader.
+ */
+#ifndef DQND_TESTUTIL_H
+#define DQND_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "philox.h"
+
+/* uniform in [lo, hi) from (seed, stream 999, step = tag, lane = i/4) */
+static inline void tu_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed, uint64_t tag) {
+  for (int64_t i = 0; i < n; i++) {
+    philox4_t d = philox_draw(seed, 999, tag, (uint32_t)(i / 4));
+    x[i] = lo + (hi - lo) * (d.v[i % 4] / 4294967296.0);
+  }
+}
+static inline void tu_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed, uint64_t tag) {
+  for (int64_t i = 0; i < n; i++) {
+    philox4_t d = philox_draw(seed, 999, tag, (uint32_t)(i / 4));
+    x[i] = lo + (hi - lo) * (float)(d.v[i % 4] / 4294967296.0);
+  }
+}
+static inline void tu_fill_normal_f64(double *x, int64_t n, uint64_t seed, uint64_t tag) {
+  for (int64_t i = 0; i < n; i += 4) {
+    float g[4];
+    philox_normal4(philox_draw(seed, 998, tag, (uint32_t)(i / 4)), g);
+    for (int k = 0; k < 4 && i + k < n; k++) x[i + k] = g[k];
+  }
+}
+
+/* ||a - b|| / ||b|| (b the reference); 0 when both are 0. *worst gets the index of the largest |a-b|. */
+static inline double tu_rel_err(const double *a, const double *b, int64_t n, int64_t *worst) {
+  double num = 0, den = 0, wmax = -1;
+  for (int64_t i = 0; i < n; i++) {
+    double d = a[i] - b[i];
+    num += d * d;
+    den += b[i] * b[i];
+    if (fabs(d) > wmax) {
+      wmax = fabs(d);
+      if (worst) *worst = i;
+    }
+  }
+  if (den == 0) return sqrt(num);
+  return sqrt(num / den);
+}
+
+#endif
