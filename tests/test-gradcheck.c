@@ -1,0 +1,180 @@
+/*
+ * test-gradcheck.c — the backward pass against central finite differences.
+ *
+ * Oracle: for every parameter block (each layer's weight, bias, and for
+ * NoisyNet layers sigma_weight and sigma_bias) the float64 instance of the
+ * learner's loss is perturbed element by element,
+ *     g_fd[k] = (L(theta + h e_k) - L(theta - h e_k)) / (2h),  h = 1e-5,
+ * and compared with the analytic gradient of the same float64 instance:
+ *     err = ||g - g_fd|| / ||g_fd||  per block, must be <= 1e-3
+ * (in practice ~1e-8). Blocks with many elements are checked on a fixed
+ * random subset of 64 elements, the norm taken over that subset. Several small
+ * random configs: NoisyNet on and off, branch sizes other than 9,3,3, done
+ * flags both ways, IS weights not all 1, Double DQN on and off.
+ * Then the float32 (production) instance must agree with the float64 one to
+ * 1e-4 per block.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "dqn_math.h"
+#include "testutil.h"
+
+typedef struct {
+  int S, H1, H2, VH, AH, Z, B, noisy, double_dqn;
+  int nb, br[4];
+  double done_frac;
+} gc_case_t;
+
+static void run_case(const gc_case_t *k, uint64_t seed) {
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = k->S;
+  c.trunk_h1 = k->H1;
+  c.trunk_h2 = k->H2;
+  c.value_hidden = k->VH;
+  c.adv_hidden = k->AH;
+  c.atoms = k->Z;
+  c.v_min = -3;
+  c.v_max = 4;
+  c.batch = k->B;
+  c.noisy = k->noisy;
+  c.double_dqn = k->double_dqn;
+  c.n_branches = k->nb;
+  for (int d = 0; d < k->nb; d++) c.branch_sizes[d] = k->br[d];
+  net_layout_t L;
+  net_layout_init(&L, &c);
+  int64_t P = L.n_params, N = L.n_noise;
+  int B = k->B, A = learner_config_joint_actions(&c);
+
+  double *on = malloc(sizeof(double) * (size_t)P), *tg = malloc(sizeof(double) * (size_t)P);
+  double *g = malloc(sizeof(double) * (size_t)P);
+  tu_fill_uniform_f64(on, P, -0.6, 0.6, seed, 1);
+  tu_fill_uniform_f64(tg, P, -0.6, 0.6, seed, 2);
+  double *fn_on = NULL, *fn_tg = NULL;
+  if (N) {
+    fn_on = malloc(sizeof(double) * (size_t)N);
+    fn_tg = malloc(sizeof(double) * (size_t)N);
+    tu_fill_normal_f64(fn_on, N, seed, 3);
+    tu_fill_normal_f64(fn_tg, N, seed, 4);
+    noisy_transform_f64(fn_on, N);
+    noisy_transform_f64(fn_tg, N);
+  }
+  dqn_ws_f64_t ws;
+  ck_assert_int_eq(dqn_ws_alloc_f64(&ws, &L, B), 0);
+  tu_fill_uniform_f64(ws.x, 2 * (int64_t)B * k->S, -1.5, 1.5, seed, 5);
+  double u[4096];
+  tu_fill_uniform_f64(u, 4 * B, 0, 1, seed, 6);
+  for (int i = 0; i < B; i++) {
+    ws.a[i] = (int32_t)(u[i] * A);
+    ws.r[i] = -2 + 4 * u[B + i];
+    ws.done[i] = u[2 * B + i] < k->done_frac ? 1 : 0;
+    ws.w[i] = 0.2 + 0.8 * u[3 * B + i];
+  }
+  dqn_hp_f64_t hp = {0.97, c.v_min, c.v_max, 0.01, k->double_dqn};
+  double qm;
+  dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, g, &qm);
+
+  /* float32 instance on the same inputs */
+  float *on32 = malloc(sizeof(float) * (size_t)P), *tg32 = malloc(sizeof(float) * (size_t)P);
+  float *g32 = malloc(sizeof(float) * (size_t)P), *fo32 = NULL, *ft32 = NULL;
+  for (int64_t i = 0; i < P; i++) on32[i] = (float)on[i], tg32[i] = (float)tg[i];
+  if (N) {
+    fo32 = malloc(sizeof(float) * (size_t)N);
+    ft32 = malloc(sizeof(float) * (size_t)N);
+    for (int64_t i = 0; i < N; i++) fo32[i] = (float)fn_on[i], ft32[i] = (float)fn_tg[i];
+  }
+  dqn_ws_f32_t ws32;
+  ck_assert_int_eq(dqn_ws_alloc_f32(&ws32, &L, B), 0);
+  for (int64_t i = 0; i < 2 * (int64_t)B * k->S; i++) ws32.x[i] = (float)ws.x[i];
+  for (int i = 0; i < B; i++) {
+    ws32.a[i] = ws.a[i];
+    ws32.r[i] = (float)ws.r[i];
+    ws32.done[i] = (float)ws.done[i];
+    ws32.w[i] = (float)ws.w[i];
+  }
+  dqn_hp_f32_t hp32 = {0.97f, c.v_min, c.v_max, 0.01f, k->double_dqn};
+  float qm32;
+  dqn_loss_grad_f32(&L, &hp32, on32, tg32, fo32, ft32, &ws32, g32, &qm32);
+
+  const double h = 1e-5;
+  int blocks = 0;
+  for (int li = 0; li < L.n_layers; li++) {
+    const net_layer_t *l = &L.layer[li];
+    int64_t offs[4] = {l->off_w, l->off_b, l->off_sw, l->off_sb};
+    int64_t cnts[4] = {(int64_t)l->in * l->out, l->out, (int64_t)l->in * l->out, l->out};
+    const char *nm[4] = {"weight", "bias", "sigma_weight", "sigma_bias"};
+    for (int bk = 0; bk < (l->noisy ? 4 : 2); bk++) {
+      int64_t cnt = cnts[bk], m = cnt < 64 ? cnt : 64;
+      double ga[64], gf[64], g3[64];
+      for (int64_t j = 0; j < m; j++) {
+        int64_t e = cnt <= 64 ? j : (int64_t)(philox_draw(seed, 7, (uint64_t)(li * 4 + bk), (uint32_t)j).v[0] % (uint64_t)cnt);
+        int64_t idx = offs[bk] + e;
+        double keep = on[idx];
+        on[idx] = keep + h;
+        double lp = dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+        on[idx] = keep - h;
+        double lm = dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+        on[idx] = keep;
+        gf[j] = (lp - lm) / (2 * h);
+        ga[j] = g[idx];
+        g3[j] = g32[idx];
+      }
+      int64_t worst = 0;
+      double err = tu_rel_err(ga, gf, m, &worst);
+      ck_assert_msg(err <= 1e-3, "seed %llu %s.%s: analytic vs finite-difference rel err %.3g (elem %lld: %.8g vs %.8g)",
+                    (unsigned long long)seed, l->name, nm[bk], err, (long long)worst, ga[worst], gf[worst]);
+      double err32 = tu_rel_err(g3, ga, m, &worst);
+      ck_assert_msg(err32 <= 1e-4, "seed %llu %s.%s: float32 vs float64 rel err %.3g", (unsigned long long)seed,
+                    l->name, nm[bk], err32);
+      blocks++;
+    }
+  }
+  ck_assert_int_gt(blocks, 0);
+  dqn_ws_free_f64(&ws);
+  dqn_ws_free_f32(&ws32);
+  free(on), free(tg), free(g), free(fn_on), free(fn_tg);
+  free(on32), free(tg32), free(g32), free(fo32), free(ft32);
+}
+
+START_TEST(test_plain_933) {
+  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3};
+  run_case(&k, 11);
+}
+END_TEST
+START_TEST(test_noisy_933) {
+  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 1, 1, 3, {9, 3, 3}, 0.3};
+  run_case(&k, 12);
+}
+END_TEST
+START_TEST(test_noisy_odd_branches) {
+  gc_case_t k = {7, 9, 13, 6, 5, 21, 9, 1, 1, 2, {4, 7}, 0.0};
+  run_case(&k, 13);
+}
+END_TEST
+START_TEST(test_all_done_single_branch) {
+  gc_case_t k = {3, 8, 8, 4, 4, 5, 5, 0, 1, 1, {6}, 1.0};
+  run_case(&k, 14);
+}
+END_TEST
+START_TEST(test_noisy_no_double_four_branches) {
+  gc_case_t k = {4, 10, 6, 5, 6, 7, 7, 1, 0, 4, {2, 3, 2, 5}, 0.5};
+  run_case(&k, 15);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("gradcheck");
+  TCase *tc = tcase_create("finite-differences");
+  tcase_add_test(tc, test_plain_933);
+  tcase_add_test(tc, test_noisy_933);
+  tcase_add_test(tc, test_noisy_odd_branches);
+  tcase_add_test(tc, test_all_done_single_branch);
+  tcase_add_test(tc, test_noisy_no_double_four_branches);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
