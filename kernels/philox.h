@@ -69,8 +69,9 @@ PHILOX_FN philox4_t philox_draw(uint64_t seed, uint32_t stream, uint64_t step, u
 
 /* Uniform in [0, 1): the top 24 bits, exact in float on every device. */
 PHILOX_FN float philox_uniform(uint32_t u) { return (float)(u >> 8) * (1.0f / 16777216.0f); }
-/* Uniform in (0, 1): never 0, so it can go into a log. */
-PHILOX_FN float philox_uniform_open(uint32_t u) { return ((float)(u >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+/* Uniform in (0, 1): never 0, so it can go into a log (23 bits, so the +0.5
+ * stays exact in float and the top value is below 1). */
+PHILOX_FN float philox_uniform_open(uint32_t u) { return ((float)(u >> 9) + 0.5f) * (1.0f / 8388608.0f); }
 /* Integer in [0, n) by multiply-shift (no modulo bias beyond 2^-32, exact). */
 PHILOX_FN uint32_t philox_below(uint32_t u, uint32_t n) { return (uint32_t)(((uint64_t)u * n) >> 32); }
 
