@@ -767,7 +767,7 @@ static int read_section_mem(learner_read_fn r, void *ctx, uint32_t want, void *b
   if (rc) return rc;
   uint32_t tag = get_u32(h);
   uint64_t n = get_u64(h + 8);
-  if (tag != want || n > cap) {
+  if (tag != want || n > cap || get_u32(h + 4) != 0) {
     seterr(err, errlen, "state: expected section %u (<= %zu bytes), found section %u of %llu bytes", want, cap,
            tag, (unsigned long long)n);
     return LEARNER_ECORRUPT;
@@ -856,8 +856,13 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
     if ((rc = read_all(r, ctx, h, 16, err, errlen))) break;
     uint32_t tag = get_u32(h);
     uint64_t len = get_u64(h + 8);
+    if (get_u32(h + 4) != 0) {
+      seterr(err, errlen, "state: section %u has a non-zero reserved field", tag);
+      rc = LEARNER_ECORRUPT;
+      break;
+    }
     if (tag == SEC_END) {
-      if (len != 0 || (rc = read_all(r, ctx, t, 4, err, errlen))) {
+      if (len != 0 || (rc = read_all(r, ctx, t, 4, err, errlen)) || get_u32(t) != learner_crc32c(0, "", 0)) {
         if (!rc) seterr(err, errlen, "state: bad end section");
         rc = rc ? rc : LEARNER_ECORRUPT;
       }
