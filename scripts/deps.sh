@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages dqnd builds and tests with (as root, or
+# through sudo). Idempotent: does nothing when everything is present.
+set -euo pipefail
+pkgs=(meson ninja-build pkg-config gcc libnng-dev protobuf-c-compiler libprotobuf-c-dev
+      libuv1-dev check libjansson-dev libopenblas-dev libsystemd-dev valgrind)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "installing: ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
