@@ -25,8 +25,6 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-static inline R SFX(lrelu)(R x, R slope) { return x > 0 ? x : slope * x; }
-
 /* Y[rows,out] = X[rows,in] . W[out,in]^T + b[out] */
 static void SFX(linear_forward)(const R *X, const R *W, const R *b, R *Y, int rows, int in, int out) {
   for (int r = 0; r < rows; r++) memcpy(Y + (size_t)r * out, b, sizeof(R) * (size_t)out);
@@ -46,14 +44,14 @@ static void SFX(linear_backward)(const R *dY, const R *X, const R *W, R *dX, int
          dx_accumulate ? 1 : 0, dX, in);
 }
 
-static void SFX(lrelu_forward)(const R *a, R *h, size_t n, R slope) {
-  for (size_t i = 0; i < n; i++) h[i] = SFX(lrelu)(a[i], slope);
+/* restrict + select form: vectorises to a compare and a blend, no branches */
+static void SFX(lrelu_forward)(const R *restrict a, R *restrict h, size_t n, R slope) {
+  for (size_t i = 0; i < n; i++) h[i] = a[i] > 0 ? a[i] : slope * a[i];
 }
 
 /* dA = dH * lrelu'(a), in place on dH */
-static void SFX(lrelu_backward)(R *dh, const R *a, size_t n, R slope) {
-  for (size_t i = 0; i < n; i++)
-    if (!(a[i] > 0)) dh[i] *= slope;
+static void SFX(lrelu_backward)(R *restrict dh, const R *restrict a, size_t n, R slope) {
+  for (size_t i = 0; i < n; i++) dh[i] *= a[i] > 0 ? (R)1 : slope;
 }
 
 /* --------------------------------------------------------------- NoisyNet */
@@ -131,15 +129,19 @@ void SFX(net_acts_free)(TY(net_acts) *A) {
 /* logits[a][z] = V[z] + A[a][z] - mean_a A[a][z]; logp = log_softmax_z(logits)
  * for one row of one branch. V [Z], A/logp [n, Z]. */
 static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int Z) {
-  for (int z = 0; z < Z; z++) {
-    R mean = 0;
-    for (int a = 0; a < n; a++) mean += A[a * Z + z];
-    mean /= n;
-    for (int a = 0; a < n; a++) logp[a * Z + z] = V[z] + A[a * Z + z] - mean;
-  }
+  R mean[LEARNER_MAX_ATOMS];
+  for (int z = 0; z < Z; z++) mean[z] = 0;
+  for (int a = 0; a < n; a++)
+    for (int z = 0; z < Z; z++) mean[z] += A[a * Z + z];
+  for (int z = 0; z < Z; z++) mean[z] = V[z] - mean[z] / n; /* V - mean_a A */
   for (int a = 0; a < n; a++) {
-    R *lg = logp + a * Z, mx = lg[0];
-    for (int z = 1; z < Z; z++) mx = lg[z] > mx ? lg[z] : mx;
+    R *lg = logp + a * Z;
+    const R *Aa = A + a * Z;
+    R mx = -INFINITY;
+    for (int z = 0; z < Z; z++) {
+      lg[z] = Aa[z] + mean[z];
+      mx = lg[z] > mx ? lg[z] : mx;
+    }
     R s = 0;
     for (int z = 0; z < Z; z++) s += EXP(lg[z] - mx);
     R lse = mx + LOG(s);
