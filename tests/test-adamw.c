@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "optim.h"
+#include "testutil.h"
 
 START_TEST(test_decoupled_decay) {
   float p = 1, g = 0, m = 0, v = 0;
@@ -75,9 +76,5 @@ int main(void) {
   tcase_add_test(tc, test_clip_and_norm);
   tcase_add_test(tc, test_target_updates);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

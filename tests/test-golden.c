@@ -203,9 +203,5 @@ int main(void) {
   tcase_add_test(tc, test_golden_small);
   tcase_add_test(tc, test_golden_ref);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

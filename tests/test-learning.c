@@ -10,6 +10,7 @@
 
 #include "demo_env.h"
 #include "learner.h"
+#include "testutil.h"
 
 static int drv_submit(void *ctx, const learner_transitions_t *t) {
   char err[256];
@@ -68,9 +69,5 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_meanrev_solved);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "philox.h"
+#include "testutil.h"
 
 START_TEST(test_kat) {
   static const uint32_t kat[3][10] = {
@@ -68,9 +69,5 @@ int main(void) {
   tcase_add_test(tc, test_mapping);
   tcase_add_test(tc, test_conversions);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "dqn_math.h"
+#include "testutil.h"
 
 static void expect(const double *got, const double *want, int n, const char *what) {
   for (int i = 0; i < n; i++)
@@ -97,9 +98,5 @@ int main(void) {
   tcase_add_test(tc, test_terminal_row);
   tcase_add_test(tc, test_rows_sum_to_one_random);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

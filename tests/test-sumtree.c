@@ -188,9 +188,5 @@ int main(void) {
   tcase_add_test(tc, test_tree_against_brute_force);
   tcase_add_test(tc, test_beta_anneal);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }

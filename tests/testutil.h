@@ -10,7 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <check.h>
+
 #include "philox.h"
+
+/* Runs a suite and returns main's exit status (check prints the summary line). */
+static inline int tu_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
 
 /* uniform in [lo, hi) from (seed, stream 999, step = tag, lane = i/4) */
 static inline void tu_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed, uint64_t tag) {
