@@ -42,7 +42,7 @@ void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   add_layer(L, "value1", L->H2, L->VH, noisy, &off, &noff);
   add_layer(L, "value2", L->VH, L->Z, noisy, &off, &noff);
   for (int d = 0; d < L->D; d++) {
-    char nm[16];
+    char nm[32];
     L->n[d] = c->branch_sizes[d];
     L->q_width += L->n[d];
     L->a_width += L->n[d] * L->Z;

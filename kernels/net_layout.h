@@ -23,7 +23,7 @@ enum { NET_TRUNK1 = 0, NET_TRUNK2 = 1, NET_VALUE1 = 2, NET_VALUE2 = 3, NET_BRANC
 #define NET_BRANCH(d, k) (NET_BRANCH0 + 2 * (d) + ((k) - 1))
 
 typedef struct net_layer {
-  char name[16];       /* "trunk1", "branch2_1", ... as in the golden files */
+  char name[32];       /* "trunk1", "branch2_1", ... as in the golden files */
   int32_t in, out;
   int32_t noisy;
   int64_t off_w, off_b;   /* into the parameter vector */
