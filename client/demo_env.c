@@ -3,6 +3,7 @@
 #include "demo_env.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,13 +174,12 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
         /* epsilon-greedy per branch: each sub-action is replaced by a random
          * one on its own, so exploring the order type does not also scramble
          * the exposure (whose reward noise would drown the cost signal) */
-        philox4_t d = philox_draw(o->seed, STREAM_CLIENT, draws++, 0);
+        philox4_t coin = philox_draw(o->seed, STREAM_CLIENT, draws, 0);
+        philox4_t pick = philox_draw(o->seed, STREAM_CLIENT, draws++, 1);
         int sub[3] = {act[i] / 9, (act[i] % 9) / 3, act[i] % 3};
         static const uint32_t nsub[3] = {9, 3, 3};
-        for (int b = 0; b < 3; b++) {
-          uint32_t u = d.v[b];
-          if (philox_uniform(u) < eps) sub[b] = (int)philox_below(u * 2654435761u + d.v[3], nsub[b]);
-        }
+        for (int b = 0; b < 3; b++)
+          if (philox_uniform(coin.v[b]) < eps) sub[b] = (int)philox_below(pick.v[b], nsub[b]);
         act[i] = sub[0] * 9 + sub[1] * 3 + sub[2];
         memcpy(s + n * S, obs + i * S, sizeof(float) * S);
         a[n] = act[i];
@@ -217,4 +217,31 @@ out:
   free(dn);
   free(ep);
   return rc;
+}
+
+static int local_submit(void *ctx, const learner_transitions_t *t) {
+  char err[256];
+  int rc = learner_submit(ctx, t, err, sizeof err);
+  if (rc) fprintf(stderr, "submit: %s\n", err);
+  return rc;
+}
+static int local_step(void *ctx, int n, learner_stats_t *st) {
+  char err[256];
+  int rc = learner_step(ctx, n, st, err, sizeof err);
+  if (rc == LEARNER_EEMPTY) return 0;
+  if (rc) fprintf(stderr, "step: %s\n", err);
+  return rc;
+}
+static int local_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
+  char err[256];
+  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
+  if (rc) fprintf(stderr, "act: %s\n", err);
+  return rc;
+}
+
+void demo_driver_learner(demo_driver_t *d, learner_t *l) {
+  d->ctx = l;
+  d->submit = local_submit;
+  d->step = local_step;
+  d->act = local_act;
 }

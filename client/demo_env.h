@@ -55,6 +55,10 @@ typedef struct demo_driver {
   int (*act)(void *ctx, const float *states, int n, int noisy, int32_t *actions);
 } demo_driver_t;
 
+/* A driver over an in-process learner (tests, dqn-demo). Errors go to stderr;
+ * a step before the replay holds a batch counts as warm-up, not an error. */
+void demo_driver_learner(demo_driver_t *d, learner_t *l);
+
 typedef struct demo_opts {
   int iterations;       /* collect + train rounds */
   int envs;             /* parallel environments */

@@ -12,26 +12,6 @@
 #include "demo_env.h"
 #include "learner.h"
 
-static int drv_submit(void *ctx, const learner_transitions_t *t) {
-  char err[256];
-  int rc = learner_submit(ctx, t, err, sizeof err);
-  if (rc) fprintf(stderr, "dqn-demo: submit: %s\n", err);
-  return rc;
-}
-static int drv_step(void *ctx, int n, learner_stats_t *st) {
-  char err[256];
-  int rc = learner_step(ctx, n, st, err, sizeof err);
-  if (rc == LEARNER_EEMPTY) return 0;
-  if (rc) fprintf(stderr, "dqn-demo: step: %s\n", err);
-  return rc;
-}
-static int drv_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
-  char err[256];
-  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
-  if (rc) fprintf(stderr, "dqn-demo: act: %s\n", err);
-  return rc;
-}
-
 static void progress(void *ctx, const demo_point_t *p) {
   (void)ctx;
   double frac = p->optimal_return != 0 ? p->policy_return / p->optimal_return : 0;
@@ -113,7 +93,8 @@ int main(int argc, char **argv) {
   printf("dqn-demo: meanrev, backend %s, %lld parameters, batch %d, %d rounds of %d env steps + %d train steps\n",
          learner_backend_name(learner_backend(l)), (long long)learner_config_num_params(&c), c.batch, o.iterations,
          o.envs * o.collect_steps, o.train_steps);
-  demo_driver_t drv = {l, drv_submit, drv_step, drv_act};
+  demo_driver_t drv;
+  demo_driver_learner(&drv, l);
   demo_point_t fin;
   int rc = demo_train(&drv, &o, progress, NULL, &fin);
   learner_destroy(l);

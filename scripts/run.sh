@@ -3,9 +3,5 @@
 # learner on the built-in meanrev environment, printing the learning curve.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-cuda=disabled; command -v nvcc >/dev/null && cuda=enabled
-[ -f build/build.ninja ] || meson setup build -Dcuda=$cuda
-meson compile -C build
+bash scripts/build.sh
 exec ./build/client/dqn-demo "$@"

@@ -4,11 +4,7 @@
 # builds, and runs every suite. Exit status is meson's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
-[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-cuda=disabled; command -v nvcc >/dev/null && cuda=enabled
-[ -f build/build.ninja ] || meson setup build -Dcuda=$cuda
-meson compile -C build
+bash scripts/build.sh
 rc=0
 meson test -C build --print-errorlogs --num-processes 2 "$@" || rc=$?
 # one plain closing line for whoever reads the log

@@ -12,26 +12,6 @@
 #include "learner.h"
 #include "testutil.h"
 
-static int drv_submit(void *ctx, const learner_transitions_t *t) {
-  char err[256];
-  int rc = learner_submit(ctx, t, err, sizeof err);
-  if (rc) fprintf(stderr, "submit: %s\n", err);
-  return rc;
-}
-static int drv_step(void *ctx, int n, learner_stats_t *st) {
-  char err[256];
-  int rc = learner_step(ctx, n, st, err, sizeof err);
-  if (rc == LEARNER_EEMPTY) return 0; /* warm-up: not a batch yet */
-  if (rc) fprintf(stderr, "step: %s\n", err);
-  return rc;
-}
-static int drv_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
-  char err[256];
-  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
-  if (rc) fprintf(stderr, "act: %s\n", err);
-  return rc;
-}
-
 static void progress(void *ctx, const demo_point_t *p) {
   (void)ctx;
   printf("iter %4d step %6llu loss %.4f return %.3f (optimal %.3f, random %.3f) = %.1f%% of optimal\n",
@@ -46,7 +26,8 @@ START_TEST(test_meanrev_solved) {
   learner_t *l;
   char err[256];
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
-  demo_driver_t drv = {l, drv_submit, drv_step, drv_act};
+  demo_driver_t drv;
+  demo_driver_learner(&drv, l);
   demo_opts_t o;
   demo_opts_default(&o);
   demo_point_t before, fin;

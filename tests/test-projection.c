@@ -58,8 +58,7 @@ START_TEST(test_terminal_row) {
   /* a terminal transition: Tz_j = r for every j, so the whole distribution
    * collapses onto r's two neighbouring atoms; with r = 0.3 on [-1,1], 5 atoms
    * (dz 0.5): b = 2.6 -> atom 2 gets 0.4, atom 3 gets 0.6 */
-  double tz[5], p[5] = {.3, .1, .2, .25, .15}, out[5];
-  for (int j = 0; j < 5; j++) tz[j] = 0.3 + 0.99 * 0 * j;
+  double tz[5] = {.3, .3, .3, .3, .3}, p[5] = {.3, .1, .2, .25, .15}, out[5];
   c51_project_f64(tz, p, 5, -1, 1, 5, out);
   expect(out, (double[]){0, 0, .4, .6, 0}, 5, "terminal");
 }

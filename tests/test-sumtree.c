@@ -48,42 +48,42 @@ static void frequencies(replay_t *rp, int n, int64_t draws, int64_t *cnt) {
   }
 }
 
-START_TEST(test_alpha1_frequencies) {
-  replay_t rp;
-  ck_assert_int_eq(replay_init(&rp, 4, 1, 1, 1.0f), 0);
-  fill(&rp, 4);
+/* Four items with priorities 1,2,3,4 under exponent alpha: 100k independent
+ * draws must match p within the chi-square bound (3 dof, p = 0.001 -> 16.27). */
+static void priorities_1234(replay_t *rp, float alpha, const double *p) {
+  ck_assert_int_eq(replay_init(rp, 4, 1, 1, alpha), 0);
+  fill(rp, 4);
   int64_t idx[4] = {0, 1, 2, 3};
   float pr[4] = {1, 2, 3, 4};
-  replay_update_priorities(&rp, idx, pr, 4);
+  replay_update_priorities(rp, idx, pr, 4);
   int64_t cnt[4];
-  frequencies(&rp, 4, 100000, cnt);
-  double p[4] = {.1, .2, .3, .4}, x = chi2(cnt, p, 4, 100000);
-  /* 16.27 = chi-square 3 dof at p = 0.001 */
-  ck_assert_msg(x < 16.27, "chi2 %.2f counts %lld %lld %lld %lld", x, (long long)cnt[0], (long long)cnt[1],
-                (long long)cnt[2], (long long)cnt[3]);
-  /* IS weights with beta = 1: (p_min / p_i) */
+  frequencies(rp, 4, 100000, cnt);
+  double x = chi2(cnt, p, 4, 100000);
+  ck_assert_msg(x < 16.27, "alpha %g: chi2 %.2f counts %lld %lld %lld %lld", alpha, x, (long long)cnt[0],
+                (long long)cnt[1], (long long)cnt[2], (long long)cnt[3]);
+}
+
+START_TEST(test_alpha1_frequencies) {
+  replay_t rp;
+  priorities_1234(&rp, 1.0f, (double[]){.1, .2, .3, .4});
+  /* IS weights with beta = 1: (p_min / p_i); every index must be drawn */
   double want[4] = {1, .5, 1.0 / 3, .25};
-  for (uint64_t k = 0; k < 200; k++) {
+  int seen[4] = {0};
+  for (uint64_t k = 0; k < 400; k++) {
     int64_t j;
     float w;
     replay_sample(&rp, 5, k, 1, 1.0f, &j, &w);
     ck_assert_msg(fabs(w - want[j]) < 1e-6, "w[%lld] = %.7g", (long long)j, w);
+    seen[j] = 1;
   }
+  ck_assert(seen[0] && seen[1] && seen[2] && seen[3]);
   replay_free(&rp);
 }
 END_TEST
 
 START_TEST(test_alpha0_uniform) {
   replay_t rp;
-  ck_assert_int_eq(replay_init(&rp, 4, 1, 1, 0.0f), 0);
-  fill(&rp, 4);
-  int64_t idx[4] = {0, 1, 2, 3};
-  float pr[4] = {1, 2, 3, 4};
-  replay_update_priorities(&rp, idx, pr, 4);
-  int64_t cnt[4];
-  frequencies(&rp, 4, 100000, cnt);
-  double p[4] = {.25, .25, .25, .25};
-  ck_assert(chi2(cnt, p, 4, 100000) < 16.27);
+  priorities_1234(&rp, 0.0f, (double[]){.25, .25, .25, .25});
   replay_free(&rp);
 }
 END_TEST

@@ -26,7 +26,9 @@ typedef struct cpu_learner {
   float *noise_on, *noise_tg;                      /* [N] f(eps) */
   replay_t rp;
   dqn_ws_f32_t ws;
-  int64_t *idx; /* [B] */
+  int64_t *idx; /* [B] sampled replay indices */
+  float *prio;  /* [B] new priorities */
+  float *qrow;  /* [sum n_d] Act scratch */
   learner_counters_t ctr;
   /* Act buffers, grown on demand */
   net_acts_f32_t act_acts;
@@ -78,6 +80,8 @@ static void cpu_destroy(void *impl) {
   free(m->noise_on);
   free(m->noise_tg);
   free(m->idx);
+  free(m->prio);
+  free(m->qrow);
   replay_free(&m->rp);
   dqn_ws_free_f32(&m->ws);
   net_acts_free_f32(&m->act_acts);
@@ -102,7 +106,9 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
   m->act_noise = calloc(N, sizeof(float));
   m->act_weff = calloc(P, sizeof(float));
   m->idx = calloc((size_t)c->batch, sizeof(int64_t));
-  if (!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
+  m->prio = calloc((size_t)c->batch, sizeof(float));
+  m->qrow = calloc((size_t)m->L.q_width, sizeof(float));
+  if (!m->prio || !m->qrow ||!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
       !m->act_noise || !m->act_weff || !m->idx)
     goto oom;
   if (replay_init(&m->rp, c->replay_capacity, c->state_dim, c->prioritized, c->per_alpha)) goto oom;
@@ -165,12 +171,8 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
 
   /* priorities: (loss_i + eps), the tree applies ^alpha */
   if (c->prioritized) {
-    float prio[4096];
-    for (int i0 = 0; i0 < B; i0 += 4096) {
-      int nb = B - i0 < 4096 ? B - i0 : 4096;
-      for (int i = 0; i < nb; i++) prio[i] = ws->loss_i[i0 + i] + hp->per_eps;
-      replay_update_priorities(&m->rp, m->idx + i0, prio, nb);
-    }
+    for (int i = 0; i < B; i++) m->prio[i] = ws->loss_i[i] + hp->per_eps;
+    replay_update_priorities(&m->rp, m->idx, m->prio, B);
   }
 
   m->ctr.step = t + 1;
@@ -234,11 +236,7 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, flo
   net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
   float support[LEARNER_MAX_ATOMS];
   for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
-  float *qrow = malloc(sizeof(float) * (size_t)L->q_width);
-  if (!qrow) {
-    snprintf(err, errlen, "out of memory");
-    return LEARNER_ENOMEM;
-  }
+  float *qrow = m->qrow;
   for (int i = 0; i < n; i++) {
     int32_t flat = 0, off = 0;
     for (int d = 0; d < L->D; d++) {
@@ -253,7 +251,6 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, flo
     a[i] = flat;
     if (q) memcpy(q + (size_t)i * L->q_width, qrow, sizeof(float) * (size_t)L->q_width);
   }
-  free(qrow);
   return LEARNER_OK;
 }
 
