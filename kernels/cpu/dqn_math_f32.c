@@ -5,12 +5,13 @@
 #include <string.h>
 
 #include "dqn_math.h"
+#include "fast_expf.h"
 
 #define R float
 #define SFX(n) n##_f32
 #define TY(n) n##_f32_t
 #define GEMM cblas_sgemm
-#define EXP expf
+#define EXP fast_expf
 #define LOG logf
 #define SQRT sqrtf
 #define FLOOR floorf

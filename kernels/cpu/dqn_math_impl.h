@@ -25,10 +25,28 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-/* Y[rows,out] = X[rows,in] . W[out,in]^T + b[out] */
-static void SFX(linear_forward)(const R *X, const R *W, const R *b, R *Y, int rows, int in, int out) {
-  for (int r = 0; r < rows; r++) memcpy(Y + (size_t)r * out, b, sizeof(R) * (size_t)out);
-  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1, X, in, W, in, 1, Y, out);
+/* Y[rows,out] = X[rows,in] . W[out,in]^T + b[out], and when H is not NULL
+ * H = LeakyReLU(Y) in the same pass over Y. The activation is an arithmetic
+ * select (y*pos + slope*y*(1-pos), pos = [y > 0]): equal to the branch form
+ * bit for bit, and it vectorises; the branch form stayed a scalar loop whose
+ * random signs mispredict half the time. */
+static void SFX(linear_forward)(const R *X, const R *W, const R *b, R *Y, R *H, R slope, int rows, int in,
+                                int out) {
+  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1, X, in, W, in, 0, Y, out);
+  for (int r = 0; r < rows; r++) {
+    R *restrict y = Y + (size_t)r * out;
+    if (H) {
+      R *restrict h = H + (size_t)r * out;
+      for (int o = 0; o < out; o++) {
+        R v = y[o] + b[o];
+        y[o] = v;
+        R pos = (R)(v > 0); /* 1 or 0: arithmetic select, exact in both cases */
+        h[o] = v * pos + slope * v * (1 - pos);
+      }
+    } else {
+      for (int o = 0; o < out; o++) y[o] += b[o];
+    }
+  }
 }
 
 /* dW[out,in] = dY^T . X ; db[out] = sum_rows dY ; dX[rows,in] (+)= dY . W.
@@ -44,14 +62,12 @@ static void SFX(linear_backward)(const R *dY, const R *X, const R *W, R *dX, int
          dx_accumulate ? 1 : 0, dX, in);
 }
 
-/* restrict + select form: vectorises to a compare and a blend, no branches */
-static void SFX(lrelu_forward)(const R *restrict a, R *restrict h, size_t n, R slope) {
-  for (size_t i = 0; i < n; i++) h[i] = a[i] > 0 ? a[i] : slope * a[i];
-}
-
 /* dA = dH * lrelu'(a), in place on dH */
 static void SFX(lrelu_backward)(R *restrict dh, const R *restrict a, size_t n, R slope) {
-  for (size_t i = 0; i < n; i++) dh[i] *= a[i] > 0 ? (R)1 : slope;
+  for (size_t i = 0; i < n; i++) {
+    R pos = (R)(a[i] > 0);
+    dh[i] *= pos + (1 - pos) * slope; /* exactly 1 or slope */
+  }
 }
 
 /* --------------------------------------------------------------- NoisyNet */
@@ -142,8 +158,11 @@ static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int
       lg[z] = Aa[z] + mean[z];
       mx = lg[z] > mx ? lg[z] : mx;
     }
-    R s = 0;
-    for (int z = 0; z < Z; z++) s += EXP(lg[z] - mx);
+    /* exponentials into a buffer first (a vectorisable loop), then the sum in
+     * index order (a float reduction the compiler must not reorder) */
+    R e[LEARNER_MAX_ATOMS], s = 0;
+    for (int z = 0; z < Z; z++) e[z] = EXP(lg[z] - mx);
+    for (int z = 0; z < Z; z++) s += e[z];
     R lse = mx + LOG(s);
     for (int z = 0; z < Z; z++) lg[z] -= lse;
   }
@@ -152,19 +171,16 @@ static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int
 /* Full forward of `rows` inputs X [rows, S] into A (rows <= A->rows). */
 void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *X, int rows, R slope,
                       TY(net_acts) *A) {
-  size_t r = (size_t)rows;
-  SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, rows, L->S, L->H1);
-  SFX(lrelu_forward)(A->a1, A->h1, r * L->H1, slope);
-  SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, rows, L->H1, L->H2);
-  SFX(lrelu_forward)(A->a2, A->h, r * L->H2, slope);
-  SFX(linear_forward)(A->h, w->W[NET_VALUE1], w->b[NET_VALUE1], A->av, rows, L->H2, L->VH);
-  SFX(lrelu_forward)(A->av, A->hv, r * L->VH, slope);
-  SFX(linear_forward)(A->hv, w->W[NET_VALUE2], w->b[NET_VALUE2], A->V, rows, L->VH, L->Z);
+  SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1);
+  SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2);
+  SFX(linear_forward)(A->h, w->W[NET_VALUE1], w->b[NET_VALUE1], A->av, A->hv, slope, rows, L->H2, L->VH);
+  SFX(linear_forward)(A->hv, w->W[NET_VALUE2], w->b[NET_VALUE2], A->V, NULL, slope, rows, L->VH, L->Z);
   for (int d = 0; d < L->D; d++) {
     int nz = L->n[d] * L->Z;
-    SFX(linear_forward)(A->h, w->W[NET_BRANCH(d, 1)], w->b[NET_BRANCH(d, 1)], A->ab[d], rows, L->H2, L->AH);
-    SFX(lrelu_forward)(A->ab[d], A->hb[d], r * L->AH, slope);
-    SFX(linear_forward)(A->hb[d], w->W[NET_BRANCH(d, 2)], w->b[NET_BRANCH(d, 2)], A->A[d], rows, L->AH, nz);
+    SFX(linear_forward)(A->h, w->W[NET_BRANCH(d, 1)], w->b[NET_BRANCH(d, 1)], A->ab[d], A->hb[d], slope, rows,
+                        L->H2, L->AH);
+    SFX(linear_forward)(A->hb[d], w->W[NET_BRANCH(d, 2)], w->b[NET_BRANCH(d, 2)], A->A[d], NULL, slope, rows,
+                        L->AH, nz);
     for (int i = 0; i < rows; i++)
       SFX(dueling_log_softmax)(A->V + (size_t)i * L->Z, A->A[d] + (size_t)i * nz, A->logp[d] + (size_t)i * nz,
                                L->n[d], L->Z);
@@ -173,9 +189,11 @@ void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *
 
 /* Q_d(a) = sum_z softmax(logits_d[a])_z * support_z for one row: logp [n,Z] -> q [n] */
 void SFX(c51_q_values)(const R *logp, int n, int Z, const R *support, R *q) {
+  R e[LEARNER_MAX_ATOMS];
   for (int a = 0; a < n; a++) {
     R s = 0;
-    for (int z = 0; z < Z; z++) s += EXP(logp[a * Z + z]) * support[z];
+    for (int z = 0; z < Z; z++) e[z] = EXP(logp[a * Z + z]) * support[z];
+    for (int z = 0; z < Z; z++) s += e[z];
     q[a] = s;
   }
 }
