@@ -16,4 +16,5 @@
 #define SQRT sqrtf
 #define FLOOR floorf
 #define CEIL ceilf
+#define HOT __attribute__((target_clones("avx2", "default")))
 #include "dqn_math_impl.h"

@@ -16,4 +16,5 @@
 #define SQRT sqrt
 #define FLOOR floor
 #define CEIL ceil
+#define HOT 
 #include "dqn_math_impl.h"

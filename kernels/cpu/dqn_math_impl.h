@@ -18,6 +18,10 @@
  * (one noise draw serves both, so one GEMM per layer instead of two); its
  * first B rows are what the backward pass reads.
  *
+ * HOT marks the element-wise hot spots: the float instance builds them twice
+ * (AVX2 and baseline x86-64, picked at load time by the CPU); without FMA
+ * contraction (ISO C mode) both clones give the same bits.
+ *
  * Gradient rules: every parameter gradient is overwritten (never +=) once per
  * call; dh, the trunk output's gradient, accumulates over the value head and
  * all branches (GEMM beta = 1 after the first).
@@ -81,7 +85,7 @@ void SFX(noisy_transform)(R *eps, int64_t n) {
  *   W = mu_W + sigma_W ⊙ (f(eps_out) ⊗ f(eps_in)),  b = mu_b + sigma_b ⊙ f(eps_out)
  * written into weff (laid out like params); other layers point at params.
  * fnoise == NULL means "no noise" (mean weights: greedy acting). */
-void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnoise, R *weff,
+HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnoise, R *weff,
                       TY(net_weights) *w) {
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
@@ -144,7 +148,7 @@ void SFX(net_acts_free)(TY(net_acts) *A) {
 
 /* logits[a][z] = V[z] + A[a][z] - mean_a A[a][z]; logp = log_softmax_z(logits)
  * for one row of one branch. V [Z], A/logp [n, Z]. */
-static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int Z) {
+HOT static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int Z) {
   R mean[LEARNER_MAX_ATOMS];
   for (int z = 0; z < Z; z++) mean[z] = 0;
   for (int a = 0; a < n; a++)
@@ -169,7 +173,7 @@ static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n, int
 }
 
 /* Full forward of `rows` inputs X [rows, S] into A (rows <= A->rows). */
-void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *X, int rows, R slope,
+HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *X, int rows, R slope,
                       TY(net_acts) *A) {
   SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1);
   SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2);
@@ -188,7 +192,7 @@ void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *
 }
 
 /* Q_d(a) = sum_z softmax(logits_d[a])_z * support_z for one row: logp [n,Z] -> q [n] */
-void SFX(c51_q_values)(const R *logp, int n, int Z, const R *support, R *q) {
+HOT void SFX(c51_q_values)(const R *logp, int n, int Z, const R *support, R *q) {
   R e[LEARNER_MAX_ATOMS];
   for (int a = 0; a < n; a++) {
     R s = 0;
@@ -296,7 +300,7 @@ void SFX(dqn_ws_free)(TY(dqn_ws) *ws) {
  * leaves per-sample losses in ws->loss_i, Double-DQN actions in ws->best
  * [D,B], target distributions in ws->m [D,B,Z], and the mean over batch and
  * branches of Q_d(s, a_d) in *q_mean. */
-R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *online, const R *target,
+HOT R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *online, const R *target,
                      const R *fn_on, const R *fn_tg, TY(dqn_ws) *ws, R *grad, R *q_mean) {
   const int B = ws->B, Z = L->Z, D = L->D;
   const size_t b = (size_t)B;
