@@ -445,12 +445,16 @@ int learner_cuda_available(char *name, size_t namelen) {
 
 /* AUTO resolves to CUDA only when the CUDA learner is built and a device is
  * usable; the probe alone (DQN_HAVE_CUDA) does not make a backend. */
-static const learner_backend_ops_t *pick_backend(learner_backend_t *b, char *err, size_t errlen) {
+learner_backend_t learner_backend_default(void) {
 #if DQN_HAVE_CUDA_LEARNER
-  if (*b == LEARNER_BACKEND_AUTO) *b = learner_cuda_available(NULL, 0) ? LEARNER_BACKEND_CUDA : LEARNER_BACKEND_CPU;
+  return learner_cuda_available(NULL, 0) ? LEARNER_BACKEND_CUDA : LEARNER_BACKEND_CPU;
 #else
-  if (*b == LEARNER_BACKEND_AUTO) *b = LEARNER_BACKEND_CPU;
+  return LEARNER_BACKEND_CPU;
 #endif
+}
+
+static const learner_backend_ops_t *pick_backend(learner_backend_t *b, char *err, size_t errlen) {
+  if (*b == LEARNER_BACKEND_AUTO) *b = learner_backend_default();
   if (*b == LEARNER_BACKEND_CPU) return &learner_cpu_ops;
 #if DQN_HAVE_CUDA_LEARNER
   char why[256];

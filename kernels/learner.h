@@ -50,6 +50,8 @@ typedef enum learner_backend {
   LEARNER_BACKEND_CUDA = 2,
 } learner_backend_t;
 const char *learner_backend_name(learner_backend_t b);
+/* What AUTO resolves to here: CUDA when built and a device is usable, else CPU. */
+learner_backend_t learner_backend_default(void);
 
 /* The hyperparameters a client may change between steps (SetHyperparams).
  * They never change a shape, so the CUDA backend keeps them in device memory

@@ -1,0 +1,229 @@
+/* checkpoint.c — see checkpoint.h. */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int ckpt_mkdirs(const char *dir, char *err, size_t errlen) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0750) && errno != EEXIST) return fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(p, 0750) && errno != EEXIST) return fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
+  return 0;
+}
+
+static int parse_name(const char *name, ckpt_info_t *c) {
+  unsigned long long seq, step;
+  unsigned crc;
+  int end = 0;
+  if (sscanf(name, "ckpt-%8llu-%12llu-%8x.dqnd%n", &seq, &step, &crc, &end) != 3 || name[end] != 0 ||
+      strlen(name) != 5 + 8 + 1 + 12 + 1 + 8 + 5)
+    return -1;
+  c->seq = seq;
+  c->step = step;
+  c->crc32c = crc;
+  snprintf(c->id, sizeof c->id, "%s", name);
+  return 0;
+}
+
+/* All checkpoints in dir, sorted by sequence (oldest first). */
+static int list(const char *dir, ckpt_info_t **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -1;
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    ckpt_info_t c;
+    memset(&c, 0, sizeof c);
+    if (parse_name(e->d_name, &c)) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      ckpt_info_t *q = realloc(*out, sizeof **out * (size_t)cap);
+      if (!q) break;
+      *out = q;
+    }
+    snprintf(c.path, sizeof c.path, "%s/%s", dir, c.id);
+    struct stat st;
+    if (stat(c.path, &st) == 0) c.bytes = (uint64_t)st.st_size;
+    (*out)[(*n)++] = c;
+  }
+  closedir(d);
+  for (int i = 1; i < *n; i++) /* insertion sort: few files */
+    for (int j = i; j > 0 && (*out)[j - 1].seq > (*out)[j].seq; j--) {
+      ckpt_info_t t = (*out)[j];
+      (*out)[j] = (*out)[j - 1];
+      (*out)[j - 1] = t;
+    }
+  return 0;
+}
+
+void ckpt_clean_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, ".ckpt-", 6) && strstr(e->d_name, ".tmp")) {
+      char p[1200];
+      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+      unlink(p);
+    }
+  closedir(d);
+}
+
+typedef struct {
+  FILE *f;
+  uint32_t crc;
+  uint64_t bytes;
+} wctx_t;
+
+static int file_write(void *ctx, const void *buf, size_t n) {
+  wctx_t *w = ctx;
+  if (fwrite(buf, 1, n, w->f) != n) return -1;
+  w->crc = learner_crc32c(w->crc, buf, n);
+  w->bytes += n;
+  return 0;
+}
+
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err,
+               size_t errlen) {
+  if (ckpt_mkdirs(dir, err, errlen)) return -1;
+  ckpt_info_t *all;
+  int n;
+  if (list(dir, &all, &n)) return fail(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+  uint64_t seq = n ? all[n - 1].seq + 1 : 1;
+  free(all);
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s/.ckpt-XXXXXX.tmp", dir);
+  int fd = mkstemps(tmp, 4);
+  if (fd < 0) return fail(err, errlen, "create %s: %s", tmp, strerror(errno));
+  wctx_t w = {fdopen(fd, "wb"), 0, 0};
+  if (!w.f) {
+    close(fd);
+    unlink(tmp);
+    return fail(err, errlen, "fdopen: %s", strerror(errno));
+  }
+  char lerr[256];
+  int rc = learner_save(l, with_replay, file_write, &w, lerr, sizeof lerr);
+  if (rc) fail(err, errlen, "writing checkpoint: %s", lerr);
+  if (!rc && (fflush(w.f) || fsync(fd))) rc = fail(err, errlen, "flush %s: %s", tmp, strerror(errno));
+  if (fclose(w.f) && !rc) rc = fail(err, errlen, "close %s: %s", tmp, strerror(errno));
+  if (rc) {
+    unlink(tmp);
+    return -1;
+  }
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  ckpt_info_t c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.id, sizeof c.id, "ckpt-%08" PRIu64 "-%012" PRIu64 "-%08x.dqnd", (uint64_t)(seq % 100000000ULL),
+           (uint64_t)(st.step % 1000000000000ULL), w.crc);
+  snprintf(c.path, sizeof c.path, "%s/%s", dir, c.id);
+  c.bytes = w.bytes;
+  c.crc32c = w.crc;
+  c.seq = seq;
+  c.step = st.step;
+  if (rename(tmp, c.path)) {
+    unlink(tmp);
+    return fail(err, errlen, "rename to %s: %s", c.path, strerror(errno));
+  }
+  if (fsync_dir(dir)) return fail(err, errlen, "fsync %s: %s", dir, strerror(errno));
+  /* keep the newest `keep` */
+  if (list(dir, &all, &n) == 0) {
+    for (int i = 0; i < n - keep; i++) unlink(all[i].path);
+    free(all);
+  }
+  if (out) *out = c;
+  return 0;
+}
+
+int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen) {
+  ckpt_info_t *all;
+  int n;
+  if (list(dir, &all, &n)) return fail(err, errlen, "cannot read %s", dir);
+  int found = -1;
+  for (int i = 0; i < n; i++)
+    if (!id[0] || !strcmp(all[i].id, id)) found = i;
+  if (found >= 0) *out = all[found];
+  free(all);
+  if (found < 0) return fail(err, errlen, id[0] ? "checkpoint: '%s' not found" : "checkpoint: none written yet%s", id);
+  return 0;
+}
+
+int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got) {
+  *got = 0;
+  int fd = open(c->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  while (*got < n) {
+    ssize_t k = pread(fd, (char *)buf + *got, n - *got, (off_t)(off + *got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    *got += (size_t)k;
+  }
+  close(fd);
+  return 0;
+}
+
+static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
+
+int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(err, errlen, "path: cannot open %s: %s", path, strerror(errno));
+  int rc = learner_load(file_read, f, be, out, err, errlen);
+  fclose(f);
+  return rc ? -1 : 0;
+}
+
+typedef struct {
+  const unsigned char *p;
+  size_t n, pos;
+} mctx_t;
+
+static int mem_read(void *ctx, void *buf, size_t n) {
+  mctx_t *m = ctx;
+  if (m->pos + n > m->n) return -1;
+  memcpy(buf, m->p + m->pos, n);
+  m->pos += n;
+  return 0;
+}
+
+int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
+  mctx_t m = {data, n, 0};
+  int rc = learner_load(mem_read, &m, be, out, err, errlen);
+  if (!rc && m.pos != n) {
+    learner_destroy(*out);
+    *out = NULL;
+    return fail(err, errlen, "data: %zu trailing bytes after the checkpoint", n - m.pos);
+  }
+  return rc ? -1 : 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * checkpoint.h — checkpoint files (DESIGN.md §7). The file is the learner's
+ * state format (kernels/learner.h: magic, version, config hash, sections
+ * with CRC32C). It is written to a temporary file in the same directory,
+ * fsynced, renamed into place and the directory fsynced, so a crash at any
+ * moment leaves either the previous set of checkpoints or the new one, never
+ * a torn file under a checkpoint name. Names sort by sequence:
+ *   ckpt-<seq:08>-<step:012>-<crc32c of the file:08x>.dqnd
+ * The newest `keep` are kept. Functions here do blocking file I/O: callers
+ * run them on a trainer's worker thread, never on the loop or nng threads.
+ */
+#ifndef DQND_CHECKPOINT_H
+#define DQND_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "learner.h"
+
+typedef struct ckpt_info {
+  char id[96];     /* file name */
+  char path[1200];
+  uint64_t bytes;
+  uint32_t crc32c;
+  uint64_t seq, step;
+} ckpt_info_t;
+
+int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
+int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
+/* id "" = newest. 0 or -1 (err: NOT_FOUND-style message). */
+int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen);
+/* Reads up to n bytes at off; *got = bytes read. */
+int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got);
+/* Builds a learner from a file / memory; nothing else is touched. */
+int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
+int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
+/* Removes leftover temporary files of an interrupted write. */
+void ckpt_clean_tmp(const char *dir);
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * main.c — dqnd: options, the libuv loop (signals, timers, sd_notify) and
+ * shutdown. See server.h for the threads and rpc.c / dispatch.c / trainer.c
+ * for the request path.
+ *
+ * Shutdown (SIGTERM/SIGINT): new requests are answered UNAVAILABLE; every
+ * trainer gets a final job behind the commands already queued, so everything
+ * in flight is answered, then the final checkpoint is written and the worker
+ * exits; once all workers are gone the sockets close and the process exits 0.
+ * A second signal during shutdown exits at once (status 1).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <uv.h>
+
+#include "checkpoint.h"
+#include "dqnd_build_config.h"
+#include "dispatch.h"
+#include "log.h"
+#include "rpc.h"
+#include "trainer.h"
+
+typedef struct app {
+  server_t srv;
+  uv_loop_t *loop;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t ckpt_timer, idle_timer, wd_timer, drain_timer;
+  int stopping;
+} app_t;
+
+static void for_each_trainer(server_t *s, void (*fn)(trainer_t *t, void *ctx), void *ctx) {
+  trainer_t **ts;
+  int n = trainer_list(s, &ts);
+  for (int i = 0; i < n; i++) {
+    fn(ts[i], ctx);
+    trainer_put(ts[i]);
+  }
+  free(ts);
+}
+
+static void periodic_one(trainer_t *t, void *ctx) {
+  (void)ctx;
+  if (dispatch_enqueue_save(t)) log_warn(t->name, "periodic checkpoint skipped: queue full");
+}
+static void on_ckpt_timer(uv_timer_t *h) { for_each_trainer(&((app_t *)h->data)->srv, periodic_one, NULL); }
+
+static void idle_one(trainer_t *t, void *ctx) {
+  server_t *s = ctx;
+  pthread_mutex_lock(&t->mu);
+  double idle = now_s() - t->last_active;
+  pthread_mutex_unlock(&t->mu);
+  if (idle > s->opts.idle_timeout && workq_pending(&t->q) == 0) {
+    log_info(t->name, "idle for %.0f s: saving and unloading", idle);
+    dispatch_enqueue_final(t);
+  }
+}
+static void on_idle_timer(uv_timer_t *h) {
+  app_t *a = h->data;
+  for_each_trainer(&a->srv, idle_one, &a->srv);
+}
+
+static void on_wd_timer(uv_timer_t *h) {
+  (void)h;
+  sd_notify(0, "WATCHDOG=1");
+}
+
+static void on_drain_timer(uv_timer_t *h) {
+  app_t *a = h->data;
+  if (atomic_load(&a->srv.live_trainers) > 0 || workq_pending(&a->srv.admin) > 0) return;
+  log_info(NULL, "all trainers saved and stopped; exiting");
+  uv_stop(a->loop);
+}
+
+static void final_one(trainer_t *t, void *ctx) {
+  (void)ctx;
+  dispatch_enqueue_final(t);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+  app_t *a = h->data;
+  if (sig == SIGHUP) {
+    if (log_reopen()) log_error(NULL, "SIGHUP: cannot reopen %s", a->srv.opts.log_file);
+    else log_info(NULL, "SIGHUP: log reopened");
+    return;
+  }
+  if (a->stopping) {
+    log_warn(NULL, "second signal: exiting now");
+    exit(1);
+  }
+  a->stopping = 1;
+  log_info(NULL, "signal %d: draining queues and writing final checkpoints", sig);
+  sd_notify(0, "STOPPING=1");
+  atomic_store(&a->srv.draining, 1);
+  for_each_trainer(&a->srv, final_one, NULL);
+  uv_timer_start(&a->drain_timer, on_drain_timer, 0, 20);
+}
+
+int main(int argc, char **argv) {
+  static app_t app;
+  app_t *a = &app;
+  server_t *s = &a->srv;
+  char err[1024];
+  int prc = opts_parse_args(&s->opts, argc - 1, argv + 1, err, sizeof err);
+  if (prc == 1) return 0;
+  if (prc) {
+    fprintf(stderr, "dqnd: %s\n", err);
+    return 2;
+  }
+  log_level = log_parse_level(s->opts.log_level);
+  if (s->opts.log_file[0] && log_open(s->opts.log_file)) {
+    fprintf(stderr, "dqnd: log-file: cannot open %s\n", s->opts.log_file);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  s->start_time = now_s();
+  s->backend = !strcmp(s->opts.backend, "cpu")    ? LEARNER_BACKEND_CPU
+               : !strcmp(s->opts.backend, "cuda") ? LEARNER_BACKEND_CUDA
+                                                  : learner_backend_default();
+  if (!learner_cuda_available(s->device, sizeof s->device)) {
+    log_info(NULL, "no usable CUDA device (%s)", s->device);
+    snprintf(s->device, sizeof s->device, "none");
+  }
+  pthread_mutex_init(&s->reg_mu, NULL);
+  pthread_mutex_init(&s->up_mu, NULL);
+  s->trainers = calloc((size_t)s->opts.max_trainers, sizeof *s->trainers);
+  if (!s->trainers || ckpt_mkdirs(s->opts.state_dir, err, sizeof err)) {
+    fprintf(stderr, "dqnd: state-dir: %s\n", s->trainers ? err : "out of memory");
+    return 1;
+  }
+  if (workq_init(&s->admin, s->opts.queue_depth, NULL, NULL)) {
+    fprintf(stderr, "dqnd: cannot start the admin worker\n");
+    return 1;
+  }
+  if (rpc_start(s, err, sizeof err)) {
+    fprintf(stderr, "dqnd: %s\n", err);
+    return 1;
+  }
+  a->loop = uv_default_loop();
+  uv_signal_t *sigs[3] = {&a->sig_term, &a->sig_int, &a->sig_hup};
+  int signums[3] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(a->loop, sigs[i]);
+    sigs[i]->data = a;
+    uv_signal_start(sigs[i], on_signal, signums[i]);
+  }
+  uv_timer_t *timers[4] = {&a->ckpt_timer, &a->idle_timer, &a->wd_timer, &a->drain_timer};
+  for (int i = 0; i < 4; i++) {
+    uv_timer_init(a->loop, timers[i]);
+    timers[i]->data = a;
+  }
+  if (s->opts.checkpoint_interval > 0) {
+    uint64_t ms = (uint64_t)s->opts.checkpoint_interval * 1000;
+    uv_timer_start(&a->ckpt_timer, on_ckpt_timer, ms, ms);
+  }
+  if (s->opts.idle_timeout > 0) {
+    uint64_t ms = (uint64_t)s->opts.idle_timeout * 250;
+    uv_timer_start(&a->idle_timer, on_idle_timer, ms, ms);
+  }
+  uint64_t wd_usec = 0;
+  if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
+    uv_timer_start(&a->wd_timer, on_wd_timer, wd_usec / 2000, wd_usec / 2000);
+  log_info(NULL, "dqnd %s ready: backend %s, device %s, state %s", DQND_VERSION, learner_backend_name(s->backend),
+           s->device, s->opts.state_dir);
+  sd_notifyf(0, "READY=1\nSTATUS=serving %s", s->opts.listen[0]);
+  uv_run(a->loop, UV_RUN_DEFAULT);
+  rpc_stop(s);
+  workq_close(&s->admin);
+  workq_join(&s->admin);
+  workq_free(&s->admin);
+  for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)sigs[i], NULL);
+  for (int i = 0; i < 4; i++) uv_close((uv_handle_t *)timers[i], NULL);
+  uv_run(a->loop, UV_RUN_DEFAULT);
+  uv_loop_close(a->loop);
+  free(s->trainers);
+  return 0;
+}

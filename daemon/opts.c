@@ -1,0 +1,235 @@
+/* opts.c — see opts.h. */
+#include "opts.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dqnd_build_config.h"
+
+typedef enum { OT_STR, OT_INT32, OT_INT64, OT_LISTEN } opt_type_t;
+typedef struct {
+  const char *name;
+  opt_type_t type;
+  size_t offset, size;
+  int64_t min, max;
+  const char *help;
+} opt_t;
+
+#define O(f) offsetof(dqnd_opts_t, f), sizeof(((dqnd_opts_t *)0)->f)
+static const opt_t opts_table[] = {
+    {"listen", OT_LISTEN, O(listen), 0, 0, "URL to serve (repeatable): ipc:///path, tcp://host:port"},
+    {"state-dir", OT_STR, O(state_dir), 0, 0, "checkpoints go to STATE_DIR/<trainer>/"},
+    {"backend", OT_STR, O(backend), 0, 0, "default learner backend: auto, cpu, cuda"},
+    {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31, "largest request accepted"},
+    {"decode-budget", OT_INT64, O(decode_budget), 1024, 1LL << 32, "bytes a request may decode into"},
+    {"queue-depth", OT_INT32, O(queue_depth), 1, 1 << 20, "commands queued per trainer before RESOURCE_EXHAUSTED"},
+    {"max-trainers", OT_INT32, O(max_trainers), 1, 4096, "trainers held at once"},
+    {"contexts", OT_INT32, O(contexts), 1, 4096, "requests in flight at once"},
+    {"checkpoint-interval", OT_INT32, O(checkpoint_interval), 0, INT_MAX, "seconds between periodic checkpoints (0 = off)"},
+    {"keep-checkpoints", OT_INT32, O(keep_checkpoints), 1, 1000, "newest checkpoints kept per trainer"},
+    {"idle-timeout", OT_INT32, O(idle_timeout), 0, INT_MAX, "seconds before an idle trainer is saved and unloaded (0 = never)"},
+    {"checkpoint-replay", OT_INT32, O(checkpoint_replay), 0, 1, "periodic and final checkpoints include the replay (0/1)"},
+    {"auth-token", OT_STR, O(auth_token), 0, 0, "require this token in every request"},
+    {"log-file", OT_STR, O(log_file), 0, 0, "log here instead of stderr (reopened on SIGHUP)"},
+    {"log-level", OT_STR, O(log_level), 0, 0, "error, warn, info, debug"},
+};
+#define N_OPTS ((int)(sizeof opts_table / sizeof opts_table[0]))
+
+static int fail(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+void opts_default_url(char *buf, size_t n) {
+  const char *rd = getenv("RUNTIME_DIRECTORY"), *xdg = getenv("XDG_RUNTIME_DIR");
+  if (rd && *rd) {
+    /* systemd may list several, separated by ':' */
+    size_t k = strcspn(rd, ":");
+    snprintf(buf, n, "ipc://%.*s/dqnd.sock", (int)k, rd);
+  } else if (xdg && *xdg)
+    snprintf(buf, n, "ipc://%s/dqnd.sock", xdg);
+  else if (geteuid() == 0)
+    snprintf(buf, n, "ipc:///run/dqnd/dqnd.sock");
+  else
+    snprintf(buf, n, "ipc:///tmp/dqnd-%u/dqnd.sock", (unsigned)geteuid());
+}
+
+static void default_state_dir(char *buf, size_t n) {
+  const char *sd = getenv("STATE_DIRECTORY"), *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+  if (sd && *sd)
+    snprintf(buf, n, "%.*s", (int)strcspn(sd, ":"), sd);
+  else if (geteuid() == 0)
+    snprintf(buf, n, "/var/lib/dqnd");
+  else if (xdg && *xdg)
+    snprintf(buf, n, "%s/dqnd", xdg);
+  else if (home && *home)
+    snprintf(buf, n, "%s/.local/state/dqnd", home);
+  else
+    snprintf(buf, n, "/tmp/dqnd-%u/state", (unsigned)geteuid());
+}
+
+void opts_default(dqnd_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  default_state_dir(o->state_dir, sizeof o->state_dir);
+  snprintf(o->backend, sizeof o->backend, "auto");
+  o->max_message_bytes = 256LL << 20;
+  o->decode_budget = 512LL << 20;
+  o->queue_depth = 64;
+  o->max_trainers = 64;
+  o->contexts = 64;
+  o->checkpoint_interval = 600;
+  o->keep_checkpoints = 3;
+  o->idle_timeout = 0;
+  o->checkpoint_replay = 0;
+  snprintf(o->log_level, sizeof o->log_level, "info");
+}
+
+int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, size_t errlen) {
+  for (int i = 0; i < N_OPTS; i++) {
+    const opt_t *t = &opts_table[i];
+    if (strcmp(t->name, name)) continue;
+    char *p = (char *)o + t->offset;
+    if (t->type == OT_LISTEN) {
+      if (o->n_listen == OPTS_MAX_LISTEN) return fail(err, errlen, "listen: at most %d URLs", OPTS_MAX_LISTEN);
+      if (strncmp(value, "ipc://", 6) && strncmp(value, "tcp://", 6) && strncmp(value, "tls+tcp://", 10))
+        return fail(err, errlen, "listen: '%s' is not ipc://, tcp:// or tls+tcp://", value);
+      snprintf(o->listen[o->n_listen++], sizeof o->listen[0], "%s", value);
+      return 0;
+    }
+    if (t->type == OT_STR) {
+      if (strlen(value) >= t->size) return fail(err, errlen, "%s: longer than %zu bytes", name, t->size - 1);
+      snprintf(p, t->size, "%s", value);
+      return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (end == value || *end || errno) return fail(err, errlen, "%s: '%s' is not an integer", name, value);
+    if (v < t->min || v > t->max)
+      return fail(err, errlen, "%s: %lld is outside [%lld, %lld]", name, v, (long long)t->min, (long long)t->max);
+    if (t->type == OT_INT32)
+      *(int32_t *)p = (int32_t)v;
+    else
+      *(int64_t *)p = v;
+    return 0;
+  }
+  return fail(err, errlen, "unknown option '%s' (see --help)", name);
+}
+
+static int check(dqnd_opts_t *o, char *err, size_t errlen) {
+  if (strcmp(o->backend, "auto") && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
+    return fail(err, errlen, "backend: '%s' is not auto, cpu or cuda", o->backend);
+  if (strcmp(o->log_level, "error") && strcmp(o->log_level, "warn") && strcmp(o->log_level, "info") &&
+      strcmp(o->log_level, "debug"))
+    return fail(err, errlen, "log-level: '%s' is not error, warn, info or debug", o->log_level);
+  if (o->n_listen == 0) {
+    opts_default_url(o->listen[0], sizeof o->listen[0]);
+    o->n_listen = 1;
+  }
+  return 0;
+}
+
+int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) return fail(err, errlen, "config: cannot open %s", path);
+  char line[2048];
+  int ln = 0, rc = 0;
+  while (!rc && fgets(line, sizeof line, f)) {
+    ln++;
+    char *s = line;
+    while (*s == ' ' || *s == '\t') s++;
+    s[strcspn(s, "\r\n")] = 0;
+    if (!*s || *s == '#') continue;
+    char *eq = strchr(s, '=');
+    if (!eq) {
+      rc = fail(err, errlen, "%s:%d: expected 'name = value'", path, ln);
+      break;
+    }
+    char *ke = eq;
+    while (ke > s && (ke[-1] == ' ' || ke[-1] == '\t')) ke--;
+    *ke = 0;
+    char *v = eq + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    char *ve = v + strlen(v);
+    while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) *--ve = 0;
+    char e2[512];
+    if (opts_set(o, s, v, e2, sizeof e2)) rc = fail(err, errlen, "%s:%d: %s", path, ln, e2);
+  }
+  fclose(f);
+  return rc;
+}
+
+void opts_usage(FILE *f) {
+  fprintf(f,
+          "usage: dqnd [--config FILE] [--OPTION VALUE ...]\n"
+          "dqnd keeps reinforcement-learning trainers warm (weights, optimiser, replay) and\n"
+          "serves them over nng (protocol: proto/dqnd/v1/dqnd.proto). With no options it\n"
+          "listens on a local ipc socket and keeps checkpoints in a local state directory.\n\n"
+          "  --config FILE           read 'option = value' lines (command line wins)\n"
+          "  --help, --version\n");
+  char url[600], sd[1024];
+  opts_default_url(url, sizeof url);
+  default_state_dir(sd, sizeof sd);
+  dqnd_opts_t d;
+  opts_default(&d);
+  for (int i = 0; i < N_OPTS; i++) {
+    const opt_t *t = &opts_table[i];
+    char def[700];
+    const char *p = (const char *)&d + t->offset;
+    if (t->type == OT_LISTEN) snprintf(def, sizeof def, "%s", url);
+    else if (t->type == OT_STR) snprintf(def, sizeof def, "%s", p);
+    else if (t->type == OT_INT32) snprintf(def, sizeof def, "%d", *(const int32_t *)p);
+    else snprintf(def, sizeof def, "%lld", (long long)*(const int64_t *)p);
+    fprintf(f, "  --%-22s %s%s%s%s\n", t->name, t->help, *def ? " (default: " : "", def, *def ? ")" : "");
+  }
+  fprintf(f,
+          "\nsignals: SIGTERM/SIGINT stop accepting, answer what is queued, write final\n"
+          "checkpoints and exit 0; SIGHUP reopens the log file.\n"
+          "exit status: 0 clean shutdown, 1 runtime failure, 2 bad options.\n");
+}
+
+int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t errlen) {
+  opts_default(o);
+  /* the config file first, so the command line overrides it */
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--config")) {
+      if (i + 1 >= argc) return fail(err, errlen, "--config needs a file");
+      if (opts_parse_file(o, argv[i + 1], err, errlen)) return -1;
+    } else if (!strncmp(argv[i], "--config=", 9)) {
+      if (opts_parse_file(o, argv[i] + 9, err, errlen)) return -1;
+    }
+  }
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      opts_usage(stdout);
+      return 1;
+    }
+    if (!strcmp(a, "--version")) {
+      printf("dqnd %s (protocol 1)\n", DQND_VERSION);
+      return 1;
+    }
+    if (strncmp(a, "--", 2)) return fail(err, errlen, "unexpected argument '%s' (see --help)", a);
+    char name[128];
+    const char *val;
+    const char *eq = strchr(a, '=');
+    if (eq) {
+      snprintf(name, sizeof name, "%.*s", (int)(eq - a - 2), a + 2);
+      val = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", a + 2);
+      if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", name);
+      val = argv[++i];
+    }
+    if (!strcmp(name, "config")) continue;
+    if (opts_set(o, name, val, err, errlen)) return -1;
+  }
+  return check(o, err, errlen);
+}

@@ -1,0 +1,206 @@
+/* rpc.c — see rpc.h. */
+#include "rpc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "checkpoint.h"
+#include "dispatch.h"
+#include "log.h"
+
+/* Messages up to this multiple of max_message_bytes are received and answered
+ * with RESOURCE_EXHAUSTED; larger ones are dropped by nng itself (it closes
+ * that connection), since reading them would already cost the memory. */
+#define OVERSIZE_FACTOR 2
+
+typedef struct budget {
+  ProtobufCAllocator a;
+  size_t used, limit;
+} budget_t;
+
+struct rpc_call {
+  rpc_t *rpc;
+  nng_ctx ctx;
+  nng_aio *aio;
+  int sending;
+  Dqnd__V1__Request *req;
+  budget_t budget;
+  uint64_t request_id;
+};
+
+struct rpc {
+  server_t *srv;
+  nng_socket sock;
+  rpc_call_t *calls;
+  int n_calls;
+};
+
+static void *budget_alloc(void *data, size_t size) {
+  budget_t *b = data;
+  if (size > b->limit - b->used) return NULL;
+  void *p = malloc(size);
+  if (p) b->used += size;
+  return p;
+}
+static void budget_free(void *data, void *p) {
+  (void)data;
+  free(p);
+}
+
+Dqnd__V1__Request *rpc_request(rpc_call_t *c) { return c->req; }
+
+static void recv_next(rpc_call_t *c) {
+  c->sending = 0;
+  nng_ctx_recv(c->ctx, c->aio);
+}
+
+void rpc_reply(rpc_call_t *c, Dqnd__V1__Reply *r) {
+  r->request_id = c->request_id;
+  if (c->req) {
+    protobuf_c_message_free_unpacked(&c->req->base, &c->budget.a);
+    c->req = NULL;
+  }
+  size_t n = protobuf_c_message_get_packed_size(&r->base);
+  nng_msg *m;
+  if (nng_msg_alloc(&m, n)) {
+    log_error(NULL, "out of memory for a %zu-byte reply", n);
+    recv_next(c);
+    return;
+  }
+  protobuf_c_message_pack(&r->base, nng_msg_body(m));
+  c->sending = 1;
+  nng_aio_set_msg(c->aio, m);
+  nng_ctx_send(c->ctx, c->aio);
+}
+
+void rpc_reply_error(rpc_call_t *c, int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
+  st.code = (Dqnd__V1__Code)code;
+  st.message = msg;
+  Dqnd__V1__Reply r = DQND__V1__REPLY__INIT;
+  r.status = &st;
+  log_debug(NULL, "request %llu: code %d: %s", (unsigned long long)c->request_id, code, msg);
+  rpc_reply(c, &r);
+}
+
+static void call_cb(void *arg) {
+  rpc_call_t *c = arg;
+  server_t *s = c->rpc->srv;
+  int rv = nng_aio_result(c->aio);
+  if (c->sending) {
+    if (rv) {
+      nng_msg_free(nng_aio_get_msg(c->aio)); /* not delivered: still ours */
+      if (rv == NNG_ECLOSED) return;
+    }
+    recv_next(c);
+    return;
+  }
+  if (rv) {
+    if (rv != NNG_ECLOSED) {
+      log_warn(NULL, "receive: %s", nng_strerror(rv));
+      recv_next(c);
+    }
+    return;
+  }
+  nng_msg *m = nng_aio_get_msg(c->aio);
+  size_t len = nng_msg_len(m);
+  c->request_id = 0;
+  if ((int64_t)len > s->opts.max_message_bytes) {
+    nng_msg_free(m);
+    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "message: %zu bytes exceeds max_message_bytes %lld", len,
+                    (long long)s->opts.max_message_bytes);
+    return;
+  }
+  c->budget.used = 0;
+  c->budget.limit = (size_t)s->opts.decode_budget;
+  c->req = dqnd__v1__request__unpack(&c->budget.a, len, nng_msg_body(m));
+  nng_msg_free(m);
+  if (!c->req) {
+    if (c->budget.used >= c->budget.limit || c->budget.limit - c->budget.used < len)
+      rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "message: decoding needs more than decode_budget %lld bytes",
+                      (long long)s->opts.decode_budget);
+    else
+      rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "message: %zu bytes are not a dqnd.v1.Request", len);
+    return;
+  }
+  c->request_id = c->req->request_id;
+  dispatch(s, c);
+}
+
+static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
+  nng_listener l;
+  int rv = nng_listener_create(&l, r->sock, url);
+  if (!rv && !strncmp(url, "ipc://", 6)) {
+    /* make the directory, and let only our user in (the socket is 0600) */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", url + 6);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+      *slash = 0;
+      char mk_err[256];
+      if (ckpt_mkdirs(dir, mk_err, sizeof mk_err)) log_warn(NULL, "%s", mk_err);
+    }
+    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  }
+  if (!rv) rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)r->srv->opts.max_message_bytes * OVERSIZE_FACTOR);
+  if (!rv) rv = nng_listener_start(l, 0);
+  if (rv) {
+    snprintf(err, errlen, "listen %s: %s", url, nng_strerror(rv));
+    return -1;
+  }
+  log_info(NULL, "listening on %s", url);
+  return 0;
+}
+
+int rpc_start(server_t *s, char *err, size_t errlen) {
+  rpc_t *r = calloc(1, sizeof *r);
+  if (!r) return snprintf(err, errlen, "out of memory"), -1;
+  r->srv = s;
+  s->rpc = r;
+  int rv = nng_rep0_open(&r->sock);
+  if (rv) return snprintf(err, errlen, "nng_rep0_open: %s", nng_strerror(rv)), -1;
+  nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, (size_t)s->opts.max_message_bytes * OVERSIZE_FACTOR);
+  for (int i = 0; i < s->opts.n_listen; i++)
+    if (listen_one(r, s->opts.listen[i], err, errlen)) return -1;
+  r->n_calls = s->opts.contexts;
+  r->calls = calloc((size_t)r->n_calls, sizeof *r->calls);
+  if (!r->calls) return snprintf(err, errlen, "out of memory"), -1;
+  for (int i = 0; i < r->n_calls; i++) {
+    rpc_call_t *c = &r->calls[i];
+    c->rpc = r;
+    c->budget.a.alloc = budget_alloc;
+    c->budget.a.free = budget_free;
+    c->budget.a.allocator_data = &c->budget;
+    if ((rv = nng_aio_alloc(&c->aio, call_cb, c)) || (rv = nng_ctx_open(&c->ctx, r->sock)))
+      return snprintf(err, errlen, "nng context: %s", nng_strerror(rv)), -1;
+    recv_next(c);
+  }
+  return 0;
+}
+
+void rpc_stop(server_t *s) {
+  rpc_t *r = s->rpc;
+  if (!r) return;
+  nng_close(r->sock);
+  for (int i = 0; i < r->n_calls; i++) {
+    if (r->calls[i].aio) {
+      nng_aio_stop(r->calls[i].aio);
+      nng_aio_free(r->calls[i].aio);
+    }
+    if (r->calls[i].req) protobuf_c_message_free_unpacked(&r->calls[i].req->base, &r->calls[i].budget.a);
+  }
+  free(r->calls);
+  free(r);
+  s->rpc = NULL;
+}

@@ -1,0 +1,26 @@
+/*
+ * rpc.h — the nng REP side: listeners, a pool of contexts, decode within a
+ * byte budget, reply. One context serves one request at a time; a request
+ * handed to a worker keeps its context busy until rpc_reply() sends.
+ *
+ * A call (rpc_call_t) owns its decoded request from dispatch until
+ * rpc_reply(); after rpc_reply() it must not be touched.
+ */
+#ifndef DQND_RPC_H
+#define DQND_RPC_H
+
+#include "dqnd.pb-c.h"
+#include "server.h"
+
+typedef struct rpc_call rpc_call_t;
+
+int rpc_start(server_t *s, char *err, size_t errlen);
+/* Closes the sockets (after the workers have answered everything). */
+void rpc_stop(server_t *s);
+Dqnd__V1__Request *rpc_request(rpc_call_t *c);
+/* Packs and sends; fills request_id; frees the request. */
+void rpc_reply(rpc_call_t *c, Dqnd__V1__Reply *r);
+/* An error reply: code (gRPC numbers) and a message naming the field. */
+void rpc_reply_error(rpc_call_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * server.h — the daemon's shared state and how the modules meet.
+ *
+ * Threads (DESIGN.md §5):
+ * - the libuv loop thread (main.c): signals, timers, sd_notify, shutdown;
+ * - nng's callback threads (rpc.c): receive, decode, validate centrally
+ *   (dispatch.c), answer the cheap commands, enqueue the rest; they never
+ *   block on a learner and never touch CUDA;
+ * - one worker per trainer (trainer.c, workq.c): owns the learner, runs its
+ *   commands in order, replies through rpc_reply();
+ * - one admin worker: blocking work with no trainer yet (create, load).
+ * The trainer registry is shared by the nng threads and the loop, so it sits
+ * behind reg_mu (a mutex, not loop ownership: nng callbacks must look trainers
+ * up without a round trip through the loop).
+ */
+#ifndef DQND_SERVER_H
+#define DQND_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "learner.h"
+#include "opts.h"
+#include "workq.h"
+
+typedef struct trainer trainer_t;
+typedef struct rpc rpc_t;
+typedef struct upload upload_t;
+
+typedef struct server {
+  dqnd_opts_t opts;
+  learner_backend_t backend; /* resolved default */
+  char device[256];
+  double start_time;
+  atomic_int draining;       /* shutting down: new requests get UNAVAILABLE */
+  pthread_mutex_t reg_mu;
+  trainer_t **trainers;      /* [opts.max_trainers] */
+  int n_trainers;
+  atomic_int live_trainers;  /* trainer workers still running */
+  workq_t admin;
+  rpc_t *rpc;
+  pthread_mutex_t up_mu;     /* chunked checkpoint uploads by trainer name */
+  upload_t *uploads;
+} server_t;
+
+double now_s(void);
+
+#endif
