@@ -1,0 +1,498 @@
+/* dqnd.c — libdqnd; see dqnd.h. */
+#include "dqnd.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+struct dqnd_client {
+  nng_socket sock;
+  int timeout_ms;
+  uint64_t next_id;
+  char token[256];
+  char err[1024];
+};
+
+static int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *dqnd_strerror(int code) {
+  static const char *names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                                "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+                                "UNAUTHENTICATED"};
+  if (code >= 0 && code <= 16) return names[code];
+  switch (code) {
+  case DQND_ETRANSPORT: return "ETRANSPORT";
+  case DQND_ETIMEDOUT: return "ETIMEDOUT";
+  case DQND_EPROTO: return "EPROTO";
+  case DQND_ENOMEM: return "ENOMEM";
+  case DQND_EINVAL: return "EINVAL";
+  case DQND_EIO: return "EIO";
+  }
+  return "UNKNOWN";
+}
+
+void dqnd_default_url(char *buf, size_t n) {
+  const char *rd = getenv("RUNTIME_DIRECTORY"), *xdg = getenv("XDG_RUNTIME_DIR");
+  if (rd && *rd)
+    snprintf(buf, n, "ipc://%.*s/dqnd.sock", (int)strcspn(rd, ":"), rd);
+  else if (xdg && *xdg)
+    snprintf(buf, n, "ipc://%s/dqnd.sock", xdg);
+  else if (geteuid() == 0)
+    snprintf(buf, n, "ipc:///run/dqnd/dqnd.sock");
+  else
+    snprintf(buf, n, "ipc:///tmp/dqnd-%u/dqnd.sock", (unsigned)geteuid());
+}
+
+int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  dqnd_client_t *c = calloc(1, sizeof *c);
+  if (!c) return snprintf(err, errlen, "out of memory"), DQND_ENOMEM;
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+  c->next_id = 1;
+  int rv = nng_req0_open(&c->sock);
+  if (rv) {
+    free(c);
+    snprintf(err, errlen, "nng_req0_open: %s", nng_strerror(rv));
+    return DQND_ETRANSPORT;
+  }
+  /* never resend on our own: a resent Step would train twice */
+  nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
+  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, c->timeout_ms);
+  nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, c->timeout_ms);
+  rv = nng_dial(c->sock, url, NULL, 0);
+  if (rv) {
+    nng_close(c->sock);
+    free(c);
+    snprintf(err, errlen, "connect %s: %s (is dqnd running?)", url, nng_strerror(rv));
+    return DQND_ETRANSPORT;
+  }
+  *out = c;
+  return DQND_OK;
+}
+
+void dqnd_close(dqnd_client_t *c) {
+  if (!c) return;
+  nng_close(c->sock);
+  free(c);
+}
+
+void dqnd_set_token(dqnd_client_t *c, const char *token) { snprintf(c->token, sizeof c->token, "%s", token ? token : ""); }
+
+void dqnd_set_timeout(dqnd_client_t *c, int timeout_ms) {
+  c->timeout_ms = timeout_ms;
+  nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms);
+  nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, timeout_ms);
+}
+
+const char *dqnd_last_error(const dqnd_client_t *c) { return c->err; }
+
+void dqnd_reply_free(Dqnd__V1__Reply *rep) {
+  if (rep) dqnd__v1__reply__free_unpacked(rep, NULL);
+}
+
+static int roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, int check_id, Dqnd__V1__Reply **rep) {
+  *rep = NULL;
+  int rv = nng_sendmsg(c->sock, m, 0);
+  if (rv) {
+    nng_msg_free(m);
+    return seterr(c, rv == NNG_ETIMEDOUT ? DQND_ETIMEDOUT : DQND_ETRANSPORT, "send: %s", nng_strerror(rv));
+  }
+  nng_msg *r;
+  rv = nng_recvmsg(c->sock, &r, 0);
+  if (rv) return seterr(c, rv == NNG_ETIMEDOUT ? DQND_ETIMEDOUT : DQND_ETRANSPORT, "receive: %s", nng_strerror(rv));
+  Dqnd__V1__Reply *p = dqnd__v1__reply__unpack(NULL, nng_msg_len(r), nng_msg_body(r));
+  nng_msg_free(r);
+  if (!p) return seterr(c, DQND_EPROTO, "the reply is not a dqnd.v1.Reply");
+  if (check_id && p->request_id != id) {
+    dqnd_reply_free(p);
+    return seterr(c, DQND_EPROTO, "reply for request %llu, expected %llu", (unsigned long long)p->request_id,
+                  (unsigned long long)id);
+  }
+  *rep = p;
+  int code = p->status ? (int)p->status->code : DQND_EPROTO;
+  if (code == DQND_EPROTO) return seterr(c, code, "reply without a status");
+  if (code) return seterr(c, code, "%s", p->status->message ? p->status->message : "");
+  c->err[0] = 0;
+  return DQND_OK;
+}
+
+int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) {
+  req->version = 1;
+  req->request_id = c->next_id++;
+  req->auth_token = c->token;
+  size_t n = dqnd__v1__request__get_packed_size(req);
+  nng_msg *m;
+  if (nng_msg_alloc(&m, n)) return seterr(c, DQND_ENOMEM, "out of memory for a %zu-byte request", n);
+  dqnd__v1__request__pack(req, nng_msg_body(m));
+  return roundtrip(c, m, req->request_id, 1, rep);
+}
+
+int dqnd_call_raw(dqnd_client_t *c, const void *buf, size_t n, Dqnd__V1__Reply **rep) {
+  nng_msg *m;
+  if (nng_msg_alloc(&m, n)) return seterr(c, DQND_ENOMEM, "out of memory");
+  if (n) memcpy(nng_msg_body(m), buf, n);
+  return roundtrip(c, m, 0, 0, rep);
+}
+
+/* call and drop the reply (commands whose result the caller does not need) */
+static int call_simple(dqnd_client_t *c, Dqnd__V1__Request *req) {
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, req, &rep);
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+static void stats_from_pb(const Dqnd__V1__TrainerStats *p, learner_stats_t *st) {
+  memset(st, 0, sizeof *st);
+  if (!p) return;
+  st->step = p->step;
+  st->replay_size = p->replay_size;
+  st->replay_total = p->replay_total;
+  st->steps_run = (int32_t)p->steps_run;
+  st->loss_mean = p->loss_mean;
+  st->loss_last = p->loss_last;
+  st->grad_norm_mean = p->grad_norm_mean;
+  st->grad_norm_last = p->grad_norm_last;
+  st->q_mean = p->q_mean;
+  st->per_beta = p->per_beta;
+}
+
+int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s) {
+  Dqnd__V1__Health h = DQND__V1__HEALTH__INIT;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_HEALTH;
+  req.health = &h;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_HEALTH) {
+    if (serving) *serving = rep->health->serving;
+    if (uptime_s) *uptime_s = rep->health->uptime_s;
+  }
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+/* "name=value" strings -> Field messages (pointers into a copy) */
+typedef struct fields {
+  Dqnd__V1__Field *f;
+  Dqnd__V1__Field **p;
+  char *buf;
+  int n;
+} fields_t;
+
+static int fields_make(dqnd_client_t *c, const char *const *in, int n, fields_t *out) {
+  memset(out, 0, sizeof *out);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += strlen(in[i]) + 1;
+  out->f = calloc((size_t)(n ? n : 1), sizeof *out->f);
+  out->p = calloc((size_t)(n ? n : 1), sizeof *out->p);
+  out->buf = malloc(total + 1);
+  if (!out->f || !out->p || !out->buf) return seterr(c, DQND_ENOMEM, "out of memory");
+  char *b = out->buf;
+  for (int i = 0; i < n; i++) {
+    const char *eq = strchr(in[i], '=');
+    if (!eq) return seterr(c, DQND_EINVAL, "'%s' is not name=value", in[i]);
+    dqnd__v1__field__init(&out->f[i]);
+    size_t kl = (size_t)(eq - in[i]);
+    memcpy(b, in[i], kl);
+    b[kl] = 0;
+    out->f[i].name = b;
+    b += kl + 1;
+    strcpy(b, eq + 1);
+    out->f[i].value = b;
+    b += strlen(eq + 1) + 1;
+    out->p[i] = &out->f[i];
+  }
+  out->n = n;
+  return 0;
+}
+
+static void fields_free(fields_t *f) {
+  free(f->f);
+  free(f->p);
+  free(f->buf);
+}
+
+int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
+                        const char *backend, int *created) {
+  fields_t fl;
+  int rc = fields_make(c, fields, n_fields, &fl);
+  if (rc) {
+    fields_free(&fl);
+    return rc;
+  }
+  Dqnd__V1__CreateTrainer m = DQND__V1__CREATE_TRAINER__INIT;
+  m.name = (char *)name;
+  m.n_config = (size_t)n_fields;
+  m.config = fl.p;
+  m.backend = (char *)(backend ? backend : "");
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_CREATE_TRAINER;
+  req.create_trainer = &m;
+  Dqnd__V1__Reply *rep;
+  rc = dqnd_call(c, &req, &rep);
+  if (!rc && created) *created = rep->result_case == DQND__V1__REPLY__RESULT_TRAINER && rep->trainer->created;
+  dqnd_reply_free(rep);
+  fields_free(&fl);
+  return rc;
+}
+
+int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final) {
+  Dqnd__V1__DestroyTrainer m = DQND__V1__DESTROY_TRAINER__INIT;
+  m.name = (char *)name;
+  m.save_final = save_final;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER;
+  req.destroy_trainer = &m;
+  return call_simple(c, &req);
+}
+
+int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner_transitions_t *t,
+                int64_t *replay_size) {
+  if (t->n <= 0 || t->n > UINT32_MAX || state_dim <= 0) return seterr(c, DQND_EINVAL, "count/state_dim out of range");
+  size_t n = (size_t)t->n, S = (size_t)state_dim;
+  Dqnd__V1__SubmitTransitions m = DQND__V1__SUBMIT_TRANSITIONS__INIT;
+  m.name = (char *)name;
+  m.count = (uint32_t)n;
+  m.states = (ProtobufCBinaryData){n * S * 4, (uint8_t *)t->states};
+  m.next_states = (ProtobufCBinaryData){n * S * 4, (uint8_t *)t->next_states};
+  m.actions = (ProtobufCBinaryData){n * 4, (uint8_t *)t->actions};
+  m.rewards = (ProtobufCBinaryData){n * 4, (uint8_t *)t->rewards};
+  m.dones = (ProtobufCBinaryData){n, (uint8_t *)t->dones};
+  if (t->episode_ids) m.episode_ids = (ProtobufCBinaryData){n * 8, (uint8_t *)t->episode_ids};
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS;
+  req.submit_transitions = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && replay_size && rep->result_case == DQND__V1__REPLY__RESULT_SUBMIT) *replay_size = rep->submit->replay_size;
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
+  if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
+  Dqnd__V1__Step m = DQND__V1__STEP__INIT;
+  m.name = (char *)name;
+  m.n = (uint32_t)n;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_STEP;
+  req.step = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && st && rep->result_case == DQND__V1__REPLY__RESULT_STEP) stats_from_pb(rep->step->stats, st);
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
+             int32_t *actions, float *q, size_t q_cap) {
+  if (n < 1 || state_dim < 1) return seterr(c, DQND_EINVAL, "count/state_dim out of range");
+  Dqnd__V1__Act m = DQND__V1__ACT__INIT;
+  m.name = (char *)name;
+  m.count = (uint32_t)n;
+  m.states = (ProtobufCBinaryData){(size_t)n * (size_t)state_dim * 4, (uint8_t *)states};
+  m.noisy = noisy;
+  m.want_q = q != NULL;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_ACT;
+  req.act = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc) {
+    if (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != (size_t)n * 4 ||
+        (q && rep->act->q.len > q_cap * 4))
+      rc = seterr(c, DQND_EPROTO, "Act reply of unexpected size");
+    else {
+      memcpy(actions, rep->act->actions.data, (size_t)n * 4);
+      if (q) memcpy(q, rep->act->q.data, rep->act->q.len);
+    }
+  }
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau) {
+  Dqnd__V1__SyncTarget m = DQND__V1__SYNC_TARGET__INIT;
+  m.name = (char *)name;
+  m.tau = tau;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SYNC_TARGET;
+  req.sync_target = &m;
+  return call_simple(c, &req);
+}
+
+int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields) {
+  fields_t fl;
+  int rc = fields_make(c, fields, n_fields, &fl);
+  if (!rc) {
+    Dqnd__V1__SetHyperparams m = DQND__V1__SET_HYPERPARAMS__INIT;
+    m.name = (char *)name;
+    m.n_hparams = (size_t)n_fields;
+    m.hparams = fl.p;
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS;
+    req.set_hyperparams = &m;
+    rc = call_simple(c, &req);
+  }
+  fields_free(&fl);
+  return rc;
+}
+
+int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st) {
+  Dqnd__V1__GetStats m = DQND__V1__GET_STATS__INIT;
+  m.name = (char *)name;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
+  req.get_stats = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && st && rep->result_case == DQND__V1__REPLY__RESULT_TRAINER) stats_from_pb(rep->trainer->stats, st);
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+static void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, dqnd_checkpoint_t *o) {
+  memset(o, 0, sizeof *o);
+  snprintf(o->id, sizeof o->id, "%s", p->checkpoint);
+  snprintf(o->path, sizeof o->path, "%s", p->path);
+  o->bytes = p->bytes;
+  o->step = p->step;
+  o->crc32c = p->crc32c;
+}
+
+int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out) {
+  Dqnd__V1__SaveCheckpoint m = DQND__V1__SAVE_CHECKPOINT__INIT;
+  m.name = (char *)name;
+  m.with_replay = with_replay;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT;
+  req.save_checkpoint = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && out && rep->result_case == DQND__V1__REPLY__RESULT_CHECKPOINT) ckpt_from_pb(rep->checkpoint, out);
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
+                          uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
+  FILE *f = fopen(local_path, "wb");
+  if (!f) return seterr(c, DQND_EIO, "cannot create %s", local_path);
+  uint64_t off = 0, total = 0;
+  uint32_t crc = 0, want_crc = 0;
+  char ckid[96] = "";
+  snprintf(ckid, sizeof ckid, "%s", id ? id : "");
+  int rc = 0;
+  do {
+    Dqnd__V1__FetchCheckpoint m = DQND__V1__FETCH_CHECKPOINT__INIT;
+    m.name = (char *)name;
+    m.checkpoint = ckid; /* pin the id after the first chunk: a new save must not switch files */
+    m.offset = off;
+    m.max_bytes = chunk_bytes;
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT;
+    req.fetch_checkpoint = &m;
+    Dqnd__V1__Reply *rep;
+    rc = dqnd_call(c, &req, &rep);
+    if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_CHUNK || rep->chunk->offset != off))
+      rc = seterr(c, DQND_EPROTO, "FetchCheckpoint reply out of order");
+    if (!rc) {
+      Dqnd__V1__CheckpointChunk *ch = rep->chunk;
+      snprintf(ckid, sizeof ckid, "%s", ch->checkpoint);
+      total = ch->total;
+      want_crc = ch->crc32c;
+      if (ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
+      else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len) rc = seterr(c, DQND_EIO, "write %s failed", local_path);
+      crc = learner_crc32c(crc, ch->data.data, ch->data.len);
+      off += ch->data.len;
+    }
+    dqnd_reply_free(rep);
+  } while (!rc && off < total);
+  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s failed", local_path);
+  if (!rc && crc != want_crc) rc = seterr(c, DQND_EPROTO, "checkpoint %s: CRC32C %08x, expected %08x", ckid, crc, want_crc);
+  if (rc) unlink(local_path);
+  else if (out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->id, sizeof out->id, "%s", ckid);
+    snprintf(out->path, sizeof out->path, "%s", local_path);
+    out->bytes = total;
+    out->crc32c = crc;
+  }
+  return rc;
+}
+
+int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *daemon_path, int create,
+                              const char *backend) {
+  Dqnd__V1__LoadCheckpoint m = DQND__V1__LOAD_CHECKPOINT__INIT;
+  m.name = (char *)name;
+  m.create = create;
+  m.path = (char *)daemon_path;
+  m.backend = (char *)(backend ? backend : "");
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
+  req.load_checkpoint = &m;
+  return call_simple(c, &req);
+}
+
+int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *local_path, int create,
+                              const char *backend, uint32_t chunk_bytes) {
+  FILE *f = fopen(local_path, "rb");
+  if (!f) return seterr(c, DQND_EIO, "cannot open %s", local_path);
+  if (fseek(f, 0, SEEK_END)) {
+    fclose(f);
+    return seterr(c, DQND_EIO, "cannot seek %s", local_path);
+  }
+  long size = ftell(f);
+  rewind(f);
+  size_t chunk = chunk_bytes ? chunk_bytes : (4u << 20);
+  uint8_t *buf = malloc(chunk);
+  if (!buf || size <= 0) {
+    fclose(f);
+    free(buf);
+    return seterr(c, size <= 0 ? DQND_EIO : DQND_ENOMEM, "%s: empty or unreadable", local_path);
+  }
+  /* the whole file's CRC first, sent with the last chunk */
+  uint32_t crc = 0;
+  size_t k;
+  while ((k = fread(buf, 1, chunk, f)) > 0) crc = learner_crc32c(crc, buf, k);
+  rewind(f);
+  int rc = 0;
+  uint64_t off = 0;
+  while (!rc && off < (uint64_t)size) {
+    k = fread(buf, 1, chunk, f);
+    if (k == 0) {
+      rc = seterr(c, DQND_EIO, "read %s failed", local_path);
+      break;
+    }
+    Dqnd__V1__LoadCheckpoint m = DQND__V1__LOAD_CHECKPOINT__INIT;
+    m.name = (char *)name;
+    m.create = create;
+    m.backend = (char *)(backend ? backend : "");
+    m.data = (ProtobufCBinaryData){k, buf};
+    m.offset = off;
+    m.total = (uint64_t)size;
+    m.last = off + k == (uint64_t)size;
+    m.crc32c = crc;
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
+    req.load_checkpoint = &m;
+    rc = call_simple(c, &req);
+    off += k;
+  }
+  fclose(f);
+  free(buf);
+  return rc;
+}

@@ -1,0 +1,89 @@
+/*
+ * dqnd.h — libdqnd, the C client of the dqnd daemon.
+ *
+ * One dqnd_client_t is one nng REQ socket: use it from one thread at a time
+ * (open one per thread for concurrency). Every call blocks until the reply
+ * or the client's timeout. Errors are values:
+ *   0                 OK
+ *   1..16             the daemon's status code (gRPC numbering, see
+ *                     proto/dqnd/v1/dqnd.proto); dqnd_last_error() has the
+ *                     daemon's message, which names the offending field
+ *   DQND_E* (< 0)     local or transport failures
+ * Nothing here exits or prints; there are no globals.
+ */
+#ifndef DQND_CLIENT_H
+#define DQND_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dqnd.pb-c.h"
+#include "learner.h"
+
+enum dqnd_status {
+  DQND_OK = 0,
+  DQND_ETRANSPORT = -1, /* cannot connect, send or receive */
+  DQND_ETIMEDOUT = -2,  /* no reply within the timeout */
+  DQND_EPROTO = -3,     /* the reply is not a dqnd.v1.Reply or does not match */
+  DQND_ENOMEM = -4,
+  DQND_EINVAL = -5,     /* bad argument to a libdqnd function */
+  DQND_EIO = -6,        /* local file error */
+};
+
+typedef struct dqnd_client dqnd_client_t;
+
+/* "OK", "INVALID_ARGUMENT", ..., "ETIMEDOUT" */
+const char *dqnd_strerror(int code);
+/* The daemon's default ipc URL for this user (same rule as dqnd). */
+void dqnd_default_url(char *buf, size_t n);
+
+int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen);
+void dqnd_close(dqnd_client_t *c);
+void dqnd_set_token(dqnd_client_t *c, const char *token);
+void dqnd_set_timeout(dqnd_client_t *c, int timeout_ms);
+/* The message of the last failed call (server's or local). */
+const char *dqnd_last_error(const dqnd_client_t *c);
+
+/* Raw call: fills version, request_id and token, sends, waits. On 0 or a
+ * server code, *rep is the reply (free with dqnd_reply_free). */
+int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep);
+void dqnd_reply_free(Dqnd__V1__Reply *rep);
+/* Sends raw bytes as a request (tests: garbage, wrong encodings). */
+int dqnd_call_raw(dqnd_client_t *c, const void *buf, size_t n, Dqnd__V1__Reply **rep);
+
+typedef struct dqnd_checkpoint {
+  char id[96];
+  char path[1200];
+  uint64_t bytes, step;
+  uint32_t crc32c;
+} dqnd_checkpoint_t;
+
+int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s);
+/* fields: "name=value" strings (learner config fields); backend NULL = daemon default.
+ * *created (optional): 1 new, 0 it existed with the same config. */
+int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
+                        const char *backend, int *created);
+int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final);
+int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner_transitions_t *t,
+                int64_t *replay_size);
+int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
+/* q (optional) receives n * sum(branches) floats; q_cap is its length. */
+int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
+             int32_t *actions, float *q, size_t q_cap);
+int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau);
+int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields);
+int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st);
+int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out);
+/* Downloads a checkpoint ("" or NULL = newest) into a local file in chunks of
+ * chunk_bytes (0 = 4 MiB) and verifies its CRC32C. */
+int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
+                          uint32_t chunk_bytes, dqnd_checkpoint_t *out);
+/* Restores from a file on the daemon's side. create: a new trainer `name`. */
+int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *daemon_path, int create,
+                              const char *backend);
+/* Uploads a local checkpoint file in chunks and restores from it. */
+int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *local_path, int create,
+                              const char *backend, uint32_t chunk_bytes);
+
+#endif
