@@ -353,12 +353,12 @@ static int cmd_stats(ctx_t *x, int argc, char **argv) {
 
 static void print_ckpt(ctx_t *x, const dqnd_checkpoint_t *c) {
   char crc[9];
-  snprintf(crc, sizeof crc, "%08x", c->crc32c);
+  snprintf(crc, sizeof crc, "%08x", c->crc32);
   if (x->json)
     print_json(json_pack("{s:s, s:s, s:I, s:I, s:s}", "checkpoint", c->id, "path", c->path, "bytes", (json_int_t)c->bytes,
-                         "step", (json_int_t)c->step, "crc32c", crc));
+                         "step", (json_int_t)c->step, "crc32", crc));
   else
-    printf("%s (%llu bytes, crc32c %08x) at %s\n", c->id, (unsigned long long)c->bytes, c->crc32c, c->path);
+    printf("%s (%llu bytes, crc32 %08x) at %s\n", c->id, (unsigned long long)c->bytes, c->crc32, c->path);
 }
 
 static int cmd_save(ctx_t *x, int argc, char **argv) {

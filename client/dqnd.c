@@ -370,7 +370,7 @@ static void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, dqnd_checkpoint_t *o
   snprintf(o->path, sizeof o->path, "%s", p->path);
   o->bytes = p->bytes;
   o->step = p->step;
-  o->crc32c = p->crc32c;
+  o->crc32 = p->crc32;
 }
 
 int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out) {
@@ -413,23 +413,23 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
       Dqnd__V1__CheckpointChunk *ch = rep->chunk;
       snprintf(ckid, sizeof ckid, "%s", ch->checkpoint);
       total = ch->total;
-      want_crc = ch->crc32c;
+      want_crc = ch->crc32;
       if (ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
       else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len) rc = seterr(c, DQND_EIO, "write %s failed", local_path);
-      crc = learner_crc32c(crc, ch->data.data, ch->data.len);
+      crc = learner_crc32(crc, ch->data.data, ch->data.len);
       off += ch->data.len;
     }
     dqnd_reply_free(rep);
   } while (!rc && off < total);
   if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s failed", local_path);
-  if (!rc && crc != want_crc) rc = seterr(c, DQND_EPROTO, "checkpoint %s: CRC32C %08x, expected %08x", ckid, crc, want_crc);
+  if (!rc && crc != want_crc) rc = seterr(c, DQND_EPROTO, "checkpoint %s: CRC-32 %08x, expected %08x", ckid, crc, want_crc);
   if (rc) unlink(local_path);
   else if (out) {
     memset(out, 0, sizeof *out);
     snprintf(out->id, sizeof out->id, "%s", ckid);
     snprintf(out->path, sizeof out->path, "%s", local_path);
     out->bytes = total;
-    out->crc32c = crc;
+    out->crc32 = crc;
   }
   return rc;
 }
@@ -467,7 +467,7 @@ int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *lo
   /* the whole file's CRC first, sent with the last chunk */
   uint32_t crc = 0;
   size_t k;
-  while ((k = fread(buf, 1, chunk, f)) > 0) crc = learner_crc32c(crc, buf, k);
+  while ((k = fread(buf, 1, chunk, f)) > 0) crc = learner_crc32(crc, buf, k);
   rewind(f);
   int rc = 0;
   uint64_t off = 0;
@@ -485,7 +485,7 @@ int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *lo
     m.offset = off;
     m.total = (uint64_t)size;
     m.last = off + k == (uint64_t)size;
-    m.crc32c = crc;
+    m.crc32 = crc;
     Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
     req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
     req.load_checkpoint = &m;

@@ -56,7 +56,7 @@ typedef struct dqnd_checkpoint {
   char id[96];
   char path[1200];
   uint64_t bytes, step;
-  uint32_t crc32c;
+  uint32_t crc32;
 } dqnd_checkpoint_t;
 
 int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s);

@@ -42,7 +42,7 @@ static int parse_name(const char *name, ckpt_info_t *c) {
     return -1;
   c->seq = seq;
   c->step = step;
-  c->crc32c = crc;
+  c->crc32 = crc;
   snprintf(c->id, sizeof c->id, "%s", name);
   return 0;
 }
@@ -102,7 +102,7 @@ typedef struct {
 static int file_write(void *ctx, const void *buf, size_t n) {
   wctx_t *w = ctx;
   if (fwrite(buf, 1, n, w->f) != n) return -1;
-  w->crc = learner_crc32c(w->crc, buf, n);
+  w->crc = learner_crc32(w->crc, buf, n);
   w->bytes += n;
   return 0;
 }
@@ -150,7 +150,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
            (uint64_t)(st.step % 1000000000000ULL), w.crc);
   snprintf(c.path, sizeof c.path, "%s/%s", dir, c.id);
   c.bytes = w.bytes;
-  c.crc32c = w.crc;
+  c.crc32 = w.crc;
   c.seq = seq;
   c.step = st.step;
   if (rename(tmp, c.path)) {

@@ -5,7 +5,7 @@
  * fsynced, renamed into place and the directory fsynced, so a crash at any
  * moment leaves either the previous set of checkpoints or the new one, never
  * a torn file under a checkpoint name. Names sort by sequence:
- *   ckpt-<seq:08>-<step:012>-<crc32c of the file:08x>.dqnd
+ *   ckpt-<seq:08>-<step:012>-<crc32 of the file:08x>.dqnd
  * The newest `keep` are kept. Functions here do blocking file I/O: callers
  * run them on a trainer's worker thread, never on the loop or nng threads.
  */
@@ -21,7 +21,7 @@ typedef struct ckpt_info {
   char id[96];     /* file name */
   char path[1200];
   uint64_t bytes;
-  uint32_t crc32c;
+  uint32_t crc32;
   uint64_t seq, step;
 } ckpt_info_t;
 

@@ -514,7 +514,7 @@ static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
   ci.checkpoint = (char *)info->id;
   ci.path = (char *)info->path;
   ci.bytes = info->bytes;
-  ci.crc32c = info->crc32c;
+  ci.crc32 = info->crc32;
   ci.step = info->step;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINT;
@@ -566,7 +566,7 @@ static void run_fetch(server_t *s, trainer_t *t, rpc_call_t *c) {
   ch.total = info.bytes;
   ch.data.data = buf;
   ch.data.len = got;
-  ch.crc32c = info.crc32c;
+  ch.crc32 = info.crc32;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_CHUNK;
   r.chunk = &ch;
@@ -656,9 +656,9 @@ static void run_load(server_t *s, trainer_t *t0, rpc_call_t *c) {
     pthread_mutex_unlock(&s->up_mu);
     int bad = u->n != u->total;
     if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
-    else if (learner_crc32c(0, u->data, u->n) != m->crc32c) {
+    else if (learner_crc32(0, u->data, u->n) != m->crc32) {
       bad = 1;
-      snprintf(err, sizeof err, "crc32c: the uploaded bytes do not match %08x", m->crc32c);
+      snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
     } else if (ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err))
       bad = 1;
     free(u->data);

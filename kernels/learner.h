@@ -200,8 +200,13 @@ int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learne
 int learner_peek_config(learner_read_fn r, void *ctx, learner_config_t *c, int *with_replay,
                         char *err, size_t errlen);
 
-/* CRC32C (Castagnoli), as used by the state format and the checkpoint files. */
+/* CRC32C (Castagnoli): the state format's per-section checks. */
 uint32_t learner_crc32c(uint32_t crc, const void *buf, size_t n);
+/* CRC-32 (IEEE, as zlib's crc32): whole-file checksums of checkpoints. Not
+ * CRC32C, because a file made of sections that each end in their own CRC32C
+ * has the same CRC32C whatever the sections hold (the trailers cancel the
+ * payloads: CRC is linear), which makes it blind to content. */
+uint32_t learner_crc32(uint32_t crc, const void *buf, size_t n);
 
 /* 1 if the CUDA backend is compiled in and a device is usable. */
 int learner_cuda_available(char *name, size_t namelen);

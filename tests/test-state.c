@@ -268,6 +268,16 @@ START_TEST(test_config_validation) {
 }
 END_TEST
 
+/* The published check values ("123456789"): CRC-32C e3069283 (RFC 3720),
+ * CRC-32/IEEE cbf43926 (zlib); and chaining equals one pass. */
+START_TEST(test_crc_check_values) {
+  ck_assert_uint_eq(learner_crc32c(0, "123456789", 9), 0xe3069283u);
+  ck_assert_uint_eq(learner_crc32(0, "123456789", 9), 0xcbf43926u);
+  ck_assert_uint_eq(learner_crc32c(learner_crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
+  ck_assert_uint_eq(learner_crc32(learner_crc32(0, "12345678", 8), "9", 1), 0xcbf43926u);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("state");
   TCase *tc = tcase_create("serialise");
@@ -277,6 +287,7 @@ int main(void) {
   tcase_add_test(tc, test_roundtrip_noisy_per);
   tcase_add_test(tc, test_corruption);
   tcase_add_test(tc, test_config_validation);
+  tcase_add_test(tc, test_crc_check_values);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
