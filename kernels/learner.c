@@ -573,6 +573,26 @@ int learner_set_params(learner_t *l, int which, const float *src, int64_t n) {
   return l->ops->section_write(l->impl, sec, 0, n * 4, src);
 }
 
+int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, int32_t *actions, float *rewards,
+                        float *next_states, uint8_t *dones, int64_t *episode_ids) {
+  learner_counters_t c;
+  int rc = l->ops->get_counters(l->impl, &c);
+  if (rc) return rc;
+  if (first < 0 || n < 0 || first + n > c.replay_size) return LEARNER_EINVAL;
+  int64_t S = l->cfg.state_dim;
+  struct {
+    int sec;
+    void *dst;
+    int64_t width;
+  } parts[] = {{SEC_R_S, states, S * 4}, {SEC_R_A, actions, 4}, {SEC_R_R, rewards, 4},
+               {SEC_R_S2, next_states, S * 4}, {SEC_R_DONE, dones, 1}, {SEC_R_EP, episode_ids, 8}};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    if (parts[i].dst && n &&
+        (rc = l->ops->section_read(l->impl, parts[i].sec, first * parts[i].width, n * parts[i].width, parts[i].dst)))
+      return rc;
+  return LEARNER_OK;
+}
+
 /* ------------------------------------------------------------------ CRC32C */
 
 /* Two reflected CRC-32s share one slicing-by-8 implementation:

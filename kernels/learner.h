@@ -184,6 +184,11 @@ int learner_get_stats(const learner_t *l, learner_stats_t *st);
 int learner_get_params(const learner_t *l, int which /*0 online, 1 target*/, float *dst, int64_t n);
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n);
 
+/* Copies replay items [first, first+n) (ring positions, 0 <= first, first+n
+ * <= replay size) into the given arrays (any may be NULL). */
+int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, int32_t *actions, float *rewards,
+                        float *next_states, uint8_t *dones, int64_t *episode_ids);
+
 /* Complete state, streamed through a callback so a 1M-transition replay never
  * needs a second copy in memory. Format (all little-endian):
  *   "DQNDLRN\0" u32 version u32 flags u64 config_hash

@@ -1,0 +1,530 @@
+/*
+ * test-daemon.c — integration: a real dqnd on a temporary ipc socket, driven
+ * through libdqnd (and dqnctl in test_dqnctl). Every command works end to
+ * end; every bad input gets its proper code and a message naming the field,
+ * and leaves the trainer exactly as it was — checked against a twin trainer
+ * (same seed, same data) that never saw the bad input: the next GetStats and
+ * a deterministic Step must be bit-identical. SIGTERM with requests in flight
+ * answers all of them and writes the final checkpoints; SIGKILL during
+ * checkpoint writes never leaves a checkpoint that loads wrongly; concurrent
+ * submitters lose and double nothing.
+ *
+ * The oracle is the daemon's own twin trainer, the client's record of what it
+ * sent, and the checkpoint format's CRCs.
+ */
+#include <check.h>
+#include <errno.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dqnd.h"
+#include "testutil.h"
+
+static char dqnd_bin[1024], dqnctl_bin[1024];
+
+typedef struct daemon_proc {
+  pid_t pid;
+  char dir[256], url[320], state[300];
+} daemon_t;
+
+static void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2) {
+  if (!d->dir[0]) {
+    snprintf(d->dir, sizeof d->dir, "/tmp/dqnd-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d->dir));
+  }
+  snprintf(d->url, sizeof d->url, "ipc://%s/dqnd.sock", d->dir);
+  snprintf(d->state, sizeof d->state, "%s/state", d->dir);
+  char log[300];
+  snprintf(log, sizeof log, "%s/dqnd.log", d->dir);
+  d->pid = fork();
+  ck_assert_int_ge(d->pid, 0);
+  if (d->pid == 0) {
+    char *argv[16] = {dqnd_bin, "--listen", d->url, "--state-dir", d->state, "--backend", "cpu", "--log-file", log,
+                      "--queue-depth", "16", "--max-message-bytes", "4000000", NULL, NULL, NULL};
+    int k = 13;
+    if (extra1) argv[k++] = (char *)extra1;
+    if (extra2) argv[k++] = (char *)extra2;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    execv(dqnd_bin, argv);
+    _exit(127);
+  }
+  /* wait until it answers */
+  for (int i = 0; i < 200; i++) {
+    dqnd_client_t *c;
+    char err[256];
+    if (dqnd_connect(d->url, 200, &c, err, sizeof err) == 0) {
+      int serving = 0;
+      int rc = dqnd_health(c, &serving, NULL);
+      dqnd_close(c);
+      if ((rc == 0 && serving) || rc == 16 /* up, but wants a token */) return;
+    }
+    usleep(20000);
+  }
+  ck_abort_msg("dqnd did not come up on %s", d->url);
+}
+static void start_daemon(daemon_t *d) { start_daemon_args(d, NULL, NULL); }
+
+static int stop_daemon(daemon_t *d, int sig) {
+  int st = 0;
+  kill(d->pid, sig);
+  waitpid(d->pid, &st, 0);
+  return st;
+}
+
+static void rm_rf(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) {
+  }
+}
+
+static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
+
+static int load_file(const char *path, learner_t **l, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return snprintf(err, errlen, "cannot open"), -1;
+  int rc = learner_load(file_read, f, LEARNER_BACKEND_CPU, l, err, errlen);
+  fclose(f);
+  return rc;
+}
+
+static dqnd_client_t *connect_to(daemon_t *d) {
+  dqnd_client_t *c;
+  char err[256];
+  ck_assert_msg(dqnd_connect(d->url, 20000, &c, err, sizeof err) == 0, "%s", err);
+  return c;
+}
+
+/* a small learner so every test is fast */
+static const char *small_fields[] = {"state_dim=6", "trunk_h1=16", "trunk_h2=12", "value_hidden=8", "adv_hidden=10",
+                                     "atoms=11", "branches=3,4", "batch=8", "replay_capacity=5000", "seed=42",
+                                     "noisy=1", "lr=0.01"};
+#define N_SMALL ((int)(sizeof small_fields / sizeof small_fields[0]))
+#define S_DIM 6
+#define N_ACT 12
+
+typedef struct batch {
+  int n;
+  float s[256 * S_DIM], s2[256 * S_DIM], r[256];
+  int32_t a[256];
+  uint8_t d[256];
+  int64_t ep[256];
+} batch_t;
+
+static void make_batch(batch_t *b, int n, uint64_t tag) {
+  b->n = n;
+  tu_fill_uniform_f32(b->s, (int64_t)n * S_DIM, -1, 1, 7, tag);
+  tu_fill_uniform_f32(b->s2, (int64_t)n * S_DIM, -1, 1, 8, tag);
+  for (int i = 0; i < n; i++) {
+    b->a[i] = (int32_t)((i * 7 + tag) % N_ACT);
+    b->r[i] = (float)i + 1000.0f * (float)tag; /* unique per (tag, i): lets tests count items */
+    b->d[i] = (i % 5) == 0;
+    b->ep[i] = (int64_t)tag;
+  }
+}
+
+static int submit(dqnd_client_t *c, const char *name, const batch_t *b) {
+  learner_transitions_t t = {b->n, b->s, b->a, b->r, b->s2, b->d, b->ep};
+  return dqnd_submit(c, name, S_DIM, &t, NULL);
+}
+
+/* ---------------------------------------------------------------- happy */
+
+START_TEST(test_every_command) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  int serving = 0;
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 0);
+  ck_assert(serving);
+  /* ServerInfo through the raw call */
+  Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
+  req.server_info = &si;
+  Dqnd__V1__Reply *rep;
+  ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
+  ck_assert_str_eq(rep->server_info->default_backend, "cpu");
+  ck_assert_uint_eq(rep->server_info->protocol, 1);
+  dqnd_reply_free(rep);
+
+  int created = -1;
+  ck_assert_int_eq(dqnd_create_trainer(c, "a", small_fields, N_SMALL, "cpu", &created), 0);
+  ck_assert_int_eq(created, 1);
+  ck_assert_int_eq(dqnd_create_trainer(c, "a", small_fields, N_SMALL, "cpu", &created), 0); /* idempotent */
+  ck_assert_int_eq(created, 0);
+  const char *other[] = {"state_dim=6", "batch=16"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "a", other, 2, NULL, NULL), 6); /* ALREADY_EXISTS */
+  ck_assert(strstr(dqnd_last_error(c), "different config"));
+
+  batch_t b;
+  make_batch(&b, 100, 1);
+  ck_assert_int_eq(submit(c, "a", &b), 0);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_step(c, "a", 20, &st), 0);
+  ck_assert_int_eq(st.step, 20);
+  ck_assert_int_eq(st.replay_size, 100);
+  ck_assert(st.loss_mean > 0 && st.loss_mean < 10);
+
+  float q[4 * 7];
+  int32_t acts[4];
+  ck_assert_int_eq(dqnd_act(c, "a", b.s, 4, S_DIM, 0, acts, q, 28), 0);
+  for (int i = 0; i < 4; i++) {
+    ck_assert(acts[i] >= 0 && acts[i] < N_ACT);
+    /* the action is the per-branch argmax of the returned Q values (branches 3, 4) */
+    int b0 = 0, b1 = 0;
+    for (int k = 1; k < 3; k++) b0 = q[i * 7 + k] > q[i * 7 + b0] ? k : b0;
+    for (int k = 1; k < 4; k++) b1 = q[i * 7 + 3 + k] > q[i * 7 + 3 + b1] ? k : b1;
+    ck_assert_int_eq(acts[i], b0 * 4 + b1);
+  }
+  ck_assert_int_eq(dqnd_sync_target(c, "a", 0.0f), 0);
+  ck_assert_int_eq(dqnd_sync_target(c, "a", 0.5f), 0);
+  const char *hp[] = {"lr=0.001", "gamma=0.9"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "a", hp, 2), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "a", &st), 0);
+  ck_assert_int_eq(st.step, 20);
+
+  dqnd_checkpoint_t ck, fk;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "a", 1, &ck), 0);
+  ck_assert_int_eq(ck.step, 20);
+  char local[400];
+  snprintf(local, sizeof local, "%s/fetched.dqnd", d.dir);
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, "a", NULL, local, 4096, &fk), 0); /* many small chunks */
+  ck_assert_int_eq(fk.bytes, ck.bytes);
+  ck_assert_uint_eq(fk.crc32, ck.crc32);
+  char cmp[3000];
+  snprintf(cmp, sizeof cmp, "cmp -s '%s' '%s'", local, ck.path);
+  ck_assert_int_eq(system(cmp), 0);
+
+  /* restore into a new trainer from the upload and from the daemon path: both continue like the original */
+  ck_assert_int_eq(dqnd_load_checkpoint_file(c, "b", local, 1, NULL, 5000), 0);
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "b2", ck.path, 1, NULL), 0);
+  learner_stats_t sa, sb, sb2;
+  ck_assert_int_eq(dqnd_step(c, "a", 5, &sa), 0);
+  ck_assert_int_eq(dqnd_step(c, "b", 5, &sb), 0);
+  ck_assert_int_eq(dqnd_step(c, "b2", 5, &sb2), 0);
+  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && memcmp(&sa.loss_mean, &sb2.loss_mean, 4) == 0);
+  /* restore into the existing trainer a: it goes back to step 20 */
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "a", ck.path, 0, NULL), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "a", &st), 0);
+  ck_assert_int_eq(st.step, 20);
+
+  ck_assert_int_eq(dqnd_destroy_trainer(c, "b2", 1), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "b2", &st), 5); /* NOT_FOUND */
+  char b2dir[400];
+  snprintf(b2dir, sizeof b2dir, "%s/b2", d.state);
+  DIR *dd = opendir(b2dir);
+  ck_assert_ptr_nonnull(dd); /* save_final wrote one */
+  closedir(dd);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------- bad input */
+
+/* Sends a prepared request and expects `code` with `needle` in the message. */
+static void expect(dqnd_client_t *c, int rc, int code, const char *needle, const char *what) {
+  ck_assert_msg(rc == code, "%s: got %s (%s), expected %s", what, dqnd_strerror(rc), dqnd_last_error(c),
+                dqnd_strerror(code));
+  ck_assert_msg(strstr(dqnd_last_error(c), needle) != NULL, "%s: message '%s' lacks '%s'", what, dqnd_last_error(c),
+                needle);
+}
+
+static void same_state(dqnd_client_t *c, const char *what) {
+  learner_stats_t x, y;
+  ck_assert_int_eq(dqnd_get_stats(c, "victim", &x), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "twin", &y), 0);
+  ck_assert_msg(x.step == y.step && x.replay_size == y.replay_size && x.replay_total == y.replay_total,
+                "%s changed the trainer: step %llu/%llu replay %lld/%lld", what, (unsigned long long)x.step,
+                (unsigned long long)y.step, (long long)x.replay_size, (long long)y.replay_size);
+  ck_assert_int_eq(dqnd_step(c, "victim", 2, &x), 0);
+  ck_assert_int_eq(dqnd_step(c, "twin", 2, &y), 0);
+  ck_assert_msg(memcmp(&x.loss_mean, &y.loss_mean, 4) == 0 && memcmp(&x.grad_norm_last, &y.grad_norm_last, 4) == 0,
+                "%s: the next step differs from the twin's (%.9g vs %.9g)", what, x.loss_mean, y.loss_mean);
+}
+
+static void raw_expect(dqnd_client_t *c, const void *buf, size_t n, int code, const char *needle, const char *what) {
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call_raw(c, buf, n, &rep);
+  dqnd_reply_free(rep);
+  expect(c, rc, code, needle, what);
+}
+
+START_TEST(test_bad_input) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  batch_t b;
+  make_batch(&b, 64, 3);
+  for (int k = 0; k < 2; k++) {
+    const char *nm = k ? "twin" : "victim";
+    ck_assert_int_eq(dqnd_create_trainer(c, nm, small_fields, N_SMALL, NULL, NULL), 0);
+    ck_assert_int_eq(submit(c, nm, &b), 0);
+    learner_stats_t st;
+    ck_assert_int_eq(dqnd_step(c, nm, 3, &st), 0);
+  }
+  same_state(c, "setup");
+
+  /* SubmitTransitions */
+  learner_transitions_t t = {10, b.s, b.a, b.r, b.s2, b.d, NULL};
+  expect(c, dqnd_submit(c, "victim", S_DIM + 1, &t, NULL), 3, "states", "submit wrong state size");
+  batch_t bad = b;
+  bad.a[3] = N_ACT;
+  learner_transitions_t tb = {10, bad.s, bad.a, bad.r, bad.s2, bad.d, NULL};
+  expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "actions[3]", "submit action out of range");
+  bad = b;
+  bad.a[2] = -1;
+  expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "actions[2]", "submit negative action");
+  bad = b;
+  bad.s2[4 * S_DIM + 1] = NAN;
+  expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "next_states[4][1]", "submit NaN");
+  bad = b;
+  bad.r[7] = INFINITY;
+  expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "rewards[7]", "submit Inf reward");
+  bad = b;
+  bad.d[1] = 2;
+  expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "dones[1]", "submit done flag 2");
+  expect(c, dqnd_submit(c, "nobody", S_DIM, &t, NULL), 5, "nobody", "submit unknown trainer");
+  same_state(c, "SubmitTransitions");
+
+  /* Step */
+  Dqnd__V1__Step sm = DQND__V1__STEP__INIT;
+  sm.name = "victim";
+  sm.n = 0;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_STEP;
+  req.step = &sm;
+  Dqnd__V1__Reply *rep;
+  expect(c, dqnd_call(c, &req, &rep), 3, "n:", "step 0");
+  dqnd_reply_free(rep);
+  sm.n = 2000000;
+  expect(c, dqnd_call(c, &req, &rep), 3, "n:", "step too many");
+  dqnd_reply_free(rep);
+  sm.name = "bad name!";
+  sm.n = 1;
+  expect(c, dqnd_call(c, &req, &rep), 3, "name", "step bad name");
+  dqnd_reply_free(rep);
+  expect(c, dqnd_step(c, "ghost", 1, NULL), 5, "ghost", "step unknown trainer");
+  same_state(c, "Step");
+
+  /* Act */
+  int32_t acts[8];
+  expect(c, dqnd_act(c, "victim", b.s, 2, S_DIM - 1, 0, acts, NULL, 0), 3, "states", "act wrong size");
+  bad = b;
+  bad.s[S_DIM + 2] = NAN;
+  expect(c, dqnd_act(c, "victim", bad.s, 2, S_DIM, 0, acts, NULL, 0), 3, "states[1][2]", "act NaN");
+  Dqnd__V1__Act am = DQND__V1__ACT__INIT;
+  am.name = "victim";
+  am.count = 0;
+  req = (Dqnd__V1__Request)DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_ACT;
+  req.act = &am;
+  expect(c, dqnd_call(c, &req, &rep), 3, "count", "act count 0");
+  dqnd_reply_free(rep);
+  same_state(c, "Act");
+
+  /* SyncTarget */
+  expect(c, dqnd_sync_target(c, "victim", 2.0f), 3, "tau", "sync tau 2");
+  expect(c, dqnd_sync_target(c, "victim", NAN), 3, "tau", "sync tau NaN");
+  expect(c, dqnd_sync_target(c, "victim", -0.5f), 3, "tau", "sync tau negative");
+  same_state(c, "SyncTarget");
+
+  /* SetHyperparams */
+  const char *h1[] = {"bogus=1"}, *h2[] = {"batch=4"}, *h3[] = {"lr=abc"}, *h4[] = {"lr=0.1", "gamma=7"},
+             *h5[] = {"tau=0", "target_period=0"};
+  expect(c, dqnd_set_hparams(c, "victim", h1, 1), 3, "bogus", "set unknown field");
+  expect(c, dqnd_set_hparams(c, "victim", h2, 1), 3, "batch", "set a fixed field");
+  expect(c, dqnd_set_hparams(c, "victim", h3, 1), 3, "lr", "set bad value");
+  expect(c, dqnd_set_hparams(c, "victim", h4, 2), 3, "gamma", "set all-or-nothing");
+  expect(c, dqnd_set_hparams(c, "victim", h5, 2), 3, "target_period", "set inconsistent");
+  same_state(c, "SetHyperparams");
+
+  /* CreateTrainer */
+  const char *cf1[] = {"atoms=1"}, *cf2[] = {"branches=9,x"}, *cf3[] = {"replay_capacity=4", "batch=8"};
+  expect(c, dqnd_create_trainer(c, "new", cf1, 1, NULL, NULL), 3, "atoms", "create atoms 1");
+  expect(c, dqnd_create_trainer(c, "new", cf2, 1, NULL, NULL), 3, "branches", "create bad branches");
+  expect(c, dqnd_create_trainer(c, "new", cf3, 2, NULL, NULL), 3, "batch", "create batch > capacity");
+  expect(c, dqnd_create_trainer(c, "", small_fields, N_SMALL, NULL, NULL), 3, "name", "create empty name");
+  expect(c, dqnd_create_trainer(c, "new", small_fields, N_SMALL, "tpu", NULL), 3, "backend", "create bad backend");
+  const char *huge[] = {"replay_capacity=2000000000", "state_dim=4096"};
+  expect(c, dqnd_create_trainer(c, "new", huge, 2, NULL, NULL), 8, "replay_capacity", "create too big for memory");
+
+  /* checkpoints */
+  char local[400];
+  snprintf(local, sizeof local, "%s/x.dqnd", d.dir);
+  expect(c, dqnd_fetch_checkpoint(c, "victim", NULL, local, 0, NULL), 5, "checkpoint", "fetch before any save");
+  expect(c, dqnd_fetch_checkpoint(c, "victim", "../../etc/passwd", local, 0, NULL), 3, "checkpoint", "fetch path id");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 15, "path", "load missing path");
+  FILE *f = fopen(local, "wb");
+  for (int i = 0; i < 10; i++) fputs("not a checkpoint at all ", f);
+  fclose(f);
+  expect(c, dqnd_load_checkpoint_file(c, "victim", local, 0, NULL, 0), 15, "magic", "load garbage upload");
+  expect(c, dqnd_load_checkpoint_path(c, "fresh", local, 1, NULL), 15, "magic", "load garbage path");
+  Dqnd__V1__LoadCheckpoint lm = DQND__V1__LOAD_CHECKPOINT__INIT;
+  lm.name = "victim";
+  req = (Dqnd__V1__Request)DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
+  req.load_checkpoint = &lm;
+  expect(c, dqnd_call(c, &req, &rep), 3, "path", "load with neither path nor data");
+  dqnd_reply_free(rep);
+  /* a checkpoint of another shape cannot replace the victim's state */
+  const char *shape2[] = {"state_dim=6", "branches=5", "batch=8", "replay_capacity=100"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "other", shape2, 4, NULL, NULL), 0);
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "other", 0, &ck), 0);
+  expect(c, dqnd_load_checkpoint_path(c, "victim", ck.path, 0, NULL), 9, "shapes", "load other shape");
+  /* an upload whose CRC does not match */
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, "other", NULL, local, 0, NULL), 0);
+  f = fopen(local, "r+b");
+  fseek(f, 300, SEEK_SET);
+  fputc(0x5a, f);
+  fclose(f);
+  expect(c, dqnd_load_checkpoint_file(c, "victim", local, 0, NULL, 0), 15, "", "load corrupted upload");
+  same_state(c, "checkpoints");
+
+  /* envelope: version, garbage, unknown command, oversized */
+  Dqnd__V1__Health hm = DQND__V1__HEALTH__INIT;
+  Dqnd__V1__Request r2 = DQND__V1__REQUEST__INIT;
+  r2.command_case = DQND__V1__REQUEST__COMMAND_HEALTH;
+  r2.health = &hm;
+  r2.version = 7;
+  size_t n = dqnd__v1__request__get_packed_size(&r2);
+  uint8_t buf[256];
+  dqnd__v1__request__pack(&r2, buf);
+  raw_expect(c, buf, n, 9, "version", "wrong protocol version");
+  uint8_t garbage[512];
+  for (int i = 0; i < 512; i++) garbage[i] = (uint8_t)(philox_draw(1, 2, 3, (uint32_t)i).v[0]);
+  raw_expect(c, garbage, sizeof garbage, 3, "message", "random garbage");
+  raw_expect(c, "", 0, 9, "version", "empty message"); /* decodes as an empty Request: version 0 */
+  /* field 99 (a command this daemon does not know), as a length-delimited field */
+  uint8_t unk[] = {0x08, 0x01, 0x9a, 0x06, 0x00}; /* version=1, field 99 wire type 2, len 0 */
+  raw_expect(c, unk, sizeof unk, 12, "command", "unknown command case");
+  size_t big = 4100000;
+  uint8_t *huge_msg = calloc(1, big);
+  raw_expect(c, huge_msg, big, 8, "max_message_bytes", "oversized message");
+  free(huge_msg);
+  same_state(c, "envelope");
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+START_TEST(test_auth_token) {
+  daemon_t d = {0};
+  start_daemon_args(&d, "--auth-token", "s3cret");
+  dqnd_client_t *c = connect_to(&d);
+  expect(c, dqnd_health(c, NULL, NULL), 16, "auth_token", "no token");
+  dqnd_set_token(c, "wrong");
+  expect(c, dqnd_health(c, NULL, NULL), 16, "auth_token", "wrong token");
+  dqnd_set_token(c, "s3cret");
+  ck_assert_int_eq(dqnd_health(c, NULL, NULL), 0);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* ------------------------------------------------------ queue and SIGTERM */
+
+typedef struct worker_arg {
+  daemon_t *d;
+  const char *name;
+  int calls, ok, unavailable, exhausted, other;
+  uint64_t tag;
+} worker_arg_t;
+
+static void *stepper(void *p) {
+  worker_arg_t *w = p;
+  dqnd_client_t *c = connect_to(w->d);
+  for (int i = 0; i < w->calls; i++) {
+    int rc = dqnd_step(c, w->name, 50, NULL);
+    if (rc == 0) w->ok++;
+    else if (rc == 14) w->unavailable++;
+    else if (rc == 8) w->exhausted++;
+    else w->other++;
+    if (rc == 14 || rc < 0) break;
+  }
+  dqnd_close(c);
+  return NULL;
+}
+
+START_TEST(test_sigterm_answers_in_flight) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  batch_t b;
+  make_batch(&b, 64, 5);
+  ck_assert_int_eq(dqnd_create_trainer(c, "t", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "t", &b), 0);
+  pthread_t th[6];
+  worker_arg_t w[6];
+  for (int i = 0; i < 6; i++) {
+    w[i] = (worker_arg_t){&d, "t", 1000, 0, 0, 0, 0, 0};
+    pthread_create(&th[i], NULL, stepper, &w[i]);
+  }
+  usleep(300000);
+  kill(d.pid, SIGTERM);
+  for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+  int st = 0;
+  waitpid(d.pid, &st, 0);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dqnd exit status %d", st);
+  int ok = 0;
+  for (int i = 0; i < 6; i++) {
+    /* every request got an answer: OK, or UNAVAILABLE once draining; no transport errors */
+    ck_assert_msg(w[i].other == 0, "worker %d: %d unexpected replies", i, w[i].other);
+    ok += w[i].ok;
+  }
+  ck_assert_int_gt(ok, 0);
+  /* the final checkpoint exists and holds every step that was answered OK */
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/t", d.state);
+  DIR *dd = opendir(dir);
+  ck_assert_ptr_nonnull(dd);
+  struct dirent *e;
+  char newest[600] = "";
+  while ((e = readdir(dd)))
+    if (!strncmp(e->d_name, "ckpt-", 5) && strcmp(e->d_name, newest) > 0) snprintf(newest, sizeof newest, "%s", e->d_name);
+  closedir(dd);
+  ck_assert_msg(newest[0], "no final checkpoint");
+  char path[1100];
+  snprintf(path, sizeof path, "%s/%s", dir, newest);
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(load_file(path, &l, err, sizeof err) == 0, "%s: %s", newest, err);
+  learner_stats_t ls;
+  learner_get_stats(l, &ls);
+  /* every Step answered OK ran 50 steps; those answered UNAVAILABLE ran none */
+  ck_assert_msg(ls.step == (uint64_t)ok * 50, "final checkpoint at step %llu, %d steps answered OK",
+                (unsigned long long)ls.step, ok);
+  learner_destroy(l);
+  dqnd_close(c);
+  rm_rf(d.dir);
+}
+END_TEST
+
+int main(void) {
+  const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
+  snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
+  snprintf(dqnctl_bin, sizeof dqnctl_bin, "%s", ctl ? ctl : "../client/dqnctl");
+  signal(SIGPIPE, SIG_IGN);
+  Suite *s = suite_create("daemon");
+  TCase *tc = tcase_create("integration");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_every_command);
+  tcase_add_test(tc, test_bad_input);
+  tcase_add_test(tc, test_auth_token);
+  tcase_add_test(tc, test_sigterm_answers_in_flight);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
