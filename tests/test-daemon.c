@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "dqnd.h"
+#include "npy.h"
 #include "testutil.h"
 
 static char dqnd_bin[1024], dqnctl_bin[1024];
@@ -513,6 +514,223 @@ START_TEST(test_sigterm_answers_in_flight) {
 }
 END_TEST
 
+/* ------------------------------------------------- SIGKILL during saves */
+
+static void *save_loop(void *p) {
+  daemon_t *d = p;
+  dqnd_client_t *c;
+  char err[256];
+  if (dqnd_connect(d->url, 2000, &c, err, sizeof err) == 0) {
+    for (int k = 0; k < 50; k++)
+      if (dqnd_save_checkpoint(c, "k", 1, NULL) < 0) break; /* the daemon is gone */
+    dqnd_close(c);
+  }
+  return NULL;
+}
+
+START_TEST(test_sigkill_during_checkpoints) {
+  daemon_t d = {0};
+  const char *big[] = {"state_dim=6", "trunk_h1=16", "trunk_h2=12", "value_hidden=8", "adv_hidden=10", "atoms=11",
+                       "branches=3,4", "batch=8", "replay_capacity=200000", "seed=3"};
+  int rounds = 12, killed_mid_write = 0, loaded = 0;
+  for (int round = 0; round < rounds; round++) {
+    start_daemon(&d);
+    dqnd_client_t *c = connect_to(&d);
+    ck_assert_int_eq(dqnd_create_trainer(c, "k", big, 10, NULL, NULL), 0);
+    batch_t b;
+    for (int k = 0; k < 40; k++) {
+      make_batch(&b, 256, (uint64_t)(round * 100 + k));
+      ck_assert_int_eq(submit(c, "k", &b), 0);
+    }
+    dqnd_set_timeout(c, 2000);
+    /* a save with the replay takes a few ms; kill at a random moment of it */
+    philox4_t r = philox_draw(99, 1, (uint64_t)round, 0);
+    /* saves from a thread (nng is not fork-safe) until the daemon dies */
+    pthread_t saver;
+    pthread_create(&saver, NULL, save_loop, &d);
+    usleep(1000 + philox_below(r.v[0], 60000));
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, NULL, 0);
+    pthread_join(saver, NULL);
+    dqnd_close(c);
+    /* every file under a checkpoint name loads; leftovers are only .tmp files */
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/k", d.state);
+    DIR *dd = opendir(dir);
+    if (!dd) continue;
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+      char path[1100];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      if (strstr(e->d_name, ".tmp")) {
+        killed_mid_write++;
+        unlink(path);
+        continue;
+      }
+      if (strncmp(e->d_name, "ckpt-", 5)) continue;
+      learner_t *l;
+      char err[256];
+      ck_assert_msg(load_file(path, &l, err, sizeof err) == 0, "round %d: %s does not load: %s", round, e->d_name, err);
+      learner_stats_t st;
+      learner_get_stats(l, &st);
+      ck_assert_int_eq(st.replay_size, 40 * 256);
+      learner_destroy(l);
+      loaded++;
+      unlink(path);
+    }
+    closedir(dd);
+  }
+  /* the test must have hit both: complete checkpoints and interrupted writes */
+  ck_assert_msg(loaded > 0, "no checkpoint completed in %d rounds", rounds);
+  ck_assert_msg(killed_mid_write > 0, "no write was interrupted in %d rounds", rounds);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* ------------------------------------------------- concurrent submitters */
+
+typedef struct sub_arg {
+  daemon_t *d;
+  int id, batches, rc;
+} sub_arg_t;
+
+static void *submitter(void *p) {
+  sub_arg_t *a = p;
+  dqnd_client_t *c = connect_to(a->d);
+  batch_t *b = malloc(sizeof *b);
+  for (int k = 0; k < a->batches && !a->rc; k++) {
+    make_batch(b, 100, (uint64_t)(a->id * 1000 + k + 1));
+    do {
+      a->rc = submit(c, "shared", b);
+      if (a->rc == 8) usleep(1000); /* queue full: retry, as a client should */
+    } while (a->rc == 8);
+  }
+  free(b);
+  dqnd_close(c);
+  return NULL;
+}
+
+START_TEST(test_concurrent_submitters) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  ck_assert_int_eq(dqnd_create_trainer(c, "shared", small_fields, N_SMALL, NULL, NULL), 0);
+  enum { T = 4, K = 12 };
+  pthread_t th[T];
+  sub_arg_t a[T];
+  for (int i = 0; i < T; i++) {
+    a[i] = (sub_arg_t){&d, i, K, 0};
+    pthread_create(&th[i], NULL, submitter, &a[i]);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(a[i].rc == 0, "submitter %d: %s", i, dqnd_strerror(a[i].rc));
+  }
+  /* fetch the replay through a checkpoint and count every transition */
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "shared", 1, &ck), 0);
+  char local[400];
+  snprintf(local, sizeof local, "%s/shared.dqnd", d.dir);
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, "shared", ck.id, local, 0, NULL), 0);
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(load_file(local, &l, err, sizeof err) == 0, "%s", err);
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  ck_assert_int_eq(st.replay_size, T * K * 100);
+  ck_assert_int_eq(st.replay_total, T * K * 100);
+  float *r = malloc(sizeof(float) * T * K * 100);
+  int64_t *ep = malloc(sizeof(int64_t) * T * K * 100);
+  ck_assert_int_eq(learner_read_replay(l, 0, T * K * 100, NULL, NULL, r, NULL, NULL, ep), 0);
+  /* reward = i + 1000 * tag, episode id = tag: each (tag, i) exactly once, in order within a batch */
+  static unsigned char seen[T * 1000 + K + 1][100];
+  memset(seen, 0, sizeof seen);
+  for (int64_t j = 0; j < T * K * 100; j++) {
+    int64_t tag = ep[j];
+    int i = (int)(r[j] - 1000.0f * (float)tag);
+    ck_assert(tag >= 1 && tag <= T * 1000 + K && i >= 0 && i < 100);
+    ck_assert_msg(!seen[tag][i], "transition (%lld, %d) stored twice", (long long)tag, i);
+    seen[tag][i] = 1;
+    if (i > 0) ck_assert_msg(ep[j - 1] == tag, "a batch was interleaved with another");
+  }
+  free(r), free(ep);
+  learner_destroy(l);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------- dqnctl */
+
+static int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s 2>&1", dqnctl_bin, d->url, args);
+  FILE *p = popen(cmd, "r");
+  size_t k = fread(out, 1, n - 1, p);
+  out[k] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_dqnctl) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  char out[65536], args[3000];
+  ck_assert_int_eq(run_ctl(&d, "health", out, sizeof out), 0);
+  ck_assert(strstr(out, "serving"));
+  ck_assert_int_eq(run_ctl(&d, "--json info", out, sizeof out), 0);
+  ck_assert(strstr(out, "\"protocol\": 1"));
+  ck_assert_int_eq(run_ctl(&d, "create c state_dim=6 branches=3,4 batch=8 replay_capacity=1000 atoms=11", out, sizeof out), 0);
+  ck_assert(strstr(out, "created"));
+  /* transitions from .npy files */
+  batch_t b;
+  make_batch(&b, 50, 9);
+  int64_t s2[2] = {50, S_DIM}, s1[1] = {50};
+  char p[6][400], err[256];
+  const char *names[6] = {"s", "s2", "a", "r", "d", "bad"};
+  for (int i = 0; i < 6; i++) snprintf(p[i], sizeof p[i], "%s/%s.npy", d.dir, names[i]);
+  ck_assert_int_eq(npy_write(p[0], NPY_F4, 2, s2, b.s, err, sizeof err), 0);
+  ck_assert_int_eq(npy_write(p[1], NPY_F4, 2, s2, b.s2, err, sizeof err), 0);
+  ck_assert_int_eq(npy_write(p[2], NPY_I4, 1, s1, b.a, err, sizeof err), 0);
+  ck_assert_int_eq(npy_write(p[3], NPY_F4, 1, s1, b.r, err, sizeof err), 0);
+  ck_assert_int_eq(npy_write(p[4], NPY_U1, 1, s1, b.d, err, sizeof err), 0);
+  snprintf(args, sizeof args, "submit c --states %s --next-states %s --actions %s --rewards %s --dones %s", p[0], p[1],
+           p[2], p[3], p[4]);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "50 transitions accepted"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "--json step c 10", out, sizeof out), 0);
+  ck_assert(strstr(out, "\"step\": 10"));
+  snprintf(args, sizeof args, "act c --states %s --q -o %s", p[0], p[5]);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  npy_array_t acts;
+  ck_assert_int_eq(npy_read(p[5], &acts, err, sizeof err), 0);
+  ck_assert_int_eq(acts.count, 50);
+  npy_free(&acts);
+  ck_assert_int_eq(run_ctl(&d, "set c lr=0.002", out, sizeof out), 0);
+  ck_assert_int_eq(run_ctl(&d, "sync c --tau 0.1", out, sizeof out), 0);
+  ck_assert_int_eq(run_ctl(&d, "save c", out, sizeof out), 0);
+  snprintf(args, sizeof args, "fetch c -o %s/c.dqnd", d.dir);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  snprintf(args, sizeof args, "load c2 --file %s/c.dqnd --create", d.dir);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  ck_assert_int_eq(run_ctl(&d, "--json list", out, sizeof out), 0);
+  ck_assert(strstr(out, "\"c2\""));
+  ck_assert_int_eq(run_ctl(&d, "stats c2", out, sizeof out), 0);
+  ck_assert(strstr(out, "step 10"));
+  /* exit codes: server error 1 with the message, usage 2, unreachable 3 */
+  ck_assert_int_eq(run_ctl(&d, "step c 2000000", out, sizeof out), 1);
+  ck_assert(strstr(out, "INVALID_ARGUMENT") && strstr(out, "n:"));
+  ck_assert_int_eq(run_ctl(&d, "set c batch=3", out, sizeof out), 1);
+  ck_assert(strstr(out, "batch"));
+  ck_assert_int_eq(run_ctl(&d, "frobnicate", out, sizeof out), 2);
+  ck_assert_int_eq(run_ctl(&d, "destroy c2", out, sizeof out), 0);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  ck_assert_int_eq(run_ctl(&d, "--timeout 500 health", out, sizeof out), 3);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
   snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
@@ -525,6 +743,9 @@ int main(void) {
   tcase_add_test(tc, test_bad_input);
   tcase_add_test(tc, test_auth_token);
   tcase_add_test(tc, test_sigterm_answers_in_flight);
+  tcase_add_test(tc, test_sigkill_during_checkpoints);
+  tcase_add_test(tc, test_concurrent_submitters);
+  tcase_add_test(tc, test_dqnctl);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
