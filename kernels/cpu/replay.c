@@ -72,20 +72,45 @@ void replay_rebuild(replay_t *rp) {
   }
 }
 
+/* Internal nodes over leaves [lo, hi] (inclusive), level by level: O(n + log C)
+ * for a contiguous run instead of O(n log C) one leaf at a time. Each node is
+ * still left + right, so the bits equal replay_tree_set's. */
+static void tree_fix_range(replay_t *rp, int64_t lo, int64_t hi) {
+  lo = (rp->T + lo) >> 1;
+  hi = (rp->T + hi) >> 1;
+  for (; lo >= 1; lo >>= 1, hi >>= 1) {
+    for (int64_t k = lo; k <= hi; k++) {
+      rp->sum[k] = rp->sum[2 * k] + rp->sum[2 * k + 1];
+      float a = rp->mn[2 * k], b = rp->mn[2 * k + 1];
+      rp->mn[k] = a < b ? a : b;
+    }
+    if (lo == 1) break;
+  }
+}
+
 void replay_add(replay_t *rp, const learner_transitions_t *t) {
   size_t S = (size_t)rp->S;
-  for (int64_t j = 0; j < t->n; j++) {
-    int64_t h = rp->head;
-    memcpy(rp->s + h * S, t->states + j * S, S * sizeof(float));
-    memcpy(rp->s2 + h * S, t->next_states + j * S, S * sizeof(float));
-    rp->a[h] = t->actions[j];
-    rp->r[h] = t->rewards[j];
-    rp->done[h] = t->dones[j] ? 1 : 0;
-    rp->ep[h] = t->episode_ids ? t->episode_ids[j] : 0;
-    if (rp->prioritized) replay_tree_set(rp, h, rp->max_leaf);
-    rp->head = (h + 1) % rp->cap;
-    if (rp->size < rp->cap) rp->size++;
-    rp->total++;
+  int64_t done = 0;
+  while (done < t->n) {
+    /* the longest run that does not wrap around the ring */
+    int64_t h = rp->head, run = t->n - done;
+    if (run > rp->cap - h) run = rp->cap - h;
+    memcpy(rp->s + h * S, t->states + done * S, (size_t)run * S * sizeof(float));
+    memcpy(rp->s2 + h * S, t->next_states + done * S, (size_t)run * S * sizeof(float));
+    memcpy(rp->a + h, t->actions + done, (size_t)run * sizeof(int32_t));
+    memcpy(rp->r + h, t->rewards + done, (size_t)run * sizeof(float));
+    for (int64_t j = 0; j < run; j++) {
+      rp->done[h + j] = t->dones[done + j] ? 1 : 0;
+      rp->ep[h + j] = t->episode_ids ? t->episode_ids[done + j] : 0;
+    }
+    if (rp->prioritized) {
+      for (int64_t j = 0; j < run; j++) rp->sum[rp->T + h + j] = rp->mn[rp->T + h + j] = rp->max_leaf;
+      tree_fix_range(rp, h, h + run - 1);
+    }
+    rp->head = (h + run) % rp->cap;
+    rp->size = rp->size + run < rp->cap ? rp->size + run : rp->cap;
+    rp->total += run;
+    done += run;
   }
 }
 
