@@ -392,6 +392,26 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
   return learner_hparams_validate(&c->hp, err, errlen);
 }
 
+static int all_finite(const float *x, int64_t n) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u); /* exponent all ones: inf or nan */
+  }
+  return !bad;
+}
+static int all_below(const int32_t *a, int64_t n, int32_t hi) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad |= (uint32_t)a[i] >= (uint32_t)hi; /* negative wraps high */
+  return !bad;
+}
+static int all_flags(const uint8_t *d, int64_t n) {
+  uint8_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad |= d[i] & 0xfe;
+  return !bad;
+}
+
 int learner_transitions_validate(const learner_config_t *c, const learner_transitions_t *t, char *err,
                                  size_t errlen) {
   if (t->n < 0) {
@@ -405,6 +425,11 @@ int learner_transitions_validate(const learner_config_t *c, const learner_transi
     return LEARNER_EINVAL;
   }
   int64_t A = learner_config_joint_actions(c), S = c->state_dim;
+  /* fast path: one branch-free pass per array (integer tests vectorise);
+   * only a batch that fails it is scanned again to name the element */
+  if (all_finite(t->states, t->n * S) && all_finite(t->next_states, t->n * S) && all_finite(t->rewards, t->n) &&
+      all_below(t->actions, t->n, (int32_t)A) && all_flags(t->dones, t->n))
+    return LEARNER_OK;
   for (int64_t i = 0; i < t->n; i++) {
     if (t->actions[i] < 0 || t->actions[i] >= A) {
       seterr(err, errlen, "actions[%lld]: %d is outside [0, %lld)", (long long)i, t->actions[i], (long long)A);
