@@ -725,7 +725,7 @@ static void run_swap(server_t *s, trainer_t *t, rpc_call_t *c) {
   t->error[0] = 0; /* a good state replaces an errored one */
   pthread_mutex_unlock(&t->mu);
   log_info(t->name, "state replaced from a checkpoint");
-  trainer_snapshot(t);
+  trainer_snapshot(t, 1);
   reply_trainer(c, t, 0);
 }
 
@@ -784,7 +784,7 @@ void dispatch_job_run(void *owner, void *arg) {
   }
   if (j->loaded) swap_in = j->loaded; /* run_swap runs next, on this same worker */
   j->cmd->run(j->s, t, j->c);
-  if (t && !t->removed) trainer_snapshot(t);
+  if (t && !t->removed) trainer_snapshot(t, j->c != NULL);
 done:
   if (t) trainer_put(t);
   free(j);

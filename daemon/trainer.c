@@ -134,11 +134,11 @@ void trainer_unregister(trainer_t *t) {
   if (found) trainer_put(t); /* the registry's reference */
 }
 
-void trainer_snapshot(trainer_t *t) {
+void trainer_snapshot(trainer_t *t, int client_activity) {
   learner_stats_t st;
   learner_get_stats(t->l, &st);
   pthread_mutex_lock(&t->mu);
   t->stats = st;
-  t->last_active = now_s();
+  if (client_activity) t->last_active = now_s();
   pthread_mutex_unlock(&t->mu);
 }

@@ -40,7 +40,9 @@ void trainer_put(trainer_t *t);
 int trainer_list(server_t *s, trainer_t ***out);
 /* Unregisters (the name becomes free); the worker calls it when destroying. */
 void trainer_unregister(trainer_t *t);
-/* Copies the learner's stats into the snapshot (worker only). */
-void trainer_snapshot(trainer_t *t);
+/* Copies the learner's stats into the snapshot (worker only); a client's
+ * command also counts as activity for the idle timeout, internal jobs
+ * (periodic checkpoints) do not. */
+void trainer_snapshot(trainer_t *t, int client_activity);
 
 #endif

@@ -731,6 +731,80 @@ START_TEST(test_dqnctl) {
 }
 END_TEST
 
+/* ------------------------------------------- timers, SIGHUP, tcp listener */
+
+static int count_ckpts(const char *dir) {
+  DIR *dd = opendir(dir);
+  if (!dd) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dd))) n += !strncmp(e->d_name, "ckpt-", 5);
+  closedir(dd);
+  return n;
+}
+
+START_TEST(test_timers_sighup_tcp) {
+  daemon_t d = {0};
+  int port = 20000 + (int)(getpid() % 20000);
+  char tcp[64], opt[80];
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", port);
+  snprintf(opt, sizeof opt, "--listen=%s", tcp);
+  /* a config file for the timers: exercises --config too */
+  char conf[400];
+  d.dir[0] = 0;
+  snprintf(d.dir, sizeof d.dir, "/tmp/dqnd-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(d.dir));
+  snprintf(conf, sizeof conf, "%s/dqnd.conf", d.dir);
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "# timers\ncheckpoint-interval = 1\nidle-timeout = 3\n");
+  fclose(f);
+  char confopt[450];
+  snprintf(confopt, sizeof confopt, "--config=%s", conf);
+  start_daemon_args(&d, confopt, opt);
+  /* the same daemon answers on tcp too */
+  dqnd_client_t *c;
+  char err[256];
+  ck_assert_msg(dqnd_connect(tcp, 5000, &c, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(dqnd_create_trainer(c, "idle", small_fields, N_SMALL, NULL, NULL), 0);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/idle", d.state);
+  /* periodic checkpoint within ~1 s */
+  for (int i = 0; i < 40 && count_ckpts(dir) == 0; i++) usleep(100000);
+  ck_assert_int_gt(count_ckpts(dir), 0);
+  /* SIGHUP reopens the log: move it away, signal, a new file appears */
+  char log[300], moved[320];
+  snprintf(log, sizeof log, "%s/dqnd.log", d.dir);
+  snprintf(moved, sizeof moved, "%s/dqnd.log.1", d.dir);
+  ck_assert_int_eq(rename(log, moved), 0);
+  kill(d.pid, SIGHUP);
+  struct stat st;
+  int reopened = 0;
+  for (int i = 0; i < 40 && !reopened; i++) {
+    usleep(50000);
+    reopened = stat(log, &st) == 0;
+  }
+  ck_assert_msg(reopened, "SIGHUP did not reopen the log file");
+  /* idle for > 3 s (periodic checkpoints do not count as activity): saved
+   * and unloaded. Polled with ServerInfo, which does not touch the trainer. */
+  int gone = 0;
+  for (int i = 0; i < 100 && !gone; i++) {
+    usleep(100000);
+    Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT;
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
+    req.server_info = &si;
+    Dqnd__V1__Reply *rep;
+    ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
+    gone = rep->server_info->trainers == 0;
+    dqnd_reply_free(rep);
+  }
+  ck_assert_msg(gone, "the idle trainer was not unloaded");
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
   snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
@@ -746,6 +820,7 @@ int main(void) {
   tcase_add_test(tc, test_sigkill_during_checkpoints);
   tcase_add_test(tc, test_concurrent_submitters);
   tcase_add_test(tc, test_dqnctl);
+  tcase_add_test(tc, test_timers_sighup_tcp);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
