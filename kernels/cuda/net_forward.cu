@@ -1,0 +1,184 @@
+/*
+ * net_forward.cu — the network forward on the GPU, correct first: a tiled
+ * fp32 GEMM with the bias and LeakyReLU fused into its epilogue, the dueling
+ * combine + log-softmax, and the C51 Q values. It mirrors net_forward_f32
+ * (kernels/cpu/dqn_math_impl.h) layer by layer; tests/test-gpu-forward.c holds
+ * it to that reference. The fused training-step kernels of issue 4 build on
+ * these pieces.
+ *
+ * Shapes: rows = batch rows, K = in features, N = out features; X [rows, K],
+ * W [N, K] (nn.Linear layout), Y = X W^T + b [rows, N]; Z atoms, n actions.
+ * Every output element is overwritten (no accumulation), so reruns are
+ * bit-identical.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "net_forward.cuh"
+
+// kernels
+
+#define TILE 64
+#define KT 16
+
+/* Y[r, o] = sum_k X[r, k] W[o, k] + b[o]; H = LeakyReLU(Y) when H != NULL.
+ * Block: 16 x 16 threads, each computing a 4 x 4 patch of a 64 x 64 tile. */
+__global__ void linear_forward_kernel(const float *__restrict__ X, const float *__restrict__ W,
+                                      const float *__restrict__ b, float *__restrict__ Y, float *__restrict__ H,
+                                      float slope, int rows, int K, int N) {
+  __shared__ float xs[KT][TILE + 1], ws[KT][TILE + 1];
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
+  int r0 = blockIdx.y * TILE, o0 = blockIdx.x * TILE;
+  float acc[4][4] = {{0}};
+  for (int k0 = 0; k0 < K; k0 += KT) {
+    /* 256 threads load 64 x 16 of X and of W, 4 elements each */
+    for (int i = tid; i < TILE * KT; i += 256) {
+      int rr = i / KT, kk = i % KT;
+      int gr = r0 + rr, go = o0 + rr, gk = k0 + kk;
+      xs[kk][rr] = (gr < rows && gk < K) ? X[(size_t)gr * K + gk] : 0.0f;
+      ws[kk][rr] = (go < N && gk < K) ? W[(size_t)go * K + gk] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        xv[i] = xs[kk][ty * 4 + i];
+        wv[i] = ws[kk][tx * 4 + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    int r = r0 + ty * 4 + i;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int o = o0 + tx * 4 + j;
+      if (o >= N) continue;
+      float v = acc[i][j] + b[o];
+      Y[(size_t)r * N + o] = v;
+      if (H) H[(size_t)r * N + o] = v > 0.0f ? v : slope * v;
+    }
+  }
+}
+
+/* One block per row: logits[a][z] = V[z] + A[a][z] - mean_a A[a][z], then
+ * log_softmax over z, one warp per action. Z <= 256 (LEARNER_MAX_ATOMS). */
+__global__ void dueling_log_softmax_kernel(const float *__restrict__ V, const float *__restrict__ A,
+                                           float *__restrict__ logp, int n, int Z) {
+  __shared__ float base[256];
+  int row = blockIdx.x;
+  const float *Vr = V + (size_t)row * Z;
+  const float *Ar = A + (size_t)row * n * Z;
+  float *Lr = logp + (size_t)row * n * Z;
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    float m = 0.0f;
+    for (int a = 0; a < n; a++) m += Ar[a * Z + z];
+    base[z] = Vr[z] - m / (float)n;
+  }
+  __syncthreads();
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int a = warp; a < n; a += nw) {
+    float mx = -INFINITY;
+    for (int z = lane; z < Z; z += 32) mx = fmaxf(mx, Ar[a * Z + z] + base[z]);
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
+    for (int z = lane; z < Z; z += 32) s += expf(Ar[a * Z + z] + base[z] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    float lse = mx + logf(s);
+    for (int z = lane; z < Z; z += 32) Lr[a * Z + z] = Ar[a * Z + z] + base[z] - lse;
+  }
+}
+
+/* Q[row, qoff + a] = sum_z exp(logp[row, a, z]) * (vmin + z dz); one warp per (row, a). */
+__global__ void c51_q_values_kernel(const float *__restrict__ logp, float *__restrict__ Q, int rows, int n, int Z,
+                                    int qoff, int qw, float vmin, float dz) {
+  int gw = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (gw >= rows * n) return;
+  int row = gw / n, a = gw % n;
+  const float *lp = logp + ((size_t)row * n + a) * Z;
+  float s = 0.0f;
+  for (int z = lane; z < Z; z += 32) s += expf(lp[z]) * (vmin + dz * (float)z);
+  for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) Q[(size_t)row * qw + qoff + a] = s;
+}
+
+// launchers
+
+static cudaError_t linear(const float *X, const float *W, const float *b, float *Y, float *H, float slope, int rows,
+                          int K, int N, cudaStream_t st) {
+  dim3 block(16, 16), grid((N + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
+  linear_forward_kernel<<<grid, block, 0, st>>>(X, W, b, Y, H, slope, rows, K, N);
+  return cudaGetLastError();
+}
+
+extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) {
+  memset(A, 0, sizeof *A);
+  A->rows = rows;
+  size_t r = (size_t)rows;
+  size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
+                r * (size_t)L->a_width * 2 + r * (size_t)L->q_width;
+  cudaError_t e = cudaMalloc(&A->mem, need * sizeof(float));
+  if (e != cudaSuccess) return (int)e;
+  float *p = A->mem;
+  A->a1 = p, p += r * L->H1;
+  A->h1 = p, p += r * L->H1;
+  A->a2 = p, p += r * L->H2;
+  A->h = p, p += r * L->H2;
+  A->av = p, p += r * L->VH;
+  A->hv = p, p += r * L->VH;
+  A->V = p, p += r * L->Z;
+  for (int d = 0; d < L->D; d++) {
+    A->ab[d] = p, p += r * L->AH;
+    A->hb[d] = p, p += r * L->AH;
+  }
+  for (int d = 0; d < L->D; d++) {
+    A->A[d] = p, p += r * (size_t)L->n[d] * L->Z;
+    A->logp[d] = p, p += r * (size_t)L->n[d] * L->Z;
+  }
+  A->q = p;
+  return 0;
+}
+
+extern "C" void cuda_acts_free(cuda_acts_t *A) {
+  cudaFree(A->mem);
+  memset(A, 0, sizeof *A);
+}
+
+extern "C" int cuda_net_forward(const net_layout_t *L, const float *P, const float *X, int rows, float slope,
+                                float vmin, float vmax, cuda_acts_t *A, cudaStream_t st) {
+  const net_layer_t *t1 = &L->layer[NET_TRUNK1], *t2 = &L->layer[NET_TRUNK2];
+  const net_layer_t *v1 = &L->layer[NET_VALUE1], *v2 = &L->layer[NET_VALUE2];
+  cudaError_t e;
+#define TRY(x)                                  \
+  if ((e = (x)) != cudaSuccess) return (int)e;
+  TRY(linear(X, P + t1->off_w, P + t1->off_b, A->a1, A->h1, slope, rows, L->S, L->H1, st));
+  TRY(linear(A->h1, P + t2->off_w, P + t2->off_b, A->a2, A->h, slope, rows, L->H1, L->H2, st));
+  TRY(linear(A->h, P + v1->off_w, P + v1->off_b, A->av, A->hv, slope, rows, L->H2, L->VH, st));
+  TRY(linear(A->hv, P + v2->off_w, P + v2->off_b, A->V, NULL, slope, rows, L->VH, L->Z, st));
+  float dz = (vmax - vmin) / (float)(L->Z - 1);
+  int qoff = 0;
+  for (int d = 0; d < L->D; d++) {
+    const net_layer_t *b1 = &L->layer[NET_BRANCH(d, 1)], *b2 = &L->layer[NET_BRANCH(d, 2)];
+    int nz = L->n[d] * L->Z;
+    TRY(linear(A->h, P + b1->off_w, P + b1->off_b, A->ab[d], A->hb[d], slope, rows, L->H2, L->AH, st));
+    TRY(linear(A->hb[d], P + b2->off_w, P + b2->off_b, A->A[d], NULL, slope, rows, L->AH, nz, st));
+    dueling_log_softmax_kernel<<<rows, 128, 0, st>>>(A->V, A->A[d], A->logp[d], L->n[d], L->Z);
+    TRY(cudaGetLastError());
+    int warps = rows * L->n[d];
+    c51_q_values_kernel<<<(warps * 32 + 255) / 256, 256, 0, st>>>(A->logp[d], A->q, rows, L->n[d], L->Z, qoff,
+                                                                   L->q_width, vmin, dz);
+    TRY(cudaGetLastError());
+    qoff += L->n[d];
+  }
+#undef TRY
+  return 0;
+}

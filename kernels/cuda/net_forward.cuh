@@ -1,0 +1,40 @@
+/*
+ * net_forward.cuh — the CUDA network forward (DESIGN.md §2), the GPU twin of
+ * net_forward_f32 in kernels/cpu/dqn_math_impl.h, same names and layouts:
+ * activations a1,h1 [rows,H1], a2,h [rows,H2], av,hv [rows,VH], V [rows,Z],
+ * per branch ab,hb [rows,AH], A,logp [rows, n_d*Z] (action-major).
+ */
+#ifndef DQN_CUDA_NET_FORWARD_CUH
+#define DQN_CUDA_NET_FORWARD_CUH
+
+#include <cuda_runtime.h>
+
+#include "net_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_acts {
+  int rows;
+  float *mem;
+  float *a1, *h1, *a2, *h, *av, *hv, *V;
+  float *ab[LEARNER_MAX_BRANCHES], *hb[LEARNER_MAX_BRANCHES];
+  float *A[LEARNER_MAX_BRANCHES], *logp[LEARNER_MAX_BRANCHES];
+  float *q; /* [rows, q_width] per-branch Q values, branch after branch */
+} cuda_acts_t;
+
+/* Device buffers for `rows` inputs; 0 or a cudaError_t. */
+int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows);
+void cuda_acts_free(cuda_acts_t *A);
+
+/* Forward of X [rows, S] with the plain (mean) weights in params (the flat
+ * layout of net_layout.h), then Q values with the support of [vmin, vmax].
+ * Asynchronous on `stream`; returns the launch error, if any. */
+int cuda_net_forward(const net_layout_t *L, const float *params, const float *X, int rows, float slope, float vmin,
+                     float vmax, cuda_acts_t *A, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

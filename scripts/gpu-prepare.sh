@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run here (no GPU needed): build with CUDA for sm_90 (H100/H200), then gather
+# the shared libraries the GPU machine lacks into .devcarry/lib (git-ignored),
+# and copy the PyTorch peer there so it travels with the tree. Then, on the GPU
+# machine, with carry ["build", ".devcarry"], run:
+#   export LD_LIBRARY_PATH=$PWD/.devcarry/lib:$LD_LIBRARY_PATH; bash scripts/gpu-run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+export PATH=/usr/local/cuda/bin:$PATH
+[ -f build/build.ninja ] || meson setup build -Dcuda=enabled -Dgpu_arch=90
+meson compile -C build
+bins=$(find build/tests build/daemon build/client -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
+../shared/tools/device-carry.sh $bins
+cp ../shared/bench/anchor_torch_bdq.py .devcarry/ 2>/dev/null || echo "(PyTorch peer not found beside the repo: not carried)"
+echo "prepared: $(echo $bins | wc -w) binaries"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (see scripts/gpu-prepare.sh): the gpu suite, each
+# test's log under $OUT (or ./gpu-logs), a summary line per test, and with
+# --peer the PyTorch peer's step times on the same GPU (fp32 and TF32).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-logs}; mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+pass=0; fail=0; skip=0
+for t in build/tests/test-gpu-*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  "$t" > "$out/$name.log" 2>&1; rc=$?
+  case $rc in 0) pass=$((pass+1)); r=ok;; 77) skip=$((skip+1)); r=skipped;; *) fail=$((fail+1)); r="FAILED ($rc)";; esac
+  echo "$name: $r"; [ "$r" = ok ] || tail -5 "$out/$name.log"
+done
+echo "gpu suite: $pass passed, $fail failed, $skip skipped"
+if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
+  steps=${PEER_STEPS:-200}
+  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'
+  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
+fi
+[ $fail -eq 0 ]
