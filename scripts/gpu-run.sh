@@ -18,6 +18,8 @@ echo "gpu suite: $pass passed, $fail failed, $skip skipped"
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}
   PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'
-  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
+  if [ "${PEER_TF32:-0}" = 1 ]; then
+    PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
+  fi
 fi
 [ $fail -eq 0 ]
