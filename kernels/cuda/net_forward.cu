@@ -22,50 +22,55 @@
 #define TILE 64
 #define KT 16
 
-/* Y[r, o] = sum_k X[r, k] W[o, k] + b[o]; H = LeakyReLU(Y) when H != NULL.
- * Block: 16 x 16 threads, each computing a 4 x 4 patch of a 64 x 64 tile. */
-__global__ void linear_forward_kernel(const float *__restrict__ X, const float *__restrict__ W,
-                                      const float *__restrict__ b, float *__restrict__ Y, float *__restrict__ H,
-                                      float slope, int rows, int K, int N) {
-  __shared__ float xs[KT][TILE + 1], ws[KT][TILE + 1];
+/* C[M, N] (=, or += when accumulate) sum_k A(m, k) B(k, n), with
+ * A(m, k) = A[m*sam + k*sak] and B(k, n) = B[k*sbk + n*sbn], so one kernel
+ * serves X W^T (forward), dY^T X (weight gradients) and dY W (input
+ * gradients). Epilogue: + bias[n] when bias != NULL; H = LeakyReLU(C) when
+ * H != NULL. Block 16 x 16 threads, each a 4 x 4 patch of a 64 x 64 tile;
+ * each C element is summed over k in order by one thread: deterministic. */
+__global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, int sam, int sak,
+                            const float *__restrict__ B, int sbk, int sbn, float *__restrict__ C, int accumulate,
+                            const float *__restrict__ bias, float *__restrict__ H, float slope) {
+  __shared__ float as[KT][TILE + 1], bs[KT][TILE + 1];
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
-  int r0 = blockIdx.y * TILE, o0 = blockIdx.x * TILE;
+  int m0 = blockIdx.y * TILE, n0 = blockIdx.x * TILE;
   float acc[4][4] = {{0}};
   for (int k0 = 0; k0 < K; k0 += KT) {
-    /* 256 threads load 64 x 16 of X and of W, 4 elements each */
     for (int i = tid; i < TILE * KT; i += 256) {
-      int rr = i / KT, kk = i % KT;
-      int gr = r0 + rr, go = o0 + rr, gk = k0 + kk;
-      xs[kk][rr] = (gr < rows && gk < K) ? X[(size_t)gr * K + gk] : 0.0f;
-      ws[kk][rr] = (go < N && gk < K) ? W[(size_t)go * K + gk] : 0.0f;
+      int mm = i / KT, kk = i % KT, gk = k0 + kk;
+      int gm = m0 + mm, gn = n0 + mm;
+      as[kk][mm] = (gm < M && gk < K) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
+      bs[kk][mm] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
     }
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
-      float xv[4], wv[4];
+      float av[4], bv[4];
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        xv[i] = xs[kk][ty * 4 + i];
-        wv[i] = ws[kk][tx * 4 + i];
+        av[i] = as[kk][ty * 4 + i];
+        bv[i] = bs[kk][tx * 4 + i];
       }
 #pragma unroll
       for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    int r = r0 + ty * 4 + i;
-    if (r >= rows) continue;
+    int m = m0 + ty * 4 + i;
+    if (m >= M) continue;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      int o = o0 + tx * 4 + j;
-      if (o >= N) continue;
-      float v = acc[i][j] + b[o];
-      Y[(size_t)r * N + o] = v;
-      if (H) H[(size_t)r * N + o] = v > 0.0f ? v : slope * v;
+      int n = n0 + tx * 4 + j;
+      if (n >= N) continue;
+      float v = acc[i][j];
+      if (accumulate) v += C[(size_t)m * N + n];
+      if (bias) v += bias[n];
+      C[(size_t)m * N + n] = v;
+      if (H) H[(size_t)m * N + n] = v > 0.0f ? v : slope * v;
     }
   }
 }
@@ -113,11 +118,17 @@ __global__ void c51_q_values_kernel(const float *__restrict__ logp, float *__res
 
 // launchers
 
+extern "C" int cuda_gemm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn,
+                         float *C, int accumulate, const float *bias, float *H, float slope, cudaStream_t st) {
+  dim3 block(16, 16), grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
+  gemm_kernel<<<grid, block, 0, st>>>(M, N, K, A, sam, sak, B, sbk, sbn, C, accumulate, bias, H, slope);
+  return (int)cudaGetLastError();
+}
+
+/* Y[rows, N] = X[rows, K] W[N, K]^T + b, H = LeakyReLU(Y) */
 static cudaError_t linear(const float *X, const float *W, const float *b, float *Y, float *H, float slope, int rows,
                           int K, int N, cudaStream_t st) {
-  dim3 block(16, 16), grid((N + TILE - 1) / TILE, (rows + TILE - 1) / TILE);
-  linear_forward_kernel<<<grid, block, 0, st>>>(X, W, b, Y, H, slope, rows, K, N);
-  return cudaGetLastError();
+  return (cudaError_t)cuda_gemm(rows, N, K, X, K, 1, W, 1, K, Y, 0, b, H, slope, st);
 }
 
 extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) {

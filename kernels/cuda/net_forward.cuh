@@ -24,6 +24,11 @@ typedef struct cuda_acts {
   float *q; /* [rows, q_width] per-branch Q values, branch after branch */
 } cuda_acts_t;
 
+/* C[M,N] (+)= A(m,k) B(k,n) with element strides (see net_forward.cu), then
+ * + bias and H = LeakyReLU(C) when given. Deterministic. */
+int cuda_gemm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn, float *C,
+              int accumulate, const float *bias, float *H, float slope, cudaStream_t stream);
+
 /* Device buffers for `rows` inputs; 0 or a cudaError_t. */
 int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows);
 void cuda_acts_free(cuda_acts_t *A);
@@ -31,6 +36,7 @@ void cuda_acts_free(cuda_acts_t *A);
 /* Forward of X [rows, S] with the plain (mean) weights in params (the flat
  * layout of net_layout.h), then Q values with the support of [vmin, vmax].
  * Asynchronous on `stream`; returns the launch error, if any. */
+/* params may be effective (NoisyNet-composed) weights: only off_w/off_b are read. */
 int cuda_net_forward(const net_layout_t *L, const float *params, const float *X, int rows, float slope, float vmin,
                      float vmax, cuda_acts_t *A, cudaStream_t stream);
 
