@@ -12,6 +12,11 @@
 
 #include "dqnd_build_config.h"
 #include "learner.h"
+#include "net_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum learner_section {
   SEC_END = 0,
@@ -63,9 +68,16 @@ extern const learner_backend_ops_t learner_cpu_ops;
 #if DQN_HAVE_CUDA_LEARNER
 extern const learner_backend_ops_t learner_cuda_ops;
 #endif
+/* The initial parameters (nn.Linear / NoisyLinear init from Philox), shared by
+ * both backends so they start from the same weights. */
+void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
+
 #if DQN_HAVE_CUDA
 /* 1 and the device's name when a CUDA device is usable; else 0 and why. */
 int cuda_probe(char *name, size_t namelen);
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif

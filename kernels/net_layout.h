@@ -16,6 +16,10 @@
 
 #include "learner.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define NET_MAX_LAYERS (4 + 2 * LEARNER_MAX_BRANCHES)
 
 enum { NET_TRUNK1 = 0, NET_TRUNK2 = 1, NET_VALUE1 = 2, NET_VALUE2 = 3, NET_BRANCH0 = 4 };
@@ -48,4 +52,7 @@ int net_layout_find(const net_layout_t *L, const char *name);
 /* Splits a flat joint action into per-branch indices (first branch most significant). */
 void net_decode_action(const net_layout_t *L, int32_t a, int32_t *per_branch);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -97,7 +97,7 @@ static void run(const gcase_t *k, uint64_t seed) {
   CK(cudaMemcpy(gw.fn_on, fo, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(gw.fn_tg, ft, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
   CK(cudaMemset(dgrad, 0xff, sizeof(float) * (size_t)P)); /* NaN: every gradient must be written */
-  cuda_dqn_hp_t ghp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn};
+  cuda_dqn_hp_t ghp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn, NULL};
   ck_assert_int_eq(cuda_dqn_loss_grad(&L, &ghp, don, dtg, k->noisy, &gw, dgrad, 0), 0);
   CK(cudaDeviceSynchronize());
   float gl, *li = malloc(sizeof(float) * (size_t)B);

@@ -50,7 +50,7 @@ static void draw_noise(float *eps, int64_t n, uint64_t seed, uint32_t stream, ui
  * weight and bias (mu) ~ U[-1/sqrt(in), 1/sqrt(in)], sigma = sigma0/sqrt(in).
  * Draws: (seed, stream INIT, step = layer, lane = element/4) over the layer's
  * weight then bias elements. */
-static void init_params(const net_layout_t *L, const learner_config_t *c, float *p) {
+void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p) {
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
     float bound = 1.0f / sqrtf((float)l->in);
@@ -113,7 +113,7 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
     goto oom;
   if (replay_init(&m->rp, c->replay_capacity, c->state_dim, c->prioritized, c->per_alpha)) goto oom;
   if (dqn_ws_alloc_f32(&m->ws, &m->L, c->batch)) goto oom;
-  init_params(&m->L, c, m->online);
+  learner_cpu_init_params(&m->L, c, m->online);
   memcpy(m->target, m->online, P * sizeof(float));
   m->ctr.max_leaf = 1.0f;
   *impl = m;

@@ -58,7 +58,8 @@ __global__ void lrelu_backward_kernel(float *__restrict__ dh, const float *__res
 __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const float *__restrict__ lp_tg,
                                        const int32_t *__restrict__ a, const float *__restrict__ r,
                                        const float *__restrict__ done, const float *__restrict__ w, int B, int d,
-                                       int D, int n, int Z, int radix_after, float gamma, float vmin, float vmax,
+                                       int D, int n, int Z, int radix_after, float gamma_arg,
+                                       const float *__restrict__ gamma_dev, float vmin, float vmax,
                                        int double_dqn, float *__restrict__ dV, float *__restrict__ dA,
                                        float *__restrict__ loss_i, float *__restrict__ qsum_i,
                                        int32_t *__restrict__ best_out) {
@@ -86,6 +87,7 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
     ad_s = (a[i] / radix_after) % n; /* first branch most significant */
     /* projection of r + gamma (1 - done) z onto the support, as c51_project */
     for (int z = 0; z < Z; z++) m[z] = 0.0f;
+    float gamma = gamma_dev ? *gamma_dev : gamma_arg;
     float disc = gamma * (1.0f - done[i]);
     for (int j = 0; j < Z; j++) {
       float p = expf(lt_s2[bst * Z + j]);
@@ -190,7 +192,8 @@ extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
 
 /* Effective weights: NoisyNet layers composed into weff (params layout); the
  * other layers' slots copied, so weff is a complete plain-weight vector. */
-static int effective(const net_layout_t *L, const float *P, const float *fn, float *weff, cudaStream_t st) {
+extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, const float *fn, float *weff,
+                                      cudaStream_t st) {
   TRY(cudaMemcpyAsync(weff, P, sizeof(float) * (size_t)L->n_params, cudaMemcpyDeviceToDevice, st));
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
@@ -224,8 +227,8 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
   const int B = ws->B, Z = L->Z, D = L->D;
   const float *won = online, *wtg = target;
   if (noisy) {
-    TRY(effective(L, online, ws->fn_on, ws->weff_on, st));
-    TRY(effective(L, target, ws->fn_tg, ws->weff_tg, st));
+    TRY(cuda_effective_weights(L, online, ws->fn_on, ws->weff_on, st));
+    TRY(cuda_effective_weights(L, target, ws->fn_tg, ws->weff_tg, st));
     won = ws->weff_on;
     wtg = ws->weff_tg;
   }
@@ -240,7 +243,8 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
     int n = L->n[d], nz = n * Z;
     size_t shm = sizeof(float) * (size_t)(Z + n);
     c51_loss_branch_kernel<<<B, 128, shm, st>>>(ws->on.logp[d], ws->tg.logp[d], ws->a, ws->r, ws->done, ws->w, B, d,
-                                                D, n, Z, radix_after, hp->gamma, hp->v_min, hp->v_max, hp->double_dqn,
+                                                D, n, Z, radix_after, hp->gamma, hp->gamma_dev, hp->v_min, hp->v_max,
+                                                hp->double_dqn,
                                                 ws->dV, ws->dA, ws->loss_i, qsum, ws->best);
     TRY(cudaGetLastError());
     if (d + 1 < D) radix_after /= L->n[d + 1];

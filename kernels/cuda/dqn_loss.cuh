@@ -37,7 +37,12 @@ typedef struct cuda_dqn_ws {
 typedef struct cuda_dqn_hp {
   float gamma, v_min, v_max, slope;
   int double_dqn;
+  const float *gamma_dev; /* if set, gamma is read from device memory (graphs: no re-capture) */
 } cuda_dqn_hp_t;
+
+/* weff = params with every NoisyNet layer composed from the noise fn (device). */
+int cuda_effective_weights(const net_layout_t *L, const float *params, const float *fn, float *weff,
+                           cudaStream_t stream);
 
 int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B);
 void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
