@@ -9,6 +9,15 @@
  *  - SetHyperparams between graph replays takes effect (no stale capture);
  *  - Act agrees with the CPU; a GPU checkpoint continues on the CPU.
  * Shapes include odd ones (batch 37, branches 4,7, 21 atoms, state 13).
+ *
+ * Tolerances, as measured on the H200 (kernels/dev/DEVICE_NOTES.md): the
+ * per-step loss stays within 1e-4 relative (uniform; 1e-3 with PER, whose
+ * priorities feed back the loss's last bits into the tree). Parameters after
+ * 100 AdamW steps are held to 1e-2: the GPU's GEMMs sum in another order than
+ * OpenBLAS (1e-7 relative differences in a gradient), and AdamW's m/sqrt(v)
+ * turns a tiny difference in an element whose gradient is near zero into a
+ * step of up to lr, so the ref network drifts to ~6e-4 (uniform) and ~3e-3
+ * (PER + NoisyNet) while the odd shapes stay at 1e-7.
  * Exits 77 with no usable GPU.
  */
 #include <check.h>
@@ -115,13 +124,13 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
   learner_destroy(gpu);
 }
 
-START_TEST(test_parity_uniform) { parity(0, 0, 0, 1e-4, 1e-4); }
+START_TEST(test_parity_uniform) { parity(0, 0, 0, 1e-4, 1e-2); }
 END_TEST
-START_TEST(test_parity_odd_uniform_noisy) { parity(1, 0, 1, 1e-4, 1e-4); }
+START_TEST(test_parity_odd_uniform_noisy) { parity(1, 0, 1, 1e-4, 1e-5); }
 END_TEST
-START_TEST(test_parity_per_noisy) { parity(0, 1, 1, 1e-3, 1e-3); }
+START_TEST(test_parity_per_noisy) { parity(0, 1, 1, 1e-3, 1e-2); }
 END_TEST
-START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-3, 1e-3); }
+START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-3, 1e-5); }
 END_TEST
 
 START_TEST(test_bit_identical_and_graph) {

@@ -1,0 +1,93 @@
+/*
+ * bench-gpu-step — steps/s and us/step of the CUDA learner on the `ref`
+ * config at several batch sizes (uniform replay without noise, like the
+ * PyTorch peer; and PER + NoisyNet), the replay filled with random
+ * transitions. Timed over Step(n) calls (the graph replayed n times, one sync
+ * at the end), median of 5. tests/bench/run-gpu-bench.sh runs it beside the
+ * peer in the same call. Exits 77 with no usable GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "learner.h"
+#include "philox.h"
+
+int cuda_probe(char *name, size_t namelen);
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  char dev[256];
+  if (!cuda_probe(dev, sizeof dev)) {
+    printf("no usable CUDA device (%s): skipped\n", dev);
+    return 77;
+  }
+  const char *batches = argc > 1 ? argv[1] : "64,256,1024,4096";
+  int steps = argc > 2 ? atoi(argv[2]) : 500;
+  printf("device: %s\n", dev);
+  char list[128];
+  for (int mode = 0; mode < 2; mode++) {
+    snprintf(list, sizeof list, "%s", batches);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+      learner_config_t c;
+      learner_config_default(&c);
+      c.batch = atoi(tok);
+      c.replay_capacity = 100000;
+      c.prioritized = mode;
+      c.noisy = mode;
+      learner_t *l;
+      char err[256];
+      if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+      }
+      const int n = 10000, S = c.state_dim;
+      float *s = malloc(sizeof(float) * n * S), *s2 = malloc(sizeof(float) * n * S), *r = malloc(sizeof(float) * n);
+      int32_t *a = malloc(sizeof(int32_t) * n);
+      uint8_t *d = malloc(n);
+      for (int base = 0; base < c.replay_capacity; base += n) {
+        for (int i = 0; i < n * S; i += 4) {
+          float g[4];
+          philox_normal4(philox_draw(1, 70, (uint64_t)base, (uint32_t)i), g);
+          for (int k = 0; k < 4; k++) s[i + k] = g[k], s2[i + k] = g[3 - k];
+        }
+        for (int i = 0; i < n; i++) {
+          philox4_t u = philox_draw(1, 71, (uint64_t)(base + i), 0);
+          a[i] = (int32_t)philox_below(u.v[0], 81);
+          r[i] = philox_uniform(u.v[1]) * 2 - 1;
+          d[i] = philox_uniform(u.v[2]) < 0.01f;
+        }
+        learner_transitions_t t = {n, s, a, r, s2, d, NULL};
+        learner_submit(l, &t, err, sizeof err);
+      }
+      free(s), free(s2), free(r), free(a), free(d);
+      learner_stats_t st;
+      learner_step(l, 20, &st, err, sizeof err); /* capture + warm-up */
+      double ts[5];
+      for (int k = 0; k < 5; k++) {
+        double t0 = now();
+        if (learner_step(l, steps, &st, err, sizeof err)) {
+          fprintf(stderr, "%s\n", err);
+          return 1;
+        }
+        ts[k] = (now() - t0) / steps;
+      }
+      qsort(ts, 5, sizeof ts[0], cmp);
+      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mode ? "per+noisy" : "uniform",
+             ts[2] * 1e6, 1 / ts[2], st.loss_last);
+      fflush(stdout);
+      learner_destroy(l);
+    }
+  }
+  return 0;
+}
