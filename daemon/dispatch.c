@@ -134,6 +134,17 @@ static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learne
   ti->info.branches = ti->branches;
 }
 
+/* A device error leaves the learner in an unknown state: the trainer answers
+ * UNAVAILABLE from now on (until a LoadCheckpoint replaces its state); the
+ * daemon and the other trainers carry on. */
+static void note_learner_error(trainer_t *t, int rc, const char *err) {
+  if (rc != LEARNER_EDEVICE) return;
+  pthread_mutex_lock(&t->mu);
+  snprintf(t->error, sizeof t->error, "%.200s", err);
+  pthread_mutex_unlock(&t->mu);
+  log_error(t->name, "device error, trainer disabled: %s", err);
+}
+
 static learner_backend_t parse_backend(const char *b, int *ok) {
   *ok = 1;
   if (!b || !*b || !strcmp(b, "auto")) return LEARNER_BACKEND_AUTO;
@@ -285,8 +296,11 @@ static void run_create(server_t *s, trainer_t *t0, rpc_call_t *c) {
   int ok;
   learner_backend_t be = parse_backend(m->backend, &ok);
   if (be == LEARNER_BACKEND_AUTO) be = s->backend;
+  /* the CPU backend holds everything in host memory; the CUDA backend checks
+   * free GPU memory itself when it creates the learner */
   int64_t need = learner_memory_estimate(&cfg), avail = memory_available();
-  if (need > avail) {
+  if ((be == LEARNER_BACKEND_CPU || (be == LEARNER_BACKEND_AUTO && learner_backend_default() == LEARNER_BACKEND_CPU)) &&
+      need > avail) {
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
                     "replay_capacity: this trainer needs ~%lld MiB, %lld MiB are available", (long long)(need >> 20),
                     (long long)(avail >> 20));
@@ -368,6 +382,7 @@ static void run_submit(server_t *s, trainer_t *t, rpc_call_t *c) {
   char err[512];
   int rc = learner_submit(t->l, &tr, err, sizeof err);
   if (rc) {
+    note_learner_error(t, rc, err);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
@@ -393,6 +408,7 @@ static void run_step(server_t *s, trainer_t *t, rpc_call_t *c) {
   learner_stats_t st;
   int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
   if (rc) {
+    note_learner_error(t, rc, err);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
@@ -437,6 +453,7 @@ static void run_act(server_t *s, trainer_t *t, rpc_call_t *c) {
   char err[512];
   int rc = learner_act(t->l, (const float *)m->states.data, n, m->noisy, a, q, err, sizeof err);
   if (rc) {
+    note_learner_error(t, rc, err);
     free(a), free(q);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
