@@ -26,6 +26,7 @@
 #include "../philox.h"
 #include "cuda_check.h"
 #include "dqn_loss.cuh"
+#include "optim.cuh"
 
 /* device-resident counters and per-call statistics */
 typedef struct dev_state {
@@ -143,44 +144,6 @@ __global__ void noise_kernel(const dev_state_t *ds, unsigned long long seed, uns
   }
 }
 
-/* global gradient norm: one block, fixed partition, tree reduction in fixed order */
-__global__ void grad_norm_kernel(const float *g, long long n, dev_state_t *ds) {
-  __shared__ double part[1024];
-  double s = 0;
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)g[i] * g[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) ds->grad_norm = (float)sqrt(part[0]);
-}
-
-/* clip + AdamW (torch semantics, as kernels/cpu/optim.c), t = step + 1 */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const dev_state_t *ds,
-                             const learner_hparams_t *hp) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  double norm = ds->grad_norm;
-  float scale = 1.0f;
-  if (hp->grad_clip > 0) {
-    double c = hp->grad_clip / (norm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
-  double t = (double)(ds->step + 1);
-  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
-  float bc1 = (float)(1.0 - pow((double)b1, t));
-  float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
-  float step_size = hp->lr / bc1, decay = 1.0f - hp->lr * hp->weight_decay;
-  float gi = g[i] * scale;
-  float mi = b1 * m[i] + (1.0f - b1) * gi;
-  float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-  m[i] = mi;
-  v[i] = vi;
-  p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + hp->adam_eps);
-}
-
 /* new priorities (loss_i + eps)^alpha in batch order (a duplicate keeps the
  * last), each leaf's ancestors recomputed as left + right: one thread, so the
  * order and the bits are the CPU's. */
@@ -201,19 +164,6 @@ __global__ void priorities_kernel(const long long *idx, const float *loss_i, int
     }
   }
   ds->max_leaf = mx;
-}
-
-/* target <- tau online + (1 - tau) target every step, or a copy every period */
-__global__ void target_kernel(float *tg, const float *on, long long n, const dev_state_t *ds,
-                              const learner_hparams_t *hp) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float tau = hp->tau;
-  if (tau > 0) {
-    tg[i] = tau >= 1.0f ? on[i] : tau * on[i] + (1.0f - tau) * tg[i];
-  } else if (hp->target_period > 0 && (ds->step + 1) % (unsigned long long)hp->target_period == 0) {
-    tg[i] = on[i];
-  }
 }
 
 /* the step's bookkeeping, last in the graph */
@@ -456,16 +406,13 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   int rc = cuda_dqn_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
-  grad_norm_kernel<<<1, 1024, 0, m->st>>>(m->grad, P, m->ds);
-  LAUNCHED();
-  adamw_kernel<<<GRID(P, 256), 0, m->st>>>(m->on, m->grad, m->m, m->v, P, m->ds, m->hp);
-  LAUNCHED();
+  DEV((cudaError_t)cuda_grad_norm(m->grad, P, &m->ds->grad_norm, m->st));
+  DEV((cudaError_t)cuda_adamw_update(m->on, m->grad, m->m, m->v, P, &m->ds->grad_norm, &m->ds->step, m->hp, m->st));
   if (c->prioritized) {
     priorities_kernel<<<1, 1, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
     LAUNCHED();
   }
-  target_kernel<<<GRID(P, 256), 0, m->st>>>(m->tg, m->on, P, m->ds, m->hp);
-  LAUNCHED();
+  DEV((cudaError_t)cuda_target_update(m->tg, m->on, P, &m->ds->step, m->hp, 0.0f, m->st));
   finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
   LAUNCHED();
   return 0;
@@ -573,16 +520,8 @@ static int cuda_sync_target(void *impl, float tau) {
                    cudaStreamSynchronize(m->st)
                ? LEARNER_EDEVICE
                : LEARNER_OK;
-  learner_hparams_t h = m->cfg.hp;
-  h.tau = tau;
-  learner_hparams_t *dh;
-  if (cudaMalloc((void **)&dh, sizeof h)) return LEARNER_EDEVICE;
-  dev_state_t *ds = m->ds;
-  int rc = cudaMemcpyAsync(dh, &h, sizeof h, cudaMemcpyHostToDevice, m->st) != cudaSuccess;
-  target_kernel<<<GRID(P, 256), 0, m->st>>>(m->tg, m->on, P, ds, dh);
-  rc |= cudaGetLastError() != cudaSuccess;
+  int rc = cuda_target_update(m->tg, m->on, P, &m->ds->step, m->hp, tau, m->st);
   rc |= cudaStreamSynchronize(m->st) != cudaSuccess;
-  cudaFree(dh);
   return rc ? LEARNER_EDEVICE : LEARNER_OK;
 }
 

@@ -1,0 +1,82 @@
+/*
+ * optim.cu — see optim.cuh. Same arithmetic as kernels/cpu/optim.c (torch's
+ * AdamW: decay first, bias-corrected moments); tests/test-gpu-optim.c holds
+ * the two to 1e-6.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "optim.cuh"
+
+// kernels
+
+__global__ void grad_norm_kernel(const float *__restrict__ g, long long n, float *__restrict__ out) {
+  __shared__ double part[1024];
+  double s = 0;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)g[i] * g[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = (float)sqrt(part[0]);
+}
+
+__global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
+                             float *__restrict__ v, long long n, const float *__restrict__ norm,
+                             const unsigned long long *__restrict__ step, const learner_hparams_t *__restrict__ hp) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float scale = 1.0f;
+  if (hp->grad_clip > 0) {
+    double c = hp->grad_clip / ((double)*norm + 1e-6);
+    scale = c < 1 ? (float)c : 1.0f;
+  }
+  double t = (double)(*step + 1);
+  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
+  float bc1 = (float)(1.0 - pow((double)b1, t));
+  float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+  float step_size = hp->lr / bc1, decay = 1.0f - hp->lr * hp->weight_decay;
+  float gi = g[i] * scale;
+  /* the CPU's expressions, with no fused multiply-adds, so the two agree */
+  float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
+  float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
+  m[i] = mi;
+  v[i] = vi;
+  float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), bc2_sqrt), hp->adam_eps);
+  p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+}
+
+__global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ on, long long n,
+                              const unsigned long long *__restrict__ step, const learner_hparams_t *__restrict__ hp,
+                              float tau_override) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float tau = tau_override > 0 ? tau_override : hp->tau;
+  if (tau > 0) {
+    tg[i] = tau >= 1.0f ? on[i] : __fadd_rn(__fmul_rn(tau, on[i]), __fmul_rn(1.0f - tau, tg[i]));
+  } else if (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) {
+    tg[i] = on[i];
+  }
+}
+
+// launchers
+
+extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, cudaStream_t st) {
+  grad_norm_kernel<<<1, 1024, 0, st>>>(g, n, norm_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,
+                                 const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
+                                 cudaStream_t st) {
+  adamw_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, n, norm_dev, step_dev, hp_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_target_update(float *target, const float *online, long long n, const unsigned long long *step_dev,
+                                  const learner_hparams_t *hp_dev, float tau_override, cudaStream_t st) {
+  target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(target, online, n, step_dev, hp_dev, tau_override);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,32 @@
+/*
+ * optim.cuh — global gradient norm, clip + AdamW, and target updates on the
+ * GPU: the twins of kernels/cpu/optim.c. Hyperparameters, the step count and
+ * the norm are read from device memory, so a captured graph sees every
+ * SetHyperparams without re-capture. n = number of parameters.
+ */
+#ifndef DQN_CUDA_OPTIM_CUH
+#define DQN_CUDA_OPTIM_CUH
+
+#include <cuda_runtime.h>
+
+#include "learner.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *norm_dev = sqrt(sum g^2): one block, fixed partition, double accumulation. */
+int cuda_grad_norm(const float *g, long long n, float *norm_dev, cudaStream_t st);
+/* clip by *norm_dev (hp->grad_clip), then AdamW with t = *step_dev + 1. */
+int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,
+                      const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
+/* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).
+ * Else the per-step rule: Polyak with hp->tau, or a copy when
+ * (*step_dev + 1) % hp->target_period == 0. */
+int cuda_target_update(float *target, const float *online, long long n, const unsigned long long *step_dev,
+                       const learner_hparams_t *hp_dev, float tau_override, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
