@@ -11,8 +11,9 @@
  * Shapes include odd ones (batch 37, branches 4,7, 21 atoms, state 13).
  *
  * Tolerances, as measured on the H200 (kernels/dev/DEVICE_NOTES.md): the
- * per-step loss stays within 1e-4 relative (uniform; 1e-3 with PER, whose
- * priorities feed back the loss's last bits into the tree). Parameters after
+ * first step (identical weights and batch) within 1e-5; later steps on the
+ * ref network within 1e-3 (measured up to 1.0e-4 uniform, 8.7e-5 with PER and
+ * NoisyNet, growing with the parameter drift below). Parameters after
  * 100 AdamW steps are held to 1e-2: the GPU's GEMMs sum in another order than
  * OpenBLAS (1e-7 relative differences in a gradient), and AdamW's m/sqrt(v)
  * turns a tiny difference in an element whose gradient is near zero into a
@@ -112,8 +113,10 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
     ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
     double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
     if (e > worst) worst = e;
-    ck_assert_msg(e <= tol_step, "odd %d per %d noisy %d: step %d loss cpu %.8g gpu %.8g (rel %.3g)", odd, per, noisy,
-                  k, a.loss_last, b.loss_last, e);
+    /* the first step starts from identical weights and batch: kernel parity */
+    double tol = k == 0 ? 1e-5 : tol_step;
+    ck_assert_msg(e <= tol, "odd %d per %d noisy %d: step %d loss cpu %.8g gpu %.8g (rel %.3g)", odd, per, noisy, k,
+                  a.loss_last, b.loss_last, e);
     if (k == 50) feed(cpu, 500, 2), feed(gpu, 500, 2); /* submit between steps, graph kept */
   }
   double pe = param_err(cpu, gpu, 0), te = param_err(cpu, gpu, 1);
@@ -124,13 +127,13 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
   learner_destroy(gpu);
 }
 
-START_TEST(test_parity_uniform) { parity(0, 0, 0, 1e-4, 1e-2); }
+START_TEST(test_parity_uniform) { parity(0, 0, 0, 1e-3, 1e-2); }
 END_TEST
-START_TEST(test_parity_odd_uniform_noisy) { parity(1, 0, 1, 1e-4, 1e-5); }
+START_TEST(test_parity_odd_uniform_noisy) { parity(1, 0, 1, 1e-5, 1e-5); }
 END_TEST
 START_TEST(test_parity_per_noisy) { parity(0, 1, 1, 1e-3, 1e-2); }
 END_TEST
-START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-3, 1e-5); }
+START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-5, 1e-5); }
 END_TEST
 
 START_TEST(test_bit_identical_and_graph) {
