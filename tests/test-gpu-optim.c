@@ -40,6 +40,7 @@ static void adam_case(float clip, float wd, uint64_t seed) {
   hp = c.hp;
   hp.lr = 3e-3f, hp.grad_clip = clip, hp.weight_decay = wd;
   float *dp, *dg, *dm, *dv, *dnorm;
+  double *dscratch;
   unsigned long long *dstep;
   learner_hparams_t *dhp;
   CK(cudaMalloc((void **)&dp, bytes));
@@ -47,6 +48,7 @@ static void adam_case(float clip, float wd, uint64_t seed) {
   CK(cudaMalloc((void **)&dm, bytes));
   CK(cudaMalloc((void **)&dv, bytes));
   CK(cudaMalloc((void **)&dnorm, 4));
+  CK(cudaMalloc((void **)&dscratch, CUDA_NORM_SCRATCH * 8));
   CK(cudaMalloc((void **)&dstep, 8));
   CK(cudaMalloc((void **)&dhp, sizeof hp));
   CK(cudaMemcpy(dp, p, bytes, cudaMemcpyHostToDevice));
@@ -58,7 +60,7 @@ static void adam_case(float clip, float wd, uint64_t seed) {
     CK(cudaMemcpy(dg, g, bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
     double norm = grad_norm(g, n);
-    ck_assert_int_eq(cuda_grad_norm(dg, n, dnorm, 0), 0);
+    ck_assert_int_eq(cuda_grad_norm(dg, n, dnorm, dscratch, 0), 0);
     float gnorm;
     CK(cudaMemcpy(&gnorm, dnorm, 4, cudaMemcpyDeviceToHost));
     ck_assert_msg(fabs(gnorm - norm) <= 1e-6 * norm, "norm %.9g vs %.9g", gnorm, norm);
@@ -89,7 +91,7 @@ static void adam_case(float clip, float wd, uint64_t seed) {
   CK(cudaMemcpy(gt, dtg, bytes, cudaMemcpyDeviceToHost));
   ck_assert_msg(memcmp(gt, gp, bytes) == 0, "the periodic hard copy did not copy");
   free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv), free(tg), free(gt);
-  cudaFree(dp), cudaFree(dg), cudaFree(dm), cudaFree(dv), cudaFree(dnorm), cudaFree(dstep), cudaFree(dhp), cudaFree(dtg);
+  cudaFree(dp), cudaFree(dg), cudaFree(dm), cudaFree(dv), cudaFree(dnorm), cudaFree(dstep), cudaFree(dhp), cudaFree(dtg), cudaFree(dscratch);
 }
 
 START_TEST(test_adamw_clip) { adam_case(0.5f, 0.0f, 1); }

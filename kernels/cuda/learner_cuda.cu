@@ -49,6 +49,7 @@ typedef struct cuda_learner {
   float *sum, *mn;                   /* [2T] PER trees */
   long long T;
   long long *idx;                    /* [B] */
+  double *norm_scratch;              /* [CUDA_NORM_SCRATCH] */
   float *prio;                       /* [B] */
   learner_hparams_t *hp;             /* device copy */
   dev_state_t *ds;                   /* device */
@@ -144,26 +145,39 @@ __global__ void noise_kernel(const dev_state_t *ds, unsigned long long seed, uns
   }
 }
 
-/* new priorities (loss_i + eps)^alpha in batch order (a duplicate keeps the
- * last), each leaf's ancestors recomputed as left + right: one thread, so the
- * order and the bits are the CPU's. */
+/* New priorities (loss_i + eps)^alpha for the sampled leaves, then their
+ * ancestors, in one block: a leaf sampled twice keeps the value of its last
+ * occurrence in the batch (the CPU's order), and each level's nodes are
+ * recomputed as left + right after a barrier, so the tree holds the CPU's
+ * bits. Threads that share an ancestor write the same value. */
 __global__ void priorities_kernel(const long long *idx, const float *loss_i, int B, const learner_hparams_t *hp,
                                   float alpha, float *sum, float *mn, long long T, dev_state_t *ds) {
-  if (threadIdx.x || blockIdx.x) return;
-  float mx = ds->max_leaf;
-  for (int i = 0; i < B; i++) {
+  __shared__ float red[1024];
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < B; i += blockDim.x) {
+    long long j = idx[i];
+    int last = 1;
+    for (int k = i + 1; k < B && last; k++) last = idx[k] != j;
     float v = powf(loss_i[i] + hp->per_eps, alpha);
-    if (v > mx) mx = v;
-    long long k = T + idx[i];
-    sum[k] = v;
-    mn[k] = v;
-    for (k >>= 1; k >= 1; k >>= 1) {
+    mx = fmaxf(mx, v);
+    if (last) sum[T + j] = mn[T + j] = v;
+  }
+  red[threadIdx.x] = mx;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + h]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && red[0] > ds->max_leaf) ds->max_leaf = red[0];
+  for (long long shift = 1; (T >> shift) >= 1; shift++) {
+    __syncthreads(); /* the level below is complete */
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+      long long k = (T + idx[i]) >> shift;
       sum[k] = sum[2 * k] + sum[2 * k + 1];
       float x = mn[2 * k], y = mn[2 * k + 1];
       mn[k] = x < y ? x : y;
     }
   }
-  ds->max_leaf = mx;
 }
 
 /* the step's bookkeeping, last in the graph */
@@ -243,7 +257,7 @@ static void cuda_destroy(void *impl) {
   if (m->exec) cudaGraphExecDestroy(m->exec);
   if (m->graph) cudaGraphDestroy(m->graph);
   void *bufs[] = {m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->sum, m->mn,
-                  m->idx, m->prio, m->hp, m->ds, m->act_x, m->act_weff, m->act_noise, m->act_a};
+                  m->idx, m->prio, m->hp, m->ds, m->norm_scratch, m->act_x, m->act_weff, m->act_noise, m->act_a};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
   cuda_dqn_ws_free(&m->ws);
   cuda_acts_free(&m->act);
@@ -285,7 +299,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   ALLOC(m->on, P * 4) ALLOC(m->tg, P * 4) ALLOC(m->grad, P * 4) ALLOC(m->m, P * 4) ALLOC(m->v, P * 4);
   ALLOC(m->s, C * S * 4) ALLOC(m->s2, C * S * 4) ALLOC(m->r, C * 4) ALLOC(m->a, C * 4) ALLOC(m->done, C);
   ALLOC(m->ep, C * 8) ALLOC(m->idx, B * 8) ALLOC(m->prio, B * 4) ALLOC(m->hp, sizeof(learner_hparams_t));
-  ALLOC(m->ds, sizeof(dev_state_t)) ALLOC(m->act_noise, N * 4) ALLOC(m->act_weff, P * 4);
+  ALLOC(m->ds, sizeof(dev_state_t)) ALLOC(m->norm_scratch, CUDA_NORM_SCRATCH * 8) ALLOC(m->act_noise, N * 4) ALLOC(m->act_weff, P * 4);
   if (c->prioritized) {
     ALLOC(m->sum, (size_t)(2 * m->T) * 4) ALLOC(m->mn, (size_t)(2 * m->T) * 4)
   }
@@ -406,10 +420,10 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   int rc = cuda_dqn_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
-  DEV((cudaError_t)cuda_grad_norm(m->grad, P, &m->ds->grad_norm, m->st));
+  DEV((cudaError_t)cuda_grad_norm(m->grad, P, &m->ds->grad_norm, m->norm_scratch, m->st));
   DEV((cudaError_t)cuda_adamw_update(m->on, m->grad, m->m, m->v, P, &m->ds->grad_norm, &m->ds->step, m->hp, m->st));
   if (c->prioritized) {
-    priorities_kernel<<<1, 1, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
+    priorities_kernel<<<1, 1024, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
     LAUNCHED();
   }
   DEV((cudaError_t)cuda_target_update(m->tg, m->on, P, &m->ds->step, m->hp, 0.0f, m->st));

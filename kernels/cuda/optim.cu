@@ -10,13 +10,28 @@
 
 // kernels
 
-__global__ void grad_norm_kernel(const float *__restrict__ g, long long n, float *__restrict__ out) {
-  __shared__ double part[1024];
+/* sum of squares in two deterministic stages: NORM_BLOCKS partial sums over a
+ * fixed grid-stride partition, then one block adds them in a fixed tree */
+#define NORM_BLOCKS 128
+__global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out) {
+  __shared__ double part[256];
   double s = 0;
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)g[i] * g[i];
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    s += (double)g[i] * g[i];
   part[threadIdx.x] = s;
   __syncthreads();
   for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
+}
+
+__global__ void grad_norm_final_kernel(const double *__restrict__ part_in, float *__restrict__ out) {
+  __shared__ double part[NORM_BLOCKS];
+  part[threadIdx.x] = part_in[threadIdx.x];
+  __syncthreads();
+  for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
     if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
     __syncthreads();
   }
@@ -63,8 +78,9 @@ __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ 
 
 // launchers
 
-extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, cudaStream_t st) {
-  grad_norm_kernel<<<1, 1024, 0, st>>>(g, n, norm_dev);
+extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st) {
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch);
+  grad_norm_final_kernel<<<1, NORM_BLOCKS, 0, st>>>(scratch, norm_dev);
   return (int)cudaGetLastError();
 }
 

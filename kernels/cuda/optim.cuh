@@ -15,8 +15,10 @@
 extern "C" {
 #endif
 
-/* *norm_dev = sqrt(sum g^2): one block, fixed partition, double accumulation. */
-int cuda_grad_norm(const float *g, long long n, float *norm_dev, cudaStream_t st);
+/* *norm_dev = sqrt(sum g^2): fixed partition, double accumulation, two
+ * stages; scratch holds CUDA_NORM_SCRATCH doubles on the device. */
+#define CUDA_NORM_SCRATCH 128
+int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st);
 /* clip by *norm_dev (hp->grad_clip), then AdamW with t = *step_dev + 1. */
 int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,
                       const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
