@@ -36,11 +36,22 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
   int m0 = blockIdx.y * TILE, n0 = blockIdx.x * TILE;
   float acc[4][4] = {{0}};
   for (int k0 = 0; k0 < K; k0 += KT) {
+    /* consecutive threads walk the operand's unit-stride dimension, so every
+     * load is coalesced whether the operand is k-major (X W^T) or m/n-major
+     * (dY^T X, dY W) */
     for (int i = tid; i < TILE * KT; i += 256) {
-      int mm = i / KT, kk = i % KT, gk = k0 + kk;
-      int gm = m0 + mm, gn = n0 + mm;
+      int mm, kk;
+      if (sak == 1) mm = i / KT, kk = i % KT;
+      else kk = i / TILE, mm = i % TILE;
+      int gm = m0 + mm, gk = k0 + kk;
       as[kk][mm] = (gm < M && gk < K) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
-      bs[kk][mm] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
+    }
+    for (int i = tid; i < TILE * KT; i += 256) {
+      int nn, kk;
+      if (sbk == 1) nn = i / KT, kk = i % KT;
+      else kk = i / TILE, nn = i % TILE;
+      int gn = n0 + nn, gk = k0 + kk;
+      bs[kk][nn] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
     }
     __syncthreads();
 #pragma unroll
