@@ -19,14 +19,18 @@
 
 // kernels
 
-#define TILE 64
+/* 32 x 32 tiles, 2 x 2 per thread: the matrices of this network are small
+ * (rows = batch), and 64 x 64 tiles left 1-16 blocks for 132 SMs (measured:
+ * kernels/dev/DEVICE_NOTES.md) */
+#define TILE 32
 #define KT 16
+#define RT (TILE / 16) /* outputs per thread per dimension */
 
 /* C[M, N] (=, or += when accumulate) sum_k A(m, k) B(k, n), with
  * A(m, k) = A[m*sam + k*sak] and B(k, n) = B[k*sbk + n*sbn], so one kernel
  * serves X W^T (forward), dY^T X (weight gradients) and dY W (input
  * gradients). Epilogue: + bias[n] when bias != NULL; H = LeakyReLU(C) when
- * H != NULL. Block 16 x 16 threads, each a 4 x 4 patch of a 64 x 64 tile;
+ * H != NULL. Block 16 x 16 threads, each an RT x RT patch of a TILE x TILE tile;
  * each C element is summed over k in order by one thread: deterministic. */
 __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, int sam, int sak,
                             const float *__restrict__ B, int sbk, int sbn, float *__restrict__ C, int accumulate,
@@ -34,7 +38,7 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
   __shared__ float as[KT][TILE + 1], bs[KT][TILE + 1];
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   int m0 = blockIdx.y * TILE, n0 = blockIdx.x * TILE;
-  float acc[4][4] = {{0}};
+  float acc[RT][RT] = {{0}};
   for (int k0 = 0; k0 < K; k0 += KT) {
     /* consecutive threads walk the operand's unit-stride dimension, so every
      * load is coalesced whether the operand is k-major (X W^T) or m/n-major
@@ -56,26 +60,26 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
-      float av[4], bv[4];
+      float av[RT], bv[RT];
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        av[i] = as[kk][ty * 4 + i];
-        bv[i] = bs[kk][tx * 4 + i];
+      for (int i = 0; i < RT; i++) {
+        av[i] = as[kk][ty * RT + i];
+        bv[i] = bs[kk][tx * RT + i];
       }
 #pragma unroll
-      for (int i = 0; i < 4; i++)
+      for (int i = 0; i < RT; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        for (int j = 0; j < RT; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    int m = m0 + ty * 4 + i;
+  for (int i = 0; i < RT; i++) {
+    int m = m0 + ty * RT + i;
     if (m >= M) continue;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      int n = n0 + tx * 4 + j;
+    for (int j = 0; j < RT; j++) {
+      int n = n0 + tx * RT + j;
       if (n >= N) continue;
       float v = acc[i][j];
       if (accumulate) v += C[(size_t)m * N + n];
