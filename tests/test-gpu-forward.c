@@ -13,9 +13,9 @@
 
 #include "dqn_math.h"
 #include "net_forward.cuh"
+#include "gpu_testutil.h"
 #include "testutil.h"
 
-int cuda_probe(char *name, size_t namelen);
 
 #define CK(x)                                                                                               \
   do {                                                                                                      \
@@ -125,15 +125,7 @@ START_TEST(test_one_branch) { run("one branch B=5", 3, 8, 8, 4, 4, 5, 1, (int[])
 END_TEST
 
 int main(void) {
-  char why[256];
-  if (!cuda_probe(why, sizeof why)) {
-    printf("no usable CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  printf("device: %s\n", why);
-  /* CUDA does not survive fork(): the probe initialised it, so check runs the
-   * tests in this process */
-  setenv("CK_FORK", "no", 1);
+  tu_gpu_or_skip();
   Suite *s = suite_create("gpu-forward");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);

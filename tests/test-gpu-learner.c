@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "learner.h"
+#include "gpu_testutil.h"
 #include "testutil.h"
 
-int cuda_probe(char *name, size_t namelen);
 
 static learner_config_t config(int odd, int per, int noisy) {
   learner_config_t c;
@@ -236,13 +236,7 @@ START_TEST(test_act_and_cross_backend_checkpoint) {
 END_TEST
 
 int main(void) {
-  char why[256];
-  if (!cuda_probe(why, sizeof why)) {
-    printf("no usable CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  printf("device: %s\n", why);
-  setenv("CK_FORK", "no", 1); /* CUDA does not survive fork() */
+  tu_gpu_or_skip();
   Suite *s = suite_create("gpu-learner");
   TCase *tc = tcase_create("whole-step");
   tcase_set_timeout(tc, 300);

@@ -13,9 +13,9 @@
 
 #include "dqn_loss.cuh"
 #include "dqn_math.h"
+#include "gpu_testutil.h"
 #include "testutil.h"
 
-int cuda_probe(char *name, size_t namelen);
 
 #define CK(x)                                                                                               \
   do {                                                                                                      \
@@ -155,13 +155,7 @@ START_TEST(test_case) { run(&cases[_i], 100 + (uint64_t)_i); }
 END_TEST
 
 int main(void) {
-  char why[256];
-  if (!cuda_probe(why, sizeof why)) {
-    printf("no usable CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  printf("device: %s\n", why);
-  setenv("CK_FORK", "no", 1); /* CUDA does not survive fork() */
+  tu_gpu_or_skip();
   Suite *s = suite_create("gpu-loss");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);

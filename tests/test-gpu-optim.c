@@ -12,9 +12,9 @@
 
 #include "optim.cuh"
 #include "optim.h"
+#include "gpu_testutil.h"
 #include "testutil.h"
 
-int cuda_probe(char *name, size_t namelen);
 
 #define CK(x)                                                                                               \
   do {                                                                                                      \
@@ -100,13 +100,7 @@ START_TEST(test_adamw_noclip_decay) { adam_case(0.0f, 0.1f, 2); }
 END_TEST
 
 int main(void) {
-  char why[256];
-  if (!cuda_probe(why, sizeof why)) {
-    printf("no usable CUDA device (%s): skipped\n", why);
-    return 77;
-  }
-  printf("device: %s\n", why);
-  setenv("CK_FORK", "no", 1); /* CUDA does not survive fork() */
+  tu_gpu_or_skip();
   Suite *s = suite_create("gpu-optim");
   TCase *tc = tcase_create("parity");
   tcase_add_test(tc, test_adamw_clip);

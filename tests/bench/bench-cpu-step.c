@@ -11,19 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "learner.h"
 #include "philox.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   const char *batches = "64,256", *json = NULL;
@@ -91,15 +81,14 @@ int main(int argc, char **argv) {
     learner_step(l, 5, &st, err, sizeof err); /* warm-up */
     double times[3];
     for (int rep = 0; rep < 3; rep++) {
-      double t0 = now();
+      double t0 = bench_now();
       if (learner_step(l, steps, &st, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
       }
-      times[rep] = (now() - t0) / steps;
+      times[rep] = (bench_now() - t0) / steps;
     }
-    qsort(times, 3, sizeof times[0], cmp);
-    double t = times[1];
+    double t = bench_median(times, 3);
     printf("B=%5d dqnd-cpu %-8s %9.1f us/step %9.1f steps/s loss=%.4f params=%lld\n", c.batch, per ? "per" : "uniform",
            t * 1e6, 1 / t, st.loss_last, (long long)learner_config_num_params(&c));
     fflush(stdout);

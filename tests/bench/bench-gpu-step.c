@@ -11,20 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "learner.h"
 #include "philox.h"
 
 int cuda_probe(char *name, size_t namelen);
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   char dev[256];
@@ -75,16 +66,16 @@ int main(int argc, char **argv) {
       learner_step(l, 20, &st, err, sizeof err); /* capture + warm-up */
       double ts[5];
       for (int k = 0; k < 5; k++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (learner_step(l, steps, &st, err, sizeof err)) {
           fprintf(stderr, "%s\n", err);
           return 1;
         }
-        ts[k] = (now() - t0) / steps;
+        ts[k] = (bench_now() - t0) / steps;
       }
-      qsort(ts, 5, sizeof ts[0], cmp);
+      double med = bench_median(ts, 5);
       printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mode ? "per+noisy" : "uniform",
-             ts[2] * 1e6, 1 / ts[2], st.loss_last);
+             med * 1e6, 1 / med, st.loss_last);
       fflush(stdout);
       learner_destroy(l);
     }

@@ -20,14 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "dqnd.h"
 #include "philox.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ------------------------------------------------ raw nng echo (the peer) */
 
@@ -69,7 +64,7 @@ static double echo_rtt(const char *url, size_t req_len, size_t rep_len, int iter
     nng_recvmsg(c, &m, 0);
     nng_msg_free(m);
   }
-  double t0 = now();
+  double t0 = bench_now();
   for (int i = 0; i < iters; i++) {
     nng_msg *m;
     nng_msg_alloc(&m, req_len);
@@ -78,7 +73,7 @@ static double echo_rtt(const char *url, size_t req_len, size_t rep_len, int iter
     nng_recvmsg(c, &m, 0);
     nng_msg_free(m);
   }
-  double t = (now() - t0) / iters;
+  double t = (bench_now() - t0) / iters;
   nng_close(c);
   nng_close(e.s);
   pthread_join(th, NULL);
@@ -176,9 +171,9 @@ int main(int argc, char **argv) {
   dqnd_reply_free(rep);
   int iters = quick ? 2000 : 20000;
   for (int i = 0; i < 1000; i++) dqnd_health(c, NULL, NULL);
-  double t0 = now();
+  double t0 = bench_now();
   for (int i = 0; i < iters; i++) dqnd_health(c, NULL, NULL);
-  double t_health = (now() - t0) / iters;
+  double t_health = (bench_now() - t0) / iters;
   double t_echo = echo_rtt(echo_url, req_len, rep_len, iters);
   printf("health round trip: dqnd %.1f us, raw nng echo %.1f us (%zu/%zu bytes): ratio %.2fx (goal <= 1.3x)\n",
          t_health * 1e6, t_echo * 1e6, req_len, rep_len, t_health / t_echo);
@@ -195,28 +190,28 @@ int main(int argc, char **argv) {
   fill(r, N, 3);
   for (int i = 0; i < N; i++) a[i] = i % 81;
   learner_transitions_t t = {N, s, a, r, s2, d, NULL};
-  t0 = now();
+  t0 = bench_now();
   for (int k = 0; k < rounds; k++)
     if (dqnd_submit(c, "sub", S, &t, NULL)) {
       fprintf(stderr, "submit: %s\n", dqnd_last_error(c));
       return 1;
     }
-  double rpc_tps = (double)N * rounds / (now() - t0);
+  double rpc_tps = (double)N * rounds / (bench_now() - t0);
   /* two connections: the client's encoding overlaps the daemon's copying */
   subm_t sm[2] = {{url, &t, rounds / 2, 0}, {url, &t, rounds / 2, 0}};
   pthread_t sth[2];
-  t0 = now();
+  t0 = bench_now();
   for (int k = 0; k < 2; k++) pthread_create(&sth[k], NULL, submit_thread, &sm[k]);
   for (int k = 0; k < 2; k++) pthread_join(sth[k], NULL);
-  double rpc2_tps = (double)N * (rounds / 2) * 2 / (now() - t0);
+  double rpc2_tps = (double)N * (rounds / 2) * 2 / (bench_now() - t0);
   learner_config_t cfg;
   learner_config_default(&cfg);
   learner_t *l;
   char err[256];
   learner_create(&cfg, LEARNER_BACKEND_CPU, &l, err, sizeof err);
-  t0 = now();
+  t0 = bench_now();
   for (int k = 0; k < rounds; k++) learner_submit(l, &t, err, sizeof err);
-  double local_tps = (double)N * rounds / (now() - t0);
+  double local_tps = (double)N * rounds / (bench_now() - t0);
   printf("submit (batches of %d, %zu bytes each): dqnd over ipc %.2fM transitions/s with one connection, %.2fM/s "
          "with two; in-process %.2fM/s (goal >= 1M/s over ipc)\n",
          N, (size_t)N * (S * 8 + 9), rpc_tps / 1e6, rpc2_tps / 1e6, local_tps / 1e6);
@@ -245,12 +240,12 @@ int main(int argc, char **argv) {
   /* interleaved, so drift in the machine's speed hits both alike */
   double t_rpc = 0, t_loc = 0;
   for (int k = 0; k < reps; k++) {
-    t0 = now();
+    t0 = bench_now();
     dqnd_step(c, "st", 100, &st);
-    t_rpc += now() - t0;
-    t0 = now();
+    t_rpc += bench_now() - t0;
+    t0 = bench_now();
     learner_step(ls, 100, &st, err, sizeof err);
-    t_loc += now() - t0;
+    t_loc += bench_now() - t0;
   }
   double rpc_sps = 100.0 * reps / t_rpc, local_sps = 100.0 * reps / t_loc;
   printf("step(n=100), %lld-parameter net, batch 64: over RPC %.0f steps/s, in-process %.0f steps/s: %.1f%% "
