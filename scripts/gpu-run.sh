@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run on the GPU machine (see scripts/gpu-prepare.sh): the gpu suite, each
 # test's log under $OUT (or ./gpu-logs), a summary line per test, and with
-# --peer the PyTorch peer's step times on the same GPU (fp32 and TF32).
+# --peer dqnd's GPU step benchmark followed by the PyTorch peer's step times on
+# the same GPU in the same call (fp32; TF32 too with PEER_TF32=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -15,6 +16,9 @@ for t in build/tests/test-gpu-*; do
   echo "$name: $r"; [ "$r" = ok ] || tail -5 "$out/$name.log"
 done
 echo "gpu suite: $pass passed, $fail failed, $skip skipped"
+if [ "${1:-}" = --peer ] && [ -x build/tests/bench/bench-gpu-step ]; then
+  build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | tee "$out/bench-gpu.log"
+fi
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}
   PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'

@@ -3,8 +3,8 @@
  * config at several batch sizes (uniform replay without noise, like the
  * PyTorch peer; and PER + NoisyNet), the replay filled with random
  * transitions. Timed over Step(n) calls (the graph replayed n times, one sync
- * at the end), median of 5. tests/bench/run-gpu-bench.sh runs it beside the
- * peer in the same call. Exits 77 with no usable GPU.
+ * at the end), median of 5. `scripts/gpu-run.sh --peer` runs it beside the
+ * PyTorch peer in the same call. Exits 77 with no usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
