@@ -39,25 +39,41 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   int m0 = blockIdx.y * TILE, n0 = blockIdx.x * TILE;
   float acc[RT][RT] = {{0}};
-  for (int k0 = 0; k0 < K; k0 += KT) {
-    /* consecutive threads walk the operand's unit-stride dimension, so every
-     * load is coalesced whether the operand is k-major (X W^T) or m/n-major
-     * (dY^T X, dY W) */
-    for (int i = tid; i < TILE * KT; i += 256) {
-      int mm, kk;
+  /* Each thread moves LPT elements of each operand per K tile; the next
+   * tile's loads are issued into registers before this tile's arithmetic, so
+   * their latency overlaps the FMAs (the accumulation order is unchanged).
+   * Consecutive threads walk the operand's unit-stride dimension, so loads
+   * are coalesced whether it is k-major (X W^T) or m/n-major (dY^T X, dY W). */
+  constexpr int LPT = TILE * KT / 256;
+  float ra[LPT], rb[LPT];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int l = 0; l < LPT; l++) {
+      int i = tid + l * 256, mm, kk;
       if (sak == 1) mm = i / KT, kk = i % KT;
       else kk = i / TILE, mm = i % TILE;
       int gm = m0 + mm, gk = k0 + kk;
-      as[kk][mm] = (gm < M && gk < K) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
-    }
-    for (int i = tid; i < TILE * KT; i += 256) {
-      int nn, kk;
+      ra[l] = (gm < M && gk < K) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
+      int nn;
       if (sbk == 1) nn = i / KT, kk = i % KT;
       else kk = i / TILE, nn = i % TILE;
-      int gn = n0 + nn, gk = k0 + kk;
-      bs[kk][nn] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
+      int gn = n0 + nn;
+      gk = k0 + kk;
+      rb[l] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
+    }
+  };
+  load(0);
+  for (int k0 = 0; k0 < K; k0 += KT) {
+#pragma unroll
+    for (int l = 0; l < LPT; l++) {
+      int i = tid + l * 256;
+      if (sak == 1) as[i % KT][i / KT] = ra[l];
+      else as[i / TILE][i % TILE] = ra[l];
+      if (sbk == 1) bs[i % KT][i / KT] = rb[l];
+      else bs[i / TILE][i % TILE] = rb[l];
     }
     __syncthreads();
+    if (k0 + KT < K) load(k0 + KT);
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
       float av[RT], bv[RT];
