@@ -37,12 +37,22 @@ __global__ void noisy_grad_kernel(const float *__restrict__ gw, const float *__r
   if (k < out) gsb[k] = gb[k] * fo[k];
 }
 
-/* db[n] = sum_r dY[r, n], rows in order */
-__global__ void colsum_kernel(const float *__restrict__ Y, float *__restrict__ db, int rows, int N) {
+/* db[n] = sum_r dY[r, n]: row chunk z (blockIdx.y) summed in order into
+ * out[z][n]; with one chunk, out is db itself */
+__global__ void colsum_kernel(const float *__restrict__ Y, float *__restrict__ out, int rows, int N, int chunk) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  int r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
+  float s = 0.0f;
+  for (int r = r0; r < r1; r++) s += Y[(size_t)r * N + n];
+  out[(size_t)blockIdx.y * N + n] = s;
+}
+
+__global__ void colsum_final_kernel(const float *__restrict__ part, float *__restrict__ db, int S, int N) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   float s = 0.0f;
-  for (int r = 0; r < rows; r++) s += Y[(size_t)r * N + n];
+  for (int z = 0; z < S; z++) s += part[(size_t)z * N + n];
   db[n] = s;
 }
 
@@ -152,6 +162,13 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   size_t need = 2 * b * L->S + 2 * (size_t)L->n_params + 2 * N + b * L->Z + b * (size_t)nmax * L->Z +
                 b * ((size_t)L->VH + L->H2 + L->H1 + L->AH) + 3 * b /* r, done, w */ + 2 * b /* loss_i, qsum */ + 2 +
                 b /* a */ + (size_t)L->D * b /* best */;
+  size_t widest = 0;
+  for (int li = 0; li < L->n_layers; li++) {
+    size_t w = (size_t)L->layer[li].in * L->layer[li].out;
+    widest = w > widest ? w : widest;
+  }
+  ws->splitk_floats = 16 * widest;
+  need += ws->splitk_floats;
   cudaError_t e = cudaMalloc(&ws->mem, need * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = ws->mem;
@@ -173,7 +190,8 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   ws->loss = p, p += 1;
   ws->q_taken = p, p += 1;
   ws->a = (int32_t *)p, p += b;
-  ws->best = (int32_t *)p;
+  ws->best = (int32_t *)p, p += (size_t)L->D * b;
+  ws->splitk = p;
   return 0;
 }
 
@@ -207,12 +225,20 @@ extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, con
   return 0;
 }
 
-/* dW[out,in] = dY^T X, db = colsum dY, dX (+)= dY W (dX may be NULL) */
+/* dW[out,in] = dY^T X (K = rows: split), db = colsum dY (split rows),
+ * dX (+)= dY W (dX may be NULL). scratch: >= 16 * max(out * in, out) floats. */
 static int linear_backward(const float *dY, const float *X, const float *W, float *dX, int dx_acc, float *dW,
-                           float *db, int rows, int in, int out, cudaStream_t st) {
-  TRY(cuda_gemm(out, in, rows, dY, 1, out, X, in, 1, dW, 0, NULL, NULL, 0.0f, st));
-  colsum_kernel<<<(out + 127) / 128, 128, 0, st>>>(dY, db, rows, out);
+                           float *db, int rows, int in, int out, float *scratch, size_t scratch_floats,
+                           cudaStream_t st) {
+  TRY(cuda_gemm_split(out, in, rows, dY, 1, out, X, in, 1, dW, 0, NULL, NULL, 0.0f, scratch, scratch_floats, st));
+  int S = rows >= 512 ? (rows / 256 < 16 ? rows / 256 : 16) : 1, chunk = (rows + S - 1) / S;
+  dim3 cg((unsigned)((out + 127) / 128), (unsigned)S);
+  colsum_kernel<<<cg, 128, 0, st>>>(dY, S > 1 ? scratch : db, rows, out, chunk);
   TRY(cudaGetLastError());
+  if (S > 1) {
+    colsum_final_kernel<<<(out + 127) / 128, 128, 0, st>>>(scratch, db, S, out);
+    TRY(cudaGetLastError());
+  }
   if (dX) TRY(cuda_gemm(rows, in, out, dY, out, 1, W, in, 1, dX, dx_acc, NULL, NULL, 0.0f, st));
   return 0;
 }
@@ -251,27 +277,25 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
     if (!grad) continue;
     const net_layer_t *l1 = &L->layer[NET_BRANCH(d, 1)], *l2 = &L->layer[NET_BRANCH(d, 2)];
     TRY(linear_backward(ws->dA, ws->on.hb[d], won + l2->off_w, ws->dhb, 0, grad + l2->off_w, grad + l2->off_b, B,
-                        L->AH, nz, st));
+                        L->AH, nz, ws->splitk, ws->splitk_floats, st));
     TRY(lrelu_back(ws->dhb, ws->on.ab[d], (size_t)B * L->AH, hp->slope, st));
     TRY(linear_backward(ws->dhb, ws->on.h, won + l1->off_w, ws->dh, d > 0, grad + l1->off_w, grad + l1->off_b, B,
-                        L->H2, L->AH, st));
+                        L->H2, L->AH, ws->splitk, ws->splitk_floats, st));
   }
   batch_loss_kernel<<<1, 32, 0, st>>>(ws->loss_i, qsum, ws->w, B, D, ws->loss, ws->q_taken);
   TRY(cudaGetLastError());
   if (!grad) return 0;
   const net_layer_t *v1 = &L->layer[NET_VALUE1], *v2 = &L->layer[NET_VALUE2];
-  TRY(linear_backward(ws->dV, ws->on.hv, won + v2->off_w, ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B, L->VH, Z,
-                      st));
+  TRY(linear_backward(ws->dV, ws->on.hv, won + v2->off_w, ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B, L->VH, Z, ws->splitk, ws->splitk_floats, st));
   TRY(lrelu_back(ws->dhv, ws->on.av, (size_t)B * L->VH, hp->slope, st));
   TRY(linear_backward(ws->dhv, ws->on.h, won + v1->off_w, ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B, L->H2,
-                      L->VH, st));
+                      L->VH, ws->splitk, ws->splitk_floats, st));
   const net_layer_t *t1 = &L->layer[NET_TRUNK1], *t2 = &L->layer[NET_TRUNK2];
   TRY(lrelu_back(ws->dh, ws->on.a2, (size_t)B * L->H2, hp->slope, st));
   TRY(linear_backward(ws->dh, ws->on.h1, won + t2->off_w, ws->dh1, 0, grad + t2->off_w, grad + t2->off_b, B, L->H1,
-                      L->H2, st));
+                      L->H2, ws->splitk, ws->splitk_floats, st));
   TRY(lrelu_back(ws->dh1, ws->on.a1, (size_t)B * L->H1, hp->slope, st));
-  TRY(linear_backward(ws->dh1, ws->x, won + t1->off_w, NULL, 0, grad + t1->off_w, grad + t1->off_b, B, L->S, L->H1,
-                      st));
+  TRY(linear_backward(ws->dh1, ws->x, won + t1->off_w, NULL, 0, grad + t1->off_w, grad + t1->off_b, B, L->S, L->H1, ws->splitk, ws->splitk_floats, st));
   if (noisy)
     for (int li = 0; li < L->n_layers; li++) {
       const net_layer_t *l = &L->layer[li];

@@ -31,6 +31,8 @@ typedef struct cuda_dqn_ws {
   float *dV, *dA, *dhv, *dh, *dh1, *dhb;
   float *loss_i, *loss, *q_taken; /* [B], [1], [1] */
   int32_t *best;                  /* [D, B] */
+  float *splitk;                  /* split-K partial sums of the weight gradients */
+  size_t splitk_floats;
   float *mem;
 } cuda_dqn_ws_t;
 

@@ -34,10 +34,13 @@
  * each C element is summed over k in order by one thread: deterministic. */
 __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, int sam, int sak,
                             const float *__restrict__ B, int sbk, int sbn, float *__restrict__ C, int accumulate,
-                            const float *__restrict__ bias, float *__restrict__ H, float slope) {
+                            const float *__restrict__ bias, float *__restrict__ H, float slope, int kchunk,
+                            float *__restrict__ partial) {
   __shared__ float as[KT][TILE + 1], bs[KT][TILE + 1];
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   int m0 = blockIdx.y * TILE, n0 = blockIdx.x * TILE;
+  /* split K: block z sums k in [kb, ke) into partial[z] (no epilogue) */
+  int kb = blockIdx.z * kchunk, ke = min(K, kb + kchunk);
   float acc[RT][RT] = {{0}};
   /* Each thread moves LPT elements of each operand per K tile; the next
    * tile's loads are issued into registers before this tile's arithmetic, so
@@ -53,17 +56,17 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
       if (sak == 1) mm = i / KT, kk = i % KT;
       else kk = i / TILE, mm = i % TILE;
       int gm = m0 + mm, gk = k0 + kk;
-      ra[l] = (gm < M && gk < K) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
+      ra[l] = (gm < M && gk < ke) ? A[(size_t)gm * sam + (size_t)gk * sak] : 0.0f;
       int nn;
       if (sbk == 1) nn = i / KT, kk = i % KT;
       else kk = i / TILE, nn = i % TILE;
       int gn = n0 + nn;
       gk = k0 + kk;
-      rb[l] = (gn < N && gk < K) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
+      rb[l] = (gn < N && gk < ke) ? B[(size_t)gk * sbk + (size_t)gn * sbn] : 0.0f;
     }
   };
-  load(0);
-  for (int k0 = 0; k0 < K; k0 += KT) {
+  load(kb);
+  for (int k0 = kb; k0 < ke; k0 += KT) {
 #pragma unroll
     for (int l = 0; l < LPT; l++) {
       int i = tid + l * 256;
@@ -73,7 +76,7 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
       else bs[i / TILE][i % TILE] = rb[l];
     }
     __syncthreads();
-    if (k0 + KT < K) load(k0 + KT);
+    if (k0 + KT < ke) load(k0 + KT);
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
       float av[RT], bv[RT];
@@ -98,12 +101,30 @@ __global__ void gemm_kernel(int M, int N, int K, const float *__restrict__ A, in
       int n = n0 + tx * RT + j;
       if (n >= N) continue;
       float v = acc[i][j];
+      if (partial) {
+        partial[((size_t)blockIdx.z * M + m) * N + n] = v;
+        continue;
+      }
       if (accumulate) v += C[(size_t)m * N + n];
       if (bias) v += bias[n];
       C[(size_t)m * N + n] = v;
       if (H) H[(size_t)m * N + n] = v > 0.0f ? v : slope * v;
     }
   }
+}
+
+/* C = sum over z of partial[z] in order (+ C, + bias, H = LeakyReLU) */
+__global__ void splitk_reduce_kernel(const float *__restrict__ partial, int S, int M, int N, float *__restrict__ C,
+                                     int accumulate, const float *__restrict__ bias, float *__restrict__ H,
+                                     float slope) {
+  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x, MN = (size_t)M * N;
+  if (e >= MN) return;
+  float v = 0.0f;
+  for (int z = 0; z < S; z++) v += partial[(size_t)z * MN + e];
+  if (accumulate) v += C[e];
+  if (bias) v += bias[e % N];
+  C[e] = v;
+  if (H) H[e] = v > 0.0f ? v : slope * v;
 }
 
 /* One block per row: logits[a][z] = V[z] + A[a][z] - mean_a A[a][z], then
@@ -149,11 +170,31 @@ __global__ void c51_q_values_kernel(const float *__restrict__ logp, float *__res
 
 // launchers
 
+extern "C" int cuda_gemm_split(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk,
+                               int sbn, float *C, int accumulate, const float *bias, float *H, float slope,
+                               float *scratch, size_t scratch_floats, cudaStream_t st) {
+  /* a long K (the weight gradients' K is the batch) is cut into chunks of at
+   * least 256, summed by separate blocks, then added in a fixed order */
+  int S = 1;
+  if (scratch && K >= 512) {
+    S = K / 256 < 16 ? K / 256 : 16;
+    while (S > 1 && (size_t)S * M * N > scratch_floats) S--;
+  }
+  int kchunk = S > 1 ? ((K + S - 1) / S + KT - 1) / KT * KT : K;
+  if (S > 1) S = (K + kchunk - 1) / kchunk;
+  dim3 block(16, 16), grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE, S);
+  gemm_kernel<<<grid, block, 0, st>>>(M, N, K, A, sam, sak, B, sbk, sbn, C, accumulate, bias, H, slope, kchunk,
+                                      S > 1 ? scratch : NULL);
+  cudaError_t e = cudaGetLastError();
+  if (e || S == 1) return (int)e;
+  size_t MN = (size_t)M * N;
+  splitk_reduce_kernel<<<(unsigned)((MN + 255) / 256), 256, 0, st>>>(scratch, S, M, N, C, accumulate, bias, H, slope);
+  return (int)cudaGetLastError();
+}
+
 extern "C" int cuda_gemm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn,
                          float *C, int accumulate, const float *bias, float *H, float slope, cudaStream_t st) {
-  dim3 block(16, 16), grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
-  gemm_kernel<<<grid, block, 0, st>>>(M, N, K, A, sam, sak, B, sbk, sbn, C, accumulate, bias, H, slope);
-  return (int)cudaGetLastError();
+  return cuda_gemm_split(M, N, K, A, sam, sak, B, sbk, sbn, C, accumulate, bias, H, slope, NULL, 0, st);
 }
 
 /* Y[rows, N] = X[rows, K] W[N, K]^T + b, H = LeakyReLU(Y) */

@@ -29,6 +29,13 @@ typedef struct cuda_acts {
 int cuda_gemm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn, float *C,
               int accumulate, const float *bias, float *H, float slope, cudaStream_t stream);
 
+/* The same, with K split over up to 16 block groups when K >= 512 and the
+ * partial sums fit in scratch (scratch_floats floats); the parts are added
+ * in a fixed order, so results stay deterministic. */
+int cuda_gemm_split(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn,
+                    float *C, int accumulate, const float *bias, float *H, float slope, float *scratch,
+                    size_t scratch_floats, cudaStream_t stream);
+
 /* Device buffers for `rows` inputs; 0 or a cudaError_t. */
 int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows);
 void cuda_acts_free(cuda_acts_t *A);
