@@ -42,18 +42,6 @@ const char *dqnd_strerror(int code) {
   return "UNKNOWN";
 }
 
-void dqnd_default_url(char *buf, size_t n) {
-  const char *rd = getenv("RUNTIME_DIRECTORY"), *xdg = getenv("XDG_RUNTIME_DIR");
-  if (rd && *rd)
-    snprintf(buf, n, "ipc://%.*s/dqnd.sock", (int)strcspn(rd, ":"), rd);
-  else if (xdg && *xdg)
-    snprintf(buf, n, "ipc://%s/dqnd.sock", xdg);
-  else if (geteuid() == 0)
-    snprintf(buf, n, "ipc:///run/dqnd/dqnd.sock");
-  else
-    snprintf(buf, n, "ipc:///tmp/dqnd-%u/dqnd.sock", (unsigned)geteuid());
-}
-
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen) {
   *out = NULL;
   dqnd_client_t *c = calloc(1, sizeof *c);

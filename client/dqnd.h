@@ -35,8 +35,8 @@ typedef struct dqnd_client dqnd_client_t;
 
 /* "OK", "INVALID_ARGUMENT", ..., "ETIMEDOUT" */
 const char *dqnd_strerror(int code);
-/* The daemon's default ipc URL for this user (same rule as dqnd). */
-void dqnd_default_url(char *buf, size_t n);
+/* The daemon's default ipc URL for this user (the same rule as dqnd). */
+#include "default_url.h"
 
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen);
 void dqnd_close(dqnd_client_t *c);

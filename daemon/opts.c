@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "default_url.h"
 #include "dqnd_build_config.h"
 
 typedef enum { OT_STR, OT_INT32, OT_INT64, OT_LISTEN } opt_type_t;
@@ -45,20 +46,6 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
   vsnprintf(err, n, fmt, ap);
   va_end(ap);
   return -1;
-}
-
-void opts_default_url(char *buf, size_t n) {
-  const char *rd = getenv("RUNTIME_DIRECTORY"), *xdg = getenv("XDG_RUNTIME_DIR");
-  if (rd && *rd) {
-    /* systemd may list several, separated by ':' */
-    size_t k = strcspn(rd, ":");
-    snprintf(buf, n, "ipc://%.*s/dqnd.sock", (int)k, rd);
-  } else if (xdg && *xdg)
-    snprintf(buf, n, "ipc://%s/dqnd.sock", xdg);
-  else if (geteuid() == 0)
-    snprintf(buf, n, "ipc:///run/dqnd/dqnd.sock");
-  else
-    snprintf(buf, n, "ipc:///tmp/dqnd-%u/dqnd.sock", (unsigned)geteuid());
 }
 
 static void default_state_dir(char *buf, size_t n) {
@@ -130,7 +117,7 @@ static int check(dqnd_opts_t *o, char *err, size_t errlen) {
       strcmp(o->log_level, "debug"))
     return fail(err, errlen, "log-level: '%s' is not error, warn, info or debug", o->log_level);
   if (o->n_listen == 0) {
-    opts_default_url(o->listen[0], sizeof o->listen[0]);
+    dqnd_default_url(o->listen[0], sizeof o->listen[0]);
     o->n_listen = 1;
   }
   return 0;
@@ -175,7 +162,7 @@ void opts_usage(FILE *f) {
           "  --config FILE           read 'option = value' lines (command line wins)\n"
           "  --help, --version\n");
   char url[600], sd[1024];
-  opts_default_url(url, sizeof url);
+  dqnd_default_url(url, sizeof url);
   default_state_dir(sd, sizeof sd);
   dqnd_opts_t d;
   opts_default(&d);

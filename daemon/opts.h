@@ -39,9 +39,5 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen);
 int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, size_t errlen);
 void opts_usage(FILE *f);
-/* The embedded default socket: ipc://$RUNTIME_DIRECTORY/dqnd.sock, else
- * $XDG_RUNTIME_DIR/dqnd.sock, else /run/dqnd/dqnd.sock as root, else
- * /tmp/dqnd-$UID/dqnd.sock. Clients use the same rule. */
-void opts_default_url(char *buf, size_t n);
 
 #endif
