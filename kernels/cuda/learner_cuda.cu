@@ -272,6 +272,11 @@ static int64_t cuda_memory_estimate(const learner_config_t *c);
 extern "C" void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
 
 static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
+  if (c->tensor_cores) {
+    /* refused rather than silently run in fp32: the TF32 tiles are issue 5's */
+    snprintf(err, errlen, "tensor_cores: TF32 kernels are not in this build; use tensor_cores=0 (fp32)");
+    return LEARNER_EUNSUPPORTED;
+  }
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
     snprintf(err, errlen, "cuda: cannot query device memory");
