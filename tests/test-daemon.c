@@ -390,7 +390,26 @@ START_TEST(test_bad_input) {
   fseek(f, 300, SEEK_SET);
   fputc(0x5a, f);
   fclose(f);
-  expect(c, dqnd_load_checkpoint_file(c, "victim", local, 0, NULL, 0), 15, "", "load corrupted upload");
+  /* a corrupted file: its section CRC32C catches it */
+  expect(c, dqnd_load_checkpoint_file(c, "victim", local, 0, NULL, 0), 15, "CRC32C", "load corrupted file");
+  /* damage in transit: the whole-file CRC-32 sent with the last chunk catches it */
+  {
+    FILE *cf = fopen(ck.path, "rb");
+    static uint8_t data[1 << 20];
+    size_t len = fread(data, 1, sizeof data, cf);
+    fclose(cf);
+    Dqnd__V1__LoadCheckpoint up = DQND__V1__LOAD_CHECKPOINT__INIT;
+    up.name = "victim";
+    up.data = (ProtobufCBinaryData){len, data};
+    up.total = len;
+    up.last = 1;
+    up.crc32 = learner_crc32(0, data, len) ^ 1u;
+    Dqnd__V1__Request lr = DQND__V1__REQUEST__INIT;
+    lr.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
+    lr.load_checkpoint = &up;
+    expect(c, dqnd_call(c, &lr, &rep), 15, "crc32", "upload with a wrong CRC-32");
+    dqnd_reply_free(rep);
+  }
   same_state(c, "checkpoints");
 
   /* envelope: version, garbage, unknown command, oversized */
