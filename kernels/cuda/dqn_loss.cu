@@ -63,8 +63,11 @@ __global__ void lrelu_backward_kernel(float *__restrict__ dh, const float *__res
 }
 
 /* One block per sample i, one branch d: Double-DQN action, projected target,
- * cross-entropy, dlogits -> dV (+=) and dA_d. Serial over atoms where the CPU
- * is, so the sums run in the same order. Shared: m[Z], q[n] (n <= 4096). */
+ * cross-entropy, dlogits -> dV (+=) and dA_d. The projection is a gather:
+ * thread z adds the contributions of source atoms j in ascending j, which is
+ * the order in which c51_project's scatter adds them, so each m[z] gets the
+ * same sum; the three short reductions (CE, Q, sum m) stay serial in index
+ * order. Shared: q[n] (n <= 4096) after 6 arrays of Z. */
 __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const float *__restrict__ lp_tg,
                                        const int32_t *__restrict__ a, const float *__restrict__ r,
                                        const float *__restrict__ done, const float *__restrict__ w, int B, int d,
@@ -74,9 +77,10 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
                                        float *__restrict__ loss_i, float *__restrict__ qsum_i,
                                        int32_t *__restrict__ best_out) {
   extern __shared__ float sh[];
-  float *m = sh, *q = sh + Z;
-  __shared__ int ad_s;
-  __shared__ float g[256];
+  float *m = sh, *pj = sh + Z, *bj = sh + 2 * Z, *ez = sh + 3 * Z, *g = sh + 4 * Z, *q = sh + 6 * Z;
+  int *lj = (int *)(sh + 5 * Z);
+  __shared__ int best_s, ad_s;
+  __shared__ float c_s, msum_s;
   int i = blockIdx.x, nz = n * Z;
   float dz = (vmax - vmin) / (float)(Z - 1);
   const float *lp_s = lp_on + (size_t)i * nz;          /* online, s */
@@ -93,42 +97,62 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
     int bst = 0;
     for (int k = 1; k < n; k++)
       if (q[k] > q[bst]) bst = k;
+    best_s = bst;
     best_out[(size_t)d * B + i] = bst;
     ad_s = (a[i] / radix_after) % n; /* first branch most significant */
-    /* projection of r + gamma (1 - done) z onto the support, as c51_project */
-    for (int z = 0; z < Z; z++) m[z] = 0.0f;
-    float gamma = gamma_dev ? *gamma_dev : gamma_arg;
-    float disc = gamma * (1.0f - done[i]);
+  }
+  __syncthreads();
+  int bst = best_s, ad = ad_s;
+  float gamma = gamma_dev ? *gamma_dev : gamma_arg;
+  float disc = gamma * (1.0f - done[i]);
+  const float *lp = lp_s + (size_t)ad * Z;
+  /* source atoms: probability and position on the support (c51_project) */
+  for (int j = threadIdx.x; j < Z; j += blockDim.x) {
+    pj[j] = expf(lt_s2[bst * Z + j]);
+    float tz = r[i] + disc * (vmin + dz * (float)j);
+    float t = tz < vmin ? vmin : (tz > vmax ? vmax : tz);
+    float b = (t - vmin) / dz;
+    int l = (int)floorf(b), u = (int)ceilf(b);
+    l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
+    u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
+    bj[j] = b;
+    lj[j] = l | (u << 16);
+    ez[j] = expf(lp[j]);
+  }
+  __syncthreads();
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    float acc = 0.0f;
     for (int j = 0; j < Z; j++) {
-      float p = expf(lt_s2[bst * Z + j]);
-      float tz = r[i] + disc * (vmin + dz * (float)j);
-      float t = tz < vmin ? vmin : (tz > vmax ? vmax : tz);
-      float bj = (t - vmin) / dz;
-      int l = (int)floorf(bj), u = (int)ceilf(bj);
-      l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
-      u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
+      int l = lj[j] & 0xffff, u = lj[j] >> 16;
       if (l == u) {
-        m[l] += p;
+        if (l == z) acc += pj[j];
       } else {
-        m[l] += p * ((float)u - bj);
-        m[u] += p * (bj - (float)l);
+        if (l == z) acc += pj[j] * ((float)u - bj[j]);
+        if (u == z) acc += pj[j] * (bj[j] - (float)l);
       }
     }
-    const float *lp = lp_s + (size_t)ad_s * Z;
+    m[z] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
     float ce = 0.0f, qa = 0.0f, msum = 0.0f;
     for (int z = 0; z < Z; z++) {
       ce -= m[z] * lp[z];
-      qa += expf(lp[z]) * (vmin + dz * (float)z);
+      qa += ez[z] * (vmin + dz * (float)z);
       msum += m[z];
     }
     loss_i[i] = (d == 0 ? 0.0f : loss_i[i]) + ce / (float)D;
     qsum_i[i] = (d == 0 ? 0.0f : qsum_i[i]) + qa;
-    float c = w[i] / ((float)B * (float)D);
-    for (int z = 0; z < Z; z++) g[z] = c * (expf(lp[z]) * msum - m[z]);
+    c_s = w[i] / ((float)B * (float)D);
+    msum_s = msum;
   }
   __syncthreads();
-  int ad = ad_s;
-  for (int z = threadIdx.x; z < Z; z += blockDim.x) dV[(size_t)i * Z + z] = (d == 0 ? 0.0f : dV[(size_t)i * Z + z]) + g[z];
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    float gz = c_s * (ez[z] * msum_s - m[z]);
+    g[z] = gz;
+    dV[(size_t)i * Z + z] = (d == 0 ? 0.0f : dV[(size_t)i * Z + z]) + gz;
+  }
+  __syncthreads();
   for (int k = threadIdx.x; k < nz; k += blockDim.x) {
     int act = k / Z, z = k % Z;
     dA[(size_t)i * nz + k] = (act == ad ? g[z] : 0.0f) - g[z] / (float)n;
@@ -267,7 +291,7 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
   for (int d = D - 1; d > 0; d--) radix_after *= L->n[d];
   for (int d = 0; d < D; d++) {
     int n = L->n[d], nz = n * Z;
-    size_t shm = sizeof(float) * (size_t)(Z + n);
+    size_t shm = sizeof(float) * (size_t)(6 * Z + n);
     c51_loss_branch_kernel<<<B, 128, shm, st>>>(ws->on.logp[d], ws->tg.logp[d], ws->a, ws->r, ws->done, ws->w, B, d,
                                                 D, n, Z, radix_after, hp->gamma, hp->gamma_dev, hp->v_min, hp->v_max,
                                                 hp->double_dqn,
