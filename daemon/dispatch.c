@@ -374,6 +374,27 @@ static int check_submit(server_t *s, trainer_t *t, const req_t *r, char *err, si
   return learner_transitions_validate(&t->cfg, &tr, err, errlen) ? 3 : 0;
 }
 
+/* Continuous training: steps owed accrue as samples_per_insert x inserted /
+ * batch and are paid right after the submit, on this worker, so later
+ * commands queue behind them (the rate limit). Fractions carry over. */
+static void continuous_train(trainer_t *t, uint32_t inserted, int64_t replay_size) {
+  learner_hparams_t hp;
+  learner_get_hparams(t->l, &hp);
+  if (!(hp.samples_per_insert > 0)) return;
+  int batch = t->cfg.batch;
+  if (replay_size < batch || replay_size < hp.min_replay) return;
+  t->train_credit += (double)hp.samples_per_insert * inserted / batch;
+  int n = (int)t->train_credit;
+  if (n <= 0) return;
+  t->train_credit -= n;
+  char err[512];
+  int rc = learner_step(t->l, n, NULL, err, sizeof err);
+  if (rc) {
+    note_learner_error(t, rc, err);
+    log_warn(t->name, "continuous training: %s", err);
+  }
+}
+
 static void run_submit(server_t *s, trainer_t *t, rpc_call_t *c) {
   const Dqnd__V1__SubmitTransitions *m = rpc_request(c)->submit_transitions;
   learner_transitions_t tr = {(int64_t)m->count, (const float *)m->states.data, (const int32_t *)m->actions.data,
@@ -394,7 +415,9 @@ static void run_submit(server_t *s, trainer_t *t, rpc_call_t *c) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_SUBMIT;
   r.submit = &sr;
-  reply_ok(c, &r);
+  uint32_t inserted = m->count;
+  reply_ok(c, &r); /* the driver goes on streaming while this worker trains */
+  continuous_train(t, inserted, st.replay_size);
 }
 
 static int check_step(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {

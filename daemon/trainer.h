@@ -25,6 +25,7 @@ struct trainer {
   char error[256];       /* non-empty: error state, commands answer UNAVAILABLE */
   double last_active;
   int removed;
+  double train_credit; /* continuous training: steps owed (worker only) */
 };
 
 /* Valid names: [A-Za-z0-9_.-]{1,64}, not starting with '.'. */

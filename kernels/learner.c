@@ -91,6 +91,9 @@ const learner_field_t learner_fields[] = {
     {"per_beta0", LCF_FLOAT, HF(per_beta0), 0, 1, 1, "PER IS exponent at step 0"},
     {"per_beta_steps", LCF_INT64, HF(per_beta_steps), 0, 1e15, 1, "steps to anneal beta to 1"},
     {"per_eps", LCF_FLOAT, HF(per_eps), 1e-12, 1, 1, "PER priority epsilon"},
+    {"samples_per_insert", LCF_FLOAT, HF(samples_per_insert), 0, 1e6, 1,
+     "daemon: train as data arrives, this many samples per inserted transition (0 = off)"},
+    {"min_replay", LCF_INT64, HF(min_replay), 0, 1LL << 40, 1, "daemon: transitions held before continuous training starts"},
 };
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 

@@ -67,6 +67,13 @@ typedef struct learner_hparams {
   float per_beta0;      /* IS exponent at step 0, annealed linearly to 1 ... */
   int64_t per_beta_steps; /* ... over this many steps (0 = stay at beta0) */
   float per_eps;        /* priority = (loss_i + per_eps)^alpha */
+  /* Continuous training (read by the daemon, not by the learner): after each
+   * SubmitTransitions the trainer runs steps so that samples drawn (steps x
+   * batch) keep pace with samples_per_insert x transitions inserted, once the
+   * replay holds min_replay transitions (Reverb's rate limiter, in spirit).
+   * 0 = off: steps run only on Step. */
+  float samples_per_insert;
+  int64_t min_replay;
 } learner_hparams_t;
 
 typedef struct learner_config {

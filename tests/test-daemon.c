@@ -824,6 +824,40 @@ START_TEST(test_timers_sighup_tcp) {
 }
 END_TEST
 
+/* ------------------------------------------------- continuous training */
+
+START_TEST(test_continuous_training) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  const char *f[N_SMALL + 2];
+  for (int i = 0; i < N_SMALL; i++) f[i] = small_fields[i];
+  f[N_SMALL] = "samples_per_insert=2";
+  f[N_SMALL + 1] = "min_replay=50";
+  ck_assert_int_eq(dqnd_create_trainer(c, "stream", f, N_SMALL + 2, NULL, NULL), 0);
+  batch_t b;
+  for (int k = 0; k < 10; k++) {
+    make_batch(&b, 30, (uint64_t)(k + 1));
+    ck_assert_int_eq(submit(c, "stream", &b), 0);
+  }
+  /* from the 2nd submit on (replay 60 >= 50): 2 x 30 / batch 8 = 7.5 steps a
+   * submit, fractions carried: floor(9 x 7.5) = 67 */
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_get_stats(c, "stream", &st), 0);
+  ck_assert_int_eq(st.step, 67);
+  ck_assert_int_eq(st.replay_size, 300);
+  /* off again: submits only insert */
+  const char *off[] = {"samples_per_insert=0"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "stream", off, 1), 0);
+  ck_assert_int_eq(submit(c, "stream", &b), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "stream", &st), 0);
+  ck_assert_int_eq(st.step, 67);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
   snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
@@ -840,6 +874,7 @@ int main(void) {
   tcase_add_test(tc, test_concurrent_submitters);
   tcase_add_test(tc, test_dqnctl);
   tcase_add_test(tc, test_timers_sighup_tcp);
+  tcase_add_test(tc, test_continuous_training);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
