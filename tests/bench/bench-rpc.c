@@ -104,7 +104,7 @@ static void *submit_thread(void *p) {
 static pid_t spawn(const char *bin, const char *url, const char *state) {
   pid_t p = fork();
   if (p == 0) {
-    execl(bin, bin, "--listen", url, "--state-dir", state, "--backend", "cpu", "--log-level", "warn",
+    execl(bin, bin, "--listen", url, "--state-dir", state, "--log-level", "warn",
           "--checkpoint-interval", "0", "--queue-depth", "64", (char *)NULL);
     _exit(127);
   }
@@ -219,7 +219,12 @@ int main(int argc, char **argv) {
   /* 3. Step(n=100) over RPC vs in-process, on a small config (RPC overhead matters most there) */
   const char *small[] = {"trunk_h1=64", "trunk_h2=64", "value_hidden=32", "adv_hidden=32", "batch=64",
                          "replay_capacity=100000", "seed=5"};
-  dqnd_create_trainer(c, "st", small, 7, "cpu", NULL);
+  const char *be_name = getenv("BENCH_BACKEND") ? getenv("BENCH_BACKEND") : "cpu";
+  learner_backend_t be = !strcmp(be_name, "cuda") ? LEARNER_BACKEND_CUDA : LEARNER_BACKEND_CPU;
+  if (dqnd_create_trainer(c, "st", small, 7, be_name, NULL)) {
+    fprintf(stderr, "create: %s\n", dqnd_last_error(c));
+    return 1;
+  }
   learner_config_t sc;
   learner_config_default(&sc);
   for (int i = 0; i < 7; i++) {
@@ -229,7 +234,10 @@ int main(int argc, char **argv) {
     learner_config_set(&sc, k, eq + 1, err, sizeof err);
   }
   learner_t *ls;
-  learner_create(&sc, LEARNER_BACKEND_CPU, &ls, err, sizeof err);
+  if (learner_create(&sc, be, &ls, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
   learner_transitions_t t2 = {N, s, a, r, s2, d, NULL};
   dqnd_submit(c, "st", S, &t2, NULL);
   learner_submit(ls, &t2, err, sizeof err);
@@ -248,9 +256,9 @@ int main(int argc, char **argv) {
     t_loc += bench_now() - t0;
   }
   double rpc_sps = 100.0 * reps / t_rpc, local_sps = 100.0 * reps / t_loc;
-  printf("step(n=100), %lld-parameter net, batch 64: over RPC %.0f steps/s, in-process %.0f steps/s: %.1f%% "
+  printf("step(n=100) on %s, %lld-parameter net, batch 64: over RPC %.0f steps/s, in-process %.0f steps/s: %.1f%% "
          "(goal >= 90%%)\n",
-         (long long)learner_config_num_params(&sc), rpc_sps, local_sps, 100 * rpc_sps / local_sps);
+         be_name, (long long)learner_config_num_params(&sc), rpc_sps, local_sps, 100 * rpc_sps / local_sps);
   printf("(the daemon's BLAS threads: OPENBLAS_NUM_THREADS=%s in both)\n",
          getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "default");
   learner_destroy(l);
