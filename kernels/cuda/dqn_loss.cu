@@ -6,6 +6,7 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dqn_loss.cuh"
@@ -216,13 +217,16 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   ws->a = (int32_t *)p, p += b;
   ws->best = (int32_t *)p, p += (size_t)L->D * b;
   ws->splitk = p;
-  return 0;
+  const char *v = getenv("DQN_CUDA_KERNELS");
+  ws->version = v && !strcmp(v, "v1") ? 1 : 2;
+  return cuda_fused_alloc(&ws->fused, L, B);
 }
 
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
   cuda_acts_free(&ws->on);
   cuda_acts_free(&ws->tg);
   cudaFree(ws->mem);
+  cuda_fused_free(&ws->fused);
   memset(ws, 0, sizeof *ws);
 }
 
@@ -274,6 +278,8 @@ static int lrelu_back(float *dh, const float *a, size_t n, float slope, cudaStre
 
 extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
                                   const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t st) {
+  if (ws->version == 2 && ws->fused.ok && grad)
+    return cuda_fused_loss_grad(L, hp, online, target, noisy, ws, grad, st);
   const int B = ws->B, Z = L->Z, D = L->D;
   const float *won = online, *wtg = target;
   if (noisy) {

@@ -15,6 +15,7 @@
 #define DQN_CUDA_DQN_LOSS_CUH
 
 #include "net_forward.cuh"
+#include "step_fused.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,9 @@ typedef struct cuda_dqn_ws {
   float *splitk;                  /* split-K partial sums of the weight gradients */
   size_t splitk_floats;
   float *mem;
+  cuda_fused_t fused; /* the fused kernels' buffers (step_fused.cuh) */
+  int version;        /* 2: fused kernels when fused.ok (default); 1: the generic
+                         kernels (env DQN_CUDA_KERNELS=v1, or set by tests) */
 } cuda_dqn_ws_t;
 
 typedef struct cuda_dqn_hp {
@@ -54,6 +58,11 @@ void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
  * layers. Asynchronous on `stream`; returns the first launch error. */
 int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
                        int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
+
+/* The fused path (step_fused.cu); cuda_dqn_loss_grad calls it when
+ * ws->version == 2, ws->fused.ok and grad != NULL. */
+int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
+                         int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -426,12 +426,12 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
   DEV((cudaError_t)cuda_grad_norm(m->grad, P, &m->ds->grad_norm, m->norm_scratch, m->st));
-  DEV((cudaError_t)cuda_adamw_update(m->on, m->grad, m->m, m->v, P, &m->ds->grad_norm, &m->ds->step, m->hp, m->st));
+  DEV((cudaError_t)cuda_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, &m->ds->step, m->hp,
+                                      m->st));
   if (c->prioritized) {
     priorities_kernel<<<1, 1024, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
     LAUNCHED();
   }
-  DEV((cudaError_t)cuda_target_update(m->tg, m->on, P, &m->ds->step, m->hp, 0.0f, m->st));
   finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
   LAUNCHED();
   return 0;

@@ -63,6 +63,51 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
   p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
+/* adamw_kernel then the per-step target rule (target_kernel with no
+ * override) on the same element: one pass over p, g, m, v and the target.
+ * The step's scalars are computed once per block, by the same expressions. */
+__global__ void adamw_target_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
+                                    float *__restrict__ v, float *__restrict__ tg, long long n,
+                                    const float *__restrict__ norm, const unsigned long long *__restrict__ step,
+                                    const learner_hparams_t *__restrict__ hp) {
+  __shared__ float sc[6];
+  __shared__ int mode; /* 0 none, 1 Polyak, 2 copy */
+  if (threadIdx.x == 0) {
+    float scale = 1.0f;
+    if (hp->grad_clip > 0) {
+      double c = hp->grad_clip / ((double)*norm + 1e-6);
+      scale = c < 1 ? (float)c : 1.0f;
+    }
+    double t = (double)(*step + 1);
+    float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
+    float bc1 = (float)(1.0 - pow((double)b1, t));
+    sc[0] = scale;
+    sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
+    sc[2] = hp->lr / bc1;
+    sc[3] = 1.0f - hp->lr * hp->weight_decay;
+    sc[4] = hp->tau;
+    sc[5] = hp->adam_eps;
+    mode = hp->tau > 0 ? 1
+           : (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) ? 2
+                                                                                                : 0;
+  }
+  __syncthreads();
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
+  float gi = g[i] * sc[0];
+  float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
+  float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
+  m[i] = mi;
+  v[i] = vi;
+  float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), sc[1]), sc[5]);
+  float pi = __fsub_rn(__fmul_rn(p[i], sc[3]), __fdiv_rn(__fmul_rn(sc[2], mi), denom));
+  p[i] = pi;
+  float tau = sc[4];
+  if (mode == 1) tg[i] = tau >= 1.0f ? pi : __fadd_rn(__fmul_rn(tau, pi), __fmul_rn(1.0f - tau, tg[i]));
+  else if (mode == 2) tg[i] = pi;
+}
+
 __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ on, long long n,
                               const unsigned long long *__restrict__ step, const learner_hparams_t *__restrict__ hp,
                               float tau_override) {
@@ -88,6 +133,13 @@ extern "C" int cuda_adamw_update(float *p, const float *g, float *m, float *v, l
                                  const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                                  cudaStream_t st) {
   adamw_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, n, norm_dev, step_dev, hp_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
+                                 const float *norm_dev, const unsigned long long *step_dev,
+                                 const learner_hparams_t *hp_dev, cudaStream_t st) {
+  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, step_dev, hp_dev);
   return (int)cudaGetLastError();
 }
 

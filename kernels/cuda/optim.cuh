@@ -22,6 +22,10 @@ int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch
 /* clip by *norm_dev (hp->grad_clip), then AdamW with t = *step_dev + 1. */
 int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,
                       const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
+/* cuda_adamw_update followed by cuda_target_update (no override) in one pass:
+ * the same results, one launch. */
+int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, const float *norm_dev,
+                      const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).
  * Else the per-step rule: Polyak with hp->tau, or a copy when
  * (*step_dev + 1) % hp->target_period == 0. */

@@ -27,7 +27,10 @@ int main(int argc, char **argv) {
   int steps = argc > 2 ? atoi(argv[2]) : 500;
   printf("device: %s\n", dev);
   char list[128];
-  for (int mode = 0; mode < 2; mode++) {
+  /* BENCH_PROFILE_MODE=0|1 runs only uniform or only PER + NoisyNet */
+  const char *pm = getenv("BENCH_PROFILE_MODE");
+  int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 2;
+  for (int mode = m0; mode < m1; mode++) {
     snprintf(list, sizeof list, "%s", batches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
       learner_config_t c;

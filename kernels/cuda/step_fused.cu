@@ -1,0 +1,851 @@
+/*
+ * step_fused.cu — see step_fused.cuh for the plan. The same loss and
+ * gradient as the generic kernels of dqn_loss.cu (tests/test-gpu-loss.c
+ * holds both to the CPU reference), in five launches.
+ *
+ * Packs (floats): biases first, at the same offsets in both packs —
+ *   bt1 [H1], bt2 [H2], bhc1 [HC] (value1 then branch1_d), bhc2 [O2]
+ *   (value2 then branch2_d) — then the weights:
+ *   W pack   t1 [H1][S], t2 [H2][H1], hc1 [HC][H2], hc2: value2 [Z][VH]
+ *            then branch2_d [n_d Z][AH] (nn.Linear layout, composed)
+ *   W^T pack t1 [S][H1], t2 [H1][H2], hc1 [H2][HC], hc2 [KH][O2] with
+ *            KH = max(VH, AH) (column o uses its layer's first K rows)
+ * Shared-memory activations are feature-major, [feature][R], so the R rows
+ * of one feature are one float4 load (R = 4 or 8).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dqn_loss.cuh"
+#include "step_fused.cuh"
+
+#define MAXB LEARNER_MAX_BRANCHES
+#define NT 256 /* threads per forward/backward block */
+
+/* one output segment of a layer: outputs [o0, next seg's o0) read inputs
+ * [koff, koff + K) of the input activations, weight column (o - o0) of
+ * base + woff with row stride ldw */
+typedef struct seg {
+  int o0, koff, K, ldw;
+  long long woff;
+} seg_t;
+
+/* one copy segment: outputs [o0, o0 + w) have their weights in K rows of w
+ * contiguous floats at woff (row k of the segment at woff + k * w) */
+typedef struct cseg {
+  int o0, w, K, al16;
+  long long woff;
+} cseg_t;
+
+typedef struct segtab {
+  seg_t s[1 + MAXB];
+  cseg_t c[1 + MAXB];
+  int n, nc, N;      /* segments, copy segments, outputs */
+  long long bias;    /* bias offset in the pack, or -1 */
+} segtab_t;
+
+typedef struct pack_layer {
+  long long src_w, src_b, src_sw, src_sb; /* params; sw/sb -1 unless noisy */
+  long long fi, fo;                       /* noise offsets (fn), -1 unless noisy */
+  long long w_dst, w_ld, t_dst, t_ld, b_dst;
+  long long begin;                        /* first flat element of this layer */
+  int in, out;
+} pack_layer_t;
+
+typedef struct pack_args {
+  pack_layer_t l[NET_MAX_LAYERS];
+  int n_layers;
+  long long total;
+} pack_args_t;
+
+typedef struct wtile {
+  long long dy, x;      /* offsets: dY in the fused buffer set, X likewise (see build_tiles) */
+  int ybuf, xbuf;       /* which buffer: 0 ws->x, 1 h1, 2 h, 3 hh, 4 g2, 5 g1, 6 gh, 7 gt1 */
+  int ldy, ldx, o0, no, i0, ni, in;
+  long long gw, gb, gsw, gsb; /* gradient offsets; gb/gsw/gsb -1 when absent */
+  long long fi, fo;           /* noise offsets in fn_on, -1 unless noisy */
+} wtile_t;
+
+typedef struct fwd_args {
+  int B, S, H1, H2, HC, O2, Z, AW, D, nblk_on;
+  int n[MAXB], aoff[MAXB];
+  float slope;
+  const float *x, *t_on, *t_tg;
+  float *logp, *h1, *h, *hh;
+  segtab_t l1, l2, c1, c2;
+  int KC; /* weight rows per pipeline stage */
+} fwd_args_t;
+
+typedef struct bwd_args {
+  int B, H1, H2, HC, O2;
+  float slope;
+  const float *w_on, *g2, *hh, *h, *h1;
+  float *g1, *gh, *gt1;
+  segtab_t c2, c1, t2;
+  int KC, N1; /* N1: activation floats per row before the weight stages */
+} bwd_args_t;
+
+typedef struct loss_args {
+  int B, Z, AW, O2, D, double_dqn, nmax;
+  int n[MAXB], aoff[MAXB], radix_after[MAXB];
+  float vmin, vmax, gamma;
+  const float *gamma_dev, *logp, *r, *done, *w;
+  const int32_t *a;
+  float *g2, *loss_i, *qsum_i;
+  int32_t *best;
+} loss_args_t;
+
+// kernels
+
+/* Effective weights of every layer into the packs: block row y = 0 online
+ * (W and W^T packs), y = 1 target (W^T pack only). */
+__global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
+                                  float *__restrict__ w_on, float *__restrict__ t_on, const float *__restrict__ p_tg,
+                                  const float *__restrict__ fn_tg, float *__restrict__ t_tg) {
+  const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
+  float *W = blockIdx.y ? NULL : w_on, *T = blockIdx.y ? t_tg : t_on;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
+       e += (long long)gridDim.x * blockDim.x) {
+    int li = 0;
+    while (li + 1 < a.n_layers && e >= a.l[li + 1].begin) li++;
+    const pack_layer_t *l = &a.l[li];
+    long long k = e - l->begin, nw = (long long)l->in * l->out;
+    if (k < nw) {
+      int o = (int)(k / l->in), i = (int)(k % l->in);
+      float v = P[l->src_w + k];
+      if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
+      if (W) W[l->w_dst + (long long)o * l->w_ld + i] = v;
+      T[l->t_dst + (long long)i * l->t_ld + o] = v;
+    } else {
+      int o = (int)(k - nw);
+      float v = P[l->src_b + o];
+      if (l->src_sb >= 0) v = v + P[l->src_sb + o] * fn[l->fo + o];
+      if (W) W[l->b_dst + o] = v;
+      T[l->b_dst + o] = v;
+    }
+  }
+}
+
+__device__ __forceinline__ void cp_async4(float *dst, const float *src) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async16(float *dst, const float *src) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Stage k0 of a layer's weights into wb: KC rows of every copy segment (see
+ * segtab_t), contiguous in both places, 16-byte copies when aligned. */
+__device__ __forceinline__ void stage_weights(float *__restrict__ wb, const segtab_t &t,
+                                              const float *__restrict__ pack, int k0, int KC) {
+  for (int c = 0; c < t.nc; c++) {
+    int rows = min(KC, t.c[c].K - k0);
+    if (rows <= 0) continue;
+    int n = rows * t.c[c].w;
+    const float *src = pack + t.c[c].woff + (long long)k0 * t.c[c].w;
+    float *dst = wb + (size_t)KC * t.c[c].o0;
+    if (t.c[c].al16) {
+      for (int e = 4 * threadIdx.x; e < n; e += 4 * blockDim.x) cp_async16(dst + e, src + e);
+    } else {
+      for (int e = threadIdx.x; e < n; e += blockDim.x) cp_async4(dst + e, src + e);
+    }
+  }
+}
+
+/* out[o][r] = sum_k in[koff + k][r] * W[k][o - o0] (+ bias[o]) for the R rows
+ * of a block, then LeakyReLU (act) or times lrelu'(mask[o][r]) (mask), and a
+ * copy of rows r < nsave to gout[r * gld + o]. The weights stream through
+ * shared memory (wbuf: two stages of KC rows) with cp.async, the next stage
+ * in flight while this one is used. Sums run over k in order. NO outputs per
+ * thread at most (N <= NO * blockDim.x). */
+template <int R, int NO>
+__device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *__restrict__ out,
+                                           const segtab_t &t, const float *__restrict__ pack, int act,
+                                           const float *__restrict__ mask, float slope, float *__restrict__ gout,
+                                           int gld, int nsave, float *__restrict__ wbuf, int KC) {
+  int koff[NO], K[NO], wb[NO], ws[NO];
+  int Kmax = 0;
+#pragma unroll
+  for (int j = 0; j < NO; j++) {
+    int o = threadIdx.x + j * blockDim.x;
+    K[j] = 0, koff[j] = 0, wb[j] = 0, ws[j] = 1;
+    if (o < t.N) {
+      int s = 0;
+      while (s + 1 < t.n && o >= t.s[s + 1].o0) s++;
+      int c = 0;
+      while (c + 1 < t.nc && o >= t.c[c + 1].o0) c++;
+      K[j] = t.s[s].K, koff[j] = t.s[s].koff;
+      wb[j] = KC * t.c[c].o0 + (o - t.c[c].o0), ws[j] = t.c[c].w;
+    }
+  }
+  for (int c = 0; c < t.nc; c++) Kmax = max(Kmax, t.c[c].K);
+  float acc[NO][R];
+#pragma unroll
+  for (int j = 0; j < NO; j++)
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[j][r] = 0.0f;
+  const int nst = (Kmax + KC - 1) / KC, sz = KC * t.N;
+  stage_weights(wbuf, t, pack, 0, KC);
+  cp_async_commit();
+  for (int st = 0; st < nst; st++) {
+    if (st + 1 < nst) {
+      stage_weights(wbuf + (size_t)((st + 1) & 1) * sz, t, pack, (st + 1) * KC, KC);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float *__restrict__ w = wbuf + (size_t)(st & 1) * sz;
+    const int k0 = st * KC;
+#pragma unroll
+    for (int j = 0; j < NO; j++) {
+      int kend = min(KC, K[j] - k0);
+      const float *__restrict__ wj = w + wb[j];
+      const float4 *__restrict__ x4 = reinterpret_cast<const float4 *>(in + (size_t)(koff[j] + k0) * R);
+      for (int kk = 0; kk < kend; kk++) {
+        float wk = wj[kk * ws[j]];
+#pragma unroll
+        for (int q = 0; q < R / 4; q++) {
+          float4 xv = x4[kk * (R / 4) + q];
+          acc[j][4 * q + 0] += xv.x * wk;
+          acc[j][4 * q + 1] += xv.y * wk;
+          acc[j][4 * q + 2] += xv.z * wk;
+          acc[j][4 * q + 3] += xv.w * wk;
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < NO; j++) {
+    int o = threadIdx.x + j * blockDim.x;
+    if (o >= t.N) continue;
+    float b = t.bias >= 0 ? __ldg(pack + t.bias + o) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float v = acc[j][r] + b;
+      if (act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)o * R + r] > 0.0f)) v *= slope;
+      out[(size_t)o * R + r] = v;
+      if (r < nsave) gout[(size_t)r * gld + o] = v;
+    }
+  }
+}
+
+/* rows [row0, row0 + nrows) of G [*, ld] into feature-major s [F][R] (zeros past nrows) */
+template <int R>
+__device__ __forceinline__ void load_rows(float *__restrict__ s, const float *__restrict__ G, int ld, int F, int row0,
+                                          int nrows) {
+  for (int e = threadIdx.x; e < R * F; e += blockDim.x) {
+    int r = e / F, f = e % F;
+    s[(size_t)f * R + r] = r < nrows ? G[(size_t)(row0 + r) * ld + f] : 0.0f;
+  }
+}
+
+/* Blocks [0, nblk_on): online network on rows of x [2B, S] (s then s');
+ * blocks after: target network on s' rows. logp rows: online 0..2B-1,
+ * target 2B..3B-1. Online-s rows (< B) keep h1, h, hh for the backward. */
+template <int R>
+__global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
+  extern __shared__ float4 sh4[];
+  float *xs = reinterpret_cast<float *>(sh4);
+  float *h1s = xs + (size_t)a.S * R, *hs = h1s + (size_t)a.H1 * R, *hhs = hs + (size_t)a.H2 * R;
+  float *os = hhs + (size_t)a.HC * R, *base = os + (size_t)a.O2 * R;
+  float *wbuf = base + (size_t)a.D * a.Z * R; /* two stages of KC weight rows */
+  int online = blockIdx.x < a.nblk_on;
+  int row0 = online ? blockIdx.x * R : (blockIdx.x - a.nblk_on) * R; /* row of this pass */
+  int rows_pass = online ? 2 * a.B : a.B;
+  int nrows = min(R, rows_pass - row0);
+  int xrow0 = online ? row0 : a.B + row0;
+  int lrow0 = online ? row0 : 2 * a.B + row0;
+  int nsave = online ? max(0, min(nrows, a.B - row0)) : 0;
+  const float *T = online ? a.t_on : a.t_tg;
+  load_rows<R>(xs, a.x, a.S, a.S, xrow0, nrows);
+  __syncthreads();
+  seg_linear<R, 4>(xs, h1s, a.l1, T, 1, NULL, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, a.KC);
+  __syncthreads();
+  seg_linear<R, 4>(h1s, hs, a.l2, T, 1, NULL, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, a.KC);
+  __syncthreads();
+  seg_linear<R, 4>(hs, hhs, a.c1, T, 1, NULL, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, a.KC);
+  __syncthreads();
+  seg_linear<R, 4>(hhs, os, a.c2, T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.KC);
+  __syncthreads();
+  /* dueling: base[d][z][r] = V[z] - mean_a A_d[a][z] (the CPU's order) */
+  const int Z = a.Z;
+  for (int e = threadIdx.x; e < a.D * Z * R; e += blockDim.x) {
+    int r = e % R, z = (e / R) % Z, d = e / (R * Z);
+    const float *Ad = os + (size_t)(Z + a.aoff[d]) * R;
+    float m = 0.0f;
+    for (int k = 0; k < a.n[d]; k++) m += Ad[((size_t)k * Z + z) * R + r];
+    base[e] = os[(size_t)z * R + r] - m / (float)a.n[d];
+  }
+  __syncthreads();
+  /* log-softmax over z, one warp per (row, branch, action) */
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  int qw = 0;
+  for (int d = 0; d < a.D; d++) qw += a.n[d];
+  for (int task = warp; task < nrows * qw; task += nw) {
+    int r = task / qw, q = task % qw, d = 0;
+    while (q >= a.n[d]) q -= a.n[d], d++;
+    const float *Aq = os + (size_t)(Z + a.aoff[d] + q * Z) * R + r;
+    const float *bd = base + (size_t)d * Z * R + r;
+    float mx = -INFINITY;
+    for (int z = lane; z < Z; z += 32) mx = fmaxf(mx, Aq[(size_t)z * R] + bd[(size_t)z * R]);
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
+    for (int z = lane; z < Z; z += 32) s += expf(Aq[(size_t)z * R] + bd[(size_t)z * R] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    float lse = mx + logf(s);
+    float *lp = a.logp + (size_t)(lrow0 + r) * a.AW + a.aoff[d] + q * Z;
+    for (int z = lane; z < Z; z += 32) lp[z] = Aq[(size_t)z * R] + bd[(size_t)z * R] - lse;
+  }
+}
+
+/* One block per sample, every branch in order: the body of
+ * c51_loss_branch_kernel (dqn_loss.cu) with dV summed over branches in
+ * shared memory and every dlogit written to g2 [B, O2]. */
+__global__ void fused_loss_kernel(loss_args_t a) {
+  extern __shared__ float sh[];
+  const int Z = a.Z;
+  float *m = sh, *pj = sh + Z, *bj = sh + 2 * Z, *ez = sh + 3 * Z, *g = sh + 4 * Z, *dv = sh + 6 * Z,
+        *q = sh + 7 * Z;
+  /* this sample's log-probabilities, staged once per branch so the serial
+   * sums below read shared memory: sel (argmax rows), lt (target), lps (row a_d) */
+  float *sels = q + a.nmax, *lts = sels + (size_t)a.nmax * Z, *lps = lts + (size_t)a.nmax * Z;
+  int *lj = (int *)(sh + 5 * Z);
+  __shared__ int best_s, ad_s;
+  __shared__ float c_s, msum_s;
+  int i = blockIdx.x, B = a.B;
+  float dz = (a.vmax - a.vmin) / (float)(Z - 1);
+  float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
+  float disc = gamma * (1.0f - a.done[i]);
+  float li = 0.0f, qs = 0.0f;
+  for (int d = 0; d < a.D; d++) {
+    int n = a.n[d], nz = n * Z;
+    const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
+    const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
+    const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
+    int ad0 = (a.a[i] / a.radix_after[d]) % n;
+    for (int k = threadIdx.x; k < nz; k += blockDim.x) {
+      lts[k] = lt_s2[k];
+      if (a.double_dqn) sels[k] = lp_s2[k];
+    }
+    for (int z = threadIdx.x; z < Z; z += blockDim.x) lps[z] = lp_s[(size_t)ad0 * Z + z];
+    __syncthreads();
+    const float *sel = a.double_dqn ? sels : lts;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) {
+      float s = 0.0f;
+      for (int z = 0; z < Z; z++) s += expf(sel[k * Z + z]) * (a.vmin + dz * (float)z);
+      q[k] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int bst = 0;
+      for (int k = 1; k < n; k++)
+        if (q[k] > q[bst]) bst = k;
+      best_s = bst;
+      a.best[(size_t)d * B + i] = bst;
+      ad_s = ad0;
+    }
+    __syncthreads();
+    int bst = best_s, ad = ad_s;
+    const float *lp = lps;
+    for (int j = threadIdx.x; j < Z; j += blockDim.x) {
+      pj[j] = expf(lts[bst * Z + j]);
+      float tz = a.r[i] + disc * (a.vmin + dz * (float)j);
+      float t = tz < a.vmin ? a.vmin : (tz > a.vmax ? a.vmax : tz);
+      float b = (t - a.vmin) / dz;
+      int l = (int)floorf(b), u = (int)ceilf(b);
+      l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
+      u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
+      bj[j] = b;
+      lj[j] = l | (u << 16);
+      ez[j] = expf(lp[j]);
+    }
+    __syncthreads();
+    for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+      float acc = 0.0f;
+      for (int j = 0; j < Z; j++) {
+        int l = lj[j] & 0xffff, u = lj[j] >> 16;
+        if (l == u) {
+          if (l == z) acc += pj[j];
+        } else {
+          if (l == z) acc += pj[j] * ((float)u - bj[j]);
+          if (u == z) acc += pj[j] * (bj[j] - (float)l);
+        }
+      }
+      m[z] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float ce = 0.0f, qa = 0.0f, msum = 0.0f;
+      for (int z = 0; z < Z; z++) {
+        ce -= m[z] * lp[z];
+        qa += ez[z] * (a.vmin + dz * (float)z);
+        msum += m[z];
+      }
+      li = li + ce / (float)a.D;
+      qs = qs + qa;
+      c_s = a.w[i] / ((float)B * (float)a.D);
+      msum_s = msum;
+    }
+    __syncthreads();
+    for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+      float gz = c_s * (ez[z] * msum_s - m[z]);
+      g[z] = gz;
+      dv[z] = (d == 0 ? 0.0f : dv[z]) + gz;
+    }
+    __syncthreads();
+    float *dA = a.g2 + (size_t)i * a.O2 + Z + a.aoff[d];
+    for (int k = threadIdx.x; k < nz; k += blockDim.x) {
+      int act = k / Z, z = k % Z;
+      dA[k] = (act == ad ? g[z] : 0.0f) - g[z] / (float)n;
+    }
+    __syncthreads();
+  }
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) a.g2[(size_t)i * a.O2 + z] = dv[z];
+  if (threadIdx.x == 0) {
+    a.loss_i[i] = li;
+    a.qsum_i[i] = qs;
+  }
+}
+
+/* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D): each thread a
+ * strided run in order, then a fixed tree (1024 threads) */
+__global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const float *__restrict__ qsum_i,
+                                        const float *__restrict__ w, int B, int D, float *__restrict__ loss,
+                                        float *__restrict__ q_taken) {
+  __shared__ float sl[1024], sq[1024];
+  float l = 0.0f, q = 0.0f;
+  for (int i = threadIdx.x; i < B; i += blockDim.x) {
+    l += w[i] * loss_i[i];
+    q += qsum_i[i];
+  }
+  sl[threadIdx.x] = l, sq[threadIdx.x] = q;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) sl[threadIdx.x] += sl[threadIdx.x + h], sq[threadIdx.x] += sq[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *loss = sl[0] / (float)B;
+    *q_taken = sq[0] / ((float)B * (float)D);
+  }
+}
+
+/* R online-s rows per block: g1 = (g2 . W_hc2) * lrelu'(hh), gh = (g1 . W_hc1)
+ * * lrelu'(h), gt1 = (gh . W_t2) * lrelu'(h1), each kept for the weight
+ * gradients. */
+template <int R>
+__global__ void __launch_bounds__(NT) fused_backward_kernel(bwd_args_t a) {
+  extern __shared__ float4 sh4[];
+  float *g2s = reinterpret_cast<float *>(sh4);
+  float *hhs = g2s + (size_t)a.O2 * R, *g1s = hhs + (size_t)a.HC * R, *hs = g1s + (size_t)a.HC * R;
+  float *ghs = hs + (size_t)a.H2 * R, *h1s = ghs + (size_t)a.H2 * R, *gt1s = h1s + (size_t)a.H1 * R;
+  float *wbuf = g2s + (size_t)a.N1 * R;
+  int row0 = blockIdx.x * R, nrows = min(R, a.B - row0);
+  load_rows<R>(g2s, a.g2, a.O2, a.O2, row0, nrows);
+  load_rows<R>(hhs, a.hh, a.HC, a.HC, row0, nrows);
+  load_rows<R>(hs, a.h, a.H2, a.H2, row0, nrows);
+  load_rows<R>(h1s, a.h1, a.H1, a.H1, row0, nrows);
+  __syncthreads();
+  seg_linear<R, 4>(g2s, g1s, a.c2, a.w_on, 0, hhs, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows, wbuf, a.KC);
+  __syncthreads();
+  seg_linear<R, 4>(g1s, ghs, a.c1, a.w_on, 0, hs, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows, wbuf, a.KC);
+  __syncthreads();
+  seg_linear<R, 4>(ghs, gt1s, a.t2, a.w_on, 0, h1s, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1, nrows, wbuf,
+                   a.KC);
+}
+
+/* One block per 32 x 32 tile of one weight matrix: dW[o][i] = sum_b dY[b][o]
+ * X[b][i] over b in order (the next 32 rows' loads issued before this chunk's
+ * arithmetic), the bias gradient (tiles with i0 == 0) and NoisyNet sigma
+ * gradients in the epilogue. bufs: the 8 buffers wtile_t names. */
+struct wbufs {
+  const float *p[8];
+};
+
+__global__ void __launch_bounds__(256) fused_wgrad_kernel(const wtile_t *__restrict__ tiles, wbufs bufs, int B,
+                                                          const float *__restrict__ fn, float *__restrict__ grad) {
+  __shared__ float ys[32][33], xs[32][33];
+  const wtile_t t = tiles[blockIdx.x];
+  const float *__restrict__ Y = bufs.p[t.ybuf] + t.dy;
+  const float *__restrict__ X = bufs.p[t.xbuf] + t.x;
+  int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bsum = 0.0f;
+  float ry[4], rx[4];
+  auto load = [&](int b0) {
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+      int e = tid + 256 * l, bb = e / 32, c = e % 32, b = b0 + bb;
+      ry[l] = (b < B && c < t.no) ? Y[(size_t)b * t.ldy + t.o0 + c] : 0.0f;
+      rx[l] = (b < B && c < t.ni) ? X[(size_t)b * t.ldx + t.i0 + c] : 0.0f;
+    }
+  };
+  load(0);
+  for (int b0 = 0; b0 < B; b0 += 32) {
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+      int e = tid + 256 * l;
+      ys[e / 32][e % 32] = ry[l];
+      xs[e / 32][e % 32] = rx[l];
+    }
+    __syncthreads();
+    if (b0 + 32 < B) load(b0 + 32);
+#pragma unroll 8
+    for (int bb = 0; bb < 32; bb++) {
+      float y0 = ys[bb][ty], y1 = ys[bb][ty + 16], x0 = xs[bb][tx], x1 = xs[bb][tx + 16];
+      acc[0][0] += y0 * x0;
+      acc[0][1] += y0 * x1;
+      acc[1][0] += y1 * x0;
+      acc[1][1] += y1 * x1;
+    }
+    if (t.gb >= 0 && tid < 32)
+      for (int bb = 0; bb < 32; bb++) bsum += ys[bb][tid];
+    __syncthreads();
+  }
+#pragma unroll
+  for (int u = 0; u < 2; u++)
+#pragma unroll
+    for (int v = 0; v < 2; v++) {
+      int oo = ty + 16 * u, ii = tx + 16 * v;
+      if (oo >= t.no || ii >= t.ni) continue;
+      int o = t.o0 + oo, i = t.i0 + ii;
+      size_t k = (size_t)o * t.in + i;
+      grad[t.gw + k] = acc[u][v];
+      if (t.gsw >= 0) grad[t.gsw + k] = acc[u][v] * (fn[t.fo + o] * fn[t.fi + i]);
+    }
+  if (t.gb >= 0 && tid < t.no) {
+    int o = t.o0 + tid;
+    grad[t.gb + o] = bsum;
+    if (t.gsb >= 0) grad[t.gsb + o] = bsum * fn[t.fo + o];
+  }
+}
+
+// launchers
+
+static void fused_dims(const net_layout_t *L, int *HC, int *O2, int *KH, int *AW, int aoff[MAXB]) {
+  *HC = L->VH + L->D * L->AH;
+  *AW = L->a_width;
+  *O2 = L->Z + L->a_width;
+  *KH = L->VH > L->AH ? L->VH : L->AH;
+  int o = 0;
+  for (int d = 0; d < L->D; d++) aoff[d] = o, o += L->n[d] * L->Z;
+}
+
+static int nmax_of(const net_layout_t *L, int HC, int O2) {
+  int n = L->H1 > L->H2 ? L->H1 : L->H2;
+  n = HC > n ? HC : n;
+  return O2 > n ? O2 : n;
+}
+
+/* activations (feature-major, R rows) then two weight stages of KC rows */
+static size_t smem_fwd(const net_layout_t *L, int R, int KC, int HC, int O2) {
+  return sizeof(float) * ((size_t)R * (size_t)(L->S + L->H1 + L->H2 + HC + O2 + L->D * L->Z) +
+                          2 * (size_t)KC * nmax_of(L, HC, O2));
+}
+
+static size_t smem_bwd(const net_layout_t *L, int R, int KC, int HC, int O2) {
+  return sizeof(float) * ((size_t)R * (size_t)(O2 + 2 * HC + 2 * L->H2 + 2 * L->H1) +
+                          2 * (size_t)KC * nmax_of(L, HC, O2));
+}
+
+/* copy segments: one block of shared rows (every segment reads row k of the
+ * same [K][N] matrix), or each segment its own contiguous [K_s][w_s] matrix */
+static void copy_segs(segtab_t *t, int shared) {
+  if (shared) {
+    int K = 0;
+    for (int s = 0; s < t->n; s++) K = t->s[s].K > K ? t->s[s].K : K;
+    t->nc = 1;
+    t->c[0].o0 = 0, t->c[0].w = t->N, t->c[0].K = K, t->c[0].woff = t->s[0].woff - t->s[0].o0;
+  } else {
+    t->nc = t->n;
+    for (int s = 0; s < t->n; s++) {
+      int o1 = s + 1 < t->n ? t->s[s + 1].o0 : t->N;
+      t->c[s].o0 = t->s[s].o0, t->c[s].w = o1 - t->s[s].o0, t->c[s].K = t->s[s].K, t->c[s].woff = t->s[s].woff;
+    }
+  }
+  for (int c = 0; c < t->nc; c++)
+    t->c[c].al16 = t->c[c].woff % 4 == 0 && t->c[c].w % 4 == 0 && t->c[c].o0 % 4 == 0;
+}
+
+/* biases first (same offsets in both packs), then the weights */
+static void pack_layouts(const net_layout_t *L, cuda_fused_t *f) {
+  long long b = 0;
+  f->pw.bt1 = b, b += L->H1;
+  f->pw.bt2 = b, b += L->H2;
+  f->pw.bhc1 = b, b += f->HC;
+  f->pw.bhc2 = b, b += f->O2;
+  b = (b + 3) / 4 * 4;
+  f->pt = f->pw;
+  f->pw.t1 = b, f->pw.t2 = b + (long long)L->H1 * L->S, f->pw.hc1 = f->pw.t2 + (long long)L->H2 * L->H1,
+  f->pw.hc2 = f->pw.hc1 + (long long)f->HC * L->H2;
+  f->pw.total = (f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->AW * L->AH + 3) / 4 * 4;
+  f->pt.t1 = b, f->pt.t2 = b + (long long)L->S * L->H1, f->pt.hc1 = f->pt.t2 + (long long)L->H1 * L->H2,
+  f->pt.hc2 = f->pt.hc1 + (long long)L->H2 * f->HC;
+  f->pt.total = (f->pt.hc2 + (long long)f->KH * f->O2 + 3) / 4 * 4;
+}
+
+/* where each layer's elements go in the two packs */
+static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t *a) {
+  memset(a, 0, sizeof *a);
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  long long begin = 0;
+  for (int li = 0; li < L->n_layers; li++) {
+    const net_layer_t *l = &L->layer[li];
+    pack_layer_t *p = &a->l[li];
+    p->src_w = l->off_w, p->src_b = l->off_b;
+    p->src_sw = l->noisy ? l->off_sw : -1, p->src_sb = l->noisy ? l->off_sb : -1;
+    p->fi = l->noisy ? l->noise_off : -1, p->fo = l->noisy ? l->noise_off + l->in : -1;
+    p->in = l->in, p->out = l->out;
+    p->begin = begin;
+    begin += (long long)l->in * l->out + l->out;
+    if (li == NET_TRUNK1) {
+      p->w_dst = f->pw.t1, p->w_ld = L->S, p->t_dst = f->pt.t1, p->t_ld = L->H1, p->b_dst = f->pw.bt1;
+    } else if (li == NET_TRUNK2) {
+      p->w_dst = f->pw.t2, p->w_ld = L->H1, p->t_dst = f->pt.t2, p->t_ld = L->H2, p->b_dst = f->pw.bt2;
+    } else if (li == NET_VALUE1) {
+      p->w_dst = f->pw.hc1, p->w_ld = L->H2, p->t_dst = f->pt.hc1, p->t_ld = HC, p->b_dst = f->pw.bhc1;
+    } else if (li == NET_VALUE2) {
+      p->w_dst = f->pw.hc2, p->w_ld = L->VH, p->t_dst = f->pt.hc2, p->t_ld = O2, p->b_dst = f->pw.bhc2;
+    } else {
+      int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
+      if (k == 1) {
+        long long row = L->VH + (long long)d * L->AH;
+        p->w_dst = f->pw.hc1 + row * L->H2, p->w_ld = L->H2;
+        p->t_dst = f->pt.hc1 + row, p->t_ld = HC, p->b_dst = f->pw.bhc1 + row;
+      } else {
+        p->w_dst = f->pw.hc2 + (long long)L->Z * L->VH + (long long)aoff[d] * L->AH, p->w_ld = L->AH;
+        p->t_dst = f->pt.hc2 + L->Z + aoff[d], p->t_ld = O2, p->b_dst = f->pw.bhc2 + L->Z + aoff[d];
+      }
+    }
+  }
+  a->n_layers = L->n_layers;
+  a->total = begin;
+}
+
+static segtab_t seg1(int N, int K, long long woff, int ldw, long long bias) {
+  segtab_t t;
+  memset(&t, 0, sizeof t);
+  t.n = 1, t.N = N, t.bias = bias;
+  t.s[0].o0 = 0, t.s[0].koff = 0, t.s[0].K = K, t.s[0].ldw = ldw, t.s[0].woff = woff;
+  copy_segs(&t, 1);
+  return t;
+}
+
+/* Weight-gradient tiles: per layer, its dY and X buffers (offsets name a
+ * column of a shared row) and 32 x 32 tiles over [out, in]. */
+static int build_tiles(const net_layout_t *L, wtile_t **out) {
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  int cap = 0;
+  for (int li = 0; li < L->n_layers; li++)
+    cap += ((L->layer[li].out + 31) / 32) * ((L->layer[li].in + 31) / 32);
+  wtile_t *t = (wtile_t *)calloc((size_t)cap, sizeof *t);
+  if (!t) return -1;
+  int n = 0;
+  for (int li = 0; li < L->n_layers; li++) {
+    const net_layer_t *l = &L->layer[li];
+    int ybuf, xbuf, ldy, ldx;
+    long long dy, x;
+    if (li == NET_TRUNK1) ybuf = 7, ldy = L->H1, dy = 0, xbuf = 0, ldx = L->S, x = 0;
+    else if (li == NET_TRUNK2) ybuf = 6, ldy = L->H2, dy = 0, xbuf = 1, ldx = L->H1, x = 0;
+    else if (li == NET_VALUE1) ybuf = 5, ldy = HC, dy = 0, xbuf = 2, ldx = L->H2, x = 0;
+    else if (li == NET_VALUE2) ybuf = 4, ldy = O2, dy = 0, xbuf = 3, ldx = HC, x = 0;
+    else {
+      int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
+      if (k == 1) ybuf = 5, ldy = HC, dy = L->VH + (long long)d * L->AH, xbuf = 2, ldx = L->H2, x = 0;
+      else ybuf = 4, ldy = O2, dy = L->Z + aoff[d], xbuf = 3, ldx = HC, x = L->VH + (long long)d * L->AH;
+    }
+    for (int o0 = 0; o0 < l->out; o0 += 32)
+      for (int i0 = 0; i0 < l->in; i0 += 32) {
+        wtile_t *w = &t[n++];
+        w->ybuf = ybuf, w->xbuf = xbuf, w->ldy = ldy, w->ldx = ldx, w->dy = dy, w->x = x;
+        w->o0 = o0, w->no = l->out - o0 < 32 ? l->out - o0 : 32;
+        w->i0 = i0, w->ni = l->in - i0 < 32 ? l->in - i0 : 32;
+        w->in = l->in;
+        w->gw = l->off_w;
+        w->gb = i0 == 0 ? l->off_b : -1;
+        w->gsw = l->noisy ? l->off_sw : -1;
+        w->gsb = (l->noisy && i0 == 0) ? l->off_sb : -1;
+        w->fi = l->noisy ? l->noise_off : -1;
+        w->fo = l->noisy ? l->noise_off + l->in : -1;
+      }
+  }
+  *out = t;
+  return n;
+}
+
+template <int R>
+static cudaError_t set_smem(size_t fwd, size_t bwd) {
+  cudaError_t e = cudaFuncSetAttribute(fused_forward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_backward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd);
+  return e;
+}
+
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B) {
+  memset(f, 0, sizeof *f);
+  int aoff[MAXB];
+  fused_dims(L, &f->HC, &f->O2, &f->KH, &f->AW, aoff);
+  /* rows per block: 4 up to batch 512 (more blocks for small batches), 8
+   * above (twice the reuse of every weight read) — kernels/dev/DEVICE_NOTES.md */
+  const char *ev = getenv("DQN_CUDA_FUSED_R");
+  f->R = ev && atoi(ev) == 8 ? 8 : ev && atoi(ev) == 4 ? 4 : (B <= 512 ? 4 : 8);
+  int dev = 0, maxsh = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&maxsh, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return (int)cudaGetLastError();
+  /* every layer's outputs fit 4 per thread; then the largest KC (weight rows
+   * per stage) and R that fit in shared memory */
+  if (nmax_of(L, f->HC, f->O2) > 4 * NT) return 0; /* generic kernels */
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  if (sizeof(float) * (size_t)(8 * L->Z + nmax + 2 * nmax * L->Z) > 48 * 1024) return 0; /* loss staging */
+  for (;;) {
+    for (f->KC = 16; f->KC >= 4; f->KC /= 2) {
+      f->smem_fwd = smem_fwd(L, f->R, f->KC, f->HC, f->O2);
+      f->smem_bwd = smem_bwd(L, f->R, f->KC, f->HC, f->O2);
+      size_t need = f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd;
+      if (need <= (size_t)maxsh) break;
+    }
+    if (f->KC >= 4) break;
+    if (f->R == 4) return 0; /* does not fit: generic kernels */
+    f->R = 4;
+  }
+  cudaError_t e = f->R == 4 ? set_smem<4>(f->smem_fwd, f->smem_bwd) : set_smem<8>(f->smem_fwd, f->smem_bwd);
+  if (e != cudaSuccess) return (int)e;
+  pack_layouts(L, f);
+  size_t b = (size_t)B;
+  size_t need = (size_t)f->pw.total + 2 * (size_t)f->pt.total + 3 * b * f->AW +
+                b * ((size_t)L->H1 + L->H2 + f->HC) + b * ((size_t)f->O2 + f->HC + L->H2 + L->H1);
+  if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
+  float *p = f->mem;
+  f->w_on = p, p += f->pw.total;
+  f->t_on = p, p += f->pt.total;
+  f->t_tg = p, p += f->pt.total;
+  f->logp = p, p += 3 * b * f->AW;
+  f->h1 = p, p += b * L->H1;
+  f->h = p, p += b * L->H2;
+  f->hh = p, p += b * f->HC;
+  f->g2 = p, p += b * f->O2;
+  f->g1 = p, p += b * f->HC;
+  f->gh = p, p += b * L->H2;
+  f->gt1 = p;
+  wtile_t *t = NULL;
+  int n = build_tiles(L, &t);
+  if (n < 0) return (int)cudaErrorMemoryAllocation;
+  if ((e = cudaMalloc(&f->tiles, sizeof(wtile_t) * (size_t)n)) == cudaSuccess)
+    e = cudaMemcpy(f->tiles, t, sizeof(wtile_t) * (size_t)n, cudaMemcpyHostToDevice);
+  free(t);
+  if (e != cudaSuccess) return (int)e;
+  f->n_tiles = n;
+  f->ok = 1;
+  return 0;
+}
+
+extern "C" void cuda_fused_free(cuda_fused_t *f) {
+  cudaFree(f->mem);
+  cudaFree(f->tiles);
+  memset(f, 0, sizeof *f);
+}
+
+#define TRY(x)                                                                                                     \
+  do {                                                                                                             \
+    int e_ = (int)(x);                                                                                             \
+    if (e_) return e_;                                                                                             \
+  } while (0)
+
+extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
+                                    const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad,
+                                    cudaStream_t st) {
+  cuda_fused_t *f = &ws->fused;
+  const int B = ws->B, R = f->R;
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  /* 1. packs (noise composed when noisy; fn pointers unused otherwise) */
+  pack_args_t pa;
+  pack_args(L, f, &pa);
+  if (!noisy)
+    for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
+  dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
+  fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, f->t_on, target, ws->fn_tg, f->t_tg);
+  TRY(cudaGetLastError());
+  /* 2. forward, three passes */
+  fwd_args_t fa;
+  memset(&fa, 0, sizeof fa);
+  fa.B = B, fa.S = L->S, fa.H1 = L->H1, fa.H2 = L->H2, fa.HC = HC, fa.O2 = O2, fa.Z = L->Z, fa.AW = AW, fa.D = L->D;
+  for (int d = 0; d < L->D; d++) fa.n[d] = L->n[d], fa.aoff[d] = aoff[d];
+  fa.slope = hp->slope;
+  fa.x = ws->x, fa.t_on = f->t_on, fa.t_tg = f->t_tg;
+  fa.logp = f->logp, fa.h1 = f->h1, fa.h = f->h, fa.hh = f->hh;
+  fa.l1 = seg1(L->H1, L->S, f->pt.t1, L->H1, f->pt.bt1);
+  fa.l2 = seg1(L->H2, L->H1, f->pt.t2, L->H2, f->pt.bt2);
+  fa.c1 = seg1(HC, L->H2, f->pt.hc1, HC, f->pt.bhc1);
+  memset(&fa.c2, 0, sizeof fa.c2);
+  fa.c2.n = 1 + L->D, fa.c2.N = O2, fa.c2.bias = f->pt.bhc2;
+  fa.c2.s[0].o0 = 0, fa.c2.s[0].koff = 0, fa.c2.s[0].K = L->VH, fa.c2.s[0].ldw = O2, fa.c2.s[0].woff = f->pt.hc2;
+  for (int d = 0; d < L->D; d++) {
+    seg_t *s = &fa.c2.s[1 + d];
+    s->o0 = L->Z + aoff[d], s->koff = L->VH + d * L->AH, s->K = L->AH, s->ldw = O2;
+    s->woff = f->pt.hc2 + L->Z + aoff[d];
+  }
+  copy_segs(&fa.c2, 1); /* rows of hc2T hold every output's weights */
+  fa.KC = f->KC;
+  fa.nblk_on = (2 * B + R - 1) / R;
+  unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
+  if (R == 4) fused_forward_kernel<4><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  else fused_forward_kernel<8><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  TRY(cudaGetLastError());
+  /* 3. loss, all branches */
+  loss_args_t la;
+  memset(&la, 0, sizeof la);
+  la.B = B, la.Z = L->Z, la.AW = AW, la.O2 = O2, la.D = L->D, la.double_dqn = hp->double_dqn;
+  int nmax = 0, radix = 1;
+  for (int d = L->D - 1; d >= 0; d--) la.radix_after[d] = radix, radix *= L->n[d];
+  for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = aoff[d], nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev;
+  la.logp = f->logp, la.r = ws->r, la.done = ws->done, la.w = ws->w, la.a = ws->a;
+  la.g2 = f->g2, la.loss_i = ws->loss_i, la.qsum_i = ws->loss_i + B, la.best = ws->best;
+  la.nmax = nmax;
+  fused_loss_kernel<<<B, 64, sizeof(float) * (size_t)(8 * L->Z + nmax + 2 * nmax * L->Z), st>>>(la);
+  TRY(cudaGetLastError());
+  fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
+  TRY(cudaGetLastError());
+  /* 4. backward to every layer's pre-activation gradient */
+  bwd_args_t ba;
+  memset(&ba, 0, sizeof ba);
+  ba.B = B, ba.H1 = L->H1, ba.H2 = L->H2, ba.HC = HC, ba.O2 = O2, ba.slope = hp->slope;
+  ba.w_on = f->w_on, ba.g2 = f->g2, ba.hh = f->hh, ba.h = f->h, ba.h1 = f->h1;
+  ba.g1 = f->g1, ba.gh = f->gh, ba.gt1 = f->gt1;
+  ba.c2.n = 1 + L->D, ba.c2.N = HC, ba.c2.bias = -1;
+  ba.c2.s[0].o0 = 0, ba.c2.s[0].koff = 0, ba.c2.s[0].K = L->Z, ba.c2.s[0].ldw = L->VH, ba.c2.s[0].woff = f->pw.hc2;
+  for (int d = 0; d < L->D; d++) {
+    seg_t *s = &ba.c2.s[1 + d];
+    s->o0 = L->VH + d * L->AH, s->koff = L->Z + aoff[d], s->K = L->n[d] * L->Z, s->ldw = L->AH;
+    s->woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)aoff[d] * L->AH;
+  }
+  copy_segs(&ba.c2, 0); /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
+  ba.KC = f->KC, ba.N1 = O2 + 2 * HC + 2 * L->H2 + 2 * L->H1;
+  ba.c1 = seg1(L->H2, HC, f->pw.hc1, L->H2, -1);
+  ba.t2 = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1);
+  unsigned bblk = (unsigned)((B + R - 1) / R);
+  if (R == 4) fused_backward_kernel<4><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  else fused_backward_kernel<8><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  TRY(cudaGetLastError());
+  /* 5. weight, bias and sigma gradients */
+  wbufs wb = {{ws->x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1}};
+  fused_wgrad_kernel<<<(unsigned)f->n_tiles, 256, 0, st>>>((const wtile_t *)f->tiles, wb, B, ws->fn_on, grad);
+  TRY(cudaGetLastError());
+  return 0;
+}

@@ -1,0 +1,67 @@
+/*
+ * step_fused.cuh — the fused training-step kernels (issue 4/5): the loss and
+ * gradient of dqn_loss.cuh computed by five launches instead of ~60:
+ *
+ *   pack     effective (NoisyNet-composed) weights of the online and target
+ *            networks, written once per step in the two layouts the fused
+ *            kernels read coalesced: W [out][in] and W^T [in][out]
+ *   forward  one block per tile of R rows (online s, online s', target s'):
+ *            trunk, all heads, dueling combine and log-softmax with every
+ *            activation in shared memory; keeps what the backward needs
+ *   loss     one block per sample, all branches: Double-DQN action, C51
+ *            projection, cross-entropy, dlogits (dV and every dA_d)
+ *   backward one block per tile of R online-s rows: input gradients through
+ *            the heads and the trunk (pre-activation gradients kept)
+ *   wgrad    one block per 32 x 32 tile of every weight matrix: dW = dY^T X
+ *            summed over the batch in index order, bias and NoisyNet sigma
+ *            gradients in the same pass
+ *
+ * plus a one-block batch loss. No atomics: every sum has one fixed order, so
+ * reruns are bit-identical. Shapes: B batch, S state, H1/H2 trunk, VH/AH head
+ * widths, HC = VH + D*AH (all head hidden units side by side), Z atoms,
+ * AW = sum_d n_d Z (all advantage outputs), O2 = Z + AW (value then advantage
+ * outputs of the second head layers).
+ */
+#ifndef DQN_CUDA_STEP_FUSED_CUH
+#define DQN_CUDA_STEP_FUSED_CUH
+
+#include <cuda_runtime.h>
+
+#include "net_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* offsets (floats) of one packed network; see step_fused.cu */
+typedef struct fused_pack_layout {
+  long long t1, t2, hc1, hc2;     /* weights */
+  long long bt1, bt2, bhc1, bhc2; /* biases */
+  long long total;
+} fused_pack_layout_t;
+
+typedef struct cuda_fused {
+  int ok;      /* 1: shapes fit; the fused path can run */
+  int R;       /* rows per forward/backward block */
+  int KC;      /* weight rows per shared-memory pipeline stage */
+  int HC, O2, KH, AW;
+  fused_pack_layout_t pw, pt; /* W [out][in] pack, W^T pack */
+  float *mem;
+  float *w_on, *t_on, *t_tg;  /* packs: online W, online W^T, target W^T */
+  float *logp;                /* [3B, AW] online s, online s', target s' */
+  float *h1, *h, *hh;         /* online-s activations [B,H1], [B,H2], [B,HC] */
+  float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
+  void *tiles;                /* device array of weight-gradient tiles */
+  int n_tiles;
+  size_t smem_fwd, smem_bwd;
+} cuda_fused_t;
+
+/* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
+ * callers then use the generic kernels). 0 or a cudaError_t. */
+int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B);
+void cuda_fused_free(cuda_fused_t *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
