@@ -84,9 +84,15 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
 
   /* GPU */
   cuda_dqn_ws_t gw;
-  ck_assert_int_eq(cuda_dqn_ws_alloc(&gw, &L, B), 0);
-  gw.version = version;
-  if (version == 2) ck_assert_msg(gw.fused.ok, "%s: fused kernels refused these shapes", k->what);
+  ck_assert_int_eq(cuda_dqn_ws_alloc_tc(&gw, &L, B, version == 3), 0);
+  gw.version = version == 1 ? 1 : 2;
+  if (version >= 2) ck_assert_msg(gw.fused.ok, "%s: fused kernels refused these shapes", k->what);
+  if (version == 3) ck_assert_int_eq(gw.fused.tc, 1);
+  /* tolerances: fp32 kernels 1e-5 (losses) / 1e-4 (gradients); TF32 operands
+   * carry 11 significant bits, measured on the H200 at up to ~1e-3 (losses)
+   * and ~1e-2 (gradients): held to 1e-2 / 5e-2 */
+  const double tol_loss = version == 3 ? 1e-2 : 1e-5, tol_grad = version == 3 ? 5e-2 : 1e-4;
+  double worst_grad = 0;
   float *don, *dtg, *dgrad;
   CK(cudaMalloc((void **)&don, sizeof(float) * (size_t)P));
   CK(cudaMalloc((void **)&dtg, sizeof(float) * (size_t)P));
@@ -111,14 +117,22 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   CK(cudaMemcpy(best, gw.best, sizeof(int32_t) * (size_t)B * k->nb, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(gg, dgrad, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
 
-  ck_assert_msg(fabsf(gl - loss) <= 1e-5f * fabsf(loss), "%s: loss %.9g vs %.9g", k->what, gl, loss);
+  ck_assert_msg(fabsf(gl - loss) <= tol_loss * fabsf(loss), "%s: loss %.9g vs %.9g", k->what, gl, loss);
   double *x = malloc(sizeof(double) * (size_t)(P > B ? P : B)), *y = malloc(sizeof(double) * (size_t)(P > B ? P : B));
   for (int i = 0; i < B; i++) x[i] = li[i], y[i] = cw.loss_i[i];
   int64_t worst;
   double e = tu_rel_err(x, y, B, &worst);
-  ck_assert_msg(e <= 1e-5, "%s: per-sample loss rel err %.3g", k->what, e);
-  for (int i = 0; i < B * k->nb; i++)
+  ck_assert_msg(e <= tol_loss, "%s: per-sample loss rel err %.3g", k->what, e);
+  double loss_err = e;
+  int flipped = 0;
+  for (int i = 0; i < B * k->nb; i++) {
+    if (version == 3) { /* TF32 may reorder near-tied Q values */
+      flipped += best[i] != cw.best[i];
+      continue;
+    }
     ck_assert_msg(best[i] == cw.best[i], "%s: Double-DQN action %d: %d vs %d", k->what, i, best[i], cw.best[i]);
+  }
+  ck_assert_msg(flipped * 100 <= B * k->nb, "%s: %d of %d Double-DQN actions differ", k->what, flipped, B * k->nb);
   for (int li2 = 0; li2 < L.n_layers; li2++) {
     const net_layer_t *l = &L.layer[li2];
     int64_t offs[4] = {l->off_w, l->off_b, l->off_sw, l->off_sb};
@@ -131,7 +145,8 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
         y[j] = gc[offs[bk] + j];
       }
       e = tu_rel_err(x, y, cnts[bk], &worst);
-      ck_assert_msg(e <= 1e-4, "%s: %s.%s rel err %.3g (worst %lld: %.8g vs %.8g)", k->what, l->name, nm[bk], e,
+      if (e > worst_grad) worst_grad = e;
+      ck_assert_msg(e <= tol_grad, "%s: %s.%s rel err %.3g (worst %lld: %.8g vs %.8g)", k->what, l->name, nm[bk], e,
                     (long long)worst, x[worst], y[worst]);
     }
   }
@@ -140,7 +155,10 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(gg2, dgrad, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
   ck_assert_msg(memcmp(gg, gg2, sizeof(float) * (size_t)P) == 0, "%s: rerun not bit-identical", k->what);
-  printf("%s [%s kernels]: loss %.6f (cpu %.6f) ok\n", k->what, version == 2 ? "fused" : "generic", gl, loss);
+  static const char *vn[] = {"", "generic", "fused fp32", "fused TF32"};
+  printf("%s [%s kernels, tc %d]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, worst gradient block %.2e, "
+         "%d actions differ ok\n",
+         k->what, vn[version], gw.fused.tc, gl, loss, loss_err, worst_grad, flipped);
   cuda_dqn_ws_free(&gw);
   dqn_ws_free_f32(&cw);
   cudaFree(don), cudaFree(dtg), cudaFree(dgrad);
@@ -157,7 +175,9 @@ static const gcase_t cases[] = {
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-/* every case through both kernel versions: generic (v1) and fused (v2) */
+/* every case through three kernel versions: generic (1), fused fp32 (2:
+ * 3xTF32 on the tensor cores, or FFMA with DQN_CUDA_FUSED_MODE=ffma) and
+ * fused TF32 (3: the tensor_cores config) */
 START_TEST(test_case) { run(&cases[_i % NCASES], 100 + (uint64_t)(_i % NCASES), 1 + _i / NCASES); }
 END_TEST
 
@@ -166,7 +186,7 @@ int main(void) {
   Suite *s = suite_create("gpu-loss");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_case, 0, 2 * NCASES);
+  tcase_add_loop_test(tc, test_case, 0, 3 * NCASES);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -177,6 +177,10 @@ __global__ void batch_loss_kernel(const float *__restrict__ loss_i, const float 
 // launchers
 
 extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B) {
+  return cuda_dqn_ws_alloc_tc(ws, L, B, 0);
+}
+
+extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores) {
   memset(ws, 0, sizeof *ws);
   ws->B = B;
   int rc;
@@ -219,7 +223,7 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   ws->splitk = p;
   const char *v = getenv("DQN_CUDA_KERNELS");
   ws->version = v && !strcmp(v, "v1") ? 1 : 2;
-  return cuda_fused_alloc(&ws->fused, L, B);
+  return cuda_fused_alloc(&ws->fused, L, B, tensor_cores);
 }
 
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {

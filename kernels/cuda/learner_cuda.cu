@@ -272,11 +272,6 @@ static int64_t cuda_memory_estimate(const learner_config_t *c);
 extern "C" void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
 
 static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
-  if (c->tensor_cores) {
-    /* refused rather than silently run in fp32: the TF32 tiles are issue 5's */
-    snprintf(err, errlen, "tensor_cores: TF32 kernels are not in this build; use tensor_cores=0 (fp32)");
-    return LEARNER_EUNSUPPORTED;
-  }
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
     snprintf(err, errlen, "cuda: cannot query device memory");
@@ -310,10 +305,16 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   }
 #undef ALLOC
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
-      cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B)) {
+      cuda_dqn_ws_alloc_tc(&m->ws, &m->L, (int)B, c->tensor_cores)) {
     cuda_destroy(m);
     snprintf(err, errlen, "replay_capacity: GPU allocation failed");
     return LEARNER_ENOMEM;
+  }
+  if (c->tensor_cores && !(m->ws.version == 2 && m->ws.fused.ok && m->ws.fused.tc == 1)) {
+    /* refused rather than silently run in fp32 */
+    cuda_destroy(m);
+    snprintf(err, errlen, "tensor_cores: the TF32 kernels do not cover this network's shapes; use tensor_cores=0");
+    return LEARNER_EUNSUPPORTED;
   }
   float *host = (float *)malloc(P * 4);
   if (!host) {

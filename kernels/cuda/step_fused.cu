@@ -22,7 +22,12 @@
 #include "step_fused.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
-#define NT 256 /* threads per forward/backward block */
+#define NT 512 /* threads per forward/backward block */
+#define NOUT (1024 / NT) /* outputs per thread: layers up to 1024 wide */
+#define NSTAGE 4          /* weight pipeline stages (FFMA path) */
+#define NSTAGE_TC 3       /* weight pipeline stages (tensor-core path: larger stages) */
+#define STAGE_FLOATS 4096 /* target floats per stage (16 KiB): kc ~ STAGE_FLOATS / N rows */
+#define TC_MAXT 9         /* output tiles of 8 per warp: (1024 / 8 + 9 segments) / 16 warps */
 
 /* one output segment of a layer: outputs [o0, next seg's o0) read inputs
  * [koff, koff + K) of the input activations, weight column (o - o0) of
@@ -43,6 +48,7 @@ typedef struct segtab {
   seg_t s[1 + MAXB];
   cseg_t c[1 + MAXB];
   int n, nc, N;      /* segments, copy segments, outputs */
+  int kc;            /* weight rows per pipeline stage */
   long long bias;    /* bias offset in the pack, or -1 */
 } segtab_t;
 
@@ -75,7 +81,7 @@ typedef struct fwd_args {
   const float *x, *t_on, *t_tg;
   float *logp, *h1, *h, *hh;
   segtab_t l1, l2, c1, c2;
-  int KC; /* weight rows per pipeline stage */
+  int stage; /* floats per weight stage */
 } fwd_args_t;
 
 typedef struct bwd_args {
@@ -84,7 +90,8 @@ typedef struct bwd_args {
   const float *w_on, *g2, *hh, *h, *h1;
   float *g1, *gh, *gt1;
   segtab_t c2, c1, t2;
-  int KC, N1; /* N1: activation floats per row before the weight stages */
+  int N1;    /* activation floats per row before the weight stages */
+  int stage; /* floats per weight stage */
 } bwd_args_t;
 
 typedef struct loss_args {
@@ -163,14 +170,16 @@ __device__ __forceinline__ void stage_weights(float *__restrict__ wb, const segt
 /* out[o][r] = sum_k in[koff + k][r] * W[k][o - o0] (+ bias[o]) for the R rows
  * of a block, then LeakyReLU (act) or times lrelu'(mask[o][r]) (mask), and a
  * copy of rows r < nsave to gout[r * gld + o]. The weights stream through
- * shared memory (wbuf: two stages of KC rows) with cp.async, the next stage
- * in flight while this one is used. Sums run over k in order. NO outputs per
- * thread at most (N <= NO * blockDim.x). */
-template <int R, int NO>
+ * shared memory with cp.async: a ring of NSTAGE stages of t.kc rows (about
+ * STAGE_FLOATS floats each), NSTAGE - 1 of them in flight while one is used —
+ * enough bytes in flight to cover the L2 latency (DEVICE_NOTES.md, run 15).
+ * Sums run over k in order. NO outputs per thread at most (N <= NO * blockDim.x). */
+template <int R, int NO, int NS>
 __device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *__restrict__ out,
                                            const segtab_t &t, const float *__restrict__ pack, int act,
                                            const float *__restrict__ mask, float slope, float *__restrict__ gout,
-                                           int gld, int nsave, float *__restrict__ wbuf, int KC) {
+                                           int gld, int nsave, float *__restrict__ wbuf, int stage_floats) {
+  const int KC = t.kc;
   int koff[NO], K[NO], wb[NO], ws[NO];
   int Kmax = 0;
 #pragma unroll
@@ -192,27 +201,50 @@ __device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *
   for (int j = 0; j < NO; j++)
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0.0f;
-  const int nst = (Kmax + KC - 1) / KC, sz = KC * t.N;
-  stage_weights(wbuf, t, pack, 0, KC);
-  cp_async_commit();
+  const int nst = (Kmax + KC - 1) / KC;
+#pragma unroll
+  for (int p = 0; p < NS - 1; p++) {
+    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
+    cp_async_commit();
+  }
   for (int st = 0; st < nst; st++) {
-    if (st + 1 < nst) {
-      stage_weights(wbuf + (size_t)((st + 1) & 1) * sz, t, pack, (st + 1) * KC, KC);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    int nx = st + NS - 1;
+    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
+    cp_async_commit();
+    cp_async_wait<NS - 1>();
     __syncthreads();
-    const float *__restrict__ w = wbuf + (size_t)(st & 1) * sz;
+    const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
     const int k0 = st * KC;
 #pragma unroll
     for (int j = 0; j < NO; j++) {
       int kend = min(KC, K[j] - k0);
       const float *__restrict__ wj = w + wb[j];
       const float4 *__restrict__ x4 = reinterpret_cast<const float4 *>(in + (size_t)(koff[j] + k0) * R);
-      for (int kk = 0; kk < kend; kk++) {
-        float wk = wj[kk * ws[j]];
+      const int wsj = ws[j];
+      int kk = 0;
+      /* four k at a time, every shared load issued before the FMAs that use
+       * them: the loop is latency-bound otherwise (2 warps per scheduler) */
+      for (; kk + 4 <= kend; kk += 4) {
+        float wk[4];
+        float4 xv[4][R / 4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          wk[u] = wj[(kk + u) * wsj];
+#pragma unroll
+          for (int q = 0; q < R / 4; q++) xv[u][q] = x4[(kk + u) * (R / 4) + q];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int q = 0; q < R / 4; q++) {
+            acc[j][4 * q + 0] += xv[u][q].x * wk[u];
+            acc[j][4 * q + 1] += xv[u][q].y * wk[u];
+            acc[j][4 * q + 2] += xv[u][q].z * wk[u];
+            acc[j][4 * q + 3] += xv[u][q].w * wk[u];
+          }
+      }
+      for (; kk < kend; kk++) {
+        float wk = wj[kk * wsj];
 #pragma unroll
         for (int q = 0; q < R / 4; q++) {
           float4 xv = x4[kk * (R / 4) + q];
@@ -235,10 +267,162 @@ __device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *
       float v = acc[j][r] + b;
       if (act) v = v > 0.0f ? v : slope * v;
       if (mask && !(mask[(size_t)o * R + r] > 0.0f)) v *= slope;
-      out[(size_t)o * R + r] = v;
+      if (out) out[(size_t)o * R + r] = v;
       if (r < nsave) gout[(size_t)r * gld + o] = v;
     }
   }
+}
+
+
+__device__ __forceinline__ unsigned f2tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+/* D += A B, A 16 x 8 (rows x k), B 8 x 8 (k x outputs), TF32 operands, fp32
+ * accumulation. Fragments (PTX ISA, m16n8k8 .tf32): lane = 4 g + t4;
+ * a = A[g][t4], A[g+8][t4], A[g][t4+4], A[g+8][t4+4]; b = B[t4][g], B[t4+4][g];
+ * d = D[g][2t4], D[g][2t4+1], D[g+8][2t4], D[g+8][2t4+1]. */
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* seg_linear on the tensor cores for R = 16 rows: each warp owns output
+ * tiles of 8 (never crossing a segment, so one tile reads one input slice)
+ * and walks k in steps of 8 with mma.sync m16n8k8. TC = 1: TF32 operands
+ * (10-bit mantissa; the tensor_cores config). TC = 3: each operand split as
+ * hi + lo, both TF32, and D += lo_a hi_b + hi_a lo_b + hi_a hi_b — about
+ * fp32 accuracy (the 3xTF32 of CUTLASS) at three MMAs a step. Weights stream
+ * through NS stages of t.kc rows (a multiple of 8) like seg_linear. */
+template <int TC, int NS, int MAXT>
+__device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, float *__restrict__ out,
+                                              const segtab_t &t, const float *__restrict__ pack, int act,
+                                              const float *__restrict__ mask, float slope, float *__restrict__ gout,
+                                              int gld, int nsave, float *__restrict__ wbuf, int stage_floats) {
+  constexpr int R = 16;
+  const int KC = t.kc, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  int kk_[MAXT], wb_[MAXT], ws_[MAXT]; /* per tile: koff << 16 | K; weight base and stride of column g */
+  int ntiles = 0;
+  for (int s = 0; s < t.n; s++) {
+    int o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
+    ntiles += (o1 - t.s[s].o0 + 7) / 8;
+  }
+#pragma unroll
+  for (int j = 0; j < MAXT; j++) {
+    int T = warp + j * nw;
+    kk_[j] = 0, wb_[j] = -1, ws_[j] = 0;
+    if (T >= ntiles) continue;
+    int s = 0, o1 = 0;
+    for (;; s++) {
+      o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
+      int nt = (o1 - t.s[s].o0 + 7) / 8;
+      if (T < nt) break;
+      T -= nt;
+    }
+    int ob = t.s[s].o0 + 8 * T, o = ob + g;
+    kk_[j] = (t.s[s].koff << 16) | t.s[s].K;
+    if (o < o1) {
+      int c = 0;
+      while (c + 1 < t.nc && o >= t.c[c + 1].o0) c++;
+      wb_[j] = KC * t.c[c].o0 + (o - t.c[c].o0), ws_[j] = t.c[c].w;
+    }
+  }
+  int Kmax = 0;
+  for (int c = 0; c < t.nc; c++) Kmax = max(Kmax, t.c[c].K);
+  float acc[MAXT][4];
+#pragma unroll
+  for (int j = 0; j < MAXT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  const int nst = (Kmax + KC - 1) / KC;
+#pragma unroll
+  for (int p = 0; p < NS - 1; p++) {
+    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
+    cp_async_commit();
+  }
+  for (int st = 0; st < nst; st++) {
+    int nx = st + NS - 1;
+    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
+    cp_async_commit();
+    cp_async_wait<NS - 1>();
+    __syncthreads();
+    const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
+    const int k0 = st * KC;
+    /* k outer, tiles inner: the A fragments (this warp's 16 rows x 8 k of
+     * one input slice) are loaded and split once per slice and k step and
+     * shared by every tile of that slice (a warp's tiles are in slice order) */
+    for (int kb = 0; kb < KC; kb += 8) {
+      int cur = -1;
+      unsigned ah[4], al[4];
+#pragma unroll
+      for (int j = 0; j < MAXT; j++) {
+        const int K = kk_[j] & 0xffff, koff = kk_[j] >> 16;
+        const int kend = min(KC, K - k0);
+        if (kb >= kend) continue;
+        const bool k1 = kb + t4 < kend, k2 = kb + t4 + 4 < kend;
+        if (kk_[j] != cur) {
+          cur = kk_[j];
+          const float *__restrict__ xa = in + (size_t)(koff + k0 + kb) * R;
+          float af[4] = {k1 ? xa[t4 * R + g] : 0.0f, k1 ? xa[t4 * R + g + 8] : 0.0f,
+                         k2 ? xa[(t4 + 4) * R + g] : 0.0f, k2 ? xa[(t4 + 4) * R + g + 8] : 0.0f};
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            ah[q] = f2tf32(af[q]);
+            if (TC == 3) al[q] = f2tf32(af[q] - __uint_as_float(ah[q]));
+          }
+        }
+        const bool col = wb_[j] >= 0;
+        const float *__restrict__ wj = w + (col ? wb_[j] : 0) + (size_t)kb * ws_[j];
+        float b0 = (col && k1) ? wj[t4 * ws_[j]] : 0.0f, b1 = (col && k2) ? wj[(t4 + 4) * ws_[j]] : 0.0f;
+        unsigned bh0 = f2tf32(b0), bh1 = f2tf32(b1);
+        if (TC == 3) {
+          unsigned bl0 = f2tf32(b0 - __uint_as_float(bh0)), bl1 = f2tf32(b1 - __uint_as_float(bh1));
+          mma_tf32(acc[j], al, bh0, bh1);
+          mma_tf32(acc[j], ah, bl0, bl1);
+        }
+        mma_tf32(acc[j], ah, bh0, bh1);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < MAXT; j++) {
+    int T = warp + j * nw;
+    if (T >= ntiles) continue;
+    int s = 0, o1 = 0;
+    for (;; s++) {
+      o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
+      int nt = (o1 - t.s[s].o0 + 7) / 8;
+      if (T < nt) break;
+      T -= nt;
+    }
+    int ob = t.s[s].o0 + 8 * T;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      int r = g + (q >> 1) * 8, o = ob + 2 * t4 + (q & 1);
+      if (o >= o1) continue;
+      float v = acc[j][q] + (t.bias >= 0 ? __ldg(pack + t.bias + o) : 0.0f);
+      if (act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)o * R + r] > 0.0f)) v *= slope;
+      if (out) out[(size_t)o * R + r] = v;
+      if (r < nsave) gout[(size_t)r * gld + o] = v;
+    }
+  }
+}
+
+/* one layer through the chosen arithmetic: TC = 0 FFMA (any R), 1 or 3 the
+ * tensor cores (R = 16) */
+template <int R, int TC>
+__device__ __forceinline__ void layer(const float *in, float *out, const segtab_t &t, const float *pack, int act,
+                                      const float *mask, float slope, float *gout, int gld, int nsave, float *wbuf,
+                                      int stage_floats) {
+  if constexpr (TC == 0)
+    seg_linear<R, NOUT, NSTAGE>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats);
+  else
+    seg_linear_tc<TC, NSTAGE_TC, TC_MAXT>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats);
 }
 
 /* rows [row0, row0 + nrows) of G [*, ld] into feature-major s [F][R] (zeros past nrows) */
@@ -254,13 +438,13 @@ __device__ __forceinline__ void load_rows(float *__restrict__ s, const float *__
 /* Blocks [0, nblk_on): online network on rows of x [2B, S] (s then s');
  * blocks after: target network on s' rows. logp rows: online 0..2B-1,
  * target 2B..3B-1. Online-s rows (< B) keep h1, h, hh for the backward. */
-template <int R>
+template <int R, int TC>
 __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
   extern __shared__ float4 sh4[];
   float *xs = reinterpret_cast<float *>(sh4);
   float *h1s = xs + (size_t)a.S * R, *hs = h1s + (size_t)a.H1 * R, *hhs = hs + (size_t)a.H2 * R;
   float *os = hhs + (size_t)a.HC * R, *base = os + (size_t)a.O2 * R;
-  float *wbuf = base + (size_t)a.D * a.Z * R; /* two stages of KC weight rows */
+  float *wbuf = base + (size_t)a.D * a.Z * R; /* NSTAGE weight stages */
   int online = blockIdx.x < a.nblk_on;
   int row0 = online ? blockIdx.x * R : (blockIdx.x - a.nblk_on) * R; /* row of this pass */
   int rows_pass = online ? 2 * a.B : a.B;
@@ -271,13 +455,13 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
   const float *T = online ? a.t_on : a.t_tg;
   load_rows<R>(xs, a.x, a.S, a.S, xrow0, nrows);
   __syncthreads();
-  seg_linear<R, 4>(xs, h1s, a.l1, T, 1, NULL, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, a.KC);
+  layer<R, TC>(xs, h1s, a.l1, T, 1, NULL, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, a.stage);
   __syncthreads();
-  seg_linear<R, 4>(h1s, hs, a.l2, T, 1, NULL, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, a.KC);
+  layer<R, TC>(h1s, hs, a.l2, T, 1, NULL, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, a.stage);
   __syncthreads();
-  seg_linear<R, 4>(hs, hhs, a.c1, T, 1, NULL, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, a.KC);
+  layer<R, TC>(hs, hhs, a.c1, T, 1, NULL, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, a.stage);
   __syncthreads();
-  seg_linear<R, 4>(hhs, os, a.c2, T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.KC);
+  layer<R, TC>(hhs, os, a.c2, T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.stage);
   __syncthreads();
   /* dueling: base[d][z][r] = V[z] - mean_a A_d[a][z] (the CPU's order) */
   const int Z = a.Z;
@@ -310,56 +494,52 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
   }
 }
 
-/* One block per sample, every branch in order: the body of
- * c51_loss_branch_kernel (dqn_loss.cu) with dV summed over branches in
- * shared memory and every dlogit written to g2 [B, O2]. */
+/* Per-warp shared floats of fused_loss_kernel: lt, sel [nmax Z], lps, m, pj,
+ * bj, ez, g, lj [Z], q [nmax]. */
+__host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return 2 * nmax * Z + 7 * Z + nmax; }
+
+/* One block per sample, one warp per branch: the Double-DQN action (Q sums
+ * serial over z, the CPU's order), the C51 projection as a gather (lane z adds
+ * source atoms in ascending j, c51_project's order), cross-entropy and
+ * dlogits; then dV (sum over branches in order), loss_i and the Q sum. */
 __global__ void fused_loss_kernel(loss_args_t a) {
   extern __shared__ float sh[];
-  const int Z = a.Z;
-  float *m = sh, *pj = sh + Z, *bj = sh + 2 * Z, *ez = sh + 3 * Z, *g = sh + 4 * Z, *dv = sh + 6 * Z,
-        *q = sh + 7 * Z;
-  /* this sample's log-probabilities, staged once per branch so the serial
-   * sums below read shared memory: sel (argmax rows), lt (target), lps (row a_d) */
-  float *sels = q + a.nmax, *lts = sels + (size_t)a.nmax * Z, *lps = lts + (size_t)a.nmax * Z;
-  int *lj = (int *)(sh + 5 * Z);
-  __shared__ int best_s, ad_s;
-  __shared__ float c_s, msum_s;
-  int i = blockIdx.x, B = a.B;
+  __shared__ float ce_s[MAXB], qa_s[MAXB];
+  const int Z = a.Z, d = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i = blockIdx.x, B = a.B;
+  float *g_all = sh; /* [D][Z]: each branch's dlogit at its taken action */
+  float *wsh = sh + (size_t)a.D * Z + (size_t)d * loss_warp_floats(a.nmax, Z);
+  float *lts = wsh, *sels = lts + (size_t)a.nmax * Z, *lps = sels + (size_t)a.nmax * Z;
+  float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
+  int *lj = (int *)(ez + Z);
+  float *q = ez + 2 * Z;
   float dz = (a.vmax - a.vmin) / (float)(Z - 1);
-  float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
-  float disc = gamma * (1.0f - a.done[i]);
-  float li = 0.0f, qs = 0.0f;
-  for (int d = 0; d < a.D; d++) {
-    int n = a.n[d], nz = n * Z;
+  if (d < a.D) {
+    const int n = a.n[d], nz = n * Z;
     const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
     const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
     const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
-    int ad0 = (a.a[i] / a.radix_after[d]) % n;
-    for (int k = threadIdx.x; k < nz; k += blockDim.x) {
+    const int ad = (a.a[i] / a.radix_after[d]) % n;
+    for (int k = lane; k < nz; k += 32) {
       lts[k] = lt_s2[k];
       if (a.double_dqn) sels[k] = lp_s2[k];
     }
-    for (int z = threadIdx.x; z < Z; z += blockDim.x) lps[z] = lp_s[(size_t)ad0 * Z + z];
-    __syncthreads();
+    for (int z = lane; z < Z; z += 32) lps[z] = lp_s[(size_t)ad * Z + z];
+    __syncwarp();
     const float *sel = a.double_dqn ? sels : lts;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) {
+    for (int k = lane; k < n; k += 32) {
       float s = 0.0f;
       for (int z = 0; z < Z; z++) s += expf(sel[k * Z + z]) * (a.vmin + dz * (float)z);
       q[k] = s;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int bst = 0;
-      for (int k = 1; k < n; k++)
-        if (q[k] > q[bst]) bst = k;
-      best_s = bst;
-      a.best[(size_t)d * B + i] = bst;
-      ad_s = ad0;
-    }
-    __syncthreads();
-    int bst = best_s, ad = ad_s;
-    const float *lp = lps;
-    for (int j = threadIdx.x; j < Z; j += blockDim.x) {
+    __syncwarp();
+    int bst = 0;
+    for (int k = 1; k < n; k++)
+      if (q[k] > q[bst]) bst = k;
+    if (lane == 0) a.best[(size_t)d * B + i] = bst;
+    float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
+    float disc = gamma * (1.0f - a.done[i]);
+    for (int j = lane; j < Z; j += 32) {
       pj[j] = expf(lts[bst * Z + j]);
       float tz = a.r[i] + disc * (a.vmin + dz * (float)j);
       float t = tz < a.vmin ? a.vmin : (tz > a.vmax ? a.vmax : tz);
@@ -369,10 +549,11 @@ __global__ void fused_loss_kernel(loss_args_t a) {
       u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
       bj[j] = b;
       lj[j] = l | (u << 16);
-      ez[j] = expf(lp[j]);
+      ez[j] = expf(lps[j]);
     }
-    __syncthreads();
-    for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    __syncwarp();
+    float ce = 0.0f, qa = 0.0f, msum = 0.0f;
+    for (int z = lane; z < Z; z += 32) {
       float acc = 0.0f;
       for (int j = 0; j < Z; j++) {
         int l = lj[j] & 0xffff, u = lj[j] >> 16;
@@ -384,36 +565,36 @@ __global__ void fused_loss_kernel(loss_args_t a) {
         }
       }
       m[z] = acc;
+      ce -= acc * lps[z];
+      qa += ez[z] * (a.vmin + dz * (float)z);
+      msum += acc;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float ce = 0.0f, qa = 0.0f, msum = 0.0f;
-      for (int z = 0; z < Z; z++) {
-        ce -= m[z] * lp[z];
-        qa += ez[z] * (a.vmin + dz * (float)z);
-        msum += m[z];
-      }
-      li = li + ce / (float)a.D;
-      qs = qs + qa;
-      c_s = a.w[i] / ((float)B * (float)a.D);
-      msum_s = msum;
+    for (int off = 16; off; off >>= 1) {
+      ce += __shfl_xor_sync(0xffffffffu, ce, off);
+      qa += __shfl_xor_sync(0xffffffffu, qa, off);
+      msum += __shfl_xor_sync(0xffffffffu, msum, off);
     }
-    __syncthreads();
-    for (int z = threadIdx.x; z < Z; z += blockDim.x) {
-      float gz = c_s * (ez[z] * msum_s - m[z]);
-      g[z] = gz;
-      dv[z] = (d == 0 ? 0.0f : dv[z]) + gz;
-    }
-    __syncthreads();
+    __syncwarp();
+    float c = a.w[i] / ((float)B * (float)a.D);
+    float *g = g_all + (size_t)d * Z;
+    for (int z = lane; z < Z; z += 32) g[z] = c * (ez[z] * msum - m[z]);
+    __syncwarp();
     float *dA = a.g2 + (size_t)i * a.O2 + Z + a.aoff[d];
-    for (int k = threadIdx.x; k < nz; k += blockDim.x) {
+    for (int k = lane; k < nz; k += 32) {
       int act = k / Z, z = k % Z;
       dA[k] = (act == ad ? g[z] : 0.0f) - g[z] / (float)n;
     }
-    __syncthreads();
+    if (lane == 0) ce_s[d] = ce, qa_s[d] = qa;
   }
-  for (int z = threadIdx.x; z < Z; z += blockDim.x) a.g2[(size_t)i * a.O2 + z] = dv[z];
+  __syncthreads();
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    float v = 0.0f;
+    for (int e = 0; e < a.D; e++) v += g_all[(size_t)e * Z + z];
+    a.g2[(size_t)i * a.O2 + z] = v;
+  }
   if (threadIdx.x == 0) {
+    float li = 0.0f, qs = 0.0f;
+    for (int e = 0; e < a.D; e++) li = li + ce_s[e] / (float)a.D, qs = qs + qa_s[e];
     a.loss_i[i] = li;
     a.qsum_i[i] = qs;
   }
@@ -445,25 +626,25 @@ __global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const 
 /* R online-s rows per block: g1 = (g2 . W_hc2) * lrelu'(hh), gh = (g1 . W_hc1)
  * * lrelu'(h), gt1 = (gh . W_t2) * lrelu'(h1), each kept for the weight
  * gradients. */
-template <int R>
+template <int R, int TC>
 __global__ void __launch_bounds__(NT) fused_backward_kernel(bwd_args_t a) {
+  /* shared: P = g2s, later ghs [max(O2, H2)]; Q = hhs, later h1s [max(HC, H1)];
+   * g1s [HC]; hs [H2]; then the weight stages (a.N1 floats per row before them) */
   extern __shared__ float4 sh4[];
-  float *g2s = reinterpret_cast<float *>(sh4);
-  float *hhs = g2s + (size_t)a.O2 * R, *g1s = hhs + (size_t)a.HC * R, *hs = g1s + (size_t)a.HC * R;
-  float *ghs = hs + (size_t)a.H2 * R, *h1s = ghs + (size_t)a.H2 * R, *gt1s = h1s + (size_t)a.H1 * R;
-  float *wbuf = g2s + (size_t)a.N1 * R;
+  float *P = reinterpret_cast<float *>(sh4);
+  float *Q = P + (size_t)max(a.O2, a.H2) * R, *g1s = Q + (size_t)max(a.HC, a.H1) * R, *hs = g1s + (size_t)a.HC * R;
+  float *wbuf = P + (size_t)a.N1 * R;
   int row0 = blockIdx.x * R, nrows = min(R, a.B - row0);
-  load_rows<R>(g2s, a.g2, a.O2, a.O2, row0, nrows);
-  load_rows<R>(hhs, a.hh, a.HC, a.HC, row0, nrows);
+  load_rows<R>(P, a.g2, a.O2, a.O2, row0, nrows);
+  load_rows<R>(Q, a.hh, a.HC, a.HC, row0, nrows);
   load_rows<R>(hs, a.h, a.H2, a.H2, row0, nrows);
-  load_rows<R>(h1s, a.h1, a.H1, a.H1, row0, nrows);
   __syncthreads();
-  seg_linear<R, 4>(g2s, g1s, a.c2, a.w_on, 0, hhs, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows, wbuf, a.KC);
+  layer<R, TC>(P, g1s, a.c2, a.w_on, 0, Q, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows, wbuf, a.stage);
   __syncthreads();
-  seg_linear<R, 4>(g1s, ghs, a.c1, a.w_on, 0, hs, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows, wbuf, a.KC);
+  load_rows<R>(Q, a.h1, a.H1, a.H1, row0, nrows); /* hh is no longer needed */
+  layer<R, TC>(g1s, P, a.c1, a.w_on, 0, hs, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows, wbuf, a.stage);
   __syncthreads();
-  seg_linear<R, 4>(ghs, gt1s, a.t2, a.w_on, 0, h1s, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1, nrows, wbuf,
-                   a.KC);
+  layer<R, TC>(P, NULL, a.t2, a.w_on, 0, Q, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1, nrows, wbuf, a.stage);
 }
 
 /* One block per 32 x 32 tile of one weight matrix: dW[o][i] = sum_b dY[b][o]
@@ -474,61 +655,122 @@ struct wbufs {
   const float *p[8];
 };
 
-__global__ void __launch_bounds__(256) fused_wgrad_kernel(const wtile_t *__restrict__ tiles, wbufs bufs, int B,
-                                                          const float *__restrict__ fn, float *__restrict__ grad) {
-  __shared__ float ys[32][33], xs[32][33];
-  const wtile_t t = tiles[blockIdx.x];
-  const float *__restrict__ Y = bufs.p[t.ybuf] + t.dy;
-  const float *__restrict__ X = bufs.p[t.xbuf] + t.x;
-  int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bsum = 0.0f;
-  float ry[4], rx[4];
-  auto load = [&](int b0) {
+/* the 4 x 4 patch (and bias sums) of thread (to, ti) of tile t into grad */
+__device__ __forceinline__ void wgrad_store(const wtile_t &t, int to, int ti, const float (&acc)[4][4],
+                                            const float (&bsum)[4], const float *__restrict__ fn,
+                                            float *__restrict__ grad) {
 #pragma unroll
-    for (int l = 0; l < 4; l++) {
-      int e = tid + 256 * l, bb = e / 32, c = e % 32, b = b0 + bb;
-      ry[l] = (b < B && c < t.no) ? Y[(size_t)b * t.ldy + t.o0 + c] : 0.0f;
-      rx[l] = (b < B && c < t.ni) ? X[(size_t)b * t.ldx + t.i0 + c] : 0.0f;
-    }
-  };
-  load(0);
-  for (int b0 = 0; b0 < B; b0 += 32) {
+  for (int u = 0; u < 4; u++)
 #pragma unroll
-    for (int l = 0; l < 4; l++) {
-      int e = tid + 256 * l;
-      ys[e / 32][e % 32] = ry[l];
-      xs[e / 32][e % 32] = rx[l];
-    }
-    __syncthreads();
-    if (b0 + 32 < B) load(b0 + 32);
-#pragma unroll 8
-    for (int bb = 0; bb < 32; bb++) {
-      float y0 = ys[bb][ty], y1 = ys[bb][ty + 16], x0 = xs[bb][tx], x1 = xs[bb][tx + 16];
-      acc[0][0] += y0 * x0;
-      acc[0][1] += y0 * x1;
-      acc[1][0] += y1 * x0;
-      acc[1][1] += y1 * x1;
-    }
-    if (t.gb >= 0 && tid < 32)
-      for (int bb = 0; bb < 32; bb++) bsum += ys[bb][tid];
-    __syncthreads();
-  }
-#pragma unroll
-  for (int u = 0; u < 2; u++)
-#pragma unroll
-    for (int v = 0; v < 2; v++) {
-      int oo = ty + 16 * u, ii = tx + 16 * v;
+    for (int v = 0; v < 4; v++) {
+      int oo = 4 * to + u, ii = 4 * ti + v;
       if (oo >= t.no || ii >= t.ni) continue;
       int o = t.o0 + oo, i = t.i0 + ii;
       size_t k = (size_t)o * t.in + i;
       grad[t.gw + k] = acc[u][v];
       if (t.gsw >= 0) grad[t.gsw + k] = acc[u][v] * (fn[t.fo + o] * fn[t.fi + i]);
     }
-  if (t.gb >= 0 && tid < t.no) {
-    int o = t.o0 + tid;
-    grad[t.gb + o] = bsum;
-    if (t.gsb >= 0) grad[t.gsb + o] = bsum * fn[t.fo + o];
+  if (t.gb >= 0 && ti == 0)
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      int oo = 4 * to + u;
+      if (oo >= t.no) continue;
+      int o = t.o0 + oo;
+      grad[t.gb + o] = bsum[u];
+      if (t.gsb >= 0) grad[t.gsb + o] = bsum[u] * fn[t.fo + o];
+    }
+}
+
+#define WG_PART 1056 /* floats per tile and split: 32 x 32 + 32 bias sums */
+
+/* One block (64 threads, 4 x 4 each) per 32 x 32 tile of one weight matrix
+ * and per batch split (blockIdx.y of gridDim.y, `chunk` rows each):
+ * dW[o][i] = sum_b dY[b][o] X[b][i] over b in order (the next 32 rows' loads
+ * issued before this chunk's arithmetic), and the bias sums. One split: the
+ * gradients (with NoisyNet sigma) are written here; several: partial sums go
+ * to part and fused_wgrad_reduce_kernel adds them in split order. */
+__global__ void __launch_bounds__(64) fused_wgrad_kernel(const wtile_t *__restrict__ tiles, wbufs bufs, int B,
+                                                         int chunk, const float *__restrict__ fn,
+                                                         float *__restrict__ grad, float *__restrict__ part) {
+  __shared__ __align__(16) float ys[32][32], xs[32][32];
+  const wtile_t t = tiles[blockIdx.x];
+  const float *__restrict__ Y = bufs.p[t.ybuf] + t.dy;
+  const float *__restrict__ X = bufs.p[t.xbuf] + t.x;
+  const int tid = threadIdx.x, to = tid / 8, ti = tid % 8;
+  const int bbeg = blockIdx.y * chunk, bend = min(B, bbeg + chunk);
+  float acc[4][4], bsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int u = 0; u < 4; u++)
+#pragma unroll
+    for (int v = 0; v < 4; v++) acc[u][v] = 0.0f;
+  float ry[16], rx[16];
+  auto load = [&](int b0) {
+#pragma unroll
+    for (int l = 0; l < 16; l++) {
+      int e = tid + 64 * l, bb = e / 32, c = e % 32, b = b0 + bb;
+      ry[l] = (b < bend && c < t.no) ? Y[(size_t)b * t.ldy + t.o0 + c] : 0.0f;
+      rx[l] = (b < bend && c < t.ni) ? X[(size_t)b * t.ldx + t.i0 + c] : 0.0f;
+    }
+  };
+  load(bbeg);
+  for (int b0 = bbeg; b0 < bend; b0 += 32) {
+#pragma unroll
+    for (int l = 0; l < 16; l++) {
+      int e = tid + 64 * l;
+      ys[e / 32][e % 32] = ry[l];
+      xs[e / 32][e % 32] = rx[l];
+    }
+    __syncthreads();
+    if (b0 + 32 < bend) load(b0 + 32);
+#pragma unroll 4
+    for (int bb = 0; bb < 32; bb++) {
+      float4 y = *reinterpret_cast<const float4 *>(&ys[bb][4 * to]);
+      float4 x = *reinterpret_cast<const float4 *>(&xs[bb][4 * ti]);
+      float yv[4] = {y.x, y.y, y.z, y.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+#pragma unroll
+        for (int v = 0; v < 4; v++) acc[u][v] += yv[u] * xv[v];
+        bsum[u] += yv[u]; /* kept by the ti == 0 threads of bias tiles */
+      }
+    }
+    __syncthreads();
   }
+  if (gridDim.y == 1) {
+    wgrad_store(t, to, ti, acc, bsum, fn, grad);
+    return;
+  }
+  float *pp = part + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * WG_PART;
+#pragma unroll
+  for (int u = 0; u < 4; u++) {
+    *reinterpret_cast<float4 *>(pp + (4 * to + u) * 32 + 4 * ti) = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
+    if (ti == 0) pp[1024 + 4 * to + u] = bsum[u];
+  }
+}
+
+/* the splits of fused_wgrad_kernel added in split order, then stored */
+__global__ void __launch_bounds__(64) fused_wgrad_reduce_kernel(const wtile_t *__restrict__ tiles, int S,
+                                                                const float *__restrict__ part,
+                                                                const float *__restrict__ fn, float *__restrict__ grad) {
+  const wtile_t t = tiles[blockIdx.x];
+  const int tid = threadIdx.x, to = tid / 8, ti = tid % 8;
+  float acc[4][4], bsum[4];
+#pragma unroll
+  for (int u = 0; u < 4; u++) {
+    bsum[u] = 0.0f;
+#pragma unroll
+    for (int v = 0; v < 4; v++) acc[u][v] = 0.0f;
+  }
+  for (int z = 0; z < S; z++) {
+    const float *pp = part + ((size_t)z * gridDim.x + blockIdx.x) * WG_PART;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      float4 v = *reinterpret_cast<const float4 *>(pp + (4 * to + u) * 32 + 4 * ti);
+      acc[u][0] += v.x, acc[u][1] += v.y, acc[u][2] += v.z, acc[u][3] += v.w;
+      if (ti == 0) bsum[u] += pp[1024 + 4 * to + u];
+    }
+  }
+  wgrad_store(t, to, ti, acc, bsum, fn, grad);
 }
 
 // launchers
@@ -548,20 +790,48 @@ static int nmax_of(const net_layout_t *L, int HC, int O2) {
   return O2 > n ? O2 : n;
 }
 
-/* activations (feature-major, R rows) then two weight stages of KC rows */
-static size_t smem_fwd(const net_layout_t *L, int R, int KC, int HC, int O2) {
-  return sizeof(float) * ((size_t)R * (size_t)(L->S + L->H1 + L->H2 + HC + O2 + L->D * L->Z) +
-                          2 * (size_t)KC * nmax_of(L, HC, O2));
+/* weight rows per pipeline stage for a layer of N outputs and K inputs:
+ * about STAGE_FLOATS floats; a multiple of 8 on the tensor cores (k steps of 8) */
+static int kc_rule(int N, int K, int tc) {
+  int kc = STAGE_FLOATS / N;
+  if (tc) return kc / 8 * 8 > 8 ? kc / 8 * 8 : 8;
+  kc = kc < K ? kc : K;
+  return kc < 1 ? 1 : kc;
 }
 
-static size_t smem_bwd(const net_layout_t *L, int R, int KC, int HC, int O2) {
-  return sizeof(float) * ((size_t)R * (size_t)(O2 + 2 * HC + 2 * L->H2 + 2 * L->H1) +
-                          2 * (size_t)KC * nmax_of(L, HC, O2));
+/* floats per stage: the largest kc x N over the seven layers the kernels run */
+static int stage_floats(const net_layout_t *L, int HC, int O2, int KH, int tc) {
+  int nk[7][2] = {{L->H1, L->S}, {L->H2, L->H1}, {HC, L->H2}, {O2, KH}, {HC, 0}, {L->H2, HC}, {L->H1, L->H2}};
+  int kmax = 0;
+  for (int d = 0; d < L->D; d++) kmax = L->n[d] * L->Z > kmax ? L->n[d] * L->Z : kmax;
+  nk[4][1] = kmax > L->Z ? kmax : L->Z;
+  int m = 0;
+  for (int i = 0; i < 7; i++) {
+    int v = kc_rule(nk[i][0], nk[i][1], tc) * nk[i][0];
+    m = v > m ? v : m;
+  }
+  return (m + 3) / 4 * 4;
+}
+
+static int nstage(int tc) { return tc ? NSTAGE_TC : NSTAGE; }
+
+/* activations (feature-major, R rows) then the weight stages */
+static size_t smem_fwd(const net_layout_t *L, int R, int HC, int O2, int tc, int stage) {
+  return sizeof(float) * ((size_t)R * (size_t)(L->S + L->H1 + L->H2 + HC + O2 + L->D * L->Z) +
+                          (size_t)nstage(tc) * stage);
+}
+
+static int bwd_n1(const net_layout_t *L, int HC, int O2) {
+  return (O2 > L->H2 ? O2 : L->H2) + (HC > L->H1 ? HC : L->H1) + HC + L->H2;
+}
+
+static size_t smem_bwd(const net_layout_t *L, int R, int HC, int O2, int tc, int stage) {
+  return sizeof(float) * ((size_t)R * (size_t)bwd_n1(L, HC, O2) + (size_t)nstage(tc) * stage);
 }
 
 /* copy segments: one block of shared rows (every segment reads row k of the
  * same [K][N] matrix), or each segment its own contiguous [K_s][w_s] matrix */
-static void copy_segs(segtab_t *t, int shared) {
+static void copy_segs(segtab_t *t, int shared, int tc) {
   if (shared) {
     int K = 0;
     for (int s = 0; s < t->n; s++) K = t->s[s].K > K ? t->s[s].K : K;
@@ -574,8 +844,11 @@ static void copy_segs(segtab_t *t, int shared) {
       t->c[s].o0 = t->s[s].o0, t->c[s].w = o1 - t->s[s].o0, t->c[s].K = t->s[s].K, t->c[s].woff = t->s[s].woff;
     }
   }
+  int K = 0;
+  for (int c = 0; c < t->nc; c++) K = t->c[c].K > K ? t->c[c].K : K;
+  t->kc = kc_rule(t->N, K, tc);
   for (int c = 0; c < t->nc; c++)
-    t->c[c].al16 = t->c[c].woff % 4 == 0 && t->c[c].w % 4 == 0 && t->c[c].o0 % 4 == 0;
+    t->c[c].al16 = t->c[c].woff % 4 == 0 && t->c[c].w % 4 == 0 && (t->kc * t->c[c].o0) % 4 == 0;
 }
 
 /* biases first (same offsets in both packs), then the weights */
@@ -634,12 +907,12 @@ static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t 
   a->total = begin;
 }
 
-static segtab_t seg1(int N, int K, long long woff, int ldw, long long bias) {
+static segtab_t seg1(int N, int K, long long woff, int ldw, long long bias, int tc) {
   segtab_t t;
   memset(&t, 0, sizeof t);
   t.n = 1, t.N = N, t.bias = bias;
   t.s[0].o0 = 0, t.s[0].koff = 0, t.s[0].K = K, t.s[0].ldw = ldw, t.s[0].woff = woff;
-  copy_segs(&t, 1);
+  copy_segs(&t, 1, tc);
   return t;
 }
 
@@ -686,44 +959,67 @@ static int build_tiles(const net_layout_t *L, wtile_t **out) {
   return n;
 }
 
-template <int R>
+template <int R, int TC>
 static cudaError_t set_smem(size_t fwd, size_t bwd) {
-  cudaError_t e = cudaFuncSetAttribute(fused_forward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd);
+  cudaError_t e =
+      cudaFuncSetAttribute(fused_forward_kernel<R, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_backward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd);
+    e = cudaFuncSetAttribute(fused_backward_kernel<R, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bwd);
   return e;
 }
 
-extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B) {
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores) {
   memset(f, 0, sizeof *f);
   int aoff[MAXB];
   fused_dims(L, &f->HC, &f->O2, &f->KH, &f->AW, aoff);
-  /* rows per block: 4 up to batch 512 (more blocks for small batches), 8
-   * above (twice the reuse of every weight read) — kernels/dev/DEVICE_NOTES.md */
-  const char *ev = getenv("DQN_CUDA_FUSED_R");
-  f->R = ev && atoi(ev) == 8 ? 8 : ev && atoi(ev) == 4 ? 4 : (B <= 512 ? 4 : 8);
   int dev = 0, maxsh = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&maxsh, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return (int)cudaGetLastError();
-  /* every layer's outputs fit 4 per thread; then the largest KC (weight rows
-   * per stage) and R that fit in shared memory */
-  if (nmax_of(L, f->HC, f->O2) > 4 * NT) return 0; /* generic kernels */
+  /* every layer's outputs fit NOUT per thread; the loss kernel's staging fits */
+  if (nmax_of(L, f->HC, f->O2) > NOUT * NT) return 0; /* generic kernels */
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  if (sizeof(float) * (size_t)(8 * L->Z + nmax + 2 * nmax * L->Z) > 48 * 1024) return 0; /* loss staging */
-  for (;;) {
-    for (f->KC = 16; f->KC >= 4; f->KC /= 2) {
-      f->smem_fwd = smem_fwd(L, f->R, f->KC, f->HC, f->O2);
-      f->smem_bwd = smem_bwd(L, f->R, f->KC, f->HC, f->O2);
+  if (sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z)) > 48 * 1024)
+    return 0;
+  /* arithmetic: tensor_cores -> TF32 (tc 1); else 3xTF32 on the tensor cores
+   * (tc 3, fp32 accuracy), or FFMA (tc 0) with DQN_CUDA_FUSED_MODE=ffma or
+   * when R = 16 does not fit. The tensor-core path runs 16 rows per block. */
+  const char *mv = getenv("DQN_CUDA_FUSED_MODE");
+  f->tc = tensor_cores ? 1 : (mv && !strcmp(mv, "ffma")) ? 0 : 3;
+  if (f->tc) {
+    f->R = 16;
+    f->stage = stage_floats(L, f->HC, f->O2, f->KH, f->tc);
+    f->smem_fwd = smem_fwd(L, 16, f->HC, f->O2, f->tc, f->stage);
+    f->smem_bwd = smem_bwd(L, 16, f->HC, f->O2, f->tc, f->stage);
+    if ((f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd) > (size_t)maxsh) {
+      if (tensor_cores) return 0; /* generic kernels, which refuse tensor_cores: the learner reports it */
+      f->tc = 0;
+    }
+  }
+  if (!f->tc) {
+    /* rows per block: every block streams all weights once, so more rows per
+     * block means fewer bytes from L2 per row; fewer rows means more blocks
+     * for small batches. 4 up to batch 128, 8 up to 1024, 16 above
+     * (DQN_CUDA_FUSED_R overrides; kernels/dev/DEVICE_NOTES.md) */
+    const char *ev = getenv("DQN_CUDA_FUSED_R");
+    int re = ev ? atoi(ev) : 0;
+    f->R = (re == 4 || re == 8 || re == 16) ? re : B <= 128 ? 4 : B <= 1024 ? 8 : 16;
+    f->stage = stage_floats(L, f->HC, f->O2, f->KH, 0);
+    for (;;) {
+      f->smem_fwd = smem_fwd(L, f->R, f->HC, f->O2, 0, f->stage);
+      f->smem_bwd = smem_bwd(L, f->R, f->HC, f->O2, 0, f->stage);
       size_t need = f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd;
       if (need <= (size_t)maxsh) break;
+      if (f->R == 4) return 0; /* does not fit: generic kernels */
+      f->R /= 2;
     }
-    if (f->KC >= 4) break;
-    if (f->R == 4) return 0; /* does not fit: generic kernels */
-    f->R = 4;
   }
-  cudaError_t e = f->R == 4 ? set_smem<4>(f->smem_fwd, f->smem_bwd) : set_smem<8>(f->smem_fwd, f->smem_bwd);
+  cudaError_t e = f->tc == 1   ? set_smem<16, 1>(f->smem_fwd, f->smem_bwd)
+                  : f->tc == 3 ? set_smem<16, 3>(f->smem_fwd, f->smem_bwd)
+                  : f->R == 4  ? set_smem<4, 0>(f->smem_fwd, f->smem_bwd)
+                  : f->R == 8  ? set_smem<8, 0>(f->smem_fwd, f->smem_bwd)
+                               : set_smem<16, 0>(f->smem_fwd, f->smem_bwd);
   if (e != cudaSuccess) return (int)e;
   pack_layouts(L, f);
   size_t b = (size_t)B;
@@ -750,6 +1046,12 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B) {
   free(t);
   if (e != cudaSuccess) return (int)e;
   f->n_tiles = n;
+  /* batch splits for the weight gradients: enough blocks to fill the GPU at
+   * large batches (a tile alone is 2 warps); 256 rows per split at least */
+  f->wg_splits = B >= 512 ? (B / 256 < 16 ? B / 256 : 16) : 1;
+  if (f->wg_splits > 1 &&
+      (e = cudaMalloc(&f->wg_part, sizeof(float) * (size_t)f->wg_splits * n * WG_PART)) != cudaSuccess)
+    return (int)e;
   f->ok = 1;
   return 0;
 }
@@ -757,6 +1059,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B) {
 extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->mem);
   cudaFree(f->tiles);
+  cudaFree(f->wg_part);
   memset(f, 0, sizeof *f);
 }
 
@@ -789,9 +1092,11 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.slope = hp->slope;
   fa.x = ws->x, fa.t_on = f->t_on, fa.t_tg = f->t_tg;
   fa.logp = f->logp, fa.h1 = f->h1, fa.h = f->h, fa.hh = f->hh;
-  fa.l1 = seg1(L->H1, L->S, f->pt.t1, L->H1, f->pt.bt1);
-  fa.l2 = seg1(L->H2, L->H1, f->pt.t2, L->H2, f->pt.bt2);
-  fa.c1 = seg1(HC, L->H2, f->pt.hc1, HC, f->pt.bhc1);
+  const int tc = f->tc;
+  fa.l1 = seg1(L->H1, L->S, f->pt.t1, L->H1, f->pt.bt1, tc);
+  fa.l2 = seg1(L->H2, L->H1, f->pt.t2, L->H2, f->pt.bt2, tc);
+  fa.c1 = seg1(HC, L->H2, f->pt.hc1, HC, f->pt.bhc1, tc);
+  fa.stage = f->stage;
   memset(&fa.c2, 0, sizeof fa.c2);
   fa.c2.n = 1 + L->D, fa.c2.N = O2, fa.c2.bias = f->pt.bhc2;
   fa.c2.s[0].o0 = 0, fa.c2.s[0].koff = 0, fa.c2.s[0].K = L->VH, fa.c2.s[0].ldw = O2, fa.c2.s[0].woff = f->pt.hc2;
@@ -800,12 +1105,14 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     s->o0 = L->Z + aoff[d], s->koff = L->VH + d * L->AH, s->K = L->AH, s->ldw = O2;
     s->woff = f->pt.hc2 + L->Z + aoff[d];
   }
-  copy_segs(&fa.c2, 1); /* rows of hc2T hold every output's weights */
-  fa.KC = f->KC;
+  copy_segs(&fa.c2, 1, tc); /* rows of hc2T hold every output's weights */
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
-  if (R == 4) fused_forward_kernel<4><<<nblk, NT, f->smem_fwd, st>>>(fa);
-  else fused_forward_kernel<8><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  else if (tc == 3) fused_forward_kernel<16, 3><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  else if (R == 4) fused_forward_kernel<4, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  else if (R == 8) fused_forward_kernel<8, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  else fused_forward_kernel<16, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
   TRY(cudaGetLastError());
   /* 3. loss, all branches */
   loss_args_t la;
@@ -818,7 +1125,8 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   la.logp = f->logp, la.r = ws->r, la.done = ws->done, la.w = ws->w, la.a = ws->a;
   la.g2 = f->g2, la.loss_i = ws->loss_i, la.qsum_i = ws->loss_i + B, la.best = ws->best;
   la.nmax = nmax;
-  fused_loss_kernel<<<B, 64, sizeof(float) * (size_t)(8 * L->Z + nmax + 2 * nmax * L->Z), st>>>(la);
+  size_t lsh = sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
+  fused_loss_kernel<<<B, 32 * L->D, lsh, st>>>(la);
   TRY(cudaGetLastError());
   fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
   TRY(cudaGetLastError());
@@ -835,17 +1143,27 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     s->o0 = L->VH + d * L->AH, s->koff = L->Z + aoff[d], s->K = L->n[d] * L->Z, s->ldw = L->AH;
     s->woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)aoff[d] * L->AH;
   }
-  copy_segs(&ba.c2, 0); /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
-  ba.KC = f->KC, ba.N1 = O2 + 2 * HC + 2 * L->H2 + 2 * L->H1;
-  ba.c1 = seg1(L->H2, HC, f->pw.hc1, L->H2, -1);
-  ba.t2 = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1);
+  copy_segs(&ba.c2, 0, tc); /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
+  ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
+  ba.c1 = seg1(L->H2, HC, f->pw.hc1, L->H2, -1, tc);
+  ba.t2 = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1, tc);
   unsigned bblk = (unsigned)((B + R - 1) / R);
-  if (R == 4) fused_backward_kernel<4><<<bblk, NT, f->smem_bwd, st>>>(ba);
-  else fused_backward_kernel<8><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  else if (tc == 3) fused_backward_kernel<16, 3><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  else if (R == 4) fused_backward_kernel<4, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  else if (R == 8) fused_backward_kernel<8, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  else fused_backward_kernel<16, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
   TRY(cudaGetLastError());
   /* 5. weight, bias and sigma gradients */
   wbufs wb = {{ws->x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1}};
-  fused_wgrad_kernel<<<(unsigned)f->n_tiles, 256, 0, st>>>((const wtile_t *)f->tiles, wb, B, ws->fn_on, grad);
+  const int S = f->wg_splits, chunk = (B + S - 1) / S;
+  fused_wgrad_kernel<<<dim3((unsigned)f->n_tiles, (unsigned)S), 64, 0, st>>>((const wtile_t *)f->tiles, wb, B, chunk,
+                                                                            ws->fn_on, grad, f->wg_part);
   TRY(cudaGetLastError());
+  if (S > 1) {
+    fused_wgrad_reduce_kernel<<<(unsigned)f->n_tiles, 64, 0, st>>>((const wtile_t *)f->tiles, S, f->wg_part,
+                                                                  ws->fn_on, grad);
+    TRY(cudaGetLastError());
+  }
   return 0;
 }

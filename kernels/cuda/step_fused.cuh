@@ -43,7 +43,8 @@ typedef struct fused_pack_layout {
 typedef struct cuda_fused {
   int ok;      /* 1: shapes fit; the fused path can run */
   int R;       /* rows per forward/backward block */
-  int KC;      /* weight rows per shared-memory pipeline stage */
+  int tc;      /* arithmetic: 0 FFMA, 1 TF32 tensor cores, 3 3xTF32 tensor cores */
+  int stage;   /* floats per weight pipeline stage */
   int HC, O2, KH, AW;
   fused_pack_layout_t pw, pt; /* W [out][in] pack, W^T pack */
   float *mem;
@@ -53,12 +54,15 @@ typedef struct cuda_fused {
   float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
   void *tiles;                /* device array of weight-gradient tiles */
   int n_tiles;
+  int wg_splits;              /* batch splits of the weight gradients */
+  float *wg_part;             /* their partial sums when wg_splits > 1 */
   size_t smem_fwd, smem_bwd;
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
- * callers then use the generic kernels). 0 or a cudaError_t. */
-int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B);
+ * callers then use the generic kernels). tensor_cores: TF32 arithmetic (the
+ * config choice); otherwise fp32-accurate arithmetic. 0 or a cudaError_t. */
+int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores);
 void cuda_fused_free(cuda_fused_t *f);
 
 #ifdef __cplusplus

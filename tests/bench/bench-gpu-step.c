@@ -27,9 +27,10 @@ int main(int argc, char **argv) {
   int steps = argc > 2 ? atoi(argv[2]) : 500;
   printf("device: %s\n", dev);
   char list[128];
-  /* BENCH_PROFILE_MODE=0|1 runs only uniform or only PER + NoisyNet */
+  /* modes: 0 uniform fp32, 1 PER + NoisyNet fp32, 2 uniform TF32
+   * (tensor_cores=1); BENCH_PROFILE_MODE=k runs only mode k */
   const char *pm = getenv("BENCH_PROFILE_MODE");
-  int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 2;
+  int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 3;
   for (int mode = m0; mode < m1; mode++) {
     snprintf(list, sizeof list, "%s", batches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -37,8 +38,9 @@ int main(int argc, char **argv) {
       learner_config_default(&c);
       c.batch = atoi(tok);
       c.replay_capacity = 100000;
-      c.prioritized = mode;
-      c.noisy = mode;
+      c.prioritized = mode == 1;
+      c.noisy = mode == 1;
+      c.tensor_cores = mode == 2;
       learner_t *l;
       char err[256];
       if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) {
@@ -77,7 +79,8 @@ int main(int argc, char **argv) {
         ts[k] = (bench_now() - t0) / steps;
       }
       double med = bench_median(ts, 5);
-      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mode ? "per+noisy" : "uniform",
+      static const char *mn[] = {"uniform", "per+noisy", "tf32"};
+      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mn[mode],
              med * 1e6, 1 / med, st.loss_last);
       fflush(stdout);
       learner_destroy(l);
