@@ -21,5 +21,6 @@ done
 meson compile -C build
 bins=$(find build/tests build/daemon build/client -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 ../shared/tools/device-carry.sh $bins
+git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 cp ../shared/bench/anchor_torch_bdq.py .devcarry/ 2>/dev/null || echo "(PyTorch peer not found beside the repo: not carried)"
 echo "prepared: $(echo $bins | wc -w) binaries"

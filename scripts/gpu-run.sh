@@ -17,7 +17,11 @@ for t in build/tests/test-gpu-*; do
 done
 echo "gpu suite: $pass passed, $fail failed, $skip skipped"
 if [ "${1:-}" = --peer ] && [ -x build/tests/bench/bench-gpu-step ]; then
-  build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | tee "$out/bench-gpu.log"
+  echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-gpu.log"
+  build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-gpu.log"
+  # the kernel history (kernels/dev/README.md): the generic v1 kernels in the same call
+  echo "v1 (generic kernels):" | tee -a "$out/bench-gpu.log"
+  DQN_CUDA_KERNELS=v1 BENCH_PROFILE_MODE=0 build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | grep B= | tee -a "$out/bench-gpu.log"
 fi
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}

@@ -180,7 +180,7 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   return cuda_dqn_ws_alloc_tc(ws, L, B, 0);
 }
 
-extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores) {
+extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int mode) {
   memset(ws, 0, sizeof *ws);
   ws->B = B;
   int rc;
@@ -223,7 +223,7 @@ extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, in
   ws->splitk = p;
   const char *v = getenv("DQN_CUDA_KERNELS");
   ws->version = v && !strcmp(v, "v1") ? 1 : 2;
-  return cuda_fused_alloc(&ws->fused, L, B, tensor_cores);
+  return cuda_fused_alloc(&ws->fused, L, B, mode);
 }
 
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {

@@ -51,9 +51,10 @@ int cuda_effective_weights(const net_layout_t *L, const float *params, const flo
                            cudaStream_t stream);
 
 int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B);
-/* the same; tensor_cores: the fused kernels use TF32 (ws->fused.tc == 1 when
- * they can, else ws->fused.ok == 0) */
-int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores);
+/* the same with the fused kernels' arithmetic (cuda_fused_alloc's mode):
+ * 0 fp32, 1 TF32 (ws->fused.tc == 1 when they can, else ws->fused.ok == 0),
+ * 3 3xTF32 */
+int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int mode);
 void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
 
 /* Loss and gradient w.r.t. the online parameters (grad may be NULL: loss only).

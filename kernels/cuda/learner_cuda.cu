@@ -305,7 +305,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   }
 #undef ALLOC
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
-      cuda_dqn_ws_alloc_tc(&m->ws, &m->L, (int)B, c->tensor_cores)) {
+      cuda_dqn_ws_alloc_tc(&m->ws, &m->L, (int)B, c->tensor_cores ? 1 : 0)) {
     cuda_destroy(m);
     snprintf(err, errlen, "replay_capacity: GPU allocation failed");
     return LEARNER_ENOMEM;

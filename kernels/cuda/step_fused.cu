@@ -24,9 +24,9 @@
 #define MAXB LEARNER_MAX_BRANCHES
 #define NT 512 /* threads per forward/backward block */
 #define NOUT (1024 / NT) /* outputs per thread: layers up to 1024 wide */
-#define NSTAGE 4          /* weight pipeline stages (FFMA path) */
-#define NSTAGE_TC 3       /* weight pipeline stages (tensor-core path: larger stages) */
-#define STAGE_FLOATS 4096 /* target floats per stage (16 KiB): kc ~ STAGE_FLOATS / N rows */
+#define NSTAGE 2          /* weight pipeline stages (FFMA path) */
+#define NSTAGE_TC 2       /* weight pipeline stages (tensor-core path) */
+#define STAGE_FLOATS 16384 /* target floats per stage (64 KiB): kc ~ STAGE_FLOATS / N rows */
 #define TC_MAXT 9         /* output tiles of 8 per warp: (1024 / 8 + 9 segments) / 16 warps */
 
 /* one output segment of a layer: outputs [o0, next seg's o0) read inputs
@@ -80,8 +80,9 @@ typedef struct fwd_args {
   float slope;
   const float *x, *t_on, *t_tg;
   float *logp, *h1, *h, *hh;
-  segtab_t l1, l2, c1, c2;
+  const segtab_t *tabs; /* device: l1, l2, c1, c2 (forward), then the backward's c2, c1, t2 */
   int stage; /* floats per weight stage */
+  int dbg;   /* kernels/dev experiments (DQN_CUDA_FUSED_DEBUG): 1 no arithmetic, 2 no weight loads */
 } fwd_args_t;
 
 typedef struct bwd_args {
@@ -89,7 +90,7 @@ typedef struct bwd_args {
   float slope;
   const float *w_on, *g2, *hh, *h, *h1;
   float *g1, *gh, *gt1;
-  segtab_t c2, c1, t2;
+  const segtab_t *tabs; /* device: the backward's c2, c1, t2 */
   int N1;    /* activation floats per row before the weight stages */
   int stage; /* floats per weight stage */
 } bwd_args_t;
@@ -202,19 +203,24 @@ __device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0.0f;
   const int nst = (Kmax + KC - 1) / KC;
+  /* blocks start their walk over the stages at different points: every block
+   * reads the same weights, and in lockstep they would queue on the same L2
+   * lines (DEVICE_NOTES.md, run 16). Each block's order is fixed: reruns stay
+   * bit-identical. */
+  const int rot = (int)(blockIdx.x % (unsigned)nst);
 #pragma unroll
   for (int p = 0; p < NS - 1; p++) {
-    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
+    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, ((p + rot) % nst) * KC, KC);
     cp_async_commit();
   }
   for (int st = 0; st < nst; st++) {
     int nx = st + NS - 1;
-    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
+    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, ((nx + rot) % nst) * KC, KC);
     cp_async_commit();
     cp_async_wait<NS - 1>();
     __syncthreads();
     const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
-    const int k0 = st * KC;
+    const int k0 = ((st + rot) % nst) * KC;
 #pragma unroll
     for (int j = 0; j < NO; j++) {
       int kend = min(KC, K[j] - k0);
@@ -299,14 +305,17 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
  * fp32 accuracy (the 3xTF32 of CUTLASS) at three MMAs a step. Weights stream
  * through NS stages of t.kc rows (a multiple of 8) like seg_linear. */
 template <int TC, int NS, int MAXT>
-__device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, float *__restrict__ out,
-                                              const segtab_t &t, const float *__restrict__ pack, int act,
-                                              const float *__restrict__ mask, float slope, float *__restrict__ gout,
-                                              int gld, int nsave, float *__restrict__ wbuf, int stage_floats) {
+__device__ __noinline__ void seg_linear_tc(const float *__restrict__ in, float *__restrict__ out,
+                                           const segtab_t &t, const float *__restrict__ pack, int act,
+                                           const float *__restrict__ mask, float slope, float *__restrict__ gout,
+                                           int gld, int nsave, float *__restrict__ wbuf, int stage_floats,
+                                           int dbg) {
   constexpr int R = 16;
   const int KC = t.kc, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   const int g = lane >> 2, t4 = lane & 3;
-  int kk_[MAXT], wb_[MAXT], ws_[MAXT]; /* per tile: koff << 16 | K; weight base and stride of column g */
+  /* per tile: kk_ = koff << 16 | K of its input slice; wq_ = weight base of
+   * column g << 12 | stride (-1: column past the segment) */
+  int kk_[MAXT], wq_[MAXT];
   int ntiles = 0;
   for (int s = 0; s < t.n; s++) {
     int o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
@@ -315,7 +324,7 @@ __device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, floa
 #pragma unroll
   for (int j = 0; j < MAXT; j++) {
     int T = warp + j * nw;
-    kk_[j] = 0, wb_[j] = -1, ws_[j] = 0;
+    kk_[j] = 0, wq_[j] = -1;
     if (T >= ntiles) continue;
     int s = 0, o1 = 0;
     for (;; s++) {
@@ -329,7 +338,7 @@ __device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, floa
     if (o < o1) {
       int c = 0;
       while (c + 1 < t.nc && o >= t.c[c + 1].o0) c++;
-      wb_[j] = KC * t.c[c].o0 + (o - t.c[c].o0), ws_[j] = t.c[c].w;
+      wq_[j] = ((KC * t.c[c].o0 + (o - t.c[c].o0)) << 12) | t.c[c].w;
     }
   }
   int Kmax = 0;
@@ -338,19 +347,29 @@ __device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, floa
 #pragma unroll
   for (int j = 0; j < MAXT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   const int nst = (Kmax + KC - 1) / KC;
+  /* blocks start their walk over the stages at different points: every block
+   * reads the same weights, and in lockstep they would queue on the same L2
+   * lines (DEVICE_NOTES.md, run 16). Each block's order is fixed: reruns stay
+   * bit-identical. */
+  const int rot = (int)(blockIdx.x % (unsigned)nst);
 #pragma unroll
   for (int p = 0; p < NS - 1; p++) {
-    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
+    if (p < nst && dbg != 2) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, ((p + rot) % nst) * KC, KC);
     cp_async_commit();
   }
   for (int st = 0; st < nst; st++) {
     int nx = st + NS - 1;
-    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
+    if (nx < nst && dbg != 2)
+      stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, ((nx + rot) % nst) * KC, KC);
     cp_async_commit();
     cp_async_wait<NS - 1>();
     __syncthreads();
     const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
-    const int k0 = st * KC;
+    const int k0 = ((st + rot) % nst) * KC;
+    if (dbg == 1) {
+      __syncthreads();
+      continue;
+    }
     /* k outer, tiles inner: the A fragments (this warp's 16 rows x 8 k of
      * one input slice) are loaded and split once per slice and k step and
      * shared by every tile of that slice (a warp's tiles are in slice order) */
@@ -374,9 +393,10 @@ __device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, floa
             if (TC == 3) al[q] = f2tf32(af[q] - __uint_as_float(ah[q]));
           }
         }
-        const bool col = wb_[j] >= 0;
-        const float *__restrict__ wj = w + (col ? wb_[j] : 0) + (size_t)kb * ws_[j];
-        float b0 = (col && k1) ? wj[t4 * ws_[j]] : 0.0f, b1 = (col && k2) ? wj[(t4 + 4) * ws_[j]] : 0.0f;
+        const bool col = wq_[j] >= 0;
+        const int wst = wq_[j] & 0xfff;
+        const float *__restrict__ wj = w + (col ? (wq_[j] >> 12) : 0) + kb * wst;
+        float b0 = (col && k1) ? wj[t4 * wst] : 0.0f, b1 = (col && k2) ? wj[(t4 + 4) * wst] : 0.0f;
         unsigned bh0 = f2tf32(b0), bh1 = f2tf32(b1);
         if (TC == 3) {
           unsigned bl0 = f2tf32(b0 - __uint_as_float(bh0)), bl1 = f2tf32(b1 - __uint_as_float(bh1));
@@ -418,11 +438,23 @@ __device__ __forceinline__ void seg_linear_tc(const float *__restrict__ in, floa
 template <int R, int TC>
 __device__ __forceinline__ void layer(const float *in, float *out, const segtab_t &t, const float *pack, int act,
                                       const float *mask, float slope, float *gout, int gld, int nsave, float *wbuf,
-                                      int stage_floats) {
+                                      int stage_floats, int dbg = 0) {
   if constexpr (TC == 0)
     seg_linear<R, NOUT, NSTAGE>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats);
   else
-    seg_linear_tc<TC, NSTAGE_TC, TC_MAXT>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats);
+  {
+    /* tiles per warp decide the register arrays: small layers get small ones */
+    int nt = 0;
+    for (int s = 0; s < t.n; s++) nt += ((s + 1 < t.n ? t.s[s + 1].o0 : t.N) - t.s[s].o0 + 7) / 8;
+    int per = (nt + blockDim.x / 32 - 1) / (blockDim.x / 32);
+    if (per <= 2)
+      seg_linear_tc<TC, NSTAGE_TC, 2>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats, dbg);
+    else if (per <= 4)
+      seg_linear_tc<TC, NSTAGE_TC, 4>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats, dbg);
+    else
+      seg_linear_tc<TC, NSTAGE_TC, TC_MAXT>(in, out, t, pack, act, mask, slope, gout, gld, nsave, wbuf, stage_floats,
+                                            dbg);
+  }
 }
 
 /* rows [row0, row0 + nrows) of G [*, ld] into feature-major s [F][R] (zeros past nrows) */
@@ -455,13 +487,14 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
   const float *T = online ? a.t_on : a.t_tg;
   load_rows<R>(xs, a.x, a.S, a.S, xrow0, nrows);
   __syncthreads();
-  layer<R, TC>(xs, h1s, a.l1, T, 1, NULL, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, a.stage);
+  const segtab_t *tb = a.tabs;
+  layer<R, TC>(xs, h1s, tb[0], T, 1, NULL, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, a.stage, a.dbg);
   __syncthreads();
-  layer<R, TC>(h1s, hs, a.l2, T, 1, NULL, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, a.stage);
+  layer<R, TC>(h1s, hs, tb[1], T, 1, NULL, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, a.stage, a.dbg);
   __syncthreads();
-  layer<R, TC>(hs, hhs, a.c1, T, 1, NULL, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, a.stage);
+  layer<R, TC>(hs, hhs, tb[2], T, 1, NULL, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, a.stage, a.dbg);
   __syncthreads();
-  layer<R, TC>(hhs, os, a.c2, T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.stage);
+  layer<R, TC>(hhs, os, tb[3], T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.stage, a.dbg);
   __syncthreads();
   /* dueling: base[d][z][r] = V[z] - mean_a A_d[a][z] (the CPU's order) */
   const int Z = a.Z;
@@ -639,12 +672,13 @@ __global__ void __launch_bounds__(NT) fused_backward_kernel(bwd_args_t a) {
   load_rows<R>(Q, a.hh, a.HC, a.HC, row0, nrows);
   load_rows<R>(hs, a.h, a.H2, a.H2, row0, nrows);
   __syncthreads();
-  layer<R, TC>(P, g1s, a.c2, a.w_on, 0, Q, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows, wbuf, a.stage);
+  const segtab_t *tb = a.tabs;
+  layer<R, TC>(P, g1s, tb[0], a.w_on, 0, Q, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows, wbuf, a.stage);
   __syncthreads();
   load_rows<R>(Q, a.h1, a.H1, a.H1, row0, nrows); /* hh is no longer needed */
-  layer<R, TC>(g1s, P, a.c1, a.w_on, 0, hs, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows, wbuf, a.stage);
+  layer<R, TC>(g1s, P, tb[1], a.w_on, 0, hs, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows, wbuf, a.stage);
   __syncthreads();
-  layer<R, TC>(P, NULL, a.t2, a.w_on, 0, Q, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1, nrows, wbuf, a.stage);
+  layer<R, TC>(P, NULL, tb[2], a.w_on, 0, Q, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1, nrows, wbuf, a.stage);
 }
 
 /* One block per 32 x 32 tile of one weight matrix: dW[o][i] = sum_b dY[b][o]
@@ -792,8 +826,16 @@ static int nmax_of(const net_layout_t *L, int HC, int O2) {
 
 /* weight rows per pipeline stage for a layer of N outputs and K inputs:
  * about STAGE_FLOATS floats; a multiple of 8 on the tensor cores (k steps of 8) */
+static int stage_target(void) {
+  const char *e = getenv("DQN_CUDA_STAGE_FLOATS"); /* kernels/dev experiments */
+  int v = e ? atoi(e) : 0;
+  return v >= 1024 && v <= 65536 ? v : STAGE_FLOATS;
+}
+
 static int kc_rule(int N, int K, int tc) {
-  int kc = STAGE_FLOATS / N;
+  int tgt = stage_target();
+  if (tc && tgt > 11264) tgt = 11264; /* two stages beside 16 rows of activations */
+  int kc = tgt / N;
   if (tc) return kc / 8 * 8 > 8 ? kc / 8 * 8 : 8;
   kc = kc < K ? kc : K;
   return kc < 1 ? 1 : kc;
@@ -968,7 +1010,42 @@ static cudaError_t set_smem(size_t fwd, size_t bwd) {
   return e;
 }
 
-extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores) {
+/* The seven layers the kernels run, as segment tables: forward l1, l2, c1,
+ * c2 (reading the W^T pack), backward c2, c1, t2 (reading the W pack). They
+ * depend only on the shapes and packs, so they are built once and kept in
+ * device memory (kernel parameters would be copied to the stack by the
+ * out-of-line tensor-core layer). */
+static void build_tabs(const net_layout_t *L, const cuda_fused_t *f, segtab_t *tb) {
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  const int tc = f->tc;
+  memset(tb, 0, 7 * sizeof *tb);
+  tb[0] = seg1(L->H1, L->S, f->pt.t1, L->H1, f->pt.bt1, tc);
+  tb[1] = seg1(L->H2, L->H1, f->pt.t2, L->H2, f->pt.bt2, tc);
+  tb[2] = seg1(HC, L->H2, f->pt.hc1, HC, f->pt.bhc1, tc);
+  segtab_t *c2 = &tb[3];
+  c2->n = 1 + L->D, c2->N = O2, c2->bias = f->pt.bhc2;
+  c2->s[0].o0 = 0, c2->s[0].koff = 0, c2->s[0].K = L->VH, c2->s[0].ldw = O2, c2->s[0].woff = f->pt.hc2;
+  for (int d = 0; d < L->D; d++) {
+    seg_t *s = &c2->s[1 + d];
+    s->o0 = L->Z + aoff[d], s->koff = L->VH + d * L->AH, s->K = L->AH, s->ldw = O2;
+    s->woff = f->pt.hc2 + L->Z + aoff[d];
+  }
+  copy_segs(c2, 1, tc); /* rows of hc2T hold every output's weights */
+  segtab_t *b2 = &tb[4];
+  b2->n = 1 + L->D, b2->N = HC, b2->bias = -1;
+  b2->s[0].o0 = 0, b2->s[0].koff = 0, b2->s[0].K = L->Z, b2->s[0].ldw = L->VH, b2->s[0].woff = f->pw.hc2;
+  for (int d = 0; d < L->D; d++) {
+    seg_t *s = &b2->s[1 + d];
+    s->o0 = L->VH + d * L->AH, s->koff = L->Z + aoff[d], s->K = L->n[d] * L->Z, s->ldw = L->AH;
+    s->woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)aoff[d] * L->AH;
+  }
+  copy_segs(b2, 0, tc); /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
+  tb[5] = seg1(L->H2, HC, f->pw.hc1, L->H2, -1, tc);
+  tb[6] = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1, tc);
+}
+
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode) {
   memset(f, 0, sizeof *f);
   int aoff[MAXB];
   fused_dims(L, &f->HC, &f->O2, &f->KH, &f->AW, aoff);
@@ -982,11 +1059,13 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   if (sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z)) > 48 * 1024)
     return 0;
-  /* arithmetic: tensor_cores -> TF32 (tc 1); else 3xTF32 on the tensor cores
-   * (tc 3, fp32 accuracy), or FFMA (tc 0) with DQN_CUDA_FUSED_MODE=ffma or
-   * when R = 16 does not fit. The tensor-core path runs 16 rows per block. */
+  /* arithmetic (mode): 1 TF32 on the tensor cores (the tensor_cores config);
+   * 0 fp32: FFMA, the fastest fp32 path measured (kernels/dev/DEVICE_NOTES.md),
+   * or 3xTF32 on the tensor cores (3, fp32 accuracy) when asked for by mode
+   * or DQN_CUDA_FUSED_MODE=tf32x3. The tensor-core path runs 16 rows per block. */
   const char *mv = getenv("DQN_CUDA_FUSED_MODE");
-  f->tc = tensor_cores ? 1 : (mv && !strcmp(mv, "ffma")) ? 0 : 3;
+  const int tensor_cores = mode == 1;
+  f->tc = mode == 1 ? 1 : mode == 3 || (mv && !strcmp(mv, "tf32x3")) ? 3 : 0;
   if (f->tc) {
     f->R = 16;
     f->stage = stage_floats(L, f->HC, f->O2, f->KH, f->tc);
@@ -1046,6 +1125,11 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   free(t);
   if (e != cudaSuccess) return (int)e;
   f->n_tiles = n;
+  segtab_t tb[7];
+  build_tabs(L, f, tb);
+  if ((e = cudaMalloc(&f->tabs, sizeof tb)) != cudaSuccess ||
+      (e = cudaMemcpy(f->tabs, tb, sizeof tb, cudaMemcpyHostToDevice)) != cudaSuccess)
+    return (int)e;
   /* batch splits for the weight gradients: enough blocks to fill the GPU at
    * large batches (a tile alone is 2 warps); 256 rows per split at least */
   f->wg_splits = B >= 512 ? (B / 256 < 16 ? B / 256 : 16) : 1;
@@ -1060,6 +1144,7 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->mem);
   cudaFree(f->tiles);
   cudaFree(f->wg_part);
+  cudaFree(f->tabs);
   memset(f, 0, sizeof *f);
 }
 
@@ -1093,19 +1178,10 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.x = ws->x, fa.t_on = f->t_on, fa.t_tg = f->t_tg;
   fa.logp = f->logp, fa.h1 = f->h1, fa.h = f->h, fa.hh = f->hh;
   const int tc = f->tc;
-  fa.l1 = seg1(L->H1, L->S, f->pt.t1, L->H1, f->pt.bt1, tc);
-  fa.l2 = seg1(L->H2, L->H1, f->pt.t2, L->H2, f->pt.bt2, tc);
-  fa.c1 = seg1(HC, L->H2, f->pt.hc1, HC, f->pt.bhc1, tc);
+  fa.tabs = (const segtab_t *)f->tabs;
   fa.stage = f->stage;
-  memset(&fa.c2, 0, sizeof fa.c2);
-  fa.c2.n = 1 + L->D, fa.c2.N = O2, fa.c2.bias = f->pt.bhc2;
-  fa.c2.s[0].o0 = 0, fa.c2.s[0].koff = 0, fa.c2.s[0].K = L->VH, fa.c2.s[0].ldw = O2, fa.c2.s[0].woff = f->pt.hc2;
-  for (int d = 0; d < L->D; d++) {
-    seg_t *s = &fa.c2.s[1 + d];
-    s->o0 = L->Z + aoff[d], s->koff = L->VH + d * L->AH, s->K = L->AH, s->ldw = O2;
-    s->woff = f->pt.hc2 + L->Z + aoff[d];
-  }
-  copy_segs(&fa.c2, 1, tc); /* rows of hc2T hold every output's weights */
+  const char *dbg = getenv("DQN_CUDA_FUSED_DEBUG");
+  fa.dbg = dbg ? atoi(dbg) : 0;
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
   if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
@@ -1136,17 +1212,8 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   ba.B = B, ba.H1 = L->H1, ba.H2 = L->H2, ba.HC = HC, ba.O2 = O2, ba.slope = hp->slope;
   ba.w_on = f->w_on, ba.g2 = f->g2, ba.hh = f->hh, ba.h = f->h, ba.h1 = f->h1;
   ba.g1 = f->g1, ba.gh = f->gh, ba.gt1 = f->gt1;
-  ba.c2.n = 1 + L->D, ba.c2.N = HC, ba.c2.bias = -1;
-  ba.c2.s[0].o0 = 0, ba.c2.s[0].koff = 0, ba.c2.s[0].K = L->Z, ba.c2.s[0].ldw = L->VH, ba.c2.s[0].woff = f->pw.hc2;
-  for (int d = 0; d < L->D; d++) {
-    seg_t *s = &ba.c2.s[1 + d];
-    s->o0 = L->VH + d * L->AH, s->koff = L->Z + aoff[d], s->K = L->n[d] * L->Z, s->ldw = L->AH;
-    s->woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)aoff[d] * L->AH;
-  }
-  copy_segs(&ba.c2, 0, tc); /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
+  ba.tabs = (const segtab_t *)f->tabs + 4;
   ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
-  ba.c1 = seg1(L->H2, HC, f->pw.hc1, L->H2, -1, tc);
-  ba.t2 = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1, tc);
   unsigned bblk = (unsigned)((B + R - 1) / R);
   if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (tc == 3) fused_backward_kernel<16, 3><<<bblk, NT, f->smem_bwd, st>>>(ba);

@@ -53,6 +53,7 @@ typedef struct cuda_fused {
   float *h1, *h, *hh;         /* online-s activations [B,H1], [B,H2], [B,HC] */
   float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
   void *tiles;                /* device array of weight-gradient tiles */
+  void *tabs;                 /* device array of the seven layers' segment tables */
   int n_tiles;
   int wg_splits;              /* batch splits of the weight gradients */
   float *wg_part;             /* their partial sums when wg_splits > 1 */
@@ -60,9 +61,10 @@ typedef struct cuda_fused {
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
- * callers then use the generic kernels). tensor_cores: TF32 arithmetic (the
- * config choice); otherwise fp32-accurate arithmetic. 0 or a cudaError_t. */
-int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores);
+ * callers then use the generic kernels). mode: 0 fp32 (FFMA), 1 TF32 tensor
+ * cores (the tensor_cores config), 3 3xTF32 tensor cores (fp32 accuracy).
+ * 0 or a cudaError_t. */
+int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode);
 void cuda_fused_free(cuda_fused_t *f);
 
 #ifdef __cplusplus
