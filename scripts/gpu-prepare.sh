@@ -22,5 +22,14 @@ meson compile -C build
 bins=$(find build/tests build/daemon build/client -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 ../shared/tools/device-carry.sh $bins
 git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
+# stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
+# (the debug builds together with the libraries exceed what one call carries)
+mkdir -p .devcarry/bin
+for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-*; do
+  [ -f "$b" ] && [ -x "$b" ] && strip -o ".devcarry/bin/$(basename "$b")" "$b"
+done
+# and compressed, for calls whose carry limit the uncompressed set would pass:
+# carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
+tar -C .devcarry -cJf .devcarry/bin.tar.xz bin
 cp ../shared/bench/anchor_torch_bdq.py .devcarry/ 2>/dev/null || echo "(PyTorch peer not found beside the repo: not carried)"
 echo "prepared: $(echo $bins | wc -w) binaries"

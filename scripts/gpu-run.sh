@@ -6,9 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}; mkdir -p "$out"
+[ -d .devcarry/bin ] || { [ -f .devcarry/bin.tar.xz ] && tar -C .devcarry -xJf .devcarry/bin.tar.xz; }
+bin=build/tests; [ -d .devcarry/bin ] && bin=.devcarry/bin  # stripped copies from gpu-prepare.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 pass=0; fail=0; skip=0
-for t in build/tests/test-gpu-*; do
+for t in $bin/test-gpu-*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   "$t" > "$out/$name.log" 2>&1; rc=$?
@@ -16,12 +18,13 @@ for t in build/tests/test-gpu-*; do
   echo "$name: $r"; [ "$r" = ok ] || tail -5 "$out/$name.log"
 done
 echo "gpu suite: $pass passed, $fail failed, $skip skipped"
-if [ "${1:-}" = --peer ] && [ -x build/tests/bench/bench-gpu-step ]; then
+bench=$bin/bench-gpu-step; [ -x "$bench" ] || bench=build/tests/bench/bench-gpu-step
+if [ "${1:-}" = --peer ] && [ -x "$bench" ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-gpu.log"
-  build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-gpu.log"
+  "$bench" 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-gpu.log"
   # the kernel history (kernels/dev/README.md): the generic v1 kernels in the same call
   echo "v1 (generic kernels):" | tee -a "$out/bench-gpu.log"
-  DQN_CUDA_KERNELS=v1 BENCH_PROFILE_MODE=0 build/tests/bench/bench-gpu-step 64,256,1024,4096 300 2>&1 | grep B= | tee -a "$out/bench-gpu.log"
+  DQN_CUDA_KERNELS=v1 BENCH_PROFILE_MODE=0 "$bench" 64,256,1024,4096 300 2>&1 | grep B= | tee -a "$out/bench-gpu.log"
 fi
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}
