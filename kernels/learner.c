@@ -78,7 +78,7 @@ const learner_field_t learner_fields[] = {
     {"prioritized", LCF_BOOL, CF(prioritized), 0, 1, 0, "prioritised replay (else uniform)"},
     {"per_alpha", LCF_FLOAT, CF(per_alpha), 0, 10, 0, "PER priority exponent alpha"},
     {"seed", LCF_UINT64, CF(seed), 0, 1.8446744073709552e19, 0, "Philox key: init, sampling, noise"},
-    {"tensor_cores", LCF_BOOL, CF(tensor_cores), 0, 1, 0, "CUDA: TF32 operands on the tensor cores (faster; ~1e-3 relative vs fp32)"},
+    {"tensor_cores", LCF_BOOL, CF(tensor_cores), 0, 1, 0, "CUDA: TF32 operands on the tensor cores, fp32 accumulation (gradients within ~5e-2 of fp32; the CPU backend runs fp32)"},
     {"lr", LCF_FLOAT, HF(lr), 0, 10, 1, "AdamW learning rate"},
     {"gamma", LCF_FLOAT, HF(gamma), 0, 1, 1, "discount factor"},
     {"tau", LCF_FLOAT, HF(tau), 0, 1, 1, "Polyak factor per step (0 = hard copies)"},

@@ -33,4 +33,16 @@ if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
   fi
 fi
+if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then
+  # issue 4: the daemon trains the demo environment on the GPU (auto backend)
+  # to the same result as on the CPU; and the in-process demo on cuda and cpu
+  "$bin/dqn-demo" --backend auto 2>&1 | tail -3 | tee "$out/demo-cuda.log"
+  sock=$PWD/gpu-demo.sock; rm -f "$sock"
+  "$bin/dqnd" --listen "ipc://$sock" --state-dir "$PWD/gpu-demo-state" > "$out/dqnd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do "$bin/dqnctl" --url "ipc://$sock" --timeout 1000 health >/dev/null 2>&1 && break; sleep 0.1; done
+  "$bin/dqnctl" --url "ipc://$sock" info | tee "$out/dqnd-info.log" | grep -iE "backend|device|cuda" | head -3
+  "$bin/dqnctl" --url "ipc://$sock" demo 2>&1 | tail -3 | tee "$out/demo-daemon.log"
+  kill -TERM $pid; wait $pid; echo "dqnd exit: $?"
+fi
 [ $fail -eq 0 ]

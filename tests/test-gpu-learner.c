@@ -12,8 +12,11 @@
  *
  * Tolerances, as measured on the H200 (kernels/dev/DEVICE_NOTES.md): the
  * first step (identical weights and batch) within 1e-5; later steps on the
- * ref network within 1e-3 (measured up to 1.0e-4 uniform, 8.7e-5 with PER and
- * NoisyNet, growing with the parameter drift below). Parameters after
+ * ref network within 1e-3 (measured up to 1.0e-4 uniform, 2.2e-5 with PER and
+ * NoisyNet, growing with the parameter drift below). With PER the two
+ * learners sample alike until a priority's last bits move a sample across a
+ * sum-tree boundary (measured at steps 49-91 on the ref net); from then on only
+ * sanity is checked (see parity()). Parameters after
  * 100 AdamW steps are held to 1e-2: the GPU's GEMMs sum in another order than
  * OpenBLAS (1e-7 relative differences in a gradient), and AdamW's m/sqrt(v)
  * turns a tiny difference in an element whose gradient is near zero into a
@@ -220,6 +223,35 @@ static int mr(void *ctx, void *buf, size_t n) {
   return 0;
 }
 
+/* tensor_cores = 1: the TF32 kernels train the ref network like the fp32 CPU
+ * learner within TF32's precision (per-step loss within 1e-2 for 30 steps;
+ * the loss test holds single kernels to their bounds), reruns bit-identical */
+START_TEST(test_tensor_cores) {
+  learner_config_t c = config(0, 0, 0), c32 = c;
+  c.tensor_cores = 1;
+  learner_t *cpu = make(&c32, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA),
+            *gpu2 = make(&c, LEARNER_BACKEND_CUDA);
+  char err[256];
+  double worst = 0;
+  for (int k = 0; k < 30; k++) {
+    learner_stats_t a, b, b2;
+    ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(learner_step(gpu2, 1, &b2, err, sizeof err) == 0, "%s", err);
+    double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= 1e-2, "tf32 step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last, b.loss_last, e);
+    ck_assert_msg(memcmp(&b.loss_last, &b2.loss_last, sizeof b.loss_last) == 0, "tf32 rerun differs at step %d", k);
+  }
+  ck_assert_msg(params_identical(gpu, gpu2), "tf32 reruns: parameters differ");
+  printf("tensor_cores=1: worst step-loss rel diff vs fp32 CPU %.2e over 30 steps, params %.2e\n", worst,
+         param_err(cpu, gpu, 0));
+  learner_destroy(cpu);
+  learner_destroy(gpu);
+  learner_destroy(gpu2);
+}
+END_TEST
+
 START_TEST(test_act_and_cross_backend_checkpoint) {
   learner_config_t c = config(1, 1, 1);
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
@@ -271,6 +303,7 @@ int main(void) {
   tcase_add_test(tc, test_bit_identical_and_graph);
   tcase_add_test(tc, test_hparams_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);
+  tcase_add_test(tc, test_tensor_cores);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
