@@ -1066,6 +1066,8 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   const char *mv = getenv("DQN_CUDA_FUSED_MODE");
   const int tensor_cores = mode == 1;
   f->tc = mode == 1 ? 1 : mode == 3 || (mv && !strcmp(mv, "tf32x3")) ? 3 : 0;
+  const char *dbg = getenv("DQN_CUDA_FUSED_DEBUG"); /* kernels/dev experiments only */
+  f->dbg = dbg ? atoi(dbg) : 0;
   if (f->tc) {
     f->R = 16;
     f->stage = stage_floats(L, f->HC, f->O2, f->KH, f->tc);
@@ -1180,8 +1182,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   const int tc = f->tc;
   fa.tabs = (const segtab_t *)f->tabs;
   fa.stage = f->stage;
-  const char *dbg = getenv("DQN_CUDA_FUSED_DEBUG");
-  fa.dbg = dbg ? atoi(dbg) : 0;
+  fa.dbg = f->dbg;
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
   if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);

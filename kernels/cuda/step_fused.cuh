@@ -45,6 +45,7 @@ typedef struct cuda_fused {
   int R;       /* rows per forward/backward block */
   int tc;      /* arithmetic: 0 FFMA, 1 TF32 tensor cores, 3 3xTF32 tensor cores */
   int stage;   /* floats per weight pipeline stage */
+  int dbg;     /* DQN_CUDA_FUSED_DEBUG (kernels/dev experiments): 1 no arithmetic, 2 no weight loads */
   int HC, O2, KH, AW;
   fused_pack_layout_t pw, pt; /* W [out][in] pack, W^T pack */
   float *mem;
