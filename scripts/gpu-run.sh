@@ -33,6 +33,9 @@ if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
   fi
 fi
+if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && [ -f "$out/peer_fp32.json" ]; then
+  python3 scripts/gpu-summary.py "$out" | tee "$out/summary.md"
+fi
 if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then
   # issue 4: the daemon trains the demo environment on the GPU (auto backend)
   # to the same result as on the CPU; and the in-process demo on cuda and cpu

@@ -17,7 +17,16 @@
  *            gradients in the same pass
  *
  * plus a one-block batch loss. No atomics: every sum has one fixed order, so
- * reruns are bit-identical. Shapes: B batch, S state, H1/H2 trunk, VH/AH head
+ * reruns are bit-identical.
+ *
+ * Why five and not the seed plan's two (forward+loss, backward): a sample's
+ * loss needs its online-s, online-s' and target-s' rows, which the forward
+ * computes in different blocks (one block per row tile keeps every weight
+ * read shared by its rows), so the loss would need a grid-wide barrier inside
+ * one kernel; and the parameter gradients reduce over the whole batch, which
+ * a per-row-tile backward could only do with atomics (order-dependent sums,
+ * no bit-identical reruns) or a per-block copy of every gradient. A graph
+ * node costs ~1 µs; these boundaries cost ~4. Shapes: B batch, S state, H1/H2 trunk, VH/AH head
  * widths, HC = VH + D*AH (all head hidden units side by side), Z atoms,
  * AW = sum_d n_d Z (all advantage outputs), O2 = Z + AW (value then advantage
  * outputs of the second head layers).
