@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cooperative_groups.h>
+
 #include "dqn_loss.cuh"
 #include "step_fused.cuh"
 
@@ -467,6 +469,44 @@ __device__ __forceinline__ void load_rows(float *__restrict__ s, const float *__
   }
 }
 
+/* Dueling combine and log-softmax of the rows r < nrows with r % mod == rem
+ * of os [O2][R] (V then every A_d): base [D][Z][R] scratch, logp rows from
+ * lrow0. The CPU's order for the mean over actions. */
+template <int R>
+__device__ __forceinline__ void dueling_tail(const float *__restrict__ os, float *__restrict__ base,
+                                             const fwd_args_t &a, int nrows, int lrow0, int mod, int rem) {
+  const int Z = a.Z;
+  for (int e = threadIdx.x; e < a.D * Z * R; e += blockDim.x) {
+    int r = e % R, z = (e / R) % Z, d = e / (R * Z);
+    if (r % mod != rem) continue;
+    const float *Ad = os + (size_t)(Z + a.aoff[d]) * R;
+    float m = 0.0f;
+    for (int k = 0; k < a.n[d]; k++) m += Ad[((size_t)k * Z + z) * R + r];
+    base[e] = os[(size_t)z * R + r] - m / (float)a.n[d];
+  }
+  __syncthreads();
+  /* log-softmax over z, one warp per (row, branch, action) */
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  int qw = 0;
+  for (int d = 0; d < a.D; d++) qw += a.n[d];
+  int nr = nrows > rem ? (nrows - rem + mod - 1) / mod : 0; /* rows rem, rem + mod, ... below nrows */
+  for (int task = warp; task < nr * qw; task += nw) {
+    int r = rem + (task / qw) * mod, q = task % qw, d = 0;
+    while (q >= a.n[d]) q -= a.n[d], d++;
+    const float *Aq = os + (size_t)(Z + a.aoff[d] + q * Z) * R + r;
+    const float *bd = base + (size_t)d * Z * R + r;
+    float mx = -INFINITY;
+    for (int z = lane; z < Z; z += 32) mx = fmaxf(mx, Aq[(size_t)z * R] + bd[(size_t)z * R]);
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
+    for (int z = lane; z < Z; z += 32) s += expf(Aq[(size_t)z * R] + bd[(size_t)z * R] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    float lse = mx + logf(s);
+    float *lp = a.logp + (size_t)(lrow0 + r) * a.AW + a.aoff[d] + q * Z;
+    for (int z = lane; z < Z; z += 32) lp[z] = Aq[(size_t)z * R] + bd[(size_t)z * R] - lse;
+  }
+}
+
 /* Blocks [0, nblk_on): online network on rows of x [2B, S] (s then s');
  * blocks after: target network on s' rows. logp rows: online 0..2B-1,
  * target 2B..3B-1. Online-s rows (< B) keep h1, h, hh for the backward. */
@@ -496,35 +536,7 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
   __syncthreads();
   layer<R, TC>(hhs, os, tb[3], T, 0, NULL, a.slope, NULL, 0, 0, wbuf, a.stage, a.dbg);
   __syncthreads();
-  /* dueling: base[d][z][r] = V[z] - mean_a A_d[a][z] (the CPU's order) */
-  const int Z = a.Z;
-  for (int e = threadIdx.x; e < a.D * Z * R; e += blockDim.x) {
-    int r = e % R, z = (e / R) % Z, d = e / (R * Z);
-    const float *Ad = os + (size_t)(Z + a.aoff[d]) * R;
-    float m = 0.0f;
-    for (int k = 0; k < a.n[d]; k++) m += Ad[((size_t)k * Z + z) * R + r];
-    base[e] = os[(size_t)z * R + r] - m / (float)a.n[d];
-  }
-  __syncthreads();
-  /* log-softmax over z, one warp per (row, branch, action) */
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  int qw = 0;
-  for (int d = 0; d < a.D; d++) qw += a.n[d];
-  for (int task = warp; task < nrows * qw; task += nw) {
-    int r = task / qw, q = task % qw, d = 0;
-    while (q >= a.n[d]) q -= a.n[d], d++;
-    const float *Aq = os + (size_t)(Z + a.aoff[d] + q * Z) * R + r;
-    const float *bd = base + (size_t)d * Z * R + r;
-    float mx = -INFINITY;
-    for (int z = lane; z < Z; z += 32) mx = fmaxf(mx, Aq[(size_t)z * R] + bd[(size_t)z * R]);
-    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float s = 0.0f;
-    for (int z = lane; z < Z; z += 32) s += expf(Aq[(size_t)z * R] + bd[(size_t)z * R] - mx);
-    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    float lse = mx + logf(s);
-    float *lp = a.logp + (size_t)(lrow0 + r) * a.AW + a.aoff[d] + q * Z;
-    for (int z = lane; z < Z; z += 32) lp[z] = Aq[(size_t)z * R] + bd[(size_t)z * R] - lse;
-  }
+  dueling_tail<R>(os, base, a, nrows, lrow0, 1, 0);
 }
 
 /* Per-warp shared floats of fused_loss_kernel: lt, sel [nmax Z], lps, m, pj,
@@ -688,6 +700,193 @@ __global__ void __launch_bounds__(NT) fused_backward_kernel(bwd_args_t a) {
 struct wbufs {
   const float *p[8];
 };
+
+/* ---- Thread-block clusters: each layer's outputs split over the CL CTAs of a
+ * cluster working on the same CL_R rows, so a CTA streams only its eighth
+ * of the weights (the single-block kernels above stream all of them, and
+ * that stream, ~16 GB/s per SM, is their time: DEVICE_NOTES.md item 19).
+ * Activations are complete in every CTA: each CTA writes its outputs into
+ * all the cluster's shared memories (distributed shared memory), and a
+ * cluster barrier ends each layer. FFMA arithmetic, sums over k in order. */
+#define CL 8          /* CTAs per cluster (the portable maximum) */
+#define CL_R 16       /* rows per cluster */
+#define CL_NT 256     /* threads per CTA */
+#define CL_STAGE 8192 /* floats per weight stage (two stages) */
+#define CL_NI 3       /* (output, row quad) items per thread: W * R / 4 <= CL_NI * CL_NT */
+
+__host__ __device__ static inline void cl_chunk(int N, int rank, int *lo, int *W) {
+  int a = rank ? (rank * N / CL) & ~3 : 0, b = rank + 1 < CL ? ((rank + 1) * N / CL) & ~3 : N;
+  *lo = a, *W = b - a;
+}
+
+/* rows [k0, k0 + kc) of the columns [lo, lo + W) of every copy segment into wb [kc][W] */
+__device__ __forceinline__ void cl_stage(float *__restrict__ wb, const segtab_t &t, const float *__restrict__ pack,
+                                         int k0, int kc, int lo, int W) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int c = 0; c < t.nc; c++) {
+    int a = max(lo, t.c[c].o0), b = min(lo + W, t.c[c].o0 + t.c[c].w);
+    if (a >= b) continue;
+    int rows = min(kc, t.c[c].K - k0);
+    for (int r = warp; r < rows; r += nw) {
+      const float *src = pack + t.c[c].woff + (long long)(k0 + r) * t.c[c].w + (a - t.c[c].o0);
+      float *dst = wb + r * W + (a - lo);
+      for (int e = lane; e < b - a; e += 32) cp_async4(dst + e, src + e);
+    }
+  }
+}
+
+/* Outputs [lo, lo + W) of one layer for the cluster's R rows from the full
+ * input in (local [K][R]); each value (bias, LeakyReLU or times lrelu' of
+ * gmask[(mrow0 + r) * mld + o]) goes to out [N][R] in every CTA of the
+ * cluster (out == NULL: none) and rows r < nsave to gout[r * gld + o]. */
+template <int R>
+__device__ __forceinline__ void cl_layer(const float *__restrict__ in, float *out, const segtab_t &t,
+                                         const float *__restrict__ pack, int act, const float *__restrict__ gmask,
+                                         int mld, int mrow0, int nrows, float slope, float *__restrict__ gout,
+                                         int gld, int nsave, float *__restrict__ wbuf, int kc,
+                                         cooperative_groups::cluster_group &cl) {
+  int lo, W;
+  cl_chunk(t.N, (int)cl.block_rank(), &lo, &W);
+  const int items = W * (R / 4);
+  int ol[CL_NI], qd[CL_NI], kof[CL_NI], kn[CL_NI];
+#pragma unroll
+  for (int j = 0; j < CL_NI; j++) {
+    int it = threadIdx.x + j * blockDim.x;
+    ol[j] = it % max(W, 1), qd[j] = it / max(W, 1), kof[j] = 0, kn[j] = 0;
+    if (it < items) {
+      int o = lo + ol[j], sg = 0;
+      while (sg + 1 < t.n && o >= t.s[sg + 1].o0) sg++;
+      kof[j] = t.s[sg].koff, kn[j] = t.s[sg].K;
+    }
+  }
+  int Kmax = 0;
+  for (int c = 0; c < t.nc; c++) Kmax = max(Kmax, t.c[c].K);
+  float acc[CL_NI][4];
+#pragma unroll
+  for (int j = 0; j < CL_NI; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  const int nst = (Kmax + kc - 1) / kc;
+  cl_stage(wbuf, t, pack, 0, kc, lo, W);
+  cp_async_commit();
+  for (int st = 0; st < nst; st++) {
+    if (st + 1 < nst) {
+      cl_stage(wbuf + (size_t)((st + 1) & 1) * CL_STAGE, t, pack, (st + 1) * kc, kc, lo, W);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float *__restrict__ w = wbuf + (size_t)(st & 1) * CL_STAGE;
+    const int k0 = st * kc;
+#pragma unroll
+    for (int j = 0; j < CL_NI; j++) {
+      const int kend = min(kc, kn[j] - k0);
+      const float *__restrict__ wj = w + ol[j];
+      const float4 *__restrict__ x4 = reinterpret_cast<const float4 *>(in + (size_t)(kof[j] + k0) * R) + qd[j];
+      int kk = 0;
+      for (; kk + 4 <= kend; kk += 4) {
+        float wk[4];
+        float4 xv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) wk[u] = wj[(kk + u) * W], xv[u] = x4[(kk + u) * (R / 4)];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          acc[j][0] += xv[u].x * wk[u];
+          acc[j][1] += xv[u].y * wk[u];
+          acc[j][2] += xv[u].z * wk[u];
+          acc[j][3] += xv[u].w * wk[u];
+        }
+      }
+      for (; kk < kend; kk++) {
+        float wk = wj[kk * W];
+        float4 xv = x4[kk * (R / 4)];
+        acc[j][0] += xv.x * wk, acc[j][1] += xv.y * wk, acc[j][2] += xv.z * wk, acc[j][3] += xv.w * wk;
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < CL_NI; j++) {
+    int it = threadIdx.x + j * blockDim.x;
+    if (it >= items) continue;
+    int o = lo + ol[j];
+    float b = t.bias >= 0 ? __ldg(pack + t.bias + o) : 0.0f;
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      int r = 4 * qd[j] + u;
+      v[u] = acc[j][u] + b;
+      if (act) v[u] = v[u] > 0.0f ? v[u] : slope * v[u];
+      if (gmask) {
+        float m = r < nrows ? gmask[(size_t)(mrow0 + r) * mld + o] : 1.0f;
+        if (!(m > 0.0f)) v[u] *= slope;
+      }
+      if (r < nsave) gout[(size_t)r * gld + o] = v[u];
+    }
+    if (out) {
+      float4 v4 = make_float4(v[0], v[1], v[2], v[3]);
+      for (int q = 0; q < CL; q++) {
+        float *dst = cl.map_shared_rank(out, q);
+        *reinterpret_cast<float4 *>(dst + (size_t)o * R + 4 * qd[j]) = v4;
+      }
+    }
+  }
+}
+
+/* fused_forward_kernel with a cluster of CL CTAs per CL_R rows. Shared:
+ * A [max(S, H2, O2)][R] (x, then h, then the head outputs), B [max(H1, HC)][R]
+ * (h1, then the head hidden units), base [D Z][R], two weight stages. */
+__global__ void __launch_bounds__(CL_NT) fused_forward_cluster_kernel(fwd_args_t a, int nA, int nB, int4 kc) {
+  constexpr int R = CL_R;
+  cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+  extern __shared__ float4 sh4[];
+  float *A = reinterpret_cast<float *>(sh4), *Bf = A + (size_t)nA * R, *base = Bf + (size_t)nB * R;
+  float *wbuf = base + (size_t)a.D * a.Z * R;
+  const int cid = blockIdx.x / CL;
+  int online = cid < a.nblk_on;
+  int row0 = online ? cid * R : (cid - a.nblk_on) * R;
+  int rows_pass = online ? 2 * a.B : a.B;
+  int nrows = min(R, rows_pass - row0);
+  int xrow0 = online ? row0 : a.B + row0, lrow0 = online ? row0 : 2 * a.B + row0;
+  int nsave = online ? max(0, min(nrows, a.B - row0)) : 0;
+  const float *T = online ? a.t_on : a.t_tg;
+  const segtab_t *tb = a.tabs;
+  load_rows<R>(A, a.x, a.S, a.S, xrow0, nrows);
+  cl.sync(); /* every CTA of the cluster runs (and its x is loaded) before any writes into it */
+  cl_layer<R>(A, Bf, tb[0], T, 1, NULL, 0, 0, nrows, a.slope, a.h1 + (size_t)row0 * a.H1, a.H1, nsave, wbuf, kc.x, cl);
+  cl.sync();
+  cl_layer<R>(Bf, A, tb[1], T, 1, NULL, 0, 0, nrows, a.slope, a.h + (size_t)row0 * a.H2, a.H2, nsave, wbuf, kc.y, cl);
+  cl.sync();
+  cl_layer<R>(A, Bf, tb[2], T, 1, NULL, 0, 0, nrows, a.slope, a.hh + (size_t)row0 * a.HC, a.HC, nsave, wbuf, kc.z,
+              cl);
+  cl.sync();
+  cl_layer<R>(Bf, A, tb[3], T, 0, NULL, 0, 0, nrows, a.slope, NULL, 0, 0, wbuf, kc.w, cl);
+  cl.sync();
+  dueling_tail<R>(A, base, a, nrows, lrow0, CL, (int)cl.block_rank());
+}
+
+/* fused_backward_kernel with clusters. Shared: A [max(O2, H2)][R] (g2, then
+ * gh), B [HC][R] (g1), two weight stages; the lrelu' masks come from the
+ * saved activations in global memory. */
+__global__ void __launch_bounds__(CL_NT) fused_backward_cluster_kernel(bwd_args_t a, int nA, int4 kc) {
+  constexpr int R = CL_R;
+  cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+  extern __shared__ float4 sh4[];
+  float *A = reinterpret_cast<float *>(sh4), *Bf = A + (size_t)nA * R, *wbuf = Bf + (size_t)a.HC * R;
+  const int cid = blockIdx.x / CL;
+  int row0 = cid * R, nrows = min(R, a.B - row0);
+  const segtab_t *tb = a.tabs;
+  load_rows<R>(A, a.g2, a.O2, a.O2, row0, nrows);
+  cl.sync();
+  cl_layer<R>(A, Bf, tb[0], a.w_on, 0, a.hh, a.HC, row0, nrows, a.slope, a.g1 + (size_t)row0 * a.HC, a.HC, nrows,
+              wbuf, kc.x, cl);
+  cl.sync();
+  cl_layer<R>(Bf, A, tb[1], a.w_on, 0, a.h, a.H2, row0, nrows, a.slope, a.gh + (size_t)row0 * a.H2, a.H2, nrows,
+              wbuf, kc.y, cl);
+  cl.sync();
+  cl_layer<R>(A, NULL, tb[2], a.w_on, 0, a.h1, a.H1, row0, nrows, a.slope, a.gt1 + (size_t)row0 * a.H1, a.H1,
+              nrows, wbuf, kc.z, cl);
+}
 
 /* the 4 x 4 patch (and bias sums) of thread (to, ti) of tile t into grad */
 __device__ __forceinline__ void wgrad_store(const wtile_t &t, int to, int ti, const float (&acc)[4][4],
@@ -1102,6 +1301,23 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
                   : f->R == 8  ? set_smem<8, 0>(f->smem_fwd, f->smem_bwd)
                                : set_smem<16, 0>(f->smem_fwd, f->smem_bwd);
   if (e != cudaSuccess) return (int)e;
+  /* clusters (FFMA only): DQN_CUDA_FUSED_CLUSTER=1 (experiment) */
+  const char *cv = getenv("DQN_CUDA_FUSED_CLUSTER");
+  if (f->tc == 0 && cv && cv[0] == '1') {
+    int nA = L->S > L->H2 ? L->S : L->H2, nB = L->H1 > f->HC ? L->H1 : f->HC;
+    nA = f->O2 > nA ? f->O2 : nA;
+    size_t sf = sizeof(float) * ((size_t)CL_R * (nA + nB + L->D * L->Z) + 2 * (size_t)CL_STAGE);
+    int nA2 = f->O2 > L->H2 ? f->O2 : L->H2;
+    size_t sb = sizeof(float) * ((size_t)CL_R * (nA2 + f->HC) + 2 * (size_t)CL_STAGE);
+    if (sf <= (size_t)maxsh && sb <= (size_t)maxsh &&
+        cudaFuncSetAttribute(fused_forward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sf) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(fused_backward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sb) ==
+            cudaSuccess) {
+      f->cluster = 1, f->smem_cfwd = sf, f->smem_cbwd = sb, f->cl_nA = nA, f->cl_nB = nB, f->cl_nA2 = nA2;
+    }
+    (void)cudaGetLastError();
+  }
   pack_layouts(L, f);
   size_t b = (size_t)B;
   size_t need = (size_t)f->pw.total + 2 * (size_t)f->pt.total + 3 * b * f->AW +
@@ -1129,6 +1345,21 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   f->n_tiles = n;
   segtab_t tb[7];
   build_tabs(L, f, tb);
+  if (f->cluster) { /* weight rows per stage: CL_STAGE floats over the widest chunk of each layer */
+    int kcs[7];
+    for (int i = 0; i < 7; i++) {
+      int wmax = 1;
+      for (int q = 0; q < CL; q++) {
+        int lo, W;
+        cl_chunk(tb[i].N, q, &lo, &W);
+        wmax = W > wmax ? W : wmax;
+      }
+      kcs[i] = CL_STAGE / wmax > 0 ? CL_STAGE / wmax : 1;
+      if (wmax * CL_R / 4 > CL_NI * CL_NT) f->cluster = 0; /* more items than threads can hold */
+    }
+    f->cl_kcf = make_int4(kcs[0], kcs[1], kcs[2], kcs[3]);
+    f->cl_kcb = make_int4(kcs[4], kcs[5], kcs[6], 0);
+  }
   if ((e = cudaMalloc(&f->tabs, sizeof tb)) != cudaSuccess ||
       (e = cudaMemcpy(f->tabs, tb, sizeof tb, cudaMemcpyHostToDevice)) != cudaSuccess)
     return (int)e;
@@ -1185,7 +1416,17 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.dbg = f->dbg;
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
-  if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
+  if (f->cluster) {
+    fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
+    unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(ncl * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = f->smem_cfwd, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    TRY(cudaLaunchKernelEx(&cfg, fused_forward_cluster_kernel, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
+  } else if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (tc == 3) fused_forward_kernel<16, 3><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (R == 4) fused_forward_kernel<4, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (R == 8) fused_forward_kernel<8, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
@@ -1216,7 +1457,16 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   ba.tabs = (const segtab_t *)f->tabs + 4;
   ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
   unsigned bblk = (unsigned)((B + R - 1) / R);
-  if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
+  if (f->cluster) {
+    unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(ncl * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = f->smem_cbwd, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    TRY(cudaLaunchKernelEx(&cfg, fused_backward_cluster_kernel, ba, f->cl_nA2, f->cl_kcb));
+  } else if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (tc == 3) fused_backward_kernel<16, 3><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (R == 4) fused_backward_kernel<4, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (R == 8) fused_backward_kernel<8, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);

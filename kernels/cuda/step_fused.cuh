@@ -54,6 +54,10 @@ typedef struct cuda_fused {
   int R;       /* rows per forward/backward block */
   int tc;      /* arithmetic: 0 FFMA, 1 TF32 tensor cores, 3 3xTF32 tensor cores */
   int stage;   /* floats per weight pipeline stage */
+  int cluster; /* 1: forward and backward as thread-block clusters (step_fused.cu) */
+  size_t smem_cfwd, smem_cbwd;
+  int cl_nA, cl_nB, cl_nA2;
+  int4 cl_kcf, cl_kcb;  /* weight rows per stage, per layer */
   int dbg;     /* DQN_CUDA_FUSED_DEBUG (kernels/dev experiments): 1 no arithmetic, 2 no weight loads */
   int HC, O2, KH, AW;
   fused_pack_layout_t pw, pt; /* W [out][in] pack, W^T pack */
