@@ -76,7 +76,8 @@ typedef struct cuda_fused {
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
  * callers then use the generic kernels). mode: 0 fp32 (FFMA), 1 TF32 tensor
- * cores (the tensor_cores config), 3 3xTF32 tensor cores (fp32 accuracy).
+ * cores (the tensor_cores config), 3 3xTF32 tensor cores (fp32 accuracy),
+ * 4 fp32 FFMA with the forward and backward as thread-block clusters.
  * 0 or a cudaError_t. */
 int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode);
 void cuda_fused_free(cuda_fused_t *f);
