@@ -9,11 +9,13 @@
  * exits; once all workers are gone the sockets close and the process exits 0.
  * A second signal during shutdown exits at once (status 1).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "checkpoint.h"
@@ -98,6 +100,21 @@ static void on_signal(uv_signal_t *h, int sig) {
   uv_timer_start(&a->drain_timer, on_drain_timer, 0, 20);
 }
 
+/* Shutdown's last step tears down the sockets. Every final checkpoint is
+ * written and synced by then, so a teardown that does not finish must not
+ * keep the process (and systemd's stop job) waiting: nng_close can hang on
+ * rare races (nanomsg/nng#1543, #1813; seen once in this repository's CI as
+ * a SIGTERM test that never saw the daemon exit). After TEARDOWN_S seconds
+ * the process exits 0 — there is nothing left to save. */
+#define TEARDOWN_S 10
+static void *teardown_watchdog(void *arg) {
+  (void)arg;
+  sleep(TEARDOWN_S);
+  log_warn(NULL, "shutdown: socket teardown still running after %d s; state is saved, exiting", TEARDOWN_S);
+  _exit(0);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   static app_t app;
   app_t *a = &app;
@@ -166,6 +183,8 @@ int main(int argc, char **argv) {
            s->device, s->opts.state_dir);
   sd_notifyf(0, "READY=1\nSTATUS=serving %s", s->opts.listen[0]);
   uv_run(a->loop, UV_RUN_DEFAULT);
+  pthread_t wd;
+  if (pthread_create(&wd, NULL, teardown_watchdog, NULL) == 0) pthread_detach(wd);
   rpc_stop(s);
   workq_close(&s->admin);
   workq_join(&s->admin);
