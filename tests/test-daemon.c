@@ -73,6 +73,21 @@ static void start_daemon_args(daemon_t *d, const char *extra1, const char *extra
 }
 static void start_daemon(daemon_t *d) { start_daemon_args(d, NULL, NULL); }
 
+/* waitpid with a deadline: a daemon that does not exit fails the test with a
+ * message instead of hanging it until the harness's timeout */
+static int wait_exit(pid_t pid, int seconds) {
+  int st = 0;
+  for (int i = 0; i < seconds * 50; i++) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  ck_abort_msg("dqnd did not exit within %d s", seconds);
+  return st;
+}
+
 static int stop_daemon(daemon_t *d, int sig) {
   int st = 0;
   kill(d->pid, sig);
@@ -496,8 +511,7 @@ START_TEST(test_sigterm_answers_in_flight) {
   usleep(300000);
   kill(d.pid, SIGTERM);
   for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
-  int st = 0;
-  waitpid(d.pid, &st, 0);
+  int st = wait_exit(d.pid, 60);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dqnd exit status %d", st);
   int ok = 0;
   for (int i = 0; i < 6; i++) {
