@@ -205,24 +205,19 @@ __device__ __forceinline__ void seg_linear(const float *__restrict__ in, float *
 #pragma unroll
     for (int r = 0; r < R; r++) acc[j][r] = 0.0f;
   const int nst = (Kmax + KC - 1) / KC;
-  /* blocks start their walk over the stages at different points: every block
-   * reads the same weights, and in lockstep they would queue on the same L2
-   * lines (DEVICE_NOTES.md, run 16). Each block's order is fixed: reruns stay
-   * bit-identical. */
-  const int rot = (int)(blockIdx.x % (unsigned)nst);
 #pragma unroll
   for (int p = 0; p < NS - 1; p++) {
-    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, ((p + rot) % nst) * KC, KC);
+    if (p < nst) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
     cp_async_commit();
   }
   for (int st = 0; st < nst; st++) {
     int nx = st + NS - 1;
-    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, ((nx + rot) % nst) * KC, KC);
+    if (nx < nst) stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
     cp_async_commit();
     cp_async_wait<NS - 1>();
     __syncthreads();
     const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
-    const int k0 = ((st + rot) % nst) * KC;
+    const int k0 = st * KC;
 #pragma unroll
     for (int j = 0; j < NO; j++) {
       int kend = min(KC, K[j] - k0);
@@ -349,25 +344,20 @@ __device__ __noinline__ void seg_linear_tc(const float *__restrict__ in, float *
 #pragma unroll
   for (int j = 0; j < MAXT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   const int nst = (Kmax + KC - 1) / KC;
-  /* blocks start their walk over the stages at different points: every block
-   * reads the same weights, and in lockstep they would queue on the same L2
-   * lines (DEVICE_NOTES.md, run 16). Each block's order is fixed: reruns stay
-   * bit-identical. */
-  const int rot = (int)(blockIdx.x % (unsigned)nst);
 #pragma unroll
   for (int p = 0; p < NS - 1; p++) {
-    if (p < nst && dbg != 2) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, ((p + rot) % nst) * KC, KC);
+    if (p < nst && dbg != 2) stage_weights(wbuf + (size_t)p * stage_floats, t, pack, p * KC, KC);
     cp_async_commit();
   }
   for (int st = 0; st < nst; st++) {
     int nx = st + NS - 1;
     if (nx < nst && dbg != 2)
-      stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, ((nx + rot) % nst) * KC, KC);
+      stage_weights(wbuf + (size_t)(nx % NS) * stage_floats, t, pack, nx * KC, KC);
     cp_async_commit();
     cp_async_wait<NS - 1>();
     __syncthreads();
     const float *__restrict__ w = wbuf + (size_t)(st % NS) * stage_floats;
-    const int k0 = ((st + rot) % nst) * KC;
+    const int k0 = st * KC;
     if (dbg == 1) {
       __syncthreads();
       continue;
@@ -1389,6 +1379,19 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
     if (e_) return e_;                                                                                             \
   } while (0)
 
+/* a kernel launched as clusters of CL CTAs (the graph captures it like any launch) */
+template <typename... Args>
+static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, size_t smem, cudaStream_t st,
+                                   Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(nclusters * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+  cfg.attrs = at, cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
                                     const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad,
                                     cudaStream_t st) {
@@ -1421,13 +1424,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ncl * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = f->smem_cfwd, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    TRY(cudaLaunchKernelEx(&cfg, fused_forward_cluster_kernel, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
+    TRY(launch_clusters(fused_forward_cluster_kernel, ncl, f->smem_cfwd, st, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
   } else if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (tc == 3) fused_forward_kernel<16, 3><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (R == 4) fused_forward_kernel<4, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
@@ -1461,13 +1458,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   unsigned bblk = (unsigned)((B + R - 1) / R);
   if (f->cluster) {
     unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ncl * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = f->smem_cbwd, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    TRY(cudaLaunchKernelEx(&cfg, fused_backward_cluster_kernel, ba, f->cl_nA2, f->cl_kcb));
+    TRY(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));
   } else if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (tc == 3) fused_backward_kernel<16, 3><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (R == 4) fused_backward_kernel<4, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
