@@ -223,7 +223,7 @@ extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, in
   ws->splitk = p;
   const char *v = getenv("DQN_CUDA_KERNELS");
   ws->version = v && !strcmp(v, "v1") ? 1 : 2;
-  return cuda_fused_alloc(&ws->fused, L, B, mode);
+  return cuda_fused_alloc(&ws->fused, L, B, mode, ws->x);
 }
 
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {

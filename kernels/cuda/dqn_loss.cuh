@@ -52,8 +52,8 @@ int cuda_effective_weights(const net_layout_t *L, const float *params, const flo
 
 int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B);
 /* the same with the fused kernels' arithmetic (cuda_fused_alloc's mode):
- * 0 fp32, 1 TF32 (ws->fused.tc == 1 when they can, else ws->fused.ok == 0),
- * 3 3xTF32 */
+ * 0 fp32 (layer-GEMM phases), 1 TF32 (ws->fused.tc == 1 when they can, else
+ * ws->fused.ok == 0), 2 fp32 row tiles, 3 3xTF32, 4 fp32 clusters */
 int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int mode);
 void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
 

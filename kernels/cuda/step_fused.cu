@@ -996,6 +996,167 @@ __global__ void __launch_bounds__(64) fused_wgrad_reduce_kernel(const wtile_t *_
   wgrad_store(t, to, ti, acc, bsum, fn, grad);
 }
 
+/* ---- Layer-GEMM phases (the default fp32 path since DEVICE_NOTES.md item 23).
+ * The row-tile kernels above run the whole network per block of R rows and
+ * measured ~80-90 µs per block whatever the arithmetic: one block's serial
+ * chain of layers, 2-4 warps per scheduler and three shared loads per eight
+ * FMAs. Here each layer is one launch whose blocks each compute a 32 x 64
+ * tile of outputs for every row of the phase (online s and s', target s' as
+ * separate problems of the same launch), so a layer spreads over the whole
+ * GPU; a thread keeps a 4 x 4 register tile (two float4 shared loads per 16
+ * FMAs) and the next k-chunk's loads are in flight during this one's FMAs.
+ * Every output sums over k in order; no atomics. */
+#define GBM 32  /* tile rows */
+#define GBN 64  /* tile outputs */
+#define GBK 16  /* k per chunk */
+#define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
+
+/* one matrix product of a phase: C[m][n] = A[m][k] W[k][n] (+ bias[n]),
+ * then LeakyReLU (act) or times lrelu'(mask[m][n]) where mask <= 0 */
+typedef struct gprob {
+  const float *A, *W, *bias, *mask;
+  float *C;
+  int lda, ldw, ldc, ldm;
+  int M, N, K, act;
+  int tile0, tn; /* first tile of this problem in the launch; tiles along n */
+} gprob_t;
+
+__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope) {
+  __shared__ __align__(16) float As[2][GBK][GBM + 4];
+  __shared__ __align__(16) float Ws[2][GBK][GBN];
+  int p = 0;
+  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].tile0) p++;
+  const gprob_t &g = probs[p];
+  const int t = (int)blockIdx.x - g.tile0;
+  const int m0 = (t / g.tn) * GBM, n0 = (t % g.tn) * GBN;
+  const int M = g.M, N = g.N, K = g.K, lda = g.lda, ldw = g.ldw;
+  const float *__restrict__ A = g.A;
+  const float *__restrict__ W = g.W;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float ra[GBM * GBK / GNT], rw[GBK * GBN / GNT];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int l = 0; l < GBM * GBK / GNT; l++) {
+      int e = tid + GNT * l, m = e / GBK, k = e % GBK;
+      ra[l] = (m0 + m < M && k0 + k < K) ? A[(size_t)(m0 + m) * lda + k0 + k] : 0.0f;
+    }
+#pragma unroll
+    for (int l = 0; l < GBK * GBN / GNT; l++) {
+      int e = tid + GNT * l, k = e / GBN, n = e % GBN;
+      rw[l] = (k0 + k < K && n0 + n < N) ? W[(size_t)(k0 + k) * ldw + n0 + n] : 0.0f;
+    }
+  };
+  auto store = [&](int b) {
+#pragma unroll
+    for (int l = 0; l < GBM * GBK / GNT; l++) {
+      int e = tid + GNT * l;
+      As[b][e % GBK][e / GBK] = ra[l];
+    }
+#pragma unroll
+    for (int l = 0; l < GBK * GBN / GNT; l++) {
+      int e = tid + GNT * l;
+      Ws[b][e / GBN][e % GBN] = rw[l];
+    }
+  };
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  const int nk = (K + GBK - 1) / GBK;
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int c = 0; c < nk; c++) {
+    const int b = c & 1;
+    if (c + 1 < nk) load((c + 1) * GBK); /* in flight during the FMAs below */
+#pragma unroll
+    for (int k = 0; k < GBK; k++) {
+      float4 a4 = *reinterpret_cast<const float4 *>(&As[b][k][4 * ty]);
+      float4 w4 = *reinterpret_cast<const float4 *>(&Ws[b][k][4 * tx]);
+      float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] += av[i] * wv[j];
+    }
+    if (c + 1 < nk) store(b ^ 1); /* buffer b ^ 1 was last read before the previous barrier */
+    __syncthreads();
+  }
+  const float *__restrict__ bias = g.bias;
+  const float *__restrict__ mask = g.mask;
+  float *__restrict__ C = g.C;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int m = m0 + 4 * ty + i;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int n = n0 + 4 * tx + j;
+      if (n >= N) continue;
+      float v = acc[i][j] + (bias ? bias[n] : 0.0f);
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+      C[(size_t)m * g.ldc + n] = v;
+    }
+  }
+}
+
+typedef struct tail_args {
+  int rows, Z, O2, AW, D;
+  int n[MAXB], aoff[MAXB];
+  const float *O;
+  float *logp;
+} tail_args_t;
+
+#define TAIL_ZL (LEARNER_MAX_ATOMS / 32)
+
+/* Dueling combine and log-softmax, one warp per (row, branch), from the
+ * second head layers' outputs O [rows][O2] (V then every A_d) to logp
+ * [rows][AW]: the same operations in the same order as dueling_tail. */
+__global__ void fused_tail_kernel(tail_args_t a) {
+  const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  const int r = w / a.D, d = w % a.D;
+  if (r >= a.rows) return;
+  const int Z = a.Z, nd = a.n[d];
+  const float *__restrict__ V = a.O + (size_t)r * a.O2;
+  const float *__restrict__ Ad = V + Z + a.aoff[d];
+  float base[TAIL_ZL];
+#pragma unroll
+  for (int zi = 0; zi < TAIL_ZL; zi++) {
+    const int z = lane + 32 * zi;
+    base[zi] = 0.0f;
+    if (z < Z) {
+      float m = 0.0f;
+      for (int k = 0; k < nd; k++) m += Ad[(size_t)k * Z + z];
+      base[zi] = V[z] - m / (float)nd;
+    }
+  }
+  float *lp0 = a.logp + (size_t)r * a.AW + a.aoff[d];
+  for (int q = 0; q < nd; q++) {
+    const float *Aq = Ad + (size_t)q * Z;
+    float v[TAIL_ZL], mx = -INFINITY;
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++) {
+      const int z = lane + 32 * zi;
+      v[zi] = z < Z ? Aq[z] + base[zi] : -INFINITY;
+      mx = fmaxf(mx, v[zi]);
+    }
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++)
+      if (lane + 32 * zi < Z) s += expf(v[zi] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float lse = mx + logf(s);
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++) {
+      const int z = lane + 32 * zi;
+      if (z < Z) lp0[(size_t)q * Z + z] = v[zi] - lse;
+    }
+  }
+}
+
 // launchers
 
 static void fused_dims(const net_layout_t *L, int *HC, int *O2, int *KH, int *AW, int aoff[MAXB]) {
@@ -1234,7 +1395,61 @@ static void build_tabs(const net_layout_t *L, const cuda_fused_t *f, segtab_t *t
   tb[6] = seg1(L->H1, L->H2, f->pw.t2, L->H1, -1, tc);
 }
 
-extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode) {
+/* the matrix products of one segment table (every segment one problem),
+ * appended to pr; tiles counts the launch's blocks */
+static void add_probs(gprob_t *pr, int *np, int *tiles, const segtab_t *t, const float *pack, const float *A,
+                      int lda, int M, float *C, int ldc, const float *mask, int ldm, int act) {
+  for (int s = 0; s < t->n; s++) {
+    gprob_t *g = &pr[(*np)++];
+    memset(g, 0, sizeof *g);
+    const int o0 = t->s[s].o0, o1 = s + 1 < t->n ? t->s[s + 1].o0 : t->N;
+    g->A = A + t->s[s].koff, g->lda = lda;
+    g->W = pack + t->s[s].woff, g->ldw = t->s[s].ldw;
+    g->bias = t->bias >= 0 ? pack + t->bias + o0 : NULL;
+    g->C = C + o0, g->ldc = ldc;
+    g->mask = mask ? mask + o0 : NULL, g->ldm = ldm;
+    g->M = M, g->N = o1 - o0, g->K = t->s[s].K, g->act = act;
+    g->tn = (g->N + GBN - 1) / GBN;
+    g->tile0 = *tiles;
+    *tiles += (M + GBM - 1) / GBM * g->tn;
+  }
+}
+
+/* the seven phases' problems (forward F1..F4 over online s and s' and target
+ * s', backward B1..B3 over online s) into device memory */
+static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *tb, int B, const float *x) {
+  gprob_t pr[64];
+  int np = 0;
+  const size_t b = (size_t)B;
+  const int HC = f->HC, O2 = f->O2, H1 = L->H1, H2 = L->H2;
+  for (int ph = 0; ph < 4; ph++) {
+    const int p0 = np;
+    int tiles = 0;
+    for (int net = 0; net < 2; net++) {
+      const float *pk = net ? f->t_tg : f->t_on;
+      const size_t r0 = net ? 2 * b : 0; /* first activation row of this pass */
+      const int M = net ? B : 2 * B;
+      if (ph == 0) add_probs(pr, &np, &tiles, &tb[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
+      if (ph == 1) add_probs(pr, &np, &tiles, &tb[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
+      if (ph == 2) add_probs(pr, &np, &tiles, &tb[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
+      if (ph == 3) add_probs(pr, &np, &tiles, &tb[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
+    }
+    f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_tiles[ph] = tiles;
+  }
+  for (int ph = 4; ph < 7; ph++) {
+    const int p0 = np;
+    int tiles = 0;
+    if (ph == 4) add_probs(pr, &np, &tiles, &tb[4], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0);
+    if (ph == 5) add_probs(pr, &np, &tiles, &tb[5], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0);
+    if (ph == 6) add_probs(pr, &np, &tiles, &tb[6], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0);
+    f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_tiles[ph] = tiles;
+  }
+  cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
+  if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
+  return (int)e;
+}
+
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode, const float *x) {
   memset(f, 0, sizeof *f);
   int aoff[MAXB];
   fused_dims(L, &f->HC, &f->O2, &f->KH, &f->AW, aoff);
@@ -1255,6 +1470,10 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   const char *mv = getenv("DQN_CUDA_FUSED_MODE");
   const int tensor_cores = mode == 1;
   f->tc = mode == 1 ? 1 : mode == 3 || (mv && !strcmp(mv, "tf32x3")) ? 3 : 0;
+  /* layer-GEMM phases: the fp32 default (mode 0); DQN_CUDA_FUSED_GEMM=0 or
+   * mode 2 select the row-tile kernels (kernels/dev/DEVICE_NOTES.md item 23) */
+  const char *gv = getenv("DQN_CUDA_FUSED_GEMM");
+  f->gemm = mode == 0 && f->tc == 0 && !(gv && gv[0] == '0') && L->Z <= LEARNER_MAX_ATOMS;
   const char *dbg = getenv("DQN_CUDA_FUSED_DEBUG"); /* kernels/dev experiments only */
   f->dbg = dbg ? atoi(dbg) : 0;
   if (f->tc) {
@@ -1295,7 +1514,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
    * experiment, slower than the single-block kernels above batch 64
    * (kernels/dev/README.md), kept selectable and tested */
   const char *cv = getenv("DQN_CUDA_FUSED_CLUSTER");
-  if (f->tc == 0 && (mode == 4 || (cv && cv[0] == '1'))) {
+  if (f->tc == 0 && !f->gemm && (mode == 4 || (cv && cv[0] == '1'))) {
     int nA = L->S > L->H2 ? L->S : L->H2, nB = L->H1 > f->HC ? L->H1 : f->HC;
     nA = f->O2 > nA ? f->O2 : nA;
     size_t sf = sizeof(float) * ((size_t)CL_R * (nA + nB + L->D * L->Z) + 2 * (size_t)CL_STAGE);
@@ -1311,18 +1530,20 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     (void)cudaGetLastError();
   }
   pack_layouts(L, f);
-  size_t b = (size_t)B;
+  size_t b = (size_t)B, ab = f->gemm ? 3 * b : b; /* activation rows kept */
   size_t need = (size_t)f->pw.total + 2 * (size_t)f->pt.total + 3 * b * f->AW +
-                b * ((size_t)L->H1 + L->H2 + f->HC) + b * ((size_t)f->O2 + f->HC + L->H2 + L->H1);
+                ab * ((size_t)L->H1 + L->H2 + f->HC) + b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) +
+                (f->gemm ? 3 * b * f->O2 : 0);
   if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
   f->t_on = p, p += f->pt.total;
   f->t_tg = p, p += f->pt.total;
   f->logp = p, p += 3 * b * f->AW;
-  f->h1 = p, p += b * L->H1;
-  f->h = p, p += b * L->H2;
-  f->hh = p, p += b * f->HC;
+  f->h1 = p, p += ab * L->H1;
+  f->h = p, p += ab * L->H2;
+  f->hh = p, p += ab * f->HC;
+  if (f->gemm) f->O = p, p += 3 * b * f->O2;
   f->g2 = p, p += b * f->O2;
   f->g1 = p, p += b * f->HC;
   f->gh = p, p += b * L->H2;
@@ -1355,6 +1576,8 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   if ((e = cudaMalloc(&f->tabs, sizeof tb)) != cudaSuccess ||
       (e = cudaMemcpy(f->tabs, tb, sizeof tb, cudaMemcpyHostToDevice)) != cudaSuccess)
     return (int)e;
+  int rc;
+  if (f->gemm && (rc = build_probs(L, f, tb, B, x)) != 0) return rc;
   /* batch splits for the weight gradients: enough blocks to fill the GPU at
    * large batches (a tile alone is 2 warps); 256 rows per split at least */
   f->wg_splits = B >= 512 ? (B / 256 < 16 ? B / 256 : 16) : 1;
@@ -1370,6 +1593,7 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->tiles);
   cudaFree(f->wg_part);
   cudaFree(f->tabs);
+  cudaFree(f->probs);
   memset(f, 0, sizeof *f);
 }
 
@@ -1421,7 +1645,19 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.dbg = f->dbg;
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
-  if (f->cluster) {
+  const gprob_t *probs = (const gprob_t *)f->probs;
+  if (f->gemm) {
+    for (int ph = 0; ph < 4; ph++) {
+      fused_gemm_kernel<<<(unsigned)f->ph_tiles[ph], GNT, 0, st>>>(probs + f->ph[ph][0], f->ph[ph][1], hp->slope);
+      TRY(cudaGetLastError());
+    }
+    tail_args_t ta;
+    memset(&ta, 0, sizeof ta);
+    ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
+    for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d];
+    ta.O = f->O, ta.logp = f->logp;
+    fused_tail_kernel<<<(unsigned)((3 * B * L->D + 3) / 4), 128, 0, st>>>(ta);
+  } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
     TRY(launch_clusters(fused_forward_cluster_kernel, ncl, f->smem_cfwd, st, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
@@ -1456,7 +1692,12 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   ba.tabs = (const segtab_t *)f->tabs + 4;
   ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
   unsigned bblk = (unsigned)((B + R - 1) / R);
-  if (f->cluster) {
+  if (f->gemm) {
+    for (int ph = 4; ph < 7; ph++) {
+      fused_gemm_kernel<<<(unsigned)f->ph_tiles[ph], GNT, 0, st>>>(probs + f->ph[ph][0], f->ph[ph][1], hp->slope);
+      TRY(cudaGetLastError());
+    }
+  } else if (f->cluster) {
     unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
     TRY(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));
   } else if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);

@@ -72,14 +72,23 @@ typedef struct cuda_fused {
   int wg_splits;              /* batch splits of the weight gradients */
   float *wg_part;             /* their partial sums when wg_splits > 1 */
   size_t smem_fwd, smem_bwd;
+  /* layer-GEMM phases (gemm = 1, the fp32 default): h1, h, hh hold all 3B
+   * rows (online s, online s', target s'; the backward reads the first B) */
+  int gemm;
+  float *O;                   /* [3B, O2] second head layers' outputs */
+  void *probs;                /* device array of every phase's matrix products */
+  int ph[7][2];               /* per phase (F1..F4, B1..B3): first problem, problems */
+  int ph_tiles[7];            /* blocks per phase */
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
- * callers then use the generic kernels). mode: 0 fp32 (FFMA), 1 TF32 tensor
- * cores (the tensor_cores config), 3 3xTF32 tensor cores (fp32 accuracy),
- * 4 fp32 FFMA with the forward and backward as thread-block clusters.
- * 0 or a cudaError_t. */
-int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode);
+ * callers then use the generic kernels); x is the workspace's [2B, S] input
+ * (s then s'). mode: 0 fp32 (FFMA, layer-GEMM phases; DQN_CUDA_FUSED_GEMM=0
+ * selects the row-tile kernels instead), 1 TF32 tensor cores (the
+ * tensor_cores config), 2 fp32 FFMA row-tile kernels (the previous default),
+ * 3 3xTF32 tensor cores (fp32 accuracy), 4 fp32 FFMA with the forward and
+ * backward as thread-block clusters. 0 or a cudaError_t. */
+int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode, const float *x);
 void cuda_fused_free(cuda_fused_t *f);
 
 #ifdef __cplusplus
