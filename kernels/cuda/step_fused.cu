@@ -1003,101 +1003,244 @@ __global__ void __launch_bounds__(64) fused_wgrad_reduce_kernel(const wtile_t *_
  * FMAs. Here each layer is one launch whose blocks each compute a 32 x 64
  * tile of outputs for every row of the phase (online s and s', target s' as
  * separate problems of the same launch), so a layer spreads over the whole
- * GPU; a thread keeps a 4 x 4 register tile (two float4 shared loads per 16
- * FMAs) and the next k-chunk's loads are in flight during this one's FMAs.
- * Every output sums over k in order; no atomics. */
+ * GPU. A thread keeps a 4 x 4 register tile; operands stream through a
+ * GNS-stage cp.async ring of GBK-deep k chunks, so GNS - 1 chunks are in
+ * flight while one is multiplied (the first version, one chunk ahead, was
+ * bound by one L2 round trip per 16 k: item 23). Deep, narrow products are
+ * split over k (split-K) to fill the GPU; the last block of a tile to arrive
+ * adds the splits' partial sums in split order, so every sum has one fixed
+ * order and reruns are bit-identical. The weight gradients are the same
+ * kernel with A = dY^T (TA = 1). */
 #define GBM 32  /* tile rows */
 #define GBN 64  /* tile outputs */
-#define GBK 16  /* k per chunk */
+#define GBK 32  /* k per chunk */
+#define GNS 4   /* pipeline stages */
 #define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
+#define GA_FLOATS (GBM * (GBK + 4)) /* A stage: [GBM][GBK + 4] (TA 0) or [GBK][GBM + 4] (TA 1) */
+#define GW_FLOATS (GBK * GBN)       /* W stage: [GBK][GBN] */
+#define GPART (GBM * GBN + GBM)     /* partial floats per tile and split: outputs, then bias sums */
+#define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
 
-/* one matrix product of a phase: C[m][n] = A[m][k] W[k][n] (+ bias[n]),
- * then LeakyReLU (act) or times lrelu'(mask[m][n]) where mask <= 0 */
+/* one matrix product of a phase: C[m][n] = sum_k A(m, k) W[k][n] (+ bias[n]),
+ * then LeakyReLU (act) or times lrelu'(mask[m][n]) where mask <= 0. TA 0: A
+ * is [m][k] (lda); TA 1: A is [k][m] and the product is a weight gradient
+ * dW[o = m][i = n] written at grad + gw (row stride N), with the bias
+ * gradient (sum over k of A) and NoisyNet sigma gradients. */
 typedef struct gprob {
   const float *A, *W, *bias, *mask;
   float *C;
   int lda, ldw, ldc, ldm;
   int M, N, K, act;
-  int tile0, tn; /* first tile of this problem in the launch; tiles along n */
+  int blk0;   /* first block of this problem in its launch */
+  int tn;     /* tiles along n */
+  int tiles;  /* tiles (tm * tn) */
+  int splits; /* split-K parts */
+  int kper;   /* k per part (a multiple of GBK) */
+  int al;     /* bit 0: A rows take 16-byte copies; bit 1: W rows do */
+  int cnt0;   /* this problem's first tile among the launch's counters and partials */
+  long long gw, gb, gsw, gsb, fi, fo; /* TA 1: offsets in grad and fn, -1 when absent */
 } gprob_t;
 
-__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope) {
-  __shared__ __align__(16) float As[2][GBK][GBM + 4];
-  __shared__ __align__(16) float Ws[2][GBK][GBN];
+__device__ __forceinline__ void cp_async16z(float *dst, const float *src, int bytes) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async4z(float *dst, const float *src, int bytes) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+/* issue the copies of k chunk [k0, k0 + GBK) (zeros past kend, M, N) */
+template <int TA>
+__device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
+                                        int n0, int k0, int kend) {
+  const int tid = threadIdx.x;
+  const float *A = g.A, *W = g.W;
+  if (TA == 0) { /* sa [m][GBK + 4] */
+    if (g.al & 1) {
+      for (int e = tid; e < GBM * GBK / 4; e += GNT) {
+        const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+        const int v = (m0 + m < g.M) ? max(0, min(4, kend - (k0 + k))) : 0;
+        cp_async16z(sa + m * (GBK + 4) + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+      }
+    } else {
+      for (int e = tid; e < GBM * GBK; e += GNT) {
+        const int m = e / GBK, k = e % GBK;
+        const int v = m0 + m < g.M && k0 + k < kend;
+        cp_async4z(sa + m * (GBK + 4) + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+      }
+    }
+  } else { /* sa [k][GBM + 4] */
+    if (g.al & 1) {
+      for (int e = tid; e < GBK * GBM / 4; e += GNT) {
+        const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
+        const int v = (k0 + k < kend) ? max(0, min(4, g.M - (m0 + m))) : 0;
+        cp_async16z(sa + k * (GBM + 4) + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
+      }
+    } else {
+      for (int e = tid; e < GBK * GBM; e += GNT) {
+        const int k = e / GBM, m = e % GBM;
+        const int v = k0 + k < kend && m0 + m < g.M;
+        cp_async4z(sa + k * (GBM + 4) + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
+      }
+    }
+  }
+  if (g.al & 2) {
+    for (int e = tid; e < GBK * GBN / 4; e += GNT) {
+      const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
+      const int v = (k0 + k < kend) ? max(0, min(4, g.N - (n0 + n))) : 0;
+      cp_async16z(sw + k * GBN + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+    }
+  } else {
+    for (int e = tid; e < GBK * GBN; e += GNT) {
+      const int k = e / GBN, n = e % GBN;
+      const int v = k0 + k < kend && n0 + n < g.N;
+      cp_async4z(sw + k * GBN + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+    }
+  }
+}
+
+template <int TA>
+__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope,
+                                                         float *__restrict__ grad, const float *__restrict__ fn,
+                                                         float *__restrict__ part, int *__restrict__ cnt) {
+  extern __shared__ float4 gsh4[];
+  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
+  __shared__ int last;
   int p = 0;
-  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].tile0) p++;
+  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].blk0) p++;
   const gprob_t &g = probs[p];
-  const int t = (int)blockIdx.x - g.tile0;
-  const int m0 = (t / g.tn) * GBM, n0 = (t % g.tn) * GBN;
-  const int M = g.M, N = g.N, K = g.K, lda = g.lda, ldw = g.ldw;
-  const float *__restrict__ A = g.A;
-  const float *__restrict__ W = g.W;
+  const int local = (int)blockIdx.x - g.blk0, tile = local % g.tiles, split = local / g.tiles;
+  const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
+  const int klo = split * g.kper, khi = min(g.K, klo + g.kper);
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  float ra[GBM * GBK / GNT], rw[GBK * GBN / GNT];
-  auto load = [&](int k0) {
-#pragma unroll
-    for (int l = 0; l < GBM * GBK / GNT; l++) {
-      int e = tid + GNT * l, m = e / GBK, k = e % GBK;
-      ra[l] = (m0 + m < M && k0 + k < K) ? A[(size_t)(m0 + m) * lda + k0 + k] : 0.0f;
-    }
-#pragma unroll
-    for (int l = 0; l < GBK * GBN / GNT; l++) {
-      int e = tid + GNT * l, k = e / GBN, n = e % GBN;
-      rw[l] = (k0 + k < K && n0 + n < N) ? W[(size_t)(k0 + k) * ldw + n0 + n] : 0.0f;
-    }
-  };
-  auto store = [&](int b) {
-#pragma unroll
-    for (int l = 0; l < GBM * GBK / GNT; l++) {
-      int e = tid + GNT * l;
-      As[b][e % GBK][e / GBK] = ra[l];
-    }
-#pragma unroll
-    for (int l = 0; l < GBK * GBN / GNT; l++) {
-      int e = tid + GNT * l;
-      Ws[b][e / GBN][e % GBN] = rw[l];
-    }
-  };
-  float acc[4][4];
+  const bool bias_sums = TA == 1 && n0 == 0 && tx == 0;
+  float acc[4][4], bsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-  const int nk = (K + GBK - 1) / GBK;
-  load(0);
-  store(0);
-  __syncthreads();
-  for (int c = 0; c < nk; c++) {
-    const int b = c & 1;
-    if (c + 1 < nk) load((c + 1) * GBK); /* in flight during the FMAs below */
+  const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
 #pragma unroll
-    for (int k = 0; k < GBK; k++) {
-      float4 a4 = *reinterpret_cast<const float4 *>(&As[b][k][4 * ty]);
-      float4 w4 = *reinterpret_cast<const float4 *>(&Ws[b][k][4 * tx]);
-      float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] += av[i] * wv[j];
-    }
-    if (c + 1 < nk) store(b ^ 1); /* buffer b ^ 1 was last read before the previous barrier */
-    __syncthreads();
+  for (int q = 0; q < GNS - 1; q++) {
+    if (q < nk) g_issue<TA>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, m0, n0, klo + q * GBK, khi);
+    cp_async_commit();
   }
-  const float *__restrict__ bias = g.bias;
-  const float *__restrict__ mask = g.mask;
-  float *__restrict__ C = g.C;
+  for (int c = 0; c < nk; c++) {
+    cp_async_wait<GNS - 2>(); /* chunk c has landed (this thread's copies) */
+    __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
+    const int nx = c + GNS - 1;
+    if (nx < nk) g_issue<TA>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, m0, n0, klo + nx * GBK, khi);
+    cp_async_commit();
+    const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
+    const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
+    if (TA == 0) {
+#pragma unroll 2
+      for (int k = 0; k < GBK; k += 4) {
+        float4 av[4], wv[4];
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int m = m0 + 4 * ty + i;
-    if (m >= M) continue;
+        for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * (GBK + 4) + k);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int n = n0 + 4 * tx + j;
-      if (n >= N) continue;
-      float v = acc[i][j] + (bias ? bias[n] : 0.0f);
-      if (g.act) v = v > 0.0f ? v : slope * v;
-      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
-      C[(size_t)m * g.ldc + n] = v;
+        for (int u = 0; u < 4; u++) wv[u] = *reinterpret_cast<const float4 *>(w + (k + u) * GBN + 4 * tx);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float ai[4] = {av[i].x, av[i].y, av[i].z, av[i].w};
+#pragma unroll
+          for (int u = 0; u < 4; u++) {
+            acc[i][0] += ai[u] * wv[u].x;
+            acc[i][1] += ai[u] * wv[u].y;
+            acc[i][2] += ai[u] * wv[u].z;
+            acc[i][3] += ai[u] * wv[u].w;
+          }
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int k = 0; k < GBK; k++) {
+        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * (GBM + 4) + 4 * ty);
+        const float4 w4 = *reinterpret_cast<const float4 *>(w + k * GBN + 4 * tx);
+        const float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+          for (int j = 0; j < 4; j++) acc[i][j] += av[i] * wv[j];
+          if (bias_sums) bsum[i] += av[i];
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (g.splits > 1) {
+    /* split-K: store this part; the tile's last part to arrive adds them all
+     * in split order (its own read back too, so the order never varies) */
+    float *pp = part + ((size_t)(g.cnt0 + tile) * g.splits + split) * GPART;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      *reinterpret_cast<float4 *>(pp + (4 * ty + i) * GBN + 4 * tx) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      if (bias_sums) pp[GBM * GBN + 4 * ty + i] = bsum[i];
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int old = atomicAdd(cnt + g.cnt0 + tile, 1);
+      last = old == g.splits - 1;
+      if (last) cnt[g.cnt0 + tile] = 0; /* ready for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *pt = part + (size_t)(g.cnt0 + tile) * g.splits * GPART;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      bsum[i] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    }
+    for (int s2 = 0; s2 < g.splits; s2++) {
+      const float *ps = pt + (size_t)s2 * GPART;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(ps + (4 * ty + i) * GBN + 4 * tx));
+        acc[i][0] += v.x, acc[i][1] += v.y, acc[i][2] += v.z, acc[i][3] += v.w;
+        if (bias_sums) bsum[i] += __ldcg(ps + GBM * GBN + 4 * ty + i);
+      }
+    }
+  }
+  if (TA == 0) {
+    const float *__restrict__ bias = g.bias;
+    const float *__restrict__ mask = g.mask;
+    float *__restrict__ C = g.C;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int m = m0 + 4 * ty + i;
+      if (m >= g.M) continue;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int n = n0 + 4 * tx + j;
+        if (n >= g.N) continue;
+        float v = acc[i][j] + (bias ? bias[n] : 0.0f);
+        if (g.act) v = v > 0.0f ? v : slope * v;
+        if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+        C[(size_t)m * g.ldc + n] = v;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int o = m0 + 4 * ty + i;
+      if (o >= g.M) continue;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int in = n0 + 4 * tx + j;
+        if (in >= g.N) continue;
+        const size_t k = (size_t)o * g.N + in;
+        grad[g.gw + k] = acc[i][j];
+        if (g.gsw >= 0) grad[g.gsw + k] = acc[i][j] * (fn[g.fo + o] * fn[g.fi + in]);
+      }
+      if (bias_sums && g.gb >= 0) {
+        grad[g.gb + o] = bsum[i];
+        if (g.gsb >= 0) grad[g.gsb + o] = bsum[i] * fn[g.fo + o];
+      }
     }
   }
 }
@@ -1308,6 +1451,24 @@ static segtab_t seg1(int N, int K, long long woff, int ldw, long long bias, int 
   return t;
 }
 
+/* where layer li's output gradient dY and input X live: buffer (0 ws->x,
+ * 1 h1, 2 h, 3 hh, 4 g2, 5 g1, 6 gh, 7 gt1), row stride, first column */
+static void layer_bufs(const net_layout_t *L, int li, int *ybuf, int *ldy, long long *dy, int *xbuf, int *ldx,
+                       long long *x) {
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  *dy = 0, *x = 0;
+  if (li == NET_TRUNK1) *ybuf = 7, *ldy = L->H1, *xbuf = 0, *ldx = L->S;
+  else if (li == NET_TRUNK2) *ybuf = 6, *ldy = L->H2, *xbuf = 1, *ldx = L->H1;
+  else if (li == NET_VALUE1) *ybuf = 5, *ldy = HC, *xbuf = 2, *ldx = L->H2;
+  else if (li == NET_VALUE2) *ybuf = 4, *ldy = O2, *xbuf = 3, *ldx = HC;
+  else {
+    int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
+    if (k == 1) *ybuf = 5, *ldy = HC, *dy = L->VH + (long long)d * L->AH, *xbuf = 2, *ldx = L->H2;
+    else *ybuf = 4, *ldy = O2, *dy = L->Z + aoff[d], *xbuf = 3, *ldx = HC, *x = L->VH + (long long)d * L->AH;
+  }
+}
+
 /* Weight-gradient tiles: per layer, its dY and X buffers (offsets name a
  * column of a shared row) and 32 x 32 tiles over [out, in]. */
 static int build_tiles(const net_layout_t *L, wtile_t **out) {
@@ -1323,15 +1484,7 @@ static int build_tiles(const net_layout_t *L, wtile_t **out) {
     const net_layer_t *l = &L->layer[li];
     int ybuf, xbuf, ldy, ldx;
     long long dy, x;
-    if (li == NET_TRUNK1) ybuf = 7, ldy = L->H1, dy = 0, xbuf = 0, ldx = L->S, x = 0;
-    else if (li == NET_TRUNK2) ybuf = 6, ldy = L->H2, dy = 0, xbuf = 1, ldx = L->H1, x = 0;
-    else if (li == NET_VALUE1) ybuf = 5, ldy = HC, dy = 0, xbuf = 2, ldx = L->H2, x = 0;
-    else if (li == NET_VALUE2) ybuf = 4, ldy = O2, dy = 0, xbuf = 3, ldx = HC, x = 0;
-    else {
-      int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
-      if (k == 1) ybuf = 5, ldy = HC, dy = L->VH + (long long)d * L->AH, xbuf = 2, ldx = L->H2, x = 0;
-      else ybuf = 4, ldy = O2, dy = L->Z + aoff[d], xbuf = 3, ldx = HC, x = L->VH + (long long)d * L->AH;
-    }
+    layer_bufs(L, li, &ybuf, &ldy, &dy, &xbuf, &ldx, &x);
     for (int o0 = 0; o0 < l->out; o0 += 32)
       for (int i0 = 0; i0 < l->in; i0 += 32) {
         wtile_t *w = &t[n++];
@@ -1396,9 +1549,9 @@ static void build_tabs(const net_layout_t *L, const cuda_fused_t *f, segtab_t *t
 }
 
 /* the matrix products of one segment table (every segment one problem),
- * appended to pr; tiles counts the launch's blocks */
-static void add_probs(gprob_t *pr, int *np, int *tiles, const segtab_t *t, const float *pack, const float *A,
-                      int lda, int M, float *C, int ldc, const float *mask, int ldm, int act) {
+ * appended to pr */
+static void add_probs(gprob_t *pr, int *np, const segtab_t *t, const float *pack, const float *A, int lda, int M,
+                      float *C, int ldc, const float *mask, int ldm, int act) {
   for (int s = 0; s < t->n; s++) {
     gprob_t *g = &pr[(*np)++];
     memset(g, 0, sizeof *g);
@@ -1409,43 +1562,102 @@ static void add_probs(gprob_t *pr, int *np, int *tiles, const segtab_t *t, const
     g->C = C + o0, g->ldc = ldc;
     g->mask = mask ? mask + o0 : NULL, g->ldm = ldm;
     g->M = M, g->N = o1 - o0, g->K = t->s[s].K, g->act = act;
-    g->tn = (g->N + GBN - 1) / GBN;
-    g->tile0 = *tiles;
-    *tiles += (M + GBM - 1) / GBM * g->tn;
+    g->gw = g->gb = g->gsw = g->gsb = g->fi = g->fo = -1;
   }
 }
 
-/* the seven phases' problems (forward F1..F4 over online s and s' and target
- * s', backward B1..B3 over online s) into device memory */
+static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
+
+/* Blocks of one launch: tiles, alignment, and split-K parts for problems
+ * [p0, p1): about two blocks per SM at least, and at most 512 k per part. */
+static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int *blocks, int *ntiles, size_t *part_floats) {
+  int tiles = 0;
+  for (int i = p0; i < p1; i++) {
+    gprob_t *g = &pr[i];
+    g->tn = (g->N + GBN - 1) / GBN;
+    g->tiles = (g->M + GBM - 1) / GBM * g->tn;
+    g->al = al16(g->A, g->lda) | al16(g->W, g->ldw) << 1;
+    tiles += g->tiles;
+  }
+  const int want = (2 * nsm + tiles - 1) / tiles;
+  int blk = 0, cnt = 0;
+  size_t pf = 0;
+  for (int i = p0; i < p1; i++) {
+    gprob_t *g = &pr[i];
+    int sp = want;
+    const int kmax = g->K / (2 * GBK); /* two chunks per part at least */
+    if (sp > kmax) sp = kmax;
+    if (g->K > 512 * sp) sp = (g->K + 511) / 512;
+    if (sp < 1) sp = 1;
+    g->kper = ((g->K + sp - 1) / sp + GBK - 1) / GBK * GBK;
+    g->splits = (g->K + g->kper - 1) / g->kper;
+    if (g->splits < 1) g->splits = 1;
+    g->blk0 = blk, blk += g->tiles * g->splits;
+    g->cnt0 = cnt, cnt += g->tiles;
+    if (g->splits > 1) pf += (size_t)g->tiles * g->splits * GPART;
+  }
+  *blocks = blk, *ntiles = cnt, *part_floats = pf;
+}
+
+/* the eight phases' problems (forward F1..F4 over online s and s' and target
+ * s', backward B1..B3 over online s, then every weight gradient) into device
+ * memory, with the split-K scratch */
 static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *tb, int B, const float *x) {
-  gprob_t pr[64];
+  gprob_t pr[64 + NET_MAX_LAYERS];
   int np = 0;
   const size_t b = (size_t)B;
   const int HC = f->HC, O2 = f->O2, H1 = L->H1, H2 = L->H2;
-  for (int ph = 0; ph < 4; ph++) {
+  int dev = 0, nsm = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return (int)cudaGetLastError();
+  size_t part = 0;
+  int cnt = 0;
+  for (int ph = 0; ph < 8; ph++) {
     const int p0 = np;
-    int tiles = 0;
-    for (int net = 0; net < 2; net++) {
+    for (int net = 0; ph < 4 && net < 2; net++) {
       const float *pk = net ? f->t_tg : f->t_on;
       const size_t r0 = net ? 2 * b : 0; /* first activation row of this pass */
       const int M = net ? B : 2 * B;
-      if (ph == 0) add_probs(pr, &np, &tiles, &tb[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
-      if (ph == 1) add_probs(pr, &np, &tiles, &tb[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
-      if (ph == 2) add_probs(pr, &np, &tiles, &tb[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
-      if (ph == 3) add_probs(pr, &np, &tiles, &tb[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
+      if (ph == 0) add_probs(pr, &np, &tb[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
+      if (ph == 1) add_probs(pr, &np, &tb[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
+      if (ph == 2) add_probs(pr, &np, &tb[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
+      if (ph == 3) add_probs(pr, &np, &tb[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
     }
-    f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_tiles[ph] = tiles;
-  }
-  for (int ph = 4; ph < 7; ph++) {
-    const int p0 = np;
-    int tiles = 0;
-    if (ph == 4) add_probs(pr, &np, &tiles, &tb[4], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0);
-    if (ph == 5) add_probs(pr, &np, &tiles, &tb[5], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0);
-    if (ph == 6) add_probs(pr, &np, &tiles, &tb[6], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0);
-    f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_tiles[ph] = tiles;
+    if (ph == 4) add_probs(pr, &np, &tb[4], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0);
+    if (ph == 5) add_probs(pr, &np, &tb[5], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0);
+    if (ph == 6) add_probs(pr, &np, &tb[6], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0);
+    if (ph == 7) {
+      const float *bufs[8] = {x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
+      for (int li = 0; li < L->n_layers; li++) {
+        const net_layer_t *l = &L->layer[li];
+        int ybuf, xbuf, ldy, ldx;
+        long long dy, xo;
+        layer_bufs(L, li, &ybuf, &ldy, &dy, &xbuf, &ldx, &xo);
+        gprob_t *g = &pr[np++];
+        memset(g, 0, sizeof *g);
+        g->A = bufs[ybuf] + dy, g->lda = ldy, g->W = bufs[xbuf] + xo, g->ldw = ldx;
+        g->M = l->out, g->N = l->in, g->K = B;
+        g->gw = l->off_w, g->gb = l->off_b;
+        g->gsw = l->noisy ? l->off_sw : -1, g->gsb = l->noisy ? l->off_sb : -1;
+        g->fi = l->noisy ? l->noise_off : -1, g->fo = l->noisy ? l->noise_off + l->in : -1;
+      }
+    }
+    int blocks, tiles;
+    size_t pf;
+    plan_phase(pr, p0, np, nsm, &blocks, &tiles, &pf);
+    f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_blocks[ph] = blocks;
+    part = pf > part ? pf : part;
+    cnt = tiles > cnt ? tiles : cnt;
   }
   cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
   if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
+  if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
   return (int)e;
 }
 
@@ -1594,6 +1806,8 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->wg_part);
   cudaFree(f->tabs);
   cudaFree(f->probs);
+  cudaFree(f->gpart);
+  cudaFree(f->gcnt);
   memset(f, 0, sizeof *f);
 }
 
@@ -1614,6 +1828,18 @@ static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, 
   cfg.gridDim = dim3(nclusters * CL), cfg.blockDim = dim3(CL_NT), cfg.dynamicSmemBytes = smem, cfg.stream = st;
   cfg.attrs = at, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* one layer-GEMM phase (0..3 forward, 4..6 backward, 7 weight gradients) */
+static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st) {
+  const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
+  if (ph < 7)
+    fused_gemm_kernel<0><<<(unsigned)f->ph_blocks[ph], GNT, GSMEM, st>>>(probs, f->ph[ph][1], slope, grad, fn,
+                                                                        f->gpart, f->gcnt);
+  else
+    fused_gemm_kernel<1><<<(unsigned)f->ph_blocks[ph], GNT, GSMEM, st>>>(probs, f->ph[ph][1], slope, grad, fn,
+                                                                        f->gpart, f->gcnt);
+  return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
@@ -1645,12 +1871,8 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.dbg = f->dbg;
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
-  const gprob_t *probs = (const gprob_t *)f->probs;
   if (f->gemm) {
-    for (int ph = 0; ph < 4; ph++) {
-      fused_gemm_kernel<<<(unsigned)f->ph_tiles[ph], GNT, 0, st>>>(probs + f->ph[ph][0], f->ph[ph][1], hp->slope);
-      TRY(cudaGetLastError());
-    }
+    for (int ph = 0; ph < 4; ph++) TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
     tail_args_t ta;
     memset(&ta, 0, sizeof ta);
     ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
@@ -1693,10 +1915,8 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
   unsigned bblk = (unsigned)((B + R - 1) / R);
   if (f->gemm) {
-    for (int ph = 4; ph < 7; ph++) {
-      fused_gemm_kernel<<<(unsigned)f->ph_tiles[ph], GNT, 0, st>>>(probs + f->ph[ph][0], f->ph[ph][1], hp->slope);
-      TRY(cudaGetLastError());
-    }
+    for (int ph = 4; ph < 8; ph++) TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
+    return 0;
   } else if (f->cluster) {
     unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
     TRY(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));

@@ -77,8 +77,10 @@ typedef struct cuda_fused {
   int gemm;
   float *O;                   /* [3B, O2] second head layers' outputs */
   void *probs;                /* device array of every phase's matrix products */
-  int ph[7][2];               /* per phase (F1..F4, B1..B3): first problem, problems */
-  int ph_tiles[7];            /* blocks per phase */
+  int ph[8][2];               /* per phase (F1..F4, B1..B3, weight gradients): first problem, problems */
+  int ph_blocks[8];           /* blocks per phase */
+  float *gpart;               /* split-K partial sums */
+  int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
