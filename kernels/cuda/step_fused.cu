@@ -1037,7 +1037,8 @@ typedef struct gprob {
   int splits; /* split-K parts */
   int kper;   /* k per part (a multiple of GBK) */
   int al;     /* bit 0: A rows take 16-byte copies; bit 1: W rows do */
-  int cnt0;   /* this problem's first tile among the launch's counters and partials */
+  int cnt0;   /* this problem's first tile among the launch's arrival counters */
+  long long poff; /* its first partial tile (GPART floats each) in the split-K scratch */
   long long gw, gb, gsw, gsb, fi, fo; /* TA 1: offsets in grad and fn, -1 when absent */
 } gprob_t;
 
@@ -1173,7 +1174,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   if (g.splits > 1) {
     /* split-K: store this part; the tile's last part to arrive adds them all
      * in split order (its own read back too, so the order never varies) */
-    float *pp = part + ((size_t)(g.cnt0 + tile) * g.splits + split) * GPART;
+    float *pp = part + ((size_t)g.poff + (size_t)tile * g.splits + split) * GPART;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       *reinterpret_cast<float4 *>(pp + (4 * ty + i) * GBN + 4 * tx) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
@@ -1189,7 +1190,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const float *pt = part + (size_t)(g.cnt0 + tile) * g.splits * GPART;
+    const float *pt = part + ((size_t)g.poff + (size_t)tile * g.splits) * GPART;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       bsum[i] = 0.0f;
@@ -1594,6 +1595,7 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int *blocks, int *n
     if (g->splits < 1) g->splits = 1;
     g->blk0 = blk, blk += g->tiles * g->splits;
     g->cnt0 = cnt, cnt += g->tiles;
+    g->poff = (long long)(pf / GPART);
     if (g->splits > 1) pf += (size_t)g->tiles * g->splits * GPART;
   }
   *blocks = blk, *ntiles = cnt, *part_floats = pf;
