@@ -84,18 +84,22 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
 
   /* GPU */
   cuda_dqn_ws_t gw;
-  static const int mode_of[] = {0, 0, 0, 1, 3, 4, 2};
+  static const int mode_of[] = {0, 0, 0, 1, 3, 4, 2, 6, 7, 5};
   ck_assert_int_eq(cuda_dqn_ws_alloc_tc(&gw, &L, B, mode_of[version]), 0);
   gw.version = version == 1 ? 1 : 2;
   if (version >= 2) ck_assert_msg(gw.fused.ok, "%s: fused kernels refused these shapes", k->what);
   if (version == 3 || version == 4) ck_assert_int_eq(gw.fused.tc, mode_of[version]);
+  if (version == 3) ck_assert_msg(gw.fused.gemm && gw.fused.gtc == 1, "%s: TF32 layer-GEMM refused", k->what);
+  if (version == 7 || version == 8) ck_assert_msg(gw.fused.gemm && gw.fused.gtc == (version == 7 ? 0 : 3), "%s: gemm arith", k->what);
+  if (version == 9) ck_assert_msg(!gw.fused.gemm && gw.fused.tc == 1, "%s: TF32 row tiles refused", k->what);
   if (version == 5) ck_assert_msg(gw.fused.cluster, "%s: cluster kernels refused", k->what);
   if (version == 2 && !getenv("DQN_CUDA_FUSED_GEMM")) ck_assert_msg(gw.fused.gemm, "%s: layer-GEMM phases refused", k->what);
   if (version == 6) ck_assert_msg(!gw.fused.gemm && !gw.fused.cluster && gw.fused.tc == 0, "%s: row tiles", k->what);
   /* tolerances: fp32 kernels 1e-5 (losses) / 1e-4 (gradients); TF32 operands
    * carry 11 significant bits, measured on the H200 at up to ~1e-3 (losses)
    * and 4e-2 (the ref network's smallest gradient blocks): held to 1e-2 / 1e-1 */
-  const double tol_loss = version == 3 ? 1e-2 : 1e-5, tol_grad = version == 3 ? 1e-1 : 1e-4;
+  const int tf32 = version == 3 || version == 9;
+  const double tol_loss = tf32 ? 1e-2 : 1e-5, tol_grad = tf32 ? 1e-1 : 1e-4;
   double worst_grad = 0;
   float *don, *dtg, *dgrad;
   CK(cudaMalloc((void **)&don, sizeof(float) * (size_t)P));
@@ -130,7 +134,7 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   double loss_err = e;
   int flipped = 0;
   for (int i = 0; i < B * k->nb; i++) {
-    if (version == 3) { /* TF32 may reorder near-tied Q values */
+    if (tf32) { /* TF32 may reorder near-tied Q values */
       flipped += best[i] != cw.best[i];
       continue;
     }
@@ -159,8 +163,9 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(gg2, dgrad, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
   ck_assert_msg(memcmp(gg, gg2, sizeof(float) * (size_t)P) == 0, "%s: rerun not bit-identical", k->what);
-  static const char *vn[] = {"", "generic", "fused fp32 layer-GEMM", "fused TF32", "fused 3xTF32", "fused fp32 clusters",
-                             "fused fp32 row tiles"};
+  static const char *vn[] = {"", "generic", "fused fp32 layer-GEMM (default)", "fused TF32 layer-GEMM",
+                             "fused 3xTF32 row tiles", "fused fp32 clusters", "fused fp32 row tiles",
+                             "fused fp32 layer-GEMM FFMA", "fused fp32 layer-GEMM 3xTF32", "fused TF32 row tiles"};
   printf("%s [%s kernels, tc %d]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, worst gradient block %.2e, "
          "%d actions differ ok\n",
          k->what, vn[version], gw.fused.tc, gl, loss, loss_err, worst_grad, flipped);
@@ -180,11 +185,12 @@ static const gcase_t cases[] = {
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-/* every case through six kernel versions: generic (1), fused fp32 (2, the
- * default: layer-GEMM phases), fused TF32 (3: the tensor_cores config), fused
- * 3xTF32 (4: fp32 accuracy on the tensor cores), fused fp32 with thread-block
- * clusters (5) and fused fp32 row tiles (6, the previous default); all but 3
- * are held to the fp32 tolerances */
+/* every case through nine kernel versions: generic (1), fused fp32 (2, the
+ * default: layer-GEMM phases), TF32 layer-GEMM (3: the tensor_cores config),
+ * 3xTF32 row tiles (4), fp32 clusters (5), fp32 row tiles (6, the previous
+ * default), layer-GEMM on FFMA (7) and on 3xTF32 (8), TF32 row tiles (9, the
+ * previous tensor_cores path); all but 3 and 9 are held to the fp32
+ * tolerances */
 START_TEST(test_case) { run(&cases[_i % NCASES], 100 + (uint64_t)(_i % NCASES), 1 + _i / NCASES); }
 END_TEST
 
@@ -193,7 +199,7 @@ int main(void) {
   Suite *s = suite_create("gpu-loss");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_case, 0, 6 * NCASES);
+  tcase_add_loop_test(tc, test_case, 0, 9 * NCASES);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

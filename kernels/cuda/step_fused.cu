@@ -1016,8 +1016,14 @@ __global__ void __launch_bounds__(64) fused_wgrad_reduce_kernel(const wtile_t *_
 #define GBK 32  /* k per chunk */
 #define GNS 4   /* pipeline stages */
 #define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
-#define GA_FLOATS (GBM * (GBK + 4)) /* A stage: [GBM][GBK + 4] (TA 0) or [GBK][GBM + 4] (TA 1) */
-#define GW_FLOATS (GBK * GBN)       /* W stage: [GBK][GBN] */
+#define GEMM_FP32_DEFAULT 3 /* fp32 arithmetic of mode 0: 3 3xTF32, 0 FFMA (DEVICE_NOTES.md item 23) */
+/* shared row strides, padded so the tensor cores' fragment loads (lane = 4 g
+ * + t: rows g, columns t) hit 32 different banks and float4 loads stay aligned */
+#define GSA0 (GBK + 4) /* A [m][k] (TA 0) */
+#define GSA1 (GBM + 8) /* A [k][m] (TA 1) */
+#define GSW (GBN + 8)  /* W [k][n] */
+#define GA_FLOATS (GBK * GSA1 > GBM * GSA0 ? GBK * GSA1 : GBM * GSA0)
+#define GW_FLOATS (GBK * GSW)
 #define GPART (GBM * GBN + GBM)     /* partial floats per tile and split: outputs, then bias sums */
 #define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
 
@@ -1057,32 +1063,32 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
                                         int n0, int k0, int kend) {
   const int tid = threadIdx.x;
   const float *A = g.A, *W = g.W;
-  if (TA == 0) { /* sa [m][GBK + 4] */
+  if (TA == 0) { /* sa [m][GSA0] */
     if (g.al & 1) {
       for (int e = tid; e < GBM * GBK / 4; e += GNT) {
         const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
         const int v = (m0 + m < g.M) ? max(0, min(4, kend - (k0 + k))) : 0;
-        cp_async16z(sa + m * (GBK + 4) + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+        cp_async16z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
       }
     } else {
       for (int e = tid; e < GBM * GBK; e += GNT) {
         const int m = e / GBK, k = e % GBK;
         const int v = m0 + m < g.M && k0 + k < kend;
-        cp_async4z(sa + m * (GBK + 4) + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+        cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
       }
     }
-  } else { /* sa [k][GBM + 4] */
+  } else { /* sa [k][GSA1] */
     if (g.al & 1) {
       for (int e = tid; e < GBK * GBM / 4; e += GNT) {
         const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
         const int v = (k0 + k < kend) ? max(0, min(4, g.M - (m0 + m))) : 0;
-        cp_async16z(sa + k * (GBM + 4) + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
+        cp_async16z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
       }
     } else {
       for (int e = tid; e < GBK * GBM; e += GNT) {
         const int k = e / GBM, m = e % GBM;
         const int v = k0 + k < kend && m0 + m < g.M;
-        cp_async4z(sa + k * (GBM + 4) + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
+        cp_async4z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
       }
     }
   }
@@ -1090,18 +1096,42 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
     for (int e = tid; e < GBK * GBN / 4; e += GNT) {
       const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
       const int v = (k0 + k < kend) ? max(0, min(4, g.N - (n0 + n))) : 0;
-      cp_async16z(sw + k * GBN + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+      cp_async16z(sw + k * GSW + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
     }
   } else {
     for (int e = tid; e < GBK * GBN; e += GNT) {
       const int k = e / GBN, n = e % GBN;
       const int v = k0 + k < kend && n0 + n < g.N;
-      cp_async4z(sw + k * GBN + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+      cp_async4z(sw + k * GSW + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
     }
   }
 }
 
-template <int TA>
+/* this thread's e-th output (0..15) within the tile: FFMA 4 x 4 patches;
+ * tensor cores (TC > 0): warp w owns columns [16 w, 16 w + 16) of all 32
+ * rows, as 2 x 2 m16n8 accumulators in the mma.sync layout */
+template <int TC>
+__device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
+  const int tid = threadIdx.x;
+  if (TC == 0) {
+    ml = 4 * (tid / 16) + e / 4, nl = 4 * (tid % 16) + e % 4;
+  } else {
+    const int w = tid / 32, lane = tid % 32, c = e % 4;
+    ml = 16 * (e / 8) + lane / 4 + 8 * (c >> 1);
+    nl = 16 * w + 8 * ((e / 4) % 2) + 2 * (lane % 4) + (c & 1);
+  }
+}
+
+/* TF32 hi and lo parts of x (3xTF32: x ~ hi + lo to ~fp32 accuracy) */
+__device__ __forceinline__ void tf32_split(float x, unsigned &hi, unsigned &lo) {
+  hi = f2tf32(x);
+  lo = f2tf32(x - __uint_as_float(hi));
+}
+
+/* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
+ * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config), 3
+ * 3xTF32 mma.sync (hi/lo split, fp32 accuracy). */
+template <int TA, int TC>
 __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt) {
@@ -1115,12 +1145,13 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
   const int klo = split * g.kper, khi = min(g.K, klo + g.kper);
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const bool bias_sums = TA == 1 && n0 == 0 && tx == 0;
-  float acc[4][4], bsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int wq = tid / 32, gq = (tid % 32) / 4, tq = tid % 4;
+  /* weight gradients: the bias gradient of row tid is the sum over k of A,
+   * kept by the first warp of the tiles at n0 = 0, in k order */
+  const bool bias_sums = TA == 1 && n0 == 0 && tid < GBM && g.gb >= 0;
+  float acc[16], bsum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  for (int e = 0; e < 16; e++) acc[e] = 0.0f;
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
 #pragma unroll
   for (int q = 0; q < GNS - 1; q++) {
@@ -1135,38 +1166,81 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     cp_async_commit();
     const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
     const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
-    if (TA == 0) {
+    if (bias_sums)
+#pragma unroll 8
+      for (int k = 0; k < GBK; k++) bsum += a[k * GSA1 + tid];
+    if (TC == 0 && TA == 0) {
 #pragma unroll 2
       for (int k = 0; k < GBK; k += 4) {
-        float4 av[4], wv[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * (GBK + 4) + k);
-#pragma unroll
-        for (int u = 0; u < 4; u++) wv[u] = *reinterpret_cast<const float4 *>(w + (k + u) * GBN + 4 * tx);
+        float av[4][4], wv[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-          const float ai[4] = {av[i].x, av[i].y, av[i].z, av[i].w};
-#pragma unroll
-          for (int u = 0; u < 4; u++) {
-            acc[i][0] += ai[u] * wv[u].x;
-            acc[i][1] += ai[u] * wv[u].y;
-            acc[i][2] += ai[u] * wv[u].z;
-            acc[i][3] += ai[u] * wv[u].w;
-          }
+          const float4 v = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * GSA0 + k);
+          av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
         }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const float4 v = *reinterpret_cast<const float4 *>(w + (k + u) * GSW + 4 * tx);
+          wv[u][0] = v.x, wv[u][1] = v.y, wv[u][2] = v.z, wv[u][3] = v.w;
+        }
+        /* k outermost: 16 independent FMAs between two on one accumulator */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[u][j];
       }
-    } else {
+    } else if (TC == 0) {
 #pragma unroll 4
       for (int k = 0; k < GBK; k++) {
-        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * (GBM + 4) + 4 * ty);
-        const float4 w4 = *reinterpret_cast<const float4 *>(w + k * GBN + 4 * tx);
+        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * GSA1 + 4 * ty);
+        const float4 w4 = *reinterpret_cast<const float4 *>(w + k * GSW + 4 * tx);
         const float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 4; i++)
 #pragma unroll
-          for (int j = 0; j < 4; j++) acc[i][j] += av[i] * wv[j];
-          if (bias_sums) bsum[i] += av[i];
+          for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i] * wv[j];
+      }
+    } else {
+#pragma unroll
+      for (int k8 = 0; k8 < GBK; k8 += 8) {
+        unsigned ah[2][4], al[2][4], bh[2][2], bl[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+          const int r = 16 * mi + gq;
+          float x[4];
+          if (TA == 0) {
+            x[0] = a[r * GSA0 + k8 + tq], x[1] = a[(r + 8) * GSA0 + k8 + tq];
+            x[2] = a[r * GSA0 + k8 + tq + 4], x[3] = a[(r + 8) * GSA0 + k8 + tq + 4];
+          } else {
+            x[0] = a[(k8 + tq) * GSA1 + r], x[1] = a[(k8 + tq) * GSA1 + r + 8];
+            x[2] = a[(k8 + tq + 4) * GSA1 + r], x[3] = a[(k8 + tq + 4) * GSA1 + r + 8];
+          }
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            if (TC == 3) tf32_split(x[q], ah[mi][q], al[mi][q]);
+            else ah[mi][q] = f2tf32(x[q]);
+          }
         }
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++) {
+          const int n = 16 * wq + 8 * ni + gq;
+          const float y0 = w[(k8 + tq) * GSW + n], y1 = w[(k8 + tq + 4) * GSW + n];
+          if (TC == 3) tf32_split(y0, bh[ni][0], bl[ni][0]), tf32_split(y1, bh[ni][1], bl[ni][1]);
+          else bh[ni][0] = f2tf32(y0), bh[ni][1] = f2tf32(y1);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+          for (int ni = 0; ni < 2; ni++) {
+            float(&d)[4] = *reinterpret_cast<float(*)[4]>(&acc[8 * mi + 4 * ni]);
+            if (TC == 3) {
+              mma_tf32(d, al[mi], bh[ni][0], bh[ni][1]);
+              mma_tf32(d, ah[mi], bl[ni][0], bl[ni][1]);
+            }
+            mma_tf32(d, ah[mi], bh[ni][0], bh[ni][1]);
+          }
       }
     }
   }
@@ -1176,10 +1250,12 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
      * in split order (its own read back too, so the order never varies) */
     float *pp = part + ((size_t)g.poff + (size_t)tile * g.splits + split) * GPART;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      *reinterpret_cast<float4 *>(pp + (4 * ty + i) * GBN + 4 * tx) = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      if (bias_sums) pp[GBM * GBN + 4 * ty + i] = bsum[i];
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC>(e, ml, nl);
+      pp[ml * GBN + nl] = acc[e];
     }
+    if (bias_sums) pp[GBM * GBN + tid] = bsum;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -1192,19 +1268,17 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     __threadfence();
     const float *pt = part + ((size_t)g.poff + (size_t)tile * g.splits) * GPART;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      bsum[i] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    }
+    for (int e = 0; e < 16; e++) acc[e] = 0.0f;
+    bsum = 0.0f;
     for (int s2 = 0; s2 < g.splits; s2++) {
       const float *ps = pt + (size_t)s2 * GPART;
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(ps + (4 * ty + i) * GBN + 4 * tx));
-        acc[i][0] += v.x, acc[i][1] += v.y, acc[i][2] += v.z, acc[i][3] += v.w;
-        if (bias_sums) bsum[i] += __ldcg(ps + GBM * GBN + 4 * ty + i);
+      for (int e = 0; e < 16; e++) {
+        int ml, nl;
+        g_elem<TC>(e, ml, nl);
+        acc[e] += __ldcg(ps + ml * GBN + nl);
       }
+      if (bias_sums) bsum += __ldcg(ps + GBM * GBN + tid);
     }
   }
   if (TA == 0) {
@@ -1212,36 +1286,30 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     const float *__restrict__ mask = g.mask;
     float *__restrict__ C = g.C;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int m = m0 + 4 * ty + i;
-      if (m >= g.M) continue;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int n = n0 + 4 * tx + j;
-        if (n >= g.N) continue;
-        float v = acc[i][j] + (bias ? bias[n] : 0.0f);
-        if (g.act) v = v > 0.0f ? v : slope * v;
-        if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
-        C[(size_t)m * g.ldc + n] = v;
-      }
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC>(e, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      if (m >= g.M || n >= g.N) continue;
+      float v = acc[e] + (bias ? bias[n] : 0.0f);
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+      C[(size_t)m * g.ldc + n] = v;
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int o = m0 + 4 * ty + i;
-      if (o >= g.M) continue;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int in = n0 + 4 * tx + j;
-        if (in >= g.N) continue;
-        const size_t k = (size_t)o * g.N + in;
-        grad[g.gw + k] = acc[i][j];
-        if (g.gsw >= 0) grad[g.gsw + k] = acc[i][j] * (fn[g.fo + o] * fn[g.fi + in]);
-      }
-      if (bias_sums && g.gb >= 0) {
-        grad[g.gb + o] = bsum[i];
-        if (g.gsb >= 0) grad[g.gsb + o] = bsum[i] * fn[g.fo + o];
-      }
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC>(e, ml, nl);
+      const int o = m0 + ml, in = n0 + nl;
+      if (o >= g.M || in >= g.N) continue;
+      const size_t k = (size_t)o * g.N + in;
+      grad[g.gw + k] = acc[e];
+      if (g.gsw >= 0) grad[g.gsw + k] = acc[e] * (fn[g.fo + o] * fn[g.fi + in]);
+    }
+    if (bias_sums && m0 + tid < g.M) {
+      grad[g.gb + m0 + tid] = bsum;
+      if (g.gsb >= 0) grad[g.gsb + m0 + tid] = bsum * fn[g.fo + m0 + tid];
     }
   }
 }
@@ -1601,6 +1669,11 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int *blocks, int *n
   *blocks = blk, *ntiles = cnt, *part_floats = pf;
 }
 
+template <int TA, int TC>
+static cudaError_t gemm_smem(void) {
+  return cudaFuncSetAttribute(fused_gemm_kernel<TA, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+}
+
 /* the eight phases' problems (forward F1..F4 over online s and s' and target
  * s', backward B1..B3 over online s, then every weight gradient) into device
  * memory, with the split-K scratch */
@@ -1656,10 +1729,12 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
   if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
   if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess) e = gemm_smem<0, 0>();
+  if (e == cudaSuccess) e = gemm_smem<1, 0>();
+  if (e == cudaSuccess) e = gemm_smem<0, 1>();
+  if (e == cudaSuccess) e = gemm_smem<1, 1>();
+  if (e == cudaSuccess) e = gemm_smem<0, 3>();
+  if (e == cudaSuccess) e = gemm_smem<1, 3>();
   return (int)e;
 }
 
@@ -1672,7 +1747,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
       cudaDeviceGetAttribute(&maxsh, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return (int)cudaGetLastError();
   /* every layer's outputs fit NOUT per thread; the loss kernel's staging fits */
-  if (nmax_of(L, f->HC, f->O2) > NOUT * NT) return 0; /* generic kernels */
+  const int rows_fit = nmax_of(L, f->HC, f->O2) <= NOUT * NT; /* row-tile kernels: every layer's outputs */
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   if (sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z)) > 48 * 1024)
@@ -1682,66 +1757,81 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
    * or 3xTF32 on the tensor cores (3, fp32 accuracy) when asked for by mode
    * or DQN_CUDA_FUSED_MODE=tf32x3. The tensor-core path runs 16 rows per block. */
   const char *mv = getenv("DQN_CUDA_FUSED_MODE");
-  const int tensor_cores = mode == 1;
-  f->tc = mode == 1 ? 1 : mode == 3 || (mv && !strcmp(mv, "tf32x3")) ? 3 : 0;
+  const int tensor_cores = mode == 1 || mode == 5;
+  f->tc = mode == 1 || mode == 5 ? 1 : mode == 3 || (mv && !strcmp(mv, "tf32x3")) ? 3 : 0;
   /* layer-GEMM phases: the fp32 default (mode 0); DQN_CUDA_FUSED_GEMM=0 or
    * mode 2 select the row-tile kernels (kernels/dev/DEVICE_NOTES.md item 23) */
-  const char *gv = getenv("DQN_CUDA_FUSED_GEMM");
-  f->gemm = mode == 0 && f->tc == 0 && !(gv && gv[0] == '0') && L->Z <= LEARNER_MAX_ATOMS;
+  const char *gv = getenv("DQN_CUDA_FUSED_GEMM"), *ga = getenv("DQN_CUDA_GEMM_ARITH");
+  f->gemm = (mode == 0 || mode == 1 || mode == 6 || mode == 7) && !(gv && gv[0] == '0') && L->Z <= LEARNER_MAX_ATOMS;
+  if (f->gemm) {
+    /* arithmetic of the layer-GEMM phases: TF32 for the tensor_cores config;
+     * fp32 as FFMA (6) or 3xTF32 (7), mode 0 taking GEMM_FP32_DEFAULT unless
+     * DQN_CUDA_GEMM_ARITH=ffma|tf32x3 says otherwise */
+    f->gtc = mode == 1 ? 1 : mode == 6 ? 0 : mode == 7 ? 3 : GEMM_FP32_DEFAULT;
+    if (mode == 0 && ga) f->gtc = !strcmp(ga, "tf32x3") ? 3 : !strcmp(ga, "ffma") ? 0 : f->gtc;
+    if (mode == 1) f->tc = 1; /* what the learner checks for tensor_cores */
+  } else if (!rows_fit) {
+    return 0; /* generic kernels */
+  }
   const char *dbg = getenv("DQN_CUDA_FUSED_DEBUG"); /* kernels/dev experiments only */
   f->dbg = dbg ? atoi(dbg) : 0;
-  if (f->tc) {
-    f->R = 16;
-    f->stage = stage_floats(L, f->HC, f->O2, f->KH, f->tc);
-    f->smem_fwd = smem_fwd(L, 16, f->HC, f->O2, f->tc, f->stage);
-    f->smem_bwd = smem_bwd(L, 16, f->HC, f->O2, f->tc, f->stage);
-    if ((f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd) > (size_t)maxsh) {
-      if (tensor_cores) return 0; /* generic kernels, which refuse tensor_cores: the learner reports it */
-      f->tc = 0;
+  if (f->gemm) f->R = 16; /* unused by the layer-GEMM phases */
+  cudaError_t e;
+  /* the row-tile and cluster kernels' rows per block and shared memory */
+  if (!f->gemm) {
+    if (f->tc) {
+      f->R = 16;
+      f->stage = stage_floats(L, f->HC, f->O2, f->KH, f->tc);
+      f->smem_fwd = smem_fwd(L, 16, f->HC, f->O2, f->tc, f->stage);
+      f->smem_bwd = smem_bwd(L, 16, f->HC, f->O2, f->tc, f->stage);
+      if ((f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd) > (size_t)maxsh) {
+        if (tensor_cores) return 0; /* generic kernels, which refuse tensor_cores: the learner reports it */
+        f->tc = 0;
+      }
     }
-  }
-  if (!f->tc) {
-    /* rows per block: every block streams all weights once, so more rows per
-     * block means fewer bytes from L2 per row; fewer rows means more blocks
-     * for small batches. 4 up to batch 128, 8 up to 1024, 16 above
-     * (DQN_CUDA_FUSED_R overrides; kernels/dev/DEVICE_NOTES.md) */
-    const char *ev = getenv("DQN_CUDA_FUSED_R");
-    int re = ev ? atoi(ev) : 0;
-    f->R = (re == 4 || re == 8 || re == 16) ? re : B <= 128 ? 4 : B <= 1024 ? 8 : 16;
-    f->stage = stage_floats(L, f->HC, f->O2, f->KH, 0);
-    for (;;) {
-      f->smem_fwd = smem_fwd(L, f->R, f->HC, f->O2, 0, f->stage);
-      f->smem_bwd = smem_bwd(L, f->R, f->HC, f->O2, 0, f->stage);
-      size_t need = f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd;
-      if (need <= (size_t)maxsh) break;
-      if (f->R == 4) return 0; /* does not fit: generic kernels */
-      f->R /= 2;
+    if (!f->tc) {
+      /* rows per block: every block streams all weights once, so more rows per
+       * block means fewer bytes from L2 per row; fewer rows means more blocks
+       * for small batches. 4 up to batch 128, 8 up to 1024, 16 above
+       * (DQN_CUDA_FUSED_R overrides; kernels/dev/DEVICE_NOTES.md) */
+      const char *ev = getenv("DQN_CUDA_FUSED_R");
+      int re = ev ? atoi(ev) : 0;
+      f->R = (re == 4 || re == 8 || re == 16) ? re : B <= 128 ? 4 : B <= 1024 ? 8 : 16;
+      f->stage = stage_floats(L, f->HC, f->O2, f->KH, 0);
+      for (;;) {
+        f->smem_fwd = smem_fwd(L, f->R, f->HC, f->O2, 0, f->stage);
+        f->smem_bwd = smem_bwd(L, f->R, f->HC, f->O2, 0, f->stage);
+        size_t need = f->smem_fwd > f->smem_bwd ? f->smem_fwd : f->smem_bwd;
+        if (need <= (size_t)maxsh) break;
+        if (f->R == 4) return 0; /* does not fit: generic kernels */
+        f->R /= 2;
+      }
     }
-  }
-  cudaError_t e = f->tc == 1   ? set_smem<16, 1>(f->smem_fwd, f->smem_bwd)
-                  : f->tc == 3 ? set_smem<16, 3>(f->smem_fwd, f->smem_bwd)
-                  : f->R == 4  ? set_smem<4, 0>(f->smem_fwd, f->smem_bwd)
-                  : f->R == 8  ? set_smem<8, 0>(f->smem_fwd, f->smem_bwd)
-                               : set_smem<16, 0>(f->smem_fwd, f->smem_bwd);
-  if (e != cudaSuccess) return (int)e;
-  /* clusters (FFMA only; mode 4 or DQN_CUDA_FUSED_CLUSTER=1): a measured
-   * experiment, slower than the single-block kernels above batch 64
-   * (kernels/dev/README.md), kept selectable and tested */
-  const char *cv = getenv("DQN_CUDA_FUSED_CLUSTER");
-  if (f->tc == 0 && !f->gemm && (mode == 4 || (cv && cv[0] == '1'))) {
-    int nA = L->S > L->H2 ? L->S : L->H2, nB = L->H1 > f->HC ? L->H1 : f->HC;
-    nA = f->O2 > nA ? f->O2 : nA;
-    size_t sf = sizeof(float) * ((size_t)CL_R * (nA + nB + L->D * L->Z) + 2 * (size_t)CL_STAGE);
-    int nA2 = f->O2 > L->H2 ? f->O2 : L->H2;
-    size_t sb = sizeof(float) * ((size_t)CL_R * (nA2 + f->HC) + 2 * (size_t)CL_STAGE);
-    if (sf <= (size_t)maxsh && sb <= (size_t)maxsh &&
-        cudaFuncSetAttribute(fused_forward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sf) ==
-            cudaSuccess &&
-        cudaFuncSetAttribute(fused_backward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sb) ==
-            cudaSuccess) {
-      f->cluster = 1, f->smem_cfwd = sf, f->smem_cbwd = sb, f->cl_nA = nA, f->cl_nB = nB, f->cl_nA2 = nA2;
+    e = f->tc == 1   ? set_smem<16, 1>(f->smem_fwd, f->smem_bwd)
+        : f->tc == 3 ? set_smem<16, 3>(f->smem_fwd, f->smem_bwd)
+        : f->R == 4  ? set_smem<4, 0>(f->smem_fwd, f->smem_bwd)
+        : f->R == 8  ? set_smem<8, 0>(f->smem_fwd, f->smem_bwd)
+                     : set_smem<16, 0>(f->smem_fwd, f->smem_bwd);
+    if (e != cudaSuccess) return (int)e;
+    /* clusters (FFMA only; mode 4 or DQN_CUDA_FUSED_CLUSTER=1): a measured
+     * experiment, slower than the single-block kernels above batch 64
+     * (kernels/dev/README.md), kept selectable and tested */
+    const char *cv = getenv("DQN_CUDA_FUSED_CLUSTER");
+    if (f->tc == 0 && !f->gemm && (mode == 4 || (cv && cv[0] == '1'))) {
+      int nA = L->S > L->H2 ? L->S : L->H2, nB = L->H1 > f->HC ? L->H1 : f->HC;
+      nA = f->O2 > nA ? f->O2 : nA;
+      size_t sf = sizeof(float) * ((size_t)CL_R * (nA + nB + L->D * L->Z) + 2 * (size_t)CL_STAGE);
+      int nA2 = f->O2 > L->H2 ? f->O2 : L->H2;
+      size_t sb = sizeof(float) * ((size_t)CL_R * (nA2 + f->HC) + 2 * (size_t)CL_STAGE);
+      if (sf <= (size_t)maxsh && sb <= (size_t)maxsh &&
+          cudaFuncSetAttribute(fused_forward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sf) ==
+              cudaSuccess &&
+          cudaFuncSetAttribute(fused_backward_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sb) ==
+              cudaSuccess) {
+        f->cluster = 1, f->smem_cfwd = sf, f->smem_cbwd = sb, f->cl_nA = nA, f->cl_nB = nB, f->cl_nA2 = nA2;
+      }
+      (void)cudaGetLastError();
     }
-    (void)cudaGetLastError();
   }
   pack_layouts(L, f);
   size_t b = (size_t)B, ab = f->gemm ? 3 * b : b; /* activation rows kept */
@@ -1835,12 +1925,19 @@ static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, 
 /* one layer-GEMM phase (0..3 forward, 4..6 backward, 7 weight gradients) */
 static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st) {
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
-  if (ph < 7)
-    fused_gemm_kernel<0><<<(unsigned)f->ph_blocks[ph], GNT, GSMEM, st>>>(probs, f->ph[ph][1], slope, grad, fn,
-                                                                        f->gpart, f->gcnt);
-  else
-    fused_gemm_kernel<1><<<(unsigned)f->ph_blocks[ph], GNT, GSMEM, st>>>(probs, f->ph[ph][1], slope, grad, fn,
-                                                                        f->gpart, f->gcnt);
+  const unsigned nb = (unsigned)f->ph_blocks[ph];
+  const int n = f->ph[ph][1];
+#define GEMM_LAUNCH(TA, TC) fused_gemm_kernel<TA, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
+  if (ph < 7) {
+    if (f->gtc == 3) GEMM_LAUNCH(0, 3);
+    else if (f->gtc == 1) GEMM_LAUNCH(0, 1);
+    else GEMM_LAUNCH(0, 0);
+  } else {
+    if (f->gtc == 3) GEMM_LAUNCH(1, 3);
+    else if (f->gtc == 1) GEMM_LAUNCH(1, 1);
+    else GEMM_LAUNCH(1, 0);
+  }
+#undef GEMM_LAUNCH
   return (int)cudaGetLastError();
 }
 

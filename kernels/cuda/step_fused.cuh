@@ -75,6 +75,7 @@ typedef struct cuda_fused {
   /* layer-GEMM phases (gemm = 1, the fp32 default): h1, h, hh hold all 3B
    * rows (online s, online s', target s'; the backward reads the first B) */
   int gemm;
+  int gtc;                    /* its arithmetic: 0 FFMA, 1 TF32, 3 3xTF32 (tensor cores) */
   float *O;                   /* [3B, O2] second head layers' outputs */
   void *probs;                /* device array of every phase's matrix products */
   int ph[8][2];               /* per phase (F1..F4, B1..B3, weight gradients): first problem, problems */
@@ -85,11 +86,11 @@ typedef struct cuda_fused {
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
  * callers then use the generic kernels); x is the workspace's [2B, S] input
- * (s then s'). mode: 0 fp32 (FFMA, layer-GEMM phases; DQN_CUDA_FUSED_GEMM=0
- * selects the row-tile kernels instead), 1 TF32 tensor cores (the
- * tensor_cores config), 2 fp32 FFMA row-tile kernels (the previous default),
- * 3 3xTF32 tensor cores (fp32 accuracy), 4 fp32 FFMA with the forward and
- * backward as thread-block clusters. 0 or a cudaError_t. */
+ * (s then s'). mode: 0 fp32, layer-GEMM phases (DQN_CUDA_FUSED_GEMM=0 selects
+ * the row-tile kernels instead); 1 TF32 (the tensor_cores config), layer-GEMM
+ * phases; 2 fp32 FFMA row tiles (the previous default); 3 3xTF32 row tiles;
+ * 4 fp32 FFMA clusters; 5 TF32 row tiles (the previous tensor_cores path);
+ * 6 fp32 layer-GEMM on FFMA; 7 fp32 layer-GEMM on 3xTF32. 0 or a cudaError_t. */
 int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int mode, const float *x);
 void cuda_fused_free(cuda_fused_t *f);
 
