@@ -1016,7 +1016,7 @@ __global__ void __launch_bounds__(64) fused_wgrad_reduce_kernel(const wtile_t *_
 #define GBK 32  /* k per chunk */
 #define GNS 4   /* pipeline stages */
 #define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
-#define GEMM_FP32_DEFAULT 3 /* fp32 arithmetic of mode 0: 3 3xTF32, 0 FFMA (DEVICE_NOTES.md item 23) */
+#define GEMM_FP32_DEFAULT 0 /* fp32 arithmetic of mode 0: 0 FFMA, 3 3xTF32 (no faster, and less close to the CPU: DEVICE_NOTES.md item 23) */
 /* shared row strides, padded so the tensor cores' fragment loads (lane = 4 g
  * + t: rows g, columns t) hit 32 different banks and float4 loads stay aligned */
 #define GSA0 (GBK + 4) /* A [m][k] (TA 0) */
@@ -1140,7 +1140,9 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   __shared__ int last;
   int p = 0;
   while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].blk0) p++;
-  const gprob_t &g = probs[p];
+  /* a copy in registers: through a reference every field would be reloaded
+   * from global memory after each barrier (measured: half the instructions) */
+  const gprob_t g = probs[p];
   const int local = (int)blockIdx.x - g.blk0, tile = local % g.tiles, split = local / g.tiles;
   const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
   const int klo = split * g.kper, khi = min(g.K, klo + g.kper);
