@@ -1057,50 +1057,86 @@ __device__ __forceinline__ void cp_async4z(float *dst, const float *src, int byt
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
+/* Per-thread copy plan of the 16-byte path, fixed for a block: each thread
+ * copies GA16 float4s of A and GW16 of W per chunk at the same offsets, so
+ * their source rows, bounds and shared offsets are computed once (computing
+ * them per chunk was ~190 of ~820 instructions a chunk: item 23). */
+#define GA16 (GBM * GBK / 4 / GNT)
+#define GW16 (GBK * GBN / 4 / GNT)
+struct gplan {
+  const float *a[GA16], *w[GW16]; /* sources at k0 = 0 */
+  int ao[GA16], wo[GW16];         /* shared offsets */
+  int acap[GA16], wcap[GW16];     /* floats valid by M or N (TA 0 A: by M only, 0 or 4) */
+  int ak[GA16], wk[GW16];         /* k of the row within the chunk */
+};
+
+template <int TA>
+__device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int n0) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int l = 0; l < GA16; l++) {
+    const int e = tid + GNT * l;
+    if (TA == 0) {
+      const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+      const bool ok = m0 + m < g.M;
+      pl.a[l] = ok ? g.A + (size_t)(m0 + m) * g.lda + k : g.A;
+      pl.ao[l] = m * GSA0 + k, pl.acap[l] = ok ? 4 : 0, pl.ak[l] = k;
+    } else {
+      const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
+      pl.acap[l] = max(0, min(4, g.M - (m0 + m)));
+      pl.a[l] = pl.acap[l] ? g.A + (size_t)k * g.lda + m0 + m : g.A;
+      pl.ao[l] = k * GSA1 + m, pl.ak[l] = k;
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < GW16; l++) {
+    const int e = tid + GNT * l, k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
+    pl.wcap[l] = max(0, min(4, g.N - (n0 + n)));
+    pl.w[l] = pl.wcap[l] ? g.W + (size_t)k * g.ldw + n0 + n : g.W;
+    pl.wo[l] = k * GSW + n, pl.wk[l] = k;
+  }
+}
+
 /* issue the copies of k chunk [k0, k0 + GBK) (zeros past kend, M, N) */
 template <int TA>
-__device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
-                                        int n0, int k0, int kend) {
+__device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g,
+                                        const gplan &pl, int m0, int n0, int k0, int kend) {
   const int tid = threadIdx.x;
   const float *A = g.A, *W = g.W;
-  if (TA == 0) { /* sa [m][GSA0] */
-    if (g.al & 1) {
-      for (int e = tid; e < GBM * GBK / 4; e += GNT) {
-        const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
-        const int v = (m0 + m < g.M) ? max(0, min(4, kend - (k0 + k))) : 0;
-        cp_async16z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
-      }
-    } else {
-      for (int e = tid; e < GBM * GBK; e += GNT) {
-        const int m = e / GBK, k = e % GBK;
-        const int v = m0 + m < g.M && k0 + k < kend;
-        cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
-      }
+  if (g.al & 1) {
+    const size_t ka = TA == 0 ? (size_t)k0 : (size_t)k0 * g.lda;
+#pragma unroll
+    for (int l = 0; l < GA16; l++) {
+      const int v = TA == 0 ? min(pl.acap[l], max(0, kend - (k0 + pl.ak[l])))
+                            : (k0 + pl.ak[l] < kend ? pl.acap[l] : 0);
+      cp_async16z(sa + pl.ao[l], v ? pl.a[l] + ka : A, 4 * v);
+    }
+  } else if (TA == 0) { /* sa [m][GSA0] */
+#pragma unroll
+    for (int l = 0; l < GBM * GBK / GNT; l++) {
+      const int e = tid + GNT * l, m = e / GBK, k = e % GBK;
+      const int v = m0 + m < g.M && k0 + k < kend;
+      cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
     }
   } else { /* sa [k][GSA1] */
-    if (g.al & 1) {
-      for (int e = tid; e < GBK * GBM / 4; e += GNT) {
-        const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
-        const int v = (k0 + k < kend) ? max(0, min(4, g.M - (m0 + m))) : 0;
-        cp_async16z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
-      }
-    } else {
-      for (int e = tid; e < GBK * GBM; e += GNT) {
-        const int k = e / GBM, m = e % GBM;
-        const int v = k0 + k < kend && m0 + m < g.M;
-        cp_async4z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
-      }
+#pragma unroll
+    for (int l = 0; l < GBK * GBM / GNT; l++) {
+      const int e = tid + GNT * l, k = e / GBM, m = e % GBM;
+      const int v = k0 + k < kend && m0 + m < g.M;
+      cp_async4z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
     }
   }
   if (g.al & 2) {
-    for (int e = tid; e < GBK * GBN / 4; e += GNT) {
-      const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
-      const int v = (k0 + k < kend) ? max(0, min(4, g.N - (n0 + n))) : 0;
-      cp_async16z(sw + k * GSW + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+    const size_t kw = (size_t)k0 * g.ldw;
+#pragma unroll
+    for (int l = 0; l < GW16; l++) {
+      const int v = k0 + pl.wk[l] < kend ? pl.wcap[l] : 0;
+      cp_async16z(sw + pl.wo[l], v ? pl.w[l] + kw : W, 4 * v);
     }
   } else {
-    for (int e = tid; e < GBK * GBN; e += GNT) {
-      const int k = e / GBN, n = e % GBN;
+#pragma unroll
+    for (int l = 0; l < GBK * GBN / GNT; l++) {
+      const int e = tid + GNT * l, k = e / GBN, n = e % GBN;
       const int v = k0 + k < kend && n0 + n < g.N;
       cp_async4z(sw + k * GSW + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
     }
@@ -1155,16 +1191,19 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
   for (int e = 0; e < 16; e++) acc[e] = 0.0f;
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
+  gplan pl;
+  g_plan<TA>(pl, g, m0, n0);
 #pragma unroll
   for (int q = 0; q < GNS - 1; q++) {
-    if (q < nk) g_issue<TA>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, m0, n0, klo + q * GBK, khi);
+    if (q < nk) g_issue<TA>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
     cp_async_commit();
   }
   for (int c = 0; c < nk; c++) {
     cp_async_wait<GNS - 2>(); /* chunk c has landed (this thread's copies) */
     __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
     const int nx = c + GNS - 1;
-    if (nx < nk) g_issue<TA>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, m0, n0, klo + nx * GBK, khi);
+    if (nx < nk)
+      g_issue<TA>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
     cp_async_commit();
     const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
     const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
