@@ -109,13 +109,15 @@ typedef struct loss_args {
 
 // kernels
 
-/* Effective weights of every layer into the packs: block row y = 0 online
- * (W and W^T packs), y = 1 target (W^T pack only). */
+/* Effective weights of every layer into the packs: block row y = 0 online,
+ * y = 1 target; each into its W pack and W^T pack where given (the
+ * layer-GEMM phases read W packs only; the row tiles the online W pack and
+ * both W^T packs). */
 __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
                                   float *__restrict__ w_on, float *__restrict__ t_on, const float *__restrict__ p_tg,
-                                  const float *__restrict__ fn_tg, float *__restrict__ t_tg) {
+                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, float *__restrict__ t_tg) {
   const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
-  float *W = blockIdx.y ? NULL : w_on, *T = blockIdx.y ? t_tg : t_on;
+  float *W = blockIdx.y ? w_tg : w_on, *T = blockIdx.y ? t_tg : t_on;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
        e += (long long)gridDim.x * blockDim.x) {
     int li = 0;
@@ -127,13 +129,13 @@ __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on,
       float v = P[l->src_w + k];
       if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
       if (W) W[l->w_dst + (long long)o * l->w_ld + i] = v;
-      T[l->t_dst + (long long)i * l->t_ld + o] = v;
+      if (T) T[l->t_dst + (long long)i * l->t_ld + o] = v; /* row tiles only: strided stores */
     } else {
       int o = (int)(k - nw);
       float v = P[l->src_b + o];
       if (l->src_sb >= 0) v = v + P[l->src_sb + o] * fn[l->fo + o];
       if (W) W[l->b_dst + o] = v;
-      T[l->b_dst + o] = v;
+      if (T) T[l->b_dst + o] = v;
     }
   }
 }
@@ -1070,7 +1072,7 @@ struct gplan {
   int ak[GA16], wk[GW16];         /* k of the row within the chunk */
 };
 
-template <int TA>
+template <int TA, int TW>
 __device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int n0) {
   const int tid = threadIdx.x;
 #pragma unroll
@@ -1090,15 +1092,23 @@ __device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int 
   }
 #pragma unroll
   for (int l = 0; l < GW16; l++) {
-    const int e = tid + GNT * l, k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
-    pl.wcap[l] = max(0, min(4, g.N - (n0 + n)));
-    pl.w[l] = pl.wcap[l] ? g.W + (size_t)k * g.ldw + n0 + n : g.W;
-    pl.wo[l] = k * GSW + n, pl.wk[l] = k;
+    const int e = tid + GNT * l;
+    if (TW == 0) { /* W [k][n] -> sw [k][GSW] */
+      const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
+      pl.wcap[l] = max(0, min(4, g.N - (n0 + n)));
+      pl.w[l] = pl.wcap[l] ? g.W + (size_t)k * g.ldw + n0 + n : g.W;
+      pl.wo[l] = k * GSW + n, pl.wk[l] = k;
+    } else { /* W [n][k] -> sw [n][GSA0] */
+      const int n = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+      const bool ok = n0 + n < g.N;
+      pl.w[l] = ok ? g.W + (size_t)(n0 + n) * g.ldw + k : g.W;
+      pl.wo[l] = n * GSA0 + k, pl.wcap[l] = ok ? 4 : 0, pl.wk[l] = k;
+    }
   }
 }
 
 /* issue the copies of k chunk [k0, k0 + GBK) (zeros past kend, M, N) */
-template <int TA>
+template <int TA, int TW>
 __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g,
                                         const gplan &pl, int m0, int n0, int k0, int kend) {
   const int tid = threadIdx.x;
@@ -1127,11 +1137,19 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
     }
   }
   if (g.al & 2) {
-    const size_t kw = (size_t)k0 * g.ldw;
+    const size_t kw = TW == 0 ? (size_t)k0 * g.ldw : (size_t)k0;
 #pragma unroll
     for (int l = 0; l < GW16; l++) {
-      const int v = k0 + pl.wk[l] < kend ? pl.wcap[l] : 0;
+      const int v = TW == 0 ? (k0 + pl.wk[l] < kend ? pl.wcap[l] : 0)
+                            : min(pl.wcap[l], max(0, kend - (k0 + pl.wk[l])));
       cp_async16z(sw + pl.wo[l], v ? pl.w[l] + kw : W, 4 * v);
+    }
+  } else if (TW == 1) { /* sw [n][GSA0] */
+#pragma unroll
+    for (int l = 0; l < GBK * GBN / GNT; l++) {
+      const int e = tid + GNT * l, n = e / GBK, k = e % GBK;
+      const int v = n0 + n < g.N && k0 + k < kend;
+      cp_async4z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
     }
   } else {
 #pragma unroll
@@ -1146,11 +1164,13 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
 /* this thread's e-th output (0..15) within the tile: FFMA 4 x 4 patches;
  * tensor cores (TC > 0): warp w owns columns [16 w, 16 w + 16) of all 32
  * rows, as 2 x 2 m16n8 accumulators in the mma.sync layout */
-template <int TC>
+template <int TC, int TW>
 __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
   const int tid = threadIdx.x;
-  if (TC == 0) {
+  if (TC == 0 && TW == 0) {
     ml = 4 * (tid / 16) + e / 4, nl = 4 * (tid % 16) + e % 4;
+  } else if (TC == 0) { /* W rows read along k: columns 16 apart spread the banks */
+    ml = 4 * (tid / 16) + e / 4, nl = tid % 16 + 16 * (e % 4);
   } else {
     const int w = tid / 32, lane = tid % 32, c = e % 4;
     ml = 16 * (e / 8) + lane / 4 + 8 * (c >> 1);
@@ -1167,7 +1187,7 @@ __device__ __forceinline__ void tf32_split(float x, unsigned &hi, unsigned &lo) 
 /* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
  * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config), 3
  * 3xTF32 mma.sync (hi/lo split, fp32 accuracy). */
-template <int TA, int TC>
+template <int TA, int TW, int TC>
 __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt) {
@@ -1192,10 +1212,10 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   for (int e = 0; e < 16; e++) acc[e] = 0.0f;
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
   gplan pl;
-  g_plan<TA>(pl, g, m0, n0);
+  g_plan<TA, TW>(pl, g, m0, n0);
 #pragma unroll
   for (int q = 0; q < GNS - 1; q++) {
-    if (q < nk) g_issue<TA>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
+    if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
     cp_async_commit();
   }
   for (int c = 0; c < nk; c++) {
@@ -1203,14 +1223,35 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
     const int nx = c + GNS - 1;
     if (nx < nk)
-      g_issue<TA>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
+      g_issue<TA, TW>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
     cp_async_commit();
     const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
     const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
     if (bias_sums)
 #pragma unroll 8
       for (int k = 0; k < GBK; k++) bsum += a[k * GSA1 + tid];
-    if (TC == 0 && TA == 0) {
+    if (TC == 0 && TW == 1) { /* forward: A [m][k], W [n][k], both float4 along k */
+#pragma unroll 2
+      for (int k = 0; k < GBK; k += 4) {
+        float av[4][4], wv[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float4 v = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * GSA0 + k);
+          av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const float4 v = *reinterpret_cast<const float4 *>(w + (tx + 16 * j) * GSA0 + k);
+          wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[j][u];
+      }
+    } else if (TC == 0 && TA == 0) {
 #pragma unroll 2
       for (int k = 0; k < GBK; k += 4) {
         float av[4][4], wv[4][4];
@@ -1267,7 +1308,8 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
         for (int ni = 0; ni < 2; ni++) {
           const int n = 16 * wq + 8 * ni + gq;
-          const float y0 = w[(k8 + tq) * GSW + n], y1 = w[(k8 + tq + 4) * GSW + n];
+          const float y0 = TW == 0 ? w[(k8 + tq) * GSW + n] : w[n * GSA0 + k8 + tq];
+          const float y1 = TW == 0 ? w[(k8 + tq + 4) * GSW + n] : w[n * GSA0 + k8 + tq + 4];
           if (TC == 3) tf32_split(y0, bh[ni][0], bl[ni][0]), tf32_split(y1, bh[ni][1], bl[ni][1]);
           else bh[ni][0] = f2tf32(y0), bh[ni][1] = f2tf32(y1);
         }
@@ -1293,7 +1335,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
     for (int e = 0; e < 16; e++) {
       int ml, nl;
-      g_elem<TC>(e, ml, nl);
+      g_elem<TC, TW>(e, ml, nl);
       pp[ml * GBN + nl] = acc[e];
     }
     if (bias_sums) pp[GBM * GBN + tid] = bsum;
@@ -1316,7 +1358,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
       for (int e = 0; e < 16; e++) {
         int ml, nl;
-        g_elem<TC>(e, ml, nl);
+        g_elem<TC, TW>(e, ml, nl);
         acc[e] += __ldcg(ps + ml * GBN + nl);
       }
       if (bias_sums) bsum += __ldcg(ps + GBM * GBN + tid);
@@ -1329,7 +1371,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
     for (int e = 0; e < 16; e++) {
       int ml, nl;
-      g_elem<TC>(e, ml, nl);
+      g_elem<TC, TW>(e, ml, nl);
       const int m = m0 + ml, n = n0 + nl;
       if (m >= g.M || n >= g.N) continue;
       float v = acc[e] + (bias ? bias[n] : 0.0f);
@@ -1341,7 +1383,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
     for (int e = 0; e < 16; e++) {
       int ml, nl;
-      g_elem<TC>(e, ml, nl);
+      g_elem<TC, TW>(e, ml, nl);
       const int o = m0 + ml, in = n0 + nl;
       if (o >= g.M || in >= g.N) continue;
       const size_t k = (size_t)o * g.N + in;
@@ -1710,9 +1752,14 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int *blocks, int *n
   *blocks = blk, *ntiles = cnt, *part_floats = pf;
 }
 
-template <int TA, int TC>
+template <int TC>
 static cudaError_t gemm_smem(void) {
-  return cudaFuncSetAttribute(fused_gemm_kernel<TA, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  cudaError_t e = cudaFuncSetAttribute(fused_gemm_kernel<0, 1, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<0, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<1, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  return e;
 }
 
 /* the eight phases' problems (forward F1..F4 over online s and s' and target
@@ -1728,16 +1775,23 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     return (int)cudaGetLastError();
   size_t part = 0;
   int cnt = 0;
+  /* the forward reads the W packs ([out][in] rows, k contiguous): the
+   * forward tables with the W pack's offsets and strides (the backward's) */
+  segtab_t fw[4] = {tb[0], tb[1], tb[2], tb[3]};
+  fw[0].s[0].woff = f->pw.t1, fw[0].s[0].ldw = L->S;
+  fw[1].s[0].woff = f->pw.t2, fw[1].s[0].ldw = H1;
+  fw[2].s[0].woff = f->pw.hc1, fw[2].s[0].ldw = H2;
+  for (int q = 0; q < fw[3].n; q++) fw[3].s[q].woff = tb[4].s[q].woff, fw[3].s[q].ldw = tb[4].s[q].ldw;
   for (int ph = 0; ph < 8; ph++) {
     const int p0 = np;
     for (int net = 0; ph < 4 && net < 2; net++) {
-      const float *pk = net ? f->t_tg : f->t_on;
+      const float *pk = net ? f->w_tg : f->w_on;
       const size_t r0 = net ? 2 * b : 0; /* first activation row of this pass */
       const int M = net ? B : 2 * B;
-      if (ph == 0) add_probs(pr, &np, &tb[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
-      if (ph == 1) add_probs(pr, &np, &tb[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
-      if (ph == 2) add_probs(pr, &np, &tb[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
-      if (ph == 3) add_probs(pr, &np, &tb[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
+      if (ph == 0) add_probs(pr, &np, &fw[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
+      if (ph == 1) add_probs(pr, &np, &fw[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
+      if (ph == 2) add_probs(pr, &np, &fw[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
+      if (ph == 3) add_probs(pr, &np, &fw[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
     }
     if (ph == 4) add_probs(pr, &np, &tb[4], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0);
     if (ph == 5) add_probs(pr, &np, &tb[5], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0);
@@ -1770,12 +1824,9 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
   if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
   if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
-  if (e == cudaSuccess) e = gemm_smem<0, 0>();
-  if (e == cudaSuccess) e = gemm_smem<1, 0>();
-  if (e == cudaSuccess) e = gemm_smem<0, 1>();
-  if (e == cudaSuccess) e = gemm_smem<1, 1>();
-  if (e == cudaSuccess) e = gemm_smem<0, 3>();
-  if (e == cudaSuccess) e = gemm_smem<1, 3>();
+  if (e == cudaSuccess) e = gemm_smem<0>();
+  if (e == cudaSuccess) e = gemm_smem<1>();
+  if (e == cudaSuccess) e = gemm_smem<3>();
   return (int)e;
 }
 
@@ -1878,7 +1929,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   size_t b = (size_t)B, ab = f->gemm ? 3 * b : b; /* activation rows kept */
   size_t need = (size_t)f->pw.total + 2 * (size_t)f->pt.total + 3 * b * f->AW +
                 ab * ((size_t)L->H1 + L->H2 + f->HC) + b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) +
-                (f->gemm ? 3 * b * f->O2 : 0);
+                (f->gemm ? 3 * b * f->O2 + (size_t)f->pw.total : 0);
   if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
@@ -1888,7 +1939,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   f->h1 = p, p += ab * L->H1;
   f->h = p, p += ab * L->H2;
   f->hh = p, p += ab * f->HC;
-  if (f->gemm) f->O = p, p += 3 * b * f->O2;
+  if (f->gemm) f->O = p, p += 3 * b * f->O2, f->w_tg = p, p += f->pw.total;
   f->g2 = p, p += b * f->O2;
   f->g1 = p, p += b * f->HC;
   f->gh = p, p += b * L->H2;
@@ -1968,15 +2019,20 @@ static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, c
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
   const unsigned nb = (unsigned)f->ph_blocks[ph];
   const int n = f->ph[ph][1];
-#define GEMM_LAUNCH(TA, TC) fused_gemm_kernel<TA, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
-  if (ph < 7) {
-    if (f->gtc == 3) GEMM_LAUNCH(0, 3);
-    else if (f->gtc == 1) GEMM_LAUNCH(0, 1);
-    else GEMM_LAUNCH(0, 0);
-  } else {
-    if (f->gtc == 3) GEMM_LAUNCH(1, 3);
-    else if (f->gtc == 1) GEMM_LAUNCH(1, 1);
-    else GEMM_LAUNCH(1, 0);
+#define GEMM_LAUNCH(TA, TW, TC) \
+  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
+  if (ph < 4) { /* forward: W pack rows [out][in] */
+    if (f->gtc == 3) GEMM_LAUNCH(0, 1, 3);
+    else if (f->gtc == 1) GEMM_LAUNCH(0, 1, 1);
+    else GEMM_LAUNCH(0, 1, 0);
+  } else if (ph < 7) { /* backward: W pack as [k = out][n = in] */
+    if (f->gtc == 3) GEMM_LAUNCH(0, 0, 3);
+    else if (f->gtc == 1) GEMM_LAUNCH(0, 0, 1);
+    else GEMM_LAUNCH(0, 0, 0);
+  } else { /* weight gradients: A = dY^T */
+    if (f->gtc == 3) GEMM_LAUNCH(1, 0, 3);
+    else if (f->gtc == 1) GEMM_LAUNCH(1, 0, 1);
+    else GEMM_LAUNCH(1, 0, 0);
   }
 #undef GEMM_LAUNCH
   return (int)cudaGetLastError();
@@ -1995,7 +2051,10 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   if (!noisy)
     for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
   dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
-  fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, f->t_on, target, ws->fn_tg, f->t_tg);
+  if (f->gemm)
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, NULL, target, ws->fn_tg, f->w_tg, NULL);
+  else
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, f->t_on, target, ws->fn_tg, NULL, f->t_tg);
   TRY(cudaGetLastError());
   /* 2. forward, three passes */
   fwd_args_t fa;

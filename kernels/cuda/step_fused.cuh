@@ -63,6 +63,7 @@ typedef struct cuda_fused {
   fused_pack_layout_t pw, pt; /* W [out][in] pack, W^T pack */
   float *mem;
   float *w_on, *t_on, *t_tg;  /* packs: online W, online W^T, target W^T */
+  float *w_tg;                /* target W pack (layer-GEMM phases) */
   float *logp;                /* [3B, AW] online s, online s', target s' */
   float *h1, *h, *hh;         /* online-s activations [B,H1], [B,H2], [B,HC] */
   float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
