@@ -1408,7 +1408,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 }
 
 typedef struct tail_args {
-  int rows, Z, O2, AW, D, QW; /* QW: actions over all branches */
+  int rows, Z, O2, AW, D;
   int n[MAXB], aoff[MAXB];
   const float *O;
   float *logp;
@@ -1416,17 +1416,13 @@ typedef struct tail_args {
 
 #define TAIL_ZL (LEARNER_MAX_ATOMS / 32)
 
-/* Dueling combine and log-softmax, one warp per (row, branch, action), from the
+/* Dueling combine and log-softmax, one warp per (row, branch), from the
  * second head layers' outputs O [rows][O2] (V then every A_d) to logp
  * [rows][AW]: the same operations in the same order as dueling_tail. */
 __global__ void fused_tail_kernel(tail_args_t a) {
   const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-  /* one warp per (row, branch, action): every warp forms its branch's base
-   * (the same sums in the same order), then its action's log-softmax */
-  const int r = w / a.QW;
+  const int r = w / a.D, d = w % a.D;
   if (r >= a.rows) return;
-  int d = 0, q0 = w % a.QW;
-  while (q0 >= a.n[d]) q0 -= a.n[d], d++;
   const int Z = a.Z, nd = a.n[d];
   const float *__restrict__ V = a.O + (size_t)r * a.O2;
   const float *__restrict__ Ad = V + Z + a.aoff[d];
@@ -1442,7 +1438,7 @@ __global__ void fused_tail_kernel(tail_args_t a) {
     }
   }
   float *lp0 = a.logp + (size_t)r * a.AW + a.aoff[d];
-  for (int q = q0; q < q0 + 1; q++) {
+  for (int q = 0; q < nd; q++) {
     const float *Aq = Ad + (size_t)q * Z;
     float v[TAIL_ZL], mx = -INFINITY;
 #pragma unroll
@@ -2089,9 +2085,9 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     tail_args_t ta;
     memset(&ta, 0, sizeof ta);
     ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
-    for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d], ta.QW += L->n[d];
+    for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d];
     ta.O = f->O, ta.logp = f->logp;
-    fused_tail_kernel<<<(unsigned)((3 * (size_t)B * ta.QW + 3) / 4), 128, 0, st>>>(ta);
+    fused_tail_kernel<<<(unsigned)((3 * (size_t)B * L->D + 3) / 4), 128, 0, st>>>(ta);
   } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
