@@ -15,17 +15,19 @@ def main():
     d = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "gpu-logs")
     ours, commit, device = {}, "unknown", "unknown"
     with open(os.path.join(d, "bench-gpu.log")) as f:
-        v1 = False
+        prefix = ""  # the kernel history's earlier versions follow a header line
         for line in f:
             if line.startswith("commit:"):
                 commit = line.split(":", 1)[1].strip()
             elif line.startswith("device:"):
                 device = line.split(":", 1)[1].strip()
             elif line.startswith("v1"):
-                v1 = True
+                prefix = "v1-"
+            elif line.startswith("row tiles"):
+                prefix = "rows-"
             m = re.match(r"B=\s*(\d+) dqnd-cuda (\S+)\s+([\d.]+) us/step", line)
             if m:
-                ours[(int(m.group(1)), ("v1-" if v1 else "") + m.group(2))] = float(m.group(3))
+                ours[(int(m.group(1)), prefix + m.group(2))] = float(m.group(3))
     peer = {}
     for name in ("peer_fp32.json", "peer_tf32.json"):
         p = os.path.join(d, name)
@@ -41,6 +43,13 @@ def main():
         ratio = f"{cg / o:.2f}x" if o and cg else "—"
         print(f"| {b} | {cell(o)} | {cell(ours.get((b, 'per+noisy')))} | {cell(peer.get((b, 'eager', False)))} | "
               f"{cell(peer.get((b, 'graph', False)))} | {cell(cg)} | {ratio} | {GOALS.get(b, '—')}x |")
+    if any(k[1].startswith(("v1-", "rows-")) for k in ours):
+        print("\n| batch | dqnd fp32 (default) | row tiles (previous default) | v1 generic kernels |")
+        print("|---|---|---|---|")
+        for b in sorted({k[0] for k in ours}):
+            cell = lambda v: f"{v:.1f}" if v else "—"
+            print(f"| {b} | {cell(ours.get((b, 'uniform')))} | {cell(ours.get((b, 'rows-uniform')))} | "
+                  f"{cell(ours.get((b, 'v1-uniform')))} |")
     if any(k[2] for k in peer):
         print("\n| batch | dqnd TF32 | torch graph TF32 | torch compile_graph TF32 | ratio |")
         print("|---|---|---|---|---|")
