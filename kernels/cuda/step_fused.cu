@@ -154,22 +154,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* Programmatic dependent launch (sm_90): a kernel launched with the
- * programmatic-serialization attribute may start while the previous one
- * finishes; it does its setup, then waits here until the previous grid has
- * completed and its writes are visible. Without the attribute both are
- * no-ops. launch_dependents lets the next kernel's blocks be scheduled. */
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-#endif
-}
-
 /* Stage k0 of a layer's weights into wb: KC rows of every copy segment (see
  * segtab_t), contiguous in both places, 16-byte copies when aligned. */
 __device__ __forceinline__ void stage_weights(float *__restrict__ wb, const segtab_t &t,
@@ -567,8 +551,6 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   int *lj = (int *)(ez + Z);
   float *q = ez + 2 * Z;
   float dz = (a.vmax - a.vmin) / (float)(Z - 1);
-  pdl_trigger();
-  pdl_wait();
   if (d < a.D) {
     const int n = a.n[d], nz = n * Z;
     const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
@@ -671,8 +653,6 @@ __global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const 
                                         const float *__restrict__ w, int B, int D, float *__restrict__ loss,
                                         float *__restrict__ q_taken) {
   __shared__ float sl[1024], sq[1024];
-  pdl_trigger();
-  pdl_wait();
   float l = 0.0f, q = 0.0f;
   for (int i = threadIdx.x; i < B; i += blockDim.x) {
     l += w[i] * loss_i[i];
@@ -1243,8 +1223,6 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
   gplan pl;
   g_plan<TA, TW>(pl, g, m0, n0);
-  pdl_trigger();
-  pdl_wait(); /* the previous phase's outputs are this one's inputs */
 #pragma unroll
   for (int q = 0; q < GNS - 1; q++) {
     if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
@@ -1444,8 +1422,6 @@ typedef struct tail_args {
 __global__ void fused_tail_kernel(tail_args_t a) {
   const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   const int r = w / a.D, d = w % a.D;
-  pdl_trigger();
-  pdl_wait();
   if (r >= a.rows) return;
   const int Z = a.Z, nd = a.n[d];
   const float *__restrict__ V = a.O + (size_t)r * a.O2;
@@ -1868,10 +1844,9 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   memset(f, 0, sizeof *f);
   int aoff[MAXB];
   fused_dims(L, &f->HC, &f->O2, &f->KH, &f->AW, aoff);
-  int dev = 0, maxsh = 0, major = 0;
+  int dev = 0, maxsh = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&maxsh, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      cudaDeviceGetAttribute(&maxsh, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return (int)cudaGetLastError();
   /* every layer's outputs fit NOUT per thread; the loss kernel's staging fits */
   const int rows_fit = nmax_of(L, f->HC, f->O2) <= NOUT * NT; /* row-tile kernels: every layer's outputs */
@@ -1897,10 +1872,6 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     f->gtc = mode == 1 ? 1 : mode == 6 ? 0 : mode == 7 ? 3 : GEMM_FP32_DEFAULT;
     if (mode == 0 && ga) f->gtc = !strcmp(ga, "tf32x3") ? 3 : !strcmp(ga, "ffma") ? 0 : f->gtc;
     if (mode == 1) f->tc = 1; /* what the learner checks for tensor_cores */
-    /* programmatic dependent launch between the step's kernels (sm_90;
-     * DQN_CUDA_PDL=0 turns it off, for measuring what it buys) */
-    const char *pv = getenv("DQN_CUDA_PDL");
-    f->pdl = !(pv && pv[0] == '0') && major >= 9;
   } else if (!rows_fit) {
     return 0; /* generic kernels */
   }
@@ -2053,29 +2024,13 @@ static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-/* a launch that may overlap the previous kernel's tail when pdl (the kernel
- * waits in pdl_wait before reading what earlier kernels wrote) */
-template <typename... KArgs, typename... Args>
-static cudaError_t launch_pdl(int pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                              Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-  cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 /* one layer-GEMM phase (0..3 forward, 4..6 backward, 7 weight gradients) */
 static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st) {
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
   const unsigned nb = (unsigned)f->ph_blocks[ph];
   const int n = f->ph[ph][1];
-  cudaError_t e;
-#define GEMM_LAUNCH(TA, TW, TC)                                                                                  \
-  e = launch_pdl(f->pdl, fused_gemm_kernel<TA, TW, TC>, dim3(nb), dim3(GNT), GSMEM, st, probs, n, slope, grad, fn, \
-                 f->gpart, f->gcnt)
+#define GEMM_LAUNCH(TA, TW, TC) \
+  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
   if (ph < 4) { /* forward: W pack rows [out][in] */
     if (f->gtc == 3) GEMM_LAUNCH(0, 1, 3);
     else if (f->gtc == 1) GEMM_LAUNCH(0, 1, 1);
@@ -2090,7 +2045,6 @@ static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, c
     else GEMM_LAUNCH(1, 0, 0);
   }
 #undef GEMM_LAUNCH
-  if (e != cudaSuccess) return (int)e;
   return (int)cudaGetLastError();
 }
 
@@ -2133,7 +2087,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
     for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d];
     ta.O = f->O, ta.logp = f->logp;
-    TRY(launch_pdl(f->pdl, fused_tail_kernel, dim3((unsigned)((3 * (size_t)B * L->D + 3) / 4)), dim3(128), 0, st, ta));
+    fused_tail_kernel<<<(unsigned)((3 * (size_t)B * L->D + 3) / 4), 128, 0, st>>>(ta);
   } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
@@ -2156,9 +2110,10 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   la.g2 = f->g2, la.loss_i = ws->loss_i, la.qsum_i = ws->loss_i + B, la.best = ws->best;
   la.nmax = nmax;
   size_t lsh = sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
-  TRY(launch_pdl(f->pdl, fused_loss_kernel, dim3((unsigned)B), dim3(32 * L->D), lsh, st, la));
-  TRY(launch_pdl(f->pdl, fused_batch_loss_kernel, dim3(1), dim3(1024), 0, st, (const float *)ws->loss_i,
-                 (const float *)(ws->loss_i + B), (const float *)ws->w, B, (int)L->D, ws->loss, ws->q_taken));
+  fused_loss_kernel<<<B, 32 * L->D, lsh, st>>>(la);
+  TRY(cudaGetLastError());
+  fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
+  TRY(cudaGetLastError());
   /* 4. backward to every layer's pre-activation gradient */
   bwd_args_t ba;
   memset(&ba, 0, sizeof ba);

@@ -77,7 +77,6 @@ typedef struct cuda_fused {
    * rows (online s, online s', target s'; the backward reads the first B) */
   int gemm;
   int gtc;                    /* its arithmetic: 0 FFMA, 1 TF32, 3 3xTF32 (tensor cores) */
-  int pdl;                    /* programmatic dependent launch between its kernels */
   float *O;                   /* [3B, O2] second head layers' outputs */
   void *probs;                /* device array of every phase's matrix products */
   int ph[8][2];               /* per phase (F1..F4, B1..B3, weight gradients): first problem, problems */
