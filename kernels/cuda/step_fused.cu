@@ -102,7 +102,6 @@ typedef struct loss_args {
   int n[MAXB], aoff[MAXB], radix_after[MAXB];
   float vmin, vmax, gamma;
   const float *gamma_dev, *logp, *r, *done, *w;
-  const float *O; /* layer-GEMM path: second head layers' outputs [3B][O2]; logp unused */
   const int32_t *a;
   float *g2, *loss_i, *qsum_i;
   int32_t *best;
@@ -536,35 +535,6 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
  * bj, ez, g, lj [Z], q [nmax]. */
 __host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return 2 * nmax * Z + 7 * Z + nmax; }
 
-/* One branch's dueling combine and log-softmax for one row of O (V then
- * every A_d), by one warp: actions [q0, q1) into dst [q1 - q0][Z]; base is
- * Z floats of scratch. The formulas and summation order of the row-tile
- * forward's dueling_tail; the loss kernel forms the rows it needs in shared
- * memory with it instead of reading them back from a log-prob buffer. */
-__device__ __forceinline__ void branch_logp(const float *__restrict__ row, const loss_args_t &a, int d, int q0,
-                                            int q1, float *__restrict__ dst, float *__restrict__ base, int lane) {
-  const int Z = a.Z, nd = a.n[d];
-  const float *__restrict__ Ad = row + Z + a.aoff[d];
-  for (int z = lane; z < Z; z += 32) {
-    float m = 0.0f;
-    for (int k = 0; k < nd; k++) m += Ad[(size_t)k * Z + z];
-    base[z] = row[z] - m / (float)nd;
-  }
-  __syncwarp();
-  for (int q = q0; q < q1; q++) {
-    const float *Aq = Ad + (size_t)q * Z;
-    float mx = -INFINITY;
-    for (int z = lane; z < Z; z += 32) mx = fmaxf(mx, Aq[z] + base[z]);
-    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float s = 0.0f;
-    for (int z = lane; z < Z; z += 32) s += expf(Aq[z] + base[z] - mx);
-    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float lse = mx + logf(s);
-    for (int z = lane; z < Z; z += 32) dst[(size_t)(q - q0) * Z + z] = Aq[z] + base[z] - lse;
-  }
-  __syncwarp();
-}
-
 /* One block per sample, one warp per branch: the Double-DQN action (Q sums
  * serial over z, the CPU's order), the C51 projection as a gather (lane z adds
  * source atoms in ascending j, c51_project's order), cross-entropy and
@@ -587,17 +557,11 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
     const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
     const int ad = (a.a[i] / a.radix_after[d]) % n;
-    if (a.O) { /* layer-GEMM path: the three rows' log-probs formed here (m as scratch) */
-      branch_logp(a.O + ((size_t)2 * B + i) * a.O2, a, d, 0, n, lts, m, lane);
-      if (a.double_dqn) branch_logp(a.O + ((size_t)B + i) * a.O2, a, d, 0, n, sels, m, lane);
-      branch_logp(a.O + (size_t)i * a.O2, a, d, ad, ad + 1, lps, m, lane);
-    } else {
-      for (int k = lane; k < nz; k += 32) {
-        lts[k] = lt_s2[k];
-        if (a.double_dqn) sels[k] = lp_s2[k];
-      }
-      for (int z = lane; z < Z; z += 32) lps[z] = lp_s[(size_t)ad * Z + z];
+    for (int k = lane; k < nz; k += 32) {
+      lts[k] = lt_s2[k];
+      if (a.double_dqn) sels[k] = lp_s2[k];
     }
+    for (int z = lane; z < Z; z += 32) lps[z] = lp_s[(size_t)ad * Z + z];
     __syncwarp();
     const float *sel = a.double_dqn ? sels : lts;
     for (int k = lane; k < n; k += 32) {
@@ -1443,6 +1407,60 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   }
 }
 
+typedef struct tail_args {
+  int rows, Z, O2, AW, D;
+  int n[MAXB], aoff[MAXB];
+  const float *O;
+  float *logp;
+} tail_args_t;
+
+#define TAIL_ZL (LEARNER_MAX_ATOMS / 32)
+
+/* Dueling combine and log-softmax, one warp per (row, branch), from the
+ * second head layers' outputs O [rows][O2] (V then every A_d) to logp
+ * [rows][AW]: the same operations in the same order as dueling_tail. */
+__global__ void fused_tail_kernel(tail_args_t a) {
+  const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  const int r = w / a.D, d = w % a.D;
+  if (r >= a.rows) return;
+  const int Z = a.Z, nd = a.n[d];
+  const float *__restrict__ V = a.O + (size_t)r * a.O2;
+  const float *__restrict__ Ad = V + Z + a.aoff[d];
+  float base[TAIL_ZL];
+#pragma unroll
+  for (int zi = 0; zi < TAIL_ZL; zi++) {
+    const int z = lane + 32 * zi;
+    base[zi] = 0.0f;
+    if (z < Z) {
+      float m = 0.0f;
+      for (int k = 0; k < nd; k++) m += Ad[(size_t)k * Z + z];
+      base[zi] = V[z] - m / (float)nd;
+    }
+  }
+  float *lp0 = a.logp + (size_t)r * a.AW + a.aoff[d];
+  for (int q = 0; q < nd; q++) {
+    const float *Aq = Ad + (size_t)q * Z;
+    float v[TAIL_ZL], mx = -INFINITY;
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++) {
+      const int z = lane + 32 * zi;
+      v[zi] = z < Z ? Aq[z] + base[zi] : -INFINITY;
+      mx = fmaxf(mx, v[zi]);
+    }
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++)
+      if (lane + 32 * zi < Z) s += expf(v[zi] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float lse = mx + logf(s);
+#pragma unroll
+    for (int zi = 0; zi < TAIL_ZL; zi++) {
+      const int z = lane + 32 * zi;
+      if (z < Z) lp0[(size_t)q * Z + z] = v[zi] - lse;
+    }
+  }
+}
 
 // launchers
 
@@ -2064,9 +2082,12 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
   if (f->gemm) {
     for (int ph = 0; ph < 4; ph++) TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
-    /* the dueling combine and log-softmax run inside the loss kernel (la.O):
-     * a separate tail kernel wrote 3B log-prob rows only for the loss to read
-     * them back (DEVICE_NOTES.md item 25) */
+    tail_args_t ta;
+    memset(&ta, 0, sizeof ta);
+    ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
+    for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d];
+    ta.O = f->O, ta.logp = f->logp;
+    fused_tail_kernel<<<(unsigned)((3 * (size_t)B * L->D + 3) / 4), 128, 0, st>>>(ta);
   } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
@@ -2086,7 +2107,6 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = aoff[d], nmax = L->n[d] > nmax ? L->n[d] : nmax;
   la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev;
   la.logp = f->logp, la.r = ws->r, la.done = ws->done, la.w = ws->w, la.a = ws->a;
-  la.O = f->gemm ? f->O : NULL;
   la.g2 = f->g2, la.loss_i = ws->loss_i, la.qsum_i = ws->loss_i + B, la.best = ws->best;
   la.nmax = nmax;
   size_t lsh = sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
