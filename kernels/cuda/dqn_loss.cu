@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c51.cuh"
 #include "dqn_loss.cuh"
 
 // kernels
@@ -110,30 +111,11 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
   /* source atoms: probability and position on the support (c51_project) */
   for (int j = threadIdx.x; j < Z; j += blockDim.x) {
     pj[j] = expf(lt_s2[bst * Z + j]);
-    float tz = r[i] + disc * (vmin + dz * (float)j);
-    float t = tz < vmin ? vmin : (tz > vmax ? vmax : tz);
-    float b = (t - vmin) / dz;
-    int l = (int)floorf(b), u = (int)ceilf(b);
-    l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
-    u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
-    bj[j] = b;
-    lj[j] = l | (u << 16);
+    lj[j] = c51_source(r[i], disc, vmin, vmax, dz, Z, j, &bj[j]);
     ez[j] = expf(lp[j]);
   }
   __syncthreads();
-  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < Z; j++) {
-      int l = lj[j] & 0xffff, u = lj[j] >> 16;
-      if (l == u) {
-        if (l == z) acc += pj[j];
-      } else {
-        if (l == z) acc += pj[j] * ((float)u - bj[j]);
-        if (u == z) acc += pj[j] * (bj[j] - (float)l);
-      }
-    }
-    m[z] = acc;
-  }
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) m[z] = c51_gather(z, Z, lj, pj, bj);
   __syncthreads();
   if (threadIdx.x == 0) {
     float ce = 0.0f, qa = 0.0f, msum = 0.0f;

@@ -20,6 +20,7 @@
 
 #include <cooperative_groups.h>
 
+#include "c51.cuh"
 #include "dqn_loss.cuh"
 #include "step_fused.cuh"
 
@@ -578,39 +579,13 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     float disc = gamma * (1.0f - a.done[i]);
     for (int j = lane; j < Z; j += 32) {
       pj[j] = expf(lts[bst * Z + j]);
-      float tz = a.r[i] + disc * (a.vmin + dz * (float)j);
-      float t = tz < a.vmin ? a.vmin : (tz > a.vmax ? a.vmax : tz);
-      float b = (t - a.vmin) / dz;
-      int l = (int)floorf(b), u = (int)ceilf(b);
-      l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
-      u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
-      bj[j] = b;
-      lj[j] = l | (u << 16);
+      lj[j] = c51_source(a.r[i], disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
       ez[j] = expf(lps[j]);
     }
     __syncwarp();
     float ce = 0.0f, qa = 0.0f, msum = 0.0f;
     for (int z = lane; z < Z; z += 32) {
-      float acc = 0.0f;
-      /* b_j is nondecreasing in j (disc >= 0), so the source atoms with
-       * l_j <= z <= u_j — the only ones adding to z — are one run of j:
-       * binary-search its start, stop at its end. The same terms in the same
-       * (ascending j) order as a walk over every j, which cost O(Z^2). */
-      int j = 0, hi = Z;
-      while (j < hi) {
-        const int mid = (j + hi) / 2;
-        if ((lj[mid] >> 16) < z) j = mid + 1;
-        else hi = mid;
-      }
-      for (; j < Z && (lj[j] & 0xffff) <= z; j++) {
-        int l = lj[j] & 0xffff, u = lj[j] >> 16;
-        if (l == u) {
-          if (l == z) acc += pj[j];
-        } else {
-          if (l == z) acc += pj[j] * ((float)u - bj[j]);
-          if (u == z) acc += pj[j] * (bj[j] - (float)l);
-        }
-      }
+      const float acc = c51_gather(z, Z, lj, pj, bj);
       m[z] = acc;
       ce -= acc * lps[z];
       qa += ez[z] * (a.vmin + dz * (float)z);
