@@ -1,35 +1,55 @@
 /*
- * step_fused.cuh — the fused training-step kernels (issue 4/5): the loss and
- * gradient of dqn_loss.cuh computed by five launches instead of ~60:
+ * step_fused.cuh — the fused training-step kernels (issues 4 and 5): the
+ * loss and gradient of dqn_loss.cuh in ~14 launches instead of ~60.
  *
+ * Default (fp32, and TF32 for tensor_cores): layer-GEMM phases.
  *   pack     effective (NoisyNet-composed) weights of the online and target
- *            networks, written once per step in the two layouts the fused
- *            kernels read coalesced: W [out][in] and W^T [in][out]
+ *            networks in nn.Linear layout, W [out][in]
+ *   F1..F4   one launch per layer (trunk 1, trunk 2, all head-1 layers side by
+ *            side, all head-2 layers): 32 x 64 output tiles over all rows at
+ *            once (online s and s', target s' as problems of one launch),
+ *            operands through a 4-stage cp.async ring, split-K for deep and
+ *            narrow products
+ *   tail     dueling combine and log-softmax, a warp per (row, branch)
+ *   loss     one block per sample, all branches: Double-DQN action, C51
+ *            projection, cross-entropy, dlogits (dV and every dA_d)
+ *   B1..B3   input gradients through head 2, head 1 and trunk 2
+ *            (pre-activation gradients kept)
+ *   wgrad    every weight, bias and NoisyNet sigma gradient in one launch:
+ *            the same GEMM kernel with A = dY^T
+ *
+ * The earlier row-tile kernels stay selectable (DQN_CUDA_FUSED_GEMM=0, modes
+ * 2-5; kernels/dev/README.md has every version's time):
+ *   pack     both layouts, W [out][in] and W^T [in][out]
  *   forward  one block per tile of R rows (online s, online s', target s'):
  *            trunk, all heads, dueling combine and log-softmax with every
  *            activation in shared memory; keeps what the backward needs
- *   loss     one block per sample, all branches: Double-DQN action, C51
- *            projection, cross-entropy, dlogits (dV and every dA_d)
+ *   loss     as above
  *   backward one block per tile of R online-s rows: input gradients through
  *            the heads and the trunk (pre-activation gradients kept)
  *   wgrad    one block per 32 x 32 tile of every weight matrix: dW = dY^T X
  *            summed over the batch in index order, bias and NoisyNet sigma
  *            gradients in the same pass
  *
- * plus a one-block batch loss. No atomics: every sum has one fixed order, so
- * reruns are bit-identical.
+ * plus a one-block batch loss. Every sum has one fixed order (the only
+ * atomics are split-K arrival counters; the last part to arrive adds the parts
+ * in split order), so reruns are bit-identical.
  *
- * Why five and not the seed plan's two (forward+loss, backward): a sample's
- * loss needs its online-s, online-s' and target-s' rows, which the forward
- * computes in different blocks (one block per row tile keeps every weight
- * read shared by its rows), so the loss would need a grid-wide barrier inside
- * one kernel; and the parameter gradients reduce over the whole batch, which
- * a per-row-tile backward could only do with atomics (order-dependent sums,
- * no bit-identical reruns) or a per-block copy of every gradient. A graph
- * node costs ~1 µs; these boundaries cost ~4. Shapes: B batch, S state, H1/H2 trunk, VH/AH head
- * widths, HC = VH + D*AH (all head hidden units side by side), Z atoms,
- * AW = sum_d n_d Z (all advantage outputs), O2 = Z + AW (value then advantage
- * outputs of the second head layers).
+ * Why not the seed plan's two kernels (forward+loss, backward): a sample's
+ * loss needs its online-s, online-s' and target-s' rows, which come from
+ * different blocks, so the loss would need a grid-wide barrier inside one
+ * kernel; and the parameter gradients reduce over the whole batch, which a
+ * per-row-tile backward could only do with order-dependent atomics or a
+ * per-block copy of every gradient. The layer-GEMM phases go further the
+ * other way, a launch per layer, because a block that runs the whole network
+ * for a few rows is one long latency-bound chain (kernels/dev/DEVICE_NOTES.md
+ * items 16-23); what a single persistent kernel with grid barriers would buy
+ * is in BENCHMARKS.md.
+ *
+ * Shapes: B batch, S state, H1/H2 trunk, VH/AH head widths, HC = VH + D*AH
+ * (all head hidden units side by side), Z atoms, AW = sum_d n_d Z (all
+ * advantage outputs), O2 = Z + AW (value then advantage outputs of the second
+ * head layers).
  */
 #ifndef DQN_CUDA_STEP_FUSED_CUH
 #define DQN_CUDA_STEP_FUSED_CUH
