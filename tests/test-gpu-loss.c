@@ -31,10 +31,10 @@ typedef struct {
 } gcase_t;
 
 static void run(const gcase_t *k, uint64_t seed, int version) {
-  /* GPU_LOSS_VERSIONS=2378 runs only those versions (for the slow
+  /* GPU_LOSS_VERSIONS=2378a runs only those versions (a: 10; for the slow
    * compute-sanitizer tools); every version runs by default */
   const char *only = getenv("GPU_LOSS_VERSIONS");
-  if (only && !strchr(only, '0' + version)) return;
+  if (only && !strchr(only, version == 10 ? 'a' : '0' + version)) return;
   learner_config_t c;
   learner_config_default(&c);
   c.state_dim = k->S, c.trunk_h1 = k->H1, c.trunk_h2 = k->H2, c.value_hidden = k->VH, c.adv_hidden = k->AH;
@@ -88,8 +88,13 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
 
   /* GPU */
   cuda_dqn_ws_t gw;
-  static const int mode_of[] = {0, 0, 0, 1, 3, 4, 2, 6, 7, 5};
+  static const int mode_of[] = {0, 0, 0, 1, 3, 4, 2, 6, 7, 5, 6};
+  if (version == 10) setenv("DQN_CUDA_GEMM_BIG", "1", 1); /* 64 x 128 tiles in every phase they serve */
   ck_assert_int_eq(cuda_dqn_ws_alloc_tc(&gw, &L, B, mode_of[version]), 0);
+  if (version == 10) {
+    unsetenv("DQN_CUDA_GEMM_BIG");
+    for (int ph = 0; ph < 7; ph++) ck_assert_msg(gw.fused.ph_big[ph], "%s: phase %d not on large tiles", k->what, ph);
+  }
   gw.version = version == 1 ? 1 : 2;
   if (version >= 2) ck_assert_msg(gw.fused.ok, "%s: fused kernels refused these shapes", k->what);
   if (version == 3 || version == 4) ck_assert_int_eq(gw.fused.tc, mode_of[version]);
@@ -169,7 +174,8 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   ck_assert_msg(memcmp(gg, gg2, sizeof(float) * (size_t)P) == 0, "%s: rerun not bit-identical", k->what);
   static const char *vn[] = {"", "generic", "fused fp32 layer-GEMM (default)", "fused TF32 layer-GEMM",
                              "fused 3xTF32 row tiles", "fused fp32 clusters", "fused fp32 row tiles",
-                             "fused fp32 layer-GEMM FFMA", "fused fp32 layer-GEMM 3xTF32", "fused TF32 row tiles"};
+                             "fused fp32 layer-GEMM FFMA", "fused fp32 layer-GEMM 3xTF32", "fused TF32 row tiles",
+                             "fused fp32 layer-GEMM 64x128 tiles"};
   printf("%s [%s kernels, tc %d]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, worst gradient block %.2e, "
          "%d actions differ ok\n",
          k->what, vn[version], gw.fused.tc, gl, loss, loss_err, worst_grad, flipped);
@@ -189,12 +195,13 @@ static const gcase_t cases[] = {
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-/* every case through nine kernel versions: generic (1), fused fp32 (2, the
+/* every case through ten kernel versions: generic (1), fused fp32 (2, the
  * default: layer-GEMM phases), TF32 layer-GEMM (3: the tensor_cores config),
  * 3xTF32 row tiles (4), fp32 clusters (5), fp32 row tiles (6, the previous
  * default), layer-GEMM on FFMA (7) and on 3xTF32 (8), TF32 row tiles (9, the
- * previous tensor_cores path); all but 3 and 9 are held to the fp32
- * tolerances */
+ * previous tensor_cores path), layer-GEMM with the large-batch 64 x 128 tiles
+ * in every forward and backward phase (10); all but 3 and 9 are held to the
+ * fp32 tolerances */
 START_TEST(test_case) { run(&cases[_i % NCASES], 100 + (uint64_t)(_i % NCASES), 1 + _i / NCASES); }
 END_TEST
 
@@ -203,7 +210,7 @@ int main(void) {
   Suite *s = suite_create("gpu-loss");
   TCase *tc = tcase_create("parity");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_case, 0, 9 * NCASES);
+  tcase_add_loop_test(tc, test_case, 0, 10 * NCASES);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

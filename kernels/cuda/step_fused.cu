@@ -1382,6 +1382,164 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   }
 }
 
+/* ---- Large-batch tiles: 64 x 128 outputs per block, 8 x 8 per thread
+ * (FFMA, no split-K), for phases with at least two such tiles per SM. The
+ * 4 x 4 patches above need two float4 shared loads per 16 FMAs, which keeps
+ * the load pipe ~75% as busy as the FMA pipe; 8 x 8 needs half that per FMA
+ * (DEVICE_NOTES.md item 27). A thread's rows are 8 apart (ty + 8 i) so the
+ * two rows a warp reads at once fall in different banks. */
+#define GBM2 64
+#define GBN2 128
+#define GNS2 3
+#define GA2_FLOATS (GBM2 * GSA0) /* A [m][GSA0] */
+#define GW2_FLOATS (GBN2 * GSA0 > GBK * (GBN2 + 8) ? GBN2 * GSA0 : GBK * (GBN2 + 8)) /* W [n][GSA0] or [k][GBN2 + 8] */
+#define GSMEM2 (sizeof(float) * GNS2 * (GA2_FLOATS + GW2_FLOATS))
+
+template <int TW>
+__device__ __forceinline__ void g2_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
+                                         int n0, int k0, int kend) {
+  const int tid = threadIdx.x;
+  const float *A = g.A, *W = g.W;
+  if (g.al & 1) {
+#pragma unroll
+    for (int l = 0; l < GBM2 * GBK / 4 / GNT; l++) {
+      const int e = tid + GNT * l, m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+      const int v = (m0 + m < g.M) ? max(0, min(4, kend - (k0 + k))) : 0;
+      cp_async16z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+    }
+  } else {
+#pragma unroll 4
+    for (int l = 0; l < GBM2 * GBK / GNT; l++) {
+      const int e = tid + GNT * l, m = e / GBK, k = e % GBK;
+      const int v = m0 + m < g.M && k0 + k < kend;
+      cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
+    }
+  }
+  if (TW == 1) { /* W [n][k] -> sw [n][GSA0] */
+    if (g.al & 2) {
+#pragma unroll
+      for (int l = 0; l < GBN2 * GBK / 4 / GNT; l++) {
+        const int e = tid + GNT * l, n = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+        const int v = (n0 + n < g.N) ? max(0, min(4, kend - (k0 + k))) : 0;
+        cp_async16z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
+      }
+    } else {
+#pragma unroll 4
+      for (int l = 0; l < GBN2 * GBK / GNT; l++) {
+        const int e = tid + GNT * l, n = e / GBK, k = e % GBK;
+        const int v = n0 + n < g.N && k0 + k < kend;
+        cp_async4z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
+      }
+    }
+  } else { /* W [k][n] -> sw [k][GBN2 + 8] */
+    if (g.al & 2) {
+#pragma unroll
+      for (int l = 0; l < GBK * GBN2 / 4 / GNT; l++) {
+        const int e = tid + GNT * l, k = e / (GBN2 / 4), n = 4 * (e % (GBN2 / 4));
+        const int v = (k0 + k < kend) ? max(0, min(4, g.N - (n0 + n))) : 0;
+        cp_async16z(sw + k * (GBN2 + 8) + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+      }
+    } else {
+#pragma unroll 4
+      for (int l = 0; l < GBK * GBN2 / GNT; l++) {
+        const int e = tid + GNT * l, k = e / GBN2, n = e % GBN2;
+        const int v = k0 + k < kend && n0 + n < g.N;
+        cp_async4z(sw + k * (GBN2 + 8) + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
+      }
+    }
+  }
+}
+
+/* output (i, j) of this thread in a 64 x 128 tile */
+template <int TW>
+__device__ __forceinline__ void g2_elem(int i, int j, int &ml, int &nl) {
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  ml = ty + 8 * i;
+  nl = TW == 1 ? tx + 16 * j : 4 * tx + 64 * (j / 4) + j % 4;
+}
+
+/* A [m][k] times W ([n][k] for TW 1, the forward; [k][n] for TW 0, the
+ * backward), FFMA, sums over k in order, then the layer epilogue. */
+template <int TW>
+__global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs, int np, float slope) {
+  extern __shared__ float4 gsh4[];
+  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2_FLOATS;
+  int p = 0;
+  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].blk0) p++;
+  const gprob_t g = probs[p];
+  const int tile = (int)blockIdx.x - g.blk0;
+  const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+  const int nk = (g.K + GBK - 1) / GBK;
+#pragma unroll
+  for (int q = 0; q < GNS2 - 1; q++) {
+    if (q < nk) g2_issue<TW>(sA + q * GA2_FLOATS, sW + q * GW2_FLOATS, g, m0, n0, q * GBK, g.K);
+    cp_async_commit();
+  }
+  for (int c = 0; c < nk; c++) {
+    cp_async_wait<GNS2 - 2>(); /* chunk c has landed (this thread's copies) */
+    __syncthreads();           /* everyone's; and chunk c - 1's buffer is free */
+    const int nx = c + GNS2 - 1;
+    if (nx < nk) g2_issue<TW>(sA + (nx % GNS2) * GA2_FLOATS, sW + (nx % GNS2) * GW2_FLOATS, g, m0, n0, nx * GBK, g.K);
+    cp_async_commit();
+    const float *__restrict__ a = sA + (c % GNS2) * GA2_FLOATS;
+    const float *__restrict__ w = sW + (c % GNS2) * GW2_FLOATS;
+#pragma unroll 1
+    for (int k = 0; k < GBK; k += 4) {
+      float av[8][4], wv[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float4 v = *reinterpret_cast<const float4 *>(a + (ty + 8 * i) * GSA0 + k);
+        av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
+      }
+      if (TW == 1) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const float4 v = *reinterpret_cast<const float4 *>(w + (tx + 16 * j) * GSA0 + k);
+          wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int c2 = 0; c2 < 2; c2++) {
+            const float4 v = *reinterpret_cast<const float4 *>(w + (k + u) * (GBN2 + 8) + 4 * tx + 64 * c2);
+            wv[4 * c2 + 0][u] = v.x, wv[4 * c2 + 1][u] = v.y, wv[4 * c2 + 2][u] = v.z, wv[4 * c2 + 3][u] = v.w;
+          }
+      }
+      /* k outermost: 64 independent FMAs between two on one accumulator */
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+          for (int j = 0; j < 8; j++) acc[i][j] += av[i][u] * wv[j][u];
+    }
+  }
+  cp_async_wait<0>();
+  const float *__restrict__ bias = g.bias;
+  const float *__restrict__ mask = g.mask;
+  float *__restrict__ C = g.C;
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      int ml, nl;
+      g2_elem<TW>(i, j, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      if (m >= g.M || n >= g.N) continue;
+      float v = acc[i][j] + (bias ? bias[n] : 0.0f);
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+      C[(size_t)m * g.ldc + n] = v;
+    }
+}
+
 typedef struct tail_args {
   int rows, Z, O2, AW, D;
   int n[MAXB], aoff[MAXB];
@@ -1707,14 +1865,26 @@ static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 
 
 /* Blocks of one launch: tiles, alignment, and split-K parts for problems
  * [p0, p1): about two blocks per SM at least, and at most 512 k per part. */
-static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int *blocks, int *ntiles, size_t *part_floats) {
+static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int *blocks, int *ntiles,
+                       size_t *part_floats) {
   int tiles = 0;
+  const int bm = big ? GBM2 : GBM, bn = big ? GBN2 : GBN;
   for (int i = p0; i < p1; i++) {
     gprob_t *g = &pr[i];
-    g->tn = (g->N + GBN - 1) / GBN;
-    g->tiles = (g->M + GBM - 1) / GBM * g->tn;
+    g->tn = (g->N + bn - 1) / bn;
+    g->tiles = (g->M + bm - 1) / bm * g->tn;
     g->al = al16(g->A, g->lda) | al16(g->W, g->ldw) << 1;
     tiles += g->tiles;
+  }
+  if (big) { /* large tiles run only where there are plenty: no split-K */
+    int blk = 0;
+    for (int i = p0; i < p1; i++) {
+      gprob_t *g = &pr[i];
+      g->kper = g->K, g->splits = 1, g->blk0 = blk, g->cnt0 = 0, g->poff = 0;
+      blk += g->tiles;
+    }
+    *blocks = blk, *ntiles = 0, *part_floats = 0;
+    return;
   }
   const int want = (2 * nsm + tiles - 1) / tiles;
   int blk = 0, cnt = 0;
@@ -1760,6 +1930,7 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     return (int)cudaGetLastError();
   size_t part = 0;
   int cnt = 0;
+  const char *bigenv = getenv("DQN_CUDA_GEMM_BIG");
   /* the forward reads the W packs ([out][in] rows, k contiguous): the
    * forward tables with the W pack's offsets and strides (the backward's) */
   segtab_t fw[4] = {tb[0], tb[1], tb[2], tb[3]};
@@ -1799,7 +1970,17 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     }
     int blocks, tiles;
     size_t pf;
-    plan_phase(pr, p0, np, nsm, &blocks, &tiles, &pf);
+    /* large tiles (fp32 FFMA forward and backward phases) when they give
+     * every SM two blocks at least; DQN_CUDA_GEMM_BIG=0 never, =1 always
+     * (the tests: their batches are too small to choose them) */
+    int big = 0;
+    if (f->gtc == 0 && ph < 7 && !(bigenv && bigenv[0] == '0')) {
+      int bt = 0;
+      for (int i = p0; i < np; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
+      big = bt >= 2 * nsm || (bigenv && bigenv[0] == '1');
+    }
+    f->ph_big[ph] = big;
+    plan_phase(pr, p0, np, nsm, big, &blocks, &tiles, &pf);
     f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_blocks[ph] = blocks;
     part = pf > part ? pf : part;
     cnt = tiles > cnt ? tiles : cnt;
@@ -1809,6 +1990,10 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
   if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
   if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
   if (e == cudaSuccess) e = gemm_smem<3>();
@@ -2006,7 +2191,10 @@ static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, c
   const int n = f->ph[ph][1];
 #define GEMM_LAUNCH(TA, TW, TC) \
   fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
-  if (ph < 4) { /* forward: W pack rows [out][in] */
+  if (f->ph_big[ph]) {
+    if (ph < 4) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, n, slope);
+    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, n, slope);
+  } else if (ph < 4) { /* forward: W pack rows [out][in] */
     if (f->gtc == 3) GEMM_LAUNCH(0, 1, 3);
     else if (f->gtc == 1) GEMM_LAUNCH(0, 1, 1);
     else GEMM_LAUNCH(0, 1, 0);

@@ -101,6 +101,7 @@ typedef struct cuda_fused {
   void *probs;                /* device array of every phase's matrix products */
   int ph[8][2];               /* per phase (F1..F4, B1..B3, weight gradients): first problem, problems */
   int ph_blocks[8];           /* blocks per phase */
+  int ph_big[8];              /* 1: the phase runs 64 x 128 tiles (fused_gemm_big_kernel) */
   float *gpart;               /* split-K partial sums */
   int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
 } cuda_fused_t;
