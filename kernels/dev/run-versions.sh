@@ -19,7 +19,8 @@ run "v2 row tiles, FFMA, 16 KiB x 4 weight stages" DQN_CUDA_FUSED_GEMM=0 DQN_CUD
 run "v2 row tiles, FFMA, 64 KiB x 2 weight stages (the previous default)" DQN_CUDA_FUSED_GEMM=0
 run "v2 row tiles, 3xTF32 tensor cores (fp32 accuracy)" DQN_CUDA_FUSED_GEMM=0 DQN_CUDA_FUSED_MODE=tf32x3
 run "v3 row tiles as thread-block clusters" DQN_CUDA_FUSED_GEMM=0 DQN_CUDA_FUSED_CLUSTER=1
-run "v4 layer-GEMM phases, FFMA (the default)"
+run "v4 layer-GEMM phases, FFMA, 32x64 tiles only" DQN_CUDA_GEMM_BIG=0
+run "v4 layer-GEMM phases, FFMA, + 64x128 tiles at large batches (the default)"
 run "v4 layer-GEMM phases, 3xTF32 tensor cores" DQN_CUDA_GEMM_ARITH=tf32x3
 echo "== v2 row tiles, TF32 tensor cores (tensor_cores=1, the previous TF32 path)"
 DQN_CUDA_FUSED_GEMM=0 BENCH_PROFILE_MODE=2 "$bench" "$batches" "$steps" | grep B=
