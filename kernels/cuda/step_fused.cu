@@ -2079,7 +2079,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
      * experiment, slower than the single-block kernels above batch 64
      * (kernels/dev/README.md), kept selectable and tested */
     const char *cv = getenv("DQN_CUDA_FUSED_CLUSTER");
-    if (f->tc == 0 && !f->gemm && (mode == 4 || (cv && cv[0] == '1'))) {
+    if (f->tc == 0 && (mode == 4 || (cv && cv[0] == '1'))) {
       int nA = L->S > L->H2 ? L->S : L->H2, nB = L->H1 > f->HC ? L->H1 : f->HC;
       nA = f->O2 > nA ? f->O2 : nA;
       size_t sf = sizeof(float) * ((size_t)CL_R * (nA + nB + L->D * L->Z) + 2 * (size_t)CL_STAGE);
