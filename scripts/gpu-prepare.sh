@@ -19,13 +19,13 @@ for o in build/kernels/libdqncuda.a.p/*.o; do
   fi
 done
 meson compile -C build
-bins=$(find build/tests build/daemon build/client -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
+bins=$(find build/tests build/daemon build/client build/kernels -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 ../shared/tools/device-carry.sh $bins
 git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
 mkdir -p .devcarry/bin
-for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd; do
+for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd build/kernels/bench-grid-barrier; do
   [ -f "$b" ] && [ -x "$b" ] && strip -o ".devcarry/bin/$(basename "$b")" "$b"
 done
 # and compressed, for calls whose carry limit the uncompressed set would pass:

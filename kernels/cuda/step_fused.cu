@@ -1035,6 +1035,22 @@ typedef struct gprob {
   long long gw, gb, gsw, gsb, fi, fo; /* TA 1: offsets in grad and fn, -1 when absent */
 } gprob_t;
 
+/* A launch's lookup from block to problem, passed as a grid constant: the
+ * first-block offsets are compared all at once (independent loads from the
+ * constant cache) instead of walking the problem table in global memory, one
+ * dependent L2 round trip per problem passed. */
+typedef struct gidx {
+  int np;
+  int blk0[GEMM_MAXP];
+} gidx_t;
+
+__device__ __forceinline__ int g_find(const gidx_t &ix) {
+  int p = 0;
+#pragma unroll 8
+  for (int i = 1; i < ix.np; i++) p += (int)blockIdx.x >= ix.blk0[i];
+  return p;
+}
+
 __device__ __forceinline__ void cp_async16z(float *dst, const float *src, int bytes) {
   unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
@@ -1042,6 +1058,40 @@ __device__ __forceinline__ void cp_async16z(float *dst, const float *src, int by
 __device__ __forceinline__ void cp_async4z(float *dst, const float *src, int bytes) {
   unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+/* The two copy shapes every tile load is made of (one chunk of GBK k):
+ * R rows contiguous along k, src[(r0 + r) ld + k0 + k] -> s[r ss + k], and
+ * GBK rows of C contiguous columns, src[(k0 + k) ld + c0 + c] -> s[k ss + c];
+ * zeros past rmax / cmax and kend. V16: 16-byte copies (rows 16-byte
+ * aligned), else 4-byte ones. */
+template <int R, bool V16>
+__device__ __forceinline__ void cp_rows_k(float *__restrict__ s, int ss, const float *src, size_t ld, int r0,
+                                          int rmax, int k0, int kend) {
+  const int tid = threadIdx.x;
+  constexpr int W = V16 ? 4 : 1, PER = GBK / W;
+#pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
+  for (int l = 0; l < R * PER / GNT; l++) {
+    const int e = tid + GNT * l, r = e / PER, k = W * (e % PER);
+    const int v = r0 + r < rmax ? max(0, min(W, kend - (k0 + k))) : 0;
+    const float *p = v ? src + (size_t)(r0 + r) * ld + k0 + k : src;
+    if (V16) cp_async16z(s + r * ss + k, p, 4 * v);
+    else cp_async4z(s + r * ss + k, p, 4 * v);
+  }
+}
+template <int C, bool V16>
+__device__ __forceinline__ void cp_k_cols(float *__restrict__ s, int ss, const float *src, size_t ld, int c0,
+                                          int cmax, int k0, int kend) {
+  const int tid = threadIdx.x;
+  constexpr int W = V16 ? 4 : 1, PER = C / W;
+#pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
+  for (int l = 0; l < GBK * PER / GNT; l++) {
+    const int e = tid + GNT * l, k = e / PER, c = W * (e % PER);
+    const int v = k0 + k < kend ? max(0, min(W, cmax - (c0 + c))) : 0;
+    const float *p = v ? src + (size_t)(k0 + k) * ld + c0 + c : src;
+    if (V16) cp_async16z(s + k * ss + c, p, 4 * v);
+    else cp_async4z(s + k * ss + c, p, 4 * v);
+  }
 }
 
 /* Per-thread copy plan of the 16-byte path, fixed for a block: each thread
@@ -1096,7 +1146,6 @@ __device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int 
 template <int TA, int TW>
 __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g,
                                         const gplan &pl, int m0, int n0, int k0, int kend) {
-  const int tid = threadIdx.x;
   const float *A = g.A, *W = g.W;
   if (g.al & 1) {
     const size_t ka = TA == 0 ? (size_t)k0 : (size_t)k0 * g.lda;
@@ -1107,19 +1156,9 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
       cp_async16z(sa + pl.ao[l], v ? pl.a[l] + ka : A, 4 * v);
     }
   } else if (TA == 0) { /* sa [m][GSA0] */
-#pragma unroll
-    for (int l = 0; l < GBM * GBK / GNT; l++) {
-      const int e = tid + GNT * l, m = e / GBK, k = e % GBK;
-      const int v = m0 + m < g.M && k0 + k < kend;
-      cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
-    }
+    cp_rows_k<GBM, false>(sa, GSA0, A, g.lda, m0, g.M, k0, kend);
   } else { /* sa [k][GSA1] */
-#pragma unroll
-    for (int l = 0; l < GBK * GBM / GNT; l++) {
-      const int e = tid + GNT * l, k = e / GBM, m = e % GBM;
-      const int v = k0 + k < kend && m0 + m < g.M;
-      cp_async4z(sa + k * GSA1 + m, v ? A + (size_t)(k0 + k) * g.lda + m0 + m : A, 4 * v);
-    }
+    cp_k_cols<GBM, false>(sa, GSA1, A, g.lda, m0, g.M, k0, kend);
   }
   if (g.al & 2) {
     const size_t kw = TW == 0 ? (size_t)k0 * g.ldw : (size_t)k0;
@@ -1130,19 +1169,9 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
       cp_async16z(sw + pl.wo[l], v ? pl.w[l] + kw : W, 4 * v);
     }
   } else if (TW == 1) { /* sw [n][GSA0] */
-#pragma unroll
-    for (int l = 0; l < GBK * GBN / GNT; l++) {
-      const int e = tid + GNT * l, n = e / GBK, k = e % GBK;
-      const int v = n0 + n < g.N && k0 + k < kend;
-      cp_async4z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
-    }
-  } else {
-#pragma unroll
-    for (int l = 0; l < GBK * GBN / GNT; l++) {
-      const int e = tid + GNT * l, k = e / GBN, n = e % GBN;
-      const int v = k0 + k < kend && n0 + n < g.N;
-      cp_async4z(sw + k * GSW + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
-    }
+    cp_rows_k<GBN, false>(sw, GSA0, W, g.ldw, n0, g.N, k0, kend);
+  } else { /* sw [k][GSW] */
+    cp_k_cols<GBN, false>(sw, GSW, W, g.ldw, n0, g.N, k0, kend);
   }
 }
 
@@ -1173,14 +1202,13 @@ __device__ __forceinline__ void tf32_split(float x, unsigned &hi, unsigned &lo) 
  * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config), 3
  * 3xTF32 mma.sync (hi/lo split, fp32 accuracy). */
 template <int TA, int TW, int TC>
-__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, int np, float slope,
+__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt) {
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
   __shared__ int last;
-  int p = 0;
-  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].blk0) p++;
+  const int p = g_find(ix);
   /* a copy in registers: through a reference every field would be reloaded
    * from global memory after each barrier (measured: half the instructions) */
   const gprob_t g = probs[p];
@@ -1202,6 +1230,31 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   for (int q = 0; q < GNS - 1; q++) {
     if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
     cp_async_commit();
+  }
+  /* the epilogue's bias and mask loads issued now, so their L2 round trip
+   * overlaps the first chunks' instead of following the last one (they do
+   * not depend on this launch's results) */
+  /* the epilogue's operands (the forward's bias, the backward's LeakyReLU
+   * mask: build_probs checks that no phase has the other) loaded now, so
+   * their L2 round trip overlaps the first chunks' instead of following the
+   * last one: they do not depend on this launch's results */
+  float pb[4], pm[16];
+  if (TA == 0 && TW == 1) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      int ml, nl;
+      g_elem<TC, TW>(TC ? (c & 1) + 4 * (c >> 1) : c, ml, nl);
+      pb[c] = n0 + nl < g.N && g.bias ? g.bias[n0 + nl] : 0.0f;
+    }
+  }
+  if (TA == 0 && TW == 0) {
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC, TW>(e, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      pm[e] = m < g.M && n < g.N && g.mask ? g.mask[(size_t)m * g.ldm + n] : 1.0f;
+    }
   }
   for (int c = 0; c < nk; c++) {
     cp_async_wait<GNS - 2>(); /* chunk c has landed (this thread's copies) */
@@ -1350,8 +1403,6 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     }
   }
   if (TA == 0) {
-    const float *__restrict__ bias = g.bias;
-    const float *__restrict__ mask = g.mask;
     float *__restrict__ C = g.C;
 #pragma unroll
     for (int e = 0; e < 16; e++) {
@@ -1359,9 +1410,10 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
       g_elem<TC, TW>(e, ml, nl);
       const int m = m0 + ml, n = n0 + nl;
       if (m >= g.M || n >= g.N) continue;
-      float v = acc[e] + (bias ? bias[n] : 0.0f);
+      float v = acc[e];
+      if (TW == 1) v += pb[TC ? 2 * ((e >> 2) & 1) + (e & 1) : e & 3];
       if (g.act) v = v > 0.0f ? v : slope * v;
-      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+      if (TW == 0 && !(pm[e] > 0.0f)) v *= slope;
       C[(size_t)m * g.ldc + n] = v;
     }
   } else {
@@ -1398,55 +1450,14 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 template <int TW>
 __device__ __forceinline__ void g2_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
                                          int n0, int k0, int kend) {
-  const int tid = threadIdx.x;
-  const float *A = g.A, *W = g.W;
-  if (g.al & 1) {
-#pragma unroll
-    for (int l = 0; l < GBM2 * GBK / 4 / GNT; l++) {
-      const int e = tid + GNT * l, m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
-      const int v = (m0 + m < g.M) ? max(0, min(4, kend - (k0 + k))) : 0;
-      cp_async16z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
-    }
-  } else {
-#pragma unroll 4
-    for (int l = 0; l < GBM2 * GBK / GNT; l++) {
-      const int e = tid + GNT * l, m = e / GBK, k = e % GBK;
-      const int v = m0 + m < g.M && k0 + k < kend;
-      cp_async4z(sa + m * GSA0 + k, v ? A + (size_t)(m0 + m) * g.lda + k0 + k : A, 4 * v);
-    }
-  }
+  if (g.al & 1) cp_rows_k<GBM2, true>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
+  else cp_rows_k<GBM2, false>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
   if (TW == 1) { /* W [n][k] -> sw [n][GSA0] */
-    if (g.al & 2) {
-#pragma unroll
-      for (int l = 0; l < GBN2 * GBK / 4 / GNT; l++) {
-        const int e = tid + GNT * l, n = e / (GBK / 4), k = 4 * (e % (GBK / 4));
-        const int v = (n0 + n < g.N) ? max(0, min(4, kend - (k0 + k))) : 0;
-        cp_async16z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
-      }
-    } else {
-#pragma unroll 4
-      for (int l = 0; l < GBN2 * GBK / GNT; l++) {
-        const int e = tid + GNT * l, n = e / GBK, k = e % GBK;
-        const int v = n0 + n < g.N && k0 + k < kend;
-        cp_async4z(sw + n * GSA0 + k, v ? W + (size_t)(n0 + n) * g.ldw + k0 + k : W, 4 * v);
-      }
-    }
+    if (g.al & 2) cp_rows_k<GBN2, true>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_rows_k<GBN2, false>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
   } else { /* W [k][n] -> sw [k][GBN2 + 8] */
-    if (g.al & 2) {
-#pragma unroll
-      for (int l = 0; l < GBK * GBN2 / 4 / GNT; l++) {
-        const int e = tid + GNT * l, k = e / (GBN2 / 4), n = 4 * (e % (GBN2 / 4));
-        const int v = (k0 + k < kend) ? max(0, min(4, g.N - (n0 + n))) : 0;
-        cp_async16z(sw + k * (GBN2 + 8) + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
-      }
-    } else {
-#pragma unroll 4
-      for (int l = 0; l < GBK * GBN2 / GNT; l++) {
-        const int e = tid + GNT * l, k = e / GBN2, n = e % GBN2;
-        const int v = k0 + k < kend && n0 + n < g.N;
-        cp_async4z(sw + k * (GBN2 + 8) + n, v ? W + (size_t)(k0 + k) * g.ldw + n0 + n : W, 4 * v);
-      }
-    }
+    if (g.al & 2) cp_k_cols<GBN2, true>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_k_cols<GBN2, false>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
   }
 }
 
@@ -1461,12 +1472,11 @@ __device__ __forceinline__ void g2_elem(int i, int j, int &ml, int &nl) {
 /* A [m][k] times W ([n][k] for TW 1, the forward; [k][n] for TW 0, the
  * backward), FFMA, sums over k in order, then the layer epilogue. */
 template <int TW>
-__global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs, int np, float slope) {
+__global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs,
+                                                             const __grid_constant__ gidx_t ix, float slope) {
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2_FLOATS;
-  int p = 0;
-  while (p + 1 < np && (int)blockIdx.x >= probs[p + 1].blk0) p++;
-  const gprob_t g = probs[p];
+  const gprob_t g = probs[g_find(ix)];
   const int tile = (int)blockIdx.x - g.blk0;
   const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -1938,7 +1948,9 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
   fw[1].s[0].woff = f->pw.t2, fw[1].s[0].ldw = H1;
   fw[2].s[0].woff = f->pw.hc1, fw[2].s[0].ldw = H2;
   for (int q = 0; q < fw[3].n; q++) fw[3].s[q].woff = tb[4].s[q].woff, fw[3].s[q].ldw = tb[4].s[q].ldw;
-  for (int ph = 0; ph < 8; ph++) {
+  size_t part_side = 0;
+  int cnt_side = 0;
+  for (int ph = 0; ph < GEMM_PHASES; ph++) {
     const int p0 = np;
     for (int net = 0; ph < 4 && net < 2; net++) {
       const float *pk = net ? f->w_tg : f->w_on;
@@ -1952,13 +1964,14 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     if (ph == 4) add_probs(pr, &np, &tb[4], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0);
     if (ph == 5) add_probs(pr, &np, &tb[5], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0);
     if (ph == 6) add_probs(pr, &np, &tb[6], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0);
-    if (ph == 7) {
+    if (ph >= 7) { /* the layers whose output gradient is g2, g1, gh, gt1 (ybuf 4..7) */
       const float *bufs[8] = {x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
       for (int li = 0; li < L->n_layers; li++) {
         const net_layer_t *l = &L->layer[li];
         int ybuf, xbuf, ldy, ldx;
         long long dy, xo;
         layer_bufs(L, li, &ybuf, &ldy, &dy, &xbuf, &ldx, &xo);
+        if (ybuf != ph - 3) continue;
         gprob_t *g = &pr[np++];
         memset(g, 0, sizeof *g);
         g->A = bufs[ybuf] + dy, g->lda = ldy, g->W = bufs[xbuf] + xo, g->ldw = ldx;
@@ -1974,6 +1987,9 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
      * every SM two blocks at least; DQN_CUDA_GEMM_BIG=0 never, =1 always
      * (the tests: their batches are too small to choose them) */
     int big = 0;
+    if (np - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within LEARNER_MAX_BRANCHES */
+    for (int i = p0; i < np; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
+      if ((ph < 4 && pr[i].mask) || (ph >= 4 && ph < 7 && pr[i].bias)) return (int)cudaErrorInvalidValue;
     if (f->gtc == 0 && ph < 7 && !(bigenv && bigenv[0] == '0')) {
       int bt = 0;
       for (int i = p0; i < np; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
@@ -1982,9 +1998,22 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     f->ph_big[ph] = big;
     plan_phase(pr, p0, np, nsm, big, &blocks, &tiles, &pf);
     f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_blocks[ph] = blocks;
-    part = pf > part ? pf : part;
-    cnt = tiles > cnt ? tiles : cnt;
+    for (int i = p0; i < np; i++) f->ph_blk0[ph][i - p0] = pr[i].blk0;
+    /* split-K scratch: the main stream's phases (0..6) run one after
+     * another and share one region; the weight-gradient phases (7..10, one
+     * after another on the side stream) run beside them: a second region */
+    if (ph < 7) {
+      part = pf > part ? pf : part;
+      cnt = tiles > cnt ? tiles : cnt;
+    } else {
+      part_side = pf > part_side ? pf : part_side;
+      cnt_side = tiles > cnt_side ? tiles : cnt_side;
+    }
   }
+  for (int ph = 7; ph < GEMM_PHASES; ph++)
+    for (int i = f->ph[ph][0]; i < f->ph[ph][0] + f->ph[ph][1]; i++)
+      pr[i].poff += (long long)(part / GPART), pr[i].cnt0 += cnt;
+  part += part_side, cnt += cnt_side;
   cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
   if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
   if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
@@ -2097,14 +2126,17 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   }
   pack_layouts(L, f);
   size_t b = (size_t)B, ab = f->gemm ? 3 * b : b; /* activation rows kept */
-  size_t need = (size_t)f->pw.total + 2 * (size_t)f->pt.total + 3 * b * f->AW +
+  /* the transposed packs only feed the row-tile kernels: the layer-GEMM
+   * phases read the W packs as they are */
+  const size_t tpack = f->gemm ? 0 : (size_t)f->pt.total;
+  size_t need = (size_t)f->pw.total + 2 * tpack + 3 * b * f->AW +
                 ab * ((size_t)L->H1 + L->H2 + f->HC) + b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) +
                 (f->gemm ? 3 * b * f->O2 + (size_t)f->pw.total : 0);
   if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
-  f->t_on = p, p += f->pt.total;
-  f->t_tg = p, p += f->pt.total;
+  f->t_on = tpack ? p : NULL, p += tpack;
+  f->t_tg = tpack ? p : NULL, p += tpack;
   f->logp = p, p += 3 * b * f->AW;
   f->h1 = p, p += ab * L->H1;
   f->h = p, p += ab * L->H2;
@@ -2144,6 +2176,11 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     return (int)e;
   int rc;
   if (f->gemm && (rc = build_probs(L, f, tb, B, x)) != 0) return rc;
+  if (f->gemm) {
+    if ((e = cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking)) != cudaSuccess) return (int)e;
+    for (int i = 0; i < 5; i++)
+      if ((e = cudaEventCreateWithFlags(&f->ev[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
+  }
   /* batch splits for the weight gradients: enough blocks to fill the GPU at
    * large batches (a tile alone is 2 warps); 256 rows per split at least */
   f->wg_splits = B >= 512 ? (B / 256 < 16 ? B / 256 : 16) : 1;
@@ -2162,6 +2199,9 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->probs);
   cudaFree(f->gpart);
   cudaFree(f->gcnt);
+  for (int i = 0; i < 5; i++)
+    if (f->ev[i]) cudaEventDestroy(f->ev[i]);
+  if (f->side) cudaStreamDestroy(f->side);
   memset(f, 0, sizeof *f);
 }
 
@@ -2184,16 +2224,19 @@ static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, 
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-/* one layer-GEMM phase (0..3 forward, 4..6 backward, 7 weight gradients) */
+/* one layer-GEMM phase (0..3 forward, 4..6 backward, 7..10 weight gradients) */
 static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st) {
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
   const unsigned nb = (unsigned)f->ph_blocks[ph];
-  const int n = f->ph[ph][1];
+  gidx_t ix;
+  ix.np = f->ph[ph][1];
+  if (ix.np == 0) return 0;
+  memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC) \
-  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, n, slope, grad, fn, f->gpart, f->gcnt)
+  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
   if (f->ph_big[ph]) {
-    if (ph < 4) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, n, slope);
-    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, n, slope);
+    if (ph < 4) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
+    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
   } else if (ph < 4) { /* forward: W pack rows [out][in] */
     if (f->gtc == 3) GEMM_LAUNCH(0, 1, 3);
     else if (f->gtc == 1) GEMM_LAUNCH(0, 1, 1);
@@ -2275,6 +2318,26 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   size_t lsh = sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
   fused_loss_kernel<<<B, 32 * L->D, lsh, st>>>(la);
   TRY(cudaGetLastError());
+  if (f->gemm) {
+    /* the side stream: the batch loss (statistics only) and each weight-
+     * gradient group as soon as the gradient it reads exists, beside the
+     * backward phases (each latency-bound, leaving most of the GPU idle) */
+    cudaStream_t sd = f->side;
+    TRY(cudaEventRecord(f->ev[0], st));
+    TRY(cudaStreamWaitEvent(sd, f->ev[0], 0));
+    fused_batch_loss_kernel<<<1, 1024, 0, sd>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
+    TRY(cudaGetLastError());
+    TRY(gemm_phase(f, 7, hp->slope, grad, ws->fn_on, sd));
+    for (int ph = 4; ph < 7; ph++) {
+      TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
+      TRY(cudaEventRecord(f->ev[ph - 3], st));
+      TRY(cudaStreamWaitEvent(sd, f->ev[ph - 3], 0));
+      TRY(gemm_phase(f, ph + 4, hp->slope, grad, ws->fn_on, sd));
+    }
+    TRY(cudaEventRecord(f->ev[4], sd));
+    TRY(cudaStreamWaitEvent(st, f->ev[4], 0));
+    return 0;
+  }
   fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
   TRY(cudaGetLastError());
   /* 4. backward to every layer's pre-activation gradient */
@@ -2286,10 +2349,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   ba.tabs = (const segtab_t *)f->tabs + 4;
   ba.N1 = bwd_n1(L, HC, O2), ba.stage = f->stage;
   unsigned bblk = (unsigned)((B + R - 1) / R);
-  if (f->gemm) {
-    for (int ph = 4; ph < 8; ph++) TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
-    return 0;
-  } else if (f->cluster) {
+  if (f->cluster) {
     unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
     TRY(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));
   } else if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);

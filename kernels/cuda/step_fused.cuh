@@ -69,6 +69,12 @@ typedef struct fused_pack_layout {
   long long total;
 } fused_pack_layout_t;
 
+/* layer-GEMM phases: F1..F4, B1..B3, then the weight gradients in four
+ * groups by the gradient they read (g2, g1, gh, gt1: each starts as soon as
+ * the backward phase that writes it is done) */
+#define GEMM_PHASES 11
+#define GEMM_MAXP 40 /* problems in one phase at most (2 x (1 + LEARNER_MAX_BRANCHES) + 4) */
+
 typedef struct cuda_fused {
   int ok;      /* 1: shapes fit; the fused path can run */
   int R;       /* rows per forward/backward block */
@@ -99,11 +105,16 @@ typedef struct cuda_fused {
   int gtc;                    /* its arithmetic: 0 FFMA, 1 TF32, 3 3xTF32 (tensor cores) */
   float *O;                   /* [3B, O2] second head layers' outputs */
   void *probs;                /* device array of every phase's matrix products */
-  int ph[8][2];               /* per phase (F1..F4, B1..B3, weight gradients): first problem, problems */
-  int ph_blocks[8];           /* blocks per phase */
-  int ph_big[8];              /* 1: the phase runs 64 x 128 tiles (fused_gemm_big_kernel) */
+  int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
+  int ph_blocks[GEMM_PHASES]; /* blocks per phase */
+  int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 tiles (fused_gemm_big_kernel) */
+  int ph_blk0[GEMM_PHASES][GEMM_MAXP]; /* each problem's first block: the launch's lookup table */
   float *gpart;               /* split-K partial sums */
   int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
+  /* the weight-gradient phases and the batch loss run on a second stream
+   * beside the backward (forked and joined inside each step) */
+  cudaStream_t side;
+  cudaEvent_t ev[5];          /* loss done, B1 done, B2 done, B3 done, side stream done */
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
