@@ -3,7 +3,8 @@
  * against kernels/cpu/optim.c on fresh random inputs: the global gradient
  * norm within 1e-6 relative, the clipped AdamW update (parameters and both
  * moments) within 1e-6 relative over several steps with clipping on and off
- * and weight decay, Polyak and periodic hard target updates. Exits 77 with
+ * and weight decay, Polyak and periodic hard target updates, and the step's
+ * fused norm + AdamW + target launch pair. Exits 77 with
  * no usable GPU.
  */
 #include <check.h>
@@ -94,6 +95,80 @@ static void adam_case(float clip, float wd, uint64_t seed) {
   cudaFree(dp), cudaFree(dg), cudaFree(dm), cudaFree(dv), cudaFree(dnorm), cudaFree(dstep), cudaFree(dhp), cudaFree(dtg), cudaFree(dscratch);
 }
 
+/* The step's fused launch pair (cuda_norm_adamw_target: the norm's final
+ * sum inside the AdamW + Polyak launch) against the CPU (norm, clip, AdamW,
+ * target within 1e-6) and bit for bit against the separate launches
+ * (cuda_grad_norm then cuda_adamw_target) on a second copy of the state. */
+static void fused_case(float clip, float tau, uint64_t seed) {
+  const long long n = 70001;
+  const size_t bytes = sizeof(float) * (size_t)n;
+  float *h[8]; /* p, g, m, v, tg on the CPU; then three read-backs */
+  for (int i = 0; i < 8; i++) h[i] = calloc(1, bytes);
+  float *p = h[0], *g = h[1], *m = h[2], *v = h[3], *tg = h[4];
+  tu_fill_uniform_f32(p, n, -1, 1, seed, 1);
+  tu_fill_uniform_f32(tg, n, -1, 1, seed, 2);
+  learner_config_t c;
+  learner_config_default(&c);
+  learner_hparams_t hp = c.hp;
+  hp.lr = 3e-3f, hp.grad_clip = clip, hp.weight_decay = 0.01f, hp.tau = tau, hp.target_period = 0;
+  float *d[2][5], *dnorm[2];
+  double *dscratch;
+  unsigned long long *dstep;
+  learner_hparams_t *dhp;
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 5; i++) CK(cudaMalloc((void **)&d[k][i], bytes));
+    CK(cudaMemcpy(d[k][0], p, bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemset(d[k][2], 0, bytes));
+    CK(cudaMemset(d[k][3], 0, bytes));
+    CK(cudaMemcpy(d[k][4], tg, bytes, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&dnorm[k], 4));
+  }
+  CK(cudaMalloc((void **)&dscratch, CUDA_NORM_SCRATCH * 8));
+  CK(cudaMalloc((void **)&dstep, 8));
+  CK(cudaMalloc((void **)&dhp, sizeof hp));
+  CK(cudaMemcpy(dhp, &hp, sizeof hp, cudaMemcpyHostToDevice));
+  for (unsigned long long t = 0; t < 4; t++) {
+    tu_fill_uniform_f32(g, n, -0.05f, 0.05f, seed, 10 + t);
+    for (int k = 0; k < 2; k++) CK(cudaMemcpy(d[k][1], g, bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
+    ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
+                                            dhp, 0), 0);
+    ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
+    ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
+    CK(cudaDeviceSynchronize());
+    const double norm = grad_norm(g, n);
+    float gn[2];
+    for (int k = 0; k < 2; k++) CK(cudaMemcpy(&gn[k], dnorm[k], 4, cudaMemcpyDeviceToHost));
+    ck_assert_msg(fabs(gn[0] - norm) <= 1e-6 * norm, "step %llu: norm %.9g vs CPU %.9g", t, gn[0], norm);
+    ck_assert_msg(gn[0] == gn[1], "step %llu: fused norm %.9g vs two launches %.9g", t, gn[0], gn[1]);
+    adamw_update(p, g, m, v, n, grad_clip_scale(gn[0], clip), hp.lr, hp.adam_beta1, hp.adam_beta2, hp.adam_eps,
+                 hp.weight_decay, t + 1);
+    target_update(tg, p, n, tau);
+  }
+  const char *what[5] = {"params", "grad", "m", "v", "target"};
+  for (int i = 0; i < 5; i++) {
+    if (i == 1) continue;
+    CK(cudaMemcpy(h[5], d[0][i], bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h[6], d[1][i], bytes, cudaMemcpyDeviceToHost));
+    const double e = rel(h[5], h[i], n);
+    printf("fused norm + AdamW + Polyak %g, clip %g: %s %.2e relative to the CPU\n", tau, clip, what[i], e);
+    ck_assert_msg(e <= 1e-6, "%s rel err %.3g", what[i], e);
+    ck_assert_msg(memcmp(h[5], h[6], bytes) == 0, "%s: fused and separate launches differ", what[i]);
+  }
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 5; i++) cudaFree(d[k][i]);
+    cudaFree(dnorm[k]);
+  }
+  cudaFree(dscratch), cudaFree(dstep), cudaFree(dhp);
+  for (int i = 0; i < 8; i++) free(h[i]);
+}
+
+START_TEST(test_norm_adamw_target) {
+  fused_case(0.5f, 0.01f, 3); /* clipping on */
+  fused_case(0.0f, 0.005f, 4);
+}
+END_TEST
+
 START_TEST(test_adamw_clip) { adam_case(0.5f, 0.0f, 1); }
 END_TEST
 START_TEST(test_adamw_noclip_decay) { adam_case(0.0f, 0.1f, 2); }
@@ -105,6 +180,7 @@ int main(void) {
   TCase *tc = tcase_create("parity");
   tcase_add_test(tc, test_adamw_clip);
   tcase_add_test(tc, test_adamw_noclip_decay);
+  tcase_add_test(tc, test_norm_adamw_target);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -68,6 +68,13 @@ int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const flo
 int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
                          int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 
+/* Its first launch alone: the step's weight packs (noise composed when
+ * noisy). A caller that enqueues it ahead (the learner: beside the replay
+ * sample, on ws->fused.side) sets ws->fused.prepacked for the next
+ * cuda_fused_loss_grad, which then skips it. */
+int cuda_fused_pack(const net_layout_t *L, const float *online, const float *target, int noisy, cuda_dqn_ws_t *ws,
+                    cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -412,23 +412,38 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   const net_layout_t *L = &m->L;
   int B = c->batch, S = c->state_dim;
   cuda_dqn_ws_t *ws = &m->ws;
+  cuda_fused_t *f = &ws->fused;
+  /* the layer-GEMM path: the noise and the weight packs need only the
+   * parameters, so they run on the side stream beside the replay sample */
+  const int ahead = ws->version == 2 && f->ok && f->gemm;
+  cudaStream_t ns = ahead ? f->side : m->st;
+  if (ahead) {
+    DEV(cudaEventRecord(f->ev[5], m->st));
+    DEV(cudaStreamWaitEvent(ns, f->ev[5], 0));
+  }
+  if (c->noisy) {
+    long long n = L->n_noise, lanes = (n + 3) / 4;
+    noise_kernel<<<GRID(lanes, 128), 0, ns>>>(m->ds, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, n);
+    LAUNCHED();
+    noise_kernel<<<GRID(lanes, 128), 0, ns>>>(m->ds, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, n);
+    LAUNCHED();
+  }
+  if (ahead) {
+    DEV((cudaError_t)cuda_fused_pack(L, m->on, m->tg, c->noisy, ws, ns));
+    DEV(cudaEventRecord(f->ev[6], ns));
+  }
   sample_gather_kernel<<<B, 64, 0, m->st>>>(m->ds, m->hp, c->seed, c->prioritized, m->sum, m->mn, m->T, m->s, m->s2,
                                             m->a, m->r, m->done, B, S, m->idx, ws->x, ws->a, ws->r, ws->done, ws->w);
   LAUNCHED();
-  if (c->noisy) {
-    long long n = L->n_noise, lanes = (n + 3) / 4;
-    noise_kernel<<<GRID(lanes, 128), 0, m->st>>>(m->ds, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, n);
-    LAUNCHED();
-    noise_kernel<<<GRID(lanes, 128), 0, m->st>>>(m->ds, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, n);
-    LAUNCHED();
-  }
+  if (ahead) DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
   cuda_dqn_hp_t hp = {c->hp.gamma, c->v_min, c->v_max, c->leaky_slope, c->double_dqn, &m->hp->gamma};
+  f->prepacked = ahead;
   int rc = cuda_dqn_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
+  f->prepacked = 0;
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
-  DEV((cudaError_t)cuda_grad_norm(m->grad, P, &m->ds->grad_norm, m->norm_scratch, m->st));
-  DEV((cudaError_t)cuda_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, &m->ds->step, m->hp,
-                                      m->st));
+  DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
+                                           &m->ds->step, m->hp, m->st));
   if (c->prioritized) {
     priorities_kernel<<<1, 1024, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
     LAUNCHED();

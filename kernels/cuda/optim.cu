@@ -67,15 +67,34 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
  * override) on the same element: one pass over p, g, m, v and the target.
  * The step's scalars are computed once per block, by the same expressions. */
 __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-                                    float *__restrict__ v, float *__restrict__ tg, long long n,
-                                    const float *__restrict__ norm, const unsigned long long *__restrict__ step,
+                                    float *__restrict__ v, float *__restrict__ tg, long long n, float *__restrict__ norm,
+                                    const double *__restrict__ part_in, const unsigned long long *__restrict__ step,
                                     const learner_hparams_t *__restrict__ hp) {
   __shared__ float sc[6];
   __shared__ int mode; /* 0 none, 1 Polyak, 2 copy */
+  __shared__ double part[NORM_BLOCKS];
+  __shared__ float nrm;
+  if (part_in) {
+    /* grad_norm_final_kernel's tree in every block (the same sum, bit for
+     * bit): one launch and one kernel boundary fewer per step; block 0
+     * stores it for the statistics */
+    if (threadIdx.x < NORM_BLOCKS) part[threadIdx.x] = part_in[threadIdx.x];
+    __syncthreads();
+    for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      nrm = (float)sqrt(part[0]);
+      if (blockIdx.x == 0) *norm = nrm;
+    }
+  } else if (threadIdx.x == 0) {
+    nrm = *norm;
+  }
   if (threadIdx.x == 0) {
     float scale = 1.0f;
     if (hp->grad_clip > 0) {
-      double c = hp->grad_clip / ((double)*norm + 1e-6);
+      double c = hp->grad_clip / ((double)nrm + 1e-6);
       scale = c < 1 ? (float)c : 1.0f;
     }
     double t = (double)(*step + 1);
@@ -139,7 +158,17 @@ extern "C" int cuda_adamw_update(float *p, const float *g, float *m, float *v, l
 extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                  const float *norm_dev, const unsigned long long *step_dev,
                                  const learner_hparams_t *hp_dev, cudaStream_t st) {
-  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, step_dev, hp_dev);
+  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, (float *)norm_dev, NULL,
+                                                                    step_dev, hp_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
+                                      float *norm_dev, double *scratch, const unsigned long long *step_dev,
+                                      const learner_hparams_t *hp_dev, cudaStream_t st) {
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch);
+  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, scratch,
+                                                                    step_dev, hp_dev);
   return (int)cudaGetLastError();
 }
 

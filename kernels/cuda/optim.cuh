@@ -26,6 +26,11 @@ int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n,
  * the same results, one launch. */
 int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, const float *norm_dev,
                       const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
+/* cuda_grad_norm then cuda_adamw_target in two launches (the norm's final
+ * sum done by every block of the second, the same tree): the same results. */
+int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
+                           double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
+                           cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).
  * Else the per-step rule: Polyak with hp->tau, or a copy when
  * (*step_dev + 1) % hp->target_period == 0. */

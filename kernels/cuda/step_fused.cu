@@ -534,6 +534,26 @@ __global__ void __launch_bounds__(NT) fused_forward_kernel(fwd_args_t a) {
 
 /* Per-warp shared floats of fused_loss_kernel: lt, sel [nmax Z], lps, m, pj,
  * bj, ez, g, lj [Z], q [nmax]. */
+/* A warp copies n floats from global to shared memory, 16 loads per lane in
+ * flight before the first store (a plain loop waits out one L2 round trip
+ * per iteration: the store needs the load). */
+__device__ __forceinline__ void warp_copy(float *__restrict__ dst, const float *__restrict__ src, int n) {
+  const int lane = threadIdx.x % 32;
+  for (int k0 = 0; k0 < n; k0 += 32 * 16) {
+    float t[16];
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int k = k0 + lane + 32 * u;
+      t[u] = k < n ? src[k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 16; u++) {
+      const int k = k0 + lane + 32 * u;
+      if (k < n) dst[k] = t[u];
+    }
+  }
+}
+
 __host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return 2 * nmax * Z + 7 * Z + nmax; }
 
 /* One block per sample, one warp per branch: the Double-DQN action (Q sums
@@ -552,22 +572,31 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   int *lj = (int *)(ez + Z);
   float *q = ez + 2 * Z;
   float dz = (a.vmax - a.vmin) / (float)(Z - 1);
+  /* this sample's scalars first: their L2 round trips overlap the copies'
+   * instead of each following the arithmetic before its use */
+  const int ai = a.a[i];
+  const float ri = a.r[i], donei = a.done[i], wi = a.w[i];
+  const float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
   if (d < a.D) {
     const int n = a.n[d], nz = n * Z;
     const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
     const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
     const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
-    const int ad = (a.a[i] / a.radix_after[d]) % n;
-    for (int k = lane; k < nz; k += 32) {
-      lts[k] = lt_s2[k];
-      if (a.double_dqn) sels[k] = lp_s2[k];
-    }
-    for (int z = lane; z < Z; z += 32) lps[z] = lp_s[(size_t)ad * Z + z];
+    const int ad = (ai / a.radix_after[d]) % n;
+    warp_copy(lts, lt_s2, nz);
+    if (a.double_dqn) warp_copy(sels, lp_s2, nz);
+    warp_copy(lps, lp_s + (size_t)ad * Z, Z);
     __syncwarp();
-    const float *sel = a.double_dqn ? sels : lts;
+    /* the probabilities of every (action, atom) by all 32 lanes first (in
+     * place), then each action's Q as the same serial sum over z as before:
+     * a lane per action alone computing its 51 expf was ~1/3 of the kernel */
+    float *sel = a.double_dqn ? sels : lts;
+    for (int k = lane; k < nz; k += 32) sel[k] = expf(sel[k]);
+    __syncwarp();
     for (int k = lane; k < n; k += 32) {
       float s = 0.0f;
-      for (int z = 0; z < Z; z++) s += expf(sel[k * Z + z]) * (a.vmin + dz * (float)z);
+#pragma unroll 8
+      for (int z = 0; z < Z; z++) s += sel[k * Z + z] * (a.vmin + dz * (float)z);
       q[k] = s;
     }
     __syncwarp();
@@ -575,11 +604,10 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     for (int k = 1; k < n; k++)
       if (q[k] > q[bst]) bst = k;
     if (lane == 0) a.best[(size_t)d * B + i] = bst;
-    float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
-    float disc = gamma * (1.0f - a.done[i]);
+    float disc = gamma * (1.0f - donei);
     for (int j = lane; j < Z; j += 32) {
-      pj[j] = expf(lts[bst * Z + j]);
-      lj[j] = c51_source(a.r[i], disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
+      pj[j] = a.double_dqn ? expf(lts[bst * Z + j]) : lts[bst * Z + j]; /* lts holds probabilities without */
+      lj[j] = c51_source(ri, disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
       ez[j] = expf(lps[j]);
     }
     __syncwarp();
@@ -597,14 +625,14 @@ __global__ void fused_loss_kernel(loss_args_t a) {
       msum += __shfl_xor_sync(0xffffffffu, msum, off);
     }
     __syncwarp();
-    float c = a.w[i] / ((float)B * (float)a.D);
+    float c = wi / ((float)B * (float)a.D);
     float *g = g_all + (size_t)d * Z;
     for (int z = lane; z < Z; z += 32) g[z] = c * (ez[z] * msum - m[z]);
     __syncwarp();
     float *dA = a.g2 + (size_t)i * a.O2 + Z + a.aoff[d];
-    for (int k = lane; k < nz; k += 32) {
-      int act = k / Z, z = k % Z;
-      dA[k] = (act == ad ? g[z] : 0.0f) - g[z] / (float)n;
+    for (int z = lane; z < Z; z += 32) { /* by atom, then action: no index division */
+      const float gz = g[z], gm = gz / (float)n;
+      for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? gz : 0.0f) - gm;
     }
     if (lane == 0) ce_s[d] = ce, qa_s[d] = qa;
   }
@@ -1552,7 +1580,9 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
 
 typedef struct tail_args {
   int rows, Z, O2, AW, D;
+  int stage; /* 1: each warp first copies its branch's advantages to shared memory (nmax x Z floats) */
   int n[MAXB], aoff[MAXB];
+  int nmax;
   const float *O;
   float *logp;
 } tail_args_t;
@@ -1562,30 +1592,44 @@ typedef struct tail_args {
 /* Dueling combine and log-softmax, one warp per (row, branch), from the
  * second head layers' outputs O [rows][O2] (V then every A_d) to logp
  * [rows][AW]: the same operations in the same order as dueling_tail. */
+template <int ZL> /* atoms per lane: Z <= 32 ZL */
 __global__ void fused_tail_kernel(tail_args_t a) {
-  const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  extern __shared__ float tsh[];
+  const int wib = threadIdx.x / 32, w = (int)(blockIdx.x * (blockDim.x / 32)) + wib, lane = threadIdx.x % 32;
   const int r = w / a.D, d = w % a.D;
   if (r >= a.rows) return;
   const int Z = a.Z, nd = a.n[d];
   const float *__restrict__ V = a.O + (size_t)r * a.O2;
-  const float *__restrict__ Ad = V + Z + a.aoff[d];
-  float base[TAIL_ZL];
+  const float *Ad = V + Z + a.aoff[d];
+  /* every load at once into shared memory, then the arithmetic: reading the
+   * advantages from L2 action by action put one round trip per action (two
+   * passes) on each warp's path */
+  if (a.stage) {
+    float *sa = tsh + (size_t)wib * a.nmax * Z;
+    warp_copy(sa, Ad, nd * Z);
+    Ad = sa;
+  }
+  float vz[ZL];
 #pragma unroll
-  for (int zi = 0; zi < TAIL_ZL; zi++) {
+  for (int zi = 0; zi < ZL; zi++) vz[zi] = lane + 32 * zi < Z ? V[lane + 32 * zi] : 0.0f;
+  __syncwarp();
+  float base[ZL];
+#pragma unroll
+  for (int zi = 0; zi < ZL; zi++) {
     const int z = lane + 32 * zi;
     base[zi] = 0.0f;
     if (z < Z) {
       float m = 0.0f;
       for (int k = 0; k < nd; k++) m += Ad[(size_t)k * Z + z];
-      base[zi] = V[z] - m / (float)nd;
+      base[zi] = vz[zi] - m / (float)nd;
     }
   }
   float *lp0 = a.logp + (size_t)r * a.AW + a.aoff[d];
   for (int q = 0; q < nd; q++) {
     const float *Aq = Ad + (size_t)q * Z;
-    float v[TAIL_ZL], mx = -INFINITY;
+    float v[ZL], mx = -INFINITY;
 #pragma unroll
-    for (int zi = 0; zi < TAIL_ZL; zi++) {
+    for (int zi = 0; zi < ZL; zi++) {
       const int z = lane + 32 * zi;
       v[zi] = z < Z ? Aq[z] + base[zi] : -INFINITY;
       mx = fmaxf(mx, v[zi]);
@@ -1593,12 +1637,12 @@ __global__ void fused_tail_kernel(tail_args_t a) {
     for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float s = 0.0f;
 #pragma unroll
-    for (int zi = 0; zi < TAIL_ZL; zi++)
+    for (int zi = 0; zi < ZL; zi++)
       if (lane + 32 * zi < Z) s += expf(v[zi] - mx);
     for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     const float lse = mx + logf(s);
 #pragma unroll
-    for (int zi = 0; zi < TAIL_ZL; zi++) {
+    for (int zi = 0; zi < ZL; zi++) {
       const int z = lane + 32 * zi;
       if (z < Z) lp0[(size_t)q * Z + z] = v[zi] - lse;
     }
@@ -2178,7 +2222,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   if (f->gemm && (rc = build_probs(L, f, tb, B, x)) != 0) return rc;
   if (f->gemm) {
     if ((e = cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking)) != cudaSuccess) return (int)e;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
       if ((e = cudaEventCreateWithFlags(&f->ev[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
   }
   /* batch splits for the weight gradients: enough blocks to fill the GPU at
@@ -2199,7 +2243,7 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->probs);
   cudaFree(f->gpart);
   cudaFree(f->gcnt);
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 7; i++)
     if (f->ev[i]) cudaEventDestroy(f->ev[i]);
   if (f->side) cudaStreamDestroy(f->side);
   memset(f, 0, sizeof *f);
@@ -2254,15 +2298,10 @@ static int gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, c
   return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
-                                    const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad,
-                                    cudaStream_t st) {
+extern "C" int cuda_fused_pack(const net_layout_t *L, const float *online, const float *target, int noisy,
+                               cuda_dqn_ws_t *ws, cudaStream_t st) {
   cuda_fused_t *f = &ws->fused;
-  const int B = ws->B, R = f->R;
-  int aoff[MAXB], HC, O2, KH, AW;
-  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
-  /* 1. packs (noise composed when noisy; fn pointers unused otherwise) */
-  pack_args_t pa;
+  pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
   pack_args(L, f, &pa);
   if (!noisy)
     for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
@@ -2271,7 +2310,18 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, NULL, target, ws->fn_tg, f->w_tg, NULL);
   else
     fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, ws->fn_on, f->w_on, f->t_on, target, ws->fn_tg, NULL, f->t_tg);
-  TRY(cudaGetLastError());
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
+                                    const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad,
+                                    cudaStream_t st) {
+  cuda_fused_t *f = &ws->fused;
+  const int B = ws->B, R = f->R;
+  int aoff[MAXB], HC, O2, KH, AW;
+  fused_dims(L, &HC, &O2, &KH, &AW, aoff);
+  /* 1. packs, unless the caller enqueued them ahead */
+  if (!f->prepacked) TRY(cuda_fused_pack(L, online, target, noisy, ws, st));
   /* 2. forward, three passes */
   fwd_args_t fa;
   memset(&fa, 0, sizeof fa);
@@ -2293,7 +2343,17 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
     for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = aoff[d];
     ta.O = f->O, ta.logp = f->logp;
-    fused_tail_kernel<<<(unsigned)((3 * (size_t)B * L->D + 3) / 4), 128, 0, st>>>(ta);
+    for (int d = 0; d < L->D; d++) ta.nmax = L->n[d] > ta.nmax ? L->n[d] : ta.nmax;
+    /* staged through shared memory when a warp's copy fits in 48 KB */
+    const size_t wfl = sizeof(float) * (size_t)ta.nmax * L->Z;
+    const int wpb = wfl <= 12288 ? 4 : wfl <= 49152 ? (int)(49152 / wfl) : 4;
+    ta.stage = wfl <= 49152;
+    const size_t warps = 3 * (size_t)B * L->D;
+    const dim3 tg((unsigned)((warps + wpb - 1) / wpb)), tb(32 * wpb);
+    const size_t tsm = ta.stage ? wpb * wfl : 0;
+    if (L->Z <= 64) fused_tail_kernel<2><<<tg, tb, tsm, st>>>(ta);
+    else if (L->Z <= 128) fused_tail_kernel<4><<<tg, tb, tsm, st>>>(ta);
+    else fused_tail_kernel<TAIL_ZL><<<tg, tb, tsm, st>>>(ta);
   } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);

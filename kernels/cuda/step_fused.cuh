@@ -114,7 +114,8 @@ typedef struct cuda_fused {
   /* the weight-gradient phases and the batch loss run on a second stream
    * beside the backward (forked and joined inside each step) */
   cudaStream_t side;
-  cudaEvent_t ev[5];          /* loss done, B1 done, B2 done, B3 done, side stream done */
+  cudaEvent_t ev[7];          /* loss done, B1 done, B2 done, B3 done, side stream done; step start, packs done */
+  int prepacked;              /* 1: this step's packs are already enqueued (cuda_fused_pack) */
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
