@@ -124,6 +124,7 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     CK(cudaMalloc((void **)&dnorm[k], 4));
   }
   CK(cudaMalloc((void **)&dscratch, CUDA_NORM_SCRATCH * 8));
+  CK(cudaMemset(dscratch, 0, CUDA_NORM_SCRATCH * 8));
   CK(cudaMalloc((void **)&dstep, 8));
   CK(cudaMalloc((void **)&dhp, sizeof hp));
   CK(cudaMemcpy(dhp, &hp, sizeof hp, cudaMemcpyHostToDevice));
@@ -131,8 +132,9 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     tu_fill_uniform_f32(g, n, -0.05f, 0.05f, seed, 10 + t);
     for (int k = 0; k < 2; k++) CK(cudaMemcpy(d[k][1], g, bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
+    if (t % 2) ck_assert_int_eq(cuda_adam_prep(dscratch, dstep, dhp, 0), 0); /* both ways of the prep */
     ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
-                                            dhp, 0), 0);
+                                            dhp, (int)(t % 2), 0), 0);
     ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
     ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
     CK(cudaDeviceSynchronize());

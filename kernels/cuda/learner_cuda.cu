@@ -304,6 +304,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     ALLOC(m->sum, (size_t)(2 * m->T) * 4) ALLOC(m->mn, (size_t)(2 * m->T) * 4)
   }
 #undef ALLOC
+  if (!rc && cudaMemset(m->norm_scratch, 0, CUDA_NORM_SCRATCH * 8) != cudaSuccess) rc = 1; /* its arrival counter */
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
       cuda_dqn_ws_alloc_tc(&m->ws, &m->L, (int)B, c->tensor_cores ? 1 : 0)) {
     cuda_destroy(m);
@@ -430,6 +431,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   }
   if (ahead) {
     DEV((cudaError_t)cuda_fused_pack(L, m->on, m->tg, c->noisy, ws, ns));
+    DEV((cudaError_t)cuda_adam_prep(m->norm_scratch, &m->ds->step, m->hp, ns));
     DEV(cudaEventRecord(f->ev[6], ns));
   }
   sample_gather_kernel<<<B, 64, 0, m->st>>>(m->ds, m->hp, c->seed, c->prioritized, m->sum, m->mn, m->T, m->s, m->s2,
@@ -443,7 +445,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, m->st));
+                                           &m->ds->step, m->hp, ahead, m->st));
   if (c->prioritized) {
     priorities_kernel<<<1, 1024, 0, m->st>>>(m->idx, ws->loss_i, B, m->hp, c->per_alpha, m->sum, m->mn, m->T, m->ds);
     LAUNCHED();

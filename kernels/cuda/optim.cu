@@ -13,8 +13,50 @@
 /* sum of squares in two deterministic stages: NORM_BLOCKS partial sums over a
  * fixed grid-stride partition, then one block adds them in a fixed tree */
 #define NORM_BLOCKS 128
-__global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out) {
+/* The step's AdamW scalars from the norm, the step count and the
+ * hyperparameters: clip scale, sqrt of the second bias correction, step
+ * size, decay factor, tau, eps; and the target rule (0 none, 1 Polyak, 2 copy). */
+__device__ void adam_scalars(float nrm, const unsigned long long *step, const learner_hparams_t *hp, float sc[6],
+                             int *mode) {
+  float scale = 1.0f;
+  if (hp->grad_clip > 0) {
+    double c = hp->grad_clip / ((double)nrm + 1e-6);
+    scale = c < 1 ? (float)c : 1.0f;
+  }
+  double t = (double)(*step + 1);
+  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
+  float bc1 = (float)(1.0 - pow((double)b1, t));
+  sc[0] = scale;
+  sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
+  sc[2] = hp->lr / bc1;
+  sc[3] = 1.0f - hp->lr * hp->weight_decay;
+  sc[4] = hp->tau;
+  sc[5] = hp->adam_eps;
+  *mode = hp->tau > 0 ? 1
+          : (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) ? 2
+                                                                                               : 0;
+}
+
+/* the final stage: NORM_BLOCKS threads add the partial sums in a fixed tree */
+__device__ float norm_final(const double *part_in, double *part) {
+  if (threadIdx.x < NORM_BLOCKS) part[threadIdx.x] = __ldcg(part_in + threadIdx.x);
+  __syncthreads();
+  for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  return (float)sqrt(part[0]);
+}
+
+/* fin != NULL (the training step): the last block to finish also does the
+ * final stage and the AdamW scalars, once, for adamw_target_kernel to read
+ * (fin: the arrival counter, zero between launches, then 7 floats) */
+__global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out,
+                                         unsigned *fin, float *__restrict__ norm,
+                                         const unsigned long long *__restrict__ step,
+                                         const learner_hparams_t *__restrict__ hp) {
   __shared__ double part[256];
+  __shared__ int last;
   double s = 0;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     s += (double)g[i] * g[i];
@@ -25,17 +67,43 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
     __syncthreads();
   }
   if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
+  if (!fin) return;
+  __threadfence();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(fin, 1u) == gridDim.x - 1;
+    if (last) *fin = 0; /* ready for the next launch */
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float nrm = norm_final(part_out, part);
+  if (threadIdx.x == 0) { /* the clip scale; adam_prep_kernel wrote the rest */
+    float scale = 1.0f;
+    if (hp->grad_clip > 0) {
+      double c = hp->grad_clip / ((double)nrm + 1e-6);
+      scale = c < 1 ? (float)c : 1.0f;
+    }
+    *norm = nrm;
+    ((float *)(fin + 1))[0] = scale;
+  }
+}
+
+/* the AdamW scalars that do not need the norm (two double pows: ~1/3 of
+ * the norm kernel's last block when done there), into fin's floats 1..6 */
+__global__ void adam_prep_kernel(unsigned *fin, const unsigned long long *__restrict__ step,
+                                 const learner_hparams_t *__restrict__ hp) {
+  float sc[6];
+  int mode;
+  adam_scalars(0.0f, step, hp, sc, &mode);
+  float *out = (float *)(fin + 1);
+  for (int k = 1; k < 6; k++) out[k] = sc[k];
+  out[6] = __int_as_float(mode);
 }
 
 __global__ void grad_norm_final_kernel(const double *__restrict__ part_in, float *__restrict__ out) {
   __shared__ double part[NORM_BLOCKS];
-  part[threadIdx.x] = part_in[threadIdx.x];
-  __syncthreads();
-  for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *out = (float)sqrt(part[0]);
+  const float nrm = norm_final(part_in, part);
+  if (threadIdx.x == 0) *out = nrm;
 }
 
 __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
@@ -43,16 +111,11 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
                              const unsigned long long *__restrict__ step, const learner_hparams_t *__restrict__ hp) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float scale = 1.0f;
-  if (hp->grad_clip > 0) {
-    double c = hp->grad_clip / ((double)*norm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
-  double t = (double)(*step + 1);
-  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
-  float bc1 = (float)(1.0 - pow((double)b1, t));
-  float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
-  float step_size = hp->lr / bc1, decay = 1.0f - hp->lr * hp->weight_decay;
+  float sc[6];
+  int mode;
+  adam_scalars(*norm, step, hp, sc, &mode);
+  const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, scale = sc[0], bc2_sqrt = sc[1], step_size = sc[2];
+  const float decay = sc[3];
   float gi = g[i] * scale;
   /* the CPU's expressions, with no fused multiply-adds, so the two agree */
   float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
@@ -67,48 +130,19 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
  * override) on the same element: one pass over p, g, m, v and the target.
  * The step's scalars are computed once per block, by the same expressions. */
 __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-                                    float *__restrict__ v, float *__restrict__ tg, long long n, float *__restrict__ norm,
-                                    const double *__restrict__ part_in, const unsigned long long *__restrict__ step,
+                                    float *__restrict__ v, float *__restrict__ tg, long long n,
+                                    const float *__restrict__ norm, const float *__restrict__ scal,
+                                    const unsigned long long *__restrict__ step,
                                     const learner_hparams_t *__restrict__ hp) {
   __shared__ float sc[6];
   __shared__ int mode; /* 0 none, 1 Polyak, 2 copy */
-  __shared__ double part[NORM_BLOCKS];
-  __shared__ float nrm;
-  if (part_in) {
-    /* grad_norm_final_kernel's tree in every block (the same sum, bit for
-     * bit): one launch and one kernel boundary fewer per step; block 0
-     * stores it for the statistics */
-    if (threadIdx.x < NORM_BLOCKS) part[threadIdx.x] = part_in[threadIdx.x];
-    __syncthreads();
-    for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
-      if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      nrm = (float)sqrt(part[0]);
-      if (blockIdx.x == 0) *norm = nrm;
-    }
-  } else if (threadIdx.x == 0) {
-    nrm = *norm;
-  }
   if (threadIdx.x == 0) {
-    float scale = 1.0f;
-    if (hp->grad_clip > 0) {
-      double c = hp->grad_clip / ((double)nrm + 1e-6);
-      scale = c < 1 ? (float)c : 1.0f;
+    if (scal) { /* computed once by grad_norm_partial_kernel's last block */
+      for (int k = 0; k < 6; k++) sc[k] = scal[k];
+      mode = __float_as_int(scal[6]);
+    } else {
+      adam_scalars(*norm, step, hp, sc, &mode);
     }
-    double t = (double)(*step + 1);
-    float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
-    float bc1 = (float)(1.0 - pow((double)b1, t));
-    sc[0] = scale;
-    sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
-    sc[2] = hp->lr / bc1;
-    sc[3] = 1.0f - hp->lr * hp->weight_decay;
-    sc[4] = hp->tau;
-    sc[5] = hp->adam_eps;
-    mode = hp->tau > 0 ? 1
-           : (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) ? 2
-                                                                                                : 0;
   }
   __syncthreads();
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -143,7 +177,7 @@ __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ 
 // launchers
 
 extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st) {
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch);
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL);
   grad_norm_final_kernel<<<1, NORM_BLOCKS, 0, st>>>(scratch, norm_dev);
   return (int)cudaGetLastError();
 }
@@ -158,17 +192,25 @@ extern "C" int cuda_adamw_update(float *p, const float *g, float *m, float *v, l
 extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                  const float *norm_dev, const unsigned long long *step_dev,
                                  const learner_hparams_t *hp_dev, cudaStream_t st) {
-  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, (float *)norm_dev, NULL,
-                                                                    step_dev, hp_dev);
+  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, NULL, step_dev,
+                                                                    hp_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
+                              cudaStream_t st) {
+  adam_prep_kernel<<<1, 1, 0, st>>>((unsigned *)(scratch + NORM_BLOCKS), step_dev, hp_dev);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                       float *norm_dev, double *scratch, const unsigned long long *step_dev,
-                                      const learner_hparams_t *hp_dev, cudaStream_t st) {
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch);
-  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, scratch,
-                                                                    step_dev, hp_dev);
+                                      const learner_hparams_t *hp_dev, int prepped, cudaStream_t st) {
+  unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
+  if (!prepped) adam_prep_kernel<<<1, 1, 0, st>>>(fin, step_dev, hp_dev);
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev);
+  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev,
+                                                                    (const float *)(fin + 1), step_dev, hp_dev);
   return (int)cudaGetLastError();
 }
 

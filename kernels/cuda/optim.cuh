@@ -16,8 +16,10 @@ extern "C" {
 #endif
 
 /* *norm_dev = sqrt(sum g^2): fixed partition, double accumulation, two
- * stages; scratch holds CUDA_NORM_SCRATCH doubles on the device. */
-#define CUDA_NORM_SCRATCH 128
+ * stages; scratch holds CUDA_NORM_SCRATCH doubles on the device (the
+ * partial sums, then cuda_norm_adamw_target's counter and scalars: zero it
+ * once before that function's first use). */
+#define CUDA_NORM_SCRATCH 132
 int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st);
 /* clip by *norm_dev (hp->grad_clip), then AdamW with t = *step_dev + 1. */
 int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,
@@ -27,10 +29,16 @@ int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n,
 int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, const float *norm_dev,
                       const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
 /* cuda_grad_norm then cuda_adamw_target in two launches (the norm's final
- * sum done by every block of the second, the same tree): the same results. */
+ * stage and the clip scale done once, by the last block of the first):
+ * the same results. scratch zeroed before the first call. prepped: the
+ * caller enqueued cuda_adam_prep (the scalars that need only the step count
+ * and the hyperparameters) earlier in the step, off the critical path; 0:
+ * this call enqueues it first. */
 int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
                            double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
-                           cudaStream_t st);
+                           int prepped, cudaStream_t st);
+int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
+                   cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).
  * Else the per-step rule: Polyak with hp->tau, or a copy when
  * (*step_dev + 1) % hp->target_period == 0. */
