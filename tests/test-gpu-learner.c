@@ -73,13 +73,15 @@ static void feed(learner_t *l, int n, uint64_t tag) {
   free(s), free(s2), free(r), free(a), free(d), free(u);
 }
 
-static learner_t *make(const learner_config_t *c, learner_backend_t be) {
+static learner_t *make_n(const learner_config_t *c, learner_backend_t be, int n) {
   learner_t *l;
   char err[256];
   ck_assert_msg(learner_create(c, be, &l, err, sizeof err) == 0, "%s", err);
-  feed(l, 3000, 1);
+  feed(l, n, 1);
   return l;
 }
+
+static learner_t *make(const learner_config_t *c, learner_backend_t be) { return make_n(c, be, 3000); }
 
 static double param_err(learner_t *a, learner_t *b, int which) {
   int64_t P = learner_config_num_params(learner_config(a));
@@ -156,6 +158,30 @@ END_TEST
 START_TEST(test_parity_per_noisy) { parity(0, 1, 1, 1e-3, 1e-2); }
 END_TEST
 START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-5, 1e-5); }
+END_TEST
+
+/* PER with 45 transitions and batch 37: every batch samples some leaves
+ * several times, and a leaf's new priority must be its last slot's (the
+ * CPU's rule; the GPU finds the owner with an atomic max). A wrong owner
+ * changes that leaf's priority and, through the sum tree, the next batches:
+ * every one of 30 steps is held to the first-step tolerance. */
+START_TEST(test_per_duplicates) {
+  learner_config_t c = config(1, 1, 0);
+  learner_t *cpu = make_n(&c, LEARNER_BACKEND_CPU, 45), *gpu = make_n(&c, LEARNER_BACKEND_CUDA, 45);
+  char err[256];
+  double worst = 0;
+  for (int k = 0; k < 30; k++) {
+    learner_stats_t a, b;
+    ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
+    double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= 1e-5, "step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last, b.loss_last, e);
+  }
+  printf("PER, 45 transitions, batch 37: worst step-loss rel diff %.2e over 30 steps\n", worst);
+  learner_destroy(cpu);
+  learner_destroy(gpu);
+}
 END_TEST
 
 START_TEST(test_bit_identical_and_graph) {
@@ -300,6 +326,7 @@ int main(void) {
   tcase_add_test(tc, test_parity_odd_uniform_noisy);
   tcase_add_test(tc, test_parity_per_noisy);
   tcase_add_test(tc, test_parity_odd_per);
+  tcase_add_test(tc, test_per_duplicates);
   tcase_add_test(tc, test_bit_identical_and_graph);
   tcase_add_test(tc, test_hparams_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);

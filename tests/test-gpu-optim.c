@@ -134,7 +134,7 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
     if (t % 2) ck_assert_int_eq(cuda_adam_prep(dscratch, dstep, dhp, 0), 0); /* both ways of the prep */
     ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
-                                            dhp, (int)(t % 2), 0), 0);
+                                            dhp, (int)(t % 2), NULL, 0), 0);
     ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
     ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
     CK(cudaDeviceSynchronize());

@@ -205,10 +205,15 @@ extern "C" int cuda_adam_prep(double *scratch, const unsigned long long *step_de
 
 extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                       float *norm_dev, double *scratch, const unsigned long long *step_dev,
-                                      const learner_hparams_t *hp_dev, int prepped, cudaStream_t st) {
+                                      const learner_hparams_t *hp_dev, int prepped, cudaEvent_t norm_done,
+                                      cudaStream_t st) {
   unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
   if (!prepped) adam_prep_kernel<<<1, 1, 0, st>>>(fin, step_dev, hp_dev);
   grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev);
+  if (norm_done) {
+    cudaError_t e = cudaEventRecord(norm_done, st);
+    if (e != cudaSuccess) return (int)e;
+  }
   adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev,
                                                                     (const float *)(fin + 1), step_dev, hp_dev);
   return (int)cudaGetLastError();

@@ -33,10 +33,11 @@ int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *targe
  * the same results. scratch zeroed before the first call. prepped: the
  * caller enqueued cuda_adam_prep (the scalars that need only the step count
  * and the hyperparameters) earlier in the step, off the critical path; 0:
- * this call enqueues it first. */
+ * this call enqueues it first. norm_done (may be NULL): recorded once
+ * *norm_dev is written, before the update. */
 int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
                            double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
-                           int prepped, cudaStream_t st);
+                           int prepped, cudaEvent_t norm_done, cudaStream_t st);
 int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                    cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).

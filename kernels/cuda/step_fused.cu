@@ -2396,6 +2396,9 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     }
     TRY(cudaEventRecord(f->ev[4], sd));
     TRY(cudaStreamWaitEvent(st, f->ev[4], 0));
+    /* after the join point: beside what the caller enqueues next (the
+     * optimiser); the caller joins the side stream again before its end */
+    if (f->side_hook) TRY(f->side_hook(f->side_arg, sd));
     return 0;
   }
   fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);

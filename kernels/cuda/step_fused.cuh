@@ -116,6 +116,9 @@ typedef struct cuda_fused {
   cudaStream_t side;
   cudaEvent_t ev[7];          /* loss done, B1 done, B2 done, B3 done, side stream done; step start, packs done */
   int prepacked;              /* 1: this step's packs are already enqueued (cuda_fused_pack) */
+  int (*side_hook)(void *arg, cudaStream_t side); /* when set: enqueued on the side stream at the end of the
+                                                   * loss and gradient, after its join (the caller joins again) */
+  void *side_arg;
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
