@@ -27,6 +27,7 @@
 #include "cuda_check.h"
 #include "dqn_loss.cuh"
 #include "optim.cuh"
+#include "adam_scalars.cuh"
 
 /* device-resident counters and per-call statistics */
 typedef struct dev_state {
@@ -100,9 +101,12 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
                                      int prioritized, const float *sum, const float *mn, long long T,
                                      const float *s, const float *s2, const int32_t *a, const float *r,
                                      const uint8_t *done, int B, int S, long long *idx, float *x, int32_t *ba,
-                                     float *br, float *bd, float *bw) {
+                                     float *br, float *bd, float *bw, unsigned *adam_fin) {
   int i = blockIdx.x;
   __shared__ long long j_s;
+  /* the step's norm-free AdamW scalars (two double pows), by the second
+   * warp of block 0 beside the first's sampling: off the critical path */
+  if (adam_fin && i == 0 && threadIdx.x == 32) adam_prep(adam_fin, &ds->step, hp);
   if (threadIdx.x == 0) {
     unsigned long long t = ds->step;
     long long size = ds->size;
@@ -445,11 +449,11 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   }
   if (ahead) {
     DEV((cudaError_t)cuda_fused_pack(L, m->on, m->tg, c->noisy, ws, ns));
-    DEV((cudaError_t)cuda_adam_prep(m->norm_scratch, &m->ds->step, m->hp, ns));
     DEV(cudaEventRecord(f->ev[6], ns));
   }
   sample_gather_kernel<<<B, 64, 0, m->st>>>(m->ds, m->hp, c->seed, c->prioritized, m->sum, m->mn, m->T, m->s, m->s2,
-                                            m->a, m->r, m->done, B, S, m->idx, ws->x, ws->a, ws->r, ws->done, ws->w);
+                                            m->a, m->r, m->done, B, S, m->idx, ws->x, ws->a, ws->r, ws->done, ws->w,
+                                            ahead ? (unsigned *)(m->norm_scratch + CUDA_NORM_PARTS) : NULL);
   LAUNCHED();
   if (ahead) DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
   cuda_dqn_hp_t hp = {c->hp.gamma, c->v_min, c->v_max, c->leaky_slope, c->double_dqn, &m->hp->gamma};

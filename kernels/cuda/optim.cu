@@ -7,36 +7,13 @@
 #include <math.h>
 
 #include "optim.cuh"
+#include "adam_scalars.cuh"
 
 // kernels
 
 /* sum of squares in two deterministic stages: NORM_BLOCKS partial sums over a
  * fixed grid-stride partition, then one block adds them in a fixed tree */
-#define NORM_BLOCKS 128
-/* The step's AdamW scalars from the norm, the step count and the
- * hyperparameters: clip scale, sqrt of the second bias correction, step
- * size, decay factor, tau, eps; and the target rule (0 none, 1 Polyak, 2 copy). */
-__device__ void adam_scalars(float nrm, const unsigned long long *step, const learner_hparams_t *hp, float sc[6],
-                             int *mode) {
-  float scale = 1.0f;
-  if (hp->grad_clip > 0) {
-    double c = hp->grad_clip / ((double)nrm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
-  double t = (double)(*step + 1);
-  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
-  float bc1 = (float)(1.0 - pow((double)b1, t));
-  sc[0] = scale;
-  sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
-  sc[2] = hp->lr / bc1;
-  sc[3] = 1.0f - hp->lr * hp->weight_decay;
-  sc[4] = hp->tau;
-  sc[5] = hp->adam_eps;
-  *mode = hp->tau > 0 ? 1
-          : (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) ? 2
-                                                                                               : 0;
-}
-
+#define NORM_BLOCKS CUDA_NORM_PARTS
 /* the final stage: NORM_BLOCKS threads add the partial sums in a fixed tree */
 __device__ float norm_final(const double *part_in, double *part) {
   if (threadIdx.x < NORM_BLOCKS) part[threadIdx.x] = __ldcg(part_in + threadIdx.x);
@@ -88,16 +65,10 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
   }
 }
 
-/* the AdamW scalars that do not need the norm (two double pows: ~1/3 of
- * the norm kernel's last block when done there), into fin's floats 1..6 */
+/* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
 __global__ void adam_prep_kernel(unsigned *fin, const unsigned long long *__restrict__ step,
                                  const learner_hparams_t *__restrict__ hp) {
-  float sc[6];
-  int mode;
-  adam_scalars(0.0f, step, hp, sc, &mode);
-  float *out = (float *)(fin + 1);
-  for (int k = 1; k < 6; k++) out[k] = sc[k];
-  out[6] = __int_as_float(mode);
+  adam_prep(fin, step, hp);
 }
 
 __global__ void grad_norm_final_kernel(const double *__restrict__ part_in, float *__restrict__ out) {

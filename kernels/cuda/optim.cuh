@@ -20,6 +20,7 @@ extern "C" {
  * partial sums, then cuda_norm_adamw_target's counter and scalars: zero it
  * once before that function's first use). */
 #define CUDA_NORM_SCRATCH 132
+#define CUDA_NORM_PARTS 128 /* the partial sums; then the counter and the AdamW scalars (adam_scalars.cuh) */
 int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st);
 /* clip by *norm_dev (hp->grad_clip), then AdamW with t = *step_dev + 1. */
 int cuda_adamw_update(float *p, const float *g, float *m, float *v, long long n, const float *norm_dev,

@@ -1,0 +1,48 @@
+/*
+ * adam_scalars.cuh — the training step's AdamW scalars, shared by optim.cu
+ * and the learner's sample kernel (which computes the norm-free ones beside
+ * its sampling, off the critical path). Included by .cu files only.
+ */
+#ifndef DQN_CUDA_ADAM_SCALARS_CUH
+#define DQN_CUDA_ADAM_SCALARS_CUH
+
+#include "learner.h"
+
+/* The step's AdamW scalars from the norm, the step count and the
+ * hyperparameters: clip scale, sqrt of the second bias correction, step
+ * size, decay factor, tau, eps; and the target rule (0 none, 1 Polyak, 2 copy). */
+static __device__ __forceinline__ void adam_scalars(float nrm, const unsigned long long *step,
+                                                    const learner_hparams_t *hp, float sc[6], int *mode) {
+  float scale = 1.0f;
+  if (hp->grad_clip > 0) {
+    double c = hp->grad_clip / ((double)nrm + 1e-6);
+    scale = c < 1 ? (float)c : 1.0f;
+  }
+  double t = (double)(*step + 1);
+  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
+  float bc1 = (float)(1.0 - pow((double)b1, t));
+  sc[0] = scale;
+  sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
+  sc[2] = hp->lr / bc1;
+  sc[3] = 1.0f - hp->lr * hp->weight_decay;
+  sc[4] = hp->tau;
+  sc[5] = hp->adam_eps;
+  *mode = hp->tau > 0 ? 1
+          : (hp->target_period > 0 && (*step + 1) % (unsigned long long)hp->target_period == 0) ? 2
+                                                                                               : 0;
+}
+
+/* the scalars that need only the step count and the hyperparameters, into
+ * the norm scratch's floats 1..6 after its counter (cuda_norm_adamw_target
+ * reads them; float 0, the clip scale, comes with the norm) */
+static __device__ __forceinline__ void adam_prep(unsigned *fin, const unsigned long long *step,
+                                                 const learner_hparams_t *hp) {
+  float sc[6];
+  int mode;
+  adam_scalars(0.0f, step, hp, sc, &mode);
+  float *out = (float *)(fin + 1);
+  for (int k = 1; k < 6; k++) out[k] = sc[k];
+  out[6] = __int_as_float(mode);
+}
+
+#endif

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run on the GPU machine: per-SASS-instruction warp-stall samples of one
+# launch of the kernels matching $1 (regex) at batch $2 (the ${SKIP}th
+# match), as CSV under $OUT: where a latency-bound kernel spends its cycles.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+[ -d .devcarry/bin ] || tar -C .devcarry -xJf .devcarry/bin.tar.xz
+out=${OUT:-gpu-logs}; mkdir -p "$out"
+DQN_CUDA_NO_GRAPH=1 BENCH_PROFILE_MODE=0 "$ncu" --clock-control none --cache-control none -k "regex:$1" \
+  --launch-skip ${SKIP:-20} --launch-count 1 --section SourceCounters --section WarpStateStats \
+  -f -o "$out/sass" .devcarry/bin/bench-gpu-step "$2" 3 > "$out/sass-run.log" 2>&1
+"$ncu" -i "$out/sass.ncu-rep" --page source --csv --print-source sass > "$out/sass.csv" 2>&1
+rm -f "$out/sass.ncu-rep"
+wc -l "$out/sass.csv"
