@@ -1088,38 +1088,36 @@ __device__ __forceinline__ void cp_async4z(float *dst, const float *src, int byt
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
-/* The two copy shapes every tile load is made of (one chunk of GBK k):
- * R rows contiguous along k, src[(r0 + r) ld + k0 + k] -> s[r ss + k], and
- * GBK rows of C contiguous columns, src[(k0 + k) ld + c0 + c] -> s[k ss + c];
- * zeros past rmax / cmax and kend. V16: 16-byte copies (rows 16-byte
+/* Every tile load is one shape: NR rows of NC contiguous floats,
+ * src[(row0 + r) ld + col0 + c] -> s[r ss + c], zeros past rowmax and colmax.
+ * A chunk of A or of the forward's W is GBM / GBN rows along k (cols = k,
+ * bounded by kend); the backward's W and the weight gradients' A are GBK
+ * rows of k (rows = k) along n or m. V16: 16-byte copies (rows 16-byte
  * aligned), else 4-byte ones. */
-template <int R, bool V16>
-__device__ __forceinline__ void cp_rows_k(float *__restrict__ s, int ss, const float *src, size_t ld, int r0,
-                                          int rmax, int k0, int kend) {
+template <int NR, int NC, bool V16>
+__device__ __forceinline__ void cp_tile(float *__restrict__ s, int ss, const float *src, size_t ld, int row0,
+                                        int rowmax, int col0, int colmax) {
   const int tid = threadIdx.x;
-  constexpr int W = V16 ? 4 : 1, PER = GBK / W;
+  constexpr int W = V16 ? 4 : 1, PER = NC / W;
 #pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
-  for (int l = 0; l < R * PER / GNT; l++) {
-    const int e = tid + GNT * l, r = e / PER, k = W * (e % PER);
-    const int v = r0 + r < rmax ? max(0, min(W, kend - (k0 + k))) : 0;
-    const float *p = v ? src + (size_t)(r0 + r) * ld + k0 + k : src;
-    if (V16) cp_async16z(s + r * ss + k, p, 4 * v);
-    else cp_async4z(s + r * ss + k, p, 4 * v);
+  for (int l = 0; l < NR * PER / GNT; l++) {
+    const int e = tid + GNT * l, r = e / PER, c = W * (e % PER);
+    const int v = row0 + r < rowmax ? max(0, min(W, colmax - (col0 + c))) : 0;
+    const float *p = v ? src + (size_t)(row0 + r) * ld + col0 + c : src;
+    if (V16) cp_async16z(s + r * ss + c, p, 4 * v);
+    else cp_async4z(s + r * ss + c, p, 4 * v);
   }
 }
+/* R rows along k; GBK rows of k along C columns */
+template <int R, bool V16>
+__device__ __forceinline__ void cp_rows_k(float *s, int ss, const float *src, size_t ld, int r0, int rmax, int k0,
+                                          int kend) {
+  cp_tile<R, GBK, V16>(s, ss, src, ld, r0, rmax, k0, kend);
+}
 template <int C, bool V16>
-__device__ __forceinline__ void cp_k_cols(float *__restrict__ s, int ss, const float *src, size_t ld, int c0,
-                                          int cmax, int k0, int kend) {
-  const int tid = threadIdx.x;
-  constexpr int W = V16 ? 4 : 1, PER = C / W;
-#pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
-  for (int l = 0; l < GBK * PER / GNT; l++) {
-    const int e = tid + GNT * l, k = e / PER, c = W * (e % PER);
-    const int v = k0 + k < kend ? max(0, min(W, cmax - (c0 + c))) : 0;
-    const float *p = v ? src + (size_t)(k0 + k) * ld + c0 + c : src;
-    if (V16) cp_async16z(s + k * ss + c, p, 4 * v);
-    else cp_async4z(s + k * ss + c, p, 4 * v);
-  }
+__device__ __forceinline__ void cp_k_cols(float *s, int ss, const float *src, size_t ld, int c0, int cmax, int k0,
+                                          int kend) {
+  cp_tile<GBK, C, V16>(s, ss, src, ld, k0, kend, c0, cmax);
 }
 
 /* Per-thread copy plan of the 16-byte path, fixed for a block: each thread
