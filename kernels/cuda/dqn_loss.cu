@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.h"
 #include "c51.cuh"
 #include "dqn_loss.cuh"
 
@@ -216,17 +217,11 @@ extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
   memset(ws, 0, sizeof *ws);
 }
 
-#define TRY(x)                                                                                                     \
-  do {                                                                                                             \
-    int e_ = (int)(x);                                                                                             \
-    if (e_) return e_;                                                                                             \
-  } while (0)
-
 /* Effective weights: NoisyNet layers composed into weff (params layout); the
  * other layers' slots copied, so weff is a complete plain-weight vector. */
 extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, const float *fn, float *weff,
                                       cudaStream_t st) {
-  TRY(cudaMemcpyAsync(weff, P, sizeof(float) * (size_t)L->n_params, cudaMemcpyDeviceToDevice, st));
+  CUDA_RET(cudaMemcpyAsync(weff, P, sizeof(float) * (size_t)L->n_params, cudaMemcpyDeviceToDevice, st));
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
     if (!l->noisy) continue;
@@ -234,7 +229,7 @@ extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, con
     noisy_weights_kernel<<<(n + 255) / 256, 256, 0, st>>>(P + l->off_w, P + l->off_sw, P + l->off_b, P + l->off_sb,
                                                           fn + l->noise_off, fn + l->noise_off + l->in, weff + l->off_w,
                                                           weff + l->off_b, l->in, l->out);
-    TRY(cudaGetLastError());
+    CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
@@ -244,16 +239,16 @@ extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, con
 static int linear_backward(const float *dY, const float *X, const float *W, float *dX, int dx_acc, float *dW,
                            float *db, int rows, int in, int out, float *scratch, size_t scratch_floats,
                            cudaStream_t st) {
-  TRY(cuda_gemm_split(out, in, rows, dY, 1, out, X, in, 1, dW, 0, NULL, NULL, 0.0f, scratch, scratch_floats, st));
+  CUDA_RET(cuda_gemm_split(out, in, rows, dY, 1, out, X, in, 1, dW, 0, NULL, NULL, 0.0f, scratch, scratch_floats, st));
   int S = rows >= 512 ? (rows / 256 < 16 ? rows / 256 : 16) : 1, chunk = (rows + S - 1) / S;
   dim3 cg((unsigned)((out + 127) / 128), (unsigned)S);
   colsum_kernel<<<cg, 128, 0, st>>>(dY, S > 1 ? scratch : db, rows, out, chunk);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   if (S > 1) {
     colsum_final_kernel<<<(out + 127) / 128, 128, 0, st>>>(scratch, db, S, out);
-    TRY(cudaGetLastError());
+    CUDA_RET(cudaGetLastError());
   }
-  if (dX) TRY(cuda_gemm(rows, in, out, dY, out, 1, W, in, 1, dX, dx_acc, NULL, NULL, 0.0f, st));
+  if (dX) CUDA_RET(cuda_gemm(rows, in, out, dY, out, 1, W, in, 1, dX, dx_acc, NULL, NULL, 0.0f, st));
   return 0;
 }
 
@@ -269,13 +264,13 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
   const int B = ws->B, Z = L->Z, D = L->D;
   const float *won = online, *wtg = target;
   if (noisy) {
-    TRY(cuda_effective_weights(L, online, ws->fn_on, ws->weff_on, st));
-    TRY(cuda_effective_weights(L, target, ws->fn_tg, ws->weff_tg, st));
+    CUDA_RET(cuda_effective_weights(L, online, ws->fn_on, ws->weff_on, st));
+    CUDA_RET(cuda_effective_weights(L, target, ws->fn_tg, ws->weff_tg, st));
     won = ws->weff_on;
     wtg = ws->weff_tg;
   }
-  TRY(cuda_net_forward(L, won, ws->x, 2 * B, hp->slope, hp->v_min, hp->v_max, &ws->on, st));
-  TRY(cuda_net_forward(L, wtg, ws->x + (size_t)B * L->S, B, hp->slope, hp->v_min, hp->v_max, &ws->tg, st));
+  CUDA_RET(cuda_net_forward(L, won, ws->x, 2 * B, hp->slope, hp->v_min, hp->v_max, &ws->on, st));
+  CUDA_RET(cuda_net_forward(L, wtg, ws->x + (size_t)B * L->S, B, hp->slope, hp->v_min, hp->v_max, &ws->tg, st));
 
   /* loss per branch; the dA of one branch is consumed by its backward before the next */
   float *qsum = ws->loss_i + B;
@@ -288,30 +283,30 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
                                                 D, n, Z, radix_after, hp->gamma, hp->gamma_dev, hp->v_min, hp->v_max,
                                                 hp->double_dqn,
                                                 ws->dV, ws->dA, ws->loss_i, qsum, ws->best);
-    TRY(cudaGetLastError());
+    CUDA_RET(cudaGetLastError());
     if (d + 1 < D) radix_after /= L->n[d + 1];
     if (!grad) continue;
     const net_layer_t *l1 = &L->layer[NET_BRANCH(d, 1)], *l2 = &L->layer[NET_BRANCH(d, 2)];
-    TRY(linear_backward(ws->dA, ws->on.hb[d], won + l2->off_w, ws->dhb, 0, grad + l2->off_w, grad + l2->off_b, B,
+    CUDA_RET(linear_backward(ws->dA, ws->on.hb[d], won + l2->off_w, ws->dhb, 0, grad + l2->off_w, grad + l2->off_b, B,
                         L->AH, nz, ws->splitk, ws->splitk_floats, st));
-    TRY(lrelu_back(ws->dhb, ws->on.ab[d], (size_t)B * L->AH, hp->slope, st));
-    TRY(linear_backward(ws->dhb, ws->on.h, won + l1->off_w, ws->dh, d > 0, grad + l1->off_w, grad + l1->off_b, B,
+    CUDA_RET(lrelu_back(ws->dhb, ws->on.ab[d], (size_t)B * L->AH, hp->slope, st));
+    CUDA_RET(linear_backward(ws->dhb, ws->on.h, won + l1->off_w, ws->dh, d > 0, grad + l1->off_w, grad + l1->off_b, B,
                         L->H2, L->AH, ws->splitk, ws->splitk_floats, st));
   }
   batch_loss_kernel<<<1, 32, 0, st>>>(ws->loss_i, qsum, ws->w, B, D, ws->loss, ws->q_taken);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   if (!grad) return 0;
   const net_layer_t *v1 = &L->layer[NET_VALUE1], *v2 = &L->layer[NET_VALUE2];
-  TRY(linear_backward(ws->dV, ws->on.hv, won + v2->off_w, ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B, L->VH, Z, ws->splitk, ws->splitk_floats, st));
-  TRY(lrelu_back(ws->dhv, ws->on.av, (size_t)B * L->VH, hp->slope, st));
-  TRY(linear_backward(ws->dhv, ws->on.h, won + v1->off_w, ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B, L->H2,
+  CUDA_RET(linear_backward(ws->dV, ws->on.hv, won + v2->off_w, ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B, L->VH, Z, ws->splitk, ws->splitk_floats, st));
+  CUDA_RET(lrelu_back(ws->dhv, ws->on.av, (size_t)B * L->VH, hp->slope, st));
+  CUDA_RET(linear_backward(ws->dhv, ws->on.h, won + v1->off_w, ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B, L->H2,
                       L->VH, ws->splitk, ws->splitk_floats, st));
   const net_layer_t *t1 = &L->layer[NET_TRUNK1], *t2 = &L->layer[NET_TRUNK2];
-  TRY(lrelu_back(ws->dh, ws->on.a2, (size_t)B * L->H2, hp->slope, st));
-  TRY(linear_backward(ws->dh, ws->on.h1, won + t2->off_w, ws->dh1, 0, grad + t2->off_w, grad + t2->off_b, B, L->H1,
+  CUDA_RET(lrelu_back(ws->dh, ws->on.a2, (size_t)B * L->H2, hp->slope, st));
+  CUDA_RET(linear_backward(ws->dh, ws->on.h1, won + t2->off_w, ws->dh1, 0, grad + t2->off_w, grad + t2->off_b, B, L->H1,
                       L->H2, ws->splitk, ws->splitk_floats, st));
-  TRY(lrelu_back(ws->dh1, ws->on.a1, (size_t)B * L->H1, hp->slope, st));
-  TRY(linear_backward(ws->dh1, ws->x, won + t1->off_w, NULL, 0, grad + t1->off_w, grad + t1->off_b, B, L->S, L->H1, ws->splitk, ws->splitk_floats, st));
+  CUDA_RET(lrelu_back(ws->dh1, ws->on.a1, (size_t)B * L->H1, hp->slope, st));
+  CUDA_RET(linear_backward(ws->dh1, ws->x, won + t1->off_w, NULL, 0, grad + t1->off_w, grad + t1->off_b, B, L->S, L->H1, ws->splitk, ws->splitk_floats, st));
   if (noisy)
     for (int li = 0; li < L->n_layers; li++) {
       const net_layer_t *l = &L->layer[li];
@@ -320,7 +315,7 @@ extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp
       noisy_grad_kernel<<<(n + 255) / 256, 256, 0, st>>>(grad + l->off_w, grad + l->off_b, ws->fn_on + l->noise_off,
                                                          ws->fn_on + l->noise_off + l->in, grad + l->off_sw,
                                                          grad + l->off_sb, l->in, l->out);
-      TRY(cudaGetLastError());
+      CUDA_RET(cudaGetLastError());
     }
   return 0;
 }

@@ -20,6 +20,7 @@
 
 #include <cooperative_groups.h>
 
+#include "cuda_check.h"
 #include "c51.cuh"
 #include "dqn_loss.cuh"
 #include "step_fused.cuh"
@@ -297,6 +298,20 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Output tile T (8 outputs each, never crossing a segment) of a table: its
+ * segment s, the segment's end o1, and its index within the segment. */
+__device__ __forceinline__ int tile_segment(const segtab_t &t, int T, int *s_out, int *o1_out) {
+  int s = 0, o1 = 0;
+  for (;; s++) {
+    o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
+    int nt = (o1 - t.s[s].o0 + 7) / 8;
+    if (T < nt) break;
+    T -= nt;
+  }
+  *s_out = s, *o1_out = o1;
+  return T;
+}
+
 /* seg_linear on the tensor cores for R = 16 rows: each warp owns output
  * tiles of 8 (never crossing a segment, so one tile reads one input slice)
  * and walks k in steps of 8 with mma.sync m16n8k8. TC = 1: TF32 operands
@@ -326,13 +341,8 @@ __device__ __noinline__ void seg_linear_tc(const float *__restrict__ in, float *
     int T = warp + j * nw;
     kk_[j] = 0, wq_[j] = -1;
     if (T >= ntiles) continue;
-    int s = 0, o1 = 0;
-    for (;; s++) {
-      o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
-      int nt = (o1 - t.s[s].o0 + 7) / 8;
-      if (T < nt) break;
-      T -= nt;
-    }
+    int s, o1;
+    T = tile_segment(t, T, &s, &o1);
     int ob = t.s[s].o0 + 8 * T, o = ob + g;
     kk_[j] = (t.s[s].koff << 16) | t.s[s].K;
     if (o < o1) {
@@ -407,13 +417,8 @@ __device__ __noinline__ void seg_linear_tc(const float *__restrict__ in, float *
   for (int j = 0; j < MAXT; j++) {
     int T = warp + j * nw;
     if (T >= ntiles) continue;
-    int s = 0, o1 = 0;
-    for (;; s++) {
-      o1 = s + 1 < t.n ? t.s[s + 1].o0 : t.N;
-      int nt = (o1 - t.s[s].o0 + 7) / 8;
-      if (T < nt) break;
-      T -= nt;
-    }
+    int s, o1;
+    T = tile_segment(t, T, &s, &o1);
     int ob = t.s[s].o0 + 8 * T;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -1294,7 +1299,9 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     if (bias_sums)
 #pragma unroll 8
       for (int k = 0; k < GBK; k++) bsum += a[k * GSA1 + tid];
-    if (TC == 0 && TW == 1) { /* forward: A [m][k], W [n][k], both float4 along k */
+    if (TC == 0 && TA == 0) {
+      /* A [m][k] float4 along k; W [n][k] (forward, TW 1) float4 along k or
+       * [k][n] (backward) float4 along n, both held as wv[column][k] */
 #pragma unroll 2
       for (int k = 0; k < GBK; k += 4) {
         float av[4][4], wv[4][4];
@@ -1305,29 +1312,12 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          const float4 v = *reinterpret_cast<const float4 *>(w + (tx + 16 * j) * GSA0 + k);
-          wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-          for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[j][u];
-      }
-    } else if (TC == 0 && TA == 0) {
-#pragma unroll 2
-      for (int k = 0; k < GBK; k += 4) {
-        float av[4][4], wv[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float4 v = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * GSA0 + k);
-          av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-          const float4 v = *reinterpret_cast<const float4 *>(w + (k + u) * GSW + 4 * tx);
-          wv[u][0] = v.x, wv[u][1] = v.y, wv[u][2] = v.z, wv[u][3] = v.w;
+          /* TW 1: row tx + 16 j of W (columns 16 apart spread the banks);
+           * TW 0: row k + j of W, columns 4 tx .. 4 tx + 3 */
+          const float *wr = TW ? w + (tx + 16 * j) * GSA0 + k : w + (k + j) * GSW + 4 * tx;
+          const float4 v = *reinterpret_cast<const float4 *>(wr);
+          if (TW) wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
+          else wv[0][j] = v.x, wv[1][j] = v.y, wv[2][j] = v.z, wv[3][j] = v.w;
         }
         /* k outermost: 16 independent FMAs between two on one accumulator */
 #pragma unroll
@@ -1335,7 +1325,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #pragma unroll
           for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[u][j];
+            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[j][u];
       }
     } else if (TC == 0) {
 #pragma unroll 4
@@ -2247,12 +2237,6 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   memset(f, 0, sizeof *f);
 }
 
-#define TRY(x)                                                                                                     \
-  do {                                                                                                             \
-    int e_ = (int)(x);                                                                                             \
-    if (e_) return e_;                                                                                             \
-  } while (0)
-
 /* a kernel launched as clusters of CL CTAs (the graph captures it like any launch) */
 template <typename... Args>
 static cudaError_t launch_clusters(void (*kernel)(Args...), unsigned nclusters, size_t smem, cudaStream_t st,
@@ -2319,7 +2303,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   int aoff[MAXB], HC, O2, KH, AW;
   fused_dims(L, &HC, &O2, &KH, &AW, aoff);
   /* 1. packs, unless the caller enqueued them ahead */
-  if (!f->prepacked) TRY(cuda_fused_pack(L, online, target, noisy, ws, st));
+  if (!f->prepacked) CUDA_RET(cuda_fused_pack(L, online, target, noisy, ws, st));
   /* 2. forward, three passes */
   fwd_args_t fa;
   memset(&fa, 0, sizeof fa);
@@ -2335,7 +2319,7 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   fa.nblk_on = (2 * B + R - 1) / R;
   unsigned nblk = (unsigned)(fa.nblk_on + (B + R - 1) / R);
   if (f->gemm) {
-    for (int ph = 0; ph < 4; ph++) TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
+    for (int ph = 0; ph < 4; ph++) CUDA_RET(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
     tail_args_t ta;
     memset(&ta, 0, sizeof ta);
     ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = O2, ta.AW = AW, ta.D = L->D;
@@ -2355,13 +2339,13 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   } else if (f->cluster) {
     fa.nblk_on = (2 * B + CL_R - 1) / CL_R;
     unsigned ncl = (unsigned)(fa.nblk_on + (B + CL_R - 1) / CL_R);
-    TRY(launch_clusters(fused_forward_cluster_kernel, ncl, f->smem_cfwd, st, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
+    CUDA_RET(launch_clusters(fused_forward_cluster_kernel, ncl, f->smem_cfwd, st, fa, f->cl_nA, f->cl_nB, f->cl_kcf));
   } else if (tc == 1) fused_forward_kernel<16, 1><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (tc == 3) fused_forward_kernel<16, 3><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (R == 4) fused_forward_kernel<4, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else if (R == 8) fused_forward_kernel<8, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
   else fused_forward_kernel<16, 0><<<nblk, NT, f->smem_fwd, st>>>(fa);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   /* 3. loss, all branches */
   loss_args_t la;
   memset(&la, 0, sizeof la);
@@ -2375,32 +2359,32 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   la.nmax = nmax;
   size_t lsh = sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
   fused_loss_kernel<<<B, 32 * L->D, lsh, st>>>(la);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   if (f->gemm) {
     /* the side stream: the batch loss (statistics only) and each weight-
      * gradient group as soon as the gradient it reads exists, beside the
      * backward phases (each latency-bound, leaving most of the GPU idle) */
     cudaStream_t sd = f->side;
-    TRY(cudaEventRecord(f->ev[0], st));
-    TRY(cudaStreamWaitEvent(sd, f->ev[0], 0));
+    CUDA_RET(cudaEventRecord(f->ev[0], st));
+    CUDA_RET(cudaStreamWaitEvent(sd, f->ev[0], 0));
     fused_batch_loss_kernel<<<1, 1024, 0, sd>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
-    TRY(cudaGetLastError());
-    TRY(gemm_phase(f, 7, hp->slope, grad, ws->fn_on, sd));
+    CUDA_RET(cudaGetLastError());
+    CUDA_RET(gemm_phase(f, 7, hp->slope, grad, ws->fn_on, sd));
     for (int ph = 4; ph < 7; ph++) {
-      TRY(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
-      TRY(cudaEventRecord(f->ev[ph - 3], st));
-      TRY(cudaStreamWaitEvent(sd, f->ev[ph - 3], 0));
-      TRY(gemm_phase(f, ph + 4, hp->slope, grad, ws->fn_on, sd));
+      CUDA_RET(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
+      CUDA_RET(cudaEventRecord(f->ev[ph - 3], st));
+      CUDA_RET(cudaStreamWaitEvent(sd, f->ev[ph - 3], 0));
+      CUDA_RET(gemm_phase(f, ph + 4, hp->slope, grad, ws->fn_on, sd));
     }
-    TRY(cudaEventRecord(f->ev[4], sd));
-    TRY(cudaStreamWaitEvent(st, f->ev[4], 0));
+    CUDA_RET(cudaEventRecord(f->ev[4], sd));
+    CUDA_RET(cudaStreamWaitEvent(st, f->ev[4], 0));
     /* after the join point: beside what the caller enqueues next (the
      * optimiser); the caller joins the side stream again before its end */
-    if (f->side_hook) TRY(f->side_hook(f->side_arg, sd));
+    if (f->side_hook) CUDA_RET(f->side_hook(f->side_arg, sd));
     return 0;
   }
   fused_batch_loss_kernel<<<1, 1024, 0, st>>>(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   /* 4. backward to every layer's pre-activation gradient */
   bwd_args_t ba;
   memset(&ba, 0, sizeof ba);
@@ -2412,23 +2396,23 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
   unsigned bblk = (unsigned)((B + R - 1) / R);
   if (f->cluster) {
     unsigned ncl = (unsigned)((B + CL_R - 1) / CL_R);
-    TRY(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));
+    CUDA_RET(launch_clusters(fused_backward_cluster_kernel, ncl, f->smem_cbwd, st, ba, f->cl_nA2, f->cl_kcb));
   } else if (tc == 1) fused_backward_kernel<16, 1><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (tc == 3) fused_backward_kernel<16, 3><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (R == 4) fused_backward_kernel<4, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else if (R == 8) fused_backward_kernel<8, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
   else fused_backward_kernel<16, 0><<<bblk, NT, f->smem_bwd, st>>>(ba);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   /* 5. weight, bias and sigma gradients */
   wbufs wb = {{ws->x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1}};
   const int S = f->wg_splits, chunk = (B + S - 1) / S;
   fused_wgrad_kernel<<<dim3((unsigned)f->n_tiles, (unsigned)S), 64, 0, st>>>((const wtile_t *)f->tiles, wb, B, chunk,
                                                                             ws->fn_on, grad, f->wg_part);
-  TRY(cudaGetLastError());
+  CUDA_RET(cudaGetLastError());
   if (S > 1) {
     fused_wgrad_reduce_kernel<<<(unsigned)f->n_tiles, 64, 0, st>>>((const wtile_t *)f->tiles, S, f->wg_part,
                                                                   ws->fn_on, grad);
-    TRY(cudaGetLastError());
+    CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
