@@ -111,11 +111,19 @@ static void fused_case(float clip, float tau, uint64_t seed) {
   learner_config_default(&c);
   learner_hparams_t hp = c.hp;
   hp.lr = 3e-3f, hp.grad_clip = clip, hp.weight_decay = 0.01f, hp.tau = tau, hp.target_period = 0;
-  float *d[2][5], *dnorm[2];
-  double *dscratch;
+  /* k = 0: norm + AdamW in two launches; 1: the separate launches; 2: the norm
+   * as two cuda_norm_partial launches on two streams (the layer-GEMM step's
+   * split), then AdamW */
+  float *d[3][5], *dnorm[3];
+  double *dscratch, *dscratch2;
+  cudaStream_t s1;
+  cudaEvent_t ev;
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const long long n0 = n / 7; /* part 1: [0, n0), part 0: [n0, n) */
   unsigned long long *dstep;
   learner_hparams_t *dhp;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     for (int i = 0; i < 5; i++) CK(cudaMalloc((void **)&d[k][i], bytes));
     CK(cudaMemcpy(d[k][0], p, bytes, cudaMemcpyHostToDevice));
     CK(cudaMemset(d[k][2], 0, bytes));
@@ -125,23 +133,37 @@ static void fused_case(float clip, float tau, uint64_t seed) {
   }
   CK(cudaMalloc((void **)&dscratch, CUDA_NORM_SCRATCH * 8));
   CK(cudaMemset(dscratch, 0, CUDA_NORM_SCRATCH * 8));
+  CK(cudaMalloc((void **)&dscratch2, CUDA_NORM_SCRATCH * 8));
+  CK(cudaMemset(dscratch2, 0, CUDA_NORM_SCRATCH * 8));
   CK(cudaMalloc((void **)&dstep, 8));
   CK(cudaMalloc((void **)&dhp, sizeof hp));
   CK(cudaMemcpy(dhp, &hp, sizeof hp, cudaMemcpyHostToDevice));
   for (unsigned long long t = 0; t < 4; t++) {
     tu_fill_uniform_f32(g, n, -0.05f, 0.05f, seed, 10 + t);
-    for (int k = 0; k < 2; k++) CK(cudaMemcpy(d[k][1], g, bytes, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 3; k++) CK(cudaMemcpy(d[k][1], g, bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
     if (t % 2) ck_assert_int_eq(cuda_adam_prep(dscratch, dstep, dhp, 0), 0); /* both ways of the prep */
     ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
                                             dhp, (int)(t % 2), NULL, 0), 0);
     ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
     ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
+    ck_assert_int_eq(cuda_adam_prep(dscratch2, dstep, dhp, 0), 0);
+    CK(cudaEventRecord(ev, 0));
+    CK(cudaStreamWaitEvent(s1, ev, 0));
+    ck_assert_int_eq(cuda_norm_partial(d[2][1] + n0, n - n0, dscratch2, 0, 120, dnorm[2], dstep, dhp, s1), 0);
+    ck_assert_int_eq(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 8, dnorm[2], dstep, dhp, 0), 0);
+    CK(cudaEventRecord(ev, s1));
+    CK(cudaStreamWaitEvent(0, ev, 0));
+    ck_assert_int_eq(cuda_norm_adamw_target(d[2][0], d[2][1], d[2][2], d[2][3], d[2][4], n, dnorm[2], dscratch2,
+                                            dstep, dhp, 2, NULL, 0), 0);
+    /* slots outside CUDA_NORM_PARTS are refused */
+    ck_assert_int_ne(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 9, dnorm[2], dstep, dhp, 0), 0);
     CK(cudaDeviceSynchronize());
     const double norm = grad_norm(g, n);
-    float gn[2];
-    for (int k = 0; k < 2; k++) CK(cudaMemcpy(&gn[k], dnorm[k], 4, cudaMemcpyDeviceToHost));
+    float gn[3];
+    for (int k = 0; k < 3; k++) CK(cudaMemcpy(&gn[k], dnorm[k], 4, cudaMemcpyDeviceToHost));
     ck_assert_msg(fabs(gn[0] - norm) <= 1e-6 * norm, "step %llu: norm %.9g vs CPU %.9g", t, gn[0], norm);
+    ck_assert_msg(fabs(gn[2] - norm) <= 1e-6 * norm, "step %llu: split norm %.9g vs CPU %.9g", t, gn[2], norm);
     ck_assert_msg(gn[0] == gn[1], "step %llu: fused norm %.9g vs two launches %.9g", t, gn[0], gn[1]);
     adamw_update(p, g, m, v, n, grad_clip_scale(gn[0], clip), hp.lr, hp.adam_beta1, hp.adam_beta2, hp.adam_eps,
                  hp.weight_decay, t + 1);
@@ -156,8 +178,13 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     printf("fused norm + AdamW + Polyak %g, clip %g: %s %.2e relative to the CPU\n", tau, clip, what[i], e);
     ck_assert_msg(e <= 1e-6, "%s rel err %.3g", what[i], e);
     ck_assert_msg(memcmp(h[5], h[6], bytes) == 0, "%s: fused and separate launches differ", what[i]);
+    CK(cudaMemcpy(h[7], d[2][i], bytes, cudaMemcpyDeviceToHost));
+    const double e2 = rel(h[7], h[i], n);
+    printf("  the norm split over two streams: %s %.2e relative to the CPU\n", what[i], e2);
+    ck_assert_msg(e2 <= 1e-6, "split norm: %s rel err %.3g", what[i], e2);
   }
-  for (int k = 0; k < 2; k++) {
+  cudaStreamDestroy(s1), cudaEventDestroy(ev), cudaFree(dscratch2);
+  for (int k = 0; k < 3; k++) {
     for (int i = 0; i < 5; i++) cudaFree(d[k][i]);
     cudaFree(dnorm[k]);
   }

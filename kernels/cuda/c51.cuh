@@ -24,14 +24,27 @@ __device__ __forceinline__ int c51_source(float r, float disc, float vmin, float
 /* The projected mass on atom z: every source atom's share of it, added in
  * ascending j (c51_project's order). b_j never decreases with j (disc >= 0),
  * so the atoms with l_j <= z <= u_j — the only ones adding to z — are one
- * run of j: a binary search finds its start and the walk stops at its end,
- * the same terms as a walk over every j at O(log Z + run) instead of O(Z). */
-__device__ __forceinline__ float c51_gather(int z, int Z, const int *lj, const float *pj, const float *bj) {
-  int j = 0, hi = Z;
-  while (j < hi) {
-    const int mid = (j + hi) / 2;
-    if ((lj[mid] >> 16) < z) j = mid + 1;
-    else hi = mid;
+ * run of j, starting at the first j with u_j >= z. Before clamping b_j is
+ * affine, c0 + disc j with c0 = (r + disc vmin - vmin) / dz, so for z >= 1
+ * the start is about floor((z - 1 - c0) / disc) + 1; rounding can put that a
+ * step off, and the two walks against the stored u_j (a monotone test) make
+ * it exact: the same terms as a walk over every j, without the binary search
+ * whose dependent shared loads were ~18% of the loss kernel's stall samples
+ * (kernels/dev/DEVICE_NOTES.md item 35). */
+__device__ __forceinline__ float c51_gather(int z, int Z, const int *lj, const float *pj, const float *bj, float c0,
+                                            float disc) {
+  int j = 0;
+  if (z > 0) {
+    if (disc > 0.0f) {
+      float x = ((float)(z - 1) - c0) / disc;
+      x = x < -1.0f ? -1.0f : (x > (float)Z ? (float)Z : x);
+      j = (int)floorf(x) + 1;
+      j = j < 0 ? 0 : (j > Z ? Z : j);
+    } else {
+      j = (lj[0] >> 16) >= z ? 0 : Z;
+    }
+    while (j > 0 && (lj[j - 1] >> 16) >= z) j--;
+    while (j < Z && (lj[j] >> 16) < z) j++;
   }
   float acc = 0.0f;
   for (; j < Z && (lj[j] & 0xffff) <= z; j++) {

@@ -116,7 +116,8 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
     ez[j] = expf(lp[j]);
   }
   __syncthreads();
-  for (int z = threadIdx.x; z < Z; z += blockDim.x) m[z] = c51_gather(z, Z, lj, pj, bj);
+  const float c0 = (r[i] + disc * vmin - vmin) / dz; /* b_j before clamping: c0 + disc j */
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) m[z] = c51_gather(z, Z, lj, pj, bj, c0, disc);
   __syncthreads();
   if (threadIdx.x == 0) {
     float ce = 0.0f, qa = 0.0f, msum = 0.0f;

@@ -425,6 +425,20 @@ static int priorities_hook(void *arg, cudaStream_t st) {
   return (int)cudaGetLastError();
 }
 
+/* the gradient norm in two launches (cuda_fused_t.norm_hook): part 0 over
+ * every layer but trunk-1, on the side stream once their gradients exist
+ * (beside B3), part 1 over trunk-1's, the last weight gradient, after it */
+#define NORM_T1_BLOCKS 8
+static int norm_hook(void *arg, cudaStream_t st, int part) {
+  cuda_learner_t *m = (cuda_learner_t *)arg;
+  const long long n0 = m->L.layer[1].off_w, P = m->L.n_params; /* trunk-1 is layer 0: [0, n0) */
+  if (part == 0)
+    return cuda_norm_partial(m->grad + n0, P - n0, m->norm_scratch, 0, CUDA_NORM_PARTS - NORM_T1_BLOCKS,
+                             &m->ds->grad_norm, &m->ds->step, m->hp, st);
+  return cuda_norm_partial(m->grad, n0, m->norm_scratch, CUDA_NORM_PARTS - NORM_T1_BLOCKS, NORM_T1_BLOCKS,
+                           &m->ds->grad_norm, &m->ds->step, m->hp, st);
+}
+
 /* the launches of one training step (captured once, or launched directly) */
 static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   const learner_config_t *c = &m->cfg;
@@ -461,12 +475,13 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   /* PER: the new priorities need only the per-sample losses, so on the
    * layer-GEMM path they run on the side stream beside the backward */
   f->side_hook = ahead && c->prioritized ? priorities_hook : NULL, f->side_arg = m;
+  f->norm_hook = ahead ? norm_hook : NULL;
   int rc = cuda_dqn_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
-  f->prepacked = 0, f->side_hook = NULL;
+  f->prepacked = 0, f->side_hook = NULL, f->norm_hook = NULL;
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
   long long P = L->n_params;
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, ahead, ahead ? f->ev[5] : NULL, m->st));
+                                           &m->ds->step, m->hp, ahead ? 2 : 0, ahead ? f->ev[5] : NULL, m->st));
   /* the statistics need the norm, not the update: beside AdamW */
   if (ahead) DEV(cudaStreamWaitEvent(f->side, f->ev[5], 0));
   if (c->prioritized && !ahead) DEV((cudaError_t)priorities_hook(m, m->st));

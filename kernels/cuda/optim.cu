@@ -28,10 +28,13 @@ __device__ float norm_final(const double *part_in, double *part) {
 /* fin != NULL (the training step): the last block to finish also does the
  * final stage and the AdamW scalars, once, for adamw_target_kernel to read
  * (fin: the arrival counter, zero between launches, then 7 floats) */
+/* slot0, total: this launch's blocks write partial sums slot0.. and the last
+ * of `total` blocks (over every launch of the step: cuda_norm_partial) does
+ * the final stage */
 __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out,
                                          unsigned *fin, float *__restrict__ norm,
                                          const unsigned long long *__restrict__ step,
-                                         const learner_hparams_t *__restrict__ hp) {
+                                         const learner_hparams_t *__restrict__ hp, int slot0, unsigned total) {
   __shared__ double part[256];
   __shared__ int last;
   double s = 0;
@@ -43,11 +46,11 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
     if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
     __syncthreads();
   }
-  if (threadIdx.x == 0) part_out[blockIdx.x] = part[0];
+  if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = part[0];
   if (!fin) return;
   __threadfence();
   if (threadIdx.x == 0) {
-    last = atomicAdd(fin, 1u) == gridDim.x - 1;
+    last = atomicAdd(fin, 1u) == total - 1;
     if (last) *fin = 0; /* ready for the next launch */
   }
   __syncthreads();
@@ -148,7 +151,7 @@ __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ 
 // launchers
 
 extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st) {
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL);
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL, 0, NORM_BLOCKS);
   grad_norm_final_kernel<<<1, NORM_BLOCKS, 0, st>>>(scratch, norm_dev);
   return (int)cudaGetLastError();
 }
@@ -180,13 +183,23 @@ extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float 
                                       cudaStream_t st) {
   unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
   if (!prepped) adam_prep_kernel<<<1, 1, 0, st>>>(fin, step_dev, hp_dev);
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev);
+  if (prepped != 2)
+    grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev, 0,
+                                                          NORM_BLOCKS);
   if (norm_done) {
     cudaError_t e = cudaEventRecord(norm_done, st);
     if (e != cudaSuccess) return (int)e;
   }
   adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev,
                                                                     (const float *)(fin + 1), step_dev, hp_dev);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_norm_partial(const float *g, long long n, double *scratch, int slot0, int nblk, float *norm_dev,
+                                 const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st) {
+  if (slot0 < 0 || nblk < 1 || slot0 + nblk > NORM_BLOCKS) return (int)cudaErrorInvalidValue;
+  grad_norm_partial_kernel<<<nblk, 256, 0, st>>>(g, n, scratch, (unsigned *)(scratch + NORM_BLOCKS), norm_dev,
+                                                 step_dev, hp_dev, slot0, NORM_BLOCKS);
   return (int)cudaGetLastError();
 }
 

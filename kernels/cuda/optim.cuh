@@ -34,11 +34,21 @@ int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *targe
  * the same results. scratch zeroed before the first call. prepped: the
  * caller enqueued cuda_adam_prep (the scalars that need only the step count
  * and the hyperparameters) earlier in the step, off the critical path; 0:
- * this call enqueues it first. norm_done (may be NULL): recorded once
- * *norm_dev is written, before the update. */
+ * this call enqueues it first; 2: as 1, and the norm too, as launches of
+ * cuda_norm_partial that cover every gradient and all CUDA_NORM_PARTS slots,
+ * ordered before this call. norm_done (may be NULL): recorded once *norm_dev
+ * is written, before the update. */
 int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
                            double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                            int prepped, cudaEvent_t norm_done, cudaStream_t st);
+/* one launch of the norm's partial sums: g[0, n) over nblk blocks written to
+ * slots slot0 .. slot0 + nblk - 1 of the CUDA_NORM_PARTS; the last block of
+ * the launches that fill all the slots (on any streams) does the final stage
+ * and the clip scale, as cuda_norm_adamw_target's norm launch does. The
+ * slots' sum is fixed by the partition, so the norm does not depend on
+ * which launch finishes first. */
+int cuda_norm_partial(const float *g, long long n, double *scratch, int slot0, int nblk, float *norm_dev,
+                      const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st);
 int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                    cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).

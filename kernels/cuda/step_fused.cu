@@ -588,9 +588,17 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
     const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
     const int ad = (ai / a.radix_after[d]) % n;
-    warp_copy(lts, lt_s2, nz);
-    if (a.double_dqn) warp_copy(sels, lp_s2, nz);
-    warp_copy(lps, lp_s + (size_t)ad * Z, Z);
+    /* the three rows' copies all in flight at once (cp.async, one wait):
+     * copied one after another they waited out three L2 round trips */
+    {
+      const float *lp_a = lp_s + (size_t)ad * Z;
+      for (int k = lane; k < nz; k += 32) cp_async4(lts + k, lt_s2 + k);
+      if (a.double_dqn)
+        for (int k = lane; k < nz; k += 32) cp_async4(sels + k, lp_s2 + k);
+      for (int k = lane; k < Z; k += 32) cp_async4(lps + k, lp_a + k);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
     __syncwarp();
     /* the probabilities of every (action, atom) by all 32 lanes first (in
      * place), then each action's Q as the same serial sum over z as before:
@@ -617,8 +625,9 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     }
     __syncwarp();
     float ce = 0.0f, qa = 0.0f, msum = 0.0f;
+    const float c0 = (ri + disc * a.vmin - a.vmin) / dz; /* b_j before clamping: c0 + disc j */
     for (int z = lane; z < Z; z += 32) {
-      const float acc = c51_gather(z, Z, lj, pj, bj);
+      const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
       m[z] = acc;
       ce -= acc * lps[z];
       qa += ez[z] * (a.vmin + dz * (float)z);
@@ -1385,37 +1394,59 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   if (g.splits > 1) {
     /* split-K: store this part; the tile's last part to arrive adds them all
      * in split order (its own read back too, so the order never varies) */
+    /* a part is private to this tile: thread tid's 16 sums at 16 tid, in its
+     * own element order (4 float4 stores and, per part, 4 float4 loads:
+     * what was 16 scalar ones with their address arithmetic) */
     float *pp = part + ((size_t)g.poff + (size_t)tile * g.splits + split) * GPART;
 #pragma unroll
-    for (int e = 0; e < 16; e++) {
-      int ml, nl;
-      g_elem<TC, TW>(e, ml, nl);
-      pp[ml * GBN + nl] = acc[e];
-    }
+    for (int e = 0; e < 16; e += 4)
+      *reinterpret_cast<float4 *>(pp + 16 * tid + e) = make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
     if (bias_sums) pp[GBM * GBN + tid] = bsum;
-    __threadfence();
+    /* the release: the block's stores ordered before thread 0's fence by the
+     * barrier (fences are cumulative: CUTLASS's semaphore pattern), one
+     * fence per block instead of one per thread (the membar stalls) */
     __syncthreads();
     if (tid == 0) {
+      __threadfence();
       const int old = atomicAdd(cnt + g.cnt0 + tile, 1);
       last = old == g.splits - 1;
-      if (last) cnt[g.cnt0 + tile] = 0; /* ready for the next launch */
+      if (last) {
+        cnt[g.cnt0 + tile] = 0; /* ready for the next launch */
+        __threadfence();        /* the acquire, passed on by the barrier */
+      }
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     const float *pt = part + ((size_t)g.poff + (size_t)tile * g.splits) * GPART;
 #pragma unroll
     for (int e = 0; e < 16; e++) acc[e] = 0.0f;
     bsum = 0.0f;
-    for (int s2 = 0; s2 < g.splits; s2++) {
-      const float *ps = pt + (size_t)s2 * GPART;
+    /* GPB parts' loads in flight before their adds (a loop over the parts
+     * waited out one L2 round trip per part); the adds stay in split order.
+     * Two, not four: four held 64 more registers and halved the blocks per
+     * SM (DEVICE_NOTES.md item 40) */
+    constexpr int GPB = TC ? 1 : 4; /* the mma variants: 1 kept them under 128 registers */
+#pragma unroll 1
+    for (int s0 = 0; s0 < g.splits; s0 += GPB) {
+      float t[GPB][16], tb[GPB];
 #pragma unroll
-      for (int e = 0; e < 16; e++) {
-        int ml, nl;
-        g_elem<TC, TW>(e, ml, nl);
-        acc[e] += __ldcg(ps + ml * GBN + nl);
+      for (int q = 0; q < GPB; q++) {
+        const float *ps = pt + (size_t)(s0 + q) * GPART;
+        const bool in = s0 + q < g.splits;
+#pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const float4 v = in ? __ldcg(reinterpret_cast<const float4 *>(ps + 16 * tid + e)) : make_float4(0, 0, 0, 0);
+          t[q][e] = v.x, t[q][e + 1] = v.y, t[q][e + 2] = v.z, t[q][e + 3] = v.w;
+        }
+        tb[q] = bias_sums && in ? __ldcg(ps + GBM * GBN + tid) : 0.0f;
       }
-      if (bias_sums) bsum += __ldcg(ps + GBM * GBN + tid);
+#pragma unroll
+      for (int q = 0; q < GPB; q++) {
+        if (s0 + q >= g.splits) break;
+#pragma unroll
+        for (int e = 0; e < 16; e++) acc[e] += t[q][e];
+        bsum += tb[q];
+      }
     }
   }
   if (TA == 0) {
@@ -1928,13 +1959,18 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int *block
     *blocks = blk, *ntiles = 0, *part_floats = 0;
     return;
   }
-  const int want = (2 * nsm + tiles - 1) / tiles;
+  /* split-K target: about `occ` blocks per SM over the phase, each part
+   * `minch` k chunks at least (DQN_CUDA_GEMM_OCC / DQN_CUDA_GEMM_MINCH:
+   * kernels/dev sweeps; defaults measured in DEVICE_NOTES.md item 40) */
+  const char *oe = getenv("DQN_CUDA_GEMM_OCC"), *ce = getenv("DQN_CUDA_GEMM_MINCH");
+  const int occ = oe && atoi(oe) > 0 ? atoi(oe) : 2, minch = ce && atoi(ce) > 0 ? atoi(ce) : 2;
+  const int want = (occ * nsm + tiles - 1) / tiles;
   int blk = 0, cnt = 0;
   size_t pf = 0;
   for (int i = p0; i < p1; i++) {
     gprob_t *g = &pr[i];
     int sp = want;
-    const int kmax = g->K / (2 * GBK); /* two chunks per part at least */
+    const int kmax = g->K / (minch * GBK); /* minch chunks per part at least */
     if (sp > kmax) sp = kmax;
     if (g->K > 512 * sp) sp = (g->K + 511) / 512;
     if (sp < 1) sp = 1;
@@ -1980,8 +2016,8 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
   fw[1].s[0].woff = f->pw.t2, fw[1].s[0].ldw = H1;
   fw[2].s[0].woff = f->pw.hc1, fw[2].s[0].ldw = H2;
   for (int q = 0; q < fw[3].n; q++) fw[3].s[q].woff = tb[4].s[q].woff, fw[3].s[q].ldw = tb[4].s[q].ldw;
-  size_t part_side = 0;
-  int cnt_side = 0;
+  size_t part_side = 0, part_t1 = 0;
+  int cnt_side = 0, cnt_t1 = 0;
   for (int ph = 0; ph < GEMM_PHASES; ph++) {
     const int p0 = np;
     for (int net = 0; ph < 4 && net < 2; net++) {
@@ -2032,20 +2068,26 @@ static int build_probs(const net_layout_t *L, cuda_fused_t *f, const segtab_t *t
     f->ph[ph][0] = p0, f->ph[ph][1] = np - p0, f->ph_blocks[ph] = blocks;
     for (int i = p0; i < np; i++) f->ph_blk0[ph][i - p0] = pr[i].blk0;
     /* split-K scratch: the main stream's phases (0..6) run one after
-     * another and share one region; the weight-gradient phases (7..10, one
-     * after another on the side stream) run beside them: a second region */
+     * another and share one region; the weight-gradient groups 7..9 (one
+     * after another on the side stream) run beside them: a second region;
+     * group 10 (trunk-1) runs on either stream (after B3 on the main one
+     * with a norm_hook), so beside group 9 possibly: a third */
     if (ph < 7) {
       part = pf > part ? pf : part;
       cnt = tiles > cnt ? tiles : cnt;
-    } else {
+    } else if (ph < 10) {
       part_side = pf > part_side ? pf : part_side;
       cnt_side = tiles > cnt_side ? tiles : cnt_side;
+    } else {
+      part_t1 = pf, cnt_t1 = tiles;
     }
   }
   for (int ph = 7; ph < GEMM_PHASES; ph++)
-    for (int i = f->ph[ph][0]; i < f->ph[ph][0] + f->ph[ph][1]; i++)
+    for (int i = f->ph[ph][0]; i < f->ph[ph][0] + f->ph[ph][1]; i++) {
       pr[i].poff += (long long)(part / GPART), pr[i].cnt0 += cnt;
-  part += part_side, cnt += cnt_side;
+      if (ph == 10) pr[i].poff += (long long)(part_side / GPART), pr[i].cnt0 += cnt_side;
+    }
+  part += part_side + part_t1, cnt += cnt_side + cnt_t1;
   cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
   if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
   if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
@@ -2372,6 +2414,16 @@ extern "C" int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *
     CUDA_RET(gemm_phase(f, 7, hp->slope, grad, ws->fn_on, sd));
     for (int ph = 4; ph < 7; ph++) {
       CUDA_RET(gemm_phase(f, ph, hp->slope, grad, ws->fn_on, st));
+      if (ph == 6 && f->norm_hook) {
+        /* the norm in two parts: the other layers' on the side stream
+         * beside B3, after their gradients; trunk-1's weight gradient right
+         * after B3 on this stream, then its part of the norm (the norm
+         * launch that followed the join was ~5 µs on the critical path) */
+        CUDA_RET(f->norm_hook(f->side_arg, sd, 0));
+        CUDA_RET(gemm_phase(f, 10, hp->slope, grad, ws->fn_on, st));
+        CUDA_RET(f->norm_hook(f->side_arg, st, 1));
+        break;
+      }
       CUDA_RET(cudaEventRecord(f->ev[ph - 3], st));
       CUDA_RET(cudaStreamWaitEvent(sd, f->ev[ph - 3], 0));
       CUDA_RET(gemm_phase(f, ph + 4, hp->slope, grad, ws->fn_on, sd));

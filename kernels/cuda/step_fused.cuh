@@ -119,6 +119,11 @@ typedef struct cuda_fused {
   int (*side_hook)(void *arg, cudaStream_t side); /* when set: enqueued on the side stream at the end of the
                                                    * loss and gradient, after its join (the caller joins again) */
   void *side_arg;
+  /* when set (layer-GEMM path): enqueues the gradient norm's part 0 (every
+   * layer's but trunk-1's) or part 1 (trunk-1's) on the given stream; called
+   * with side_arg once those gradients are ordered before it, so the caller's
+   * optimiser skips its own norm launch */
+  int (*norm_hook)(void *arg, cudaStream_t st, int part);
 } cuda_fused_t;
 
 /* Sets up the fused path for batch B (f->ok = 0 when shapes do not fit:
