@@ -123,6 +123,10 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
     ck_assert_msg(isfinite(b.loss_last), "step %d: GPU loss not finite", k);
     /* the first step starts from identical weights and batch: kernel parity */
     double tol = k == 0 ? 1e-5 : tol_step;
+    if (k == 0) { /* the gradient norm (on the layer-GEMM path: two launches and the trunk-1 tiles) */
+      double en = fabs((double)a.grad_norm_last - b.grad_norm_last) / fabs((double)a.grad_norm_last);
+      ck_assert_msg(en <= 1e-5, "step 0: grad norm cpu %.8g gpu %.8g", a.grad_norm_last, b.grad_norm_last);
+    }
     /* PER samples through a sum tree: a priority that differs in its last
      * bits from the CPU's can move a sample across a tree boundary; from then
      * on the two learners train on different batches (measured: the ref
@@ -225,6 +229,9 @@ START_TEST(test_large_batch) {
     worst = e > worst ? e : worst;
     ck_assert_msg(e <= (k ? 1e-4 : 1e-5), "batch 2048 step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last,
                   b.loss_last, e);
+    double en = fabs((double)a.grad_norm_last - b.grad_norm_last) / fabs((double)a.grad_norm_last);
+    ck_assert_msg(en <= (k ? 1e-3 : 1e-5), "batch 2048 step %d: grad norm cpu %.8g gpu %.8g", k, a.grad_norm_last,
+                  b.grad_norm_last);
   }
   learner_stats_t s;
   ck_assert_int_eq(learner_step(gpu, 24, &s, err, sizeof err), 0);

@@ -12,60 +12,83 @@
 // kernels
 
 /* sum of squares in two deterministic stages: NORM_BLOCKS partial sums over a
- * fixed grid-stride partition, then one block adds them in a fixed tree */
+ * fixed grid-stride partition, then one block adds them in a fixed order */
 #define NORM_BLOCKS CUDA_NORM_PARTS
-/* the final stage: NORM_BLOCKS threads add the partial sums in a fixed tree */
-__device__ float norm_final(const double *part_in, double *part) {
-  if (threadIdx.x < NORM_BLOCKS) part[threadIdx.x] = __ldcg(part_in + threadIdx.x);
+
+/* the block's sum in thread 0: a shuffle tree per warp, then the warps' sums
+ * in warp order (fixed, so deterministic; one barrier where a shared-memory
+ * tree took eight). wsum: 32 doubles of shared memory. Every thread of the
+ * block calls it. */
+static __device__ __forceinline__ double block_sum(double s, double *wsum) {
+  for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (threadIdx.x % 32 == 0) wsum[threadIdx.x / 32] = s;
   __syncthreads();
-  for (int h = NORM_BLOCKS / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
-    __syncthreads();
-  }
-  return (float)sqrt(part[0]);
+  double t = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < (int)(blockDim.x + 31) / 32; w++) t += wsum[w];
+  return t;
 }
 
-/* fin != NULL (the training step): the last block to finish also does the
- * final stage and the AdamW scalars, once, for adamw_target_kernel to read
- * (fin: the arrival counter, zero between launches, then 7 floats) */
-/* slot0, total: this launch's blocks write partial sums slot0.. and the last
- * of `total` blocks (over every launch of the step: cuda_norm_partial) does
- * the final stage */
-__global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out,
-                                         unsigned *fin, float *__restrict__ norm,
-                                         const unsigned long long *__restrict__ step,
-                                         const learner_hparams_t *__restrict__ hp, int slot0, unsigned total) {
-  __shared__ double part[256];
-  __shared__ int last;
-  double s = 0;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    s += (double)g[i] * g[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = part[0];
-  if (!fin) return;
-  __threadfence();
+/* nparts partial sums added by block_sum (a block of nparts threads at
+ * least): the norm, in thread 0 */
+static __device__ __forceinline__ float norm_of_parts(const double *part, int nparts, double *wsum) {
+  const double v = (int)threadIdx.x < nparts ? __ldcg(part + threadIdx.x) : 0.0;
+  return (float)sqrt(block_sum(v, wsum));
+}
+
+/* A block's partial sum s (in thread 0) stored at part[slot]; the last of
+ * `total` arrivals on *fin (over every launch of the step) adds all `total`
+ * slots, writes the norm and, at fin + 1, the clip scale, and zeroes *fin
+ * for the next step. Every thread of the block calls it. */
+static __device__ __forceinline__ void norm_arrive(double s, double *part, int slot, unsigned *fin, unsigned total,
+                                                   float *norm, float grad_clip, double *wsum, int *last) {
   if (threadIdx.x == 0) {
-    last = atomicAdd(fin, 1u) == total - 1;
-    if (last) *fin = 0; /* ready for the next launch */
+    part[slot] = s;
+    __threadfence(); /* the release of this block's partial sum */
+    *last = atomicAdd(fin, 1u) == total - 1;
+    if (*last) {
+      *fin = 0;        /* ready for the next step */
+      __threadfence(); /* the acquire of the others' */
+    }
   }
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float nrm = norm_final(part_out, part);
-  if (threadIdx.x == 0) { /* the clip scale; adam_prep_kernel wrote the rest */
+  if (!*last) return;
+  const float nrm = norm_of_parts(part, (int)total, wsum);
+  if (threadIdx.x == 0) {
     float scale = 1.0f;
-    if (hp->grad_clip > 0) {
-      double c = hp->grad_clip / ((double)nrm + 1e-6);
+    if (grad_clip > 0) {
+      double c = grad_clip / ((double)nrm + 1e-6);
       scale = c < 1 ? (float)c : 1.0f;
     }
     *norm = nrm;
     ((float *)(fin + 1))[0] = scale;
   }
+}
+
+/* the final stage: the NORM_BLOCKS partial sums */
+__device__ float norm_final(const double *part_in, double *wsum) { return norm_of_parts(part_in, NORM_BLOCKS, wsum); }
+
+/* fin != NULL (the training step): the last of `total` blocks (this launch's
+ * and, on the layer-GEMM path, the other cuda_norm_partial launch's of the
+ * same step) also does the final stage and the clip scale, once, for
+ * adamw_target_kernel to read (fin: the arrival counter, zero between steps,
+ * then 7 floats). This launch's partial sums go to slots slot0 ..
+ * slot0 + gridDim.x - 1. */
+__global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out,
+                                         unsigned *fin, float *__restrict__ norm,
+                                         const unsigned long long *__restrict__ step,
+                                         const learner_hparams_t *__restrict__ hp, int slot0, unsigned total) {
+  __shared__ double wsum[32];
+  __shared__ int last;
+  double s = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    s += (double)g[i] * g[i];
+  s = block_sum(s, wsum);
+  if (!fin) {
+    if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = s;
+    return;
+  }
+  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, wsum, &last);
 }
 
 /* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
@@ -75,8 +98,8 @@ __global__ void adam_prep_kernel(unsigned *fin, const unsigned long long *__rest
 }
 
 __global__ void grad_norm_final_kernel(const double *__restrict__ part_in, float *__restrict__ out) {
-  __shared__ double part[NORM_BLOCKS];
-  const float nrm = norm_final(part_in, part);
+  __shared__ double wsum[32];
+  const float nrm = norm_final(part_in, wsum);
   if (threadIdx.x == 0) *out = nrm;
 }
 
