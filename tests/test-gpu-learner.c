@@ -107,19 +107,24 @@ static int params_identical(learner_t *a, learner_t *b) {
   return same;
 }
 
+/* one step of each learner; the relative difference of their losses */
+static double step_both(learner_t *cpu, learner_t *gpu, learner_stats_t *a, learner_stats_t *b) {
+  char err[256];
+  ck_assert_msg(learner_step(cpu, 1, a, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_step(gpu, 1, b, err, sizeof err) == 0, "%s", err);
+  return fabs((double)a->loss_last - b->loss_last) / fabs((double)a->loss_last);
+}
+
 static void parity(int odd, int per, int noisy, double tol_step, double tol_params) {
   learner_config_t c = config(odd, per, noisy);
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
   ck_assert_msg(param_err(cpu, gpu, 0) == 0, "initial weights differ");
-  char err[256];
   double worst = 0;
   int diverged = -1; /* PER: the step at which the two replays stopped sampling alike */
   for (int k = 0; k < 100; k++) {
     learner_stats_t a, b;
-    ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
+    double e = step_both(cpu, gpu, &a, &b);
     if (k == 50) feed(cpu, 500, 2), feed(gpu, 500, 2); /* submit between steps, graph kept */
-    double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
     ck_assert_msg(isfinite(b.loss_last), "step %d: GPU loss not finite", k);
     /* the first step starts from identical weights and batch: kernel parity */
     double tol = k == 0 ? 1e-5 : tol_step;
@@ -172,13 +177,10 @@ END_TEST
 START_TEST(test_per_duplicates) {
   learner_config_t c = config(1, 1, 0);
   learner_t *cpu = make_n(&c, LEARNER_BACKEND_CPU, 45), *gpu = make_n(&c, LEARNER_BACKEND_CUDA, 45);
-  char err[256];
   double worst = 0;
   for (int k = 0; k < 30; k++) {
     learner_stats_t a, b;
-    ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
-    double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
+    double e = step_both(cpu, gpu, &a, &b);
     worst = e > worst ? e : worst;
     ck_assert_msg(e <= 1e-5, "step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last, b.loss_last, e);
   }
@@ -223,9 +225,7 @@ START_TEST(test_large_batch) {
   double worst = 0;
   for (int k = 0; k < 6; k++) {
     learner_stats_t a, b;
-    ck_assert_msg(learner_step(cpu, 1, &a, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(learner_step(gpu, 1, &b, err, sizeof err) == 0, "%s", err);
-    double e = fabs((double)a.loss_last - b.loss_last) / fabs((double)a.loss_last);
+    double e = step_both(cpu, gpu, &a, &b);
     worst = e > worst ? e : worst;
     ck_assert_msg(e <= (k ? 1e-4 : 1e-5), "batch 2048 step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last,
                   b.loss_last, e);

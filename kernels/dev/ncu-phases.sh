@@ -3,6 +3,9 @@
 # B1..B3, the weight-gradient groups; un-captured) at batch $1, each with its
 # time, grid, registers, active cycles, FMA-pipe and shared-memory wavefront
 # counts and the top stall reasons: where a phase's time goes (issue 5).
+# Any other kernels: KREGEX=regex COUNT=n SKIP=m (the launches matched are
+# counted from the first of the bench's 5 steps; e.g. KREGEX=fused_loss
+# COUNT=1 SKIP=2 for one loss launch).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
