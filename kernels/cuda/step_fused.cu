@@ -1393,10 +1393,10 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   cp_async_wait<0>();
   if (g.splits > 1) {
     /* split-K: store this part; the tile's last part to arrive adds them all
-     * in split order (its own read back too, so the order never varies) */
-    /* a part is private to this tile: thread tid's 16 sums at 16 tid, in its
-     * own element order (4 float4 stores and, per part, 4 float4 loads:
-     * what was 16 scalar ones with their address arithmetic) */
+     * in split order (its own read back too, so the order never varies). A
+     * part is private to its tile: thread tid's 16 sums at 16 tid, in its own
+     * element order (4 float4 stores and, per part, 4 float4 loads: what
+     * were 16 scalar ones with their address arithmetic) */
     float *pp = part + ((size_t)g.poff + (size_t)tile * g.splits + split) * GPART;
 #pragma unroll
     for (int e = 0; e < 16; e += 4)
@@ -1423,9 +1423,10 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     bsum = 0.0f;
     /* GPB parts' loads in flight before their adds (a loop over the parts
      * waited out one L2 round trip per part); the adds stay in split order.
-     * Two, not four: four held 64 more registers and halved the blocks per
-     * SM (DEVICE_NOTES.md item 40) */
-    constexpr int GPB = TC ? 1 : 4; /* the mma variants: 1 kept them under 128 registers */
+     * FFMA: four (as float4, the loop not unrolled, within 128 registers;
+     * four parts of scalar loads took 168-251 and halved the blocks per SM:
+     * DEVICE_NOTES.md item 41); the mma variants one (more put them above 128) */
+    constexpr int GPB = TC ? 1 : 4;
 #pragma unroll 1
     for (int s0 = 0; s0 < g.splits; s0 += GPB) {
       float t[GPB][16], tb[GPB];
