@@ -89,10 +89,8 @@ static int wait_exit(pid_t pid, int seconds) {
 }
 
 static int stop_daemon(daemon_t *d, int sig) {
-  int st = 0;
   kill(d->pid, sig);
-  waitpid(d->pid, &st, 0);
-  return st;
+  return wait_exit(d->pid, 60);
 }
 
 static void rm_rf(const char *dir) {

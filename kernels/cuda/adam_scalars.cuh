@@ -8,16 +8,21 @@
 
 #include "learner.h"
 
+/* the gradient's scale for a norm: grad_clip / (norm + 1e-6) when that is
+ * below 1 and clipping is on (grad_clip > 0), else 1 (kernels/cpu/optim.c's
+ * grad_clip_scale) */
+static __device__ __forceinline__ float clip_scale(float nrm, float grad_clip) {
+  if (!(grad_clip > 0)) return 1.0f;
+  double c = grad_clip / ((double)nrm + 1e-6);
+  return c < 1 ? (float)c : 1.0f;
+}
+
 /* The step's AdamW scalars from the norm, the step count and the
  * hyperparameters: clip scale, sqrt of the second bias correction, step
  * size, decay factor, tau, eps; and the target rule (0 none, 1 Polyak, 2 copy). */
 static __device__ __forceinline__ void adam_scalars(float nrm, const unsigned long long *step,
                                                     const learner_hparams_t *hp, float sc[6], int *mode) {
-  float scale = 1.0f;
-  if (hp->grad_clip > 0) {
-    double c = hp->grad_clip / ((double)nrm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
+  const float scale = clip_scale(nrm, hp->grad_clip);
   double t = (double)(*step + 1);
   float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
   float bc1 = (float)(1.0 - pow((double)b1, t));

@@ -55,13 +55,8 @@ static __device__ __forceinline__ void norm_arrive(double s, double *part, int s
   if (!*last) return;
   const float nrm = norm_of_parts(part, (int)total, wsum);
   if (threadIdx.x == 0) {
-    float scale = 1.0f;
-    if (grad_clip > 0) {
-      double c = grad_clip / ((double)nrm + 1e-6);
-      scale = c < 1 ? (float)c : 1.0f;
-    }
     *norm = nrm;
-    ((float *)(fin + 1))[0] = scale;
+    ((float *)(fin + 1))[0] = clip_scale(nrm, grad_clip);
   }
 }
 

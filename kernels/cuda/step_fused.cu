@@ -1271,9 +1271,6 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
     cp_async_commit();
   }
-  /* the epilogue's bias and mask loads issued now, so their L2 round trip
-   * overlaps the first chunks' instead of following the last one (they do
-   * not depend on this launch's results) */
   /* the epilogue's operands (the forward's bias, the backward's LeakyReLU
    * mask: build_probs checks that no phase has the other) loaded now, so
    * their L2 round trip overlaps the first chunks' instead of following the

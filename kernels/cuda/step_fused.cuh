@@ -15,8 +15,10 @@
  *            projection, cross-entropy, dlogits (dV and every dA_d)
  *   B1..B3   input gradients through head 2, head 1 and trunk 2
  *            (pre-activation gradients kept)
- *   wgrad    every weight, bias and NoisyNet sigma gradient in one launch:
- *            the same GEMM kernel with A = dY^T
+ *   wgrad    every weight, bias and NoisyNet sigma gradient: the same GEMM
+ *            kernel with A = dY^T, in four groups by the gradient they read,
+ *            on a second stream beside B1..B3 (trunk-1's after B3; with a
+ *            norm_hook the gradient norm runs beside them too)
  *
  * The earlier row-tile kernels stay selectable (DQN_CUDA_FUSED_GEMM=0, modes
  * 2-5; kernels/dev/README.md has every version's time):
