@@ -1,8 +1,15 @@
 /*
  * test-golden.c — the CPU learner's loss, targets, Double-DQN actions, Q
  * values and every gradient against PyTorch autograd (float64) on the golden
- * cases in shared/golden/ (README there). The oracle is independent code:
- * torch's nn.Linear, log_softmax and autograd.
+ * cases in tests/golden/ (README there; copied from ../shared/golden so a clone
+ * tests alone). The oracle is independent code: torch's nn.Linear,
+ * log_softmax and autograd.
+ *
+ * Cases: small, ref (Double DQN, no noise); noisy (NoisyNet on the head
+ * layers: mu and sigma from the files, raw noise eps from in.noise.<net>.*
+ * put into the learner's noise vector and transformed by its own
+ * noisy_transform; gradients of mu and sigma checked); nodouble
+ * (double_dqn = false: a' from the target net's Q at s').
  *
  * Tolerances (golden README): loss and per-sample losses 1e-5 relative,
  * gradients 1e-4 relative as ||g - g*|| / ||g*|| per tensor; the float64
@@ -58,18 +65,46 @@ static void load_config(const char *cs, learner_config_t *c) {
   ck_assert_msg(learner_config_validate(c, err, sizeof err) == 0, "%s", err);
 }
 
+/* The parameter blocks of a layer as the golden files name them; NoisyNet
+ * layers add sigma_weight and sigma_bias (net_layout.h). */
+static const char *const blk_name[4] = {"weight", "bias", "sigma_weight", "sigma_bias"};
+static int layer_blocks(const net_layer_t *l, int64_t off[4], int64_t cnt[4]) {
+  off[0] = l->off_w, off[1] = l->off_b, off[2] = l->off_sw, off[3] = l->off_sb;
+  cnt[0] = cnt[2] = (int64_t)l->in * l->out;
+  cnt[1] = cnt[3] = l->out;
+  return l->noisy ? 4 : 2;
+}
+
 static void load_params(const char *cs, const char *which, const net_layout_t *L, double *p) {
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s.%s.weight", which, l->name);
-    double *w = load64(cs, nm, (int64_t)l->in * l->out);
-    memcpy(p + l->off_w, w, sizeof(double) * (size_t)l->in * l->out);
-    free(w);
-    snprintf(nm, sizeof nm, "%s.%s.bias", which, l->name);
-    double *b = load64(cs, nm, l->out);
-    memcpy(p + l->off_b, b, sizeof(double) * (size_t)l->out);
-    free(b);
+    int64_t off[4], cnt[4];
+    int nb = layer_blocks(l, off, cnt);
+    for (int k = 0; k < nb; k++) {
+      char nm[96];
+      snprintf(nm, sizeof nm, "%s.%s.%s", which, l->name, blk_name[k]);
+      double *w = load64(cs, nm, cnt[k]);
+      memcpy(p + off[k], w, sizeof(double) * (size_t)cnt[k]);
+      free(w);
+    }
+  }
+}
+
+/* Raw N(0,1) noise of one net into the learner's noise vector: per noisy
+ * layer eps_in [in] then eps_out [out] at noise_off (net_layout.h). */
+static void load_noise(const char *cs, const char *which, const net_layout_t *L, double *eps) {
+  for (int li = 0; li < L->n_layers; li++) {
+    const net_layer_t *l = &L->layer[li];
+    if (!l->noisy) continue;
+    char nm[96];
+    snprintf(nm, sizeof nm, "in.noise.%s.%s.eps_in", which, l->name);
+    double *e = load64(cs, nm, l->in);
+    memcpy(eps + l->noise_off, e, sizeof(double) * (size_t)l->in);
+    free(e);
+    snprintf(nm, sizeof nm, "in.noise.%s.%s.eps_out", which, l->name);
+    e = load64(cs, nm, l->out);
+    memcpy(eps + l->noise_off + l->in, e, sizeof(double) * (size_t)l->out);
+    free(e);
   }
 }
 
@@ -77,6 +112,7 @@ typedef struct {
   learner_config_t c;
   net_layout_t L;
   double *on, *tg, *s, *s2, *a, *r, *d, *w;
+  double *eps_on, *eps_tg; /* [n_noise] raw noise, NULL without NoisyNet */
 } golden_t;
 
 static void golden_load(const char *cs, golden_t *g) {
@@ -93,10 +129,18 @@ static void golden_load(const char *cs, golden_t *g) {
   g->r = load64(cs, "in.rewards", B);
   g->d = load64(cs, "in.dones", B);
   g->w = load64(cs, "in.is_weights", B);
+  g->eps_on = g->eps_tg = NULL;
+  if (g->L.n_noise) {
+    g->eps_on = calloc((size_t)g->L.n_noise, sizeof(double));
+    g->eps_tg = calloc((size_t)g->L.n_noise, sizeof(double));
+    load_noise(cs, "online", &g->L, g->eps_on);
+    load_noise(cs, "target", &g->L, g->eps_tg);
+  }
 }
 
 static void golden_free(golden_t *g) {
   free(g->on), free(g->tg), free(g->s), free(g->s2), free(g->a), free(g->r), free(g->d), free(g->w);
+  free(g->eps_on), free(g->eps_tg);
 }
 
 /* Runs the float (production) or double instance and compares everything. */
@@ -108,6 +152,15 @@ static void golden_free(golden_t *g) {
     R_ *on = malloc(sizeof(R_) * (size_t)P), *tg = malloc(sizeof(R_) * (size_t)P);                          \
     R_ *grad = malloc(sizeof(R_) * (size_t)P);                                                               \
     for (int64_t i = 0; i < P; i++) on[i] = (R_)g->on[i], tg[i] = (R_)g->tg[i];                              \
+    /* NoisyNet: the raw eps through the learner's own f(x) = sign(x) sqrt|x| */                            \
+    int64_t N = L->n_noise;                                                                                  \
+    R_ *fn_on = NULL, *fn_tg = NULL;                                                                         \
+    if (g->eps_on) {                                                                                         \
+      fn_on = malloc(sizeof(R_) * (size_t)N), fn_tg = malloc(sizeof(R_) * (size_t)N);                       \
+      for (int64_t i = 0; i < N; i++) fn_on[i] = (R_)g->eps_on[i], fn_tg[i] = (R_)g->eps_tg[i];              \
+      noisy_transform_##S_(fn_on, N);                                                                        \
+      noisy_transform_##S_(fn_tg, N);                                                                        \
+    }                                                                                                        \
     dqn_ws_##S_##_t ws;                                                                                      \
     ck_assert_int_eq(dqn_ws_alloc_##S_(&ws, L, B), 0);                                                       \
     for (int i = 0; i < B * S; i++) ws.x[i] = (R_)g->s[i], ws.x[B * S + i] = (R_)g->s2[i];                   \
@@ -120,15 +173,17 @@ static void golden_free(golden_t *g) {
     dqn_hp_##S_##_t hp = {(R_)g->c.hp.gamma, (R_)g->c.v_min, (R_)g->c.v_max, (R_)g->c.leaky_slope,          \
                           g->c.double_dqn};                                                                  \
     R_ qm;                                                                                                   \
-    double loss = (double)dqn_loss_grad_##S_(L, &hp, on, tg, NULL, NULL, &ws, grad, &qm);                   \
+    double loss = (double)dqn_loss_grad_##S_(L, &hp, on, tg, fn_on, fn_tg, &ws, grad, &qm);                 \
     double *ref = load64(cs, "out.loss", 1);                                                                 \
+    double e_loss = fabs(loss - ref[0]) / fabs(ref[0]), e_td = 0, e_q = 0, e_g = 0;                          \
+    char g_worst[96] = "";                                                                                   \
     ck_assert_msg(fabs(loss - ref[0]) <= tol_loss * fabs(ref[0]), "%s/" #S_ ": loss %.10g vs %.10g", cs,     \
                   loss, ref[0]);                                                                             \
     free(ref);                                                                                               \
     double *lps = load64(cs, "out.loss_per_sample", B), *mine = malloc(sizeof(double) * (size_t)(B * 1024)); \
     for (int i = 0; i < B; i++) mine[i] = (double)ws.loss_i[i];                                              \
     int64_t worst = 0;                                                                                       \
-    double e = tu_rel_err(mine, lps, B, &worst);                                                             \
+    double e = tu_rel_err(mine, lps, B, &worst), e_lps = e;                                                  \
     ck_assert_msg(e <= tol_loss, "%s/" #S_ ": per-sample loss rel err %.3g (worst sample %lld)", cs, e,      \
                   (long long)worst);                                                                         \
     free(lps);                                                                                               \
@@ -146,6 +201,7 @@ static void golden_free(golden_t *g) {
       for (int i = 0; i < B * Z; i++) mine[i] = (double)ws.m[(size_t)d * B * Z + i];                         \
       e = tu_rel_err(mine, td, (int64_t)B * Z, &worst);                                                      \
       ck_assert_msg(e <= tol_loss, "%s/" #S_ ": target dist branch %d rel err %.3g", cs, d, e);              \
+      e_td = e > e_td ? e : e_td;                                                                            \
       free(td);                                                                                              \
       snprintf(nm, sizeof nm, "out.q_online_s.branch%d", d);                                                 \
       double *qs = load64(cs, nm, (int64_t)B * n);                                                           \
@@ -157,26 +213,32 @@ static void golden_free(golden_t *g) {
       }                                                                                                      \
       e = tu_rel_err(mine, qs, (int64_t)B * n, &worst);                                                      \
       ck_assert_msg(e <= tol_loss, "%s/" #S_ ": Q(s) branch %d rel err %.3g", cs, d, e);                     \
+      e_q = e > e_q ? e : e_q;                                                                               \
       free(qs);                                                                                              \
     }                                                                                                        \
     free(mine);                                                                                              \
     for (int li = 0; li < L->n_layers; li++) {                                                               \
       const net_layer_t *l = &L->layer[li];                                                                  \
-      for (int wb = 0; wb < 2; wb++) {                                                                       \
-        char nm[64];                                                                                         \
-        snprintf(nm, sizeof nm, "grad.%s.%s", l->name, wb ? "bias" : "weight");                              \
-        int64_t cnt = wb ? l->out : (int64_t)l->in * l->out, off = wb ? l->off_b : l->off_w;                  \
+      int64_t offs[4], cnts[4];                                                                              \
+      int nb = layer_blocks(l, offs, cnts);                                                                  \
+      for (int wb = 0; wb < nb; wb++) {                                                                      \
+        char nm[96];                                                                                         \
+        snprintf(nm, sizeof nm, "grad.%s.%s", l->name, blk_name[wb]);                                        \
+        int64_t cnt = cnts[wb], off = offs[wb];                                                              \
         double *gr = load64(cs, nm, cnt), *gm = malloc(sizeof(double) * (size_t)cnt);                        \
         for (int64_t k = 0; k < cnt; k++) gm[k] = (double)grad[off + k];                                     \
         e = tu_rel_err(gm, gr, cnt, &worst);                                                                 \
         ck_assert_msg(e <= tol_grad, "%s/" #S_ ": %s rel err %.3g (worst index %lld: %.6g vs %.6g)", cs, nm, \
                       e, (long long)worst, gm[worst], gr[worst]);                                            \
+        if (e >= e_g) e_g = e, snprintf(g_worst, sizeof g_worst, "%s", nm + 5);                              \
         free(gr);                                                                                            \
         free(gm);                                                                                            \
       }                                                                                                      \
     }                                                                                                        \
+    printf("%s/" #S_ ": rel err loss %.2g, per-sample %.2g, target dist %.2g, Q(s) %.2g, "                  \
+           "worst gradient %.2g (%s)\n", cs, e_loss, e_lps, e_td, e_q, e_g, g_worst);                        \
     dqn_ws_free_##S_(&ws);                                                                                   \
-    free(on), free(tg), free(grad);                                                                          \
+    free(on), free(tg), free(grad), free(fn_on), free(fn_tg);                                                \
   }
 GOLDEN_RUN(f32, float)
 GOLDEN_RUN(f64, double)
@@ -194,14 +256,20 @@ START_TEST(test_golden_small) { golden_case("small"); }
 END_TEST
 START_TEST(test_golden_ref) { golden_case("ref"); }
 END_TEST
+START_TEST(test_golden_noisy) { golden_case("noisy"); }
+END_TEST
+START_TEST(test_golden_nodouble) { golden_case("nodouble"); }
+END_TEST
 
 int main(void) {
   const char *gd = getenv("DQND_GOLDEN_DIR");
-  snprintf(gdir, sizeof gdir, "%s", gd ? gd : "../shared/golden");
+  snprintf(gdir, sizeof gdir, "%s", gd ? gd : "tests/golden"); /* meson sets it; else run from the root */
   Suite *s = suite_create("golden");
   TCase *tc = tcase_create("pytorch-autograd");
   tcase_add_test(tc, test_golden_small);
   tcase_add_test(tc, test_golden_ref);
+  tcase_add_test(tc, test_golden_noisy);
+  tcase_add_test(tc, test_golden_nodouble);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
