@@ -1,59 +1,69 @@
 /*
  * dqnctl — the command line of dqnd: one subcommand per protocol command,
- * plus `fields` (the learner config table) and `demo` (trains the built-in
- * meanrev environment against a live daemon).
+ * plus `fields` (the learner config table), `inspect` (a checkpoint file's
+ * header and sections) and `demo` (trains the built-in meanrev environment
+ * against a live daemon). Every subcommand declares its arguments (cli.h):
+ * nothing a user types is silently ignored.
+ *
+ * Exit status: 0 ok, 1 the daemon answered an error, 2 usage, 3 cannot reach
+ * the daemon, 4 a local file or its data is wrong, 5 the demo finished below
+ * 90% of the optimal return.
  */
-#include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "demo_env.h"
-#include "dqnd.h"
-#include "npy.h"
-
-enum { EXIT_OK = 0, EXIT_SERVER = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3, EXIT_LOCAL = 4, EXIT_UNLEARNED = 5 };
+#include "cli.h"
+#include "dqnctl.h"
+#include "dqnd_build_config.h"
 
 static const char *usage_text =
     "usage: dqnctl [--url URL] [--timeout MS] [--token T] [--json] COMMAND [ARGS]\n"
+    "       dqnctl COMMAND --help      (each command's arguments and formats)\n"
     "\n"
     "commands:\n"
     "  health                              is the daemon serving?\n"
     "  info                                version, backend, device, limits\n"
     "  list                                trainers and their stats\n"
-    "  fields                              learner config fields (name, bounds, meaning)\n"
+    "  fields                              learner config fields: type, bounds, default, when they may change\n"
     "  create NAME [field=value ...] [--backend cpu|cuda|auto]\n"
-    "  destroy NAME [--save]               (--save writes a final checkpoint first)\n"
-    "  submit NAME --states S.npy --actions A.npy --rewards R.npy --next-states S2.npy\n"
-    "              --dones D.npy [--episode-ids E.npy]\n"
+    "  destroy NAME [--save]               (--save writes a final checkpoint first and prints where)\n"
+    "  submit NAME --states S.npy --actions A.npy --rewards R.npy --next-states S2.npy --dones D.npy\n"
+    "              [--episode-ids E.npy]   (dqnctl submit --help: dtypes and shapes)\n"
     "  step NAME N                         N training steps\n"
-    "  act NAME --states S.npy [--noisy] [--q] [-o ACTIONS.npy]\n"
-    "  sync NAME [--tau T]                 target update (hard without --tau)\n"
-    "  set NAME field=value ...            change hyperparameters\n"
+    "  act NAME --states S.npy [--noisy] [--q] [--q-out Q.npy] [-o ACTIONS.npy]\n"
+    "  sync NAME [--tau T]                 target update (hard copy without --tau)\n"
+    "  set NAME field=value ...            change hyperparameters between steps (all or nothing)\n"
     "  stats NAME\n"
     "  save NAME [--with-replay]           write a checkpoint on the daemon\n"
-    "  fetch NAME -o FILE [--checkpoint ID] download a checkpoint (newest by default)\n"
+    "  checkpoints NAME                    the trainer's checkpoints on the daemon (id, step, size, time)\n"
+    "  fetch NAME -o FILE [--checkpoint ID] download a checkpoint (newest by default; ID as printed)\n"
     "  load NAME (--path DAEMON_PATH | --file LOCAL_FILE) [--create] [--backend B]\n"
-    "  demo [--name NAME] [--iterations N] [field=value ...]\n"
-    "                                      train the built-in meanrev environment\n"
+    "  inspect FILE                        a .dqnd checkpoint's header, config and sections (local)\n"
+    "  demo [--name NAME] [--iterations N] [--backend B] [field=value ...]\n"
+    "                                      train the built-in meanrev environment on a new trainer\n"
     "\n"
-    "URL defaults to the daemon's embedded default (ipc socket in the runtime dir).\n"
-    "exit status: 0 ok, 1 the daemon answered an error (message on stderr),\n"
-    "2 usage, 3 cannot reach the daemon or timed out, 4 local file error,\n"
-    "5 demo finished below 90%% of the optimal return.\n";
+    "options:\n"
+    "  --url URL       the daemon (default: DQND_URL, else the per-user socket of `dqnd`\n"
+    "                  with no options, else the system service's /run/dqnd/dqnd.sock)\n"
+    "  --timeout MS    per request (default 60000 ms)\n"
+    "  --token T       auth token (default: DQND_TOKEN)\n"
+    "  --json          machine-readable output\n"
+    "  --version, --help\n"
+    "\n"
+    "exit status: 0 ok, 1 the daemon answered an error (its message, naming the field, on\n"
+    "stderr), 2 usage, 3 cannot reach the daemon or timed out, 4 local file or data error,\n"
+    "5 demo finished below 90% of the optimal return.\n";
 
-typedef struct ctx {
-  dqnd_client_t *c;
-  int json;
-} ctx_t;
-
-static int fail_rc(ctx_t *x, int rc) {
+int fail_rc(ctx_t *x, int rc) {
   fprintf(stderr, "dqnctl: %s: %s\n", dqnd_strerror(rc), dqnd_last_error(x->c));
   return rc > 0 ? EXIT_SERVER : (rc == DQND_EIO ? EXIT_LOCAL : EXIT_TRANSPORT);
 }
 
-static void print_json(json_t *j) {
+void print_json(json_t *j) {
   char *s = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
   if (s) puts(s);
   free(s);
@@ -80,32 +90,9 @@ static void print_stats(ctx_t *x, const char *name, const learner_stats_t *st) {
          st->loss_last, st->grad_norm_mean, st->q_mean, st->per_beta);
 }
 
-/* the value after --flag in argv, or NULL */
-static const char *flag(int argc, char **argv, const char *name) {
-  for (int i = 0; i + 1 < argc; i++)
-    if (!strcmp(argv[i], name)) return argv[i + 1];
-  return NULL;
-}
-static int has(int argc, char **argv, const char *name) {
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], name)) return 1;
-  return 0;
-}
-/* positional field=value arguments */
-static int collect_fields(int argc, char **argv, const char **out, int max) {
-  int n = 0;
-  for (int i = 0; i < argc && n < max; i++) {
-    if (!strncmp(argv[i], "--", 2)) {
-      i++; /* skip its value (flags without values are not followed by field=value) */
-      if (i < argc && strchr(argv[i], '=') && strncmp(argv[i], "--", 2)) i--;
-      continue;
-    }
-    if (strchr(argv[i], '=')) out[n++] = argv[i];
-  }
-  return n;
-}
+/* ------------------------------------------------------------ commands */
 
-static int cmd_health(ctx_t *x, int argc, char **argv) {
+static int cmd_health(ctx_t *x, const cli_args_t *a) {
   int serving = 0;
   double up = 0;
   int rc = dqnd_health(x->c, &serving, &up);
@@ -115,7 +102,7 @@ static int cmd_health(ctx_t *x, int argc, char **argv) {
   return EXIT_OK;
 }
 
-static int cmd_info(ctx_t *x, int argc, char **argv) {
+static int cmd_info(ctx_t *x, const cli_args_t *a) {
   Dqnd__V1__ServerInfo m = DQND__V1__SERVER_INFO__INIT;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
@@ -142,7 +129,7 @@ static int cmd_info(ctx_t *x, int argc, char **argv) {
   return EXIT_OK;
 }
 
-static int cmd_list(ctx_t *x, int argc, char **argv) {
+static int cmd_list(ctx_t *x, const cli_args_t *a) {
   Dqnd__V1__ListTrainers m = DQND__V1__LIST_TRAINERS__INIT;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_LIST_TRAINERS;
@@ -177,345 +164,319 @@ static int cmd_list(ctx_t *x, int argc, char **argv) {
   return EXIT_OK;
 }
 
-static int cmd_fields(ctx_t *x, int argc, char **argv) {
+static const char *type_name(learner_field_type_t t) {
+  switch (t) {
+  case LCF_INT32: return "int32";
+  case LCF_INT64: return "int64";
+  case LCF_UINT64: return "uint64";
+  case LCF_FLOAT: return "float";
+  case LCF_BOOL: return "bool";
+  case LCF_BRANCHES: return "list";
+  }
+  return "?";
+}
+
+static int cmd_fields(ctx_t *x, const cli_args_t *a) {
   learner_config_t d;
   learner_config_default(&d);
+  json_t *arr = x->json ? json_array() : NULL;
+  if (!x->json)
+    printf("%-18s %-6s %-24s %-9s %-8s %s\n", "field", "type", "bounds", "default", "changes", "meaning");
   for (int i = 0; i < learner_num_fields; i++) {
     const learner_field_t *f = &learner_fields[i];
-    char v[128];
+    char v[128], b[64];
     learner_config_get(&d, f, v, sizeof v);
-    printf("%-16s %-9s default %-10s %s%s\n", f->name, f->hparam ? "hparam" : "fixed", v, f->help,
-           f->hparam ? " (SetHyperparams)" : "");
+    if (f->type == LCF_BRANCHES) snprintf(b, sizeof b, "%d-%d sizes in [%g, %g]", 1, LEARNER_MAX_BRANCHES, f->min, f->max);
+    else snprintf(b, sizeof b, "[%g, %g]", f->min, f->max);
+    const char *when = f->hparam ? "any time" : "create";
+    if (arr)
+      json_array_append_new(arr, json_pack("{s:s, s:s, s:f, s:f, s:s, s:b, s:s}", "name", f->name, "type",
+                                           type_name(f->type), "min", f->min, "max", f->max, "default", v,
+                                           "changeable", f->hparam, "help", f->help));
+    else printf("%-18s %-6s %-24s %-9s %-8s %s\n", f->name, type_name(f->type), b, v, when, f->help);
   }
+  if (arr) print_json(arr);
+  else
+    printf("\n'any time': `dqnctl set` changes it between steps; 'create': fixed when the trainer is created.\n");
   return EXIT_OK;
 }
 
-static int cmd_create(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl create: needs NAME\n"), EXIT_USAGE;
-  const char *fields[128];
-  int n = collect_fields(argc - 1, argv + 1, fields, 128);
+static int cmd_create(ctx_t *x, const cli_args_t *a) {
   int created = 0;
-  int rc = dqnd_create_trainer(x->c, argv[0], fields, n, flag(argc, argv, "--backend"), &created);
+  int rc = dqnd_create_trainer(x->c, a->pos[0], a->fields, a->nfields, opt(x, a, "--backend"), &created);
   if (rc) return fail_rc(x, rc);
-  if (x->json) print_json(json_pack("{s:s, s:b}", "name", argv[0], "created", created));
-  else printf("%s: %s\n", argv[0], created ? "created" : "exists with the same config");
+  if (x->json) print_json(json_pack("{s:s, s:b}", "name", a->pos[0], "created", created));
+  else printf("%s: %s\n", a->pos[0], created ? "created" : "exists with the same config");
   return EXIT_OK;
 }
 
-static int cmd_destroy(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl destroy: needs NAME\n"), EXIT_USAGE;
-  int rc = dqnd_destroy_trainer(x->c, argv[0], has(argc, argv, "--save"));
+static void print_ckpt_line(ctx_t *x, const dqnd_checkpoint_t *c, const char *verb);
+
+static int cmd_destroy(ctx_t *x, const cli_args_t *a) {
+  int save = opt(x, a, "--save") != NULL;
+  dqnd_checkpoint_t saved;
+  int rc = dqnd_destroy_trainer(x->c, a->pos[0], save, &saved);
   if (rc) return fail_rc(x, rc);
-  if (!x->json) printf("%s: destroyed\n", argv[0]);
-  else print_json(json_pack("{s:s, s:b}", "name", argv[0], "destroyed", 1));
+  if (x->json) {
+    json_t *j = json_pack("{s:s, s:b}", "name", a->pos[0], "destroyed", 1);
+    if (save) json_object_set_new(j, "checkpoint", json_pack("{s:s, s:I, s:s}", "id", saved.id, "seq",
+                                                             (json_int_t)saved.seq, "path", saved.path));
+    print_json(j);
+  } else {
+    printf("%s: destroyed\n", a->pos[0]);
+    if (save) print_ckpt_line(x, &saved, "final checkpoint");
+  }
   return EXIT_OK;
 }
 
-/* loads an .npy, checks its element count; float32/int32/uint8 by `kind` */
-static int load_npy(const char *path, const char *what, npy_array_t *a) {
-  char err[512];
-  if (!path) return fprintf(stderr, "dqnctl: --%s FILE.npy is required\n", what), EXIT_USAGE;
-  if (npy_read(path, a, err, sizeof err)) return fprintf(stderr, "dqnctl: %s\n", err), EXIT_LOCAL;
-  return 0;
-}
-
-static int cmd_submit(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl submit: needs NAME\n"), EXIT_USAGE;
-  npy_array_t s = {0}, s2 = {0}, a = {0}, r = {0}, d = {0}, e = {0};
-  int rc = load_npy(flag(argc, argv, "--states"), "states", &s);
-  if (!rc) rc = load_npy(flag(argc, argv, "--next-states"), "next-states", &s2);
-  if (!rc) rc = load_npy(flag(argc, argv, "--actions"), "actions", &a);
-  if (!rc) rc = load_npy(flag(argc, argv, "--rewards"), "rewards", &r);
-  if (!rc) rc = load_npy(flag(argc, argv, "--dones"), "dones", &d);
-  if (!rc && flag(argc, argv, "--episode-ids")) rc = load_npy(flag(argc, argv, "--episode-ids"), "episode-ids", &e);
-  float *fs = NULL, *fs2 = NULL, *fr = NULL;
-  int32_t *ia = NULL;
-  uint8_t *ud = NULL;
-  int64_t *ie = NULL;
-  if (rc) goto out;
-  int64_t n = s.ndim == 2 ? s.shape[0] : -1, S = s.ndim == 2 ? s.shape[1] : -1;
-  if (n < 1 || s2.ndim != 2 || s2.shape[0] != n || s2.shape[1] != S || a.count != n || r.count != n || d.count != n ||
-      (e.data && e.count != n)) {
-    fprintf(stderr, "dqnctl submit: shapes disagree: states must be [n, state_dim], next-states the same, "
-                    "actions/rewards/dones/episode-ids [n]\n");
-    rc = EXIT_USAGE;
-    goto out;
-  }
-  fs = npy_to_f32(&s), fs2 = npy_to_f32(&s2), fr = npy_to_f32(&r);
-  ia = malloc(sizeof(int32_t) * (size_t)n);
-  ud = malloc((size_t)n);
-  if (e.data) ie = malloc(sizeof(int64_t) * (size_t)n);
-  if (!fs || !fs2 || !fr || !ia || !ud || (e.data && !ie)) {
-    fprintf(stderr, "dqnctl: out of memory\n");
-    rc = EXIT_LOCAL;
-    goto out;
-  }
-  if (npy_to_i32(&a, ia)) {
-    fprintf(stderr, "dqnctl submit: actions must be integers\n");
-    rc = EXIT_USAGE;
-    goto out;
-  }
-  double *dd = npy_to_f64(&d);
-  for (int64_t i = 0; dd && i < n; i++) ud[i] = dd[i] == 0 ? 0 : (dd[i] == 1 ? 1 : 2); /* 2: the daemon names it */
-  free(dd);
-  if (ie) {
-    double *de = npy_to_f64(&e);
-    for (int64_t i = 0; de && i < n; i++) ie[i] = (int64_t)de[i];
-    free(de);
-  }
-  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie};
-  int64_t size = 0;
-  int crc = dqnd_submit(x->c, argv[0], (int)S, &t, &size);
-  if (crc) rc = fail_rc(x, crc);
-  else if (x->json) print_json(json_pack("{s:I, s:I}", "accepted", (json_int_t)n, "replay_size", (json_int_t)size));
-  else printf("%s: %lld transitions accepted, replay holds %lld\n", argv[0], (long long)n, (long long)size);
-out:
-  npy_free(&s), npy_free(&s2), npy_free(&a), npy_free(&r), npy_free(&d), npy_free(&e);
-  free(fs), free(fs2), free(fr), free(ia), free(ud), free(ie);
-  return rc;
-}
-
-static int cmd_step(ctx_t *x, int argc, char **argv) {
-  if (argc < 2) return fprintf(stderr, "dqnctl step: needs NAME N\n"), EXIT_USAGE;
-  char *end;
-  long n = strtol(argv[1], &end, 10);
-  if (*end || n < 1) return fprintf(stderr, "dqnctl step: N must be a positive integer\n"), EXIT_USAGE;
+static int cmd_step(ctx_t *x, const cli_args_t *a) {
+  long long n;
+  if (cli_int("dqnctl step", "N", a->pos[1], 1, 1000000, &n)) return EXIT_USAGE;
   learner_stats_t st;
-  int rc = dqnd_step(x->c, argv[0], (int)n, &st);
+  int rc = dqnd_step(x->c, a->pos[0], (int)n, &st);
   if (rc) return fail_rc(x, rc);
-  print_stats(x, argv[0], &st);
+  print_stats(x, a->pos[0], &st);
   return EXIT_OK;
 }
 
-static int cmd_act(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl act: needs NAME\n"), EXIT_USAGE;
-  npy_array_t s = {0};
-  int rc = load_npy(flag(argc, argv, "--states"), "states", &s);
-  if (rc) return rc;
-  if (s.ndim != 2) {
-    npy_free(&s);
-    return fprintf(stderr, "dqnctl act: states must be [n, state_dim]\n"), EXIT_USAGE;
+static int cmd_sync(ctx_t *x, const cli_args_t *a) {
+  const char *t = opt(x, a, "--tau");
+  double tau = 0;
+  if (t && cli_float("dqnctl sync", "--tau", t, 0, 1, &tau)) return EXIT_USAGE;
+  int rc = dqnd_sync_target(x->c, a->pos[0], (float)tau);
+  if (rc) return fail_rc(x, rc);
+  if (x->json) print_json(json_pack("{s:s, s:s, s:f}", "name", a->pos[0], "sync", t ? "polyak" : "hard", tau));
+  else if (t) printf("%s: target = %g x online + %g x target\n", a->pos[0], tau, 1 - tau);
+  else printf("%s: target = online (hard copy)\n", a->pos[0]);
+  return EXIT_OK;
+}
+
+static int cmd_set(ctx_t *x, const cli_args_t *a) {
+  if (a->nfields == 0) {
+    fprintf(stderr, "dqnctl set: needs at least one field=value (dqnctl fields: those that may change)\n");
+    return EXIT_USAGE;
   }
-  int n = (int)s.shape[0], S = (int)s.shape[1];
-  float *fs = npy_to_f32(&s);
-  int32_t *a = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-  size_t qcap = (size_t)n * 1024;
-  float *q = has(argc, argv, "--q") ? malloc(sizeof(float) * qcap) : NULL;
-  int crc = fs && a ? dqnd_act(x->c, argv[0], fs, n, S, has(argc, argv, "--noisy"), a, q, q ? qcap : 0) : DQND_ENOMEM;
-  if (crc) rc = fail_rc(x, crc);
+  int rc = dqnd_set_hparams(x->c, a->pos[0], a->fields, a->nfields);
+  if (rc) return fail_rc(x, rc);
+  if (x->json) {
+    json_t *j = json_object();
+    for (int i = 0; i < a->nfields; i++) {
+      size_t k = strcspn(a->fields[i], "=");
+      char nm[128];
+      snprintf(nm, sizeof nm, "%.*s", (int)k, a->fields[i]);
+      json_object_set_new(j, nm, json_string(a->fields[i] + k + 1));
+    }
+    print_json(json_pack("{s:s, s:o}", "name", a->pos[0], "set", j));
+  } else
+    printf("%s: %d hyperparameter%s set\n", a->pos[0], a->nfields, a->nfields == 1 ? "" : "s");
+  return EXIT_OK;
+}
+
+static int cmd_stats(ctx_t *x, const cli_args_t *a) {
+  learner_stats_t st;
+  int rc = dqnd_get_stats(x->c, a->pos[0], &st);
+  if (rc) return fail_rc(x, rc);
+  print_stats(x, a->pos[0], &st);
+  return EXIT_OK;
+}
+
+static void fmt_time(int64_t t, char *buf, size_t n) {
+  time_t tt = (time_t)t;
+  struct tm tm;
+  if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(buf, n, "%Y-%m-%d %H:%M:%SZ", &tm)) snprintf(buf, n, "-");
+}
+
+static json_t *ckpt_json(const dqnd_checkpoint_t *c) {
+  char crc[9], tm[32];
+  snprintf(crc, sizeof crc, "%08x", c->crc32);
+  fmt_time(c->mtime, tm, sizeof tm);
+  return json_pack("{s:I, s:s, s:s, s:I, s:I, s:s, s:s}", "seq", (json_int_t)c->seq, "checkpoint", c->id, "path",
+                   c->path, "bytes", (json_int_t)c->bytes, "step", (json_int_t)c->step, "crc32", crc, "time", tm);
+}
+
+static void print_ckpt_line(ctx_t *x, const dqnd_checkpoint_t *c, const char *verb) {
+  printf("%s %llu (%s): step %llu, %llu bytes, crc32 %08x, at %s\n", verb, (unsigned long long)c->seq, c->id,
+         (unsigned long long)c->step, (unsigned long long)c->bytes, c->crc32, c->path);
+}
+
+static int cmd_save(ctx_t *x, const cli_args_t *a) {
+  dqnd_checkpoint_t c;
+  int rc = dqnd_save_checkpoint(x->c, a->pos[0], opt(x, a, "--with-replay") != NULL, &c);
+  if (rc) return fail_rc(x, rc);
+  if (x->json) print_json(ckpt_json(&c));
+  else print_ckpt_line(x, &c, "checkpoint");
+  return EXIT_OK;
+}
+
+static int cmd_checkpoints(ctx_t *x, const cli_args_t *a) {
+  dqnd_checkpoint_t *cs;
+  int n;
+  int rc = dqnd_list_checkpoints(x->c, a->pos[0], &cs, &n);
+  if (rc) return fail_rc(x, rc);
+  if (x->json) {
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, ckpt_json(&cs[i]));
+    print_json(arr);
+  } else if (n == 0)
+    printf("%s: no checkpoints yet (dqnctl save %s)\n", a->pos[0], a->pos[0]);
   else {
-    const char *o = flag(argc, argv, "-o");
-    char err[256];
-    int64_t shape[1] = {n};
-    if (o && npy_write(o, NPY_I4, 1, shape, a, err, sizeof err)) {
-      fprintf(stderr, "dqnctl: %s\n", err);
-      rc = EXIT_LOCAL;
-    } else if (x->json) {
-      json_t *arr = json_array();
-      for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(a[i]));
-      print_json(json_pack("{s:o}", "actions", arr));
-    } else if (!o) {
-      for (int i = 0; i < n; i++) printf("%d\n", a[i]);
+    printf("%-6s %-12s %-12s %-21s %s\n", "id", "step", "bytes", "written (UTC)", "file");
+    for (int i = 0; i < n; i++) {
+      char tm[32];
+      fmt_time(cs[i].mtime, tm, sizeof tm);
+      printf("%-6llu %-12llu %-12llu %-21s %s\n", (unsigned long long)cs[i].seq, (unsigned long long)cs[i].step,
+             (unsigned long long)cs[i].bytes, tm, cs[i].id);
     }
   }
-  npy_free(&s);
-  free(fs), free(a), free(q);
-  return rc;
-}
-
-static int cmd_sync(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl sync: needs NAME\n"), EXIT_USAGE;
-  const char *t = flag(argc, argv, "--tau");
-  int rc = dqnd_sync_target(x->c, argv[0], t ? strtof(t, NULL) : 0.0f);
-  if (rc) return fail_rc(x, rc);
-  if (!x->json) printf("%s: target updated\n", argv[0]);
+  free(cs);
   return EXIT_OK;
 }
 
-static int cmd_set(ctx_t *x, int argc, char **argv) {
-  if (argc < 2) return fprintf(stderr, "dqnctl set: needs NAME field=value ...\n"), EXIT_USAGE;
-  const char *fields[128];
-  int n = collect_fields(argc - 1, argv + 1, fields, 128);
-  int rc = dqnd_set_hparams(x->c, argv[0], fields, n);
-  if (rc) return fail_rc(x, rc);
-  if (!x->json) printf("%s: %d hyperparameter%s set\n", argv[0], n, n == 1 ? "" : "s");
-  return EXIT_OK;
-}
-
-static int cmd_stats(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl stats: needs NAME\n"), EXIT_USAGE;
-  learner_stats_t st;
-  int rc = dqnd_get_stats(x->c, argv[0], &st);
-  if (rc) return fail_rc(x, rc);
-  print_stats(x, argv[0], &st);
-  return EXIT_OK;
-}
-
-static void print_ckpt(ctx_t *x, const dqnd_checkpoint_t *c) {
-  char crc[9];
-  snprintf(crc, sizeof crc, "%08x", c->crc32);
-  if (x->json)
-    print_json(json_pack("{s:s, s:s, s:I, s:I, s:s}", "checkpoint", c->id, "path", c->path, "bytes", (json_int_t)c->bytes,
-                         "step", (json_int_t)c->step, "crc32", crc));
-  else
-    printf("%s (%llu bytes, crc32 %08x) at %s\n", c->id, (unsigned long long)c->bytes, c->crc32, c->path);
-}
-
-static int cmd_save(ctx_t *x, int argc, char **argv) {
-  if (argc < 1) return fprintf(stderr, "dqnctl save: needs NAME\n"), EXIT_USAGE;
+static int cmd_fetch(ctx_t *x, const cli_args_t *a) {
   dqnd_checkpoint_t c;
-  int rc = dqnd_save_checkpoint(x->c, argv[0], has(argc, argv, "--with-replay"), &c);
+  int rc = dqnd_fetch_checkpoint(x->c, a->pos[0], opt(x, a, "--checkpoint"), opt(x, a, "-o"), 0, &c);
   if (rc) return fail_rc(x, rc);
-  print_ckpt(x, &c);
+  if (x->json) print_json(ckpt_json(&c));
+  else print_ckpt_line(x, &c, "fetched checkpoint");
   return EXIT_OK;
 }
 
-static int cmd_fetch(ctx_t *x, int argc, char **argv) {
-  const char *o = flag(argc, argv, "-o");
-  if (argc < 1 || !o) return fprintf(stderr, "dqnctl fetch: needs NAME -o FILE\n"), EXIT_USAGE;
-  dqnd_checkpoint_t c;
-  int rc = dqnd_fetch_checkpoint(x->c, argv[0], flag(argc, argv, "--checkpoint"), o, 0, &c);
+static int cmd_load(ctx_t *x, const cli_args_t *a) {
+  const char *p = opt(x, a, "--path"), *f = opt(x, a, "--file");
+  if (!!p == !!f) {
+    fprintf(stderr, "dqnctl load: give one of --path (a file on the daemon) or --file (a local file)\n");
+    return EXIT_USAGE;
+  }
+  int create = opt(x, a, "--create") != NULL;
+  const char *be = opt(x, a, "--backend");
+  int rc = p ? dqnd_load_checkpoint_path(x->c, a->pos[0], p, create, be)
+             : dqnd_load_checkpoint_file(x->c, a->pos[0], f, create, be, 0);
   if (rc) return fail_rc(x, rc);
-  print_ckpt(x, &c);
+  if (x->json) print_json(json_pack("{s:s, s:b}", "name", a->pos[0], "created", create));
+  else printf("%s: %s from the checkpoint\n", a->pos[0], create ? "created" : "restored");
   return EXIT_OK;
 }
 
-static int cmd_load(ctx_t *x, int argc, char **argv) {
-  const char *p = flag(argc, argv, "--path"), *f = flag(argc, argv, "--file");
-  if (argc < 1 || !!p == !!f) return fprintf(stderr, "dqnctl load: needs NAME and one of --path, --file\n"), EXIT_USAGE;
-  int create = has(argc, argv, "--create");
-  const char *be = flag(argc, argv, "--backend");
-  int rc = p ? dqnd_load_checkpoint_path(x->c, argv[0], p, create, be)
-             : dqnd_load_checkpoint_file(x->c, argv[0], f, create, be, 0);
-  if (rc) return fail_rc(x, rc);
-  if (!x->json) printf("%s: %s from the checkpoint\n", argv[0], create ? "created" : "restored");
-  return EXIT_OK;
-}
+/* ---------------------------------------------------------------- table */
 
-/* ---------------------------------------------------------------- demo */
+static const cli_opt_t o_none[] = {{NULL, NULL, NULL}};
+static const cli_opt_t o_create[] = {{"--backend", "B", "cpu, cuda or auto (default: the daemon's)"}, {NULL, NULL, NULL}};
+static const cli_opt_t o_destroy[] = {{"--save", NULL, "write a final checkpoint first and print where it went"},
+                                      {NULL, NULL, NULL}};
+static const cli_opt_t o_submit[] = {{"--states", "S.npy", "[n, state_dim] float"},
+                                     {"--actions", "A.npy", "[n] flat joint actions, or [n, branches] per-branch indices"},
+                                     {"--rewards", "R.npy", "[n] float"},
+                                     {"--next-states", "S2.npy", "[n, state_dim] float"},
+                                     {"--dones", "D.npy", "[n] 0/1 (bool, integer or float)"},
+                                     {"--episode-ids", "E.npy", "[n] integer (optional)"},
+                                     {NULL, NULL, NULL}};
+static const cli_opt_t o_act[] = {{"--states", "S.npy", "[n, state_dim] float"},
+                                  {"--noisy", NULL, "fresh NoisyNet noise (trainers created with noisy=1)"},
+                                  {"--q", NULL, "print (or put in --json) the Q values"},
+                                  {"--q-out", "Q.npy", "write the Q values: float32 [n, branches, max branch size], NaN-padded"},
+                                  {"-o", "ACTIONS.npy", "write the actions: int32 [n] flat joint actions"},
+                                  {NULL, NULL, NULL}};
+static const cli_opt_t o_sync[] = {{"--tau", "T", "Polyak factor in [0, 1]: target = T x online + (1-T) x target"},
+                                   {NULL, NULL, NULL}};
+static const cli_opt_t o_save[] = {{"--with-replay", NULL, "include the replay buffer"}, {NULL, NULL, NULL}};
+static const cli_opt_t o_fetch[] = {{"-o", "FILE", "where to write it (replaced only once the download is complete and checked)"},
+                                    {"--checkpoint", "ID", "its id or short id (dqnctl checkpoints); default: the newest"},
+                                    {NULL, NULL, NULL}};
+static const cli_opt_t o_load[] = {{"--path", "DAEMON_PATH", "a checkpoint file on the daemon's side"},
+                                   {"--file", "LOCAL_FILE", "a local checkpoint file, uploaded in chunks"},
+                                   {"--create", NULL, "create trainer NAME from it (else restore an existing one)"},
+                                   {"--backend", "B", "cpu, cuda or auto"},
+                                   {NULL, NULL, NULL}};
+static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (default: demo, demo-2, ...: the first free one)"},
+                                   {"--iterations", "N", "rounds of collection and training (default 60)"},
+                                   {"--backend", "B", "cpu, cuda or auto"},
+                                   {NULL, NULL, NULL}};
 
-typedef struct remote {
-  ctx_t *x;
-  const char *name;
-  int rc;
-} remote_t;
+static const char h_submit[] =
+    "Arrays are .npy files (NumPy's np.save), C order, little-endian, all with the same n:\n"
+    "  --states, --next-states  [n, state_dim]   float32 or float64 (integers are converted)\n"
+    "  --actions                [n] (or [n, 1])  integer: flat joint actions in [0, prod(branches)),\n"
+    "                                            first branch most significant: for branches 9,3,3\n"
+    "                                            a = 9*a0 + 3*a1 + a2\n"
+    "                           [n, D]           integer: per-branch indices (a0, a1, ...), encoded as above\n"
+    "  --rewards                [n]              float\n"
+    "  --dones                  [n]              0 or 1 (bool, uint8, integer or float): 1 = terminal\n"
+    "  --episode-ids            [n]              integer (optional; default 0)\n"
+    "The trainer's state_dim and branches are read from the daemon first; a file of the wrong\n"
+    "dtype or shape is a data error (exit 4) naming the file and the shape it has.\n";
+static const char h_act[] =
+    "States are a .npy float array [n, state_dim]. Prints one flat joint action per line (or\n"
+    "writes them to -o as int32 [n]). --q adds each branch's Q values; --q-out writes them as\n"
+    "float32 [n, branches, max branch size], NaN where a branch has fewer actions.\n";
 
-static int r_submit(void *p, const learner_transitions_t *t) {
-  remote_t *r = p;
-  return r->rc = dqnd_submit(r->x->c, r->name, DEMO_ENV_STATE_DIM, t, NULL);
-}
-static int r_step(void *p, int n, learner_stats_t *st) {
-  remote_t *r = p;
-  r->rc = dqnd_step(r->x->c, r->name, n, st);
-  return r->rc == 9 /* FAILED_PRECONDITION: not a batch yet */ ? (r->rc = 0) : r->rc;
-}
-static int r_act(void *p, const float *s, int n, int noisy, int32_t *a) {
-  remote_t *r = p;
-  return r->rc = dqnd_act(r->x->c, r->name, s, n, DEMO_ENV_STATE_DIM, noisy, a, NULL, 0);
-}
-
-static void demo_progress(void *p, const demo_point_t *pt) {
-  ctx_t *x = p;
-  double frac = pt->optimal_return != 0 ? pt->policy_return / pt->optimal_return : 0;
-  if (x->json) {
-    print_json(json_pack("{s:i, s:I, s:f, s:f, s:f, s:f}", "iteration", pt->iteration, "step",
-                         (json_int_t)pt->learner_step, "loss", (double)pt->loss, "return", pt->policy_return,
-                         "optimal", pt->optimal_return, "random", pt->random_return));
-    return;
-  }
-  int bar = frac < 0 ? 0 : (frac > 1 ? 40 : (int)(40 * frac));
-  printf("iter %4d  step %6llu  loss %7.4f  return %7.3f  optimal %7.3f  %5.1f%% |%.*s%*s|\n", pt->iteration,
-         (unsigned long long)pt->learner_step, pt->loss, pt->policy_return, pt->optimal_return, 100 * frac, bar,
-         "########################################", 40 - bar, "");
-  fflush(stdout);
-}
-
-static int cmd_demo(ctx_t *x, int argc, char **argv) {
-  const char *name = flag(argc, argv, "--name");
-  if (!name) name = "demo";
-  demo_opts_t o;
-  demo_opts_default(&o);
-  const char *it = flag(argc, argv, "--iterations");
-  if (it) o.iterations = atoi(it);
-  if (o.iterations < 1) return fprintf(stderr, "dqnctl demo: --iterations must be >= 1\n"), EXIT_USAGE;
-  learner_config_t c;
-  demo_env_learner_config(&c);
-  char err[256];
-  const char *extra[64];
-  int ne = collect_fields(argc, argv, extra, 64);
-  for (int i = 0; i < ne; i++) {
-    char k[64];
-    const char *eq = strchr(extra[i], '=');
-    snprintf(k, sizeof k, "%.*s", (int)(eq - extra[i]), extra[i]);
-    if (learner_config_set(&c, k, eq + 1, err, sizeof err)) return fprintf(stderr, "dqnctl demo: %s\n", err), EXIT_USAGE;
-  }
-  /* the whole config travels as fields, so the daemon's defaults do not matter */
-  const char *fields[64];
-  char store[64][160];
-  int nf = 0;
-  for (int i = 0; i < learner_num_fields && nf < 64; i++, nf++) {
-    char v[128];
-    learner_config_get(&c, &learner_fields[i], v, sizeof v);
-    snprintf(store[nf], sizeof store[nf], "%s=%s", learner_fields[i].name, v);
-    fields[nf] = store[nf];
-  }
-  /* a fresh trainer each run: replace one left from an earlier demo */
-  int rc = dqnd_destroy_trainer(x->c, name, 0);
-  if (rc && rc != 5 /* NOT_FOUND */) return fail_rc(x, rc);
-  rc = dqnd_create_trainer(x->c, name, fields, nf, flag(argc, argv, "--backend"), NULL);
-  if (rc) return fail_rc(x, rc);
-  if (!x->json)
-    printf("dqnctl demo: trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
-           "train steps\n",
-           name, o.iterations, o.envs * o.collect_steps, o.train_steps);
-  remote_t r = {x, name, 0};
-  demo_driver_t drv = {&r, r_submit, r_step, r_act};
-  demo_point_t fin;
-  if (demo_train(&drv, &o, demo_progress, x, &fin)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
-  double frac = fin.policy_return / fin.optimal_return;
-  if (!x->json)
-    printf("dqnctl demo: greedy policy reaches %.1f%% of the optimal return (random: %.1f%%)\n", 100 * frac,
-           100 * fin.random_return / fin.optimal_return);
-  return frac >= 0.9 ? EXIT_OK : EXIT_UNLEARNED;
-}
-
-/* ---------------------------------------------------------------- main */
-
-typedef struct sub {
-  const char *name;
-  int (*fn)(ctx_t *x, int argc, char **argv);
-  int needs_daemon;
-} sub_t;
-
-static const sub_t subs[] = {
-    {"health", cmd_health, 1}, {"info", cmd_info, 1},     {"list", cmd_list, 1},   {"fields", cmd_fields, 0},
-    {"create", cmd_create, 1}, {"destroy", cmd_destroy, 1}, {"submit", cmd_submit, 1}, {"step", cmd_step, 1},
-    {"act", cmd_act, 1},       {"sync", cmd_sync, 1},     {"set", cmd_set, 1},     {"stats", cmd_stats, 1},
-    {"save", cmd_save, 1},     {"fetch", cmd_fetch, 1},   {"load", cmd_load, 1},   {"demo", cmd_demo, 1},
+static const cmd_t cmds[] = {
+    {"health", cmd_health, 1, 0, 0, "", CLI_NO_FIELDS, o_none, NULL},
+    {"info", cmd_info, 1, 0, 0, "", CLI_NO_FIELDS, o_none, NULL},
+    {"list", cmd_list, 1, 0, 0, "", CLI_NO_FIELDS, o_none, NULL},
+    {"fields", cmd_fields, 0, 0, 0, "", CLI_NO_FIELDS, o_none, NULL},
+    {"create", cmd_create, 1, 1, 1, "NAME", CLI_ANY_FIELD, o_create,
+     "Fields not given take their defaults (dqnctl fields). Names: 1-64 of [A-Za-z0-9_.-].\n"},
+    {"destroy", cmd_destroy, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_destroy,
+     "The trainer's checkpoints move to STATE_DIR/.retired/ on the daemon (nothing is deleted).\n"},
+    {"submit", cmd_submit, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_submit, h_submit},
+    {"step", cmd_step, 1, 2, 2, "NAME N", CLI_NO_FIELDS, o_none, NULL},
+    {"act", cmd_act, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_act, h_act},
+    {"sync", cmd_sync, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_sync, NULL},
+    {"set", cmd_set, 1, 1, 1, "NAME", CLI_HPARAM_FIELD, o_none,
+     "Only fields that may change between steps (dqnctl fields: 'any time'); all or nothing.\n"},
+    {"stats", cmd_stats, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_none, NULL},
+    {"save", cmd_save, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_save, NULL},
+    {"checkpoints", cmd_checkpoints, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_none, NULL},
+    {"fetch", cmd_fetch, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_fetch, NULL},
+    {"load", cmd_load, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_load, NULL},
+    {"inspect", cmd_inspect, 0, 1, 1, "FILE", CLI_NO_FIELDS, o_none,
+     "Checks every section's CRC32C; exit 4 when the file fails a check.\n"},
+    {"demo", cmd_demo, 1, 0, 0, "", CLI_ANY_FIELD, o_demo,
+     "Creates a new trainer (never replaces one: an existing --name is refused), trains the\n"
+     "built-in meanrev environment through the daemon and prints the learning curve. The\n"
+     "trainer stays on the daemon afterwards. Fields override the demo's learner config.\n"},
 };
+
+static const cmd_t *cur_cmd;
+static cli_spec_t cur_spec;
+
+const char *opt(ctx_t *x, const cli_args_t *a, const char *name) { return cli_get(&cur_spec, a, name); }
+
+static void cmd_help(const cmd_t *c, FILE *f) {
+  fprintf(f, "usage: dqnctl %s%s%s%s%s\n", c->name, c->pos_names[0] ? " " : "", c->pos_names,
+          c->fields == CLI_ANY_FIELD ? " [field=value ...]" : (c->fields == CLI_HPARAM_FIELD ? " field=value ..." : ""),
+          c->opts[0].name ? " [options]" : "");
+  if (c->opts[0].name) cli_print_opts(f, c->opts);
+  if (c->help) fprintf(f, "\n%s", c->help);
+}
 
 int main(int argc, char **argv) {
   char url[600];
-  dqnd_default_url(url, sizeof url);
+  dqnd_client_default_url(url, sizeof url);
   const char *env_url = getenv("DQND_URL");
   if (env_url && *env_url) snprintf(url, sizeof url, "%s", env_url);
-  int timeout = 60000, json = 0;
+  long long timeout = 60000;
+  int json = 0;
   const char *token = getenv("DQND_TOKEN");
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
       fputs(usage_text, stdout);
       return EXIT_OK;
-    } else if (!strcmp(argv[i], "--json"))
+    } else if (!strcmp(o, "--version")) {
+      printf("dqnctl %s (protocol 1)\n", DQND_VERSION);
+      return EXIT_OK;
+    } else if (!strcmp(o, "--json"))
       json = 1;
-    else if (i + 1 < argc && !strcmp(argv[i], "--url"))
-      snprintf(url, sizeof url, "%s", argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--timeout"))
-      timeout = atoi(argv[++i]);
-    else if (i + 1 < argc && !strcmp(argv[i], "--token"))
-      token = argv[++i];
-    else {
-      fprintf(stderr, "dqnctl: unknown option '%s'\n%s", argv[i], usage_text);
+    else if (!strcmp(o, "--url") || !strcmp(o, "--timeout") || !strcmp(o, "--token")) {
+      if (i + 1 >= argc) return fprintf(stderr, "dqnctl: %s needs a value (dqnctl --help)\n", o), EXIT_USAGE;
+      const char *v = argv[++i];
+      if (!strcmp(o, "--url")) snprintf(url, sizeof url, "%s", v);
+      else if (!strcmp(o, "--token")) token = v;
+      else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &timeout)) return EXIT_USAGE;
+    } else {
+      fprintf(stderr, "dqnctl: unknown option '%s' (dqnctl --help)\n", o);
       return EXIT_USAGE;
     }
   }
@@ -523,24 +484,43 @@ int main(int argc, char **argv) {
     fputs(usage_text, stderr);
     return EXIT_USAGE;
   }
-  const sub_t *s = NULL;
-  for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++)
-    if (!strcmp(subs[k].name, argv[i])) s = &subs[k];
-  if (!s) {
-    fprintf(stderr, "dqnctl: unknown command '%s'\n%s", argv[i], usage_text);
+  int help = 0;
+  if (!strcmp(argv[i], "help")) { /* dqnctl help [COMMAND] */
+    if (i + 1 >= argc) return fputs(usage_text, stdout), EXIT_OK;
+    help = 1;
+    i++;
+  }
+  for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++)
+    if (!strcmp(cmds[k].name, argv[i])) cur_cmd = &cmds[k];
+  if (!cur_cmd) {
+    suggest_t sg;
+    suggest_init(&sg, argv[i]);
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) suggest_try(&sg, cmds[k].name);
+    if (sg.best) fprintf(stderr, "dqnctl: unknown command '%s' (did you mean %s?)\n", argv[i], sg.best);
+    else fprintf(stderr, "dqnctl: unknown command '%s' (dqnctl --help lists them)\n", argv[i]);
     return EXIT_USAGE;
   }
+  for (int k = i + 1; k < argc && strcmp(argv[k], "--"); k++) help |= !strcmp(argv[k], "--help") || !strcmp(argv[k], "-h");
+  if (help) {
+    cmd_help(cur_cmd, stdout);
+    return EXIT_OK;
+  }
+  char cmdname[64];
+  snprintf(cmdname, sizeof cmdname, "dqnctl %s", cur_cmd->name);
+  cur_spec = (cli_spec_t){cmdname, cur_cmd->min_pos, cur_cmd->max_pos, cur_cmd->pos_names, cur_cmd->fields, cur_cmd->opts};
+  cli_args_t args;
+  if (cli_parse(&cur_spec, argc - i - 1, argv + i + 1, &args)) return EXIT_USAGE;
   ctx_t x = {NULL, json};
-  if (s->needs_daemon) {
+  if (cur_cmd->needs_daemon) {
     char err[700];
-    int rc = dqnd_connect(url, timeout, &x.c, err, sizeof err);
+    int rc = dqnd_connect(url, (int)timeout, &x.c, err, sizeof err);
     if (rc) {
       fprintf(stderr, "dqnctl: %s\n", err);
       return EXIT_TRANSPORT;
     }
     if (token) dqnd_set_token(x.c, token);
   }
-  int rc = s->fn(&x, argc - i - 1, argv + i + 1);
+  int rc = cur_cmd->fn(&x, &args);
   dqnd_close(x.c);
   return rc;
 }

@@ -1,6 +1,7 @@
 /* dqnd.c — libdqnd; see dqnd.h. */
 #include "dqnd.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,15 @@ int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err
   if (rv) {
     nng_close(c->sock);
     free(c);
-    snprintf(err, errlen, "connect %s: %s (is dqnd running?)", url, nng_strerror(rv));
+    if (rv == NNG_EPERM)
+      snprintf(err, errlen,
+               "connect %s: permission denied (the system service's socket is for group dqnd: "
+               "`usermod -aG dqnd $USER`, then log in again)",
+               url);
+    else if (rv == NNG_ENOENT || rv == NNG_ECONNREFUSED)
+      snprintf(err, errlen, "connect %s: %s (is dqnd running?)", url, nng_strerror(rv));
+    else
+      snprintf(err, errlen, "connect %s: %s", url, nng_strerror(rv));
     return DQND_ETRANSPORT;
   }
   *out = c;
@@ -237,14 +246,74 @@ int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *f
   return rc;
 }
 
-int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final) {
+static void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, dqnd_checkpoint_t *o);
+
+int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqnd_checkpoint_t *saved) {
   Dqnd__V1__DestroyTrainer m = DQND__V1__DESTROY_TRAINER__INIT;
   m.name = (char *)name;
   m.save_final = save_final;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER;
   req.destroy_trainer = &m;
-  return call_simple(c, &req);
+  Dqnd__V1__Reply *rep;
+  if (saved) memset(saved, 0, sizeof *saved);
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && saved && rep->result_case == DQND__V1__REPLY__RESULT_CHECKPOINT) ckpt_from_pb(rep->checkpoint, saved);
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *out) {
+  Dqnd__V1__GetStats m = DQND__V1__GET_STATS__INIT;
+  m.name = (char *)name;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
+  req.get_stats = &m;
+  Dqnd__V1__Reply *rep;
+  memset(out, 0, sizeof *out);
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc) {
+    const Dqnd__V1__TrainerInfo *t = rep->result_case == DQND__V1__REPLY__RESULT_TRAINER ? rep->trainer : NULL;
+    if (!t || t->n_branches < 1 || t->n_branches > LEARNER_MAX_BRANCHES || t->state_dim < 1)
+      rc = seterr(c, DQND_EPROTO, "GetStats reply without the trainer's shapes");
+    else {
+      snprintf(out->backend, sizeof out->backend, "%s", t->backend);
+      snprintf(out->state, sizeof out->state, "%s", t->state);
+      out->state_dim = (int)t->state_dim;
+      out->n_branches = (int)t->n_branches;
+      for (size_t d = 0; d < t->n_branches; d++) out->branches[d] = (int)t->branches[d];
+      for (size_t i = 0; i < t->n_config; i++)
+        if (!strcmp(t->config[i]->name, "noisy")) out->noisy = !strcmp(t->config[i]->value, "1");
+      stats_from_pb(t->stats, &out->stats);
+    }
+  }
+  dqnd_reply_free(rep);
+  return rc;
+}
+
+int dqnd_list_checkpoints(dqnd_client_t *c, const char *name, dqnd_checkpoint_t **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  Dqnd__V1__ListCheckpoints m = DQND__V1__LIST_CHECKPOINTS__INIT;
+  m.name = (char *)name;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS;
+  req.list_checkpoints = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc) {
+    if (rep->result_case != DQND__V1__REPLY__RESULT_CHECKPOINTS)
+      rc = seterr(c, DQND_EPROTO, "ListCheckpoints reply without a list");
+    else {
+      size_t k = rep->checkpoints->n_checkpoints;
+      *out = calloc(k ? k : 1, sizeof **out);
+      if (!*out) rc = seterr(c, DQND_ENOMEM, "out of memory");
+      for (size_t i = 0; !rc && i < k; i++) ckpt_from_pb(rep->checkpoints->checkpoints[i], &(*out)[i]);
+      if (!rc) *n = (int)k;
+    }
+  }
+  dqnd_reply_free(rep);
+  return rc;
 }
 
 int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner_transitions_t *t,
@@ -358,6 +427,8 @@ static void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, dqnd_checkpoint_t *o
   snprintf(o->path, sizeof o->path, "%s", p->path);
   o->bytes = p->bytes;
   o->step = p->step;
+  o->seq = p->seq;
+  o->mtime = p->mtime_unix;
   o->crc32 = p->crc32;
 }
 
@@ -377,9 +448,26 @@ int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dq
 
 int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
                           uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
-  FILE *f = fopen(local_path, "wb");
-  if (!f) return seterr(c, DQND_EIO, "cannot create %s", local_path);
-  uint64_t off = 0, total = 0;
+  /* a temporary file beside the target (same file system, so the rename is
+   * atomic), renamed over it only once every byte is in and checked */
+  size_t pl = strlen(local_path);
+  char *tmp = malloc(pl + 32);
+  if (!tmp) return seterr(c, DQND_ENOMEM, "out of memory");
+  snprintf(tmp, pl + 32, "%s.part-XXXXXX", local_path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return seterr(c, DQND_EIO, "cannot create a temporary file beside %s: %s", local_path, strerror(e));
+  }
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    close(fd);
+    unlink(tmp);
+    free(tmp);
+    return seterr(c, DQND_EIO, "fdopen: %s", strerror(errno));
+  }
+  uint64_t off = 0, total = 0, step = 0, seq = 0;
   uint32_t crc = 0, want_crc = 0;
   char ckid[96] = "";
   snprintf(ckid, sizeof ckid, "%s", id ? id : "");
@@ -403,21 +491,30 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
       total = ch->total;
       want_crc = ch->crc32;
       if (ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
-      else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len) rc = seterr(c, DQND_EIO, "write %s failed", local_path);
+      else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len)
+        rc = seterr(c, DQND_EIO, "write %s: %s", tmp, strerror(errno));
       crc = learner_crc32(crc, ch->data.data, ch->data.len);
       off += ch->data.len;
     }
     dqnd_reply_free(rep);
   } while (!rc && off < total);
-  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s failed", local_path);
   if (!rc && crc != want_crc) rc = seterr(c, DQND_EPROTO, "checkpoint %s: CRC-32 %08x, expected %08x", ckid, crc, want_crc);
-  if (rc) unlink(local_path);
-  else if (out) {
+  if (!rc && (fflush(f) || fsync(fileno(f)))) rc = seterr(c, DQND_EIO, "flush %s: %s", tmp, strerror(errno));
+  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, local_path)) rc = seterr(c, DQND_EIO, "rename to %s: %s", local_path, strerror(errno));
+  if (rc) unlink(tmp); /* never local_path: whatever was there stays */
+  free(tmp);
+  if (!rc && out) {
     memset(out, 0, sizeof *out);
     snprintf(out->id, sizeof out->id, "%s", ckid);
     snprintf(out->path, sizeof out->path, "%s", local_path);
     out->bytes = total;
     out->crc32 = crc;
+    /* ckpt-<seq>-<step>-<crc>.dqnd */
+    unsigned long long a, b;
+    if (sscanf(ckid, "ckpt-%8llu-%12llu-", &a, &b) == 2) seq = a, step = b;
+    out->seq = seq;
+    out->step = step;
   }
   return rc;
 }

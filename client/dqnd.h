@@ -35,7 +35,9 @@ typedef struct dqnd_client dqnd_client_t;
 
 /* "OK", "INVALID_ARGUMENT", ..., "ETIMEDOUT" */
 const char *dqnd_strerror(int code);
-/* The daemon's default ipc URL for this user (the same rule as dqnd). */
+/* The daemon's default ipc URL for this user (the same rule as dqnd), and
+ * dqnd_client_default_url: that one, or the system service's socket when
+ * the per-user socket does not exist and the system one does. */
 #include "default_url.h"
 
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen);
@@ -53,18 +55,35 @@ void dqnd_reply_free(Dqnd__V1__Reply *rep);
 int dqnd_call_raw(dqnd_client_t *c, const void *buf, size_t n, Dqnd__V1__Reply **rep);
 
 typedef struct dqnd_checkpoint {
-  char id[96];
-  char path[1200];
+  char id[96];       /* the file name */
+  char path[1200];   /* on the daemon's side (fetch: the local file) */
   uint64_t bytes, step;
+  uint64_t seq;      /* the short id: accepted wherever an id is */
+  int64_t mtime;     /* seconds since the epoch (0 when unknown) */
   uint32_t crc32;
 } dqnd_checkpoint_t;
+
+/* What a client needs to know of a trainer's shapes (from GetStats). */
+typedef struct dqnd_trainer_info {
+  char backend[16];
+  char state[300];   /* "ready" or "error: ..." */
+  int state_dim;
+  int n_branches;
+  int branches[LEARNER_MAX_BRANCHES];
+  int noisy;         /* created with NoisyNet layers */
+  learner_stats_t stats;
+} dqnd_trainer_info_t;
 
 int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s);
 /* fields: "name=value" strings (learner config fields); backend NULL = daemon default.
  * *created (optional): 1 new, 0 it existed with the same config. */
 int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
                         const char *backend, int *created);
-int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final);
+/* save_final: write a checkpoint first; *saved (optional) receives where it went. */
+int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqnd_checkpoint_t *saved);
+int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *out);
+/* The trainer's checkpoints on the daemon, oldest first; free(*out). */
+int dqnd_list_checkpoints(dqnd_client_t *c, const char *name, dqnd_checkpoint_t **out, int *n);
 int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner_transitions_t *t,
                 int64_t *replay_size);
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
@@ -75,8 +94,10 @@ int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau);
 int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields);
 int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st);
 int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out);
-/* Downloads a checkpoint ("" or NULL = newest) into a local file in chunks of
- * chunk_bytes (0 = 4 MiB) and verifies its CRC32C. */
+/* Downloads a checkpoint ("" or NULL = newest; else its id or short id) in
+ * chunks of chunk_bytes (0 = 4 MiB) into a temporary file beside local_path,
+ * verifies its CRC-32, fsyncs it and renames it over local_path only then:
+ * a failed fetch leaves whatever was at local_path untouched. */
 int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
                           uint32_t chunk_bytes, dqnd_checkpoint_t *out);
 /* Restores from a file on the daemon's side. create: a new trainer `name`. */

@@ -79,7 +79,7 @@ int npy_read(const char *path, npy_array_t *a, char *err, size_t errlen) {
   if (!d) goto badhdr;
   static const struct { const char *s; npy_dtype_t t; } types[] = {
       {"'<f4'", NPY_F4}, {"'<f8'", NPY_F8}, {"'<i4'", NPY_I4}, {"'<i8'", NPY_I8},
-      {"'|u1'", NPY_U1}, {"'|b1'", NPY_B1}, {"'<u1'", NPY_U1}, {"'|i1'", NPY_U1}};
+      {"'|u1'", NPY_U1}, {"'|b1'", NPY_B1}, {"'<u1'", NPY_U1}};
   int found = 0;
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     if (!strncmp(d, types[i].s, strlen(types[i].s))) {
@@ -88,7 +88,10 @@ int npy_read(const char *path, npy_array_t *a, char *err, size_t errlen) {
       break;
     }
   if (!found) {
-    fail(err, errlen, "%s: dtype %.8s not supported (float32/64, int32/64, uint8, bool, little-endian)", path, d);
+    size_t dl = strcspn(d + 1, "'");
+    fail(err, errlen, "%s: dtype '%.*s' is not supported (float32 '<f4', float64 '<f8', int32 '<i4', int64 '<i8', "
+                      "uint8 '|u1', bool '|b1'; little-endian)",
+         path, (int)(dl < 16 ? dl : 16), d + 1);
     goto out;
   }
   if (strstr(fo, "True") && strstr(fo, "True") < strchr(fo + 15, ',')) {

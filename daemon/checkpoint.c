@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int fail(char *err, size_t n, const char *fmt, ...) {
@@ -48,7 +49,7 @@ static int parse_name(const char *name, ckpt_info_t *c) {
 }
 
 /* All checkpoints in dir, sorted by sequence (oldest first). */
-static int list(const char *dir, ckpt_info_t **out, int *n) {
+int ckpt_list(const char *dir, ckpt_info_t **out, int *n) {
   *out = NULL;
   *n = 0;
   DIR *d = opendir(dir);
@@ -67,7 +68,10 @@ static int list(const char *dir, ckpt_info_t **out, int *n) {
     }
     snprintf(c.path, sizeof c.path, "%s/%s", dir, c.id);
     struct stat st;
-    if (stat(c.path, &st) == 0) c.bytes = (uint64_t)st.st_size;
+    if (stat(c.path, &st) == 0) {
+      c.bytes = (uint64_t)st.st_size;
+      c.mtime = (int64_t)st.st_mtime;
+    }
     (*out)[(*n)++] = c;
   }
   closedir(d);
@@ -120,7 +124,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
   if (ckpt_mkdirs(dir, err, errlen)) return -1;
   ckpt_info_t *all;
   int n;
-  if (list(dir, &all, &n)) return fail(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+  if (ckpt_list(dir, &all, &n)) return fail(err, errlen, "cannot read %s: %s", dir, strerror(errno));
   uint64_t seq = n ? all[n - 1].seq + 1 : 1;
   free(all);
   char tmp[1200];
@@ -159,7 +163,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
   }
   if (fsync_dir(dir)) return fail(err, errlen, "fsync %s: %s", dir, strerror(errno));
   /* keep the newest `keep` */
-  if (list(dir, &all, &n) == 0) {
+  if (ckpt_list(dir, &all, &n) == 0) {
     for (int i = 0; i < n - keep; i++) unlink(all[i].path);
     free(all);
   }
@@ -170,13 +174,19 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
 int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen) {
   ckpt_info_t *all;
   int n;
-  if (list(dir, &all, &n)) return fail(err, errlen, "cannot read %s", dir);
+  if (ckpt_list(dir, &all, &n)) return fail(err, errlen, "cannot read %s", dir);
   int found = -1;
+  char *end;
+  unsigned long long seq = strtoull(id, &end, 10);
+  int numeric = id[0] >= '0' && id[0] <= '9' && !*end;
   for (int i = 0; i < n; i++)
-    if (!id[0] || !strcmp(all[i].id, id)) found = i;
+    if (!id[0] || !strcmp(all[i].id, id) || (numeric && all[i].seq == seq)) found = i;
   if (found >= 0) *out = all[found];
   free(all);
-  if (found < 0) return fail(err, errlen, id[0] ? "checkpoint: '%s' not found" : "checkpoint: none written yet%s", id);
+  if (found < 0)
+    return fail(err, errlen,
+                id[0] ? "checkpoint: '%s' not found (dqnctl checkpoints lists them)" : "checkpoint: none written yet%s",
+                id);
   return 0;
 }
 
@@ -198,7 +208,11 @@ static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, c
 
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, errlen, "path: cannot open %s: %s", path, strerror(errno));
+  if (!f) {
+    int e = errno;
+    fail(err, errlen, "path: cannot open %s: %s", path, strerror(e));
+    return e == ENOENT || e == ENOTDIR ? CKPT_ENOENT : (e == EACCES || e == EPERM ? CKPT_EACCES : CKPT_ERR);
+  }
   int rc = learner_load(file_read, f, be, out, err, errlen);
   fclose(f);
   return rc ? -1 : 0;
@@ -226,4 +240,60 @@ int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **
     return fail(err, errlen, "data: %zu trailing bytes after the checkpoint", n - m.pos);
   }
   return rc ? -1 : 0;
+}
+
+int ckpt_retire(const char *state_dir, const char *name, const char *why, char *newdir, size_t n, char *err,
+                size_t errlen) {
+  if (newdir && n) newdir[0] = 0;
+  char from[1200], base[1200], to[1300];
+  snprintf(from, sizeof from, "%s/%s", state_dir, name);
+  struct stat st;
+  if (lstat(from, &st)) return errno == ENOENT ? 0 : fail(err, errlen, "stat %s: %s", from, strerror(errno));
+  snprintf(base, sizeof base, "%s/.retired", state_dir);
+  if (ckpt_mkdirs(base, err, errlen)) return -1;
+  time_t now = time(NULL);
+  struct tm tm;
+  char stamp[32] = "0";
+  if (gmtime_r(&now, &tm)) strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  for (int k = 1; k < 1000; k++) {
+    if (k == 1) snprintf(to, sizeof to, "%s/%s-%s-%s", base, name, stamp, why);
+    else snprintf(to, sizeof to, "%s/%s-%s-%s-%d", base, name, stamp, why, k);
+    if (lstat(to, &st) == 0) continue;
+    if (rename(from, to)) return fail(err, errlen, "rename %s to %s: %s", from, to, strerror(errno));
+    if (fsync_dir(base) || fsync_dir(state_dir)) return fail(err, errlen, "fsync %s: %s", state_dir, strerror(errno));
+    if (newdir && n) snprintf(newdir, n, "%s", to);
+    return 0;
+  }
+  return fail(err, errlen, "%s: too many retired directories named %s-%s", base, name, stamp);
+}
+
+int ckpt_write_backend(const char *dir, const char *backend, char *err, size_t errlen) {
+  if (ckpt_mkdirs(dir, err, errlen)) return -1;
+  char tmp[1200], path[1200];
+  snprintf(tmp, sizeof tmp, "%s/.backend.tmp", dir);
+  snprintf(path, sizeof path, "%s/backend", dir);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return fail(err, errlen, "create %s: %s", tmp, strerror(errno));
+  int bad = fprintf(f, "%s\n", backend) < 0;
+  bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path)) {
+    unlink(tmp);
+    return fail(err, errlen, "write %s: %s", path, strerror(errno));
+  }
+  return fsync_dir(dir) ? fail(err, errlen, "fsync %s: %s", dir, strerror(errno)) : 0;
+}
+
+int ckpt_read_backend(const char *dir, char *backend, size_t n) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/backend", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[32] = "";
+  int ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  line[strcspn(line, "\n")] = 0;
+  if (!ok || !line[0]) return -1;
+  snprintf(backend, n, "%s", line);
+  return 0;
 }

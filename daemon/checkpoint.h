@@ -22,19 +22,38 @@ typedef struct ckpt_info {
   char path[1200];
   uint64_t bytes;
   uint32_t crc32;
-  uint64_t seq, step;
+  uint64_t seq, step; /* seq is the short id */
+  int64_t mtime;
 } ckpt_info_t;
+
+enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3 };
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
 int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
-/* id "" = newest. 0 or -1 (err: NOT_FOUND-style message). */
+/* id "" = newest; else the file name or the short id (the sequence number,
+ * leading zeros optional). 0 or -1 (err: NOT_FOUND-style message). */
 int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen);
+/* Every checkpoint in dir, oldest first (free *out). 0, or -1 when dir
+ * exists but cannot be read. */
+int ckpt_list(const char *dir, ckpt_info_t **out, int *n);
 /* Reads up to n bytes at off; *got = bytes read. */
 int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got);
-/* Builds a learner from a file / memory; nothing else is touched. */
+/* Builds a learner from a file / memory; nothing else is touched. A file
+ * that is not there is CKPT_ENOENT, one we may not read CKPT_EACCES. */
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 /* Removes leftover temporary files of an interrupted write. */
 void ckpt_clean_tmp(const char *dir);
+/* Moves a trainer's directory STATE/<name> out of the way, to
+ * STATE/.retired/<name>-<UTC time>-<why>[-k], so that a restarted daemon does
+ * not bring the trainer back and a new trainer of that name starts clean;
+ * nothing is deleted. 0 with the new directory in newdir (empty when there was
+ * nothing to move), or -1. */
+int ckpt_retire(const char *state_dir, const char *name, const char *why, char *newdir, size_t n, char *err,
+                size_t errlen);
+/* The backend a trainer was created with, kept beside its checkpoints
+ * (STATE/<name>/backend) so a restart brings it back on the same one. */
+int ckpt_write_backend(const char *dir, const char *backend, char *err, size_t errlen);
+int ckpt_read_backend(const char *dir, char *backend, size_t n);
 
 #endif

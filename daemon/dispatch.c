@@ -154,9 +154,21 @@ static learner_backend_t parse_backend(const char *b, int *ok) {
   return LEARNER_BACKEND_AUTO;
 }
 
+/* A field named twice in one request is refused, not "last wins". */
+static int fields_unique(Dqnd__V1__Field **f, size_t n, const char *what, char *err, size_t errlen) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(f[i]->name, f[j]->name))
+        return snprintf(err, errlen, "%s: field '%s' is given twice (%s[%zu] and %s[%zu])", what, f[i]->name, what, j,
+                        what, i),
+               DQND__V1__CODE__INVALID_ARGUMENT;
+  return 0;
+}
+
 /* Builds a config from the daemon default (the `ref` config) and the fields. */
 static int config_from_fields(Dqnd__V1__Field **f, size_t n, learner_config_t *cfg, char *err, size_t errlen) {
   learner_config_default(cfg);
+  if (fields_unique(f, n, "config", err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
   for (size_t i = 0; i < n; i++) {
     if (learner_config_set(cfg, f[i]->name, f[i]->value, err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
   }
@@ -185,6 +197,7 @@ NAME_GETTER(name_save, save_checkpoint)
 NAME_GETTER(name_fetch, fetch_checkpoint)
 NAME_GETTER(name_load, load_checkpoint)
 NAME_GETTER(name_stats, get_stats)
+NAME_GETTER(name_list_ckpt, list_checkpoints)
 
 /* ------------------------------------------------------------- handlers */
 
@@ -312,7 +325,7 @@ static void run_create(server_t *s, trainer_t *t0, rpc_call_t *c) {
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
-  int code = trainer_register(s, m->name, l, &cfg, &t, err, sizeof err);
+  int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
   if (code) {
     learner_destroy(l);
     rpc_reply_error(c, code, "%s", err);
@@ -333,11 +346,26 @@ static void save_now(trainer_t *t, int with_replay, ckpt_info_t *info, char *err
   else log_error(t->name, "checkpoint failed: %s", err);
 }
 
+static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info);
+
+/* Moves the trainer's directory to STATE/.retired/ (the worker, before it
+ * unregisters: no periodic save can run in between, and the name is not free
+ * yet, so a new trainer of that name cannot race for the directory). */
+static int retire(trainer_t *t, const char *why, char *moved, size_t n) {
+  char err[512];
+  if (ckpt_retire(t->srv->opts.state_dir, t->name, why, moved, n, err, sizeof err)) {
+    log_error(t->name, "%s", err);
+    return -1;
+  }
+  if (moved[0]) log_info(t->name, "checkpoints moved to %s", moved);
+  return 0;
+}
+
 static void run_destroy(server_t *s, trainer_t *t, rpc_call_t *c) {
   const Dqnd__V1__DestroyTrainer *m = rpc_request(c)->destroy_trainer;
+  ckpt_info_t info;
+  char err[512], moved[1300];
   if (m->save_final) {
-    ckpt_info_t info;
-    char err[512];
     int rc;
     save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
     if (rc) {
@@ -345,11 +373,20 @@ static void run_destroy(server_t *s, trainer_t *t, rpc_call_t *c) {
       return;
     }
   }
+  if (retire(t, "destroyed", moved, sizeof moved)) {
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot move trainer '%s''s directory aside (trainer kept; "
+                    "see the daemon's log)", t->name);
+    return;
+  }
   trainer_unregister(t);
   workq_close(&t->q);
   fail_queued(t, "destroyed");
   log_info(t->name, "destroyed");
-  reply_done(c);
+  if (m->save_final) {
+    snprintf(info.path, sizeof info.path, "%.*s/%s", (int)(sizeof info.path - sizeof info.id - 2), moved, info.id);
+    reply_checkpoint(c, &info);
+  } else
+    reply_done(c);
 }
 
 static int check_submit(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
@@ -447,6 +484,8 @@ static void run_step(server_t *s, trainer_t *t, rpc_call_t *c) {
 
 static int check_act(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
   const Dqnd__V1__Act *m = r->act;
+  if (m->noisy && !t->cfg.noisy)
+    return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), 3;
   if (m->count < 1 || m->count > ACT_MAX_STATES)
     return snprintf(err, errlen, "count: %u is outside [1, %d]", m->count, ACT_MAX_STATES), 3;
   uint64_t want = (uint64_t)m->count * (uint64_t)t->cfg.state_dim * 4;
@@ -513,10 +552,14 @@ static int apply_hparams(const Dqnd__V1__SetHyperparams *m, learner_hparams_t *h
   learner_config_t tmp;
   learner_config_default(&tmp);
   tmp.hp = *hp;
-  if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: empty"), 3;
+  if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), 3;
+  if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return 3;
   for (size_t i = 0; i < m->n_hparams; i++) {
     const learner_field_t *f = learner_field_find(m->hparams[i]->name);
-    if (!f) return snprintf(err, errlen, "hparams: unknown field '%s'", m->hparams[i]->name), 3;
+    if (!f) {
+      learner_config_set(&tmp, m->hparams[i]->name, "", err, errlen); /* names it, with the nearest field */
+      return 3;
+    }
     if (!f->hparam)
       return snprintf(err, errlen, "%s: fixed at creation (changes a shape or the replay); not a hyperparameter", f->name),
              3;
@@ -556,6 +599,8 @@ static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
   ci.bytes = info->bytes;
   ci.crc32 = info->crc32;
   ci.step = info->step;
+  ci.seq = info->seq;
+  ci.mtime_unix = info->mtime;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINT;
   r.checkpoint = &ci;
@@ -569,6 +614,41 @@ static void run_save(server_t *s, trainer_t *t, rpc_call_t *c) {
   save_now(t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err, &rc);
   if (rc) rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
   else reply_checkpoint(c, &info);
+}
+
+static void run_list_checkpoints(server_t *s, trainer_t *t, rpc_call_t *c) {
+  ckpt_info_t *all;
+  int n;
+  if (ckpt_list(t->dir, &all, &n)) {
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot read trainer '%s''s checkpoint directory", t->name);
+    return;
+  }
+  Dqnd__V1__CheckpointInfo *ci = calloc((size_t)(n ? n : 1), sizeof *ci);
+  Dqnd__V1__CheckpointInfo **ptr = calloc((size_t)(n ? n : 1), sizeof *ptr);
+  if (!ci || !ptr) {
+    free(all), free(ci), free(ptr);
+    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    dqnd__v1__checkpoint_info__init(&ci[i]);
+    ci[i].checkpoint = all[i].id;
+    ci[i].path = all[i].path;
+    ci[i].bytes = all[i].bytes;
+    ci[i].crc32 = all[i].crc32;
+    ci[i].step = all[i].step;
+    ci[i].seq = all[i].seq;
+    ci[i].mtime_unix = all[i].mtime;
+    ptr[i] = &ci[i];
+  }
+  Dqnd__V1__ListCheckpointsResult lr = DQND__V1__LIST_CHECKPOINTS_RESULT__INIT;
+  lr.n_checkpoints = (size_t)n;
+  lr.checkpoints = ptr;
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINTS;
+  r.checkpoints = &lr;
+  reply_ok(c, &r);
+  free(all), free(ci), free(ptr);
 }
 
 static int check_fetch(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
@@ -649,8 +729,13 @@ static void run_load(server_t *s, trainer_t *t0, rpc_call_t *c) {
   learner_backend_t be = parse_backend(m->backend, &ok);
   if (be == LEARNER_BACKEND_AUTO) be = s->backend;
   if (m->path && m->path[0]) {
-    if (ckpt_load_file(m->path, be, &l, err, sizeof err)) {
-      rpc_reply_error(c, DQND__V1__CODE__DATA_LOSS, "%s", err);
+    int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
+    if (lrc) {
+      rpc_reply_error(c,
+                      lrc == CKPT_ENOENT   ? DQND__V1__CODE__NOT_FOUND
+                      : lrc == CKPT_EACCES ? DQND__V1__CODE__PERMISSION_DENIED
+                                           : DQND__V1__CODE__DATA_LOSS,
+                      "%s", err);
       return;
     }
   } else {
@@ -711,7 +796,7 @@ static void run_load(server_t *s, trainer_t *t0, rpc_call_t *c) {
   if (m->create) {
     learner_config_t cfg = *learner_config(l);
     trainer_t *t;
-    int code = trainer_register(s, m->name, l, &cfg, &t, err, sizeof err);
+    int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
     if (code) {
       learner_destroy(l);
       rpc_reply_error(c, code, "%s", err);
@@ -791,6 +876,8 @@ static const cmd_t commands[] = {
                                                      run_fetch},
     [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {"LoadCheckpoint", F_ADMIN, name_load, check_load, run_load},
     [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER, name_stats, NULL, run_stats},
+    [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER, name_list_ckpt, NULL,
+                                                     run_list_checkpoints},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -907,6 +994,7 @@ static void run_periodic_save(server_t *s, trainer_t *t, rpc_call_t *c) {
   save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
 }
 
+/* shutdown: the final checkpoint stays where a restart finds it */
 static void run_final(server_t *s, trainer_t *t, rpc_call_t *c) {
   ckpt_info_t info;
   char err[512];
@@ -917,13 +1005,30 @@ static void run_final(server_t *s, trainer_t *t, rpc_call_t *c) {
   fail_queued(t, "unloaded");
 }
 
+/* idle timeout: saved and unloaded for good (a restart does not bring it back;
+ * LoadCheckpoint from the retired directory does) */
+static void run_unload(server_t *s, trainer_t *t, rpc_call_t *c) {
+  ckpt_info_t info;
+  char err[512], moved[1300];
+  int rc;
+  save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
+  if (rc || retire(t, "unloaded", moved, sizeof moved)) {
+    log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
+    return;
+  }
+  trainer_unregister(t);
+  workq_close(&t->q);
+  fail_queued(t, "unloaded");
+}
+
 static int enqueue_internal(trainer_t *t, void (*run)(server_t *, trainer_t *, rpc_call_t *), int force) {
   static const cmd_t save_cmd = {"checkpoint", F_QUEUE, NULL, NULL, run_periodic_save};
   static const cmd_t final_cmd = {"final", F_QUEUE, NULL, NULL, run_final};
+  static const cmd_t unload_cmd = {"unload", F_QUEUE, NULL, NULL, run_unload};
   job_t *j = calloc(1, sizeof *j);
   if (!j) return -1;
   atomic_fetch_add(&t->refs, 1);
-  *j = (job_t){run == run_final ? &final_cmd : &save_cmd, t->srv, t, NULL, NULL};
+  *j = (job_t){run == run_final ? &final_cmd : (run == run_unload ? &unload_cmd : &save_cmd), t->srv, t, NULL, NULL};
   int rc = force ? workq_push_force(&t->q, dispatch_job_run, j) : workq_push(&t->q, dispatch_job_run, j);
   if (rc) {
     trainer_put(t);
@@ -934,3 +1039,4 @@ static int enqueue_internal(trainer_t *t, void (*run)(server_t *, trainer_t *, r
 
 int dispatch_enqueue_save(trainer_t *t) { return enqueue_internal(t, run_periodic_save, 0); }
 int dispatch_enqueue_final(trainer_t *t) { return enqueue_internal(t, run_final, 1); }
+int dispatch_enqueue_unload(trainer_t *t) { return enqueue_internal(t, run_unload, 0); }

@@ -15,6 +15,7 @@ void dispatch(server_t *s, rpc_call_t *c);
 /* Internal jobs the loop enqueues (periodic checkpoints, idle unload,
  * shutdown). They have no call to answer. */
 int dispatch_enqueue_save(trainer_t *t);
-int dispatch_enqueue_final(trainer_t *t); /* save (if configured) and stop */
+int dispatch_enqueue_final(trainer_t *t);  /* shutdown: save and stop; a restart restores it */
+int dispatch_enqueue_unload(trainer_t *t); /* idle: save, retire its directory, stop */
 
 #endif

@@ -22,6 +22,7 @@
 #include "dqnd_build_config.h"
 #include "dispatch.h"
 #include "log.h"
+#include "restore.h"
 #include "rpc.h"
 #include "trainer.h"
 
@@ -56,7 +57,7 @@ static void idle_one(trainer_t *t, void *ctx) {
   pthread_mutex_unlock(&t->mu);
   if (idle > s->opts.idle_timeout && workq_pending(&t->q) == 0) {
     log_info(t->name, "idle for %.0f s: saving and unloading", idle);
-    dispatch_enqueue_final(t);
+    if (dispatch_enqueue_unload(t)) log_warn(t->name, "idle unload skipped: queue full");
   }
 }
 static void on_idle_timer(uv_timer_t *h) {
@@ -151,6 +152,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dqnd: cannot start the admin worker\n");
     return 1;
   }
+  if (s->opts.restore) restore_trainers(s);
   if (rpc_start(s, err, sizeof err)) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;

@@ -10,6 +10,7 @@
 
 #include "default_url.h"
 #include "dqnd_build_config.h"
+#include "suggest.h"
 
 typedef enum { OT_STR, OT_INT32, OT_INT64, OT_LISTEN } opt_type_t;
 typedef struct {
@@ -34,6 +35,10 @@ static const opt_t opts_table[] = {
     {"keep-checkpoints", OT_INT32, O(keep_checkpoints), 1, 1000, "newest checkpoints kept per trainer"},
     {"idle-timeout", OT_INT32, O(idle_timeout), 0, INT_MAX, "seconds before an idle trainer is saved and unloaded (0 = never)"},
     {"checkpoint-replay", OT_INT32, O(checkpoint_replay), 0, 1, "periodic and final checkpoints include the replay (0/1)"},
+    {"restore", OT_INT32, O(restore), 0, 1,
+     "at start, bring back every trainer in state-dir from its newest checkpoint that loads (0/1)"},
+    {"socket-mode", OT_STR, O(socket_mode), 0, 0,
+     "permissions of ipc sockets, octal (0660 lets the daemon's group connect)"},
     {"auth-token", OT_STR, O(auth_token), 0, 0, "require this token in every request"},
     {"log-file", OT_STR, O(log_file), 0, 0, "log here instead of stderr (reopened on SIGHUP)"},
     {"log-level", OT_STR, O(log_level), 0, 0, "error, warn, info, debug"},
@@ -75,6 +80,8 @@ void opts_default(dqnd_opts_t *o) {
   o->keep_checkpoints = 3;
   o->idle_timeout = 0;
   o->checkpoint_replay = 0;
+  o->restore = 1;
+  snprintf(o->socket_mode, sizeof o->socket_mode, "0600");
   snprintf(o->log_level, sizeof o->log_level, "info");
 }
 
@@ -110,10 +117,21 @@ int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, siz
       *(int64_t *)p = v;
     return 0;
   }
+  suggest_t sg;
+  suggest_init(&sg, name);
+  for (int i = 0; i < N_OPTS; i++) suggest_try(&sg, opts_table[i].name);
+  if (sg.best) return fail(err, errlen, "unknown option '%s' (did you mean --%s?)", name, sg.best);
   return fail(err, errlen, "unknown option '%s' (see --help)", name);
 }
 
+int opts_socket_mode(const dqnd_opts_t *o) { return (int)strtol(o->socket_mode, NULL, 8); }
+
 static int check(dqnd_opts_t *o, char *err, size_t errlen) {
+  char *end;
+  long mode = strtol(o->socket_mode, &end, 8);
+  if (!o->socket_mode[0] || *end || mode < 0 || mode > 0777 || !(mode & 0600))
+    return fail(err, errlen, "socket-mode: '%s' is not an octal mode in [0600, 0777] that lets the owner in",
+                o->socket_mode);
   if (strcmp(o->backend, "auto") && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
     return fail(err, errlen, "backend: '%s' is not auto, cpu or cuda", o->backend);
   if (strcmp(o->log_level, "error") && strcmp(o->log_level, "warn") && strcmp(o->log_level, "info") &&
@@ -128,7 +146,7 @@ static int check(dqnd_opts_t *o, char *err, size_t errlen) {
 
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
-  if (!f) return fail(err, errlen, "config: cannot open %s", path);
+  if (!f) return fail(err, errlen, "config: cannot open %s: %s", path, strerror(errno));
   char line[2048];
   int ln = 0, rc = 0;
   while (!rc && fgets(line, sizeof line, f)) {
@@ -163,6 +181,7 @@ void opts_usage(FILE *f) {
           "serves them over nng (protocol: proto/dqnd/v1/dqnd.proto). With no options it\n"
           "listens on a local ipc socket and keeps checkpoints in a local state directory.\n\n"
           "  --config FILE           read 'option = value' lines (command line wins)\n"
+          "  --config-optional FILE  the same when FILE exists; nothing when it does not\n"
           "  --help, --version\n");
   char url[600], sd[1024];
   dqnd_default_url(url, sizeof url);
@@ -189,12 +208,16 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
   opts_default(o);
   /* the config file first, so the command line overrides it */
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--config")) {
-      if (i + 1 >= argc) return fail(err, errlen, "--config needs a file");
-      if (opts_parse_file(o, argv[i + 1], err, errlen)) return -1;
-    } else if (!strncmp(argv[i], "--config=", 9)) {
-      if (opts_parse_file(o, argv[i] + 9, err, errlen)) return -1;
-    }
+    int optional = !strcmp(argv[i], "--config-optional") || !strncmp(argv[i], "--config-optional=", 18);
+    const char *path = NULL;
+    if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--config-optional")) {
+      if (i + 1 >= argc) return fail(err, errlen, "%s needs a file", argv[i]);
+      path = argv[i + 1];
+    } else if (!strncmp(argv[i], "--config=", 9) || optional)
+      path = strchr(argv[i], '=') + 1;
+    if (!path) continue;
+    if (optional && access(path, F_OK) && errno == ENOENT) continue;
+    if (opts_parse_file(o, path, err, errlen)) return -1;
   }
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -218,7 +241,7 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
       if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", name);
       val = argv[++i];
     }
-    if (!strcmp(name, "config")) continue;
+    if (!strcmp(name, "config") || !strcmp(name, "config-optional")) continue;
     if (opts_set(o, name, val, err, errlen)) return -1;
   }
   return check(o, err, errlen);

@@ -27,17 +27,23 @@ typedef struct dqnd_opts {
   int32_t keep_checkpoints;
   int32_t idle_timeout;      /* seconds; 0 = never unload idle trainers */
   int32_t checkpoint_replay; /* periodic/final checkpoints include the replay */
+  int32_t restore;           /* at start, bring back the trainers found in state_dir */
+  char socket_mode[8];       /* ipc listeners' permissions, octal: 0600, or 0660 for a group */
   char auth_token[256];
   char log_file[1024];
   char log_level[16];
 } dqnd_opts_t;
 
 void opts_default(dqnd_opts_t *o);
-/* Parses argv (after the program name). Returns 0, 1 for --help/--version
+/* Parses argv (after the program name): --config FILE (must exist),
+ * --config-optional FILE (read when it exists: what the units pass), then
+ * the options, which override the file. Returns 0, 1 for --help/--version
  * (already printed), or -1 with a message in err. */
 int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t errlen);
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen);
 int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, size_t errlen);
+/* socket_mode as a number (validated by opts_parse_args). */
+int opts_socket_mode(const dqnd_opts_t *o);
 void opts_usage(FILE *f);
 
 #endif

@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "dispatch.h"
 #include "log.h"
+#include "wire.h"
 
 /* Messages up to this multiple of max_message_bytes are received and answered
  * with RESOURCE_EXHAUSTED; larger ones are dropped by nng itself (it closes
@@ -125,6 +126,13 @@ static void call_cb(void *arg) {
   c->budget.used = 0;
   c->budget.limit = (size_t)s->opts.decode_budget;
   c->req = dqnd__v1__request__unpack(&c->budget.a, len, nng_msg_body(m));
+  char field[128] = "";
+  if (c->req && wire_find_nul(&dqnd__v1__request__descriptor, nng_msg_body(m), len, field, sizeof field)) {
+    nng_msg_free(m);
+    c->request_id = c->req->request_id;
+    rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "%s: contains a NUL byte", field);
+    return;
+  }
   nng_msg_free(m);
   if (!c->req) {
     if (c->budget.used >= c->budget.limit || c->budget.limit - c->budget.used < len)
@@ -151,7 +159,7 @@ static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
       char mk_err[256];
       if (ckpt_mkdirs(dir, mk_err, sizeof mk_err)) log_warn(NULL, "%s", mk_err);
     }
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, opts_socket_mode(&r->srv->opts));
   }
   if (!rv) rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)r->srv->opts.max_message_bytes * OVERSIZE_FACTOR);
   if (!rv) rv = nng_listener_start(l, 0);

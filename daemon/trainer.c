@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "log.h"
 
 double now_s(void) {
@@ -45,7 +46,7 @@ static void worker_exit(void *owner) {
   atomic_fetch_sub(&s->live_trainers, 1);
 }
 
-int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with,
+int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
                      trainer_t **out, char *err, size_t errlen) {
   pthread_mutex_lock(&s->reg_mu);
   int code = 0;
@@ -59,6 +60,22 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
     snprintf(err, errlen, "name: the daemon holds its maximum of %d trainers", s->opts.max_trainers);
     code = 8; /* RESOURCE_EXHAUSTED */
     goto out;
+  }
+  if (!restoring) { /* the name is free and stays ours while reg_mu is held */
+    char moved[1300], cerr[512];
+    if (ckpt_retire(s->opts.state_dir, name, "replaced", moved, sizeof moved, cerr, sizeof cerr)) {
+      snprintf(err, errlen, "state-dir: %s", cerr);
+      code = 13;
+      goto out;
+    }
+    if (moved[0]) log_warn(name, "a directory left under this name moved to %s", moved);
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/%s", s->opts.state_dir, name);
+    if (ckpt_write_backend(dir, learner_backend_name(learner_backend(l)), cerr, sizeof cerr)) {
+      snprintf(err, errlen, "state-dir: %s", cerr);
+      code = 13;
+      goto out;
+    }
   }
   trainer_t *t = calloc(1, sizeof *t);
   if (!t) {

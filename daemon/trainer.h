@@ -31,9 +31,13 @@ struct trainer {
 /* Valid names: [A-Za-z0-9_.-]{1,64}, not starting with '.'. */
 int trainer_name_ok(const char *name);
 /* Registers a trainer around an existing learner (which it then owns).
+ * A new trainer (restoring = 0) first moves a directory left under its name
+ * (by a daemon that did not restore it) to STATE/.retired/, so its
+ * checkpoints never mix with an older trainer's, and records its backend;
+ * a restored one (restoring = 1) keeps its directory as it is.
  * Returns 0, or a gRPC code (ALREADY_EXISTS, RESOURCE_EXHAUSTED, INTERNAL)
  * with err set; on error the learner is NOT consumed. */
-int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with,
+int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
                      trainer_t **out, char *err, size_t errlen);
 trainer_t *trainer_get(server_t *s, const char *name);
 void trainer_put(trainer_t *t);

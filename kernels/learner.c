@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "dqnd_build_config.h"
 #include "net_layout.h"
+#include "suggest.h"
 
 struct learner {
   const learner_backend_ops_t *ops;
@@ -176,7 +177,11 @@ int learner_config_get(const learner_config_t *c, const learner_field_t *f, char
 int learner_config_set(learner_config_t *c, const char *name, const char *value, char *err, size_t errlen) {
   const learner_field_t *f = learner_field_find(name);
   if (!f) {
-    seterr(err, errlen, "unknown config field '%s'", name);
+    suggest_t sg;
+    suggest_init(&sg, name);
+    for (int i = 0; i < learner_num_fields; i++) suggest_try(&sg, learner_fields[i].name);
+    if (sg.best) seterr(err, errlen, "%s: unknown config field (did you mean '%s'?)", name, sg.best);
+    else seterr(err, errlen, "%s: unknown config field (dqnctl fields lists them)", name);
     return LEARNER_EINVAL;
   }
   char *p = (char *)c + f->offset, *end = NULL;
@@ -881,6 +886,96 @@ static int read_head(learner_read_fn r, void *ctx, learner_config_t *c, int *wit
 int learner_peek_config(learner_read_fn r, void *ctx, learner_config_t *c, int *with_replay, char *err,
                         size_t errlen) {
   return read_head(r, ctx, c, with_replay, err, errlen);
+}
+
+const char *learner_section_name(uint32_t tag) {
+  switch (tag) {
+  case SEC_END: return "end";
+  case SEC_CONFIG: return "config";
+  case SEC_COUNTERS: return "counters";
+  case SEC_ONLINE: return "online parameters";
+  case SEC_TARGET: return "target parameters";
+  case SEC_ADAM_M: return "adam first moments";
+  case SEC_ADAM_V: return "adam second moments";
+  case SEC_R_S: return "replay states";
+  case SEC_R_S2: return "replay next states";
+  case SEC_R_A: return "replay actions";
+  case SEC_R_R: return "replay rewards";
+  case SEC_R_DONE: return "replay dones";
+  case SEC_R_EP: return "replay episode ids";
+  case SEC_R_PRIO: return "replay priorities";
+  }
+  return "unknown";
+}
+
+int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *h, learner_section_cb cb, void *cbctx,
+                          char *err, size_t errlen) {
+  memset(h, 0, sizeof *h);
+  unsigned char hdr[24];
+  int rc = read_all(r, ctx, hdr, sizeof hdr, err, errlen);
+  if (rc) return rc;
+  if (memcmp(hdr, STATE_MAGIC, 8)) {
+    seterr(err, errlen, "bad magic (not a dqnd learner state)");
+    return LEARNER_ECORRUPT;
+  }
+  h->version = get_u32(hdr + 8);
+  h->flags = get_u32(hdr + 12);
+  h->config_hash = get_u64(hdr + 16);
+  if (h->version != STATE_VERSION) {
+    seterr(err, errlen, "format version %u, this build reads %u", h->version, STATE_VERSION);
+    return LEARNER_ECORRUPT;
+  }
+  uint64_t off = sizeof hdr;
+  int bad = 0;
+  unsigned char *buf = malloc(CHUNK);
+  if (!buf) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  for (;;) {
+    unsigned char sh[16], t[4];
+    if ((rc = read_all(r, ctx, sh, 16, err, errlen))) break;
+    learner_state_section_t sec = {get_u32(sh), learner_section_name(get_u32(sh)), off, get_u64(sh + 8), 1};
+    if (get_u32(sh + 4) != 0) {
+      seterr(err, errlen, "section %u at offset %llu: non-zero reserved field", sec.tag, (unsigned long long)off);
+      rc = LEARNER_ECORRUPT;
+      break;
+    }
+    uint32_t crc = 0;
+    for (uint64_t o = 0; !rc && o < sec.len; o += CHUNK) {
+      size_t k = (size_t)(sec.len - o < CHUNK ? sec.len - o : CHUNK);
+      if ((rc = read_all(r, ctx, buf, k, err, errlen))) break;
+      crc = learner_crc32c(crc, buf, k);
+      if (sec.tag == SEC_CONFIG && o == 0) {
+        size_t n = k < sizeof h->config_text - 1 ? k : sizeof h->config_text - 1;
+        memcpy(h->config_text, buf, n);
+        h->config_text[n] = 0;
+      }
+    }
+    if (rc || (rc = read_all(r, ctx, t, 4, err, errlen))) break;
+    sec.crc_ok = crc == get_u32(t);
+    if (!sec.crc_ok && !bad) {
+      bad = 1;
+      seterr(err, errlen, "section %u (%s) fails its CRC32C check", sec.tag, sec.name);
+    }
+    if (sec.tag == SEC_CONFIG && sec.crc_ok) {
+      learner_config_t c;
+      char cerr[256];
+      h->config_ok = learner_config_from_text(&c, h->config_text, strlen(h->config_text), cerr, sizeof cerr) == 0;
+      h->hash_ok = h->config_ok && learner_config_hash(&c) == h->config_hash;
+      if (!h->hash_ok && !bad) {
+        bad = 1;
+        seterr(err, errlen, h->config_ok ? "config hash mismatch" : "config section: %s", cerr);
+      }
+    }
+    if (cb) cb(cbctx, &sec);
+    off += 16 + sec.len + 4;
+    if (sec.tag == SEC_END) break;
+  }
+  free(buf);
+  h->bytes = off;
+  if (rc) return rc;
+  return bad ? LEARNER_ECORRUPT : LEARNER_OK;
 }
 
 static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay, char *err, size_t errlen) {

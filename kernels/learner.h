@@ -212,6 +212,28 @@ int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learne
 int learner_peek_config(learner_read_fn r, void *ctx, learner_config_t *c, int *with_replay,
                         char *err, size_t errlen);
 
+/* Walks a serialised state without building a learner (dqnctl inspect): the
+ * header, the config text, and each section's tag, place, length and CRC.
+ * Returns 0 when every check passes; LEARNER_ECORRUPT (err says the first
+ * failure) after walking on past CRC failures; other errors stop the walk. */
+typedef struct learner_state_header {
+  uint32_t version, flags;   /* flags bit 0: the replay is included */
+  uint64_t config_hash;
+  int config_ok, hash_ok;    /* the config text parses; its hash matches the header */
+  char config_text[8192];
+  uint64_t bytes;            /* bytes walked */
+} learner_state_header_t;
+typedef struct learner_state_section {
+  uint32_t tag;
+  const char *name;
+  uint64_t offset, len;      /* of the section header; payload length */
+  int crc_ok;
+} learner_state_section_t;
+typedef void (*learner_section_cb)(void *ctx, const learner_state_section_t *s);
+int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *h, learner_section_cb cb, void *cbctx,
+                          char *err, size_t errlen);
+const char *learner_section_name(uint32_t tag);
+
 /* CRC32C (Castagnoli): the state format's per-section checks. */
 uint32_t learner_crc32c(uint32_t crc, const void *buf, size_t n);
 /* CRC-32 (IEEE, as zlib's crc32): whole-file checksums of checkpoints. Not

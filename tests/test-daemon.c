@@ -13,6 +13,7 @@
  * sent, and the checkpoint format's CRCs.
  */
 #include <check.h>
+#include <math.h>
 #include <errno.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -29,126 +30,7 @@
 #include "npy.h"
 #include "testutil.h"
 
-static char dqnd_bin[1024], dqnctl_bin[1024];
-
-typedef struct daemon_proc {
-  pid_t pid;
-  char dir[256], url[320], state[300];
-} daemon_t;
-
-static void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2) {
-  if (!d->dir[0]) {
-    snprintf(d->dir, sizeof d->dir, "/tmp/dqnd-test-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d->dir));
-  }
-  snprintf(d->url, sizeof d->url, "ipc://%s/dqnd.sock", d->dir);
-  snprintf(d->state, sizeof d->state, "%s/state", d->dir);
-  char log[300];
-  snprintf(log, sizeof log, "%s/dqnd.log", d->dir);
-  d->pid = fork();
-  ck_assert_int_ge(d->pid, 0);
-  if (d->pid == 0) {
-    char *argv[16] = {dqnd_bin, "--listen", d->url, "--state-dir", d->state, "--backend", "cpu", "--log-file", log,
-                      "--queue-depth", "16", "--max-message-bytes", "4000000", NULL, NULL, NULL};
-    int k = 13;
-    if (extra1) argv[k++] = (char *)extra1;
-    if (extra2) argv[k++] = (char *)extra2;
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    execv(dqnd_bin, argv);
-    _exit(127);
-  }
-  /* wait until it answers */
-  for (int i = 0; i < 200; i++) {
-    dqnd_client_t *c;
-    char err[256];
-    if (dqnd_connect(d->url, 200, &c, err, sizeof err) == 0) {
-      int serving = 0;
-      int rc = dqnd_health(c, &serving, NULL);
-      dqnd_close(c);
-      if ((rc == 0 && serving) || rc == 16 /* up, but wants a token */) return;
-    }
-    usleep(20000);
-  }
-  ck_abort_msg("dqnd did not come up on %s", d->url);
-}
-static void start_daemon(daemon_t *d) { start_daemon_args(d, NULL, NULL); }
-
-/* waitpid with a deadline: a daemon that does not exit fails the test with a
- * message instead of hanging it until the harness's timeout */
-static int wait_exit(pid_t pid, int seconds) {
-  int st = 0;
-  for (int i = 0; i < seconds * 50; i++) {
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) return st;
-    usleep(20000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &st, 0);
-  ck_abort_msg("dqnd did not exit within %d s", seconds);
-  return st;
-}
-
-static int stop_daemon(daemon_t *d, int sig) {
-  kill(d->pid, sig);
-  return wait_exit(d->pid, 60);
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd)) {
-  }
-}
-
-static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
-
-static int load_file(const char *path, learner_t **l, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return snprintf(err, errlen, "cannot open"), -1;
-  int rc = learner_load(file_read, f, LEARNER_BACKEND_CPU, l, err, errlen);
-  fclose(f);
-  return rc;
-}
-
-static dqnd_client_t *connect_to(daemon_t *d) {
-  dqnd_client_t *c;
-  char err[256];
-  ck_assert_msg(dqnd_connect(d->url, 20000, &c, err, sizeof err) == 0, "%s", err);
-  return c;
-}
-
-/* a small learner so every test is fast */
-static const char *small_fields[] = {"state_dim=6", "trunk_h1=16", "trunk_h2=12", "value_hidden=8", "adv_hidden=10",
-                                     "atoms=11", "branches=3,4", "batch=8", "replay_capacity=5000", "seed=42",
-                                     "noisy=1", "lr=0.01"};
-#define N_SMALL ((int)(sizeof small_fields / sizeof small_fields[0]))
-#define S_DIM 6
-#define N_ACT 12
-
-typedef struct batch {
-  int n;
-  float s[256 * S_DIM], s2[256 * S_DIM], r[256];
-  int32_t a[256];
-  uint8_t d[256];
-  int64_t ep[256];
-} batch_t;
-
-static void make_batch(batch_t *b, int n, uint64_t tag) {
-  b->n = n;
-  tu_fill_uniform_f32(b->s, (int64_t)n * S_DIM, -1, 1, 7, tag);
-  tu_fill_uniform_f32(b->s2, (int64_t)n * S_DIM, -1, 1, 8, tag);
-  for (int i = 0; i < n; i++) {
-    b->a[i] = (int32_t)((i * 7 + tag) % N_ACT);
-    b->r[i] = (float)i + 1000.0f * (float)tag; /* unique per (tag, i): lets tests count items */
-    b->d[i] = (i % 5) == 0;
-    b->ep[i] = (int64_t)tag;
-  }
-}
-
-static int submit(dqnd_client_t *c, const char *name, const batch_t *b) {
-  learner_transitions_t t = {b->n, b->s, b->a, b->r, b->s2, b->d, b->ep};
-  return dqnd_submit(c, name, S_DIM, &t, NULL);
-}
+#include "harness.h"
 
 /* ---------------------------------------------------------------- happy */
 
@@ -231,13 +113,22 @@ START_TEST(test_every_command) {
   ck_assert_int_eq(dqnd_get_stats(c, "a", &st), 0);
   ck_assert_int_eq(st.step, 20);
 
-  ck_assert_int_eq(dqnd_destroy_trainer(c, "b2", 1), 0);
+  dqnd_checkpoint_t fin;
+  ck_assert_int_eq(dqnd_destroy_trainer(c, "b2", 1, &fin), 0);
   ck_assert_int_eq(dqnd_get_stats(c, "b2", &st), 5); /* NOT_FOUND */
+  /* save_final wrote one, and the reply says where it went: the trainer's
+   * directory moved to .retired/, so a restart does not bring it back */
   char b2dir[400];
   snprintf(b2dir, sizeof b2dir, "%s/b2", d.state);
-  DIR *dd = opendir(b2dir);
-  ck_assert_ptr_nonnull(dd); /* save_final wrote one */
-  closedir(dd);
+  ck_assert_ptr_null(opendir(b2dir));
+  char retired[400];
+  snprintf(retired, sizeof retired, "%s/.retired/b2-", d.state);
+  ck_assert_msg(!strncmp(fin.path, retired, strlen(retired)), "final checkpoint at %s", fin.path);
+  ck_assert_int_eq(fin.step, 25);
+  learner_t *lf;
+  char lerr[256];
+  ck_assert_msg(load_file(fin.path, &lf, lerr, sizeof lerr) == 0, "%s: %s", fin.path, lerr);
+  learner_destroy(lf);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
@@ -309,7 +200,54 @@ START_TEST(test_bad_input) {
   bad.d[1] = 2;
   expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "dones[1]", "submit done flag 2");
   expect(c, dqnd_submit(c, "nobody", S_DIM, &t, NULL), 5, "nobody", "submit unknown trainer");
+  /* each array's length on its own, sent raw past the client's checks, with
+   * the exact message: a check of one array can never pass for another's */
+  {
+    static const char *arrays[] = {"states", "actions", "rewards", "next_states", "dones", "episode_ids"};
+    static const size_t per[] = {S_DIM * 4, 4, 4, S_DIM * 4, 1, 8};
+    for (int k = 0; k < 6; k++) {
+      Dqnd__V1__SubmitTransitions sm = DQND__V1__SUBMIT_TRANSITIONS__INIT;
+      sm.name = "victim";
+      sm.count = 10;
+      ProtobufCBinaryData *f[6] = {&sm.states, &sm.actions, &sm.rewards, &sm.next_states, &sm.dones, &sm.episode_ids};
+      const void *src[6] = {b.s, b.a, b.r, b.s2, b.d, b.ep};
+      for (int j = 0; j < 6; j++) *f[j] = (ProtobufCBinaryData){10 * per[j] - (j == k ? 1 : 0), (uint8_t *)src[j]};
+      Dqnd__V1__Request rq = DQND__V1__REQUEST__INIT;
+      rq.command_case = DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS;
+      rq.submit_transitions = &sm;
+      Dqnd__V1__Reply *rp;
+      int rc = dqnd_call(c, &rq, &rp);
+      dqnd_reply_free(rp);
+      char want[160];
+      snprintf(want, sizeof want, "%s: %zu bytes, expected %zu (count 10)", arrays[k], 10 * per[k] - 1, 10 * per[k]);
+      ck_assert_int_eq(rc, 3);
+      ck_assert_str_eq(dqnd_last_error(c), want);
+    }
+    /* count = 0 with empty arrays: refused, not a no-op success */
+    Dqnd__V1__SubmitTransitions sm = DQND__V1__SUBMIT_TRANSITIONS__INIT;
+    sm.name = "victim";
+    Dqnd__V1__Request rq = DQND__V1__REQUEST__INIT;
+    rq.command_case = DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS;
+    rq.submit_transitions = &sm;
+    Dqnd__V1__Reply *rp;
+    int rc = dqnd_call(c, &rq, &rp);
+    dqnd_reply_free(rp);
+    ck_assert_int_eq(rc, 3);
+    ck_assert_str_eq(dqnd_last_error(c), "count: must be >= 1");
+  }
   same_state(c, "SubmitTransitions");
+
+  /* strings with a NUL byte inside are refused, not cut at the NUL */
+  {
+    /* hand-encoded: Request{version 1, request_id 7, step{name "victim\0x", n 1}} */
+    const uint8_t raw[] = {0x08, 0x01, 0x10, 0x07, 0x82, 0x01, 0x0c, 0x0a, 0x08, 'v', 'i', 'c', 't', 'i', 'm', 0x00,
+                           'x', 0x10, 0x01};
+    raw_expect(c, raw, sizeof raw, 3, "step.name: contains a NUL byte", "step name with a NUL byte");
+    /* Request{version 1, request_id 8, auth_token "t\0k", health{}} */
+    const uint8_t raw2[] = {0x08, 0x01, 0x10, 0x08, 0x1a, 0x03, 't', 0x00, 'k', 0x52, 0x00};
+    raw_expect(c, raw2, sizeof raw2, 3, "auth_token: contains a NUL byte", "auth token with a NUL byte");
+  }
+  same_state(c, "NUL bytes");
 
   /* Step */
   Dqnd__V1__Step sm = DQND__V1__STEP__INIT;
@@ -345,6 +283,10 @@ START_TEST(test_bad_input) {
   req.act = &am;
   expect(c, dqnd_call(c, &req, &rep), 3, "count", "act count 0");
   dqnd_reply_free(rep);
+  const char *plain[] = {"state_dim=6", "branches=3,4", "batch=8", "replay_capacity=100", "noisy=0"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "plain", plain, 5, NULL, NULL), 0);
+  expect(c, dqnd_act(c, "plain", b.s, 2, S_DIM, 1, acts, NULL, 0), 3, "noisy: trainer 'plain' has no NoisyNet",
+         "act noisy on a plain trainer");
   same_state(c, "Act");
 
   /* SyncTarget */
@@ -361,6 +303,11 @@ START_TEST(test_bad_input) {
   expect(c, dqnd_set_hparams(c, "victim", h3, 1), 3, "lr", "set bad value");
   expect(c, dqnd_set_hparams(c, "victim", h4, 2), 3, "gamma", "set all-or-nothing");
   expect(c, dqnd_set_hparams(c, "victim", h5, 2), 3, "target_period", "set inconsistent");
+  const char *h6[] = {"lr=0.1", "lr=0.2"}, *h7[] = {"lrr=0.1"};
+  expect(c, dqnd_set_hparams(c, "victim", h6, 2), 3, "hparams: field 'lr' is given twice", "set a field twice");
+  expect(c, dqnd_set_hparams(c, "victim", h7, 1), 3, "lrr: unknown config field (did you mean 'lr'?)",
+         "set a misspelt field");
+  expect(c, dqnd_set_hparams(c, "victim", NULL, 0), 3, "hparams: no fields", "set nothing");
   same_state(c, "SetHyperparams");
 
   /* CreateTrainer */
@@ -368,6 +315,10 @@ START_TEST(test_bad_input) {
   expect(c, dqnd_create_trainer(c, "new", cf1, 1, NULL, NULL), 3, "atoms", "create atoms 1");
   expect(c, dqnd_create_trainer(c, "new", cf2, 1, NULL, NULL), 3, "branches", "create bad branches");
   expect(c, dqnd_create_trainer(c, "new", cf3, 2, NULL, NULL), 3, "batch", "create batch > capacity");
+  const char *cf4[] = {"batch=8", "batch=16"};
+  expect(c, dqnd_create_trainer(c, "new", cf4, 2, NULL, NULL), 3, "config: field 'batch' is given twice",
+         "create with a field twice");
+  expect(c, dqnd_destroy_trainer(c, "nosuch", 0, NULL), 5, "name: no trainer 'nosuch'", "destroy unknown");
   expect(c, dqnd_create_trainer(c, "", small_fields, N_SMALL, NULL, NULL), 3, "name", "create empty name");
   expect(c, dqnd_create_trainer(c, "new", small_fields, N_SMALL, "tpu", NULL), 3, "backend", "create bad backend");
   const char *huge[] = {"replay_capacity=2000000000", "state_dim=4096"};
@@ -378,7 +329,7 @@ START_TEST(test_bad_input) {
   snprintf(local, sizeof local, "%s/x.dqnd", d.dir);
   expect(c, dqnd_fetch_checkpoint(c, "victim", NULL, local, 0, NULL), 5, "checkpoint", "fetch before any save");
   expect(c, dqnd_fetch_checkpoint(c, "victim", "../../etc/passwd", local, 0, NULL), 3, "checkpoint", "fetch path id");
-  expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 15, "path", "load missing path");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 5, "path", "load missing path");
   FILE *f = fopen(local, "wb");
   for (int i = 0; i < 10; i++) fputs("not a checkpoint at all ", f);
   fclose(f);
@@ -563,7 +514,7 @@ START_TEST(test_sigkill_during_checkpoints) {
   daemon_t d = {0};
   const char *big[] = {"state_dim=6", "trunk_h1=16", "trunk_h2=12", "value_hidden=8", "adv_hidden=10", "atoms=11",
                        "branches=3,4", "batch=8", "replay_capacity=200000", "seed=3"};
-  int rounds = 12, killed_mid_write = 0, loaded = 0;
+  int rounds = 12, killed_mid_write = 0, loaded = 0, restored = 0;
   for (int round = 0; round < rounds; round++) {
     start_daemon(&d);
     dqnd_client_t *c = connect_to(&d);
@@ -590,14 +541,11 @@ START_TEST(test_sigkill_during_checkpoints) {
     DIR *dd = opendir(dir);
     if (!dd) continue;
     struct dirent *e;
+    int complete = 0;
     while ((e = readdir(dd))) {
       char path[1100];
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      if (strstr(e->d_name, ".tmp")) {
-        killed_mid_write++;
-        unlink(path);
-        continue;
-      }
+      killed_mid_write += strstr(e->d_name, ".tmp") != NULL;
       if (strncmp(e->d_name, "ckpt-", 5)) continue;
       learner_t *l;
       char err[256];
@@ -606,14 +554,33 @@ START_TEST(test_sigkill_during_checkpoints) {
       learner_get_stats(l, &st);
       ck_assert_int_eq(st.replay_size, 40 * 256);
       learner_destroy(l);
-      loaded++;
-      unlink(path);
+      loaded++, complete++;
     }
     closedir(dd);
+    /* a daemon restarted on what the kill left brings the trainer back from
+     * its newest checkpoint, replay included, and clears the torn .tmp files */
+    start_daemon(&d);
+    c = connect_to(&d);
+    learner_stats_t st;
+    int rc = dqnd_get_stats(c, "k", &st);
+    if (complete) {
+      ck_assert_msg(rc == 0, "round %d: trainer k not restored: %s", round, dqnd_last_error(c));
+      ck_assert_int_eq(st.replay_size, 40 * 256);
+      restored++;
+    } else
+      ck_assert_int_eq(rc, 5); /* NOT_FOUND: nothing to restore from */
+    dqnd_close(c);
+    char tmps[600];
+    snprintf(tmps, sizeof tmps, "ls -A %s | grep -q '\\.tmp'", dir);
+    ck_assert_msg(system(tmps) != 0, "round %d: torn .tmp files left after the restart", round);
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, NULL, 0);
+    rm_rf(dir); /* the next round starts without trainer k */
   }
   /* the test must have hit both: complete checkpoints and interrupted writes */
   ck_assert_msg(loaded > 0, "no checkpoint completed in %d rounds", rounds);
   ck_assert_msg(killed_mid_write > 0, "no write was interrupted in %d rounds", rounds);
+  ck_assert_int_gt(restored, 0);
   rm_rf(d.dir);
 }
 END_TEST
@@ -694,16 +661,6 @@ END_TEST
 
 /* ------------------------------------------------------------- dqnctl */
 
-static int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s 2>&1", dqnctl_bin, d->url, args);
-  FILE *p = popen(cmd, "r");
-  size_t k = fread(out, 1, n - 1, p);
-  out[k] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 START_TEST(test_dqnctl) {
   daemon_t d = {0};
   start_daemon(&d);
@@ -750,10 +707,12 @@ START_TEST(test_dqnctl) {
   ck_assert_int_eq(run_ctl(&d, "stats c2", out, sizeof out), 0);
   ck_assert(strstr(out, "step 10"));
   /* exit codes: server error 1 with the message, usage 2, unreachable 3 */
-  ck_assert_int_eq(run_ctl(&d, "step c 2000000", out, sizeof out), 1);
-  ck_assert(strstr(out, "INVALID_ARGUMENT") && strstr(out, "n:"));
-  ck_assert_int_eq(run_ctl(&d, "set c batch=3", out, sizeof out), 1);
-  ck_assert(strstr(out, "batch"));
+  ck_assert_int_eq(run_ctl(&d, "step nosuch 5", out, sizeof out), 1);
+  ck_assert_msg(strstr(out, "NOT_FOUND") && strstr(out, "name: no trainer 'nosuch'"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "step c 2000000", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "N: 2000000 is outside [1, 1000000]"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "set c batch=3", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "batch: fixed when the trainer is created"), "%s", out);
   ck_assert_int_eq(run_ctl(&d, "frobnicate", out, sizeof out), 2);
   ck_assert_int_eq(run_ctl(&d, "destroy c2", out, sizeof out), 0);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
@@ -830,6 +789,107 @@ START_TEST(test_timers_sighup_tcp) {
     dqnd_reply_free(rep);
   }
   ck_assert_msg(gone, "the idle trainer was not unloaded");
+  /* unloaded for good: its directory moved aside with the final checkpoint */
+  ck_assert_int_eq(count_ckpts(dir), 0);
+  char pat[600];
+  snprintf(pat, sizeof pat, "ls -d %s/.retired/idle-*-unloaded >/dev/null 2>&1", d.state);
+  ck_assert_msg(system(pat) == 0, "no %s/.retired/idle-*-unloaded", d.state);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+
+/* ------------------------------------- SyncTarget and SetHyperparams work */
+
+/* the daemon's trainer parameters, through a checkpoint fetched and loaded here */
+static float *remote_params(dqnd_client_t *c, daemon_t *d, const char *name, int which, int64_t *n) {
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, name, 0, &ck), 0);
+  char local[400], err[256];
+  snprintf(local, sizeof local, "%s/params.dqnd", d->dir);
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, name, ck.id, local, 0, NULL), 0);
+  learner_t *l;
+  ck_assert_msg(load_file(local, &l, err, sizeof err) == 0, "%s", err);
+  *n = learner_config_num_params(learner_config(l));
+  float *p = malloc(sizeof(float) * (size_t)*n);
+  ck_assert_int_eq(learner_get_params(l, which, p, *n), 0);
+  learner_destroy(l);
+  return p;
+}
+
+START_TEST(test_sync_and_hparams_take_effect) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  batch_t b;
+  make_batch(&b, 64, 5);
+  /* SyncTarget: after a hard sync the target equals the online net, bit for
+   * bit; Polyak moves it by tau towards the online net */
+  ck_assert_int_eq(dqnd_create_trainer(c, "e", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "e", &b), 0);
+  ck_assert_int_eq(dqnd_step(c, "e", 5, NULL), 0);
+  int64_t n;
+  float *on = remote_params(c, &d, "e", 0, &n), *tg = remote_params(c, &d, "e", 1, &n);
+  ck_assert_msg(memcmp(on, tg, sizeof(float) * (size_t)n) != 0, "precondition: target already equals online");
+  ck_assert_int_eq(dqnd_sync_target(c, "e", 0), 0);
+  float *tg2 = remote_params(c, &d, "e", 1, &n);
+  ck_assert_msg(memcmp(on, tg2, sizeof(float) * (size_t)n) == 0, "hard sync: target != online");
+  ck_assert_int_eq(dqnd_step(c, "e", 3, NULL), 0);
+  float *on3 = remote_params(c, &d, "e", 0, &n), *tg3 = remote_params(c, &d, "e", 1, &n);
+  ck_assert_int_eq(dqnd_sync_target(c, "e", 0.25f), 0);
+  float *tg4 = remote_params(c, &d, "e", 1, &n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double want = 0.25 * on3[i] + 0.75 * tg3[i], e = fabs(tg4[i] - want) / (fabs(want) + 1e-6);
+    if (e > worst) worst = e;
+  }
+  ck_assert_msg(worst < 1e-5, "Polyak sync: worst relative error %g", worst);
+  free(on), free(tg), free(tg2), free(on3), free(tg3), free(tg4);
+
+  /* SetHyperparams: the next step uses the new lr. Oracle: a learner here,
+   * same config and data, given the same lr; a control keeps the old one. */
+  ck_assert_int_eq(dqnd_create_trainer(c, "h", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "h", &b), 0);
+  ck_assert_int_eq(dqnd_step(c, "h", 4, NULL), 0);
+  const char *lr[] = {"lr=0.0002"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "h", lr, 1), 0);
+  learner_stats_t rs;
+  ck_assert_int_eq(dqnd_step(c, "h", 1, &rs), 0);
+  float *rp = remote_params(c, &d, "h", 0, &n);
+  learner_config_t cfg;
+  learner_config_default(&cfg);
+  char err[256];
+  for (int i = 0; i < N_SMALL; i++) {
+    char k[64];
+    const char *eq = strchr(small_fields[i], '=');
+    snprintf(k, sizeof k, "%.*s", (int)(eq - small_fields[i]), small_fields[i]);
+    ck_assert_int_eq(learner_config_set(&cfg, k, eq + 1, err, sizeof err), 0);
+  }
+  float *lp[2];
+  for (int v = 0; v < 2; v++) {
+    learner_t *l;
+    ck_assert_int_eq(learner_create(&cfg, LEARNER_BACKEND_CPU, &l, err, sizeof err), 0);
+    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep};
+    ck_assert_int_eq(learner_submit(l, &t, err, sizeof err), 0);
+    ck_assert_int_eq(learner_step(l, 4, NULL, err, sizeof err), 0);
+    if (v == 0) {
+      learner_hparams_t hp;
+      learner_get_hparams(l, &hp);
+      hp.lr = 0.0002f;
+      ck_assert_int_eq(learner_set_hparams(l, &hp, err, sizeof err), 0);
+    }
+    learner_stats_t ls;
+    ck_assert_int_eq(learner_step(l, 1, &ls, err, sizeof err), 0);
+    if (v == 0) ck_assert(memcmp(&ls.loss_last, &rs.loss_last, 4) == 0);
+    lp[v] = malloc(sizeof(float) * (size_t)n);
+    ck_assert_int_eq(learner_get_params(l, 0, lp[v], n), 0);
+    learner_destroy(l);
+  }
+  ck_assert_msg(memcmp(rp, lp[0], sizeof(float) * (size_t)n) == 0, "the step after SetHyperparams differs from lr=0.0002");
+  ck_assert_msg(memcmp(rp, lp[1], sizeof(float) * (size_t)n) != 0, "the step after SetHyperparams used the old lr");
+  free(rp), free(lp[0]), free(lp[1]);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
@@ -871,10 +931,7 @@ START_TEST(test_continuous_training) {
 END_TEST
 
 int main(void) {
-  const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
-  snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
-  snprintf(dqnctl_bin, sizeof dqnctl_bin, "%s", ctl ? ctl : "../client/dqnctl");
-  signal(SIGPIPE, SIG_IGN);
+  harness_init();
   Suite *s = suite_create("daemon");
   TCase *tc = tcase_create("integration");
   tcase_set_timeout(tc, 120);
@@ -887,6 +944,7 @@ int main(void) {
   tcase_add_test(tc, test_dqnctl);
   tcase_add_test(tc, test_timers_sighup_tcp);
   tcase_add_test(tc, test_continuous_training);
+  tcase_add_test(tc, test_sync_and_hparams_take_effect);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

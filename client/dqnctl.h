@@ -1,0 +1,42 @@
+/* dqnctl.h — what dqnctl's command files share (dqnctl.c: the table, main
+ * and the plain commands; dqnctl_data.c: the commands that read or write
+ * arrays and files, and the demo). */
+#ifndef DQND_DQNCTL_H
+#define DQND_DQNCTL_H
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "dqnd.h"
+#include "suggest.h"
+
+enum { EXIT_OK = 0, EXIT_SERVER = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3, EXIT_LOCAL = 4, EXIT_UNLEARNED = 5 };
+
+typedef struct ctx {
+  dqnd_client_t *c;
+  int json;
+} ctx_t;
+
+typedef struct cmd {
+  const char *name;
+  int (*fn)(ctx_t *x, const cli_args_t *a);
+  int needs_daemon;
+  int min_pos, max_pos;
+  const char *pos_names;
+  int fields;
+  const cli_opt_t *opts;
+  const char *help;
+} cmd_t;
+
+/* The running command's option value (NULL when absent; "" for a set flag). */
+const char *opt(ctx_t *x, const cli_args_t *a, const char *name);
+/* Prints the error of a failed libdqnd call; returns the exit status. */
+int fail_rc(ctx_t *x, int rc);
+void print_json(json_t *j);
+
+int cmd_submit(ctx_t *x, const cli_args_t *a);
+int cmd_act(ctx_t *x, const cli_args_t *a);
+int cmd_inspect(ctx_t *x, const cli_args_t *a);
+int cmd_demo(ctx_t *x, const cli_args_t *a);
+
+#endif

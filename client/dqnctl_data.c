@@ -1,0 +1,440 @@
+/*
+ * dqnctl_data.c — the dqnctl commands that read or write arrays and files:
+ * submit (.npy transitions, checked against the trainer's shapes first),
+ * act (actions and Q values), inspect (a checkpoint file's header and
+ * sections) and demo (the meanrev environment on a new trainer).
+ *
+ * A file with the wrong dtype or shape is a data error (EXIT_LOCAL) whose
+ * message names the file and the shape it has, never a usage error.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "demo_env.h"
+#include "dqnctl.h"
+#include "npy.h"
+
+static void shape_str(const npy_array_t *a, char *buf, size_t n) {
+  size_t w = (size_t)snprintf(buf, n, "(");
+  for (int i = 0; i < a->ndim && w < n; i++)
+    w += (size_t)snprintf(buf + w, n - w, "%lld%s", (long long)a->shape[i], a->ndim == 1 ? "," : (i + 1 < a->ndim ? ", " : ""));
+  if (w < n) snprintf(buf + w, n - w, ")");
+}
+
+/* n of a vector file: [n] or [n, 1]; -1 otherwise */
+static int64_t vec_len(const npy_array_t *a) {
+  if (a->ndim == 1) return a->shape[0];
+  if (a->ndim == 2 && a->shape[1] == 1) return a->shape[0];
+  return -1;
+}
+
+static int read_npy(const char *cmd, const char *path, npy_array_t *a) {
+  char err[600];
+  if (npy_read(path, a, err, sizeof err)) {
+    fprintf(stderr, "%s: %s\n", cmd, err);
+    return EXIT_LOCAL;
+  }
+  return 0;
+}
+
+static int shape_error(const char *cmd, const char *path, const npy_array_t *a, const char *want) {
+  char sh[128];
+  shape_str(a, sh, sizeof sh);
+  fprintf(stderr, "%s: %s: shape %s, expected %s\n", cmd, path, sh, want);
+  return EXIT_LOCAL;
+}
+
+static int trainer_shapes(ctx_t *x, const char *name, dqnd_trainer_info_t *ti) {
+  int rc = dqnd_trainer_info(x->c, name, ti);
+  return rc ? fail_rc(x, rc) : 0;
+}
+
+/* ---------------------------------------------------------------- submit */
+
+/* per-branch indices [n, D] -> flat joint actions (first branch most significant) */
+static int encode_actions(const char *cmd, const char *path, const npy_array_t *a, const dqnd_trainer_info_t *ti,
+                          int32_t *out) {
+  int64_t n = a->shape[0];
+  int D = ti->n_branches;
+  int32_t *tmp = malloc(sizeof(int32_t) * (size_t)(n * D));
+  if (!tmp) return fprintf(stderr, "%s: out of memory\n", cmd), EXIT_LOCAL;
+  if (npy_to_i32(a, tmp)) {
+    free(tmp);
+    fprintf(stderr, "%s: %s: actions must be integers\n", cmd, path);
+    return EXIT_LOCAL;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    int64_t flat = 0;
+    for (int d = 0; d < D; d++) {
+      int32_t v = tmp[i * D + d];
+      if (v < 0 || v >= ti->branches[d]) {
+        free(tmp);
+        fprintf(stderr, "%s: %s[%lld][%d]: %d is outside branch %d's [0, %d)\n", cmd, path, (long long)i, d, v, d,
+                ti->branches[d]);
+        return EXIT_LOCAL;
+      }
+      flat = flat * ti->branches[d] + v;
+    }
+    out[i] = (int32_t)flat;
+  }
+  free(tmp);
+  return 0;
+}
+
+int cmd_submit(ctx_t *x, const cli_args_t *a) {
+  static const char *cmd = "dqnctl submit";
+  static const char *flags[6] = {"--states", "--next-states", "--actions", "--rewards", "--dones", "--episode-ids"};
+  const char *path[6];
+  for (int k = 0; k < 6; k++) {
+    path[k] = opt(x, a, flags[k]);
+    if (!path[k] && k < 5) {
+      fprintf(stderr, "%s: %s FILE.npy is required (dqnctl submit --help)\n", cmd, flags[k]);
+      return EXIT_USAGE;
+    }
+  }
+  dqnd_trainer_info_t ti;
+  int rc = trainer_shapes(x, a->pos[0], &ti);
+  if (rc) return rc;
+  npy_array_t arr[6];
+  memset(arr, 0, sizeof arr);
+  for (int k = 0; k < 6 && !rc; k++)
+    if (path[k]) rc = read_npy(cmd, path[k], &arr[k]);
+  float *fs = NULL, *fs2 = NULL, *fr = NULL;
+  int32_t *ia = NULL;
+  uint8_t *ud = NULL;
+  int64_t *ie = NULL;
+  double *dd = NULL;
+  char want[160];
+  if (rc) goto out;
+  npy_array_t *s = &arr[0], *s2 = &arr[1], *ac = &arr[2], *r = &arr[3], *d = &arr[4], *e = &arr[5];
+  int S = ti.state_dim;
+  if (s->ndim != 2 || s->shape[1] != S || s->shape[0] < 1) {
+    snprintf(want, sizeof want, "(n, %d): trainer '%s' has state_dim %d", S, a->pos[0], S);
+    rc = shape_error(cmd, path[0], s, want);
+    goto out;
+  }
+  int64_t n = s->shape[0];
+  if (s2->ndim != 2 || s2->shape[0] != n || s2->shape[1] != S) {
+    snprintf(want, sizeof want, "(%lld, %d) like %s", (long long)n, S, path[0]);
+    rc = shape_error(cmd, path[1], s2, want);
+    goto out;
+  }
+  int per_branch = ac->ndim == 2 && ac->shape[1] == ti.n_branches && ti.n_branches > 1;
+  if (!(vec_len(ac) == n || (per_branch && ac->shape[0] == n))) {
+    snprintf(want, sizeof want, "(%lld,) flat joint actions, or (%lld, %d) per-branch indices", (long long)n,
+             (long long)n, ti.n_branches);
+    rc = shape_error(cmd, path[2], ac, want);
+    goto out;
+  }
+  for (int k = 3; k < 6; k++)
+    if (path[k] && vec_len(&arr[k]) != n) {
+      snprintf(want, sizeof want, "(%lld,) like the %lld rows of %s", (long long)n, (long long)n, path[0]);
+      rc = shape_error(cmd, path[k], &arr[k], want);
+      goto out;
+    }
+  fs = npy_to_f32(s), fs2 = npy_to_f32(s2), fr = npy_to_f32(r), dd = npy_to_f64(d);
+  ia = malloc(sizeof(int32_t) * (size_t)n);
+  ud = malloc((size_t)n);
+  if (path[5]) ie = malloc(sizeof(int64_t) * (size_t)n);
+  if (!fs || !fs2 || !fr || !dd || !ia || !ud || (path[5] && !ie)) {
+    fprintf(stderr, "%s: out of memory\n", cmd);
+    rc = EXIT_LOCAL;
+    goto out;
+  }
+  if (per_branch) {
+    if ((rc = encode_actions(cmd, path[2], ac, &ti, ia))) goto out;
+  } else if (npy_to_i32(ac, ia)) {
+    fprintf(stderr, "%s: %s: actions must be integers in int32 range\n", cmd, path[2]);
+    rc = EXIT_LOCAL;
+    goto out;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    if (dd[i] != 0 && dd[i] != 1) {
+      fprintf(stderr, "%s: %s[%lld]: %g is not 0 or 1\n", cmd, path[4], (long long)i, dd[i]);
+      rc = EXIT_LOCAL;
+      goto out;
+    }
+    ud[i] = dd[i] == 1;
+  }
+  if (ie) {
+    double *de = npy_to_f64(e);
+    for (int64_t i = 0; de && i < n; i++) ie[i] = (int64_t)de[i];
+    free(de);
+  }
+  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie};
+  int64_t size = 0;
+  int crc = dqnd_submit(x->c, a->pos[0], S, &t, &size);
+  if (crc) rc = fail_rc(x, crc);
+  else if (x->json) print_json(json_pack("{s:I, s:I}", "accepted", (json_int_t)n, "replay_size", (json_int_t)size));
+  else printf("%s: %lld transitions accepted, replay holds %lld\n", a->pos[0], (long long)n, (long long)size);
+out:
+  for (int k = 0; k < 6; k++) npy_free(&arr[k]);
+  free(fs), free(fs2), free(fr), free(ia), free(ud), free(ie), free(dd);
+  return rc;
+}
+
+/* ------------------------------------------------------------------- act */
+
+int cmd_act(ctx_t *x, const cli_args_t *a) {
+  static const char *cmd = "dqnctl act";
+  const char *sp = opt(x, a, "--states"), *out = opt(x, a, "-o"), *qout = opt(x, a, "--q-out");
+  if (!sp) return fprintf(stderr, "%s: --states FILE.npy is required (dqnctl act --help)\n", cmd), EXIT_USAGE;
+  int want_q = opt(x, a, "--q") || qout;
+  dqnd_trainer_info_t ti;
+  int rc = trainer_shapes(x, a->pos[0], &ti);
+  if (rc) return rc;
+  npy_array_t s = {0};
+  if ((rc = read_npy(cmd, sp, &s))) return rc;
+  if (s.ndim != 2 || s.shape[1] != ti.state_dim || s.shape[0] < 1) {
+    char want[128];
+    snprintf(want, sizeof want, "(n, %d): trainer '%s' has state_dim %d", ti.state_dim, a->pos[0], ti.state_dim);
+    rc = shape_error(cmd, sp, &s, want);
+    npy_free(&s);
+    return rc;
+  }
+  int n = (int)s.shape[0], W = 0, maxn = 0, D = ti.n_branches;
+  for (int d = 0; d < D; d++) {
+    W += ti.branches[d];
+    if (ti.branches[d] > maxn) maxn = ti.branches[d];
+  }
+  float *fs = npy_to_f32(&s);
+  int32_t *act = malloc(sizeof(int32_t) * (size_t)n);
+  float *q = want_q ? malloc(sizeof(float) * (size_t)n * (size_t)W) : NULL;
+  float *qpad = qout ? malloc(sizeof(float) * (size_t)n * (size_t)D * (size_t)maxn) : NULL;
+  npy_free(&s);
+  if (!fs || !act || (want_q && !q) || (qout && !qpad)) {
+    free(fs), free(act), free(q), free(qpad);
+    return fprintf(stderr, "%s: out of memory\n", cmd), EXIT_LOCAL;
+  }
+  int crc = dqnd_act(x->c, a->pos[0], fs, n, ti.state_dim, opt(x, a, "--noisy") != NULL, act, q,
+                     q ? (size_t)n * (size_t)W : 0);
+  char err[600];
+  if (crc) {
+    rc = fail_rc(x, crc);
+    goto done;
+  }
+  if (out) {
+    int64_t shape[1] = {n};
+    if (npy_write(out, NPY_I4, 1, shape, act, err, sizeof err)) {
+      fprintf(stderr, "%s: %s\n", cmd, err);
+      rc = EXIT_LOCAL;
+      goto done;
+    }
+  }
+  if (qout) { /* [n, D, maxn], NaN past a branch's size */
+    for (int i = 0; i < n; i++)
+      for (int d = 0, off = 0; d < D; off += ti.branches[d], d++)
+        for (int k = 0; k < maxn; k++)
+          qpad[((size_t)i * D + d) * maxn + k] = k < ti.branches[d] ? q[(size_t)i * W + off + k] : NAN;
+    int64_t shape[3] = {n, D, maxn};
+    if (npy_write(qout, NPY_F4, 3, shape, qpad, err, sizeof err)) {
+      fprintf(stderr, "%s: %s\n", cmd, err);
+      rc = EXIT_LOCAL;
+      goto done;
+    }
+  }
+  if (x->json) {
+    json_t *arr = json_array(), *qa = want_q ? json_array() : NULL;
+    for (int i = 0; i < n; i++) {
+      json_array_append_new(arr, json_integer(act[i]));
+      if (!qa) continue;
+      json_t *row = json_array();
+      for (int d = 0, off = 0; d < D; off += ti.branches[d], d++) {
+        json_t *br = json_array();
+        for (int k = 0; k < ti.branches[d]; k++) json_array_append_new(br, json_real(q[(size_t)i * W + off + k]));
+        json_array_append_new(row, br);
+      }
+      json_array_append_new(qa, row);
+    }
+    json_t *j = json_pack("{s:o}", "actions", arr);
+    if (qa) json_object_set_new(j, "q", qa);
+    print_json(j);
+  } else if (!out || opt(x, a, "--q")) {
+    for (int i = 0; i < n; i++) {
+      printf("%d", act[i]);
+      if (opt(x, a, "--q"))
+        for (int d = 0, off = 0; d < D; off += ti.branches[d], d++) {
+          printf("%s", d ? " | " : "\tq: ");
+          for (int k = 0; k < ti.branches[d]; k++) printf("%s%.5f", k ? " " : "", q[(size_t)i * W + off + k]);
+        }
+      printf("\n");
+    }
+  }
+done:
+  free(fs), free(act), free(q), free(qpad);
+  return rc;
+}
+
+/* --------------------------------------------------------------- inspect */
+
+static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
+
+typedef struct {
+  json_t *arr;
+} walk_t;
+
+static void on_section(void *p, const learner_state_section_t *s) {
+  walk_t *w = p;
+  if (w->arr)
+    json_array_append_new(w->arr, json_pack("{s:i, s:s, s:I, s:I, s:b}", "tag", (int)s->tag, "name", s->name, "offset",
+                                            (json_int_t)s->offset, "bytes", (json_int_t)s->len, "crc_ok", s->crc_ok));
+  else
+    printf("  %-10llu %-4u %-22s %-12llu %s\n", (unsigned long long)s->offset, s->tag, s->name,
+           (unsigned long long)s->len, s->crc_ok ? "ok" : "BAD");
+}
+
+int cmd_inspect(ctx_t *x, const cli_args_t *a) {
+  const char *path = a->pos[0];
+  FILE *f = fopen(path, "rb");
+  if (!f) return fprintf(stderr, "dqnctl inspect: cannot open %s\n", path), EXIT_LOCAL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  rewind(f);
+  learner_state_header_t *h = malloc(sizeof *h);
+  if (!h) {
+    fclose(f);
+    return EXIT_LOCAL;
+  }
+  walk_t w = {x->json ? json_array() : NULL};
+  if (!x->json) printf("%s: %ld bytes\nsections:\n  %-10s %-4s %-22s %-12s %s\n", path, size, "offset", "tag", "name",
+                       "bytes", "crc32c");
+  char err[300] = "";
+  int rc = learner_state_inspect(file_read, f, h, on_section, &w, err, sizeof err);
+  int trailing = rc == 0 && (long)h->bytes != size;
+  fclose(f);
+  if (x->json) {
+    json_t *j = json_pack("{s:s, s:I, s:i, s:i, s:b, s:s, s:s, s:o}", "file", path, "bytes", (json_int_t)size,
+                          "version", (int)h->version, "flags", (int)h->flags, "with_replay", (int)(h->flags & 1),
+                          "config", h->config_text, "error", rc ? err : (trailing ? "trailing bytes" : ""), "sections",
+                          w.arr);
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h->config_hash);
+    json_object_set_new(j, "config_hash", json_string(hash));
+    json_object_set_new(j, "config_hash_ok", json_boolean(h->hash_ok));
+    print_json(j);
+  } else {
+    if (h->version)
+      printf("format version %u, flags 0x%x (%s), config hash %016llx (%s)\n", h->version, h->flags,
+             h->flags & 1 ? "with replay" : "no replay", (unsigned long long)h->config_hash,
+             h->hash_ok ? "matches the config" : "DOES NOT match");
+    if (h->config_text[0]) printf("config:\n");
+    for (const char *p = h->config_text; *p;) {
+      size_t k = strcspn(p, "\n");
+      printf("  %.*s\n", (int)k, p);
+      p += k + (p[k] == '\n');
+    }
+  }
+  free(h);
+  if (rc || trailing) {
+    fprintf(stderr, "dqnctl inspect: %s: %s\n", path, rc ? err : "trailing bytes after the end section");
+    return EXIT_LOCAL;
+  }
+  if (!x->json) printf("every check passed\n");
+  return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ demo */
+
+typedef struct remote {
+  ctx_t *x;
+  const char *name;
+  int rc;
+} remote_t;
+
+static int r_submit(void *p, const learner_transitions_t *t) {
+  remote_t *r = p;
+  return r->rc = dqnd_submit(r->x->c, r->name, DEMO_ENV_STATE_DIM, t, NULL);
+}
+static int r_step(void *p, int n, learner_stats_t *st) {
+  remote_t *r = p;
+  r->rc = dqnd_step(r->x->c, r->name, n, st);
+  return r->rc == 9 /* FAILED_PRECONDITION: not a batch yet */ ? (r->rc = 0) : r->rc;
+}
+static int r_act(void *p, const float *s, int n, int noisy, int32_t *a) {
+  remote_t *r = p;
+  return r->rc = dqnd_act(r->x->c, r->name, s, n, DEMO_ENV_STATE_DIM, noisy, a, NULL, 0);
+}
+
+static void demo_progress(void *p, const demo_point_t *pt) {
+  ctx_t *x = p;
+  double frac = pt->optimal_return != 0 ? pt->policy_return / pt->optimal_return : 0;
+  if (x->json) {
+    print_json(json_pack("{s:i, s:I, s:f, s:f, s:f, s:f}", "iteration", pt->iteration, "step",
+                         (json_int_t)pt->learner_step, "loss", (double)pt->loss, "return", pt->policy_return,
+                         "optimal", pt->optimal_return, "random", pt->random_return));
+    return;
+  }
+  int bar = frac < 0 ? 0 : (frac > 1 ? 40 : (int)(40 * frac));
+  printf("iter %4d  step %6llu  loss %7.4f  return %7.3f  optimal %7.3f  %5.1f%% |%.*s%*s|\n", pt->iteration,
+         (unsigned long long)pt->learner_step, pt->loss, pt->policy_return, pt->optimal_return, 100 * frac, bar,
+         "########################################", 40 - bar, "");
+  fflush(stdout);
+}
+
+int cmd_demo(ctx_t *x, const cli_args_t *a) {
+  static const char *cmd = "dqnctl demo";
+  const char *given = opt(x, a, "--name");
+  demo_opts_t o;
+  demo_opts_default(&o);
+  const char *it = opt(x, a, "--iterations");
+  long long iters;
+  if (it) {
+    if (cli_int(cmd, "--iterations", it, 1, 100000, &iters)) return EXIT_USAGE;
+    o.iterations = (int)iters;
+  }
+  learner_config_t c;
+  demo_env_learner_config(&c);
+  char err[300];
+  for (int i = 0; i < a->nfields; i++) {
+    char k[128];
+    size_t kl = strcspn(a->fields[i], "=");
+    snprintf(k, sizeof k, "%.*s", (int)kl, a->fields[i]);
+    if (learner_config_set(&c, k, a->fields[i] + kl + 1, err, sizeof err))
+      return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
+  }
+  if (learner_config_validate(&c, err, sizeof err)) return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
+  /* the whole config travels as fields, so the daemon's defaults do not matter */
+  const char *fields[64];
+  char store[64][160];
+  int nf = 0;
+  for (int i = 0; i < learner_num_fields && nf < 64; i++, nf++) {
+    char v[128];
+    learner_config_get(&c, &learner_fields[i], v, sizeof v);
+    snprintf(store[nf], sizeof store[nf], "%s=%s", learner_fields[i].name, v);
+    fields[nf] = store[nf];
+  }
+  /* A new trainer, never one that was there: CreateTrainer answers "created"
+   * only for a name it made now, so a name that exists (with this config or
+   * another) is refused when given, or skipped for the next free one. */
+  char name[72];
+  int created = 0, rc = 0;
+  for (int k = 1; k <= 100 && !created; k++) {
+    if (given) snprintf(name, sizeof name, "%s", given);
+    else if (k == 1) snprintf(name, sizeof name, "demo");
+    else snprintf(name, sizeof name, "demo-%d", k);
+    rc = dqnd_create_trainer(x->c, name, fields, nf, opt(x, a, "--backend"), &created);
+    if (rc && rc != 6 /* ALREADY_EXISTS: another config under that name */) return fail_rc(x, rc);
+    if (!created && given) {
+      fprintf(stderr, "%s: trainer '%s' already exists; the demo never trains or replaces a trainer it did not "
+                      "create: pick another --name, or `dqnctl destroy %s` first\n", cmd, name, name);
+      return EXIT_SERVER;
+    }
+  }
+  if (!created) return fprintf(stderr, "%s: demo .. demo-100 all exist; give --name\n", cmd), EXIT_SERVER;
+  if (!x->json)
+    printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
+           "train steps\n",
+           name, o.iterations, o.envs * o.collect_steps, o.train_steps);
+  remote_t r = {x, name, 0};
+  demo_driver_t drv = {&r, r_submit, r_step, r_act};
+  demo_point_t fin;
+  if (demo_train(&drv, &o, demo_progress, x, &fin)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
+  double frac = fin.policy_return / fin.optimal_return;
+  if (!x->json)
+    printf("dqnctl demo: greedy policy reaches %.1f%% of the optimal return (random: %.1f%%); trainer '%s' stays "
+           "on the daemon (dqnctl destroy %s)\n",
+           100 * frac, 100 * fin.random_return / fin.optimal_return, name, name);
+  return frac >= 0.9 ? EXIT_OK : EXIT_UNLEARNED;
+}

@@ -1,0 +1,167 @@
+/* harness.c — see harness.h. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+char dqnd_bin[1024], dqnctl_bin[1024];
+
+void harness_init(void) {
+  const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
+  snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
+  snprintf(dqnctl_bin, sizeof dqnctl_bin, "%s", ctl ? ctl : "../client/dqnctl");
+  signal(SIGPIPE, SIG_IGN);
+}
+
+static void log_tail(const daemon_t *d, char *buf, size_t n) {
+  buf[0] = 0;
+  FILE *f = fopen(d->log, "r");
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f), from = size > (long)n - 1 ? size - (long)n + 1 : 0;
+  fseek(f, from, SEEK_SET);
+  size_t k = fread(buf, 1, n - 1, f);
+  buf[k] = 0;
+  fclose(f);
+}
+
+int log_has(const daemon_t *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  if (!f) return 0;
+  char line[2048];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+  fclose(f);
+  return found;
+}
+
+void start_daemon_argv(daemon_t *d, const char *const *extra) {
+  if (!d->dir[0]) {
+    snprintf(d->dir, sizeof d->dir, "/tmp/dqnd-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d->dir));
+  }
+  snprintf(d->url, sizeof d->url, "ipc://%s/dqnd.sock", d->dir);
+  snprintf(d->state, sizeof d->state, "%s/state", d->dir);
+  snprintf(d->log, sizeof d->log, "%s/dqnd.log", d->dir);
+  d->pid = fork();
+  ck_assert_int_ge(d->pid, 0);
+  if (d->pid == 0) {
+    char *argv[32] = {dqnd_bin, "--listen", d->url, "--state-dir", d->state, "--backend", "cpu", "--log-file", d->log,
+                      "--queue-depth", "16", "--max-message-bytes", "4000000", NULL};
+    int k = 13;
+    for (int i = 0; extra && extra[i] && k < 31; i++) argv[k++] = (char *)extra[i];
+    argv[k] = NULL;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    execv(dqnd_bin, argv);
+    _exit(127);
+  }
+  /* wait until it answers; reap it meanwhile, so a daemon that cannot start
+   * (a missing binary: 127, a bad option: 2) fails now, not at the deadline */
+  for (int i = 0; i < 500; i++) {
+    int st;
+    if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+      char tail[1500];
+      log_tail(d, tail, sizeof tail);
+      ck_abort_msg("dqnd (%s) exited with status %d before answering; its log ends:\n%s", dqnd_bin,
+                   WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), tail);
+    }
+    dqnd_client_t *c;
+    char err[256];
+    if (dqnd_connect(d->url, 200, &c, err, sizeof err) == 0) {
+      int serving = 0;
+      int rc = dqnd_health(c, &serving, NULL);
+      dqnd_close(c);
+      if ((rc == 0 && serving) || rc == 16 /* up, but wants a token */) return;
+    }
+    usleep(20000);
+  }
+  kill(d->pid, SIGKILL);
+  waitpid(d->pid, NULL, 0);
+  ck_abort_msg("dqnd did not come up on %s within 10 s", d->url);
+}
+
+void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2) {
+  const char *extra[3] = {extra1, extra1 ? extra2 : NULL, NULL};
+  start_daemon_argv(d, extra);
+}
+void start_daemon(daemon_t *d) { start_daemon_argv(d, NULL); }
+
+int wait_exit(pid_t pid, int seconds) {
+  int st = 0;
+  for (int i = 0; i < seconds * 50; i++) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  ck_abort_msg("dqnd did not exit within %d s", seconds);
+  return st;
+}
+
+int stop_daemon(daemon_t *d, int sig) {
+  kill(d->pid, sig);
+  return wait_exit(d->pid, 60);
+}
+
+void rm_rf(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) {
+  }
+}
+
+static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
+
+int load_file(const char *path, learner_t **l, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return snprintf(err, errlen, "cannot open"), -1;
+  int rc = learner_load(file_read, f, LEARNER_BACKEND_CPU, l, err, errlen);
+  fclose(f);
+  return rc;
+}
+
+dqnd_client_t *connect_to(daemon_t *d) {
+  dqnd_client_t *c;
+  char err[256];
+  ck_assert_msg(dqnd_connect(d->url, 20000, &c, err, sizeof err) == 0, "%s", err);
+  return c;
+}
+
+const char *small_fields[] = {"state_dim=6", "trunk_h1=16", "trunk_h2=12", "value_hidden=8", "adv_hidden=10",
+                              "atoms=11", "branches=3,4", "batch=8", "replay_capacity=5000", "seed=42",
+                              "noisy=1", "lr=0.01"};
+const int n_small = (int)(sizeof small_fields / sizeof small_fields[0]);
+
+void make_batch(batch_t *b, int n, uint64_t tag) {
+  b->n = n;
+  tu_fill_uniform_f32(b->s, (int64_t)n * S_DIM, -1, 1, 7, tag);
+  tu_fill_uniform_f32(b->s2, (int64_t)n * S_DIM, -1, 1, 8, tag);
+  for (int i = 0; i < n; i++) {
+    b->a[i] = (int32_t)((i * 7 + tag) % N_ACT);
+    b->r[i] = (float)i + 1000.0f * (float)tag; /* unique per (tag, i): lets tests count items */
+    b->d[i] = (i % 5) == 0;
+    b->ep[i] = (int64_t)tag;
+  }
+}
+
+int submit(dqnd_client_t *c, const char *name, const batch_t *b) {
+  learner_transitions_t t = {b->n, b->s, b->a, b->r, b->s2, b->d, b->ep};
+  return dqnd_submit(c, name, S_DIM, &t, NULL);
+}
+
+int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s 2>&1", dqnctl_bin, d->url, args);
+  FILE *p = popen(cmd, "r");
+  size_t k = fread(out, 1, n - 1, p);
+  out[k] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

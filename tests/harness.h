@@ -1,0 +1,62 @@
+/*
+ * harness.h — what the integration tests share: a real dqnd started on a
+ * temporary ipc socket (CPU backend, a log file), reaped and stopped with
+ * deadlines; a small learner config and batches whose every transition is
+ * recognisable; dqnctl run as a user would.
+ */
+#ifndef DQND_TEST_HARNESS_H
+#define DQND_TEST_HARNESS_H
+
+#include <check.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dqnd.h"
+
+extern char dqnd_bin[1024], dqnctl_bin[1024];
+
+typedef struct daemon_proc {
+  pid_t pid;
+  char dir[256], url[320], state[300], log[300];
+} daemon_t;
+
+/* Reads DQND_BIN / DQNCTL_BIN and ignores SIGPIPE. */
+void harness_init(void);
+/* Starts dqnd (in d->dir, made when empty; the same dir again restarts it
+ * on the same state) with extra options (NULL-terminated, may be NULL) and
+ * waits until it answers; a daemon that exits first fails the test at once,
+ * with the end of its log. */
+void start_daemon_argv(daemon_t *d, const char *const *extra);
+void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2);
+void start_daemon(daemon_t *d);
+/* waitpid with a deadline (fails the test when it passes); the wait status */
+int wait_exit(pid_t pid, int seconds);
+int stop_daemon(daemon_t *d, int sig);
+void rm_rf(const char *dir);
+int load_file(const char *path, learner_t **l, char *err, size_t errlen);
+dqnd_client_t *connect_to(daemon_t *d);
+/* 1 when the daemon's log holds `needle` */
+int log_has(const daemon_t *d, const char *needle);
+
+/* a small learner so every test is fast */
+extern const char *small_fields[];
+extern const int n_small;
+#define N_SMALL n_small
+#define S_DIM 6
+#define N_ACT 12
+
+typedef struct batch {
+  int n;
+  float s[256 * S_DIM], s2[256 * S_DIM], r[256];
+  int32_t a[256];
+  uint8_t d[256];
+  int64_t ep[256];
+} batch_t;
+
+/* rewards i + 1000 * tag: every (tag, i) is unique */
+void make_batch(batch_t *b, int n, uint64_t tag);
+int submit(dqnd_client_t *c, const char *name, const batch_t *b);
+/* dqnctl --url <daemon> ARGS, stdout and stderr into out; its exit status */
+int run_ctl(const daemon_t *d, const char *args, char *out, size_t n);
+
+#endif
