@@ -333,6 +333,7 @@ static int cmd_checkpoints(ctx_t *x, const cli_args_t *a) {
 }
 
 static int cmd_fetch(ctx_t *x, const cli_args_t *a) {
+  if (!opt(x, a, "-o")) return fprintf(stderr, "dqnctl fetch: -o FILE is required (dqnctl fetch --help)\n"), EXIT_USAGE;
   dqnd_checkpoint_t c;
   int rc = dqnd_fetch_checkpoint(x->c, a->pos[0], opt(x, a, "--checkpoint"), opt(x, a, "-o"), 0, &c);
   if (rc) return fail_rc(x, rc);

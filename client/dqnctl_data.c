@@ -340,6 +340,7 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
 typedef struct remote {
   ctx_t *x;
   const char *name;
+  int noisy; /* the trainer has NoisyNet layers: collect with fresh noise */
   int rc;
 } remote_t;
 
@@ -354,7 +355,7 @@ static int r_step(void *p, int n, learner_stats_t *st) {
 }
 static int r_act(void *p, const float *s, int n, int noisy, int32_t *a) {
   remote_t *r = p;
-  return r->rc = dqnd_act(r->x->c, r->name, s, n, DEMO_ENV_STATE_DIM, noisy, a, NULL, 0);
+  return r->rc = dqnd_act(r->x->c, r->name, s, n, DEMO_ENV_STATE_DIM, noisy && r->noisy, a, NULL, 0);
 }
 
 static void demo_progress(void *p, const demo_point_t *pt) {
@@ -427,7 +428,7 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
     printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
            "train steps\n",
            name, o.iterations, o.envs * o.collect_steps, o.train_steps);
-  remote_t r = {x, name, 0};
+  remote_t r = {x, name, c.noisy, 0};
   demo_driver_t drv = {&r, r_submit, r_step, r_act};
   demo_point_t fin;
   if (demo_train(&drv, &o, demo_progress, x, &fin)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
