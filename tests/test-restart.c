@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,6 +200,41 @@ START_TEST(test_restore_off_and_a_name_reused) {
 }
 END_TEST
 
+/* what the systemd units pass: a config file that may be missing, a socket
+ * the daemon's group may use; a bad mode is a clear start-up error */
+START_TEST(test_service_options) {
+  daemon_t d = {0};
+  const char *opts[] = {"--config-optional", "/nonexistent/dqnd.conf", "--socket-mode", "0660", NULL};
+  start_daemon_argv(&d, opts);
+  struct stat st;
+  ck_assert_int_eq(stat(d.url + 6, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0660);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  char cmd[2000], out[2000];
+  snprintf(cmd, sizeof cmd, "'%s' --listen ipc://%s/x.sock --state-dir %s/st --socket-mode 0999 2>&1", dqnd_bin, d.dir,
+           d.dir);
+  FILE *p = popen(cmd, "r");
+  size_t k = fread(out, 1, sizeof out - 1, p);
+  out[k] = 0;
+  int rc = pclose(p);
+  ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "status %d: %s", rc, out);
+  ck_assert_msg(strstr(out, "socket-mode: '0999' is not an octal mode"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' --config %s/missing.conf 2>&1", dqnd_bin, d.dir);
+  p = popen(cmd, "r");
+  k = fread(out, 1, sizeof out - 1, p);
+  out[k] = 0;
+  rc = pclose(p);
+  ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(out, "missing.conf: No such file"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' --restor 0 2>&1", dqnd_bin);
+  p = popen(cmd, "r");
+  k = fread(out, 1, sizeof out - 1, p);
+  out[k] = 0;
+  rc = pclose(p);
+  ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(out, "did you mean --restore?"), "%s", out);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("restart");
@@ -207,6 +243,7 @@ int main(void) {
   tcase_add_test(tc, test_sigterm_then_restart_continues_exactly);
   tcase_add_test(tc, test_sigkill_with_a_corrupt_newest_checkpoint);
   tcase_add_test(tc, test_restore_off_and_a_name_reused);
+  tcase_add_test(tc, test_service_options);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
