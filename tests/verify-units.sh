@@ -6,6 +6,11 @@
 set -euo pipefail
 command -v systemd-analyze >/dev/null || { echo "systemd-analyze not installed: skipped"; exit 77; }
 units=$1; dqnd=$2
+# the units must start on a fresh install, where /etc/dqnd/dqnd.conf does not exist
+for u in dqnd.service dqnd@.service; do
+  if grep -E '^ExecStart=.* --config(=| )' "$units/$u"; then echo "$u: ExecStart needs a config file (use --config-optional)"; exit 1; fi
+  grep -q -- '--socket-mode 0660' "$units/$u" || { echo "$u: the socket is not open to group dqnd"; exit 1; }
+done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for u in dqnd.service dqnd@.service; do
   name=$u; [ "$u" = dqnd@.service ] && name=dqnd@0.service
