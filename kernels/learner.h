@@ -94,6 +94,9 @@ typedef struct learner_config {
   float per_alpha;
   uint64_t seed;
   int32_t tensor_cores; /* CUDA: 0 = fp32, 1 = TF32 operands (fp32 accumulate) */
+  int32_t cuda_graph;   /* CUDA: 1 = the step replays one captured graph; 0 = plain stream launches */
+  int32_t cuda_gemm_occupancy; /* CUDA: blocks per SM the split-K planner aims for (1..4; 1 suits
+                                * four or more trainers sharing a GPU) */
   learner_hparams_t hp;
 } learner_config_t;
 
@@ -106,8 +109,9 @@ int learner_config_joint_actions(const learner_config_t *c); /* prod n_d */
 int learner_config_q_width(const learner_config_t *c);       /* sum n_d */
 int64_t learner_config_num_params(const learner_config_t *c);
 
-/* The config table (Redis habit: one table feeds the config file, the command
- * line and SetHyperparams). `branches` is the one array field: "9,3,3". */
+/* The config table (Redis habit: one table feeds validation, defaults, the
+ * command line and SetHyperparams), one list of rows per module
+ * (kernels/config_rows.h). `branches` is the one array field: "9,3,3". */
 typedef enum { LCF_INT32, LCF_INT64, LCF_UINT64, LCF_FLOAT, LCF_BOOL, LCF_BRANCHES } learner_field_type_t;
 typedef struct learner_field {
   const char *name;
@@ -116,6 +120,7 @@ typedef struct learner_field {
   double min, max;      /* inclusive bounds (checked by validate) */
   int hparam;           /* 1: lives in .hp and may change between steps */
   const char *help;
+  const char *def;      /* the default, as text (what learner_config_default sets) */
 } learner_field_t;
 extern const learner_field_t learner_fields[];
 extern const int learner_num_fields;

@@ -1,0 +1,74 @@
+/*
+ * config_rows.h — the learner's config fields, one list per module, each row
+ * (name, type, where it lives, bounds, whether it may change between steps,
+ * default, meaning). config.c expands the lists, in this order, into the one
+ * table that feeds validation, defaults, `dqnctl fields`, the canonical text
+ * and its hash, and SetHyperparams. A module adds its fields by adding a list
+ * here and naming it in config.c's table: nothing else learns the field.
+ *
+ * R(name, type, field, min, max, changeable, default, help); CF/HF give the
+ * offset of a field of learner_config_t / of its hyperparameters.
+ */
+#ifndef DQN_CONFIG_ROWS_H
+#define DQN_CONFIG_ROWS_H
+
+/* the network: trunk -> dueling C51 heads per branch (cpu/linear.h, cpu/heads.h) */
+#define NETWORK_ROWS(R)                                                                                          \
+  R("state_dim", LCF_INT32, CF(state_dim), 1, 65536, 0, "64", "length of a state vector")                        \
+  R("trunk_h1", LCF_INT32, CF(trunk_h1), 1, 16384, 0, "256", "first trunk layer width")                          \
+  R("trunk_h2", LCF_INT32, CF(trunk_h2), 1, 16384, 0, "256", "second trunk layer width (h)")                     \
+  R("value_hidden", LCF_INT32, CF(value_hidden), 1, 16384, 0, "128", "value head hidden width")                  \
+  R("adv_hidden", LCF_INT32, CF(adv_hidden), 1, 16384, 0, "128", "advantage (branch) hidden width")              \
+  R("atoms", LCF_INT32, CF(atoms), 2, LEARNER_MAX_ATOMS, 0, "51", "C51 atoms")                                  \
+  R("v_min", LCF_FLOAT, CF(v_min), -1e6, 1e6, 0, "-10", "lowest atom value")                                     \
+  R("v_max", LCF_FLOAT, CF(v_max), -1e6, 1e6, 0, "10", "highest atom value")                                     \
+  R("branches", LCF_BRANCHES, CF(branch_sizes), 1, 65536, 0, "9,3,3", "action branch sizes, e.g. 9,3,3")         \
+  R("leaky_slope", LCF_FLOAT, CF(leaky_slope), 0, 1, 0, "0.01", "LeakyReLU negative slope")                     \
+  R("noisy", LCF_BOOL, CF(noisy), 0, 1, 0, "0", "NoisyNet (factorised Gaussian) head layers")                    \
+  R("noisy_sigma0", LCF_FLOAT, CF(noisy_sigma0), 0, 10, 0, "0.5", "NoisyNet initial sigma0")
+
+/* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
+#define LOSS_ROWS(R)                                                                                             \
+  R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \
+  R("gamma", LCF_FLOAT, HF(gamma), 0, 1, 1, "0.99", "discount factor")
+
+/* replay and prioritised sampling (cpu/replay.h) */
+#define REPLAY_ROWS(R)                                                                                           \
+  R("batch", LCF_INT32, CF(batch), 1, 65536, 0, "256", "training batch size")                                    \
+  R("replay_capacity", LCF_INT64, CF(replay_capacity), 1, 1LL << 31, 0, "1000000", "replay ring capacity")      \
+  R("prioritized", LCF_BOOL, CF(prioritized), 0, 1, 0, "1", "prioritised replay (else uniform)")                 \
+  R("per_alpha", LCF_FLOAT, CF(per_alpha), 0, 10, 0, "0.5", "PER priority exponent alpha")                       \
+  R("per_beta0", LCF_FLOAT, HF(per_beta0), 0, 1, 1, "0.4", "PER IS exponent at step 0")                          \
+  R("per_beta_steps", LCF_INT64, HF(per_beta_steps), 0, 1e15, 1, "1000000", "steps to anneal beta to 1")         \
+  R("per_eps", LCF_FLOAT, HF(per_eps), 1e-12, 1, 1, "1e-06", "PER priority epsilon")
+
+/* the optimiser and the target network (cpu/optim.h) */
+#define OPTIM_ROWS(R)                                                                                            \
+  R("lr", LCF_FLOAT, HF(lr), 0, 10, 1, "0.0001", "AdamW learning rate")                                          \
+  R("tau", LCF_FLOAT, HF(tau), 0, 1, 1, "0", "Polyak factor per step (0 = hard copies)")                         \
+  R("target_period", LCF_INT32, HF(target_period), 0, 1e9, 1, "1000", "steps between hard target copies")       \
+  R("weight_decay", LCF_FLOAT, HF(weight_decay), 0, 10, 1, "0", "AdamW decoupled weight decay")                  \
+  R("grad_clip", LCF_FLOAT, HF(grad_clip), 0, 1e9, 1, "10", "global grad-norm clip (0 = off)")                   \
+  R("adam_beta1", LCF_FLOAT, HF(adam_beta1), 0, 0.999999, 1, "0.9", "Adam beta1")                                \
+  R("adam_beta2", LCF_FLOAT, HF(adam_beta2), 0, 0.99999999, 1, "0.999", "Adam beta2")                            \
+  R("adam_eps", LCF_FLOAT, HF(adam_eps), 1e-12, 1, 1, "1e-08", "Adam epsilon")
+
+/* randomness and the backends' arithmetic (the CUDA step: cuda/step_graph) */
+#define BACKEND_ROWS(R)                                                                                          \
+  R("seed", LCF_UINT64, CF(seed), 0, 1.8446744073709552e19, 0, "1", "Philox key: init, sampling, noise")         \
+  R("tensor_cores", LCF_BOOL, CF(tensor_cores), 0, 1, 0, "0",                                                    \
+    "CUDA: TF32 operands on the tensor cores, fp32 accumulation (gradients within ~5e-2 of fp32; the CPU "      \
+    "backend runs fp32)")                                                                                        \
+  R("cuda_graph", LCF_BOOL, CF(cuda_graph), 0, 1, 0, "1",                                                        \
+    "CUDA: replay each step as one captured graph (0: plain stream launches, for debugging)")                   \
+  R("cuda_gemm_occupancy", LCF_INT32, CF(cuda_gemm_occupancy), 1, 4, 0, "2",                                     \
+    "CUDA: blocks per SM the split-K planner aims for; 1 suits four or more trainers per GPU")
+
+/* read by the daemon, not the learner: continuous training */
+#define DAEMON_ROWS(R)                                                                                           \
+  R("samples_per_insert", LCF_FLOAT, HF(samples_per_insert), 0, 1e6, 1, "0",                                     \
+    "daemon: train as data arrives, this many samples per inserted transition (0 = off)")                       \
+  R("min_replay", LCF_INT64, HF(min_replay), 0, 1LL << 40, 1, "0",                                               \
+    "daemon: transitions held before continuous training starts")
+
+#endif

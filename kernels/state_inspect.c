@@ -1,0 +1,129 @@
+/*
+ * state_inspect.c — the state format's section registry, and a walk over a
+ * serialised state that builds no learner (dqnctl inspect). No backend: the
+ * client links it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "learner.h"
+#include "seterr.h"
+#include "state_format.h"
+
+static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err, size_t errlen) {
+  if (r(ctx, buf, n)) {
+    seterr(err, errlen, "state truncated or unreadable");
+    return LEARNER_EIO;
+  }
+  return LEARNER_OK;
+}
+
+const state_section_t state_sections[] = {
+    {SEC_ONLINE, "online parameters", "network", 0, 0},
+    {SEC_TARGET, "target parameters", "network", 0, 0},
+    {SEC_ADAM_M, "adam first moments", "optim", 0, 0},
+    {SEC_ADAM_V, "adam second moments", "optim", 0, 0},
+    {SEC_R_S, "replay states", "replay", 1, 0},
+    {SEC_R_S2, "replay next states", "replay", 1, 0},
+    {SEC_R_A, "replay actions", "replay", 1, 0},
+    {SEC_R_R, "replay rewards", "replay", 1, 0},
+    {SEC_R_DONE, "replay dones", "replay", 1, 0},
+    {SEC_R_EP, "replay episode ids", "replay", 1, 0},
+    {SEC_R_PRIO, "replay priorities", "replay", 1, 1},
+};
+const int state_num_sections = (int)(sizeof state_sections / sizeof state_sections[0]);
+
+const state_section_t *state_section_find(uint32_t tag) {
+  for (int i = 0; i < state_num_sections; i++)
+    if (state_sections[i].tag == tag) return &state_sections[i];
+  return NULL;
+}
+
+uint64_t state_text_hash(const char *text, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)text[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+const char *learner_section_name(uint32_t tag) {
+  if (tag == SEC_END) return "end";
+  if (tag == SEC_CONFIG) return "config";
+  if (tag == SEC_COUNTERS) return "counters";
+  const state_section_t *s = state_section_find(tag);
+  return s ? s->name : "unknown";
+}
+
+int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *h, learner_section_cb cb, void *cbctx,
+                          char *err, size_t errlen) {
+  memset(h, 0, sizeof *h);
+  unsigned char hdr[24];
+  int rc = read_all(r, ctx, hdr, sizeof hdr, err, errlen);
+  if (rc) return rc;
+  if (memcmp(hdr, STATE_MAGIC, 8)) {
+    seterr(err, errlen, "bad magic (not a dqnd learner state)");
+    return LEARNER_ECORRUPT;
+  }
+  h->version = get_u32(hdr + 8);
+  h->flags = get_u32(hdr + 12);
+  h->config_hash = get_u64(hdr + 16);
+  if (h->version != STATE_VERSION) {
+    seterr(err, errlen, "format version %u, this build reads %u", h->version, STATE_VERSION);
+    return LEARNER_ECORRUPT;
+  }
+  uint64_t off = sizeof hdr;
+  int bad = 0;
+  unsigned char *buf = malloc(CHUNK);
+  if (!buf) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  for (;;) {
+    unsigned char sh[16], t[4];
+    if ((rc = read_all(r, ctx, sh, 16, err, errlen))) break;
+    learner_state_section_t sec = {get_u32(sh), learner_section_name(get_u32(sh)), off, get_u64(sh + 8), 1};
+    if (get_u32(sh + 4) != 0) {
+      seterr(err, errlen, "section %u at offset %llu: non-zero reserved field", sec.tag, (unsigned long long)off);
+      rc = LEARNER_ECORRUPT;
+      break;
+    }
+    uint32_t crc = 0;
+    for (uint64_t o = 0; !rc && o < sec.len; o += CHUNK) {
+      size_t k = (size_t)(sec.len - o < CHUNK ? sec.len - o : CHUNK);
+      if ((rc = read_all(r, ctx, buf, k, err, errlen))) break;
+      crc = learner_crc32c(crc, buf, k);
+      if (sec.tag == SEC_CONFIG && o == 0) {
+        size_t n = k < sizeof h->config_text - 1 ? k : sizeof h->config_text - 1;
+        memcpy(h->config_text, buf, n);
+        h->config_text[n] = 0;
+      }
+    }
+    if (rc || (rc = read_all(r, ctx, t, 4, err, errlen))) break;
+    sec.crc_ok = crc == get_u32(t);
+    if (!sec.crc_ok && !bad) {
+      bad = 1;
+      seterr(err, errlen, "section %u (%s) fails its CRC32C check", sec.tag, sec.name);
+    }
+    if (sec.tag == SEC_CONFIG && sec.crc_ok) {
+      learner_config_t c;
+      char cerr[256];
+      h->config_ok = learner_config_from_text(&c, h->config_text, strlen(h->config_text), cerr, sizeof cerr) == 0;
+      h->hash_ok = state_text_hash(h->config_text, strlen(h->config_text)) == h->config_hash;
+      if (!h->hash_ok && !bad) {
+        bad = 1;
+        if (h->config_ok) seterr(err, errlen, "config hash mismatch");
+        else seterr(err, errlen, "config section: %s", cerr);
+      }
+    }
+    if (cb) cb(cbctx, &sec);
+    off += 16 + sec.len + 4;
+    if (sec.tag == SEC_END) break;
+  }
+  free(buf);
+  h->bytes = off;
+  if (rc) return rc;
+  return bad ? LEARNER_ECORRUPT : LEARNER_OK;
+}
