@@ -151,17 +151,29 @@ typedef struct learner_transitions {
 int learner_transitions_validate(const learner_config_t *c, const learner_transitions_t *t,
                                  char *err, size_t errlen);
 
+/* The stats fields, declared once (CONVENTIONS: fields several layers print)
+ * and expanded where each layer needs them: this struct, the daemon's and
+ * libdqnd's TrainerStats (proto/dqnd/v1/dqnd.proto, same names) and dqnctl's
+ * printers. X(type, name, kind): kind is U64, I64, I32 or F32.
+ * kernels/state.c stores them in the counters section as a fixed record,
+ * field by field: a new field here is not saved until that record (and the
+ * state version) grows with it. */
+#define LEARNER_STATS_FIELDS(X)                                                                     \
+  X(uint64_t, step, U64)         /* optimiser steps taken in total */                              \
+  X(int64_t, replay_size, I64)   /* transitions held */                                            \
+  X(int64_t, replay_total, I64)  /* transitions ever submitted */                                  \
+  X(int32_t, steps_run, I32)     /* steps run by this call */                                      \
+  X(float, loss_mean, F32)       /* mean over this call's steps of the batch loss */               \
+  X(float, loss_last, F32)                                                                         \
+  X(float, grad_norm_mean, F32)  /* pre-clip global gradient norm */                               \
+  X(float, grad_norm_last, F32)                                                                    \
+  X(float, q_mean, F32)          /* mean over steps, batch and branches of Q_d(s, a_d) */          \
+  X(float, per_beta, F32)        /* IS exponent used at the last step */
+
 typedef struct learner_stats {
-  uint64_t step;        /* optimiser steps taken in total */
-  int64_t replay_size;  /* transitions held */
-  int64_t replay_total; /* transitions ever submitted */
-  int32_t steps_run;    /* steps run by this call */
-  float loss_mean;      /* mean over this call's steps of the batch loss */
-  float loss_last;
-  float grad_norm_mean; /* pre-clip global gradient norm */
-  float grad_norm_last;
-  float q_mean;         /* mean over steps, batch and branches of Q_d(s, a_d) */
-  float per_beta;       /* IS exponent used at the last step */
+#define LEARNER_STATS_MEMBER(type, name, kind) type name;
+  LEARNER_STATS_FIELDS(LEARNER_STATS_MEMBER)
+#undef LEARNER_STATS_MEMBER
 } learner_stats_t;
 
 typedef struct learner learner_t;
