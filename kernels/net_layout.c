@@ -4,28 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static void add_layer(net_layout_t *L, const char *name, int in, int out, int noisy, int64_t *off,
-                      int64_t *noff) {
-  net_layer_t *l = &L->layer[L->n_layers++];
-  snprintf(l->name, sizeof l->name, "%s", name);
-  l->in = in;
-  l->out = out;
-  l->noisy = noisy;
-  l->off_w = *off;
-  *off += (int64_t)in * out;
-  l->off_b = *off;
-  *off += out;
-  l->off_sw = l->off_sb = l->noise_off = -1;
-  if (noisy) {
-    l->off_sw = *off;
-    *off += (int64_t)in * out;
-    l->off_sb = *off;
-    *off += out;
-    l->noise_off = *noff;
-    *noff += in + out;
-  }
-}
+#include "model.h"
 
+/* The layer view of the registry (model.h): each trunk and head linear layer,
+ * with the offsets the registry gave its weight, bias and sigmas. */
 void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   memset(L, 0, sizeof *L);
   L->S = c->state_dim;
@@ -35,23 +17,40 @@ void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   L->AH = c->adv_hidden;
   L->Z = c->atoms;
   L->D = c->n_branches;
-  int64_t off = 0, noff = 0;
-  int noisy = c->noisy != 0;
-  add_layer(L, "trunk1", L->S, L->H1, 0, &off, &noff);
-  add_layer(L, "trunk2", L->H1, L->H2, 0, &off, &noff);
-  add_layer(L, "value1", L->H2, L->VH, noisy, &off, &noff);
-  add_layer(L, "value2", L->VH, L->Z, noisy, &off, &noff);
   for (int d = 0; d < L->D; d++) {
-    char nm[32];
     L->n[d] = c->branch_sizes[d];
     L->q_width += L->n[d];
     L->a_width += L->n[d] * L->Z;
-    snprintf(nm, sizeof nm, "branch%d_1", d);
-    add_layer(L, nm, L->H2, L->AH, noisy, &off, &noff);
-    snprintf(nm, sizeof nm, "branch%d_2", d);
-    add_layer(L, nm, L->AH, L->n[d] * L->Z, noisy, &off, &noff);
   }
-  L->n_params = off;
+  static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
+  model_desc_t desc;
+  model_desc_from_config(&desc, c);
+  if (model_build(&m, &desc, NULL, 0)) return; /* the plain network always builds */
+  net_layer_t *l = NULL;
+  int64_t noff = 0;
+  for (int i = 0; i < m.n; i++) {
+    const model_param_t *p = &m.p[i];
+    if (p->vec != MODEL_VEC_NET || (strcmp(p->module, "trunk") && strcmp(p->module, "heads"))) continue;
+    const char *dot = strrchr(p->name, '.');
+    if (!strcmp(dot, ".weight")) {
+      l = &L->layer[L->n_layers++];
+      snprintf(l->name, sizeof l->name, "%.*s", (int)(dot - p->name), p->name);
+      l->in = p->cols;
+      l->out = p->rows;
+      l->off_w = p->offset;
+      l->off_sw = l->off_sb = l->noise_off = -1;
+    } else if (!strcmp(dot, ".bias")) {
+      l->off_b = p->offset;
+    } else if (!strcmp(dot, ".sigma_weight")) {
+      l->noisy = 1;
+      l->off_sw = p->offset;
+      l->noise_off = noff; /* eps_in [in] then eps_out [out] */
+      noff += l->in + l->out;
+    } else if (!strcmp(dot, ".sigma_bias")) {
+      l->off_sb = p->offset;
+    }
+  }
+  L->n_params = m.size[MODEL_VEC_NET];
   L->n_noise = noff;
 }
 

@@ -1,7 +1,8 @@
 /*
- * net_layout.h — where every parameter of the network lives in the flat
- * parameter vector. Backend-neutral: the CPU and CUDA learners, the state
- * format and the golden tests all index parameters through this table.
+ * net_layout.h — the layer view of the parameter registry (model.h): where
+ * each linear layer's parameters live in the flat parameter vector, as the
+ * CPU and CUDA kernels index them. Built from the registry, whose order it
+ * keeps; the registry is the one place that lays parameters out.
  *
  * Layer order: trunk1, trunk2, value1, value2, then per branch d:
  * branch{d}_1, branch{d}_2. Per layer, in this order:

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dqn_math.h"
+#include "model.h"
 #include "npy.h"
 #include "testutil.h"
 
@@ -65,28 +66,27 @@ static void load_config(const char *cs, learner_config_t *c) {
   ck_assert_msg(learner_config_validate(c, err, sizeof err) == 0, "%s", err);
 }
 
-/* The parameter blocks of a layer as the golden files name them; NoisyNet
- * layers add sigma_weight and sigma_bias (net_layout.h). */
-static const char *const blk_name[4] = {"weight", "bias", "sigma_weight", "sigma_bias"};
-static int layer_blocks(const net_layer_t *l, int64_t off[4], int64_t cnt[4]) {
-  off[0] = l->off_w, off[1] = l->off_b, off[2] = l->off_sw, off[3] = l->off_sb;
-  cnt[0] = cnt[2] = (int64_t)l->in * l->out;
-  cnt[1] = cnt[3] = l->out;
-  return l->noisy ? 4 : 2;
+/* Every parameter of the network by its registry name (model.h): the file
+ * <which>.<name>.npy goes to the registry's offset, with the registry's shape. */
+static model_t *registry_of(const learner_config_t *c) {
+  static model_t m;
+  model_desc_t d;
+  model_desc_from_config(&d, c);
+  char err[256];
+  ck_assert_msg(model_build(&m, &d, err, sizeof err) == 0, "%s", err);
+  return &m;
 }
 
-static void load_params(const char *cs, const char *which, const net_layout_t *L, double *p) {
-  for (int li = 0; li < L->n_layers; li++) {
-    const net_layer_t *l = &L->layer[li];
-    int64_t off[4], cnt[4];
-    int nb = layer_blocks(l, off, cnt);
-    for (int k = 0; k < nb; k++) {
-      char nm[96];
-      snprintf(nm, sizeof nm, "%s.%s.%s", which, l->name, blk_name[k]);
-      double *w = load64(cs, nm, cnt[k]);
-      memcpy(p + off[k], w, sizeof(double) * (size_t)cnt[k]);
-      free(w);
-    }
+static void load_params(const char *cs, const char *which, const learner_config_t *c, double *p) {
+  const model_t *m = registry_of(c);
+  for (int i = 0; i < m->n; i++) {
+    const model_param_t *mp = &m->p[i];
+    if (mp->vec != MODEL_VEC_NET) continue;
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s.%s", which, mp->name);
+    double *w = load64(cs, nm, model_param_count(mp));
+    memcpy(p + mp->offset, w, sizeof(double) * (size_t)model_param_count(mp));
+    free(w);
   }
 }
 
@@ -121,8 +121,8 @@ static void golden_load(const char *cs, golden_t *g) {
   int B = g->c.batch, S = g->c.state_dim;
   g->on = calloc((size_t)g->L.n_params, sizeof(double));
   g->tg = calloc((size_t)g->L.n_params, sizeof(double));
-  load_params(cs, "online", &g->L, g->on);
-  load_params(cs, "target", &g->L, g->tg);
+  load_params(cs, "online", &g->c, g->on);
+  load_params(cs, "target", &g->c, g->tg);
   g->s = load64(cs, "in.states", (int64_t)B * S);
   g->s2 = load64(cs, "in.next_states", (int64_t)B * S);
   g->a = load64(cs, "in.actions", B);
@@ -217,23 +217,21 @@ static void golden_free(golden_t *g) {
       free(qs);                                                                                              \
     }                                                                                                        \
     free(mine);                                                                                              \
-    for (int li = 0; li < L->n_layers; li++) {                                                               \
-      const net_layer_t *l = &L->layer[li];                                                                  \
-      int64_t offs[4], cnts[4];                                                                              \
-      int nb = layer_blocks(l, offs, cnts);                                                                  \
-      for (int wb = 0; wb < nb; wb++) {                                                                      \
-        char nm[96];                                                                                         \
-        snprintf(nm, sizeof nm, "grad.%s.%s", l->name, blk_name[wb]);                                        \
-        int64_t cnt = cnts[wb], off = offs[wb];                                                              \
-        double *gr = load64(cs, nm, cnt), *gm = malloc(sizeof(double) * (size_t)cnt);                        \
-        for (int64_t k = 0; k < cnt; k++) gm[k] = (double)grad[off + k];                                     \
-        e = tu_rel_err(gm, gr, cnt, &worst);                                                                 \
-        ck_assert_msg(e <= tol_grad, "%s/" #S_ ": %s rel err %.3g (worst index %lld: %.6g vs %.6g)", cs, nm, \
-                      e, (long long)worst, gm[worst], gr[worst]);                                            \
-        if (e >= e_g) e_g = e, snprintf(g_worst, sizeof g_worst, "%s", nm + 5);                              \
-        free(gr);                                                                                            \
-        free(gm);                                                                                            \
-      }                                                                                                      \
+    model_t *M_ = registry_of(&g->c);                                                                       \
+    for (int pi = 0; pi < M_->n; pi++) {                                                                     \
+      const model_param_t *mp = &M_->p[pi];                                                                  \
+      if (mp->vec != MODEL_VEC_NET) continue;                                                                \
+      char nm[96];                                                                                           \
+      snprintf(nm, sizeof nm, "grad.%s", mp->name);                                                          \
+      int64_t cnt = model_param_count(mp), off = mp->offset;                                                 \
+      double *gr = load64(cs, nm, cnt), *gm = malloc(sizeof(double) * (size_t)cnt);                          \
+      for (int64_t k = 0; k < cnt; k++) gm[k] = (double)grad[off + k];                                       \
+      e = tu_rel_err(gm, gr, cnt, &worst);                                                                   \
+      ck_assert_msg(e <= tol_grad, "%s/" #S_ ": %s rel err %.3g (worst index %lld: %.6g vs %.6g)", cs, nm,   \
+                    e, (long long)worst, gm[worst], gr[worst]);                                              \
+      if (e >= e_g) e_g = e, snprintf(g_worst, sizeof g_worst, "%s", nm + 5);                                \
+      free(gr);                                                                                              \
+      free(gm);                                                                                              \
     }                                                                                                        \
     printf("%s/" #S_ ": rel err loss %.2g, per-sample %.2g, target dist %.2g, Q(s) %.2g, "                  \
            "worst gradient %.2g (%s)\n", cs, e_loss, e_lps, e_td, e_q, e_g, g_worst);                        \
