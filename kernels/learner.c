@@ -17,6 +17,7 @@
 #include "dqnd_build_config.h"
 #include "learner_impl.h"
 #include "seterr.h"
+#include "state_format.h"
 
 const char *learner_strerror(int s) {
   switch (s) {
@@ -253,16 +254,16 @@ int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, i
   int rc = l->ops->get_counters(l->impl, &c);
   if (rc) return rc;
   if (first < 0 || n < 0 || first + n > c.replay_size) return LEARNER_EINVAL;
-  int64_t S = l->cfg.state_dim;
-  struct {
-    int sec;
-    void *dst;
-    int64_t width;
-  } parts[] = {{SEC_R_S, states, S * 4}, {SEC_R_A, actions, 4}, {SEC_R_R, rewards, 4},
-               {SEC_R_S2, next_states, S * 4}, {SEC_R_DONE, dones, 1}, {SEC_R_EP, episode_ids, 8}};
-  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (parts[i].dst && n &&
-        (rc = l->ops->section_read(l->impl, parts[i].sec, first * parts[i].width, n * parts[i].width, parts[i].dst)))
+  /* the replay's columns, as the state format registers them */
+  void *dst[256] = {0};
+  dst[SEC_R_S] = states, dst[SEC_R_A] = actions, dst[SEC_R_R] = rewards;
+  dst[SEC_R_S2] = next_states, dst[SEC_R_DONE] = dones, dst[SEC_R_EP] = episode_ids;
+  for (int i = 0; i < state_num_sections; i++) {
+    const state_section_t *s = &state_sections[i];
+    int64_t width = (int64_t)s->row_s * l->cfg.state_dim + s->row_c;
+    if (s->replay && dst[s->tag] && n &&
+        (rc = l->ops->section_read(l->impl, (int)s->tag, first * width, n * width, dst[s->tag])))
       return rc;
+  }
   return LEARNER_OK;
 }

@@ -50,9 +50,28 @@ typedef struct state_section {
   uint32_t tag;        /* enum learner_section (backend.h), below 256: never reused */
   const char *name;
   const char *owner;   /* the module that writes it */
-  int replay;          /* 1: only in states saved with the replay */
+  int replay;          /* 1: a replay column, only in states saved with the replay */
   int per_only;        /* 1: only when prioritized */
+  int row_s, row_c;    /* a replay column's bytes per transition: row_s * state_dim + row_c */
 } state_section_t;
+
+/* Each module's sections: S(tag, name, replay, per_only, row_s, row_c). A
+ * module with state of its own adds its list here and names it in
+ * state_inspect.c's table. */
+#define NETWORK_SECTIONS(S)                                                                                      \
+  S(SEC_ONLINE, "online parameters", 0, 0, 0, 0)                                                                 \
+  S(SEC_TARGET, "target parameters", 0, 0, 0, 0)
+#define OPTIM_SECTIONS(S)                                                                                        \
+  S(SEC_ADAM_M, "adam first moments", 0, 0, 0, 0)                                                                \
+  S(SEC_ADAM_V, "adam second moments", 0, 0, 0, 0)
+#define REPLAY_SECTIONS(S)                                                                                       \
+  S(SEC_R_S, "replay states", 1, 0, 4, 0)                                                                        \
+  S(SEC_R_S2, "replay next states", 1, 0, 4, 0)                                                                  \
+  S(SEC_R_A, "replay actions", 1, 0, 0, 4)                                                                       \
+  S(SEC_R_R, "replay rewards", 1, 0, 0, 4)                                                                       \
+  S(SEC_R_DONE, "replay dones", 1, 0, 0, 1)                                                                      \
+  S(SEC_R_EP, "replay episode ids", 1, 0, 0, 8)                                                                  \
+  S(SEC_R_PRIO, "replay priorities", 1, 1, 0, 4)
 
 /* Every section a state may hold, in the order they are written after the
  * config and counters records. */

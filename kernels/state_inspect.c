@@ -19,19 +19,11 @@ static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err
   return LEARNER_OK;
 }
 
-const state_section_t state_sections[] = {
-    {SEC_ONLINE, "online parameters", "network", 0, 0},
-    {SEC_TARGET, "target parameters", "network", 0, 0},
-    {SEC_ADAM_M, "adam first moments", "optim", 0, 0},
-    {SEC_ADAM_V, "adam second moments", "optim", 0, 0},
-    {SEC_R_S, "replay states", "replay", 1, 0},
-    {SEC_R_S2, "replay next states", "replay", 1, 0},
-    {SEC_R_A, "replay actions", "replay", 1, 0},
-    {SEC_R_R, "replay rewards", "replay", 1, 0},
-    {SEC_R_DONE, "replay dones", "replay", 1, 0},
-    {SEC_R_EP, "replay episode ids", "replay", 1, 0},
-    {SEC_R_PRIO, "replay priorities", "replay", 1, 1},
-};
+#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc},
+#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc},
+#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc},
+const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) OPTIM_SECTIONS(OPTIM_ROW)
+                                              REPLAY_SECTIONS(REPLAY_ROW)};
 const int state_num_sections = (int)(sizeof state_sections / sizeof state_sections[0]);
 
 const state_section_t *state_section_find(uint32_t tag) {
