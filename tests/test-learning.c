@@ -5,17 +5,25 @@
  * The oracle is the closed-form optimal policy of the environment.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "demo_env.h"
 #include "learner.h"
 #include "testutil.h"
 
+/* iteration 0 is the untrained net: no training loss exists yet, so none is printed */
 static void progress(void *ctx, const demo_point_t *p) {
   (void)ctx;
-  printf("iter %4d step %6llu loss %.4f return %.3f (optimal %.3f, random %.3f) = %.1f%% of optimal\n",
-         p->iteration, (unsigned long long)p->learner_step, p->loss, p->policy_return, p->optimal_return,
+  char loss[32];
+  if (p->iteration > 0)
+    snprintf(loss, sizeof loss, "%.4f", p->loss);
+  else
+    snprintf(loss, sizeof loss, "n/a");
+  printf("iter %4d step %6llu loss %s return %.3f (optimal %.3f, random %.3f) = %.1f%% of optimal\n",
+         p->iteration, (unsigned long long)p->learner_step, loss, p->policy_return, p->optimal_return,
          p->random_return, 100.0 * p->policy_return / p->optimal_return);
   fflush(stdout);
 }
@@ -30,7 +38,16 @@ START_TEST(test_meanrev_solved) {
   demo_driver_learner(&drv, l);
   demo_opts_t o;
   demo_opts_default(&o);
+  /* demo_evaluate fills only the three returns; the rest of the point is ours
+   * (iteration, learner_step and loss were printed uninitialised before) */
   demo_point_t before, fin;
+  memset(&before, 0, sizeof before);
+  memset(&fin, 0, sizeof fin);
+  learner_stats_t st0;
+  ck_assert_int_eq(learner_get_stats(l, &st0), 0);
+  before.iteration = 0;
+  before.learner_step = st0.step; /* 0: nothing trained yet */
+  before.loss = NAN;              /* no training loss before the first step (not printed) */
   ck_assert_int_eq(demo_evaluate(&drv, o.seed, o.eval_episodes, &before), 0);
   progress(NULL, &before);
   ck_assert_int_eq(demo_train(&drv, &o, progress, NULL, &fin), 0);

@@ -1,14 +1,21 @@
 /*
  * test-state.c — the learner's complete state: serialise -> restore -> the
  * next steps are bit-identical to the original's (params, Adam moments,
- * priorities, RNG position, replay ring); without the replay the weights and
- * optimiser still round-trip; every corrupted byte, a truncation, a wrong
- * magic or version is rejected with an error and never yields a learner.
+ * priorities, RNG position, replay ring); two learners with the same history
+ * and seed are bit-identical and with another seed differ (so the bit-for-bit
+ * comparison can fail); without the replay the weights and optimiser still
+ * round-trip. Corruption: every byte of a saved state (replay included) xor
+ * 0x01, 0x80 and 0xff, every truncation 0..len-1, a wrong magic and a wrong
+ * format version are each rejected with an error and never yield a learner.
  * Oracle: the original learner itself, compared bit for bit.
  */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#include <malloc.h>
+#define HAVE_MALLINFO2 1
+#endif
 
 #include "learner.h"
 #include "testutil.h"
@@ -88,27 +95,52 @@ static void params(learner_t *l, int which, float *out) {
   ck_assert_int_eq(learner_get_params(l, which, out, P), 0);
 }
 
+/* The shared history: 70 transitions (wrapping the ring of 50), 5 steps and a
+ * noisy act (advances the act counter). */
+static learner_t *trained(const learner_config_t *c) {
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(learner_create(c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  feed(l, 70, 1);
+  learner_stats_t st;
+  ck_assert_int_eq(learner_step(l, 5, &st, err, sizeof err), 0);
+  const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
+  int32_t act;
+  ck_assert_int_eq(learner_act(l, s0, 1, 1, &act, NULL, err, sizeof err), 0);
+  return l;
+}
+
+/* The shared future: more data, 7 more steps (crossing a target copy), then a
+ * noisy act whose action and Q values come back. */
+static void future(learner_t *l, learner_stats_t *st, int32_t *act, float q[7]) {
+  char err[256];
+  const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
+  feed(l, 5, 2);
+  ck_assert_int_eq(learner_step(l, 7, st, err, sizeof err), 0);
+  ck_assert_int_eq(learner_act(l, s0, 1, 1, act, q, err, sizeof err), 0);
+}
+
+static void save_to(learner_t *l, int with_replay, membuf_t *m) {
+  char err[256];
+  ck_assert_msg(learner_save(l, with_replay, mem_write, m, err, sizeof err) == 0, "%s", err);
+}
+
 static void roundtrip(int noisy, int per) {
   learner_config_t c = small_config(noisy, per);
   learner_t *a, *b;
   char err[256];
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &a, err, sizeof err) == 0, "%s", err);
-  feed(a, 70, 1); /* wraps the ring of 50 */
-  learner_stats_t sa, sb;
-  ck_assert_int_eq(learner_step(a, 5, &sa, err, sizeof err), 0);
-  float st[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
-  int32_t act;
-  ck_assert_int_eq(learner_act(a, st, 1, 1, &act, NULL, err, sizeof err), 0); /* advances the act counter */
+  a = trained(&c);
 
   membuf_t m = {0};
-  ck_assert_msg(learner_save(a, 1, mem_write, &m, err, sizeof err) == 0, "%s", err);
+  save_to(a, 1, &m);
   ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err) == 0, "%s", err);
 
-  /* the same future: 7 more steps (crossing a target copy), a noisy act, more data */
-  feed(a, 5, 2);
-  feed(b, 5, 2);
-  ck_assert_int_eq(learner_step(a, 7, &sa, err, sizeof err), 0);
-  ck_assert_int_eq(learner_step(b, 7, &sb, err, sizeof err), 0);
+  /* the same future */
+  learner_stats_t sa, sb;
+  int32_t a1, b1;
+  float qa[7], qb[7];
+  future(a, &sa, &a1, qa);
+  future(b, &sb, &b1, qb);
   ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0);
   ck_assert(memcmp(&sa.grad_norm_last, &sb.grad_norm_last, 4) == 0);
   ck_assert_int_eq(sa.step, sb.step);
@@ -119,21 +151,64 @@ static void roundtrip(int noisy, int per) {
     params(b, which, pb);
     ck_assert_msg(memcmp(pa, pb, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
   }
-  int32_t a1, b1;
-  float qa[7], qb[7];
-  ck_assert_int_eq(learner_act(a, st, 1, 1, &a1, qa, err, sizeof err), 0);
-  ck_assert_int_eq(learner_act(b, st, 1, 1, &b1, qb, err, sizeof err), 0);
   ck_assert(a1 == b1 && memcmp(qa, qb, sizeof qa) == 0);
+  /* and the whole state, Adam moments, priorities and counters included */
+  membuf_t ma = {0}, mb = {0};
+  save_to(a, 1, &ma);
+  save_to(b, 1, &mb);
+  ck_assert(ma.n == mb.n && memcmp(ma.p, mb.p, ma.n) == 0);
 
-  /* a different seed really gives different numbers (the check above can fail) */
-  learner_config_t c2 = c;
-  c2.seed = 100;
-  learner_t *o;
-  ck_assert_int_eq(learner_create(&c2, LEARNER_BACKEND_CPU, &o, err, sizeof err), 0);
-  params(o, 0, pb);
+  /* Controls, so that the checks above can fail: learners with the same
+   * config, data, steps and acts as `a` (history and future), differing only
+   * in the seed. Same seed: bit-identical to `a`; another seed: different
+   * weights (online and target), loss and Q values. */
+  for (int k = 0; k < 2; k++) {
+    learner_config_t c2 = c;
+    c2.seed = k == 0 ? c.seed : c.seed + 1;
+    learner_t *o = trained(&c2);
+    learner_stats_t so;
+    int32_t o1;
+    float qo[7];
+    future(o, &so, &o1, qo);
+    int same[2];
+    for (int which = 0; which < 2; which++) {
+      params(a, which, pa);
+      params(o, which, pb);
+      same[which] = memcmp(pa, pb, sizeof(float) * (size_t)P) == 0;
+    }
+    int same_loss = memcmp(&sa.loss_mean, &so.loss_mean, 4) == 0, same_q = memcmp(qa, qo, sizeof qa) == 0;
+    if (k == 0) {
+      ck_assert_msg(same[0] && same[1] && same_loss && same_q && a1 == o1, "same seed, same history: not identical");
+      membuf_t mo = {0};
+      save_to(o, 1, &mo);
+      ck_assert(mo.n == ma.n && memcmp(mo.p, ma.p, ma.n) == 0);
+      free(mo.p);
+    } else {
+      ck_assert_msg(!same[0] && !same[1] && !same_loss && !same_q,
+                    "seed %llu vs %llu: online %s, target %s, loss %s, q %s", (unsigned long long)c.seed,
+                    (unsigned long long)c2.seed, same[0] ? "same" : "differ", same[1] ? "same" : "differ",
+                    same_loss ? "same" : "differ", same_q ? "same" : "differ");
+    }
+    learner_destroy(o);
+  }
+  /* and the initial weights alone: fresh learners of the same seed are equal,
+   * of another seed not */
+  for (int k = 0; k < 2; k++) {
+    learner_config_t c2 = c;
+    c2.seed = c.seed + (uint64_t)k;
+    learner_t *f0, *f1;
+    ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CPU, &f0, err, sizeof err), 0);
+    ck_assert_int_eq(learner_create(&c2, LEARNER_BACKEND_CPU, &f1, err, sizeof err), 0);
+    params(f0, 0, pa);
+    params(f1, 0, pb);
+    int same = memcmp(pa, pb, sizeof(float) * (size_t)P) == 0;
+    ck_assert_msg(same == (k == 0), "fresh learners, seeds %llu and %llu: initial weights %s",
+                  (unsigned long long)c.seed, (unsigned long long)c2.seed, same ? "equal" : "differ");
+    learner_destroy(f0);
+    learner_destroy(f1);
+  }
+  free(ma.p), free(mb.p);
   params(a, 0, pa);
-  ck_assert(memcmp(pa, pb, sizeof(float) * (size_t)P) != 0);
-  learner_destroy(o);
 
   /* without replay: weights and optimiser come back, the replay is empty */
   membuf_t m2 = {0};
@@ -147,6 +222,12 @@ static void roundtrip(int noisy, int per) {
   ck_assert_int_eq(se.step, sa.step);
   params(e, 0, pb);
   ck_assert(memcmp(pa, pb, sizeof(float) * (size_t)P) == 0);
+  /* everything else (target, Adam moments, counters): saving the restored
+   * learner again gives the same bytes */
+  membuf_t m3 = {0};
+  save_to(e, 0, &m3);
+  ck_assert(m3.n == m2.n && memcmp(m3.p, m2.p, m2.n) == 0);
+  free(m3.p);
   ck_assert_int_eq(learner_step(e, 1, &se, err, sizeof err), LEARNER_EEMPTY);
   learner_destroy(e);
 
@@ -162,42 +243,181 @@ END_TEST
 START_TEST(test_roundtrip_noisy_per) { roundtrip(1, 1); }
 END_TEST
 
-START_TEST(test_corruption) {
+/* The smallest useful learner: every section is present (noisy heads, PER so
+ * the priority section too) and the saved state is a few KB, so loading it
+ * once per corrupted byte stays fast. */
+static learner_config_t tiny_config(void) {
   learner_config_t c = small_config(1, 1);
-  learner_t *a, *b;
+  c.state_dim = 2;
+  c.trunk_h1 = 3;
+  c.trunk_h2 = 3;
+  c.value_hidden = 2;
+  c.adv_hidden = 2;
+  c.atoms = 3;
+  c.branch_sizes[0] = 2;
+  c.branch_sizes[1] = 2;
+  c.batch = 2;
+  c.replay_capacity = 5;
+  return c;
+}
+
+/* A saved state of the tiny learner (with or without its replay): 7
+ * transitions (the ring of 5 wraps) and 3 steps, so priorities and Adam
+ * moments are not initial. */
+static void tiny_state(membuf_t *m, int with_replay) {
+  learner_config_t c = tiny_config();
+  learner_t *a;
   char err[256];
-  ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CPU, &a, err, sizeof err), 0);
-  feed(a, 20, 1);
-  membuf_t m = {0};
-  ck_assert_int_eq(learner_save(a, 1, mem_write, &m, err, sizeof err), 0);
-  /* flip one bit at many positions across the whole file: never a learner */
-  size_t step = m.n / 997 + 1;
-  int rejected = 0;
-  for (size_t pos = 0; pos < m.n; pos += step) {
-    m.p[pos] ^= 0x10;
-    m.pos = 0;
-    b = NULL;
-    int rc = learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err);
-    ck_assert_msg(rc != 0 && b == NULL, "flip at %zu of %zu accepted", pos, m.n);
-    ck_assert(err[0] != 0);
-    rejected++;
-    m.p[pos] ^= 0x10;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &a, err, sizeof err) == 0, "%s", err);
+  feed(a, 7, 1);
+  learner_stats_t st;
+  ck_assert_int_eq(learner_step(a, 3, &st, err, sizeof err), 0);
+  save_to(a, with_replay, m);
+  learner_destroy(a);
+  m->pos = 0;
+}
+
+static uint64_t le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Walks the sections as learner.h lays them out (24-byte header; u32 tag,
+ * u32 0, u64 len, payload, u32 crc; END last) and returns the set of tags
+ * (bit per tag); the END section must end the buffer exactly. */
+static uint32_t section_tags(const membuf_t *m) {
+  size_t off = 24;
+  uint32_t seen = 0;
+  for (;;) {
+    ck_assert_msg(off + 16 <= m->n, "section header at %zu runs past %zu", off, m->n);
+    uint32_t tag = (uint32_t)le(m->p + off, 4);
+    uint64_t len = le(m->p + off + 8, 8);
+    ck_assert(tag < 32 && le(m->p + off + 4, 4) == 0 && len <= m->n);
+    seen |= 1u << tag;
+    off += 16 + (size_t)len + 4;
+    if (tag == 0) break;
   }
-  ck_assert_int_gt(rejected, 100);
-  /* every truncation */
+  ck_assert_msg(off == m->n, "END at %zu of %zu", off, m->n);
+  return seen;
+}
+
+/* Heap bytes in use (glibc), or -1 where unknown: the failed loads below must
+ * give back everything they allocated. */
+static long long heap_in_use(void) {
+#ifdef HAVE_MALLINFO2
+  struct mallinfo2 mi = mallinfo2();
+  return (long long)(mi.uordblks + mi.hblkhd);
+#else
+  return -1;
+#endif
+}
+
+/* Loads m from its start: the return code; *out and err are checked here. */
+static int try_load(membuf_t *m, char *err, size_t errlen) {
+  learner_t *b = (learner_t *)1; /* must be reset to NULL on failure */
+  m->pos = 0;
+  err[0] = 0;
+  int rc = learner_load(mem_read, m, LEARNER_BACKEND_CPU, &b, err, errlen);
+  if (rc == 0) {
+    learner_destroy(b);
+    return 0;
+  }
+  ck_assert_msg(b == NULL, "failed load (%d) left a learner", rc);
+  ck_assert_msg(err[0] != 0, "failed load (%d) without a message", rc);
+  return rc;
+}
+
+static void corrupt_every_byte(int with_replay) {
+  membuf_t m = {0};
+  tiny_state(&m, with_replay);
+  char err[256];
+  ck_assert_msg(try_load(&m, err, sizeof err) == 0, "pristine state: %s", err);
+  /* every section of the format is in it: END, config, counters, online,
+   * target, both Adam moments, and (with the replay) the seven replay
+   * sections, PER priorities included */
+  ck_assert_uint_eq(section_tags(&m), 0x7fu | (with_replay ? 0x7fu << 10 : 0));
+  /* every byte, three patterns (lowest bit, highest bit, all bits): never a
+   * learner, always ECORRUPT or EIO (a corrupted length may run off the end).
+   * Undetected positions are collected and all reported. */
+  static const unsigned char pattern[3] = {0x01, 0x80, 0xff};
+  long long heap0 = heap_in_use();
+  char missed[512] = "";
+  size_t nmissed = 0, used = 0;
+  for (size_t pos = 0; pos < m.n; pos++) {
+    for (int k = 0; k < 3; k++) {
+      m.p[pos] ^= pattern[k];
+      int rc = try_load(&m, err, sizeof err);
+      m.p[pos] ^= pattern[k];
+      if (rc == 0) {
+        nmissed++;
+        if (used + 24 < sizeof missed)
+          used += (size_t)snprintf(missed + used, sizeof missed - used, " %zu^0x%02x", pos, pattern[k]);
+        continue;
+      }
+      ck_assert_msg(rc == LEARNER_ECORRUPT || rc == LEARNER_EIO, "byte %zu ^ 0x%02x: status %d (%s)", pos,
+                    pattern[k], rc, err);
+    }
+  }
+  ck_assert_msg(nmissed == 0, "%zu of %zu byte flips in a %zu-byte state (replay %d) accepted:%s", nmissed,
+                3 * m.n, m.n, with_replay, missed);
+  /* every truncation 0 .. len-1: the data present is intact, so each fails
+   * as a short read */
   size_t full = m.n;
-  for (size_t len = 0; len < full; len += step) {
+  for (size_t len = 0; len < full; len++) {
     m.n = len;
-    m.pos = 0;
-    b = NULL;
-    ck_assert(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err) != 0 && b == NULL);
+    int rc = try_load(&m, err, sizeof err);
+    ck_assert_msg(rc == LEARNER_EIO && strstr(err, "truncated") != NULL,
+                  "replay %d, truncated to %zu of %zu: status %d (%s)", with_replay, len, full, rc, err);
   }
   m.n = full;
-  m.pos = 0;
-  ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err) == 0, "%s", err);
-  learner_destroy(b);
+  /* the 4 x len failed loads leaked nothing: a leak of even 8 bytes per load
+   * would exceed the 64 KiB of slack left for the allocator's own bookkeeping */
+  long long heap1 = heap_in_use();
+  if (heap0 >= 0)
+    ck_assert_msg(heap1 - heap0 < 65536, "heap grew by %lld bytes over %zu failed loads", heap1 - heap0, 4 * full);
+  ck_assert_msg(try_load(&m, err, sizeof err) == 0, "restored buffer: %s", err);
   free(m.p);
-  learner_destroy(a);
+}
+
+START_TEST(test_corruption) {
+  corrupt_every_byte(1);
+  corrupt_every_byte(0);
+}
+END_TEST
+
+/* The header (learner.h: "DQNDLRN\0" u32 version u32 flags u64 config_hash)
+ * is covered by no CRC, so another version is otherwise a valid file: it must
+ * be refused by name. And a wrong magic says so. */
+START_TEST(test_version_and_magic) {
+  membuf_t m = {0};
+  tiny_state(&m, 1);
+  char err[256];
+  ck_assert_msg(try_load(&m, err, sizeof err) == 0, "%s", err);
+  uint32_t version = (uint32_t)m.p[8] | (uint32_t)m.p[9] << 8 | (uint32_t)m.p[10] << 16 | (uint32_t)m.p[11] << 24;
+  ck_assert_uint_eq(version, 1);
+  static const uint32_t other[4] = {0, 2, 7, 0xfffffffeu};
+  unsigned char keep[4];
+  memcpy(keep, m.p + 8, 4);
+  for (int k = 0; k < 4; k++) {
+    for (int i = 0; i < 4; i++) m.p[8 + i] = (unsigned char)(other[k] >> (8 * i));
+    ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+    char want[32];
+    snprintf(want, sizeof want, "version %u", other[k]);
+    ck_assert_msg(strstr(err, want) != NULL, "version %u: message '%s' does not name it", other[k], err);
+    /* peek refuses it too */
+    learner_config_t pc;
+    int wr;
+    m.pos = 0;
+    ck_assert_int_eq(learner_peek_config(mem_read, &m, &pc, &wr, err, sizeof err), LEARNER_ECORRUPT);
+    ck_assert_msg(strstr(err, want) != NULL, "peek, version %u: '%s'", other[k], err);
+  }
+  memcpy(m.p + 8, keep, 4);
+  ck_assert_msg(try_load(&m, err, sizeof err) == 0, "%s", err);
+  m.p[0] = 'X';
+  ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "magic") != NULL, "%s", err);
+  free(m.p);
 }
 END_TEST
 
@@ -286,6 +506,7 @@ int main(void) {
   tcase_add_test(tc, test_roundtrip_noisy_uniform);
   tcase_add_test(tc, test_roundtrip_noisy_per);
   tcase_add_test(tc, test_corruption);
+  tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
   suite_add_tcase(s, tc);

@@ -1,7 +1,9 @@
 /*
  * test-sumtree.c — prioritised replay (kernels/cpu/replay.c) against closed
  * forms: sampling frequencies P(i) = p_i^alpha / sum p^alpha by a chi-square
- * test over 100k draws, alpha = 0 is uniform, IS weights (p_min / p_i)^beta,
+ * test over 100k draws, alpha = 0 is uniform, IS weights at beta = 1, 0.7,
+ * 0.4 and 0 against a double-precision brute force of the definition
+ * w_i = (N P(i))^-beta / max_j (N P(j))^-beta (max over the buffer),
  * new items at the max priority, the tree's sums and minima against brute
  * force after many random updates, uniform sampling frequencies, the ring's
  * overwrite order, and beta annealing.
@@ -78,6 +80,77 @@ START_TEST(test_alpha1_frequencies) {
   }
   ck_assert(seen[0] && seen[1] && seen[2] && seen[3]);
   replay_free(&rp);
+}
+END_TEST
+
+/* IS weights for beta < 1 (and 0) against a brute-force oracle in double from
+ * the priorities themselves, not from the tree: P(i) = p_i^alpha / sum_j p_j^alpha
+ * over the N items in the buffer, w_i = (N P(i))^-beta normalised by the
+ * largest w_j over the whole buffer (replay.h: "max weight over the buffer
+ * normalised to 1"; it equals (leaf_min / leaf_i)^beta) -- not over the
+ * batch: with B = 1 a batch normalisation would give 1 every time. Draws
+ * with B = 1 over many steps reach every item (asserted), and B = 8
+ * stratified batches must give the same per-item weights. Tolerance: 1e-6 relative (float leaves, powf and one
+ * division: a few ulp); dropping ^beta is off by tens of percent. */
+static void is_weights_case(int cap, int n, const float *prio, float alpha, float beta) {
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, cap, 1, 1, alpha), 0);
+  fill(&rp, n);
+  ck_assert_int_eq(rp.size, n);
+  int64_t idx[16];
+  for (int i = 0; i < n; i++) idx[i] = i;
+  replay_update_priorities(&rp, idx, prio, n);
+
+  double pa[16], sum = 0, want[16], wmax = 0;
+  for (int i = 0; i < n; i++) sum += pa[i] = pow((double)prio[i], (double)alpha);
+  for (int i = 0; i < n; i++) {
+    double P = pa[i] / sum;
+    want[i] = pow((double)n * P, -(double)beta);
+    if (want[i] > wmax) wmax = want[i];
+  }
+  double wmin = 1;
+  for (int i = 0; i < n; i++) {
+    want[i] /= wmax;
+    if (want[i] < wmin) wmin = want[i];
+  }
+  /* the case discriminates: for beta > 0 the weights spread well below 1, so
+   * a constant 1 (batch normalisation, beta ignored as 0) cannot match */
+  if (beta > 0) ck_assert_msg(wmin < 0.5, "beta %g: oracle weights only reach down to %g", beta, wmin);
+
+  int seen[16] = {0};
+  for (uint64_t k = 0; k < 4000; k++) {
+    int64_t j;
+    float w;
+    replay_sample(&rp, 11, k, 1, beta, &j, &w);
+    ck_assert(j >= 0 && j < n);
+    if (beta == 0.0f)
+      ck_assert_msg(w == 1.0f, "beta 0: w[%lld] = %.9g, want exactly 1", (long long)j, w);
+    ck_assert_msg(fabs(w - want[j]) <= 1e-6 * want[j], "alpha %g beta %g: w[%lld] = %.9g, oracle %.9g", alpha,
+                  beta, (long long)j, w, want[j]);
+    seen[j]++;
+  }
+  for (int i = 0; i < n; i++) ck_assert_msg(seen[i] > 0, "item %d never drawn", i);
+  for (uint64_t k = 0; k < 200; k++) {
+    int64_t j[8];
+    float w[8];
+    replay_sample(&rp, 12, k, 8, beta, j, w);
+    for (int b = 0; b < 8; b++)
+      ck_assert_msg(fabs(w[b] - want[j[b]]) <= 1e-6 * want[j[b]], "B=8 beta %g: w[%lld] = %.9g, oracle %.9g", beta,
+                    (long long)j[b], w[b], want[j[b]]);
+  }
+  replay_free(&rp);
+}
+
+START_TEST(test_is_weights_beta) {
+  /* a partly filled ring (7 of 10, empty leaves in the tree) and a full one;
+   * priorities span 400x so the weights spread well below 1 */
+  const float p7[7] = {0.05f, 0.3f, 1.0f, 2.5f, 7.0f, 20.0f, 0.8f};
+  const float p8[8] = {3.0f, 0.5f, 0.125f, 9.0f, 1.5f, 0.2f, 4.0f, 6.0f};
+  const float betas[4] = {0.4f, 0.7f, 1.0f, 0.0f};
+  for (int b = 0; b < 4; b++) {
+    is_weights_case(10, 7, p7, 0.6f, betas[b]);
+    is_weights_case(8, 8, p8, 1.0f, betas[b]);
+  }
 }
 END_TEST
 
@@ -182,6 +255,7 @@ int main(void) {
   TCase *tc = tcase_create("per");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_alpha1_frequencies);
+  tcase_add_test(tc, test_is_weights_beta);
   tcase_add_test(tc, test_alpha0_uniform);
   tcase_add_test(tc, test_uniform_replay);
   tcase_add_test(tc, test_max_priority_and_ring);
