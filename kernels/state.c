@@ -274,7 +274,11 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       seterr(err, errlen, "state: section %u (%s) missing", state_sections[i].tag, state_sections[i].name);
       return LEARNER_ECORRUPT;
     }
-  return l->ops->load_done(l->impl);
+  rc = l->ops->load_done(l->impl);
+  if (rc)
+    seterr(err, errlen, "state: %s (its sections pass their CRCs, but the backend rejects their contents: an "
+                        "action, flag or priority out of range)", learner_strerror(rc));
+  return rc;
 }
 
 int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_t **out, char *err,
