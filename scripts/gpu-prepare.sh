@@ -20,7 +20,7 @@ for o in build/kernels/libdqncuda.a.p/*.o; do
 done
 meson compile -C build
 bins=$(find build/tests build/daemon build/client build/kernels -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
-../shared/tools/device-carry.sh $bins
+bash scripts/device-carry.sh $bins
 git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
@@ -31,5 +31,5 @@ done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
 # carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
 tar -C .devcarry -cJf .devcarry/bin.tar.xz bin
-cp ../shared/bench/anchor_torch_bdq.py .devcarry/ 2>/dev/null || echo "(PyTorch peer not found beside the repo: not carried)"
+cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py .devcarry/
 echo "prepared: $(echo $bins | wc -w) binaries"

@@ -1,7 +1,7 @@
 /*
  * test-golden.c — the CPU learner's loss, targets, Double-DQN actions, Q
  * values and every gradient against PyTorch autograd (float64) on the golden
- * cases in tests/golden/ (README there; copied from ../shared/golden so a clone
+ * cases in tests/golden/ (README there; copied from the team's shared cases so a clone
  * tests alone). The oracle is independent code: torch's nn.Linear,
  * log_softmax and autograd.
  *

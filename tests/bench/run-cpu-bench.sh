@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # CPU step benchmark: dqnd's CPU learner and the PyTorch peer
-# (shared/bench/anchor_torch_bdq.py, eager, Debian's python3-torch) in the
+# (tests/bench/peers/anchor_torch_bdq.py, the team's peer, eager, Debian's python3-torch) in the
 # same run on the same machine, one thread each. Prints both and the ratio.
 # usage: tests/bench/run-cpu-bench.sh [build-dir] [steps]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}; steps=${2:-100}
-peer=../shared/bench/anchor_torch_bdq.py
+peer=tests/bench/peers/anchor_torch_bdq.py
 out=$(mktemp -d)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p') x$(nproc), commit $(git rev-parse --short HEAD)"
 OPENBLAS_NUM_THREADS=1 "$build/tests/bench/bench-cpu-step" --batches 64,256 --steps "$steps" --json "$out/dqnd.json"
