@@ -3,7 +3,6 @@
 #include "demo_env.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,31 +216,4 @@ out:
   free(dn);
   free(ep);
   return rc;
-}
-
-static int local_submit(void *ctx, const learner_transitions_t *t) {
-  char err[256];
-  int rc = learner_submit(ctx, t, err, sizeof err);
-  if (rc) fprintf(stderr, "submit: %s\n", err);
-  return rc;
-}
-static int local_step(void *ctx, int n, learner_stats_t *st) {
-  char err[256];
-  int rc = learner_step(ctx, n, st, err, sizeof err);
-  if (rc == LEARNER_EEMPTY) return 0;
-  if (rc) fprintf(stderr, "step: %s\n", err);
-  return rc;
-}
-static int local_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
-  char err[256];
-  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
-  if (rc) fprintf(stderr, "act: %s\n", err);
-  return rc;
-}
-
-void demo_driver_learner(demo_driver_t *d, learner_t *l) {
-  d->ctx = l;
-  d->submit = local_submit;
-  d->step = local_step;
-  d->act = local_act;
 }

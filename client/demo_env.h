@@ -56,7 +56,8 @@ typedef struct demo_driver {
 } demo_driver_t;
 
 /* A driver over an in-process learner (tests, dqn-demo). Errors go to stderr;
- * a step before the replay holds a batch counts as warm-up, not an error. */
+ * a step before the replay holds a batch counts as warm-up, not an error.
+ * Defined in demo_learner.c (dqnutil_dep, which links the learner). */
 void demo_driver_learner(demo_driver_t *d, learner_t *l);
 
 typedef struct demo_opts {

@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "dqnd.pb-c.h"
+#include "dqnd/default_url.h"
 #include "learner.h"
 
 enum dqnd_status {
@@ -35,10 +36,11 @@ typedef struct dqnd_client dqnd_client_t;
 
 /* "OK", "INVALID_ARGUMENT", ..., "ETIMEDOUT" */
 const char *dqnd_strerror(int code);
-/* The daemon's default ipc URL for this user (the same rule as dqnd), and
- * dqnd_client_default_url: that one, or the system service's socket when
- * the per-user socket does not exist and the system one does. */
-#include "default_url.h"
+/* The URL a client tries when given none: dqnd_default_url (the daemon's
+ * embedded default for this user, dqnd/default_url.h), unless that socket
+ * does not exist and a system service's does (/run/dqnd/dqnd.sock, else the
+ * first instance's /run/dqnd/0/dqnd.sock). */
+void dqnd_client_default_url(char *buf, size_t n);
 
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen);
 void dqnd_close(dqnd_client_t *c);

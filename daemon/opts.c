@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "default_url.h"
+#include "dqnd/default_url.h"
 #include "dqnd_build_config.h"
 #include "suggest.h"
 
