@@ -70,14 +70,23 @@ void print_json(json_t *j) {
   json_decref(j);
 }
 
+/* Every stats field (LEARNER_STATS_FIELDS), by its own name, in JSON and text. */
+#define STATS_JSON_U64(v) json_integer((json_int_t)(v))
+#define STATS_JSON_I64(v) json_integer((json_int_t)(v))
+#define STATS_JSON_I32(v) json_integer((json_int_t)(v))
+#define STATS_JSON_F32(v) json_real((double)(v))
 static json_t *stats_json(const learner_stats_t *st) {
-  return json_pack("{s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "step", (json_int_t)st->step, "replay_size",
-                   (json_int_t)st->replay_size, "replay_total", (json_int_t)st->replay_total, "steps_run",
-                   st->steps_run, "loss_mean", (double)st->loss_mean, "loss_last", (double)st->loss_last,
-                   "grad_norm_mean", (double)st->grad_norm_mean, "grad_norm_last", (double)st->grad_norm_last,
-                   "q_mean", (double)st->q_mean, "per_beta", (double)st->per_beta);
+  json_t *j = json_object();
+#define STATS_JSON(type, name, kind) json_object_set_new(j, #name, STATS_JSON_##kind(st->name));
+  LEARNER_STATS_FIELDS(STATS_JSON)
+#undef STATS_JSON
+  return j;
 }
 
+#define STATS_TEXT_U64(v) printf("%llu", (unsigned long long)(v))
+#define STATS_TEXT_I64(v) printf("%lld", (long long)(v))
+#define STATS_TEXT_I32(v) printf("%d", (int)(v))
+#define STATS_TEXT_F32(v) printf("%.6g", (double)(v))
 static void print_stats(ctx_t *x, const char *name, const learner_stats_t *st) {
   if (x->json) {
     json_t *j = stats_json(st);
@@ -85,9 +94,15 @@ static void print_stats(ctx_t *x, const char *name, const learner_stats_t *st) {
     print_json(j);
     return;
   }
-  printf("%s: step %llu  replay %lld (total %lld)  loss %.5f (last %.5f)  grad-norm %.4f  q %.4f  beta %.3f\n", name,
-         (unsigned long long)st->step, (long long)st->replay_size, (long long)st->replay_total, st->loss_mean,
-         st->loss_last, st->grad_norm_mean, st->q_mean, st->per_beta);
+  printf("%s:", name); /* "t1: step 1000  replay_size 5000  ...  per_beta 0.4" */
+  const char *sep = " ";
+#define STATS_TEXT(type, name, kind)                                                                              \
+  printf("%s" #name " ", sep);                                                                                    \
+  STATS_TEXT_##kind(st->name);                                                                                    \
+  sep = "  ";
+  LEARNER_STATS_FIELDS(STATS_TEXT)
+#undef STATS_TEXT
+  putchar('\n');
 }
 
 /* ------------------------------------------------------------ commands */

@@ -151,19 +151,14 @@ static int call_simple(dqnd_client_t *c, Dqnd__V1__Request *req) {
   return rc;
 }
 
+/* TrainerStats carries learner_stats_t's fields under the same names
+ * (LEARNER_STATS_FIELDS; the daemon checks their widths at compile time) */
 static void stats_from_pb(const Dqnd__V1__TrainerStats *p, learner_stats_t *st) {
   memset(st, 0, sizeof *st);
   if (!p) return;
-  st->step = p->step;
-  st->replay_size = p->replay_size;
-  st->replay_total = p->replay_total;
-  st->steps_run = (int32_t)p->steps_run;
-  st->loss_mean = p->loss_mean;
-  st->loss_last = p->loss_last;
-  st->grad_norm_mean = p->grad_norm_mean;
-  st->grad_norm_last = p->grad_norm_last;
-  st->q_mean = p->q_mean;
-  st->per_beta = p->per_beta;
+#define STATS_FROM_PB(type, name, kind) st->name = (type)p->name;
+  LEARNER_STATS_FIELDS(STATS_FROM_PB)
+#undef STATS_FROM_PB
 }
 
 int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s) {

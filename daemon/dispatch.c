@@ -3,11 +3,15 @@
  *
  * Each entry: the Request oneof case, the command's name, flags, an optional
  * `check` that runs on the nng thread (it may only read the request and the
- * trainer's immutable config), and `run`, which runs where the flags say:
- *   F_NOW     on the nng thread (cheap, non-blocking: Health, ServerInfo, List)
+ * trainer's immutable config, and keeps what it parsed in the job, so no
+ * handler parses again), and `run`, which runs where the flags say:
+ *   F_NOW     on the nng thread (cheap, non-blocking, no trainer, no check:
+ *             Health, ServerInfo, List)
  *   F_QUEUE   on the trainer's worker, in order with its other commands
  *   F_ADMIN   on the admin worker (blocking work with no trainer yet)
  * F_TRAINER: the request names an existing trainer (looked up centrally).
+ * F_ANY_STATE: runs on a trainer in an error state too.
+ * The queues, workers and internal jobs are the trainer module's (trainer.c).
  */
 #include "dispatch.h"
 
@@ -30,27 +34,17 @@
 typedef Dqnd__V1__Request req_t;
 typedef Dqnd__V1__Reply rep_t;
 
-enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8 };
+enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16 };
 
 typedef struct cmd {
   const char *name;
   int flags;
   const char *(*get_name)(const req_t *r); /* trainer name, or NULL */
-  /* 0, or a code with err set; runs on the nng thread */
-  int (*check)(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen);
-  void (*run)(server_t *s, trainer_t *t, rpc_call_t *c);
+  /* 0, or a code with err set; runs on the nng thread; j->t is the trainer
+   * (F_TRAINER), and what it parses goes into j */
+  int (*check)(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+  trainer_job_fn run;
 } cmd_t;
-
-/* a queued job: the call and the trainer it runs on (referenced) */
-typedef struct job {
-  const cmd_t *cmd;
-  server_t *s;
-  trainer_t *t;
-  rpc_call_t *c;
-  learner_t *loaded; /* LoadCheckpoint into an existing trainer: built by the admin worker */
-} job_t;
-
-void dispatch_job_run(void *owner, void *arg);
 
 /* ------------------------------------------------------------- helpers */
 
@@ -80,18 +74,18 @@ static int learner_code(int rc) {
   }
 }
 
+/* TrainerStats has the fields of learner_stats_t by name (LEARNER_STATS_FIELDS),
+ * each as wide as the learner's */
+#define STATS_SAME_WIDTH(type, name, kind)                                                                        \
+  _Static_assert(sizeof(((Dqnd__V1__TrainerStats *)0)->name) == sizeof(type), "TrainerStats." #name);
+LEARNER_STATS_FIELDS(STATS_SAME_WIDTH)
+#undef STATS_SAME_WIDTH
+
 static void stats_to_pb(const learner_stats_t *st, Dqnd__V1__TrainerStats *p) {
   dqnd__v1__trainer_stats__init(p);
-  p->step = st->step;
-  p->replay_size = st->replay_size;
-  p->replay_total = st->replay_total;
-  p->steps_run = (uint32_t)st->steps_run;
-  p->loss_mean = st->loss_mean;
-  p->loss_last = st->loss_last;
-  p->grad_norm_mean = st->grad_norm_mean;
-  p->grad_norm_last = st->grad_norm_last;
-  p->q_mean = st->q_mean;
-  p->per_beta = st->per_beta;
+#define STATS_TO_PB(type, name, kind) p->name = st->name;
+  LEARNER_STATS_FIELDS(STATS_TO_PB)
+#undef STATS_TO_PB
 }
 
 /* TrainerInfo with every config field; the storage lives in `ti` */
@@ -134,17 +128,6 @@ static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learne
   ti->info.branches = ti->branches;
 }
 
-/* A device error leaves the learner in an unknown state: the trainer answers
- * UNAVAILABLE from now on (until a LoadCheckpoint replaces its state); the
- * daemon and the other trainers carry on. */
-static void note_learner_error(trainer_t *t, int rc, const char *err) {
-  if (rc != LEARNER_EDEVICE) return;
-  pthread_mutex_lock(&t->mu);
-  snprintf(t->error, sizeof t->error, "%.200s", err);
-  pthread_mutex_unlock(&t->mu);
-  log_error(t->name, "device error, trainer disabled: %s", err);
-}
-
 static learner_backend_t parse_backend(const char *b, int *ok) {
   *ok = 1;
   if (!b || !*b || !strcmp(b, "auto")) return LEARNER_BACKEND_AUTO;
@@ -165,7 +148,8 @@ static int fields_unique(Dqnd__V1__Field **f, size_t n, const char *what, char *
   return 0;
 }
 
-/* Builds a config from the daemon default (the `ref` config) and the fields. */
+/* Builds a config from the daemon default (the `ref` config) and the fields;
+ * 0 or INVALID_ARGUMENT. */
 static int config_from_fields(Dqnd__V1__Field **f, size_t n, learner_config_t *cfg, char *err, size_t errlen) {
   learner_config_default(cfg);
   if (fields_unique(f, n, "config", err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
@@ -201,17 +185,19 @@ NAME_GETTER(name_list_ckpt, list_checkpoints)
 
 /* ------------------------------------------------------------- handlers */
 
-static void run_health(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_health(trainer_job_t *j) {
+  server_t *s = j->s;
   Dqnd__V1__HealthResult h = DQND__V1__HEALTH_RESULT__INIT;
   h.serving = !atomic_load(&s->draining);
   h.uptime_s = now_s() - s->start_time;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_HEALTH;
   r.health = &h;
-  reply_ok(c, &r);
+  reply_ok(j->c, &r);
 }
 
-static void run_server_info(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_server_info(trainer_job_t *j) {
+  server_t *s = j->s;
   Dqnd__V1__ServerInfoResult i = DQND__V1__SERVER_INFO_RESULT__INIT;
   i.version = DQND_VERSION;
   i.protocol = PROTOCOL_VERSION;
@@ -227,12 +213,13 @@ static void run_server_info(server_t *s, trainer_t *t, rpc_call_t *c) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_SERVER_INFO;
   r.server_info = &i;
-  reply_ok(c, &r);
+  reply_ok(j->c, &r);
 }
 
-static void run_list(server_t *s, trainer_t *t0, rpc_call_t *c) {
+static void run_list(trainer_job_t *j) {
+  rpc_call_t *c = j->c;
   trainer_t **ts;
-  int n = trainer_list(s, &ts);
+  int n = trainer_list(j->s, &ts);
   tinfo_t *ti = calloc((size_t)(n ? n : 1), sizeof *ti);
   Dqnd__V1__TrainerInfo **ptr = calloc((size_t)(n ? n : 1), sizeof *ptr);
   if (!ti || !ptr) {
@@ -280,24 +267,25 @@ static void reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   free(ti);
 }
 
-static int check_create(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+/* the config and backend, parsed into j->cfg and j->backend */
+static int check_create(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__CreateTrainer *m = r->create_trainer;
   int ok;
-  parse_backend(m->backend, &ok);
+  j->backend = parse_backend(m->backend, &ok);
   if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
-  learner_config_t cfg;
-  return config_from_fields(m->config, m->n_config, &cfg, err, errlen);
+  return config_from_fields(m->config, m->n_config, &j->cfg, err, errlen);
 }
 
 /* admin worker: build the learner, register it; idempotent on the same config */
-static void run_create(server_t *s, trainer_t *t0, rpc_call_t *c) {
+static void run_create(trainer_job_t *j) {
+  server_t *s = j->s;
+  rpc_call_t *c = j->c;
   const Dqnd__V1__CreateTrainer *m = rpc_request(c)->create_trainer;
+  const learner_config_t *cfg = &j->cfg; /* validated by check_create */
   char err[512];
-  learner_config_t cfg;
-  config_from_fields(m->config, m->n_config, &cfg, err, sizeof err); /* checked already */
   trainer_t *t = trainer_get(s, m->name);
   if (t) {
-    int same = t->cfg_hash == learner_config_hash(&cfg);
+    int same = t->cfg_hash == learner_config_hash(cfg);
     if (same)
       reply_trainer(c, t, 0);
     else
@@ -306,12 +294,10 @@ static void run_create(server_t *s, trainer_t *t0, rpc_call_t *c) {
     trainer_put(t);
     return;
   }
-  int ok;
-  learner_backend_t be = parse_backend(m->backend, &ok);
-  if (be == LEARNER_BACKEND_AUTO) be = s->backend;
+  learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
   /* the CPU backend holds everything in host memory; the CUDA backend checks
    * free GPU memory itself when it creates the learner */
-  int64_t need = learner_memory_estimate(&cfg), avail = memory_available();
+  int64_t need = learner_memory_estimate(cfg), avail = memory_available();
   if ((be == LEARNER_BACKEND_CPU || (be == LEARNER_BACKEND_AUTO && learner_backend_default() == LEARNER_BACKEND_CPU)) &&
       need > avail) {
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
@@ -320,67 +306,41 @@ static void run_create(server_t *s, trainer_t *t0, rpc_call_t *c) {
     return;
   }
   learner_t *l;
-  int rc = learner_create(&cfg, be, &l, err, sizeof err);
+  int rc = learner_create(cfg, be, &l, err, sizeof err);
   if (rc) {
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
-  int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
+  int code = trainer_register(s, m->name, l, cfg, 0, &t, err, sizeof err);
   if (code) {
     learner_destroy(l);
     rpc_reply_error(c, code, "%s", err);
     return;
   }
   log_info(t->name, "created: %s backend, %lld parameters, replay %lld", learner_backend_name(be),
-           (long long)learner_config_num_params(&cfg), (long long)cfg.replay_capacity);
+           (long long)learner_config_num_params(cfg), (long long)cfg->replay_capacity);
   reply_trainer(c, t, 1);
   trainer_put(t);
 }
 
-/* worker: every remaining queued job is answered UNAVAILABLE */
-static void fail_queued(trainer_t *t, const char *why);
-
-static void save_now(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen, int *rc) {
-  *rc = ckpt_write(t->dir, t->l, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
-  if (*rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
-  else log_error(t->name, "checkpoint failed: %s", err);
-}
-
 static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info);
 
-/* Moves the trainer's directory to STATE/.retired/ (the worker, before it
- * unregisters: no periodic save can run in between, and the name is not free
- * yet, so a new trainer of that name cannot race for the directory). */
-static int retire(trainer_t *t, const char *why, char *moved, size_t n) {
-  char err[512];
-  if (ckpt_retire(t->srv->opts.state_dir, t->name, why, moved, n, err, sizeof err)) {
-    log_error(t->name, "%s", err);
-    return -1;
-  }
-  if (moved[0]) log_info(t->name, "checkpoints moved to %s", moved);
-  return 0;
-}
-
-static void run_destroy(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_destroy(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   const Dqnd__V1__DestroyTrainer *m = rpc_request(c)->destroy_trainer;
   ckpt_info_t info;
   char err[512], moved[1300];
-  if (m->save_final) {
-    int rc;
-    save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
-    if (rc) {
-      rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "save_final: %s (trainer kept)", err);
-      return;
-    }
+  if (m->save_final && trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err)) {
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "save_final: %s (trainer kept)", err);
+    return;
   }
-  if (retire(t, "destroyed", moved, sizeof moved)) {
+  if (trainer_retire(t, "destroyed", moved, sizeof moved)) {
     rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot move trainer '%s''s directory aside (trainer kept; "
                     "see the daemon's log)", t->name);
     return;
   }
-  trainer_unregister(t);
-  workq_close(&t->q);
-  fail_queued(t, "destroyed");
+  trainer_stop(t, "destroyed");
   log_info(t->name, "destroyed");
   if (m->save_final) {
     snprintf(info.path, sizeof info.path, "%.*s/%s", (int)(sizeof info.path - sizeof info.id - 2), moved, info.id);
@@ -389,9 +349,10 @@ static void run_destroy(server_t *s, trainer_t *t, rpc_call_t *c) {
     reply_done(c);
 }
 
-static int check_submit(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+/* every array's length, then the values (the learner's check); the arrays go to j->tr */
+static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SubmitTransitions *m = r->submit_transitions;
-  uint64_t n = m->count, S = (uint64_t)t->cfg.state_dim;
+  uint64_t n = m->count, S = (uint64_t)j->t->cfg.state_dim;
   if (n == 0) return snprintf(err, errlen, "count: must be >= 1"), 3;
 #define LEN(f, want)                                                                                              \
   if ((uint64_t)m->f.len != (want))                                                                              \
@@ -405,70 +366,49 @@ static int check_submit(server_t *s, trainer_t *t, const req_t *r, char *err, si
   LEN(dones, n)
   if (m->episode_ids.len) LEN(episode_ids, n * 8)
 #undef LEN
-  learner_transitions_t tr = {(int64_t)n, (const float *)m->states.data, (const int32_t *)m->actions.data,
-                              (const float *)m->rewards.data, (const float *)m->next_states.data, m->dones.data,
-                              m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL};
-  return learner_transitions_validate(&t->cfg, &tr, err, errlen) ? 3 : 0;
+  j->tr = (learner_transitions_t){(int64_t)n, (const float *)m->states.data, (const int32_t *)m->actions.data,
+                                  (const float *)m->rewards.data, (const float *)m->next_states.data, m->dones.data,
+                                  m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL};
+  return learner_transitions_validate(&j->t->cfg, &j->tr, err, errlen) ? 3 : 0;
 }
 
-/* Continuous training: steps owed accrue as samples_per_insert x inserted /
- * batch and are paid right after the submit, on this worker, so later
- * commands queue behind them (the rate limit). Fractions carry over. */
-static void continuous_train(trainer_t *t, uint32_t inserted, int64_t replay_size) {
-  learner_hparams_t hp;
-  learner_get_hparams(t->l, &hp);
-  if (!(hp.samples_per_insert > 0)) return;
-  int batch = t->cfg.batch;
-  if (replay_size < batch || replay_size < hp.min_replay) return;
-  t->train_credit += (double)hp.samples_per_insert * inserted / batch;
-  int n = (int)t->train_credit;
-  if (n <= 0) return;
-  t->train_credit -= n;
+static void run_submit(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   char err[512];
-  int rc = learner_step(t->l, n, NULL, err, sizeof err);
+  int rc = learner_submit(t->l, &j->tr, err, sizeof err);
   if (rc) {
-    note_learner_error(t, rc, err);
-    log_warn(t->name, "continuous training: %s", err);
-  }
-}
-
-static void run_submit(server_t *s, trainer_t *t, rpc_call_t *c) {
-  const Dqnd__V1__SubmitTransitions *m = rpc_request(c)->submit_transitions;
-  learner_transitions_t tr = {(int64_t)m->count, (const float *)m->states.data, (const int32_t *)m->actions.data,
-                              (const float *)m->rewards.data, (const float *)m->next_states.data, m->dones.data,
-                              m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL};
-  char err[512];
-  int rc = learner_submit(t->l, &tr, err, sizeof err);
-  if (rc) {
-    note_learner_error(t, rc, err);
+    trainer_note_error(t, rc, err);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
   learner_stats_t st;
   learner_get_stats(t->l, &st);
   Dqnd__V1__SubmitResult sr = DQND__V1__SUBMIT_RESULT__INIT;
-  sr.accepted = m->count;
+  uint32_t inserted = (uint32_t)j->tr.n;
+  sr.accepted = inserted;
   sr.replay_size = st.replay_size;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_SUBMIT;
   r.submit = &sr;
-  uint32_t inserted = m->count;
-  reply_ok(c, &r); /* the driver goes on streaming while this worker trains */
-  continuous_train(t, inserted, st.replay_size);
+  reply_ok(c, &r); /* frees the request (j->tr with it); the driver goes on streaming while this worker trains */
+  trainer_train_continuous(t, inserted, st.replay_size);
 }
 
-static int check_step(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+static int check_step(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   uint32_t n = r->step->n;
   if (n < 1 || n > 1000000) return snprintf(err, errlen, "n: %u is outside [1, 1000000]", n), 3;
   return 0;
 }
 
-static void run_step(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_step(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   char err[512];
   learner_stats_t st;
   int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
   if (rc) {
-    note_learner_error(t, rc, err);
+    trainer_note_error(t, rc, err);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
@@ -482,7 +422,8 @@ static void run_step(server_t *s, trainer_t *t, rpc_call_t *c) {
   reply_ok(c, &r);
 }
 
-static int check_act(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  const trainer_t *t = j->t;
   const Dqnd__V1__Act *m = r->act;
   if (m->noisy && !t->cfg.noisy)
     return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), 3;
@@ -502,7 +443,9 @@ static int check_act(server_t *s, trainer_t *t, const req_t *r, char *err, size_
   return 0;
 }
 
-static void run_act(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_act(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   const Dqnd__V1__Act *m = rpc_request(c)->act;
   int n = (int)m->count, qw = learner_config_q_width(&t->cfg);
   int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
@@ -515,7 +458,7 @@ static void run_act(server_t *s, trainer_t *t, rpc_call_t *c) {
   char err[512];
   int rc = learner_act(t->l, (const float *)m->states.data, n, m->noisy, a, q, err, sizeof err);
   if (rc) {
-    note_learner_error(t, rc, err);
+    trainer_note_error(t, rc, err);
     free(a), free(q);
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
@@ -535,60 +478,64 @@ static void run_act(server_t *s, trainer_t *t, rpc_call_t *c) {
   free(a), free(q);
 }
 
-static int check_sync(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+static int check_sync(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   float tau = r->sync_target->tau;
   if (!(tau >= 0 && tau <= 1)) return snprintf(err, errlen, "tau: %g is outside [0, 1]", (double)tau), 3;
   return 0;
 }
 
-static void run_sync(server_t *s, trainer_t *t, rpc_call_t *c) {
-  int rc = learner_sync_target(t->l, rpc_request(c)->sync_target->tau);
+static void run_sync(trainer_job_t *j) {
+  rpc_call_t *c = j->c;
+  int rc = learner_sync_target(j->t->l, rpc_request(c)->sync_target->tau);
   if (rc) rpc_reply_error(c, learner_code(rc), "tau: rejected by the learner");
   else reply_done(c);
 }
 
-/* applies the fields onto hp; 0 or INVALID_ARGUMENT */
-static int apply_hparams(const Dqnd__V1__SetHyperparams *m, learner_hparams_t *hp, char *err, size_t errlen) {
-  learner_config_t tmp;
-  learner_config_default(&tmp);
-  tmp.hp = *hp;
+/* Names and values, parsed once into j->cfg (the fields given in j->fields)
+ * and checked in combination with the trainer's creation hyperparameters.
+ * The worker applies them onto its current ones (an earlier queued Set may
+ * have changed those), where the learner checks the combination again. */
+static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  const Dqnd__V1__SetHyperparams *m = r->set_hyperparams;
   if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), 3;
   if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return 3;
+  learner_config_default(&j->cfg);
+  j->cfg.hp = j->t->cfg.hp;
   for (size_t i = 0; i < m->n_hparams; i++) {
     const learner_field_t *f = learner_field_find(m->hparams[i]->name);
     if (!f) {
-      learner_config_set(&tmp, m->hparams[i]->name, "", err, errlen); /* names it, with the nearest field */
+      learner_config_set(&j->cfg, m->hparams[i]->name, "", err, errlen); /* names it, with the nearest field */
       return 3;
     }
     if (!f->hparam)
       return snprintf(err, errlen, "%s: fixed at creation (changes a shape or the replay); not a hyperparameter", f->name),
              3;
-    if (learner_config_set(&tmp, f->name, m->hparams[i]->value, err, errlen)) return 3;
+    if (learner_config_set(&j->cfg, f->name, m->hparams[i]->value, err, errlen)) return 3;
+    if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), 3;
+    j->fields[j->n_fields++] = f;
   }
-  if (learner_hparams_validate(&tmp.hp, err, errlen)) return 3;
-  *hp = tmp.hp;
-  return 0;
+  return learner_hparams_validate(&j->cfg.hp, err, errlen) ? 3 : 0;
 }
 
-static int check_hparams(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
-  learner_hparams_t hp = t->cfg.hp; /* names and values now; the combination again on the worker */
-  return apply_hparams(r->set_hyperparams, &hp, err, errlen);
+/* a field's value from one config into another (hyperparameters are scalars) */
+static void field_copy(learner_config_t *dst, const learner_config_t *src, const learner_field_t *f) {
+  size_t n = f->type == LCF_INT64 || f->type == LCF_UINT64 ? 8 : 4; /* never LCF_BRANCHES: not a hyperparameter */
+  memcpy((char *)dst + f->offset, (const char *)src + f->offset, n);
 }
 
-static void run_hparams(server_t *s, trainer_t *t, rpc_call_t *c) {
-  learner_hparams_t hp;
-  learner_get_hparams(t->l, &hp);
+static void run_hparams(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
+  learner_config_t now;
+  learner_get_hparams(t->l, &now.hp);
+  for (int i = 0; i < j->n_fields; i++) field_copy(&now, &j->cfg, j->fields[i]);
   char err[512];
-  if (apply_hparams(rpc_request(c)->set_hyperparams, &hp, err, sizeof err)) {
-    rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "%s", err);
-    return;
-  }
-  int rc = learner_set_hparams(t->l, &hp, err, sizeof err);
+  int rc = learner_set_hparams(t->l, &now.hp, err, sizeof err);
   if (rc) {
     rpc_reply_error(c, learner_code(rc), "%s", err);
     return;
   }
-  log_info(t->name, "hyperparameters changed (%zu fields)", rpc_request(c)->set_hyperparams->n_hparams);
+  log_info(t->name, "hyperparameters changed (%d fields)", j->n_fields);
   reply_trainer(c, t, 0);
 }
 
@@ -607,16 +554,18 @@ static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
   reply_ok(c, &r);
 }
 
-static void run_save(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_save(trainer_job_t *j) {
+  rpc_call_t *c = j->c;
   ckpt_info_t info;
   char err[512];
-  int rc;
-  save_now(t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err, &rc);
-  if (rc) rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
+  if (trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err))
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
   else reply_checkpoint(c, &info);
 }
 
-static void run_list_checkpoints(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_list_checkpoints(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   ckpt_info_t *all;
   int n;
   if (ckpt_list(t->dir, &all, &n)) {
@@ -651,13 +600,16 @@ static void run_list_checkpoints(server_t *s, trainer_t *t, rpc_call_t *c) {
   free(all), free(ci), free(ptr);
 }
 
-static int check_fetch(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+static int check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const char *id = r->fetch_checkpoint->checkpoint;
   if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), 3;
   return 0;
 }
 
-static void run_fetch(server_t *s, trainer_t *t, rpc_call_t *c) {
+static void run_fetch(trainer_job_t *j) {
+  server_t *s = j->s;
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
   const Dqnd__V1__FetchCheckpoint *m = rpc_request(c)->fetch_checkpoint;
   ckpt_info_t info;
   char err[512];
@@ -703,10 +655,12 @@ struct upload {
   uint64_t n, total;
 };
 
-static int check_load(server_t *s, trainer_t *t, const req_t *r, char *err, size_t errlen) {
+/* the backend goes to j->backend */
+static int check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  const server_t *s = j->s;
   const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
   int ok;
-  parse_backend(m->backend, &ok);
+  j->backend = parse_backend(m->backend, &ok);
   if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
   int has_path = m->path && m->path[0];
   if (has_path == (m->data.len > 0 || m->total > 0))
@@ -718,16 +672,16 @@ static int check_load(server_t *s, trainer_t *t, const req_t *r, char *err, size
   return 0;
 }
 
-static void run_swap(server_t *s, trainer_t *t, rpc_call_t *c);
+static void run_swap(trainer_job_t *j);
 
 /* admin worker: assemble uploads, build the learner, then create or hand it to the trainer */
-static void run_load(server_t *s, trainer_t *t0, rpc_call_t *c) {
+static void run_load(trainer_job_t *j0) {
+  server_t *s = j0->s;
+  rpc_call_t *c = j0->c;
   const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
   char err[512];
   learner_t *l = NULL;
-  int ok;
-  learner_backend_t be = parse_backend(m->backend, &ok);
-  if (be == LEARNER_BACKEND_AUTO) be = s->backend;
+  learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
   if (m->path && m->path[0]) {
     int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
     if (lrc) {
@@ -820,41 +774,39 @@ static void run_load(server_t *s, trainer_t *t0, rpc_call_t *c) {
     trainer_put(t);
     return;
   }
-  job_t *j = calloc(1, sizeof *j);
-  static const cmd_t swap = {"LoadCheckpoint", F_QUEUE, NULL, NULL, run_swap};
+  trainer_job_t *j = trainer_job_new(s, t, c, run_swap); /* t's reference is the job's from here */
   if (!j) {
     learner_destroy(l);
     trainer_put(t);
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  *j = (job_t){&swap, s, t, c, l};
-  int rc = workq_push(&t->q, dispatch_job_run, j);
+  j->loaded = l;
+  j->any_state = 1; /* a good state replaces an errored one */
+  int rc = trainer_enqueue(j);
   if (rc) {
-    learner_destroy(l);
-    trainer_put(t);
-    free(j);
+    trainer_job_free(j); /* the learner and the reference */
     rpc_reply_error(c, rc == WORKQ_FULL ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__UNAVAILABLE,
                     "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
   }
 }
 
-/* trainer worker: swap in the learner the admin worker built. dispatch_job_run
- * sets swap_in from the job just before, on this same thread. */
-static _Thread_local learner_t *swap_in;
-static void run_swap(server_t *s, trainer_t *t, rpc_call_t *c) {
+/* trainer worker: swap in the learner the admin worker built */
+static void run_swap(trainer_job_t *j) {
+  trainer_t *t = j->t;
   learner_t *old = t->l;
-  t->l = swap_in;
+  t->l = j->loaded;
+  j->loaded = NULL;
   learner_destroy(old);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0; /* a good state replaces an errored one */
   pthread_mutex_unlock(&t->mu);
   log_info(t->name, "state replaced from a checkpoint");
   trainer_snapshot(t, 1);
-  reply_trainer(c, t, 0);
+  reply_trainer(j->c, t, 0);
 }
 
-static void run_stats(server_t *s, trainer_t *t, rpc_call_t *c) { reply_trainer(c, t, 0); }
+static void run_stats(trainer_job_t *j) { reply_trainer(j->c, j->t, 0); }
 
 /* ------------------------------------------------------------------ table */
 
@@ -863,7 +815,8 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_SERVER_INFO] = {"ServerInfo", F_NOW, NULL, NULL, run_server_info},
     [DQND__V1__REQUEST__COMMAND_LIST_TRAINERS] = {"ListTrainers", F_NOW, NULL, NULL, run_list},
     [DQND__V1__REQUEST__COMMAND_CREATE_TRAINER] = {"CreateTrainer", F_ADMIN, name_create, check_create, run_create},
-    [DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER] = {"DestroyTrainer", F_QUEUE | F_TRAINER, name_destroy, NULL, run_destroy},
+    [DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER] = {"DestroyTrainer", F_QUEUE | F_TRAINER | F_ANY_STATE, name_destroy,
+                                                    NULL, run_destroy},
     [DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS] = {"SubmitTransitions", F_QUEUE | F_TRAINER, name_submit, check_submit,
                                                        run_submit},
     [DQND__V1__REQUEST__COMMAND_STEP] = {"Step", F_QUEUE | F_TRAINER, name_step, check_step, run_step},
@@ -882,40 +835,6 @@ static const cmd_t commands[] = {
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
 /* --------------------------------------------------------------- routing */
-
-static void fail_queued(trainer_t *t, const char *why) {
-  workq_job_t jobs[64];
-  int n;
-  while ((n = workq_drain(&t->q, jobs, 64)) > 0)
-    for (int i = 0; i < n; i++) {
-      job_t *j = jobs[i].arg;
-      if (j->c) rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' was %s", t->name, why);
-      if (j->loaded) learner_destroy(j->loaded);
-      if (j->t) trainer_put(j->t);
-      free(j);
-    }
-}
-
-void dispatch_job_run(void *owner, void *arg) {
-  job_t *j = arg;
-  trainer_t *t = j->t;
-  if (t && j->c) {
-    char why[300] = "";
-    pthread_mutex_lock(&t->mu);
-    if (t->error[0] && j->cmd->run != run_swap && j->cmd->run != run_destroy) snprintf(why, sizeof why, "%s", t->error);
-    pthread_mutex_unlock(&t->mu);
-    if (why[0]) {
-      rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
-      goto done;
-    }
-  }
-  if (j->loaded) swap_in = j->loaded; /* run_swap runs next, on this same worker */
-  j->cmd->run(j->s, t, j->c);
-  if (t && !t->removed) trainer_snapshot(t, j->c != NULL);
-done:
-  if (t) trainer_put(t);
-  free(j);
-}
 
 void dispatch(server_t *s, rpc_call_t *c) {
   const req_t *r = rpc_request(c);
@@ -938,6 +857,11 @@ void dispatch(server_t *s, rpc_call_t *c) {
     rpc_reply_error(c, DQND__V1__CODE__UNAVAILABLE, "%s: the daemon is shutting down", cmd->name);
     return;
   }
+  if (cmd->flags & F_NOW) { /* no trainer, no check: answered here */
+    trainer_job_t now = {.run = cmd->run, .s = s, .c = c};
+    cmd->run(&now);
+    return;
+  }
   trainer_t *t = NULL;
   if (cmd->get_name) {
     const char *name = cmd->get_name(r);
@@ -953,30 +877,23 @@ void dispatch(server_t *s, rpc_call_t *c) {
       }
     }
   }
-  char err[512] = "";
-  int code = cmd->check ? cmd->check(s, t, r, err, sizeof err) : 0;
-  if (code) {
-    if (t) trainer_put(t);
-    rpc_reply_error(c, code, "%s", err);
-    return;
-  }
-  if (cmd->flags & F_NOW) {
-    cmd->run(s, t, c);
-    if (t) trainer_put(t);
-    return;
-  }
-  job_t *j = calloc(1, sizeof *j);
+  trainer_job_t *j = trainer_job_new(s, t, c, cmd->run); /* t's reference is the job's from here */
   if (!j) {
     if (t) trainer_put(t);
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  *j = (job_t){cmd, s, t, c, NULL};
-  workq_t *q = (cmd->flags & F_ADMIN) ? &s->admin : &t->q;
-  int rc = workq_push(q, dispatch_job_run, j);
+  j->any_state = (cmd->flags & F_ANY_STATE) != 0;
+  char err[512] = "";
+  int code = cmd->check ? cmd->check(r, j, err, sizeof err) : 0;
+  if (code) {
+    trainer_job_free(j);
+    rpc_reply_error(c, code, "%s", err);
+    return;
+  }
+  int rc = trainer_enqueue(j);
   if (rc) {
-    free(j);
-    if (t) trainer_put(t);
+    trainer_job_free(j);
     if (rc == WORKQ_FULL)
       rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "%s: the queue is full (%d); retry later", cmd->name,
                       s->opts.queue_depth);
@@ -984,59 +901,3 @@ void dispatch(server_t *s, rpc_call_t *c) {
       rpc_reply_error(c, DQND__V1__CODE__UNAVAILABLE, "%s: the trainer is shutting down", cmd->name);
   }
 }
-
-/* ------------------------------------------------------- internal jobs */
-
-static void run_periodic_save(server_t *s, trainer_t *t, rpc_call_t *c) {
-  ckpt_info_t info;
-  char err[512];
-  int rc;
-  save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
-}
-
-/* shutdown: the final checkpoint stays where a restart finds it */
-static void run_final(server_t *s, trainer_t *t, rpc_call_t *c) {
-  ckpt_info_t info;
-  char err[512];
-  int rc;
-  save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
-  trainer_unregister(t);
-  workq_close(&t->q);
-  fail_queued(t, "unloaded");
-}
-
-/* idle timeout: saved and unloaded for good (a restart does not bring it back;
- * LoadCheckpoint from the retired directory does) */
-static void run_unload(server_t *s, trainer_t *t, rpc_call_t *c) {
-  ckpt_info_t info;
-  char err[512], moved[1300];
-  int rc;
-  save_now(t, s->opts.checkpoint_replay, &info, err, sizeof err, &rc);
-  if (rc || retire(t, "unloaded", moved, sizeof moved)) {
-    log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
-    return;
-  }
-  trainer_unregister(t);
-  workq_close(&t->q);
-  fail_queued(t, "unloaded");
-}
-
-static int enqueue_internal(trainer_t *t, void (*run)(server_t *, trainer_t *, rpc_call_t *), int force) {
-  static const cmd_t save_cmd = {"checkpoint", F_QUEUE, NULL, NULL, run_periodic_save};
-  static const cmd_t final_cmd = {"final", F_QUEUE, NULL, NULL, run_final};
-  static const cmd_t unload_cmd = {"unload", F_QUEUE, NULL, NULL, run_unload};
-  job_t *j = calloc(1, sizeof *j);
-  if (!j) return -1;
-  atomic_fetch_add(&t->refs, 1);
-  *j = (job_t){run == run_final ? &final_cmd : (run == run_unload ? &unload_cmd : &save_cmd), t->srv, t, NULL, NULL};
-  int rc = force ? workq_push_force(&t->q, dispatch_job_run, j) : workq_push(&t->q, dispatch_job_run, j);
-  if (rc) {
-    trainer_put(t);
-    free(j);
-  }
-  return rc;
-}
-
-int dispatch_enqueue_save(trainer_t *t) { return enqueue_internal(t, run_periodic_save, 0); }
-int dispatch_enqueue_final(trainer_t *t) { return enqueue_internal(t, run_final, 1); }
-int dispatch_enqueue_unload(trainer_t *t) { return enqueue_internal(t, run_unload, 0); }

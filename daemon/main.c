@@ -1,7 +1,7 @@
 /*
  * main.c — dqnd: options, the libuv loop (signals, timers, sd_notify) and
  * shutdown. See server.h for the threads and rpc.c / dispatch.c / trainer.c
- * for the request path.
+ * for the request path (main.c hands dispatch() to rpc_start).
  *
  * Shutdown (SIGTERM/SIGINT): new requests are answered UNAVAILABLE; every
  * trainer gets a final job behind the commands already queued, so everything
@@ -46,7 +46,7 @@ static void for_each_trainer(server_t *s, void (*fn)(trainer_t *t, void *ctx), v
 
 static void periodic_one(trainer_t *t, void *ctx) {
   (void)ctx;
-  if (dispatch_enqueue_save(t)) log_warn(t->name, "periodic checkpoint skipped: queue full");
+  if (trainer_enqueue_save(t)) log_warn(t->name, "periodic checkpoint skipped: queue full");
 }
 static void on_ckpt_timer(uv_timer_t *h) { for_each_trainer(&((app_t *)h->data)->srv, periodic_one, NULL); }
 
@@ -57,7 +57,7 @@ static void idle_one(trainer_t *t, void *ctx) {
   pthread_mutex_unlock(&t->mu);
   if (idle > s->opts.idle_timeout && workq_pending(&t->q) == 0) {
     log_info(t->name, "idle for %.0f s: saving and unloading", idle);
-    if (dispatch_enqueue_unload(t)) log_warn(t->name, "idle unload skipped: queue full");
+    if (trainer_enqueue_unload(t)) log_warn(t->name, "idle unload skipped: queue full");
   }
 }
 static void on_idle_timer(uv_timer_t *h) {
@@ -79,7 +79,7 @@ static void on_drain_timer(uv_timer_t *h) {
 
 static void final_one(trainer_t *t, void *ctx) {
   (void)ctx;
-  dispatch_enqueue_final(t);
+  trainer_enqueue_final(t);
 }
 
 static void on_signal(uv_signal_t *h, int sig) {
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (s->opts.restore) restore_trainers(s);
-  if (rpc_start(s, err, sizeof err)) {
+  if (rpc_start(s, dispatch, err, sizeof err)) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;
   }

@@ -91,7 +91,7 @@ int restore_trainers(server_t *s) {
     if (names[n]) n++;
   }
   closedir(d);
-  qsort(names, (size_t)n, sizeof *names, name_cmp); /* a stable order in the log */
+  if (n > 1) qsort(names, (size_t)n, sizeof *names, name_cmp); /* a stable order in the log (names is NULL at 0) */
   int restored = 0;
   for (int i = 0; i < n; i++) {
     if (restored < s->opts.max_trainers) restored += restore_one(s, names[i]);

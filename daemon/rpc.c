@@ -11,7 +11,6 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "checkpoint.h"
-#include "dispatch.h"
 #include "log.h"
 #include "wire.h"
 
@@ -37,6 +36,7 @@ struct rpc_call {
 
 struct rpc {
   server_t *srv;
+  rpc_request_cb on_request;
   nng_socket sock;
   rpc_call_t *calls;
   int n_calls;
@@ -143,7 +143,7 @@ static void call_cb(void *arg) {
     return;
   }
   c->request_id = c->req->request_id;
-  dispatch(s, c);
+  c->rpc->on_request(s, c);
 }
 
 static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
@@ -171,10 +171,11 @@ static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
   return 0;
 }
 
-int rpc_start(server_t *s, char *err, size_t errlen) {
+int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) {
   rpc_t *r = calloc(1, sizeof *r);
   if (!r) return snprintf(err, errlen, "out of memory"), -1;
   r->srv = s;
+  r->on_request = on_request;
   s->rpc = r;
   int rv = nng_rep0_open(&r->sock);
   if (rv) return snprintf(err, errlen, "nng_rep0_open: %s", nng_strerror(rv)), -1;

@@ -3,7 +3,7 @@
  * byte budget, reply. One context serves one request at a time; a request
  * handed to a worker keeps its context busy until rpc_reply() sends.
  *
- * A call (rpc_call_t) owns its decoded request from dispatch until
+ * A call (rpc_call_t) owns its decoded request from the handler until
  * rpc_reply(); after rpc_reply() it must not be touched.
  */
 #ifndef DQND_RPC_H
@@ -12,9 +12,12 @@
 #include "dqnd.pb-c.h"
 #include "server.h"
 
-typedef struct rpc_call rpc_call_t;
+/* Called on an nng thread for every request that decoded; it answers the
+ * call with rpc_reply() exactly once, then or later from any thread. */
+typedef void (*rpc_request_cb)(server_t *s, rpc_call_t *c);
 
-int rpc_start(server_t *s, char *err, size_t errlen);
+/* Listens on s->opts.listen and serves requests through on_request. */
+int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen);
 /* Closes the sockets (after the workers have answered everything). */
 void rpc_stop(server_t *s);
 Dqnd__V1__Request *rpc_request(rpc_call_t *c);

@@ -3,11 +3,13 @@
  *
  * Threads (DESIGN.md §5):
  * - the libuv loop thread (main.c): signals, timers, sd_notify, shutdown;
- * - nng's callback threads (rpc.c): receive, decode, validate centrally
- *   (dispatch.c), answer the cheap commands, enqueue the rest; they never
- *   block on a learner and never touch CUDA;
+ * - nng's callback threads (rpc.c): receive, decode, then hand the request
+ *   to dispatch.c (the handler rpc_start was given), which validates it
+ *   centrally, answers the cheap commands and enqueues the rest as jobs;
+ *   they never block on a learner and never touch CUDA;
  * - one worker per trainer (trainer.c, workq.c): owns the learner, runs its
- *   commands in order, replies through rpc_reply();
+ *   jobs in order (the handlers of dispatch.c, which reply through
+ *   rpc_reply(), and the internal jobs: checkpoints, unload, shutdown);
  * - one admin worker: blocking work with no trainer yet (create, load).
  * The trainer registry is shared by the nng threads and the loop, so it sits
  * behind reg_mu (a mutex, not loop ownership: nng callbacks must look trainers
@@ -25,6 +27,7 @@
 
 typedef struct trainer trainer_t;
 typedef struct rpc rpc_t;
+typedef struct rpc_call rpc_call_t;
 typedef struct upload upload_t;
 
 typedef struct server {

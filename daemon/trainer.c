@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint.h"
 #include "log.h"
+#include "rpc.h"
 
 double now_s(void) {
   struct timespec ts;
@@ -136,7 +136,8 @@ int trainer_list(server_t *s, trainer_t ***out) {
   return n;
 }
 
-void trainer_unregister(trainer_t *t) {
+/* the name becomes free; the worker calls it when the trainer stops */
+static void trainer_unregister(trainer_t *t) {
   server_t *s = t->srv;
   int found = 0;
   pthread_mutex_lock(&s->reg_mu);
@@ -159,3 +160,147 @@ void trainer_snapshot(trainer_t *t, int client_activity) {
   if (client_activity) t->last_active = now_s();
   pthread_mutex_unlock(&t->mu);
 }
+
+/* ---------------------------------------------------------------- jobs */
+
+trainer_job_t *trainer_job_new(server_t *s, trainer_t *t, rpc_call_t *c, trainer_job_fn run) {
+  trainer_job_t *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  j->run = run;
+  j->s = s;
+  j->t = t;
+  j->c = c;
+  return j;
+}
+
+void trainer_job_free(trainer_job_t *j) {
+  if (!j) return;
+  if (j->loaded) learner_destroy(j->loaded);
+  if (j->t) trainer_put(j->t);
+  free(j);
+}
+
+/* the worker: one job, in queue order */
+static void job_run(void *owner, void *arg) {
+  (void)owner;
+  trainer_job_t *j = arg;
+  trainer_t *t = j->t;
+  if (t && j->c && !j->any_state) {
+    char why[300] = "";
+    pthread_mutex_lock(&t->mu);
+    if (t->error[0]) snprintf(why, sizeof why, "%s", t->error);
+    pthread_mutex_unlock(&t->mu);
+    if (why[0]) {
+      rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
+      trainer_job_free(j);
+      return;
+    }
+  }
+  j->run(j);
+  if (t && !t->removed) trainer_snapshot(t, j->c != NULL);
+  trainer_job_free(j);
+}
+
+int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->s->admin, job_run, j); }
+
+int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen) {
+  int rc = ckpt_write(t->dir, t->l, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
+  if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
+  else log_error(t->name, "checkpoint failed: %s", err);
+  return rc;
+}
+
+int trainer_retire(trainer_t *t, const char *why, char *moved, size_t n) {
+  char err[512];
+  if (ckpt_retire(t->srv->opts.state_dir, t->name, why, moved, n, err, sizeof err)) {
+    log_error(t->name, "%s", err);
+    return -1;
+  }
+  if (moved[0]) log_info(t->name, "checkpoints moved to %s", moved);
+  return 0;
+}
+
+void trainer_stop(trainer_t *t, const char *why) {
+  trainer_unregister(t);
+  workq_close(&t->q);
+  workq_job_t jobs[64];
+  int n;
+  while ((n = workq_drain(&t->q, jobs, 64)) > 0)
+    for (int i = 0; i < n; i++) {
+      trainer_job_t *j = jobs[i].arg;
+      if (j->c) rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' was %s", t->name, why);
+      trainer_job_free(j);
+    }
+}
+
+void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
+  if (learner_rc != LEARNER_EDEVICE) return;
+  pthread_mutex_lock(&t->mu);
+  snprintf(t->error, sizeof t->error, "%.200s", err);
+  pthread_mutex_unlock(&t->mu);
+  log_error(t->name, "device error, trainer disabled: %s", err);
+}
+
+/* The rate limit: the owed steps run right after the submit, on this worker,
+ * so later commands queue behind them. Fractions carry over. */
+void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size) {
+  learner_hparams_t hp;
+  learner_get_hparams(t->l, &hp);
+  if (!(hp.samples_per_insert > 0)) return;
+  int batch = t->cfg.batch;
+  if (replay_size < batch || replay_size < hp.min_replay) return;
+  t->train_credit += (double)hp.samples_per_insert * inserted / batch;
+  int n = (int)t->train_credit;
+  if (n <= 0) return;
+  t->train_credit -= n;
+  char err[512];
+  int rc = learner_step(t->l, n, NULL, err, sizeof err);
+  if (rc) {
+    trainer_note_error(t, rc, err);
+    log_warn(t->name, "continuous training: %s", err);
+  }
+}
+
+/* ------------------------------------------------------- internal jobs */
+
+static void run_periodic_save(trainer_job_t *j) {
+  ckpt_info_t info;
+  char err[512];
+  trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+}
+
+/* shutdown: the final checkpoint stays where a restart finds it */
+static void run_final(trainer_job_t *j) {
+  ckpt_info_t info;
+  char err[512];
+  trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  trainer_stop(j->t, "unloaded");
+}
+
+/* idle timeout: saved and unloaded for good (a restart does not bring it back;
+ * LoadCheckpoint from the retired directory does) */
+static void run_unload(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  ckpt_info_t info;
+  char err[512], moved[1300];
+  if (trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err) ||
+      trainer_retire(t, "unloaded", moved, sizeof moved)) {
+    log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
+    return;
+  }
+  trainer_stop(t, "unloaded");
+}
+
+/* force: past the queue's limit (the final save must not be refused) */
+static int enqueue_internal(trainer_t *t, trainer_job_fn run, int force) {
+  trainer_job_t *j = trainer_job_new(t->srv, t, NULL, run);
+  if (!j) return WORKQ_FULL;
+  atomic_fetch_add(&t->refs, 1); /* the job's */
+  int rc = force ? workq_push_force(&t->q, job_run, j) : workq_push(&t->q, job_run, j);
+  if (rc) trainer_job_free(j);
+  return rc;
+}
+
+int trainer_enqueue_save(trainer_t *t) { return enqueue_internal(t, run_periodic_save, 0); }
+int trainer_enqueue_final(trainer_t *t) { return enqueue_internal(t, run_final, 1); }
+int trainer_enqueue_unload(trainer_t *t) { return enqueue_internal(t, run_unload, 0); }

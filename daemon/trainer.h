@@ -1,6 +1,8 @@
 /*
- * trainer.h — one trainer: a name, a learner, a command queue and its worker
- * thread, and the registry of trainers.
+ * trainer.h — the trainer: a name, a learner, a bounded queue of jobs and the
+ * worker thread that runs them in order (workq.c); the registry of trainers;
+ * the internal jobs (periodic checkpoint, final checkpoint at shutdown, idle
+ * unload); the admin queue's jobs run the same way, with no trainer.
  *
  * References: the registry holds one, the worker holds one, every lookup
  * (trainer_get) takes one and trainer_put gives it back; the last put frees.
@@ -9,6 +11,7 @@
 #ifndef DQND_TRAINER_H
 #define DQND_TRAINER_H
 
+#include "checkpoint.h"
 #include "server.h"
 
 struct trainer {
@@ -28,6 +31,8 @@ struct trainer {
   double train_credit; /* continuous training: steps owed (worker only) */
 };
 
+/* ----------------------------------------------------------- registry */
+
 /* Valid names: [A-Za-z0-9_.-]{1,64}, not starting with '.'. */
 int trainer_name_ok(const char *name);
 /* Registers a trainer around an existing learner (which it then owns).
@@ -43,11 +48,70 @@ trainer_t *trainer_get(server_t *s, const char *name);
 void trainer_put(trainer_t *t);
 /* Every registered trainer, each with a reference (trainer_put each, free the array). */
 int trainer_list(server_t *s, trainer_t ***out);
-/* Unregisters (the name becomes free); the worker calls it when destroying. */
-void trainer_unregister(trainer_t *t);
 /* Copies the learner's stats into the snapshot (worker only); a client's
  * command also counts as activity for the idle timeout, internal jobs
  * (periodic checkpoints) do not. */
 void trainer_snapshot(trainer_t *t, int client_activity);
+
+/* --------------------------------------------------------------- jobs */
+
+#define TRAINER_JOB_MAX_FIELDS 64
+
+/* One job on a trainer's queue, or on the admin queue (t == NULL).
+ * Ownership: the maker fills it; from a successful trainer_enqueue the queue
+ * owns the job, its reference to t, `loaded` and the duty to answer c: the
+ * worker runs run(j) (which answers c), snapshots the trainer's stats and
+ * frees the job; a job still queued when the trainer stops is answered
+ * UNAVAILABLE and freed. A refused enqueue leaves all of it with the caller
+ * (trainer_job_free, then answer c). */
+typedef struct trainer_job trainer_job_t;
+typedef void (*trainer_job_fn)(trainer_job_t *j);
+struct trainer_job {
+  trainer_job_fn run;
+  int any_state;          /* runs on a trainer in an error state (DestroyTrainer, a loaded state's swap) */
+  server_t *s;
+  trainer_t *t;           /* the job's reference; NULL on the admin queue */
+  rpc_call_t *c;          /* the call run answers; NULL for internal jobs */
+  learner_t *loaded;      /* LoadCheckpoint: the state to swap in; run takes it (sets NULL) */
+  /* What the central check parsed (dispatch.c fills these; the trainer
+   * module only carries them), so a request is validated once: */
+  learner_backend_t backend;   /* CreateTrainer, LoadCheckpoint */
+  learner_config_t cfg;        /* CreateTrainer: the validated config; SetHyperparams: the values given */
+  const learner_field_t *fields[TRAINER_JOB_MAX_FIELDS]; /* SetHyperparams: the fields given, in cfg */
+  int n_fields;
+  learner_transitions_t tr;    /* SubmitTransitions: the checked arrays (they point into the request) */
+};
+
+/* A zeroed job; t's reference (if any) passes to it. NULL: out of memory
+ * (the reference stays with the caller). */
+trainer_job_t *trainer_job_new(server_t *s, trainer_t *t, rpc_call_t *c, trainer_job_fn run);
+/* Releases a job that never ran: its reference to t and `loaded` (not c). */
+void trainer_job_free(trainer_job_t *j);
+/* Queues the job on j->t's worker, or on the admin worker when j->t is NULL.
+ * WORKQ_OK, WORKQ_FULL or WORKQ_CLOSED. */
+int trainer_enqueue(trainer_job_t *j);
+
+/* Worker only, for handlers: */
+/* A checkpoint now (logged); 0 or a ckpt/learner error with err set. */
+int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen);
+/* Moves the trainer's directory to STATE/.retired/ (before trainer_stop: the
+ * name is not free yet, so a new trainer of that name cannot race for the
+ * directory, and no periodic save runs in between); 0 or -1 (logged). */
+int trainer_retire(trainer_t *t, const char *why, char *moved, size_t n);
+/* Unregisters (the name becomes free), refuses new jobs and answers every
+ * queued one UNAVAILABLE ("trainer 'x' was <why>"); the worker then exits. */
+void trainer_stop(trainer_t *t, const char *why);
+/* A device error leaves the learner in an unknown state: the trainer answers
+ * UNAVAILABLE from now on (until a LoadCheckpoint replaces its state); the
+ * daemon and the other trainers carry on. Other errors change nothing. */
+void trainer_note_error(trainer_t *t, int learner_rc, const char *err);
+/* Continuous training after a submit: steps owed accrue as
+ * samples_per_insert x inserted / batch and are paid now, on the worker. */
+void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size);
+
+/* Internal jobs (the loop's timers and shutdown); 0 or a WORKQ_* code. */
+int trainer_enqueue_save(trainer_t *t);   /* periodic checkpoint */
+int trainer_enqueue_final(trainer_t *t);  /* shutdown: save and stop; a restart restores it */
+int trainer_enqueue_unload(trainer_t *t); /* idle: save, retire its directory, stop */
 
 #endif

@@ -6,7 +6,8 @@
  *   byte for byte, and no temporary file beside it;
  * - act --q / --q-out / --json return the Q values libdqnd receives
  *   (the oracle), laid out [n, branches, max actions] with NaN padding, and
- *   each action is the per-branch argmax of them;
+ *   each action is the per-branch argmax of them; stats (text and --json)
+ *   names every stats field with libdqnd's value;
  * - no argument is silently ignored: each malformed one is exit 2 naming
  *   it, and the daemon is left exactly as it was (no trainer created);
  * - demo never destroys or trains a trainer it did not create;
@@ -136,7 +137,23 @@ START_TEST(test_act_returns_q_values) {
   int32_t acts[N];
   dqnd_client_t *c = connect_to(&d);
   ck_assert_int_eq(dqnd_act(c, "c", b.s, N, S_DIM, 0, acts, q, N * W), 0);
+  /* stats and --json stats name every field of LEARNER_STATS_FIELDS, with
+   * libdqnd's values */
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_get_stats(c, "c", &st), 0);
   dqnd_close(c);
+  char stj[4096], stt[4096];
+  ck_assert_int_eq(run_ctl(&d, "--json stats c", stj, sizeof stj), 0);
+  ck_assert_int_eq(run_ctl(&d, "stats c", stt, sizeof stt), 0);
+  json_error_t sje;
+  json_t *js = json_loads(stj, 0, &sje);
+  ck_assert_msg(js && st.step == 20, "%s", stj);
+#define CHECK_STAT(type, name, kind)                                                                              \
+  ck_assert_msg(json_number_value(json_object_get(js, #name)) == (double)st.name, #name ": %s", stj);             \
+  ck_assert_msg(strstr(stt, " " #name " "), #name ": %s", stt);
+  LEARNER_STATS_FIELDS(CHECK_STAT)
+#undef CHECK_STAT
+  json_decref(js);
   char sp[400], qp[400], ap[400];
   snprintf(sp, sizeof sp, "%s/five.npy", d.dir);
   snprintf(qp, sizeof qp, "%s/q.npy", d.dir);

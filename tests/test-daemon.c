@@ -848,13 +848,16 @@ START_TEST(test_sync_and_hparams_take_effect) {
   ck_assert_msg(worst < 1e-5, "Polyak sync: worst relative error %g", worst);
   free(on), free(tg), free(tg2), free(on3), free(tg3), free(tg4);
 
-  /* SetHyperparams: the next step uses the new lr. Oracle: a learner here,
-   * same config and data, given the same lr; a control keeps the old one. */
+  /* SetHyperparams: the next step uses the new lr and gamma, set by two
+   * commands (the second combines with the first, not with the creation
+   * values). Oracle: a learner here, same config and data, given the same lr
+   * and gamma; a control keeps the old ones. */
   ck_assert_int_eq(dqnd_create_trainer(c, "h", small_fields, N_SMALL, NULL, NULL), 0);
   ck_assert_int_eq(submit(c, "h", &b), 0);
   ck_assert_int_eq(dqnd_step(c, "h", 4, NULL), 0);
-  const char *lr[] = {"lr=0.0002"};
+  const char *lr[] = {"lr=0.0002"}, *gamma[] = {"gamma=0.95"};
   ck_assert_int_eq(dqnd_set_hparams(c, "h", lr, 1), 0);
+  ck_assert_int_eq(dqnd_set_hparams(c, "h", gamma, 1), 0);
   learner_stats_t rs;
   ck_assert_int_eq(dqnd_step(c, "h", 1, &rs), 0);
   float *rp = remote_params(c, &d, "h", 0, &n);
@@ -878,6 +881,7 @@ START_TEST(test_sync_and_hparams_take_effect) {
       learner_hparams_t hp;
       learner_get_hparams(l, &hp);
       hp.lr = 0.0002f;
+      hp.gamma = 0.95f;
       ck_assert_int_eq(learner_set_hparams(l, &hp, err, sizeof err), 0);
     }
     learner_stats_t ls;
@@ -887,8 +891,9 @@ START_TEST(test_sync_and_hparams_take_effect) {
     ck_assert_int_eq(learner_get_params(l, 0, lp[v], n), 0);
     learner_destroy(l);
   }
-  ck_assert_msg(memcmp(rp, lp[0], sizeof(float) * (size_t)n) == 0, "the step after SetHyperparams differs from lr=0.0002");
-  ck_assert_msg(memcmp(rp, lp[1], sizeof(float) * (size_t)n) != 0, "the step after SetHyperparams used the old lr");
+  ck_assert_msg(memcmp(rp, lp[0], sizeof(float) * (size_t)n) == 0,
+                "the step after SetHyperparams differs from lr=0.0002 gamma=0.95");
+  ck_assert_msg(memcmp(rp, lp[1], sizeof(float) * (size_t)n) != 0, "the step after SetHyperparams used the old values");
   free(rp), free(lp[0]), free(lp[1]);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
