@@ -214,6 +214,12 @@ int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char
     return e == ENOENT || e == ENOTDIR ? CKPT_ENOENT : (e == EACCES || e == EPERM ? CKPT_EACCES : CKPT_ERR);
   }
   int rc = learner_load(file_read, f, be, out, err, errlen);
+  if (!rc && fgetc(f) != EOF) { /* bytes after the end section: not a file this daemon wrote */
+    learner_destroy(*out);
+    *out = NULL;
+    fail(err, errlen, "path: %s has bytes after its end section", path);
+    rc = -1;
+  }
   fclose(f);
   return rc ? -1 : 0;
 }

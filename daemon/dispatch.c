@@ -99,6 +99,8 @@ typedef struct tinfo {
   char state[300];
 } tinfo_t;
 
+/* cfg: the trainer's shapes (immutable after registration) with its current
+ * hyperparameters from the snapshot */
 static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learner_stats_t *st, learner_backend_t be,
                          tinfo_t *ti) {
   dqnd__v1__trainer_info__init(&ti->info);
@@ -230,11 +232,12 @@ static void run_list(trainer_job_t *j) {
   }
   for (int i = 0; i < n; i++) {
     learner_stats_t st;
+    learner_config_t cfg = ts[i]->cfg; /* shapes are immutable after registration; backend likewise */
     pthread_mutex_lock(&ts[i]->mu);
     st = ts[i]->stats;
+    cfg.hp = ts[i]->hp;
     pthread_mutex_unlock(&ts[i]->mu);
-    /* cfg is immutable after registration; backend likewise */
-    trainer_info(ts[i], &ts[i]->cfg, &st, learner_backend(ts[i]->l), &ti[i]);
+    trainer_info(ts[i], &cfg, &st, learner_backend(ts[i]->l), &ti[i]);
     ptr[i] = &ti[i].info;
   }
   Dqnd__V1__ListTrainersResult l = DQND__V1__LIST_TRAINERS_RESULT__INIT;
@@ -255,10 +258,12 @@ static void reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
     return;
   }
   learner_stats_t st;
+  learner_config_t cfg = t->cfg;
   pthread_mutex_lock(&t->mu);
   st = t->stats;
+  cfg.hp = t->hp;
   pthread_mutex_unlock(&t->mu);
-  trainer_info(t, &t->cfg, &st, learner_backend(t->l), ti);
+  trainer_info(t, &cfg, &st, learner_backend(t->l), ti);
   ti->info.created = created;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_TRAINER;
@@ -376,7 +381,7 @@ static void run_submit(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   char err[512];
-  int rc = learner_submit(t->l, &j->tr, err, sizeof err);
+  int rc = learner_submit_checked(t->l, &j->tr, err, sizeof err); /* check_submit validated it */
   if (rc) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, learner_code(rc), "%s", err);
@@ -456,7 +461,7 @@ static void run_act(trainer_job_t *j) {
     return;
   }
   char err[512];
-  int rc = learner_act(t->l, (const float *)m->states.data, n, m->noisy, a, q, err, sizeof err);
+  int rc = learner_act_checked(t->l, (const float *)m->states.data, n, m->noisy, a, q, err, sizeof err); /* check_act */
   if (rc) {
     trainer_note_error(t, rc, err);
     free(a), free(q);
@@ -536,6 +541,7 @@ static void run_hparams(trainer_job_t *j) {
     return;
   }
   log_info(t->name, "hyperparameters changed (%d fields)", j->n_fields);
+  trainer_snapshot(t, 1); /* the reply shows the new values */
   reply_trainer(c, t, 0);
 }
 

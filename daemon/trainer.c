@@ -93,6 +93,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   t->last_active = now_s();
   atomic_store(&t->refs, 2); /* registry + worker */
   learner_get_stats(l, &t->stats);
+  learner_get_hparams(l, &t->hp);
   atomic_fetch_add(&s->live_trainers, 1);
   if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
     atomic_fetch_sub(&s->live_trainers, 1);
@@ -154,9 +155,12 @@ static void trainer_unregister(trainer_t *t) {
 
 void trainer_snapshot(trainer_t *t, int client_activity) {
   learner_stats_t st;
+  learner_hparams_t hp;
   learner_get_stats(t->l, &st);
+  learner_get_hparams(t->l, &hp);
   pthread_mutex_lock(&t->mu);
   t->stats = st;
+  t->hp = hp;
   if (client_activity) t->last_active = now_s();
   pthread_mutex_unlock(&t->mu);
 }

@@ -25,6 +25,7 @@ struct trainer {
   atomic_int refs;
   pthread_mutex_t mu;    /* guards the snapshot below (read by ListTrainers) */
   learner_stats_t stats;
+  learner_hparams_t hp;  /* the current hyperparameters (SetHyperparams changes them) */
   char error[256];       /* non-empty: error state, commands answer UNAVAILABLE */
   double last_active;
   int removed;

@@ -185,6 +185,10 @@ int learner_submit(learner_t *l, const learner_transitions_t *t, char *err, size
   return l->ops->submit(l->impl, t, err, errlen);
 }
 
+int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *err, size_t errlen) {
+  return t->n == 0 ? LEARNER_OK : l->ops->submit(l->impl, t, err, errlen);
+}
+
 int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen) {
   if (n < 0 || n > 1000000) {
     seterr(err, errlen, "n: %d is outside [0, 1000000]", n);
@@ -205,6 +209,11 @@ int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *ac
       seterr(err, errlen, "states[%lld][%lld]: not finite", (long long)(i / S), (long long)(i % S));
       return LEARNER_EINVAL;
     }
+  return learner_act_checked(l, states, n, noisy, actions, q, err, errlen);
+}
+
+int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
+                        size_t errlen) {
   return l->ops->act(l->impl, states, n, noisy, actions, q, err, errlen);
 }
 

@@ -190,6 +190,10 @@ int64_t learner_memory_estimate(const learner_config_t *c);
  * items get the current maximum priority. Validates first; on error nothing
  * is stored. */
 int learner_submit(learner_t *l, const learner_transitions_t *t, char *err, size_t errlen);
+/* learner_submit for transitions that already passed learner_transitions_validate
+ * against this learner's config (the daemon checks on its network thread, so
+ * each request is validated once). */
+int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *err, size_t errlen);
 /* Runs n training steps. Needs replay_size >= batch (else LEARNER_EEMPTY). */
 int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen);
 /* Actions for n states. noisy = 0: greedy with the mean weights; noisy = 1:
@@ -197,6 +201,9 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
  * per-branch Q values, branch after branch. */
 int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q,
                 char *err, size_t errlen);
+/* learner_act for 1..2^20 states already checked finite (as learner_act checks). */
+int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
+                        size_t errlen);
 /* tau <= 0: hard copy; else target = tau*online + (1-tau)*target. */
 int learner_sync_target(learner_t *l, float tau);
 void learner_get_hparams(const learner_t *l, learner_hparams_t *hp);

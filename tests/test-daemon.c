@@ -858,6 +858,29 @@ START_TEST(test_sync_and_hparams_take_effect) {
   const char *lr[] = {"lr=0.0002"}, *gamma[] = {"gamma=0.95"};
   ck_assert_int_eq(dqnd_set_hparams(c, "h", lr, 1), 0);
   ck_assert_int_eq(dqnd_set_hparams(c, "h", gamma, 1), 0);
+  { /* the trainer's info shows the values it now trains with, not those it was created with */
+    Dqnd__V1__GetStats gs = DQND__V1__GET_STATS__INIT;
+    gs.name = "h";
+    Dqnd__V1__Request rq = DQND__V1__REQUEST__INIT;
+    rq.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
+    rq.get_stats = &gs;
+    Dqnd__V1__Reply *rp;
+    ck_assert_int_eq(dqnd_call(c, &rq, &rp), 0);
+    int found = 0;
+    for (size_t i = 0; i < rp->trainer->n_config; i++) {
+      const Dqnd__V1__Field *f = rp->trainer->config[i];
+      if (!strcmp(f->name, "lr")) {
+        found++;
+        ck_assert_str_eq(f->value, "0.000199999995"); /* float32 0.0002 */
+      }
+      if (!strcmp(f->name, "gamma")) {
+        found++;
+        ck_assert_str_eq(f->value, "0.949999988"); /* float32 0.95, as the canonical text writes it */
+      }
+    }
+    ck_assert_int_eq(found, 2);
+    dqnd_reply_free(rp);
+  }
   learner_stats_t rs;
   ck_assert_int_eq(dqnd_step(c, "h", 1, &rs), 0);
   float *rp = remote_params(c, &d, "h", 0, &n);
@@ -895,6 +918,16 @@ START_TEST(test_sync_and_hparams_take_effect) {
                 "the step after SetHyperparams differs from lr=0.0002 gamma=0.95");
   ck_assert_msg(memcmp(rp, lp[1], sizeof(float) * (size_t)n) != 0, "the step after SetHyperparams used the old values");
   free(rp), free(lp[0]), free(lp[1]);
+  /* a checkpoint file with bytes after its end section is refused, not half-read */
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "h", 0, &ck), 0);
+  char padded[600], cmd[3000];
+  snprintf(padded, sizeof padded, "%s/padded.dqnd", d.dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf x >> '%s'", ck.path, padded, padded);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "h2", padded, 1, NULL), 15);
+  ck_assert_msg(strstr(dqnd_last_error(c), "bytes after its end section"), "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "h2", ck.path, 1, NULL), 0); /* the file itself loads */
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
