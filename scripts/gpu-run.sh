@@ -22,11 +22,6 @@ bench=$bin/bench-gpu-step; [ -x "$bench" ] || bench=build/tests/bench/bench-gpu-
 if [ "${1:-}" = --peer ] && [ -x "$bench" ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-gpu.log"
   "$bench" 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-gpu.log"
-  # the kernel history (kernels/dev/README.md): the generic v1 kernels in the same call
-  echo "v1 (generic kernels):" | tee -a "$out/bench-gpu.log"
-  DQN_CUDA_KERNELS=v1 BENCH_PROFILE_MODE=0 "$bench" 64,256,1024,4096 300 2>&1 | grep B= | tee -a "$out/bench-gpu.log"
-  echo "row tiles (the previous fused default, DQN_CUDA_FUSED_GEMM=0):" | tee -a "$out/bench-gpu.log"
-  DQN_CUDA_FUSED_GEMM=0 BENCH_PROFILE_MODE=0 "$bench" 64,256,1024,4096 300 2>&1 | grep B= | tee -a "$out/bench-gpu.log"
 fi
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}

@@ -5,8 +5,12 @@
  *    final parameters within tolerance for 100 steps (uniform replay: the same
  *    sampled indices by construction; PER and NoisyNet on as well);
  *  - two GPU runs with the same seed are bit-identical;
- *  - the captured graph equals the un-captured launch path bit for bit;
+ *  - the captured graph equals the un-captured launch path (cuda_graph = 0)
+ *    bit for bit; the split-K plan for one block per SM (cuda_gemm_occupancy
+ *    = 1) trains like the CPU too;
  *  - SetHyperparams between graph replays takes effect (no stale capture);
+ *  - a shape the fused loss kernel cannot stage trains on the generic
+ *    kernels like the CPU;
  *  - Act agrees with the CPU; a GPU checkpoint continues on the CPU.
  * Shapes include odd ones (batch 37, branches 4,7, 21 atoms, state 13).
  *
@@ -200,9 +204,9 @@ END_TEST
 START_TEST(test_bit_identical_and_graph) {
   learner_config_t c = config(0, 1, 1);
   learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
-  setenv("DQN_CUDA_NO_GRAPH", "1", 1);
-  learner_t *nog = make(&c, LEARNER_BACKEND_CUDA);
-  unsetenv("DQN_CUDA_NO_GRAPH");
+  learner_config_t cn = c;
+  cn.cuda_graph = 0;
+  learner_t *nog = make(&cn, LEARNER_BACKEND_CUDA);
   char err[256];
   learner_stats_t s;
   ck_assert_int_eq(learner_step(a, 60, &s, err, sizeof err), 0);
@@ -222,16 +226,19 @@ END_TEST
 /* Batch 2048: the weight-gradient groups have many split-K parts and run
  * beside each other and beside the backward (at batch 64 they barely
  * overlap); a shared scratch or counter between two of them shows as a loss
- * far from the CPU's or as two runs that differ. */
+ * far from the CPU's or as two runs that differ. The same with the split-K
+ * plan for one block per SM (cuda_gemm_occupancy = 1: fewer parts). */
 START_TEST(test_large_batch) {
-  learner_config_t c = config(0, 0, 0);
+  learner_config_t c = config(0, 0, 0), c1;
   c.batch = 2048;
+  c1 = c;
+  c1.cuda_gemm_occupancy = 1;
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
-  learner_t *gpu2 = make(&c, LEARNER_BACKEND_CUDA);
+  learner_t *gpu2 = make(&c, LEARNER_BACKEND_CUDA), *gpu1 = make(&c1, LEARNER_BACKEND_CUDA);
   char err[256];
   double worst = 0;
   for (int k = 0; k < 6; k++) {
-    learner_stats_t a, b;
+    learner_stats_t a, b, b1;
     double e = step_both(cpu, gpu, &a, &b);
     worst = e > worst ? e : worst;
     ck_assert_msg(e <= (k ? 1e-4 : 1e-5), "batch 2048 step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last,
@@ -239,13 +246,42 @@ START_TEST(test_large_batch) {
     double en = fabs((double)a.grad_norm_last - b.grad_norm_last) / fabs((double)a.grad_norm_last);
     ck_assert_msg(en <= (k ? 1e-3 : 1e-5), "batch 2048 step %d: grad norm cpu %.8g gpu %.8g", k, a.grad_norm_last,
                   b.grad_norm_last);
+    ck_assert_msg(learner_step(gpu1, 1, &b1, err, sizeof err) == 0, "%s", err);
+    double e1 = fabs((double)a.loss_last - b1.loss_last) / fabs((double)a.loss_last);
+    ck_assert_msg(e1 <= (k ? 1e-4 : 1e-5), "batch 2048, occupancy 1, step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k,
+                  a.loss_last, b1.loss_last, e1);
   }
   learner_stats_t s;
   ck_assert_int_eq(learner_step(gpu, 24, &s, err, sizeof err), 0);
   ck_assert_int_eq(learner_step(gpu2, 30, &s, err, sizeof err), 0);
   ck_assert_msg(params_identical(gpu, gpu2), "batch 2048: two GPU runs with the same seed differ");
   printf("batch 2048: worst step-loss rel diff %.2e over 6 steps; 30 steps bit-identical twice\n", worst);
-  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2);
+  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2), learner_destroy(gpu1);
+}
+END_TEST
+
+/* A branch too wide for the fused loss kernel's shared memory (120 actions
+ * of 51 atoms: ~50 KB per sample): the learner trains on the generic
+ * kernels (kernels/cuda/dqn_loss.cu), one stream, and like the CPU. */
+START_TEST(test_generic_kernels) {
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = 8, c.trunk_h1 = 64, c.trunk_h2 = 64, c.value_hidden = 32, c.adv_hidden = 32;
+  c.n_branches = 1, c.branch_sizes[0] = 120, c.batch = 32, c.replay_capacity = 5000;
+  c.prioritized = 0, c.noisy = 1, c.seed = 11, c.hp.lr = 1e-3f, c.hp.target_period = 25;
+  learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
+  double worst = 0;
+  for (int k = 0; k < 30; k++) {
+    learner_stats_t a, b;
+    double e = step_both(cpu, gpu, &a, &b);
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= (k ? 1e-3 : 1e-5), "generic kernels step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last,
+                  b.loss_last, e);
+  }
+  double pe = param_err(cpu, gpu, 0);
+  printf("generic kernels (one branch of 120): worst step-loss rel diff %.2e over 30 steps, params %.2e\n", worst, pe);
+  ck_assert_msg(pe <= 1e-2, "generic kernels: params rel err %.3g", pe);
+  learner_destroy(cpu), learner_destroy(gpu);
 }
 END_TEST
 
@@ -390,6 +426,7 @@ int main(void) {
   tcase_add_test(tc, test_per_duplicates);
   tcase_add_test(tc, test_bit_identical_and_graph);
   tcase_add_test(tc, test_large_batch);
+  tcase_add_test(tc, test_generic_kernels);
   tcase_add_test(tc, test_hparams_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);
   tcase_add_test(tc, test_tensor_cores);

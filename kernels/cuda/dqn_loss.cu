@@ -1,8 +1,17 @@
 /*
- * dqn_loss.cu — see dqn_loss.cuh. Mirrors dqn_loss_grad_f32 step by step:
- * effective weights -> forward online [s; s'] and target s' -> per-sample
- * target distribution, cross-entropy and dlogits -> backward through the
- * heads and the trunk -> NoisyNet sigma gradients.
+ * dqn_loss.cu — the generic loss and gradient (dqn_loss.cuh): mirrors
+ * dqn_loss_grad_f32 (kernels/cpu/loss_impl.h) step by step with plain
+ * kernels: effective weights -> forward online [s; s'] and target s'
+ * (net_forward.cu) -> per-sample target distribution, cross-entropy and
+ * dlogits, branch by branch -> backward through the heads and the trunk
+ * (linear_backward, lrelu_backward) -> NoisyNet sigma gradients. The
+ * training step runs it for the shapes the fused loss kernel cannot stage
+ * (loss.cu: over 48 KB of shared memory per sample), and the tests hold it
+ * to the CPU beside the phases.
+ *
+ * Shapes: B batch, S state, Z atoms, D branches, n_d actions; dV [B, Z],
+ * dA [B, n_d Z] per branch, dh [B, H2] (accumulates over the value head and
+ * every branch); every parameter gradient overwritten once.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -14,19 +23,6 @@
 #include "dqn_loss.cuh"
 
 // kernels
-
-/* W = mu + sigma * (f(eps_out) f(eps_in)^T), b = mu_b + sigma_b f(eps_out) for one layer */
-__global__ void noisy_weights_kernel(const float *__restrict__ mw, const float *__restrict__ sw,
-                                     const float *__restrict__ mb, const float *__restrict__ sb,
-                                     const float *__restrict__ fi, const float *__restrict__ fo, float *__restrict__ W,
-                                     float *__restrict__ b, int in, int out) {
-  int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < in * out) {
-    int o = k / in, i = k % in;
-    W[k] = mw[k] + sw[k] * (fo[o] * fi[i]);
-  }
-  if (k < out) b[k] = mb[k] + sb[k] * fo[k];
-}
 
 /* sigma gradients from the effective-weight gradient (already in the mu slots) */
 __global__ void noisy_grad_kernel(const float *__restrict__ gw, const float *__restrict__ gb,
@@ -160,11 +156,8 @@ __global__ void batch_loss_kernel(const float *__restrict__ loss_i, const float 
 
 // launchers
 
-extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B) {
-  return cuda_dqn_ws_alloc_tc(ws, L, B, 0);
-}
-
-extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int mode) {
+extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores,
+                                 int gemm_occupancy) {
   memset(ws, 0, sizeof *ws);
   ws->B = B;
   int rc;
@@ -205,9 +198,7 @@ extern "C" int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, in
   ws->a = (int32_t *)p, p += b;
   ws->best = (int32_t *)p, p += (size_t)L->D * b;
   ws->splitk = p;
-  const char *v = getenv("DQN_CUDA_KERNELS");
-  ws->version = v && !strcmp(v, "v1") ? 1 : 2;
-  return cuda_fused_alloc(&ws->fused, L, B, mode, ws->x);
+  return cuda_fused_alloc(&ws->fused, L, B, tensor_cores, gemm_occupancy, ws->x);
 }
 
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
@@ -216,23 +207,6 @@ extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
   cudaFree(ws->mem);
   cuda_fused_free(&ws->fused);
   memset(ws, 0, sizeof *ws);
-}
-
-/* Effective weights: NoisyNet layers composed into weff (params layout); the
- * other layers' slots copied, so weff is a complete plain-weight vector. */
-extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, const float *fn, float *weff,
-                                      cudaStream_t st) {
-  CUDA_RET(cudaMemcpyAsync(weff, P, sizeof(float) * (size_t)L->n_params, cudaMemcpyDeviceToDevice, st));
-  for (int li = 0; li < L->n_layers; li++) {
-    const net_layer_t *l = &L->layer[li];
-    if (!l->noisy) continue;
-    int n = l->in * l->out;
-    noisy_weights_kernel<<<(n + 255) / 256, 256, 0, st>>>(P + l->off_w, P + l->off_sw, P + l->off_b, P + l->off_sb,
-                                                          fn + l->noise_off, fn + l->noise_off + l->in, weff + l->off_w,
-                                                          weff + l->off_b, l->in, l->out);
-    CUDA_RET(cudaGetLastError());
-  }
-  return 0;
 }
 
 /* dW[out,in] = dY^T X (K = rows: split), db = colsum dY (split rows),
@@ -258,10 +232,9 @@ static int lrelu_back(float *dh, const float *a, size_t n, float slope, cudaStre
   return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
-                                  const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t st) {
-  if (ws->version == 2 && ws->fused.ok && grad)
-    return cuda_fused_loss_grad(L, hp, online, target, noisy, ws, grad, st);
+extern "C" int cuda_dqn_loss_grad_generic(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
+                                          const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad,
+                                          cudaStream_t st) {
   const int B = ws->B, Z = L->Z, D = L->D;
   const float *won = online, *wtg = target;
   if (noisy) {

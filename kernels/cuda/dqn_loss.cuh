@@ -1,10 +1,13 @@
 /*
  * dqn_loss.cuh — the C51 Double-DQN loss and its exact backward on the GPU,
- * the twin of dqn_loss_grad_f32 (kernels/cpu/dqn_math_impl.h): same inputs,
- * same outputs, same layouts. Correct first (plain kernels, one GEMM kernel
- * for every matrix product); tests/test-gpu-loss.c holds it to the CPU.
+ * the twin of dqn_loss_grad_f32 (kernels/cpu/loss_impl.h): same inputs,
+ * same outputs, same layouts. Two implementations behind one call: the
+ * step's phases (step.cuh: layer-GEMM forward, fused loss, backward), and the
+ * generic kernels of dqn_loss.cu (one plain GEMM per matrix product, the
+ * CPU's order), which run the shapes the fused loss kernel cannot stage;
+ * tests/test-gpu-loss.c holds both to the CPU.
  *
- * Shapes: B = batch, S = state_dim, P = parameters, N = noise vector length,
+ * Shapes: B = batch, S = state_dim, P = parameters, N = noise length,
  * Z = atoms, D = branches. Device buffers in the workspace: x [2B, S] (s then
  * s'), a [B] int32, r, done, w [B]; outputs loss [1], loss_i [B], best [D, B],
  * q_taken [1] (mean over batch and branches of Q_d(s, a_d)), grad [P].
@@ -15,7 +18,7 @@
 #define DQN_CUDA_DQN_LOSS_CUH
 
 #include "net_forward.cuh"
-#include "step_fused.cuh"
+#include "step.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,45 +38,31 @@ typedef struct cuda_dqn_ws {
   float *splitk;                  /* split-K partial sums of the weight gradients */
   size_t splitk_floats;
   float *mem;
-  cuda_fused_t fused; /* the fused kernels' buffers (step_fused.cuh) */
-  int version;        /* 2: fused kernels when fused.ok (default); 1: the generic
-                         kernels (env DQN_CUDA_KERNELS=v1, or set by tests) */
+  cuda_fused_t fused; /* the phases' buffers and plan (step.cuh) */
 } cuda_dqn_ws_t;
 
-typedef struct cuda_dqn_hp {
-  float gamma, v_min, v_max, slope;
-  int double_dqn;
-  const float *gamma_dev; /* if set, gamma is read from device memory (graphs: no re-capture) */
-} cuda_dqn_hp_t;
-
-/* weff = params with every NoisyNet layer composed from the noise fn (device). */
+/* weff = params with every NoisyNet layer composed from the noise fn (device; pack.cu). */
 int cuda_effective_weights(const net_layout_t *L, const float *params, const float *fn, float *weff,
                            cudaStream_t stream);
 
-int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B);
-/* the same with the fused kernels' arithmetic (cuda_fused_alloc's mode):
- * 0 fp32 (layer-GEMM phases), 1 TF32 (ws->fused.tc == 1 when they can, else
- * ws->fused.ok == 0), 2 fp32 row tiles, 3 3xTF32, 4 fp32 clusters */
-int cuda_dqn_ws_alloc_tc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int mode);
+/* Buffers for batch B. tensor_cores: the phases in TF32 (ws->fused.tc == 1
+ * when they can run these shapes, else ws->fused.ok == 0); gemm_occupancy:
+ * blocks per SM the split-K planner aims for (the config's
+ * cuda_gemm_occupancy, 2 by default). 0 or a cudaError_t. */
+int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy);
 void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
 
 /* Loss and gradient w.r.t. the online parameters (grad may be NULL: loss only).
  * noisy: use ws->fn_on / ws->fn_tg (already f-transformed) for the NoisyNet
- * layers. Asynchronous on `stream`; returns the first launch error. */
+ * layers. The phases (step.cu) when ws->fused.ok and grad != NULL, else the
+ * generic kernels. Asynchronous on `stream` (the phases fork onto
+ * ws->fused.side and join before the return); returns the first launch error. */
 int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
                        int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 
-/* The fused path (step_fused.cu); cuda_dqn_loss_grad calls it when
- * ws->version == 2, ws->fused.ok and grad != NULL. */
-int cuda_fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
-                         int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
-
-/* Its first launch alone: the step's weight packs (noise composed when
- * noisy). A caller that enqueues it ahead (the learner: beside the replay
- * sample, on ws->fused.side) sets ws->fused.prepacked for the next
- * cuda_fused_loss_grad, which then skips it. */
-int cuda_fused_pack(const net_layout_t *L, const float *online, const float *target, int noisy, cuda_dqn_ws_t *ws,
-                    cudaStream_t stream);
+/* The same on the generic kernels (dqn_loss.cu), whatever the shapes. */
+int cuda_dqn_loss_grad_generic(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
+                               const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

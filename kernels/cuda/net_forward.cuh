@@ -1,6 +1,6 @@
 /*
  * net_forward.cuh — the CUDA network forward (DESIGN.md §2), the GPU twin of
- * net_forward_f32 in kernels/cpu/dqn_math_impl.h, same names and layouts:
+ * net_forward_f32 in kernels/cpu/heads_impl.h, same names and layouts:
  * activations a1,h1 [rows,H1], a2,h [rows,H2], av,hv [rows,VH], V [rows,Z],
  * per branch ab,hb [rows,AH], A,logp [rows, n_d*Z] (action-major).
  */

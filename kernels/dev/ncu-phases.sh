@@ -14,7 +14,7 @@ m="gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__cyc
 m="$m,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"
 m="$m,smsp__warps_active.avg.per_cycle_active,lts__t_bytes.sum"
 m="$m,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
-DQN_CUDA_NO_GRAPH=1 BENCH_PROFILE_MODE=0 "$ncu" --clock-control none --cache-control none -k "regex:${KREGEX:-fused_gemm}" \
+BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=0 "$ncu" --clock-control none --cache-control none -k "regex:${KREGEX:-fused_gemm}" \
   --launch-skip ${SKIP:-33} --launch-count ${COUNT:-11} --metrics "$m" .devcarry/bin/bench-gpu-step "$1" 5 2>&1 |
   grep -E "^  [a-zA-Z_]|duration|grid_size|registers|inst_exec|fma_cycles|wavefronts|cycles_active|warps_active|lts__t_bytes|stalled" |
   awk '{ if ($NF+0 > 0.3 || $0 !~ /stalled/) print }' | sed 's/smsp__average_warps_issue_stalled_//'

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -d .devcarry/bin ] || tar -C .devcarry -xJf .devcarry/bin.tar.xz
 out=${OUT:-gpu-logs}; mkdir -p "$out"
-DQN_CUDA_NO_GRAPH=1 BENCH_PROFILE_MODE=0 "$ncu" --clock-control none --cache-control none -k "regex:$1" \
+BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=0 "$ncu" --clock-control none --cache-control none -k "regex:$1" \
   --launch-skip ${SKIP:-20} --launch-count 1 --section SourceCounters --section WarpStateStats \
   -f -o "$out/sass" .devcarry/bin/bench-gpu-step "$2" 3 > "$out/sass-run.log" 2>&1
 "$ncu" -i "$out/sass.ncu-rep" --page source --csv --print-source sass > "$out/sass.csv" 2>&1

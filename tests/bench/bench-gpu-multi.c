@@ -2,8 +2,9 @@
  * bench-gpu-multi — many trainers on one GPU (issue 5 item 3): 1, 2, 4, 8
  * and 16 CUDA learners of the `ref` config at batch 256, each driven by its
  * own thread (as the daemon's workers do) on its own stream, each running
- * Step(200) calls; aggregate steps/s against one trainer alone. Exits 77
- * with no usable GPU.
+ * Step(200) calls; aggregate steps/s against one trainer alone. Argument:
+ * the trainers' cuda_gemm_occupancy (default 2; 1 suits four or more
+ * trainers per GPU). Exits 77 with no usable GPU.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,9 +29,10 @@ static void *drive(void *p) {
   return NULL;
 }
 
-static learner_t *make(int seed) {
+static learner_t *make(int seed, int occupancy) {
   learner_config_t c;
   learner_config_default(&c);
+  c.cuda_gemm_occupancy = occupancy;
   c.replay_capacity = 20000;
   c.prioritized = 0;
   c.seed = (uint64_t)seed;
@@ -57,15 +59,17 @@ static learner_t *make(int seed) {
   return l;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   char dev[256];
+  const int occ = argc > 1 ? atoi(argv[1]) : 2;
   if (!cuda_probe(dev, sizeof dev)) {
     printf("no usable CUDA device (%s): skipped\n", dev);
     return 77;
   }
-  printf("device: %s; ref config, batch 256, uniform replay, Step(200) calls per thread\n", dev);
+  printf("device: %s; ref config, batch 256, uniform replay, Step(200) calls per thread, cuda_gemm_occupancy %d\n",
+         dev, occ);
   learner_t *ls[16];
-  for (int i = 0; i < 16; i++) ls[i] = make(i + 1);
+  for (int i = 0; i < 16; i++) ls[i] = make(i + 1, occ);
   double base = 0;
   int counts[] = {1, 2, 4, 8, 16};
   for (int ci = 0; ci < 5; ci++) {

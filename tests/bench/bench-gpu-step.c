@@ -4,7 +4,10 @@
  * PyTorch peer; and PER + NoisyNet), the replay filled with random
  * transitions. Timed over Step(n) calls (the graph replayed n times, one sync
  * at the end), median of 5. `scripts/gpu-run.sh --peer` runs it beside the
- * PyTorch peer in the same call. Exits 77 with no usable GPU.
+ * PyTorch peer in the same call. Config fields for profiling and sweeps:
+ * BENCH_CUDA_GRAPH=0 (cuda_graph: each step's kernels launched one by one,
+ * what ncu profiles), BENCH_GEMM_OCC=k (cuda_gemm_occupancy). Exits 77 with
+ * no usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +32,9 @@ int main(int argc, char **argv) {
   char list[128];
   /* modes: 0 uniform fp32, 1 PER + NoisyNet fp32, 2 uniform TF32
    * (tensor_cores=1); BENCH_PROFILE_MODE=k runs only mode k */
-  const char *pm = getenv("BENCH_PROFILE_MODE");
+  const char *pm = getenv("BENCH_PROFILE_MODE"), *cg = getenv("BENCH_CUDA_GRAPH"), *oc = getenv("BENCH_GEMM_OCC");
   int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 3;
+  if (cg || oc) printf("cuda_graph %s, cuda_gemm_occupancy %s\n", cg ? cg : "default", oc ? oc : "default");
   for (int mode = m0; mode < m1; mode++) {
     snprintf(list, sizeof list, "%s", batches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -41,6 +45,8 @@ int main(int argc, char **argv) {
       c.prioritized = mode == 1;
       c.noisy = mode == 1;
       c.tensor_cores = mode == 2;
+      if (cg) c.cuda_graph = atoi(cg);
+      if (oc) c.cuda_gemm_occupancy = atoi(oc);
       learner_t *l;
       char err[256];
       if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) {

@@ -1,0 +1,754 @@
+/*
+ * gemm.cu — the layer GEMM every phase of the step runs on (step.cuh): the
+ * twin of linear_forward / linear_backward (kernels/cpu/linear_impl.h) for
+ * all rows and, where a layer is split into segments (the heads side by
+ * side), all segments at once.
+ *
+ * Each phase is one launch whose blocks each compute a 32 x 64 tile of
+ * outputs for every row of the phase (online s and s', target s' as separate
+ * problems of the same launch), so a layer spreads over the whole GPU. A
+ * thread keeps a 4 x 4 register tile; operands stream through a GNS-stage
+ * cp.async ring of GBK-deep k chunks, so GNS - 1 chunks are in flight while
+ * one is multiplied (the first version, one chunk ahead, was bound by one L2
+ * round trip per 16 k: kernels/dev/DEVICE_NOTES.md item 23). Deep, narrow
+ * products are split over k (split-K) to fill the GPU; the last block of a
+ * tile to arrive adds the splits' partial sums in split order, so every sum
+ * has one fixed order and reruns are bit-identical. The weight gradients are
+ * the same kernel with A = dY^T (TA = 1). Phases with two 64 x 128 tiles per
+ * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K).
+ *
+ * Shapes: a problem is C [M][N] = A [M][K] W [K][N] (gemm.cuh's gprob_t);
+ * tiles GBM x GBN (GBM2 x GBN2 big), k chunks of GBK. Every output is
+ * overwritten: C, or the gradients at grad + gw/gb/gsw/gsb (TA 1).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cp_async.cuh"
+#include "gemm.cuh"
+
+#define GBM 32  /* tile rows */
+#define GBN 64  /* tile outputs */
+#define GBK 32  /* k per chunk */
+#define GNS 4   /* pipeline stages */
+#define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
+/* shared row strides, padded so the tensor cores' fragment loads (lane = 4 g
+ * + t: rows g, columns t) hit 32 different banks and float4 loads stay aligned */
+#define GSA0 (GBK + 4) /* A [m][k] (TA 0) */
+#define GSA1 (GBM + 8) /* A [k][m] (TA 1) */
+#define GSW (GBN + 8)  /* W [k][n] */
+#define GA_FLOATS (GBK * GSA1 > GBM * GSA0 ? GBK * GSA1 : GBM * GSA0)
+#define GW_FLOATS (GBK * GSW)
+#define GPART (GBM * GBN + GBM)     /* partial floats per tile and split: outputs, then bias sums */
+#define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
+#define SPLIT_MIN_CHUNKS 2 /* k chunks per split-K part at least (DEVICE_NOTES.md item 40) */
+#define SPLIT_MAX_K 512    /* k per split-K part at most */
+#define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
+
+// kernels
+
+/* A launch's lookup from block to problem, passed as a grid constant: the
+ * first-block offsets are compared all at once (independent loads from the
+ * constant cache) instead of walking the problem table in global memory, one
+ * dependent L2 round trip per problem passed. */
+typedef struct gidx {
+  int np;
+  int blk0[GEMM_MAXP];
+} gidx_t;
+
+__device__ __forceinline__ int g_find(const gidx_t &ix) {
+  int p = 0;
+#pragma unroll 8
+  for (int i = 1; i < ix.np; i++) p += (int)blockIdx.x >= ix.blk0[i];
+  return p;
+}
+
+__device__ __forceinline__ unsigned f2tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+/* D += A B, A 16 x 8 (rows x k), B 8 x 8 (k x outputs), TF32 operands, fp32
+ * accumulation. Fragments (PTX ISA, m16n8k8 .tf32): lane = 4 g + t4;
+ * a = A[g][t4], A[g+8][t4], A[g][t4+4], A[g+8][t4+4]; b = B[t4][g], B[t4+4][g];
+ * d = D[g][2t4], D[g][2t4+1], D[g+8][2t4], D[g+8][2t4+1]. */
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Every tile load is one shape: NR rows of NC contiguous floats,
+ * src[(row0 + r) ld + col0 + c] -> s[r ss + c], zeros past rowmax and colmax.
+ * A chunk of A or of the forward's W is GBM / GBN rows along k (cols = k,
+ * bounded by kend); the backward's W and the weight gradients' A are GBK
+ * rows of k (rows = k) along n or m. V16: 16-byte copies (rows 16-byte
+ * aligned), else 4-byte ones. */
+template <int NR, int NC, bool V16>
+__device__ __forceinline__ void cp_tile(float *__restrict__ s, int ss, const float *src, size_t ld, int row0,
+                                        int rowmax, int col0, int colmax) {
+  const int tid = threadIdx.x;
+  constexpr int W = V16 ? 4 : 1, PER = NC / W;
+#pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
+  for (int l = 0; l < NR * PER / GNT; l++) {
+    const int e = tid + GNT * l, r = e / PER, c = W * (e % PER);
+    const int v = row0 + r < rowmax ? max(0, min(W, colmax - (col0 + c))) : 0;
+    const float *p = v ? src + (size_t)(row0 + r) * ld + col0 + c : src;
+    if (V16) cp_async16z(s + r * ss + c, p, 4 * v);
+    else cp_async4z(s + r * ss + c, p, 4 * v);
+  }
+}
+/* R rows along k; GBK rows of k along C columns */
+template <int R, bool V16>
+__device__ __forceinline__ void cp_rows_k(float *s, int ss, const float *src, size_t ld, int r0, int rmax, int k0,
+                                          int kend) {
+  cp_tile<R, GBK, V16>(s, ss, src, ld, r0, rmax, k0, kend);
+}
+template <int C, bool V16>
+__device__ __forceinline__ void cp_k_cols(float *s, int ss, const float *src, size_t ld, int c0, int cmax, int k0,
+                                          int kend) {
+  cp_tile<GBK, C, V16>(s, ss, src, ld, k0, kend, c0, cmax);
+}
+
+/* Per-thread copy plan of the 16-byte path, fixed for a block: each thread
+ * copies GA16 float4s of A and GW16 of W per chunk at the same offsets, so
+ * their source rows, bounds and shared offsets are computed once (computing
+ * them per chunk was ~190 of ~820 instructions a chunk: item 23). */
+#define GA16 (GBM * GBK / 4 / GNT)
+#define GW16 (GBK * GBN / 4 / GNT)
+struct gplan {
+  const float *a[GA16], *w[GW16]; /* sources at k0 = 0 */
+  int ao[GA16], wo[GW16];         /* shared offsets */
+  int acap[GA16], wcap[GW16];     /* floats valid by M or N (TA 0 A: by M only, 0 or 4) */
+  int ak[GA16], wk[GW16];         /* k of the row within the chunk */
+};
+
+template <int TA, int TW>
+__device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int n0) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int l = 0; l < GA16; l++) {
+    const int e = tid + GNT * l;
+    if (TA == 0) {
+      const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+      const bool ok = m0 + m < g.M;
+      pl.a[l] = ok ? g.A + (size_t)(m0 + m) * g.lda + k : g.A;
+      pl.ao[l] = m * GSA0 + k, pl.acap[l] = ok ? 4 : 0, pl.ak[l] = k;
+    } else {
+      const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
+      pl.acap[l] = max(0, min(4, g.M - (m0 + m)));
+      pl.a[l] = pl.acap[l] ? g.A + (size_t)k * g.lda + m0 + m : g.A;
+      pl.ao[l] = k * GSA1 + m, pl.ak[l] = k;
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < GW16; l++) {
+    const int e = tid + GNT * l;
+    if (TW == 0) { /* W [k][n] -> sw [k][GSW] */
+      const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
+      pl.wcap[l] = max(0, min(4, g.N - (n0 + n)));
+      pl.w[l] = pl.wcap[l] ? g.W + (size_t)k * g.ldw + n0 + n : g.W;
+      pl.wo[l] = k * GSW + n, pl.wk[l] = k;
+    } else { /* W [n][k] -> sw [n][GSA0] */
+      const int n = e / (GBK / 4), k = 4 * (e % (GBK / 4));
+      const bool ok = n0 + n < g.N;
+      pl.w[l] = ok ? g.W + (size_t)(n0 + n) * g.ldw + k : g.W;
+      pl.wo[l] = n * GSA0 + k, pl.wcap[l] = ok ? 4 : 0, pl.wk[l] = k;
+    }
+  }
+}
+
+/* issue the copies of k chunk [k0, k0 + GBK) (zeros past kend, M, N) */
+template <int TA, int TW>
+__device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g,
+                                        const gplan &pl, int m0, int n0, int k0, int kend) {
+  const float *A = g.A, *W = g.W;
+  if (g.al & 1) {
+    const size_t ka = TA == 0 ? (size_t)k0 : (size_t)k0 * g.lda;
+#pragma unroll
+    for (int l = 0; l < GA16; l++) {
+      const int v = TA == 0 ? min(pl.acap[l], max(0, kend - (k0 + pl.ak[l])))
+                            : (k0 + pl.ak[l] < kend ? pl.acap[l] : 0);
+      cp_async16z(sa + pl.ao[l], v ? pl.a[l] + ka : A, 4 * v);
+    }
+  } else if (TA == 0) { /* sa [m][GSA0] */
+    cp_rows_k<GBM, false>(sa, GSA0, A, g.lda, m0, g.M, k0, kend);
+  } else { /* sa [k][GSA1] */
+    cp_k_cols<GBM, false>(sa, GSA1, A, g.lda, m0, g.M, k0, kend);
+  }
+  if (g.al & 2) {
+    const size_t kw = TW == 0 ? (size_t)k0 * g.ldw : (size_t)k0;
+#pragma unroll
+    for (int l = 0; l < GW16; l++) {
+      const int v = TW == 0 ? (k0 + pl.wk[l] < kend ? pl.wcap[l] : 0)
+                            : min(pl.wcap[l], max(0, kend - (k0 + pl.wk[l])));
+      cp_async16z(sw + pl.wo[l], v ? pl.w[l] + kw : W, 4 * v);
+    }
+  } else if (TW == 1) { /* sw [n][GSA0] */
+    cp_rows_k<GBN, false>(sw, GSA0, W, g.ldw, n0, g.N, k0, kend);
+  } else { /* sw [k][GSW] */
+    cp_k_cols<GBN, false>(sw, GSW, W, g.ldw, n0, g.N, k0, kend);
+  }
+}
+
+/* this thread's e-th output (0..15) within the tile: FFMA 4 x 4 patches;
+ * tensor cores (TC > 0): warp w owns columns [16 w, 16 w + 16) of all 32
+ * rows, as 2 x 2 m16n8 accumulators in the mma.sync layout */
+template <int TC, int TW>
+__device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
+  const int tid = threadIdx.x;
+  if (TC == 0 && TW == 0) {
+    ml = 4 * (tid / 16) + e / 4, nl = 4 * (tid % 16) + e % 4;
+  } else if (TC == 0) { /* W rows read along k: columns 16 apart spread the banks */
+    ml = 4 * (tid / 16) + e / 4, nl = tid % 16 + 16 * (e % 4);
+  } else {
+    const int w = tid / 32, lane = tid % 32, c = e % 4;
+    ml = 16 * (e / 8) + lane / 4 + 8 * (c >> 1);
+    nl = 16 * w + 8 * ((e / 4) % 2) + 2 * (lane % 4) + (c & 1);
+  }
+}
+
+/* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
+ * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config). */
+template <int TA, int TW, int TC>
+__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
+                                                         float *__restrict__ grad, const float *__restrict__ fn,
+                                                         float *__restrict__ part, int *__restrict__ cnt) {
+  extern __shared__ float4 gsh4[];
+  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
+  __shared__ int last;
+  const int p = g_find(ix);
+  /* a copy in registers: through a reference every field would be reloaded
+   * from global memory after each barrier (measured: half the instructions) */
+  const gprob_t g = probs[p];
+  const int local = (int)blockIdx.x - g.blk0, tile = local % g.tiles, split = local / g.tiles;
+  const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
+  const int klo = split * g.kper, khi = min(g.K, klo + g.kper);
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int wq = tid / 32, gq = (tid % 32) / 4, tq = tid % 4;
+  /* weight gradients: the bias gradient of row tid is the sum over k of A,
+   * kept by the first warp of the tiles at n0 = 0, in k order */
+  const bool bias_sums = TA == 1 && n0 == 0 && tid < GBM && g.gb >= 0;
+  float acc[16], bsum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 16; e++) acc[e] = 0.0f;
+  const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
+  gplan pl;
+  g_plan<TA, TW>(pl, g, m0, n0);
+#pragma unroll
+  for (int q = 0; q < GNS - 1; q++) {
+    if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
+    cp_async_commit();
+  }
+  /* the epilogue's operands (the forward's bias, the backward's LeakyReLU
+   * mask: build_probs checks that no phase has the other) loaded now, so
+   * their L2 round trip overlaps the first chunks' instead of following the
+   * last one: they do not depend on this launch's results */
+  float pb[4], pm[16];
+  if (TA == 0 && TW == 1) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      int ml, nl;
+      g_elem<TC, TW>(TC ? (c & 1) + 4 * (c >> 1) : c, ml, nl);
+      pb[c] = n0 + nl < g.N && g.bias ? g.bias[n0 + nl] : 0.0f;
+    }
+  }
+  if (TA == 0 && TW == 0) {
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC, TW>(e, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      pm[e] = m < g.M && n < g.N && g.mask ? g.mask[(size_t)m * g.ldm + n] : 1.0f;
+    }
+  }
+  for (int c = 0; c < nk; c++) {
+    cp_async_wait<GNS - 2>(); /* chunk c has landed (this thread's copies) */
+    __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
+    const int nx = c + GNS - 1;
+    if (nx < nk)
+      g_issue<TA, TW>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
+    cp_async_commit();
+    const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
+    const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
+    if (bias_sums)
+#pragma unroll 8
+      for (int k = 0; k < GBK; k++) bsum += a[k * GSA1 + tid];
+    if (TC == 0 && TA == 0) {
+      /* A [m][k] float4 along k; W [n][k] (forward, TW 1) float4 along k or
+       * [k][n] (backward) float4 along n, both held as wv[column][k] */
+#pragma unroll 2
+      for (int k = 0; k < GBK; k += 4) {
+        float av[4][4], wv[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float4 v = *reinterpret_cast<const float4 *>(a + (4 * ty + i) * GSA0 + k);
+          av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          /* TW 1: row tx + 16 j of W (columns 16 apart spread the banks);
+           * TW 0: row k + j of W, columns 4 tx .. 4 tx + 3 */
+          const float *wr = TW ? w + (tx + 16 * j) * GSA0 + k : w + (k + j) * GSW + 4 * tx;
+          const float4 v = *reinterpret_cast<const float4 *>(wr);
+          if (TW) wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
+          else wv[0][j] = v.x, wv[1][j] = v.y, wv[2][j] = v.z, wv[3][j] = v.w;
+        }
+        /* k outermost: 16 independent FMAs between two on one accumulator */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i][u] * wv[j][u];
+      }
+    } else if (TC == 0) {
+#pragma unroll 4
+      for (int k = 0; k < GBK; k++) {
+        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * GSA1 + 4 * ty);
+        const float4 w4 = *reinterpret_cast<const float4 *>(w + k * GSW + 4 * tx);
+        const float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) acc[4 * i + j] += av[i] * wv[j];
+      }
+    } else {
+#pragma unroll
+      for (int k8 = 0; k8 < GBK; k8 += 8) {
+        unsigned ah[2][4], bh[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+          const int r = 16 * mi + gq;
+          float x[4];
+          if (TA == 0) {
+            x[0] = a[r * GSA0 + k8 + tq], x[1] = a[(r + 8) * GSA0 + k8 + tq];
+            x[2] = a[r * GSA0 + k8 + tq + 4], x[3] = a[(r + 8) * GSA0 + k8 + tq + 4];
+          } else {
+            x[0] = a[(k8 + tq) * GSA1 + r], x[1] = a[(k8 + tq) * GSA1 + r + 8];
+            x[2] = a[(k8 + tq + 4) * GSA1 + r], x[3] = a[(k8 + tq + 4) * GSA1 + r + 8];
+          }
+#pragma unroll
+          for (int q = 0; q < 4; q++) ah[mi][q] = f2tf32(x[q]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < 2; ni++) {
+          const int n = 16 * wq + 8 * ni + gq;
+          const float y0 = TW == 0 ? w[(k8 + tq) * GSW + n] : w[n * GSA0 + k8 + tq];
+          const float y1 = TW == 0 ? w[(k8 + tq + 4) * GSW + n] : w[n * GSA0 + k8 + tq + 4];
+          bh[ni][0] = f2tf32(y0), bh[ni][1] = f2tf32(y1);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+          for (int ni = 0; ni < 2; ni++) {
+            float(&d)[4] = *reinterpret_cast<float(*)[4]>(&acc[8 * mi + 4 * ni]);
+            mma_tf32(d, ah[mi], bh[ni][0], bh[ni][1]);
+          }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (g.splits > 1) {
+    /* split-K: store this part; the tile's last part to arrive adds them all
+     * in split order (its own read back too, so the order never varies). A
+     * part is private to its tile: thread tid's 16 sums at 16 tid, in its own
+     * element order (4 float4 stores and, per part, 4 float4 loads: what
+     * were 16 scalar ones with their address arithmetic) */
+    float *pp = part + ((size_t)g.poff + (size_t)tile * g.splits + split) * GPART;
+#pragma unroll
+    for (int e = 0; e < 16; e += 4)
+      *reinterpret_cast<float4 *>(pp + 16 * tid + e) = make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
+    if (bias_sums) pp[GBM * GBN + tid] = bsum;
+    /* the release: the block's stores ordered before thread 0's fence by the
+     * barrier (fences are cumulative: CUTLASS's semaphore pattern), one
+     * fence per block instead of one per thread (the membar stalls) */
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      const int old = atomicAdd(cnt + g.cnt0 + tile, 1);
+      last = old == g.splits - 1;
+      if (last) {
+        cnt[g.cnt0 + tile] = 0; /* ready for the next launch */
+        __threadfence();        /* the acquire, passed on by the barrier */
+      }
+    }
+    __syncthreads();
+    if (!last) return;
+    const float *pt = part + ((size_t)g.poff + (size_t)tile * g.splits) * GPART;
+#pragma unroll
+    for (int e = 0; e < 16; e++) acc[e] = 0.0f;
+    bsum = 0.0f;
+    /* GPB parts' loads in flight before their adds (a loop over the parts
+     * waited out one L2 round trip per part); the adds stay in split order.
+     * FFMA: four (as float4, the loop not unrolled, within 128 registers;
+     * four parts of scalar loads took 168-251 and halved the blocks per SM:
+     * DEVICE_NOTES.md item 41); the mma variants one (more put them above 128) */
+    constexpr int GPB = TC ? 1 : 4;
+#pragma unroll 1
+    for (int s0 = 0; s0 < g.splits; s0 += GPB) {
+      float t[GPB][16], tb[GPB];
+#pragma unroll
+      for (int q = 0; q < GPB; q++) {
+        const float *ps = pt + (size_t)(s0 + q) * GPART;
+        const bool in = s0 + q < g.splits;
+#pragma unroll
+        for (int e = 0; e < 16; e += 4) {
+          const float4 v = in ? __ldcg(reinterpret_cast<const float4 *>(ps + 16 * tid + e)) : make_float4(0, 0, 0, 0);
+          t[q][e] = v.x, t[q][e + 1] = v.y, t[q][e + 2] = v.z, t[q][e + 3] = v.w;
+        }
+        tb[q] = bias_sums && in ? __ldcg(ps + GBM * GBN + tid) : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < GPB; q++) {
+        if (s0 + q >= g.splits) break;
+#pragma unroll
+        for (int e = 0; e < 16; e++) acc[e] += t[q][e];
+        bsum += tb[q];
+      }
+    }
+  }
+  if (TA == 0) {
+    float *__restrict__ C = g.C;
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC, TW>(e, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      if (m >= g.M || n >= g.N) continue;
+      float v = acc[e];
+      if (TW == 1) v += pb[TC ? 2 * ((e >> 2) & 1) + (e & 1) : e & 3];
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      if (TW == 0 && !(pm[e] > 0.0f)) v *= slope;
+      C[(size_t)m * g.ldc + n] = v;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+      int ml, nl;
+      g_elem<TC, TW>(e, ml, nl);
+      const int o = m0 + ml, in = n0 + nl;
+      if (o >= g.M || in >= g.N) continue;
+      const size_t k = (size_t)o * g.N + in;
+      grad[g.gw + k] = acc[e];
+      if (g.gsw >= 0) grad[g.gsw + k] = acc[e] * (fn[g.fo + o] * fn[g.fi + in]);
+    }
+    if (bias_sums && m0 + tid < g.M) {
+      grad[g.gb + m0 + tid] = bsum;
+      if (g.gsb >= 0) grad[g.gsb + m0 + tid] = bsum * fn[g.fo + m0 + tid];
+    }
+  }
+}
+
+/* ---- Large-batch tiles: 64 x 128 outputs per block, 8 x 8 per thread
+ * (FFMA, no split-K), for phases with at least two such tiles per SM. The
+ * 4 x 4 patches above need two float4 shared loads per 16 FMAs, which keeps
+ * the load pipe ~75% as busy as the FMA pipe; 8 x 8 needs half that per FMA
+ * (DEVICE_NOTES.md item 27). A thread's rows are 8 apart (ty + 8 i) so the
+ * two rows a warp reads at once fall in different banks. */
+#define GBM2 64
+#define GBN2 128
+#define GNS2 3
+#define GA2_FLOATS (GBM2 * GSA0) /* A [m][GSA0] */
+#define GW2_FLOATS (GBN2 * GSA0 > GBK * (GBN2 + 8) ? GBN2 * GSA0 : GBK * (GBN2 + 8)) /* W [n][GSA0] or [k][GBN2 + 8] */
+#define GSMEM2 (sizeof(float) * GNS2 * (GA2_FLOATS + GW2_FLOATS))
+
+template <int TW>
+__device__ __forceinline__ void g2_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
+                                         int n0, int k0, int kend) {
+  if (g.al & 1) cp_rows_k<GBM2, true>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
+  else cp_rows_k<GBM2, false>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
+  if (TW == 1) { /* W [n][k] -> sw [n][GSA0] */
+    if (g.al & 2) cp_rows_k<GBN2, true>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_rows_k<GBN2, false>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
+  } else { /* W [k][n] -> sw [k][GBN2 + 8] */
+    if (g.al & 2) cp_k_cols<GBN2, true>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_k_cols<GBN2, false>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
+  }
+}
+
+/* output (i, j) of this thread in a 64 x 128 tile */
+template <int TW>
+__device__ __forceinline__ void g2_elem(int i, int j, int &ml, int &nl) {
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  ml = ty + 8 * i;
+  nl = TW == 1 ? tx + 16 * j : 4 * tx + 64 * (j / 4) + j % 4;
+}
+
+/* A [m][k] times W ([n][k] for TW 1, the forward; [k][n] for TW 0, the
+ * backward), FFMA, sums over k in order, then the layer epilogue. */
+template <int TW>
+__global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs,
+                                                             const __grid_constant__ gidx_t ix, float slope) {
+  extern __shared__ float4 gsh4[];
+  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2_FLOATS;
+  const gprob_t g = probs[g_find(ix)];
+  const int tile = (int)blockIdx.x - g.blk0;
+  const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+  const int nk = (g.K + GBK - 1) / GBK;
+#pragma unroll
+  for (int q = 0; q < GNS2 - 1; q++) {
+    if (q < nk) g2_issue<TW>(sA + q * GA2_FLOATS, sW + q * GW2_FLOATS, g, m0, n0, q * GBK, g.K);
+    cp_async_commit();
+  }
+  for (int c = 0; c < nk; c++) {
+    cp_async_wait<GNS2 - 2>(); /* chunk c has landed (this thread's copies) */
+    __syncthreads();           /* everyone's; and chunk c - 1's buffer is free */
+    const int nx = c + GNS2 - 1;
+    if (nx < nk) g2_issue<TW>(sA + (nx % GNS2) * GA2_FLOATS, sW + (nx % GNS2) * GW2_FLOATS, g, m0, n0, nx * GBK, g.K);
+    cp_async_commit();
+    const float *__restrict__ a = sA + (c % GNS2) * GA2_FLOATS;
+    const float *__restrict__ w = sW + (c % GNS2) * GW2_FLOATS;
+#pragma unroll 1
+    for (int k = 0; k < GBK; k += 4) {
+      float av[8][4], wv[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const float4 v = *reinterpret_cast<const float4 *>(a + (ty + 8 * i) * GSA0 + k);
+        av[i][0] = v.x, av[i][1] = v.y, av[i][2] = v.z, av[i][3] = v.w;
+      }
+      if (TW == 1) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const float4 v = *reinterpret_cast<const float4 *>(w + (tx + 16 * j) * GSA0 + k);
+          wv[j][0] = v.x, wv[j][1] = v.y, wv[j][2] = v.z, wv[j][3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+          for (int c2 = 0; c2 < 2; c2++) {
+            const float4 v = *reinterpret_cast<const float4 *>(w + (k + u) * (GBN2 + 8) + 4 * tx + 64 * c2);
+            wv[4 * c2 + 0][u] = v.x, wv[4 * c2 + 1][u] = v.y, wv[4 * c2 + 2][u] = v.z, wv[4 * c2 + 3][u] = v.w;
+          }
+      }
+      /* k outermost: 64 independent FMAs between two on one accumulator */
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+          for (int j = 0; j < 8; j++) acc[i][j] += av[i][u] * wv[j][u];
+    }
+  }
+  cp_async_wait<0>();
+  const float *__restrict__ bias = g.bias;
+  const float *__restrict__ mask = g.mask;
+  float *__restrict__ C = g.C;
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      int ml, nl;
+      g2_elem<TW>(i, j, ml, nl);
+      const int m = m0 + ml, n = n0 + nl;
+      if (m >= g.M || n >= g.N) continue;
+      float v = acc[i][j] + (bias ? bias[n] : 0.0f);
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
+      C[(size_t)m * g.ldc + n] = v;
+    }
+}
+
+
+// launchers
+
+/* ---- the problem table (filled by the phase files, gemm.cuh) */
+
+void gemm_begin_phase(gemm_table_t *t) { t->ph0[t->nph++] = t->np; }
+
+int gemm_add_layer(gemm_table_t *t, const glayer_t *l, const float *pack, const float *A, int lda, int M, float *C,
+                   int ldc, const float *mask, int ldm, int act) {
+  for (int s = 0; s < l->n; s++) {
+    if (t->np == GEMM_MAXPROBS) return (int)cudaErrorInvalidValue;
+    gprob_t *g = &t->pr[t->np++];
+    memset(g, 0, sizeof *g);
+    const int o0 = l->s[s].o0, o1 = s + 1 < l->n ? l->s[s + 1].o0 : l->N;
+    g->A = A + l->s[s].koff, g->lda = lda;
+    g->W = pack + l->s[s].woff, g->ldw = l->s[s].ldw;
+    g->bias = l->bias >= 0 ? pack + l->bias + o0 : NULL;
+    g->C = C + o0, g->ldc = ldc;
+    g->mask = mask ? mask + o0 : NULL, g->ldm = ldm;
+    g->M = M, g->N = o1 - o0, g->K = l->s[s].K, g->act = act;
+    g->gw = g->gb = g->gsw = g->gsb = g->fi = g->fo = -1;
+  }
+  return 0;
+}
+
+int gemm_add_wgrad(gemm_table_t *t, const float *dY, int ldy, const float *X, int ldx, int M, int N, int K,
+                   long long gw, long long gb, long long gsw, long long gsb, long long fi, long long fo) {
+  if (t->np == GEMM_MAXPROBS) return (int)cudaErrorInvalidValue;
+  gprob_t *g = &t->pr[t->np++];
+  memset(g, 0, sizeof *g);
+  g->A = dY, g->lda = ldy, g->W = X, g->ldw = ldx;
+  g->M = M, g->N = N, g->K = K;
+  g->gw = gw, g->gb = gb, g->gsw = gsw, g->gsb = gsb, g->fi = fi, g->fo = fo;
+  return 0;
+}
+
+/* ---- the split-K planner */
+
+static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
+
+/* Blocks of one launch: tiles, alignment, and split-K parts for problems
+ * [p0, p1): about `occ` blocks per SM at least, and at most SPLIT_MAX_K k
+ * per part. */
+static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, int *blocks, int *ntiles,
+                       size_t *part_floats) {
+  int tiles = 0;
+  const int bm = big ? GBM2 : GBM, bn = big ? GBN2 : GBN;
+  for (int i = p0; i < p1; i++) {
+    gprob_t *g = &pr[i];
+    g->tn = (g->N + bn - 1) / bn;
+    g->tiles = (g->M + bm - 1) / bm * g->tn;
+    g->al = al16(g->A, g->lda) | al16(g->W, g->ldw) << 1;
+    tiles += g->tiles;
+  }
+  if (big) { /* large tiles run only where there are plenty: no split-K */
+    int blk = 0;
+    for (int i = p0; i < p1; i++) {
+      gprob_t *g = &pr[i];
+      g->kper = g->K, g->splits = 1, g->blk0 = blk, g->cnt0 = 0, g->poff = 0;
+      blk += g->tiles;
+    }
+    *blocks = blk, *ntiles = 0, *part_floats = 0;
+    return;
+  }
+  /* split-K target: about `occ` blocks per SM over the phase, each part
+   * SPLIT_MIN_CHUNKS k chunks at least (both measured in DEVICE_NOTES.md
+   * item 40; occ is the config's cuda_gemm_occupancy) */
+  const int want = (occ * nsm + tiles - 1) / tiles;
+  int blk = 0, cnt = 0;
+  size_t pf = 0;
+  for (int i = p0; i < p1; i++) {
+    gprob_t *g = &pr[i];
+    int sp = want;
+    const int kmax = g->K / (SPLIT_MIN_CHUNKS * GBK);
+    if (sp > kmax) sp = kmax;
+    if (g->K > SPLIT_MAX_K * sp) sp = (g->K + SPLIT_MAX_K - 1) / SPLIT_MAX_K;
+    if (sp < 1) sp = 1;
+    g->kper = ((g->K + sp - 1) / sp + GBK - 1) / GBK * GBK;
+    g->splits = (g->K + g->kper - 1) / g->kper;
+    if (g->splits < 1) g->splits = 1;
+    g->blk0 = blk, blk += g->tiles * g->splits;
+    g->cnt0 = cnt, cnt += g->tiles;
+    g->poff = (long long)(pf / GPART);
+    if (g->splits > 1) pf += (size_t)g->tiles * g->splits * GPART;
+  }
+  *blocks = blk, *ntiles = cnt, *part_floats = pf;
+}
+
+template <int TC>
+static cudaError_t gemm_smem(void) {
+  cudaError_t e = cudaFuncSetAttribute(fused_gemm_kernel<0, 1, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<0, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_kernel<1, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  return e;
+}
+
+/* Every phase planned (tile shape, split-K parts, each problem's first
+ * block), then the problems and the split-K scratch into device memory. */
+int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
+  gprob_t *pr = t->pr;
+  const int np = t->np;
+  if (t->nph != GEMM_PHASES) return (int)cudaErrorInvalidValue;
+  t->ph0[GEMM_PHASES] = np;
+  int dev = 0, nsm = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return (int)cudaGetLastError();
+  const int occ = occupancy >= 1 ? occupancy : 2;
+  size_t part = 0, part_side = 0, part_t1 = 0;
+  int cnt = 0, cnt_side = 0, cnt_t1 = 0;
+  for (int ph = 0; ph < GEMM_PHASES; ph++) {
+    const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
+    if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within LEARNER_MAX_BRANCHES */
+    for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
+      if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
+    /* large tiles (fp32 FFMA forward and backward phases) when they give
+     * every SM BIG_PER_SM blocks at least */
+    int big = 0;
+    if (f->tc == 0 && ph < PH_WG) {
+      int bt = 0;
+      for (int i = p0; i < p1; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
+      big = bt >= BIG_PER_SM * nsm;
+    }
+    int blocks, tiles;
+    size_t pf;
+    f->ph_big[ph] = big;
+    plan_phase(pr, p0, p1, nsm, big, occ, &blocks, &tiles, &pf);
+    f->ph[ph][0] = p0, f->ph[ph][1] = p1 - p0, f->ph_blocks[ph] = blocks;
+    for (int i = p0; i < p1; i++) f->ph_blk0[ph][i - p0] = pr[i].blk0;
+    /* split-K scratch: the main stream's phases (F1..B3) run one after
+     * another and share one region; the weight-gradient groups 0..2 (one
+     * after another on the side stream) run beside them: a second region;
+     * group 3 (trunk-1) runs on either stream (step.cu: after B3 on the main
+     * one in a training step), so beside group 2 possibly: a third */
+    if (ph < PH_WG) {
+      part = pf > part ? pf : part;
+      cnt = tiles > cnt ? tiles : cnt;
+    } else if (ph < PH_WG + 3) {
+      part_side = pf > part_side ? pf : part_side;
+      cnt_side = tiles > cnt_side ? tiles : cnt_side;
+    } else {
+      part_t1 = pf, cnt_t1 = tiles;
+    }
+  }
+  for (int ph = PH_WG; ph < GEMM_PHASES; ph++)
+    for (int i = f->ph[ph][0]; i < f->ph[ph][0] + f->ph[ph][1]; i++) {
+      pr[i].poff += (long long)(part / GPART), pr[i].cnt0 += cnt;
+      if (ph == PH_WG + 3) pr[i].poff += (long long)(part_side / GPART), pr[i].cnt0 += cnt_side;
+    }
+  part += part_side + part_t1, cnt += cnt_side + cnt_t1;
+  cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
+  if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
+  if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
+  if (e == cudaSuccess) e = gemm_smem<0>();
+  if (e == cudaSuccess) e = gemm_smem<1>();
+  return (int)e;
+}
+
+/* ---- a phase's launch */
+
+extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn,
+                               cudaStream_t st) {
+  const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
+  const unsigned nb = (unsigned)f->ph_blocks[ph];
+  gidx_t ix;
+  ix.np = f->ph[ph][1];
+  if (ix.np == 0) return 0;
+  memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
+#define GEMM_LAUNCH(TA, TW, TC) \
+  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
+  if (f->ph_big[ph]) {
+    if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
+    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
+  } else if (ph < PH_B1) { /* forward: W pack rows [out][in] */
+    if (f->tc) GEMM_LAUNCH(0, 1, 1);
+    else GEMM_LAUNCH(0, 1, 0);
+  } else if (ph < PH_WG) { /* backward: W pack as [k = out][n = in] */
+    if (f->tc) GEMM_LAUNCH(0, 0, 1);
+    else GEMM_LAUNCH(0, 0, 0);
+  } else { /* weight gradients: A = dY^T */
+    if (f->tc) GEMM_LAUNCH(1, 0, 1);
+    else GEMM_LAUNCH(1, 0, 0);
+  }
+#undef GEMM_LAUNCH
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,97 @@
+/*
+ * learner_cuda.cuh — the CUDA learner's state, shared by its files:
+ * learner_cuda.cu (the backend ops), step.cu (the training step's graph) and
+ * replay.cu (the replay ring's sampling and sum trees). Included by .cu
+ * files only.
+ *
+ * Shapes: B batch, S state_dim, P parameters, N noise length, C capacity,
+ * T = next power of two >= C (tree leaves).
+ */
+#ifndef DQN_CUDA_LEARNER_CUDA_CUH
+#define DQN_CUDA_LEARNER_CUDA_CUH
+
+#include <cuda_runtime.h>
+
+#include "../backend.h"
+#include "dqn_loss.cuh"
+#include "net_forward.cuh"
+
+/* device-resident counters and per-call statistics */
+typedef struct dev_state {
+  unsigned long long step;
+  long long size, head;
+  float max_leaf;
+  float grad_norm, loss_last, beta_last, q_last;
+  double loss_sum, gn_sum, q_sum;
+} dev_state_t;
+
+typedef struct cuda_learner {
+  learner_config_t cfg;
+  net_layout_t L;
+  cudaStream_t st;
+  float *on, *tg, *grad, *m, *v;     /* [P] */
+  float *s, *s2, *r;                 /* replay */
+  int32_t *a;
+  uint8_t *done;
+  long long *ep;
+  float *sum, *mn;                   /* [2T] PER trees */
+  int *own;                          /* [T] PER: the last batch slot that sampled each leaf, -1 between steps */
+  long long T;
+  long long *idx;                    /* [B] */
+  double *norm_scratch;              /* [CUDA_NORM_SCRATCH] */
+  float *prio;                       /* [B] */
+  learner_hparams_t *hp;             /* device copy */
+  dev_state_t *ds;                   /* device */
+  cuda_dqn_ws_t ws;
+  cuda_acts_t act;                   /* Act buffers (grown on demand) */
+  float *act_x, *act_weff, *act_noise;
+  int32_t *act_a;
+  void *staging;                     /* pinned, for submit/act */
+  size_t staging_bytes;
+  cudaGraph_t graph;                 /* step.cu: the captured training step */
+  cudaGraphExec_t exec;
+  /* host mirrors */
+  long long size, head, total;
+  unsigned long long act_count;
+  learner_stats_t last;
+} cuda_learner_t;
+
+/* PER's beta at step t (replay_beta in kernels/cpu/replay.c) */
+static __device__ __forceinline__ float beta_at(const learner_hparams_t *hp, unsigned long long t) {
+  if (hp->per_beta_steps <= 0) return hp->per_beta0;
+  double f = (double)t / (double)hp->per_beta_steps;
+  if (f > 1) f = 1;
+  return (float)(hp->per_beta0 + (1.0 - hp->per_beta0) * f);
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* step.cu: the backend's step op (n training steps: the graph captured on
+ * the first call, replayed after; cfg.cuda_graph = 0 launches each step's
+ * kernels instead), and the graph's release */
+int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen);
+void cuda_step_free(cuda_learner_t *m);
+
+/* replay.cu (the twins of kernels/cpu/replay.c) */
+/* the batch: indices (Philox stream REPLAY, lane = sample; uniform, or
+ * stratified over the sum tree with IS weights), gathered into the
+ * workspace's x = [s; s'], a, r, done, w; adam_fin (may be NULL): where the
+ * step's norm-free AdamW scalars go (optim.cuh), computed beside */
+int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStream_t st);
+/* the sampled leaves' new priorities (loss_i + per_eps)^alpha and their
+ * ancestors; max_leaf updated */
+int cuda_replay_update_priorities(cuda_learner_t *m, cudaStream_t st);
+/* leaves [lo, hi] set to max_leaf, then their ancestors */
+int cuda_replay_add(cuda_learner_t *m, long long lo, long long hi, cudaStream_t st);
+/* every inner node from the leaves (after a load) */
+int cuda_replay_rebuild(cuda_learner_t *m, cudaStream_t st);
+/* empty trees: sums 0, minima +inf, no owners */
+int cuda_replay_init(cuda_learner_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

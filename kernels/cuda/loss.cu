@@ -1,0 +1,203 @@
+/*
+ * loss.cu — the step's loss (step.cuh): dqn_loss_grad's target and loss
+ * (kernels/cpu/loss_impl.h) for every sample and branch at once, from the
+ * forward's log-probabilities, with the dlogits the backward starts from.
+ * Per sample i and branch d: the Double-DQN action a' (the online net on s'
+ * picks, by Q sums serial over z), the C51 projection of the target net's
+ * distribution at a' (c51.cuh: a gather in c51_project's order), the
+ * cross-entropy against the online net's log-probabilities at the taken
+ * action, and dlogits = w_i / (B D) (softmax * sum m - m) at the taken
+ * action minus its mean over actions. Then the batch loss.
+ *
+ * Shapes: logp [3B, AW] (online s, online s', target s'); g2 [B, O2] = dV
+ * [Z] (summed over branches in order) then every dA_d [n_d Z]; loss_i,
+ * qsum_i [B]; best [D, B]. Every output is overwritten.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "c51.cuh"
+#include "cp_async.cuh"
+#include "step.cuh"
+
+#define MAXB LEARNER_MAX_BRANCHES
+
+typedef struct loss_args {
+  int B, Z, AW, O2, D, double_dqn, nmax;
+  int n[MAXB], aoff[MAXB], radix_after[MAXB];
+  float vmin, vmax, gamma;
+  const float *gamma_dev, *logp, *r, *done, *w;
+  const int32_t *a;
+  float *g2, *loss_i, *qsum_i;
+  int32_t *best;
+} loss_args_t;
+
+// kernels
+
+/* Per-warp shared floats of fused_loss_kernel: lt, sel [nmax Z], lps, m, pj,
+ * bj, ez, g, lj [Z], q [nmax]. */
+__host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return 2 * nmax * Z + 7 * Z + nmax; }
+
+/* One block per sample, one warp per branch: the Double-DQN action (Q sums
+ * serial over z, the CPU's order), the C51 projection as a gather (lane z adds
+ * source atoms in ascending j, c51_project's order), cross-entropy and
+ * dlogits; then dV (sum over branches in order), loss_i and the Q sum. */
+__global__ void fused_loss_kernel(loss_args_t a) {
+  extern __shared__ float sh[];
+  __shared__ float ce_s[MAXB], qa_s[MAXB];
+  const int Z = a.Z, d = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i = blockIdx.x, B = a.B;
+  float *g_all = sh; /* [D][Z]: each branch's dlogit at its taken action */
+  float *wsh = sh + (size_t)a.D * Z + (size_t)d * loss_warp_floats(a.nmax, Z);
+  float *lts = wsh, *sels = lts + (size_t)a.nmax * Z, *lps = sels + (size_t)a.nmax * Z;
+  float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
+  int *lj = (int *)(ez + Z);
+  float *q = ez + 2 * Z;
+  float dz = (a.vmax - a.vmin) / (float)(Z - 1);
+  /* this sample's scalars first: their L2 round trips overlap the copies'
+   * instead of each following the arithmetic before its use */
+  const int ai = a.a[i];
+  const float ri = a.r[i], donei = a.done[i], wi = a.w[i];
+  const float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
+  if (d < a.D) {
+    const int n = a.n[d], nz = n * Z;
+    const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
+    const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
+    const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
+    const int ad = (ai / a.radix_after[d]) % n;
+    /* the three rows' copies all in flight at once (cp.async, one wait):
+     * copied one after another they waited out three L2 round trips */
+    {
+      const float *lp_a = lp_s + (size_t)ad * Z;
+      for (int k = lane; k < nz; k += 32) cp_async4(lts + k, lt_s2 + k);
+      if (a.double_dqn)
+        for (int k = lane; k < nz; k += 32) cp_async4(sels + k, lp_s2 + k);
+      for (int k = lane; k < Z; k += 32) cp_async4(lps + k, lp_a + k);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncwarp();
+    /* the probabilities of every (action, atom) by all 32 lanes first (in
+     * place), then each action's Q as the same serial sum over z as before:
+     * a lane per action alone computing its 51 expf was ~1/3 of the kernel */
+    float *sel = a.double_dqn ? sels : lts;
+    for (int k = lane; k < nz; k += 32) sel[k] = expf(sel[k]);
+    __syncwarp();
+    for (int k = lane; k < n; k += 32) {
+      float s = 0.0f;
+#pragma unroll 8
+      for (int z = 0; z < Z; z++) s += sel[k * Z + z] * (a.vmin + dz * (float)z);
+      q[k] = s;
+    }
+    __syncwarp();
+    int bst = 0;
+    for (int k = 1; k < n; k++)
+      if (q[k] > q[bst]) bst = k;
+    if (lane == 0) a.best[(size_t)d * B + i] = bst;
+    float disc = gamma * (1.0f - donei);
+    for (int j = lane; j < Z; j += 32) {
+      pj[j] = a.double_dqn ? expf(lts[bst * Z + j]) : lts[bst * Z + j]; /* lts holds probabilities without */
+      lj[j] = c51_source(ri, disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
+      ez[j] = expf(lps[j]);
+    }
+    __syncwarp();
+    float ce = 0.0f, qa = 0.0f, msum = 0.0f;
+    const float c0 = (ri + disc * a.vmin - a.vmin) / dz; /* b_j before clamping: c0 + disc j */
+    for (int z = lane; z < Z; z += 32) {
+      const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
+      m[z] = acc;
+      ce -= acc * lps[z];
+      qa += ez[z] * (a.vmin + dz * (float)z);
+      msum += acc;
+    }
+    for (int off = 16; off; off >>= 1) {
+      ce += __shfl_xor_sync(0xffffffffu, ce, off);
+      qa += __shfl_xor_sync(0xffffffffu, qa, off);
+      msum += __shfl_xor_sync(0xffffffffu, msum, off);
+    }
+    __syncwarp();
+    float c = wi / ((float)B * (float)a.D);
+    float *g = g_all + (size_t)d * Z;
+    for (int z = lane; z < Z; z += 32) g[z] = c * (ez[z] * msum - m[z]);
+    __syncwarp();
+    float *dA = a.g2 + (size_t)i * a.O2 + Z + a.aoff[d];
+    for (int z = lane; z < Z; z += 32) { /* by atom, then action: no index division */
+      const float gz = g[z], gm = gz / (float)n;
+      for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? gz : 0.0f) - gm;
+    }
+    if (lane == 0) ce_s[d] = ce, qa_s[d] = qa;
+  }
+  __syncthreads();
+  for (int z = threadIdx.x; z < Z; z += blockDim.x) {
+    float v = 0.0f;
+    for (int e = 0; e < a.D; e++) v += g_all[(size_t)e * Z + z];
+    a.g2[(size_t)i * a.O2 + z] = v;
+  }
+  if (threadIdx.x == 0) {
+    float li = 0.0f, qs = 0.0f;
+    for (int e = 0; e < a.D; e++) li = li + ce_s[e] / (float)a.D, qs = qs + qa_s[e];
+    a.loss_i[i] = li;
+    a.qsum_i[i] = qs;
+  }
+}
+
+/* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D): each thread a
+ * strided run in order, then a fixed tree (1024 threads) */
+__global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const float *__restrict__ qsum_i,
+                                        const float *__restrict__ w, int B, int D, float *__restrict__ loss,
+                                        float *__restrict__ q_taken) {
+  __shared__ float sl[1024], sq[1024];
+  float l = 0.0f, q = 0.0f;
+  for (int i = threadIdx.x; i < B; i += blockDim.x) {
+    l += w[i] * loss_i[i];
+    q += qsum_i[i];
+  }
+  sl[threadIdx.x] = l, sq[threadIdx.x] = q;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) sl[threadIdx.x] += sl[threadIdx.x + h], sq[threadIdx.x] += sq[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *loss = sl[0] / (float)B;
+    *q_taken = sq[0] / ((float)B * (float)D);
+  }
+}
+
+// launchers
+
+static size_t loss_smem(const net_layout_t *L, int nmax) {
+  return sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
+}
+
+static int nmax_of(const net_layout_t *L) {
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  return nmax;
+}
+
+extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_of(L)) <= 48 * 1024; }
+
+extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,
+                         const float *r, const float *done, const float *w, const int32_t *a, float *loss_i,
+                         int32_t *best, cudaStream_t st) {
+  loss_args_t la;
+  memset(&la, 0, sizeof la);
+  la.B = B, la.Z = L->Z, la.AW = f->AW, la.O2 = f->O2, la.D = L->D, la.double_dqn = hp->double_dqn;
+  int nmax = 0, radix = 1;
+  for (int d = L->D - 1; d >= 0; d--) la.radix_after[d] = radix, radix *= L->n[d];
+  for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = f->aoff[d], nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev;
+  la.logp = f->logp, la.r = r, la.done = done, la.w = w, la.a = a;
+  la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
+  la.nmax = nmax;
+  fused_loss_kernel<<<B, 32 * L->D, loss_smem(L, nmax), st>>>(la);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
+                               float *q_taken, cudaStream_t st) {
+  fused_batch_loss_kernel<<<1, 1024, 0, st>>>(loss_i, qsum_i, w, B, D, loss, q_taken);
+  return (int)cudaGetLastError();
+}

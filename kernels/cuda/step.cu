@@ -1,0 +1,279 @@
+/*
+ * step.cu — the training step's graph: the twin of cpu_step_one
+ * (kernels/cpu/learner_cpu.c), as launches on two streams, captured once
+ * into a CUDA graph and replayed by Step(n) with no host work per step.
+ * This file owns the side stream, the events, the capture and the order of
+ * the phases; each phase's kernels are in its own file (step.cuh).
+ *
+ *   main stream                         side stream
+ *   ----------------------------------  -----------------------------------
+ *   (fork: ev[5])                       noise, packs (pack.cu)  -> ev[6]
+ *   sample + gather (replay.cu)
+ *   (join ev[6])
+ *   F1..F4, tail (forward.cu)
+ *   loss (loss.cu)               ev[0] batch loss; weight grads group 0 (g2)
+ *   B1                           ev[1] group 1 (g1)
+ *   B2                           ev[2] group 2 (gh)
+ *   B3; group 3 (trunk 1);             gradient norm, all layers but trunk 1
+ *     its part of the norm
+ *   (join ev[4])                        new PER priorities
+ *   AdamW + target update (optim.cu)
+ *                                ev[5] statistics (finish_kernel) -> ev[6]
+ *   (join ev[6])
+ *
+ * The gradient norm in two parts: the other layers' on the side stream
+ * beside B3, once their gradients exist; trunk-1's weight gradient right
+ * after B3 on the main stream, then its part (the norm launch that followed
+ * the join was ~5 µs on the critical path). The last of the norm's blocks
+ * computes the clip scale for AdamW. Shapes whose loss the fused kernels
+ * cannot stage (loss.cu) run the generic kernels (dqn_loss.cu) on the main
+ * stream alone, in the CPU's order.
+ *
+ * Every reduction has one fixed order, so two runs with the same seed are
+ * bit-identical; the graph and the plain launches (cfg.cuda_graph = 0) too.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../philox.h"
+#include "cuda_check.h"
+#include "gemm.cuh"
+#include "learner_cuda.cuh"
+#include "optim.cuh"
+
+// kernels
+
+/* the step's bookkeeping, last in the graph */
+__global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
+                              int prioritized) {
+  if (threadIdx.x || blockIdx.x) return;
+  ds->loss_last = *loss;
+  ds->q_last = *q;
+  ds->beta_last = prioritized ? beta_at(hp, ds->step) : 1.0f;
+  ds->loss_sum += *loss;
+  ds->gn_sum += ds->grad_norm;
+  ds->q_sum += *q;
+  ds->step += 1;
+}
+
+// launchers
+
+/* ---- the phases' buffers, plan, stream and events */
+
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
+                                const float *x) {
+  memset(f, 0, sizeof *f);
+  f->HC = L->VH + L->D * L->AH;
+  f->AW = L->a_width;
+  f->O2 = L->Z + L->a_width;
+  for (int d = 0, o = 0; d < L->D; d++) f->aoff[d] = o, o += L->n[d] * L->Z;
+  if (!cuda_loss_fits(L) || L->Z > LEARNER_MAX_ATOMS) return 0; /* the generic kernels */
+  f->tc = tensor_cores ? 1 : 0;
+  cuda_pack_layout(L, f);
+  /* packs, then every activation of the 3B rows, then the B rows' gradients */
+  const size_t b = (size_t)B;
+  size_t need = (size_t)f->pw.total + 3 * b * f->AW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
+                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total;
+  cudaError_t e;
+  if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
+  float *p = f->mem;
+  f->w_on = p, p += f->pw.total;
+  f->logp = p, p += 3 * b * f->AW;
+  f->h1 = p, p += 3 * b * L->H1;
+  f->h = p, p += 3 * b * L->H2;
+  f->hh = p, p += 3 * b * f->HC;
+  f->O = p, p += 3 * b * f->O2;
+  f->w_tg = p, p += f->pw.total;
+  f->g2 = p, p += b * f->O2;
+  f->g1 = p, p += b * f->HC;
+  f->gh = p, p += b * L->H2;
+  f->gt1 = p;
+  gemm_table_t t; /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
+  memset(&t, 0, sizeof t);
+  int rc;
+  if ((rc = forward_problems(L, f, B, x, &t)) || (rc = backward_problems(L, f, B, x, &t)) ||
+      (rc = gemm_plan(f, &t, gemm_occupancy)))
+    return rc;
+  if ((e = cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking)) != cudaSuccess) return (int)e;
+  for (int i = 0; i < 7; i++)
+    if ((e = cudaEventCreateWithFlags(&f->ev[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
+  f->ok = 1;
+  return 0;
+}
+
+extern "C" void cuda_fused_free(cuda_fused_t *f) {
+  cudaFree(f->mem);
+  cudaFree(f->probs);
+  cudaFree(f->gpart);
+  cudaFree(f->gcnt);
+  for (int i = 0; i < 7; i++)
+    if (f->ev[i]) cudaEventDestroy(f->ev[i]);
+  if (f->side) cudaStreamDestroy(f->side);
+  memset(f, 0, sizeof *f);
+}
+
+/* ---- the loss and gradient */
+
+/* the gradient norm's two parts (optim.cuh's cuda_norm_partial): part 0
+ * over every layer but trunk-1, part 1 over trunk-1's (layer 0: [0, n0)) */
+#define NORM_T1_BLOCKS 8
+static int norm_part(cuda_learner_t *m, int part, cudaStream_t st) {
+  const long long n0 = m->L.layer[1].off_w, P = m->L.n_params;
+  if (part == 0)
+    return cuda_norm_partial(m->grad + n0, P - n0, m->norm_scratch, 0, CUDA_NORM_PARTS - NORM_T1_BLOCKS,
+                             &m->ds->grad_norm, &m->ds->step, m->hp, st);
+  return cuda_norm_partial(m->grad, n0, m->norm_scratch, CUDA_NORM_PARTS - NORM_T1_BLOCKS, NORM_T1_BLOCKS,
+                           &m->ds->grad_norm, &m->ds->step, m->hp, st);
+}
+
+/* Loss and gradient of the batch in ws on the phases: forward and loss on
+ * st, then B1..B3 on st with the batch loss and each weight-gradient group
+ * on the side stream as soon as the gradient it reads exists (each backward
+ * phase is latency-bound, leaving most of the GPU idle), joined before the
+ * return. m: the training step this is part of (NULL: the loss and gradient
+ * alone) — its packs are already enqueued, the gradient norm is split
+ * beside B3 and the new PER priorities follow on the side stream, where they
+ * run beside what the caller enqueues next (it joins again). */
+static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
+                           int noisy, cuda_dqn_ws_t *ws, float *grad, cuda_learner_t *m, cudaStream_t st) {
+  cuda_fused_t *f = &ws->fused;
+  const int B = ws->B;
+  const float sl = hp->slope, *fn = ws->fn_on;
+  cudaStream_t sd = f->side;
+  if (!m) CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
+  CUDA_RET(cuda_forward(L, f, B, sl, grad, fn, st));
+  CUDA_RET(cuda_loss(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, ws->best, st));
+  CUDA_RET(cudaEventRecord(f->ev[0], st));
+  CUDA_RET(cudaStreamWaitEvent(sd, f->ev[0], 0));
+  CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken, sd));
+  CUDA_RET(cuda_weight_grads(f, 0, sl, grad, fn, sd));
+  for (int k = 1; k <= 3; k++) {
+    CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));
+    if (k == 3 && m) {
+      CUDA_RET(norm_part(m, 0, sd));
+      CUDA_RET(cuda_weight_grads(f, 3, sl, grad, fn, st));
+      CUDA_RET(norm_part(m, 1, st));
+      break;
+    }
+    CUDA_RET(cudaEventRecord(f->ev[k], st));
+    CUDA_RET(cudaStreamWaitEvent(sd, f->ev[k], 0));
+    CUDA_RET(cuda_weight_grads(f, k, sl, grad, fn, sd));
+  }
+  CUDA_RET(cudaEventRecord(f->ev[4], sd));
+  CUDA_RET(cudaStreamWaitEvent(st, f->ev[4], 0));
+  if (m && m->cfg.prioritized) CUDA_RET(cuda_replay_update_priorities(m, sd));
+  return 0;
+}
+
+extern "C" int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
+                                  const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t st) {
+  if (ws->fused.ok && grad) return fused_loss_grad(L, hp, online, target, noisy, ws, grad, NULL, st);
+  return cuda_dqn_loss_grad_generic(L, hp, online, target, noisy, ws, grad, st);
+}
+
+/* ---- the training step */
+
+#define DEV(call) CUDA_TRY(call, err, errlen)
+#define LAUNCHED() CUDA_TRY(cudaGetLastError(), err, errlen)
+
+/* the launches of one training step (captured once, or launched directly) */
+static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
+  const learner_config_t *c = &m->cfg;
+  const net_layout_t *L = &m->L;
+  cuda_dqn_ws_t *ws = &m->ws;
+  cuda_fused_t *f = &ws->fused;
+  const cuda_dqn_hp_t hp = {c->hp.gamma, c->v_min, c->v_max, c->leaky_slope, c->double_dqn, &m->hp->gamma};
+  const long long P = L->n_params;
+  if (!f->ok) { /* the generic kernels, one stream */
+    if (c->noisy) {
+      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, L->n_noise, m->st));
+      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, L->n_noise, m->st));
+    }
+    DEV((cudaError_t)cuda_replay_sample(m, NULL, m->st));
+    int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
+    if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
+    DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
+                                             &m->ds->step, m->hp, 0, NULL, m->st));
+    if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
+    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+    LAUNCHED();
+    return 0;
+  }
+  /* the noise and the weight packs need only the parameters, so they run on
+   * the side stream beside the replay sample */
+  cudaStream_t sd = f->side;
+  DEV(cudaEventRecord(f->ev[5], m->st));
+  DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
+  if (c->noisy) {
+    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, L->n_noise, sd));
+    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, L->n_noise, sd));
+  }
+  DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg, sd));
+  DEV(cudaEventRecord(f->ev[6], sd));
+  DEV((cudaError_t)cuda_replay_sample(m, (unsigned *)(m->norm_scratch + CUDA_NORM_PARTS), m->st));
+  DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
+  int rc = fused_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m, m->st);
+  if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
+  /* the norm is done (both parts ordered before this call): AdamW and the
+   * target update; the statistics need the norm, not the update: beside it */
+  DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
+                                           &m->ds->step, m->hp, 2, f->ev[5], m->st));
+  DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
+  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+  LAUNCHED();
+  DEV(cudaEventRecord(f->ev[6], sd));
+  DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
+  return 0;
+}
+
+extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen) {
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  if (m->size < m->cfg.batch) {
+    snprintf(err, errlen, "replay holds %lld transitions, a step needs batch = %d", m->size, m->cfg.batch);
+    return LEARNER_EEMPTY;
+  }
+  const int use_graph = m->cfg.cuda_graph != 0;
+  /* zero the per-call sums: loss_sum, gn_sum, q_sum */
+  double zero[3] = {0, 0, 0};
+  DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
+  if (use_graph && !m->exec && n > 0) {
+    DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue_step(m, err, errlen);
+    cudaGraph_t g;
+    cudaError_t e = cudaStreamEndCapture(m->st, &g);
+    if (rc) return LEARNER_EDEVICE;
+    DEV(e);
+    m->graph = g;
+    DEV(cudaGraphInstantiate(&m->exec, g, 0));
+  }
+  for (int k = 0; k < n; k++) {
+    if (use_graph) {
+      DEV(cudaGraphLaunch(m->exec, m->st));
+    } else if (enqueue_step(m, err, errlen)) {
+      return LEARNER_EDEVICE;
+    }
+  }
+  dev_state_t ds;
+  DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
+  DEV(cudaStreamSynchronize(m->st));
+  learner_stats_t *s = &m->last;
+  s->step = ds.step;
+  s->replay_size = m->size;
+  s->replay_total = m->total;
+  s->steps_run = n;
+  s->loss_mean = n ? (float)(ds.loss_sum / n) : 0;
+  s->loss_last = ds.loss_last;
+  s->grad_norm_mean = n ? (float)(ds.gn_sum / n) : 0;
+  s->grad_norm_last = ds.grad_norm;
+  s->q_mean = n ? (float)(ds.q_sum / n) : 0;
+  s->per_beta = ds.beta_last;
+  if (st) *st = *s;
+  return LEARNER_OK;
+}
+
+extern "C" void cuda_step_free(cuda_learner_t *m) {
+  if (m->exec) cudaGraphExecDestroy(m->exec);
+  if (m->graph) cudaGraphDestroy(m->graph);
+  m->exec = NULL, m->graph = NULL;
+}

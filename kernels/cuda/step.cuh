@@ -1,0 +1,148 @@
+/*
+ * step.cuh — the CUDA training step's loss and gradient as phases (issues 4,
+ * 5 and 13): the twin of dqn_loss_grad_f32 (kernels/cpu/loss_impl.h) in ~14
+ * launches instead of ~60. One file per phase, step.cu ordering them:
+ *
+ *   pack.cu     effective (NoisyNet-composed) weights of the online and
+ *               target networks in nn.Linear layout, W [out][in]; the noise
+ *   gemm.cu     the layer GEMM every phase below runs on: 32 x 64 output
+ *               tiles over all rows at once, operands through a 4-stage
+ *               cp.async ring, split-K for deep and narrow products (64 x 128
+ *               tiles where a phase has two per SM); FFMA, or TF32 mma.sync
+ *               for tensor_cores
+ *   forward.cu  F1..F4, one launch per layer (trunk 1, trunk 2, all head-1
+ *               layers side by side, all head-2 layers; online s and s',
+ *               target s' as problems of one launch), then the tail: dueling
+ *               combine and log-softmax, a warp per (row, branch)
+ *   loss.cu     one block per sample, all branches: Double-DQN action, C51
+ *               projection, cross-entropy, dlogits (dV and every dA_d); the
+ *               batch loss
+ *   backward.cu B1..B3, input gradients through head 2, head 1 and trunk 2
+ *               (pre-activation gradients kept), and every weight, bias and
+ *               NoisyNet sigma gradient: the same GEMM with A = dY^T, in four
+ *               groups by the gradient they read (g2, g1, gh, gt1)
+ *   step.cu     the step graph: the side stream and events, the order of
+ *               the phases (the weight-gradient groups on the side stream
+ *               beside B1..B3), the capture of a training step
+ *
+ * Every sum has one fixed order (the only atomics are split-K arrival
+ * counters; the last part to arrive adds the parts in split order), so reruns
+ * are bit-identical. The history of the kernels (row tiles, clusters,
+ * 3xTF32, ...) is in kernels/dev/README.md and DEVICE_NOTES.md.
+ *
+ * Why a launch per layer: a sample's loss needs its online-s, online-s' and
+ * target-s' rows, which come from different blocks, and the parameter
+ * gradients reduce over the whole batch; a block that runs the whole network
+ * for a few rows is one long latency-bound chain (kernels/dev/DEVICE_NOTES.md
+ * items 16-23), so each layer gets the whole GPU instead.
+ *
+ * Shapes: B batch, S state, H1/H2 trunk, VH/AH head widths, HC = VH + D*AH
+ * (all head hidden units side by side), Z atoms, AW = sum_d n_d Z (all
+ * advantage outputs), O2 = Z + AW (value then advantage outputs of the second
+ * head layers).
+ */
+#ifndef DQN_CUDA_STEP_CUH
+#define DQN_CUDA_STEP_CUH
+
+#include <cuda_runtime.h>
+
+#include "net_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* offsets (floats) of one packed network (pack.cu) */
+typedef struct fused_pack_layout {
+  long long t1, t2, hc1, hc2;     /* weights */
+  long long bt1, bt2, bhc1, bhc2; /* biases */
+  long long total;
+} fused_pack_layout_t;
+
+/* layer-GEMM phases: F1..F4, B1..B3, then the weight gradients in four
+ * groups by the gradient they read (g2, g1, gh, gt1: each starts as soon as
+ * the backward phase that writes it is done) */
+#define GEMM_PHASES 11
+#define GEMM_MAXP 40 /* problems in one phase at most (2 x (1 + LEARNER_MAX_BRANCHES) + 4) */
+enum { PH_F1 = 0, PH_B1 = 4, PH_WG = 7 }; /* F_k = PH_F1 + k - 1, B_k = PH_B1 + k - 1, group g = PH_WG + g */
+
+typedef struct cuda_fused {
+  int ok;                     /* 1: shapes fit; the fused path can run */
+  int tc;                     /* arithmetic: 0 fp32 FFMA, 1 TF32 mma.sync (tensor_cores) */
+  int HC, O2, AW;
+  int aoff[LEARNER_MAX_BRANCHES]; /* branch d's first advantage output: sum_{e<d} n_e Z */
+  fused_pack_layout_t pw;     /* the W [out][in] packs */
+  float *mem;
+  float *w_on, *w_tg;         /* packs: online, target */
+  float *logp;                /* [3B, AW] online s, online s', target s' */
+  float *h1, *h, *hh;         /* activations [3B,H1], [3B,H2], [3B,HC] (the backward reads the first B rows) */
+  float *O;                   /* [3B, O2] second head layers' outputs */
+  float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
+  void *probs;                /* device array of every phase's matrix products (gemm.cu) */
+  int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
+  int ph_blocks[GEMM_PHASES]; /* blocks per phase */
+  int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 tiles */
+  int ph_blk0[GEMM_PHASES][GEMM_MAXP]; /* each problem's first block: the launch's lookup table */
+  float *gpart;               /* split-K partial sums */
+  int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
+  /* step.cu: the weight-gradient groups and the batch loss run on a second
+   * stream beside the backward (forked and joined inside each step) */
+  cudaStream_t side;
+  cudaEvent_t ev[7];          /* loss done, B1 done, B2 done, B3 done, side stream done; step start, packs done */
+} cuda_fused_t;
+
+typedef struct cuda_dqn_hp {
+  float gamma, v_min, v_max, slope;
+  int double_dqn;
+  const float *gamma_dev; /* if set, gamma is read from device memory (graphs: no re-capture) */
+} cuda_dqn_hp_t;
+
+/* step.cu. Sets up the phases for batch B (f->ok = 0 when the loss kernel
+ * cannot stage these shapes: the generic kernels of dqn_loss.cu run then); x
+ * is the workspace's [2B, S] input (s then s'). tensor_cores: TF32 arithmetic.
+ * gemm_occupancy: blocks per SM the split-K planner aims for (the config's
+ * cuda_gemm_occupancy). 0 or a cudaError_t. */
+int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
+                     const float *x);
+void cuda_fused_free(cuda_fused_t *f);
+
+/* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff set) */
+void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
+/* both networks' effective weights into f's packs; the noise fn_on / fn_tg
+ * (already f-transformed) composed when noisy */
+int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
+                      int noisy, const float *fn_on, const float *fn_tg, cudaStream_t st);
+/* NoisyNet noise: N(0,1) from Philox (seed, stream, counter = *step, or
+ * act_counter when use_act_counter), lane = element / 4, then f(x) = sign(x)
+ * sqrt|x| into eps [n] */
+int cuda_noise(const unsigned long long *step, unsigned long long seed, unsigned stream, int use_act_counter,
+               unsigned long long act_counter, float *eps, long long n, cudaStream_t st);
+
+/* gemm.cu: one layer-GEMM phase (PH_F1 + 0..3, PH_B1 + 0..2, PH_WG + 0..3);
+ * grad and fn: the weight gradients' output and NoisyNet noise */
+int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st);
+
+/* forward.cu: F1..F4 and the tail, rows of x into f->logp */
+int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B, float slope, float *grad, const float *fn,
+                 cudaStream_t st);
+
+/* loss.cu: 1 when the loss kernel can stage L's shapes (48 KB of shared
+ * memory per block) */
+int cuda_loss_fits(const net_layout_t *L);
+/* the loss of every sample from f->logp: loss_i [B] and the Q sums qsum_i
+ * [B] (at loss_i + B), best [D, B], and dlogits into f->g2 */
+int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
+              const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);
+/* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D) */
+int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
+                    float *q_taken, cudaStream_t st);
+
+/* backward.cu: B_k (k = 1..3) and the weight-gradient group g (0..3: the
+ * layers whose output gradient is g2, g1, gh, gt1) */
+int cuda_backward(const cuda_fused_t *f, int k, float slope, float *grad, const float *fn, cudaStream_t st);
+int cuda_weight_grads(const cuda_fused_t *f, int g, float slope, float *grad, const float *fn, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
