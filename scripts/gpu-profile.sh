@@ -9,6 +9,6 @@ ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "ncu not found"; exit 1; }
 [ -d .devcarry/bin ] || { [ -f .devcarry/bin.tar.xz ] && tar -C .devcarry -xJf .devcarry/bin.tar.xz; }
 bench=build/tests/bench/bench-gpu-step; [ -x .devcarry/bin/bench-gpu-step ] && bench=.devcarry/bin/bench-gpu-step
-DQN_CUDA_NO_GRAPH=1 BENCH_PROFILE_MODE=$MODE "$ncu" --clock-control none --cache-control ${CACHE:-none} --metrics gpu__time_duration.sum \
+BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=$MODE "$ncu" --clock-control none --cache-control ${CACHE:-none} --metrics gpu__time_duration.sum \
   --launch-skip ${SKIP:-400} --launch-count ${COUNT:-40} "$bench" "$B" 3 2>&1 |
   awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%-40s %10s %s\n", substr(k,1,40), $NF, $(NF-1)}'

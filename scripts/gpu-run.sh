@@ -10,7 +10,9 @@ out=${OUT:-gpu-logs}; mkdir -p "$out"
 bin=build/tests; [ -d .devcarry/bin ] && bin=.devcarry/bin  # stripped copies from gpu-prepare.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 pass=0; fail=0; skip=0
+[ "${SKIP_SUITE:-0}" = 1 ] && echo "gpu suite skipped (SKIP_SUITE=1)"
 for t in $bin/test-gpu-*; do
+  [ "${SKIP_SUITE:-0}" = 1 ] && break
   [ -x "$t" ] || continue
   name=$(basename "$t")
   "$t" > "$out/$name.log" 2>&1; rc=$?
@@ -22,12 +24,25 @@ bench=$bin/bench-gpu-step; [ -x "$bench" ] || bench=build/tests/bench/bench-gpu-
 if [ "${1:-}" = --peer ] && [ -x "$bench" ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-gpu.log"
   "$bench" 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-gpu.log"
+  # a previous build's bench (OLD_BENCH=path), in the same call: the regression check
+  if [ -n "${OLD_BENCH:-}" ] && [ -x "$OLD_BENCH" ]; then
+    echo "previous build ($OLD_BENCH):" | tee "$out/bench-old.log"
+    "$OLD_BENCH" 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-old.log"
+  fi
 fi
 if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}
   PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'
   if [ "${PEER_TF32:-0}" = 1 ]; then
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
+  fi
+fi
+# the JAX peer (jit + lax.scan of PEER_UNROLL steps per call), fp32 and with PEER_TF32=1 TF32
+if [ "${1:-}" = --peer ] && [ "${PEER_JAX:-0}" = 1 ] && [ -f .devcarry/anchor_jax_bdq.py ]; then
+  u=${PEER_UNROLL:-50}; steps=${PEER_STEPS:-200}
+  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_jax_bdq.py --steps "$steps" --unroll "$u" --json "$out/jax_fp32.json" 2>&1 | tee "$out/jax_fp32.log" | grep -E '^B=|^jax|Error'
+  if [ "${PEER_TF32:-0}" = 1 ]; then
+    PYTHONUNBUFFERED=1 python3 .devcarry/anchor_jax_bdq.py --steps "$steps" --unroll "$u" --tf32 --json "$out/jax_tf32.json" 2>&1 | tee "$out/jax_tf32.log" | grep -E '^B=|^jax|Error'
   fi
 fi
 if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && [ -f "$out/peer_fp32.json" ]; then
