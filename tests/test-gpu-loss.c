@@ -4,7 +4,10 @@
  * losses within 1e-5 relative, the same Double-DQN actions, every gradient
  * block within 1e-4 relative (||g - g*|| / ||g*||), NoisyNet on and off,
  * Double DQN on and off, done flags both ways, odd shapes; and a second GPU
- * run bit-identical to the first. Every case runs through the generic
+ * run bit-identical to the first. Where an fp32 gradient block misses 1e-4
+ * against the fp32 CPU (a nearly cancelling sum over thousands of rows), the
+ * oracle becomes the double instance of the CPU code, and the GPU must be as
+ * close to it as the fp32 CPU is (within 2x). Every case runs through the generic
  * kernels (kernels/cuda/dqn_loss.cu) and the step's phases
  * (kernels/cuda/step.cuh) in fp32 and in TF32 (tensor_cores, TF32
  * tolerances); the two large-batch cases are the shapes whose phases run the
@@ -31,6 +34,27 @@ typedef struct {
   int S, H1, H2, VH, AH, Z, nb, br[4], B, noisy, double_dqn;
   int big; /* 1: large enough for the 64 x 128 tiles in every fp32 phase (versions 1 and 2 only) */
 } gcase_t;
+
+/* the gradient of the same inputs by the double instance of the CPU code */
+static double *grad_f64(const net_layout_t *L, const dqn_hp_f32_t *hp, const float *on, const float *tg,
+                        const float *fo, const float *ft, const dqn_ws_f32_t *cw, int B, int S) {
+  int64_t P = L->n_params, N = L->n_noise ? L->n_noise : 1;
+  double *on64 = malloc(sizeof(double) * (size_t)P), *tg64 = malloc(sizeof(double) * (size_t)P);
+  double *g = malloc(sizeof(double) * (size_t)P), *fo64 = malloc(sizeof(double) * (size_t)N),
+         *ft64 = malloc(sizeof(double) * (size_t)N);
+  for (int64_t i = 0; i < P; i++) on64[i] = on[i], tg64[i] = tg[i];
+  for (int64_t i = 0; fo && i < N; i++) fo64[i] = fo[i], ft64[i] = ft[i];
+  dqn_ws_f64_t w;
+  ck_assert_int_eq(dqn_ws_alloc_f64(&w, L, B), 0);
+  for (int64_t i = 0; i < 2 * (int64_t)B * S; i++) w.x[i] = cw->x[i];
+  for (int i = 0; i < B; i++) w.a[i] = cw->a[i], w.r[i] = cw->r[i], w.done[i] = cw->done[i], w.w[i] = cw->w[i];
+  dqn_hp_f64_t h = {hp->gamma, hp->v_min, hp->v_max, hp->slope, hp->double_dqn};
+  double qm;
+  dqn_loss_grad_f64(L, &h, on64, tg64, fo ? fo64 : NULL, fo ? ft64 : NULL, &w, g, &qm);
+  dqn_ws_free_f64(&w);
+  free(on64), free(tg64), free(fo64), free(ft64);
+  return g;
+}
 
 static void run(const gcase_t *k, uint64_t seed, int version) {
   learner_config_t c;
@@ -83,6 +107,7 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   dqn_hp_f32_t hp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn};
   float qm;
   float loss = dqn_loss_grad_f32(&L, &hp, on, tg, k->noisy ? fo : NULL, k->noisy ? ft : NULL, &cw, gc, &qm);
+  double *g64 = NULL; /* the same gradient in double, computed when a block needs it (below) */
 
   /* GPU */
   cuda_dqn_ws_t gw;
@@ -153,9 +178,26 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
         y[j] = gc[offs[bk] + j];
       }
       e = tu_rel_err(x, y, cnts[bk], &worst);
+      if (e > tol_grad && !tf32) {
+        /* Two fp32 sums over thousands of rows in different orders can differ by
+         * more than 1e-4 where a gradient block nearly cancels. Then the oracle
+         * is the double-precision instance of the same CPU code: the GPU must
+         * be as close to it as the fp32 CPU is (within 2x), or within tol_grad. */
+        if (!g64) g64 = grad_f64(&L, &hp, on, tg, k->noisy ? fo : NULL, k->noisy ? ft : NULL, &cw, B, S);
+        double *z = malloc(sizeof(double) * (size_t)cnts[bk]);
+        for (int64_t j = 0; j < cnts[bk]; j++) z[j] = g64[offs[bk] + j];
+        int64_t w2;
+        double e_gpu = tu_rel_err(x, z, cnts[bk], &w2), e_cpu = tu_rel_err(y, z, cnts[bk], &w2);
+        free(z);
+        printf("%s: %s.%s: fp32 GPU vs CPU %.3g; against double: GPU %.3g, CPU fp32 %.3g\n", k->what, l->name,
+               nm[bk], e, e_gpu, e_cpu);
+        ck_assert_msg(e_gpu <= tol_grad || e_gpu <= 2 * e_cpu, "%s: %s.%s rel err against double %.3g (CPU fp32 %.3g)",
+                      k->what, l->name, nm[bk], e_gpu, e_cpu);
+        e = e_gpu;
+      } else
+        ck_assert_msg(e <= tol_grad, "%s: %s.%s rel err %.3g (worst %lld: %.8g vs %.8g)", k->what, l->name, nm[bk], e,
+                      (long long)worst, x[worst], y[worst]);
       if (e > worst_grad) worst_grad = e;
-      ck_assert_msg(e <= tol_grad, "%s: %s.%s rel err %.3g (worst %lld: %.8g vs %.8g)", k->what, l->name, nm[bk], e,
-                    (long long)worst, x[worst], y[worst]);
     }
   }
   /* rerun: same bits */
@@ -173,6 +215,7 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   dqn_ws_free_f32(&cw);
   cudaFree(don), cudaFree(dtg), cudaFree(dgrad);
   free(on), free(tg), free(gc), free(gg), free(gg2), free(fo), free(ft), free(tmp), free(li), free(best), free(x), free(y), free(u);
+  free(g64);
 }
 
 static const gcase_t cases[] = {
