@@ -13,7 +13,7 @@
  * F_ANY_STATE: runs on a trainer in an error state too.
  * The queues, workers and internal jobs are the trainer module's (trainer.c).
  */
-#include "dispatch.h"
+#include "dispatch_impl.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -27,42 +27,23 @@
 #include "log.h"
 #include "trainer.h"
 
-#define PROTOCOL_VERSION 1u
-#define ACT_MAX_STATES (1 << 20)
-#define FETCH_DEFAULT_BYTES (4u << 20)
-
-typedef Dqnd__V1__Request req_t;
-typedef Dqnd__V1__Reply rep_t;
-
-enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16 };
-
-typedef struct cmd {
-  const char *name;
-  int flags;
-  const char *(*get_name)(const req_t *r); /* trainer name, or NULL */
-  /* 0, or a code with err set; runs on the nng thread; j->t is the trainer
-   * (F_TRAINER), and what it parses goes into j */
-  int (*check)(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
-  trainer_job_fn run;
-} cmd_t;
-
 /* ------------------------------------------------------------- helpers */
 
-static void reply_ok(rpc_call_t *c, rep_t *r) {
+void dispatch_reply_ok(rpc_call_t *c, rep_t *r) {
   Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
   r->status = &st;
   rpc_reply(c, r);
 }
 
-static void reply_done(rpc_call_t *c) {
+void dispatch_reply_done(rpc_call_t *c) {
   Dqnd__V1__Empty e = DQND__V1__EMPTY__INIT;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_DONE;
   r.done = &e;
-  reply_ok(c, &r);
+  dispatch_reply_ok(c, &r);
 }
 
-static int learner_code(int rc) {
+int dispatch_learner_code(int rc) {
   switch (rc) {
   case LEARNER_EINVAL: return DQND__V1__CODE__INVALID_ARGUMENT;
   case LEARNER_ENOMEM: return DQND__V1__CODE__RESOURCE_EXHAUSTED;
@@ -130,7 +111,7 @@ static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learne
   ti->info.branches = ti->branches;
 }
 
-static learner_backend_t parse_backend(const char *b, int *ok) {
+learner_backend_t dispatch_parse_backend(const char *b, int *ok) {
   *ok = 1;
   if (!b || !*b || !strcmp(b, "auto")) return LEARNER_BACKEND_AUTO;
   if (!strcmp(b, "cpu")) return LEARNER_BACKEND_CPU;
@@ -195,7 +176,7 @@ static void run_health(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_HEALTH;
   r.health = &h;
-  reply_ok(j->c, &r);
+  dispatch_reply_ok(j->c, &r);
 }
 
 static void run_server_info(trainer_job_t *j) {
@@ -215,7 +196,7 @@ static void run_server_info(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_SERVER_INFO;
   r.server_info = &i;
-  reply_ok(j->c, &r);
+  dispatch_reply_ok(j->c, &r);
 }
 
 static void run_list(trainer_job_t *j) {
@@ -246,12 +227,12 @@ static void run_list(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_LIST;
   r.list = &l;
-  reply_ok(c, &r);
+  dispatch_reply_ok(c, &r);
   for (int i = 0; i < n; i++) trainer_put(ts[i]);
   free(ts), free(ti), free(ptr);
 }
 
-static void reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
+void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   tinfo_t *ti = calloc(1, sizeof *ti);
   if (!ti) {
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
@@ -268,7 +249,7 @@ static void reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_TRAINER;
   r.trainer = &ti->info;
-  reply_ok(c, &r);
+  dispatch_reply_ok(c, &r);
   free(ti);
 }
 
@@ -276,7 +257,7 @@ static void reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
 static int check_create(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__CreateTrainer *m = r->create_trainer;
   int ok;
-  j->backend = parse_backend(m->backend, &ok);
+  j->backend = dispatch_parse_backend(m->backend, &ok);
   if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
   return config_from_fields(m->config, m->n_config, &j->cfg, err, errlen);
 }
@@ -292,7 +273,7 @@ static void run_create(trainer_job_t *j) {
   if (t) {
     int same = t->cfg_hash == learner_config_hash(cfg);
     if (same)
-      reply_trainer(c, t, 0);
+      dispatch_reply_trainer(c, t, 0);
     else
       rpc_reply_error(c, DQND__V1__CODE__ALREADY_EXISTS,
                       "name: trainer '%s' exists with a different config (hash %016" PRIx64 ")", m->name, t->cfg_hash);
@@ -313,7 +294,7 @@ static void run_create(trainer_job_t *j) {
   learner_t *l;
   int rc = learner_create(cfg, be, &l, err, sizeof err);
   if (rc) {
-    rpc_reply_error(c, learner_code(rc), "%s", err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   int code = trainer_register(s, m->name, l, cfg, 0, &t, err, sizeof err);
@@ -324,11 +305,10 @@ static void run_create(trainer_job_t *j) {
   }
   log_info(t->name, "created: %s backend, %lld parameters, replay %lld", learner_backend_name(be),
            (long long)learner_config_num_params(cfg), (long long)cfg->replay_capacity);
-  reply_trainer(c, t, 1);
+  dispatch_reply_trainer(c, t, 1);
   trainer_put(t);
 }
 
-static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info);
 
 static void run_destroy(trainer_job_t *j) {
   trainer_t *t = j->t;
@@ -349,9 +329,9 @@ static void run_destroy(trainer_job_t *j) {
   log_info(t->name, "destroyed");
   if (m->save_final) {
     snprintf(info.path, sizeof info.path, "%.*s/%s", (int)(sizeof info.path - sizeof info.id - 2), moved, info.id);
-    reply_checkpoint(c, &info);
+    dispatch_reply_checkpoint(c, &info);
   } else
-    reply_done(c);
+    dispatch_reply_done(c);
 }
 
 /* every array's length, then the values (the learner's check); the arrays go to j->tr */
@@ -384,7 +364,7 @@ static void run_submit(trainer_job_t *j) {
   int rc = learner_submit_checked(t->l, &j->tr, err, sizeof err); /* check_submit validated it */
   if (rc) {
     trainer_note_error(t, rc, err);
-    rpc_reply_error(c, learner_code(rc), "%s", err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   learner_stats_t st;
@@ -396,7 +376,7 @@ static void run_submit(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_SUBMIT;
   r.submit = &sr;
-  reply_ok(c, &r); /* frees the request (j->tr with it); the driver goes on streaming while this worker trains */
+  dispatch_reply_ok(c, &r); /* frees the request (j->tr with it); the driver goes on streaming while this worker trains */
   trainer_train_continuous(t, inserted, st.replay_size);
 }
 
@@ -414,7 +394,7 @@ static void run_step(trainer_job_t *j) {
   int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
   if (rc) {
     trainer_note_error(t, rc, err);
-    rpc_reply_error(c, learner_code(rc), "%s", err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   Dqnd__V1__TrainerStats ps;
@@ -424,7 +404,7 @@ static void run_step(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_STEP;
   r.step = &sr;
-  reply_ok(c, &r);
+  dispatch_reply_ok(c, &r);
 }
 
 static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
@@ -465,7 +445,7 @@ static void run_act(trainer_job_t *j) {
   if (rc) {
     trainer_note_error(t, rc, err);
     free(a), free(q);
-    rpc_reply_error(c, learner_code(rc), "%s", err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   Dqnd__V1__ActResult ar = DQND__V1__ACT_RESULT__INIT;
@@ -479,7 +459,7 @@ static void run_act(trainer_job_t *j) {
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_ACT;
   r.act = &ar;
-  reply_ok(c, &r);
+  dispatch_reply_ok(c, &r);
   free(a), free(q);
 }
 
@@ -492,8 +472,8 @@ static int check_sync(const req_t *r, trainer_job_t *j, char *err, size_t errlen
 static void run_sync(trainer_job_t *j) {
   rpc_call_t *c = j->c;
   int rc = learner_sync_target(j->t->l, rpc_request(c)->sync_target->tau);
-  if (rc) rpc_reply_error(c, learner_code(rc), "tau: rejected by the learner");
-  else reply_done(c);
+  if (rc) rpc_reply_error(c, dispatch_learner_code(rc), "tau: rejected by the learner");
+  else dispatch_reply_done(c);
 }
 
 /* Names and values, parsed once into j->cfg (the fields given in j->fields)
@@ -537,282 +517,15 @@ static void run_hparams(trainer_job_t *j) {
   char err[512];
   int rc = learner_set_hparams(t->l, &now.hp, err, sizeof err);
   if (rc) {
-    rpc_reply_error(c, learner_code(rc), "%s", err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   log_info(t->name, "hyperparameters changed (%d fields)", j->n_fields);
   trainer_snapshot(t, 1); /* the reply shows the new values */
-  reply_trainer(c, t, 0);
+  dispatch_reply_trainer(c, t, 0);
 }
 
-static void reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
-  Dqnd__V1__CheckpointInfo ci = DQND__V1__CHECKPOINT_INFO__INIT;
-  ci.checkpoint = (char *)info->id;
-  ci.path = (char *)info->path;
-  ci.bytes = info->bytes;
-  ci.crc32 = info->crc32;
-  ci.step = info->step;
-  ci.seq = info->seq;
-  ci.mtime_unix = info->mtime;
-  rep_t r = DQND__V1__REPLY__INIT;
-  r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINT;
-  r.checkpoint = &ci;
-  reply_ok(c, &r);
-}
-
-static void run_save(trainer_job_t *j) {
-  rpc_call_t *c = j->c;
-  ckpt_info_t info;
-  char err[512];
-  if (trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err))
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
-  else reply_checkpoint(c, &info);
-}
-
-static void run_list_checkpoints(trainer_job_t *j) {
-  trainer_t *t = j->t;
-  rpc_call_t *c = j->c;
-  ckpt_info_t *all;
-  int n;
-  if (ckpt_list(t->dir, &all, &n)) {
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot read trainer '%s''s checkpoint directory", t->name);
-    return;
-  }
-  Dqnd__V1__CheckpointInfo *ci = calloc((size_t)(n ? n : 1), sizeof *ci);
-  Dqnd__V1__CheckpointInfo **ptr = calloc((size_t)(n ? n : 1), sizeof *ptr);
-  if (!ci || !ptr) {
-    free(all), free(ci), free(ptr);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  for (int i = 0; i < n; i++) {
-    dqnd__v1__checkpoint_info__init(&ci[i]);
-    ci[i].checkpoint = all[i].id;
-    ci[i].path = all[i].path;
-    ci[i].bytes = all[i].bytes;
-    ci[i].crc32 = all[i].crc32;
-    ci[i].step = all[i].step;
-    ci[i].seq = all[i].seq;
-    ci[i].mtime_unix = all[i].mtime;
-    ptr[i] = &ci[i];
-  }
-  Dqnd__V1__ListCheckpointsResult lr = DQND__V1__LIST_CHECKPOINTS_RESULT__INIT;
-  lr.n_checkpoints = (size_t)n;
-  lr.checkpoints = ptr;
-  rep_t r = DQND__V1__REPLY__INIT;
-  r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINTS;
-  r.checkpoints = &lr;
-  reply_ok(c, &r);
-  free(all), free(ci), free(ptr);
-}
-
-static int check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
-  const char *id = r->fetch_checkpoint->checkpoint;
-  if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), 3;
-  return 0;
-}
-
-static void run_fetch(trainer_job_t *j) {
-  server_t *s = j->s;
-  trainer_t *t = j->t;
-  rpc_call_t *c = j->c;
-  const Dqnd__V1__FetchCheckpoint *m = rpc_request(c)->fetch_checkpoint;
-  ckpt_info_t info;
-  char err[512];
-  if (ckpt_find(t->dir, m->checkpoint, &info, err, sizeof err)) {
-    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "%s", err);
-    return;
-  }
-  if (m->offset > info.bytes) {
-    rpc_reply_error(c, DQND__V1__CODE__OUT_OF_RANGE, "offset: %llu is past the end (%llu bytes)",
-                    (unsigned long long)m->offset, (unsigned long long)info.bytes);
-    return;
-  }
-  uint64_t cap = (uint64_t)s->opts.max_message_bytes - 4096, want = m->max_bytes ? m->max_bytes : FETCH_DEFAULT_BYTES;
-  if (want > cap) want = cap;
-  if (want > info.bytes - m->offset) want = info.bytes - m->offset;
-  uint8_t *buf = malloc(want ? want : 1);
-  size_t got = 0;
-  if (!buf || ckpt_read_chunk(&info, m->offset, buf, want, &got) || got != want) {
-    free(buf);
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "checkpoint: reading %s failed", info.id);
-    return;
-  }
-  Dqnd__V1__CheckpointChunk ch = DQND__V1__CHECKPOINT_CHUNK__INIT;
-  ch.checkpoint = info.id;
-  ch.offset = m->offset;
-  ch.total = info.bytes;
-  ch.data.data = buf;
-  ch.data.len = got;
-  ch.crc32 = info.crc32;
-  rep_t r = DQND__V1__REPLY__INIT;
-  r.result_case = DQND__V1__REPLY__RESULT_CHUNK;
-  r.chunk = &ch;
-  reply_ok(c, &r);
-  free(buf);
-}
-
-/* --------------------------------------------------------- LoadCheckpoint */
-
-struct upload {
-  upload_t *next;
-  char name[65];
-  uint8_t *data;
-  uint64_t n, total;
-};
-
-/* the backend goes to j->backend */
-static int check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
-  const server_t *s = j->s;
-  const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
-  int ok;
-  j->backend = parse_backend(m->backend, &ok);
-  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
-  int has_path = m->path && m->path[0];
-  if (has_path == (m->data.len > 0 || m->total > 0))
-    return snprintf(err, errlen, "path: give either path or data chunks, not %s", has_path ? "both" : "neither"), 3;
-  if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset + m->data.len > m->total))
-    return snprintf(err, errlen, "total: %llu bytes (chunk at %llu + %zu) is inconsistent or too large",
-                    (unsigned long long)m->total, (unsigned long long)m->offset, m->data.len),
-           3;
-  return 0;
-}
-
-static void run_swap(trainer_job_t *j);
-
-/* admin worker: assemble uploads, build the learner, then create or hand it to the trainer */
-static void run_load(trainer_job_t *j0) {
-  server_t *s = j0->s;
-  rpc_call_t *c = j0->c;
-  const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
-  char err[512];
-  learner_t *l = NULL;
-  learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
-  if (m->path && m->path[0]) {
-    int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
-    if (lrc) {
-      rpc_reply_error(c,
-                      lrc == CKPT_ENOENT   ? DQND__V1__CODE__NOT_FOUND
-                      : lrc == CKPT_EACCES ? DQND__V1__CODE__PERMISSION_DENIED
-                                           : DQND__V1__CODE__DATA_LOSS,
-                      "%s", err);
-      return;
-    }
-  } else {
-    pthread_mutex_lock(&s->up_mu);
-    upload_t **pp = &s->uploads, *u;
-    while (*pp && strcmp((*pp)->name, m->name)) pp = &(*pp)->next;
-    u = *pp;
-    if (m->offset == 0) { /* a new upload replaces an unfinished one */
-      if (u) {
-        *pp = u->next;
-        free(u->data);
-        free(u);
-      }
-      u = calloc(1, sizeof *u);
-      if (u) u->data = malloc(m->total ? m->total : 1);
-      if (!u || !u->data) {
-        if (u) free(u);
-        pthread_mutex_unlock(&s->up_mu);
-        rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "total: cannot hold %llu bytes",
-                        (unsigned long long)m->total);
-        return;
-      }
-      snprintf(u->name, sizeof u->name, "%s", m->name);
-      u->total = m->total;
-      u->next = s->uploads;
-      s->uploads = u;
-    } else if (!u || u->n != m->offset || u->total != m->total) {
-      pthread_mutex_unlock(&s->up_mu);
-      rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
-                      (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
-      return;
-    }
-    memcpy(u->data + u->n, m->data.data, m->data.len);
-    u->n += m->data.len;
-    if (!m->last) {
-      pthread_mutex_unlock(&s->up_mu);
-      reply_done(c);
-      return;
-    }
-    /* last chunk: detach the upload and load it */
-    for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
-    *pp = u->next;
-    pthread_mutex_unlock(&s->up_mu);
-    int bad = u->n != u->total;
-    if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
-    else if (learner_crc32(0, u->data, u->n) != m->crc32) {
-      bad = 1;
-      snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
-    } else if (ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err))
-      bad = 1;
-    free(u->data);
-    free(u);
-    if (bad) {
-      rpc_reply_error(c, DQND__V1__CODE__DATA_LOSS, "%s", err);
-      return;
-    }
-  }
-  if (m->create) {
-    learner_config_t cfg = *learner_config(l);
-    trainer_t *t;
-    int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
-    if (code) {
-      learner_destroy(l);
-      rpc_reply_error(c, code, "%s", err);
-      return;
-    }
-    log_info(t->name, "created from a checkpoint at step %llu", (unsigned long long)t->stats.step);
-    reply_trainer(c, t, 1);
-    trainer_put(t);
-    return;
-  }
-  trainer_t *t = trainer_get(s, m->name);
-  if (!t) {
-    learner_destroy(l);
-    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
-    return;
-  }
-  if (!learner_config_same_shape(&t->cfg, learner_config(l))) {
-    learner_destroy(l);
-    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION,
-                    "path: the checkpoint's shapes differ from trainer '%s' (create a new trainer from it instead)", m->name);
-    trainer_put(t);
-    return;
-  }
-  trainer_job_t *j = trainer_job_new(s, t, c, run_swap); /* t's reference is the job's from here */
-  if (!j) {
-    learner_destroy(l);
-    trainer_put(t);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  j->loaded = l;
-  j->any_state = 1; /* a good state replaces an errored one */
-  int rc = trainer_enqueue(j);
-  if (rc) {
-    trainer_job_free(j); /* the learner and the reference */
-    rpc_reply_error(c, rc == WORKQ_FULL ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__UNAVAILABLE,
-                    "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
-  }
-}
-
-/* trainer worker: swap in the learner the admin worker built */
-static void run_swap(trainer_job_t *j) {
-  trainer_t *t = j->t;
-  learner_t *old = t->l;
-  t->l = j->loaded;
-  j->loaded = NULL;
-  learner_destroy(old);
-  pthread_mutex_lock(&t->mu);
-  t->error[0] = 0; /* a good state replaces an errored one */
-  pthread_mutex_unlock(&t->mu);
-  log_info(t->name, "state replaced from a checkpoint");
-  trainer_snapshot(t, 1);
-  reply_trainer(j->c, t, 0);
-}
-
-static void run_stats(trainer_job_t *j) { reply_trainer(j->c, j->t, 0); }
+static void run_stats(trainer_job_t *j) { dispatch_reply_trainer(j->c, j->t, 0); }
 
 /* ------------------------------------------------------------------ table */
 
@@ -830,13 +543,13 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_SYNC_TARGET] = {"SyncTarget", F_QUEUE | F_TRAINER, name_sync, check_sync, run_sync},
     [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {"SetHyperparams", F_QUEUE | F_TRAINER, name_hparams, check_hparams,
                                                     run_hparams},
-    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {"SaveCheckpoint", F_QUEUE | F_TRAINER, name_save, NULL, run_save},
-    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {"FetchCheckpoint", F_QUEUE | F_TRAINER, name_fetch, check_fetch,
-                                                     run_fetch},
-    [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {"LoadCheckpoint", F_ADMIN, name_load, check_load, run_load},
+    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {"SaveCheckpoint", F_QUEUE | F_TRAINER, name_save, NULL, dispatch_run_save},
+    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {"FetchCheckpoint", F_QUEUE | F_TRAINER, name_fetch, dispatch_check_fetch,
+                                                     dispatch_run_fetch},
+    [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {"LoadCheckpoint", F_ADMIN, name_load, dispatch_check_load, dispatch_run_load},
     [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER, name_stats, NULL, run_stats},
     [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER, name_list_ckpt, NULL,
-                                                     run_list_checkpoints},
+                                                     dispatch_run_list_checkpoints},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

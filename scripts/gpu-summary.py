@@ -41,7 +41,7 @@ def main():
           "heads 128, 51 atoms, branches 9,3,3), same call")
     for prec, mode, tf32 in (("fp32", "uniform", False), ("tf32", "tf32", True)):
         names = sorted({n for (b, t), v in peers.items() if t == tf32 for n in v})
-        if not any(k[1] == mode for k in ours):
+        if not any(k[1] == mode for k in ours) or not names:
             continue
         print(f"\n{prec}: dqnd `{mode}` beside the peers{' (TF32 matmuls)' if tf32 else ''}\n")
         print("| batch | dqnd | " + " | ".join(names) + " | faster peer | ratio |")

@@ -1,0 +1,281 @@
+/*
+ * dispatch_ckpt.c — the checkpoint commands of the command table
+ * (dispatch.c): SaveCheckpoint, ListCheckpoints, FetchCheckpoint (chunked
+ * reads of a file on the daemon) and LoadCheckpoint (from a daemon-side path
+ * or from uploaded chunks, into a new trainer or swapped into an existing one
+ * on its worker).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch_impl.h"
+#include "log.h"
+
+void dispatch_reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
+  Dqnd__V1__CheckpointInfo ci = DQND__V1__CHECKPOINT_INFO__INIT;
+  ci.checkpoint = (char *)info->id;
+  ci.path = (char *)info->path;
+  ci.bytes = info->bytes;
+  ci.crc32 = info->crc32;
+  ci.step = info->step;
+  ci.seq = info->seq;
+  ci.mtime_unix = info->mtime;
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINT;
+  r.checkpoint = &ci;
+  dispatch_reply_ok(c, &r);
+}
+
+void dispatch_run_save(trainer_job_t *j) {
+  rpc_call_t *c = j->c;
+  ckpt_info_t info;
+  char err[512];
+  if (trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err))
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
+  else dispatch_reply_checkpoint(c, &info);
+}
+
+void dispatch_run_list_checkpoints(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
+  ckpt_info_t *all;
+  int n;
+  if (ckpt_list(t->dir, &all, &n)) {
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot read trainer '%s''s checkpoint directory", t->name);
+    return;
+  }
+  Dqnd__V1__CheckpointInfo *ci = calloc((size_t)(n ? n : 1), sizeof *ci);
+  Dqnd__V1__CheckpointInfo **ptr = calloc((size_t)(n ? n : 1), sizeof *ptr);
+  if (!ci || !ptr) {
+    free(all), free(ci), free(ptr);
+    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    dqnd__v1__checkpoint_info__init(&ci[i]);
+    ci[i].checkpoint = all[i].id;
+    ci[i].path = all[i].path;
+    ci[i].bytes = all[i].bytes;
+    ci[i].crc32 = all[i].crc32;
+    ci[i].step = all[i].step;
+    ci[i].seq = all[i].seq;
+    ci[i].mtime_unix = all[i].mtime;
+    ptr[i] = &ci[i];
+  }
+  Dqnd__V1__ListCheckpointsResult lr = DQND__V1__LIST_CHECKPOINTS_RESULT__INIT;
+  lr.n_checkpoints = (size_t)n;
+  lr.checkpoints = ptr;
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINTS;
+  r.checkpoints = &lr;
+  dispatch_reply_ok(c, &r);
+  free(all), free(ci), free(ptr);
+}
+
+int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  const char *id = r->fetch_checkpoint->checkpoint;
+  if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), 3;
+  return 0;
+}
+
+void dispatch_run_fetch(trainer_job_t *j) {
+  server_t *s = j->s;
+  trainer_t *t = j->t;
+  rpc_call_t *c = j->c;
+  const Dqnd__V1__FetchCheckpoint *m = rpc_request(c)->fetch_checkpoint;
+  ckpt_info_t info;
+  char err[512];
+  if (ckpt_find(t->dir, m->checkpoint, &info, err, sizeof err)) {
+    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "%s", err);
+    return;
+  }
+  if (m->offset > info.bytes) {
+    rpc_reply_error(c, DQND__V1__CODE__OUT_OF_RANGE, "offset: %llu is past the end (%llu bytes)",
+                    (unsigned long long)m->offset, (unsigned long long)info.bytes);
+    return;
+  }
+  uint64_t cap = (uint64_t)s->opts.max_message_bytes - 4096, want = m->max_bytes ? m->max_bytes : FETCH_DEFAULT_BYTES;
+  if (want > cap) want = cap;
+  if (want > info.bytes - m->offset) want = info.bytes - m->offset;
+  uint8_t *buf = malloc(want ? want : 1);
+  size_t got = 0;
+  if (!buf || ckpt_read_chunk(&info, m->offset, buf, want, &got) || got != want) {
+    free(buf);
+    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "checkpoint: reading %s failed", info.id);
+    return;
+  }
+  Dqnd__V1__CheckpointChunk ch = DQND__V1__CHECKPOINT_CHUNK__INIT;
+  ch.checkpoint = info.id;
+  ch.offset = m->offset;
+  ch.total = info.bytes;
+  ch.data.data = buf;
+  ch.data.len = got;
+  ch.crc32 = info.crc32;
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_CHUNK;
+  r.chunk = &ch;
+  dispatch_reply_ok(c, &r);
+  free(buf);
+}
+
+/* --------------------------------------------------------- LoadCheckpoint */
+
+struct upload {
+  upload_t *next;
+  char name[65];
+  uint8_t *data;
+  uint64_t n, total;
+};
+
+/* the backend goes to j->backend */
+int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  const server_t *s = j->s;
+  const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
+  int ok;
+  j->backend = dispatch_parse_backend(m->backend, &ok);
+  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
+  int has_path = m->path && m->path[0];
+  if (has_path == (m->data.len > 0 || m->total > 0))
+    return snprintf(err, errlen, "path: give either path or data chunks, not %s", has_path ? "both" : "neither"), 3;
+  if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset + m->data.len > m->total))
+    return snprintf(err, errlen, "total: %llu bytes (chunk at %llu + %zu) is inconsistent or too large",
+                    (unsigned long long)m->total, (unsigned long long)m->offset, m->data.len),
+           3;
+  return 0;
+}
+
+void dispatch_run_swap(trainer_job_t *j);
+
+/* admin worker: assemble uploads, build the learner, then create or hand it to the trainer */
+void dispatch_run_load(trainer_job_t *j0) {
+  server_t *s = j0->s;
+  rpc_call_t *c = j0->c;
+  const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
+  char err[512];
+  learner_t *l = NULL;
+  learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
+  if (m->path && m->path[0]) {
+    int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
+    if (lrc) {
+      rpc_reply_error(c,
+                      lrc == CKPT_ENOENT   ? DQND__V1__CODE__NOT_FOUND
+                      : lrc == CKPT_EACCES ? DQND__V1__CODE__PERMISSION_DENIED
+                                           : DQND__V1__CODE__DATA_LOSS,
+                      "%s", err);
+      return;
+    }
+  } else {
+    pthread_mutex_lock(&s->up_mu);
+    upload_t **pp = &s->uploads, *u;
+    while (*pp && strcmp((*pp)->name, m->name)) pp = &(*pp)->next;
+    u = *pp;
+    if (m->offset == 0) { /* a new upload replaces an unfinished one */
+      if (u) {
+        *pp = u->next;
+        free(u->data);
+        free(u);
+      }
+      u = calloc(1, sizeof *u);
+      if (u) u->data = malloc(m->total ? m->total : 1);
+      if (!u || !u->data) {
+        if (u) free(u);
+        pthread_mutex_unlock(&s->up_mu);
+        rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "total: cannot hold %llu bytes",
+                        (unsigned long long)m->total);
+        return;
+      }
+      snprintf(u->name, sizeof u->name, "%s", m->name);
+      u->total = m->total;
+      u->next = s->uploads;
+      s->uploads = u;
+    } else if (!u || u->n != m->offset || u->total != m->total) {
+      pthread_mutex_unlock(&s->up_mu);
+      rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
+                      (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
+      return;
+    }
+    memcpy(u->data + u->n, m->data.data, m->data.len);
+    u->n += m->data.len;
+    if (!m->last) {
+      pthread_mutex_unlock(&s->up_mu);
+      dispatch_reply_done(c);
+      return;
+    }
+    /* last chunk: detach the upload and load it */
+    for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
+    *pp = u->next;
+    pthread_mutex_unlock(&s->up_mu);
+    int bad = u->n != u->total;
+    if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
+    else if (learner_crc32(0, u->data, u->n) != m->crc32) {
+      bad = 1;
+      snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
+    } else if (ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err))
+      bad = 1;
+    free(u->data);
+    free(u);
+    if (bad) {
+      rpc_reply_error(c, DQND__V1__CODE__DATA_LOSS, "%s", err);
+      return;
+    }
+  }
+  if (m->create) {
+    learner_config_t cfg = *learner_config(l);
+    trainer_t *t;
+    int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
+    if (code) {
+      learner_destroy(l);
+      rpc_reply_error(c, code, "%s", err);
+      return;
+    }
+    log_info(t->name, "created from a checkpoint at step %llu", (unsigned long long)t->stats.step);
+    dispatch_reply_trainer(c, t, 1);
+    trainer_put(t);
+    return;
+  }
+  trainer_t *t = trainer_get(s, m->name);
+  if (!t) {
+    learner_destroy(l);
+    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
+    return;
+  }
+  if (!learner_config_same_shape(&t->cfg, learner_config(l))) {
+    learner_destroy(l);
+    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION,
+                    "path: the checkpoint's shapes differ from trainer '%s' (create a new trainer from it instead)", m->name);
+    trainer_put(t);
+    return;
+  }
+  trainer_job_t *j = trainer_job_new(s, t, c, dispatch_run_swap); /* t's reference is the job's from here */
+  if (!j) {
+    learner_destroy(l);
+    trainer_put(t);
+    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  j->loaded = l;
+  j->any_state = 1; /* a good state replaces an errored one */
+  int rc = trainer_enqueue(j);
+  if (rc) {
+    trainer_job_free(j); /* the learner and the reference */
+    rpc_reply_error(c, rc == WORKQ_FULL ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__UNAVAILABLE,
+                    "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
+  }
+}
+
+/* trainer worker: swap in the learner the admin worker built */
+void dispatch_run_swap(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  learner_t *old = t->l;
+  t->l = j->loaded;
+  j->loaded = NULL;
+  learner_destroy(old);
+  pthread_mutex_lock(&t->mu);
+  t->error[0] = 0; /* a good state replaces an errored one */
+  pthread_mutex_unlock(&t->mu);
+  log_info(t->name, "state replaced from a checkpoint");
+  trainer_snapshot(t, 1);
+  dispatch_reply_trainer(j->c, t, 0);
+}

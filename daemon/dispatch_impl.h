@@ -1,0 +1,49 @@
+/*
+ * dispatch_impl.h — what the command table (dispatch.c) and the checkpoint
+ * commands (dispatch_ckpt.c) share: the request and reply types, the
+ * replies every handler uses, and the checkpoint handlers the table names.
+ */
+#ifndef DQND_DISPATCH_IMPL_H
+#define DQND_DISPATCH_IMPL_H
+
+#include "checkpoint.h"
+#include "dispatch.h"
+#include "trainer.h"
+
+#define PROTOCOL_VERSION 1u
+#define ACT_MAX_STATES (1 << 20)
+#define FETCH_DEFAULT_BYTES (4u << 20)
+
+typedef Dqnd__V1__Request req_t;
+typedef Dqnd__V1__Reply rep_t;
+
+enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16 };
+
+typedef struct cmd {
+  const char *name;
+  int flags;
+  const char *(*get_name)(const req_t *r); /* trainer name, or NULL */
+  /* 0, or a code with err set; runs on the nng thread; j->t is the trainer
+   * (F_TRAINER), and what it parses goes into j */
+  int (*check)(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+  trainer_job_fn run;
+} cmd_t;
+
+void dispatch_reply_ok(rpc_call_t *c, rep_t *r);
+void dispatch_reply_done(rpc_call_t *c);
+/* the gRPC code of a LEARNER_E* status */
+int dispatch_learner_code(int rc);
+void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created);
+void dispatch_reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info);
+learner_backend_t dispatch_parse_backend(const char *b, int *ok);
+
+/* SaveCheckpoint, ListCheckpoints, FetchCheckpoint, LoadCheckpoint (dispatch_ckpt.c) */
+void dispatch_run_save(trainer_job_t *j);
+void dispatch_run_list_checkpoints(trainer_job_t *j);
+int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_fetch(trainer_job_t *j);
+int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_load(trainer_job_t *j);
+void dispatch_run_swap(trainer_job_t *j);
+
+#endif

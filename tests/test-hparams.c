@@ -1,0 +1,196 @@
+/*
+ * test-hparams.c — integration: commands that change how a trainer trains,
+ * checked by their effect against an independent oracle rather than by a
+ * status code. SyncTarget: the target equals the online net bit for bit after
+ * a hard sync, and moves by tau towards it after a Polyak one (read back
+ * through a fetched checkpoint). SetHyperparams: the next step equals a local
+ * learner given the same new values, and the trainer's info shows them.
+ * Continuous training (samples_per_insert): the exact number of steps owed.
+ */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "testutil.h"
+
+/* ------------------------------------- SyncTarget and SetHyperparams work */
+
+/* the daemon's trainer parameters, through a checkpoint fetched and loaded here */
+static float *remote_params(dqnd_client_t *c, daemon_t *d, const char *name, int which, int64_t *n) {
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, name, 0, &ck), 0);
+  char local[400], err[256];
+  snprintf(local, sizeof local, "%s/params.dqnd", d->dir);
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, name, ck.id, local, 0, NULL), 0);
+  learner_t *l;
+  ck_assert_msg(load_file(local, &l, err, sizeof err) == 0, "%s", err);
+  *n = learner_config_num_params(learner_config(l));
+  float *p = malloc(sizeof(float) * (size_t)*n);
+  ck_assert_int_eq(learner_get_params(l, which, p, *n), 0);
+  learner_destroy(l);
+  return p;
+}
+
+START_TEST(test_sync_and_hparams_take_effect) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  batch_t b;
+  make_batch(&b, 64, 5);
+  /* SyncTarget: after a hard sync the target equals the online net, bit for
+   * bit; Polyak moves it by tau towards the online net */
+  ck_assert_int_eq(dqnd_create_trainer(c, "e", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "e", &b), 0);
+  ck_assert_int_eq(dqnd_step(c, "e", 5, NULL), 0);
+  int64_t n;
+  float *on = remote_params(c, &d, "e", 0, &n), *tg = remote_params(c, &d, "e", 1, &n);
+  ck_assert_msg(memcmp(on, tg, sizeof(float) * (size_t)n) != 0, "precondition: target already equals online");
+  ck_assert_int_eq(dqnd_sync_target(c, "e", 0), 0);
+  float *tg2 = remote_params(c, &d, "e", 1, &n);
+  ck_assert_msg(memcmp(on, tg2, sizeof(float) * (size_t)n) == 0, "hard sync: target != online");
+  ck_assert_int_eq(dqnd_step(c, "e", 3, NULL), 0);
+  float *on3 = remote_params(c, &d, "e", 0, &n), *tg3 = remote_params(c, &d, "e", 1, &n);
+  ck_assert_int_eq(dqnd_sync_target(c, "e", 0.25f), 0);
+  float *tg4 = remote_params(c, &d, "e", 1, &n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double want = 0.25 * on3[i] + 0.75 * tg3[i], e = fabs(tg4[i] - want) / (fabs(want) + 1e-6);
+    if (e > worst) worst = e;
+  }
+  ck_assert_msg(worst < 1e-5, "Polyak sync: worst relative error %g", worst);
+  free(on), free(tg), free(tg2), free(on3), free(tg3), free(tg4);
+
+  /* SetHyperparams: the next step uses the new lr and gamma, set by two
+   * commands (the second combines with the first, not with the creation
+   * values). Oracle: a learner here, same config and data, given the same lr
+   * and gamma; a control keeps the old ones. */
+  ck_assert_int_eq(dqnd_create_trainer(c, "h", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "h", &b), 0);
+  ck_assert_int_eq(dqnd_step(c, "h", 4, NULL), 0);
+  const char *lr[] = {"lr=0.0002"}, *gamma[] = {"gamma=0.95"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "h", lr, 1), 0);
+  ck_assert_int_eq(dqnd_set_hparams(c, "h", gamma, 1), 0);
+  { /* the trainer's info shows the values it now trains with, not those it was created with */
+    Dqnd__V1__GetStats gs = DQND__V1__GET_STATS__INIT;
+    gs.name = "h";
+    Dqnd__V1__Request rq = DQND__V1__REQUEST__INIT;
+    rq.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
+    rq.get_stats = &gs;
+    Dqnd__V1__Reply *rp;
+    ck_assert_int_eq(dqnd_call(c, &rq, &rp), 0);
+    int found = 0;
+    for (size_t i = 0; i < rp->trainer->n_config; i++) {
+      const Dqnd__V1__Field *f = rp->trainer->config[i];
+      if (!strcmp(f->name, "lr")) {
+        found++;
+        ck_assert_str_eq(f->value, "0.000199999995"); /* float32 0.0002 */
+      }
+      if (!strcmp(f->name, "gamma")) {
+        found++;
+        ck_assert_str_eq(f->value, "0.949999988"); /* float32 0.95, as the canonical text writes it */
+      }
+    }
+    ck_assert_int_eq(found, 2);
+    dqnd_reply_free(rp);
+  }
+  learner_stats_t rs;
+  ck_assert_int_eq(dqnd_step(c, "h", 1, &rs), 0);
+  float *rp = remote_params(c, &d, "h", 0, &n);
+  learner_config_t cfg;
+  learner_config_default(&cfg);
+  char err[256];
+  for (int i = 0; i < N_SMALL; i++) {
+    char k[64];
+    const char *eq = strchr(small_fields[i], '=');
+    snprintf(k, sizeof k, "%.*s", (int)(eq - small_fields[i]), small_fields[i]);
+    ck_assert_int_eq(learner_config_set(&cfg, k, eq + 1, err, sizeof err), 0);
+  }
+  float *lp[2];
+  for (int v = 0; v < 2; v++) {
+    learner_t *l;
+    ck_assert_int_eq(learner_create(&cfg, LEARNER_BACKEND_CPU, &l, err, sizeof err), 0);
+    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep};
+    ck_assert_int_eq(learner_submit(l, &t, err, sizeof err), 0);
+    ck_assert_int_eq(learner_step(l, 4, NULL, err, sizeof err), 0);
+    if (v == 0) {
+      learner_hparams_t hp;
+      learner_get_hparams(l, &hp);
+      hp.lr = 0.0002f;
+      hp.gamma = 0.95f;
+      ck_assert_int_eq(learner_set_hparams(l, &hp, err, sizeof err), 0);
+    }
+    learner_stats_t ls;
+    ck_assert_int_eq(learner_step(l, 1, &ls, err, sizeof err), 0);
+    if (v == 0) ck_assert(memcmp(&ls.loss_last, &rs.loss_last, 4) == 0);
+    lp[v] = malloc(sizeof(float) * (size_t)n);
+    ck_assert_int_eq(learner_get_params(l, 0, lp[v], n), 0);
+    learner_destroy(l);
+  }
+  ck_assert_msg(memcmp(rp, lp[0], sizeof(float) * (size_t)n) == 0,
+                "the step after SetHyperparams differs from lr=0.0002 gamma=0.95");
+  ck_assert_msg(memcmp(rp, lp[1], sizeof(float) * (size_t)n) != 0, "the step after SetHyperparams used the old values");
+  free(rp), free(lp[0]), free(lp[1]);
+  /* a checkpoint file with bytes after its end section is refused, not half-read */
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "h", 0, &ck), 0);
+  char padded[600], cmd[3000];
+  snprintf(padded, sizeof padded, "%s/padded.dqnd", d.dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf x >> '%s'", ck.path, padded, padded);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "h2", padded, 1, NULL), 15);
+  ck_assert_msg(strstr(dqnd_last_error(c), "bytes after its end section"), "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "h2", ck.path, 1, NULL), 0); /* the file itself loads */
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* ------------------------------------------------- continuous training */
+
+START_TEST(test_continuous_training) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  const char *f[N_SMALL + 2];
+  for (int i = 0; i < N_SMALL; i++) f[i] = small_fields[i];
+  f[N_SMALL] = "samples_per_insert=2";
+  f[N_SMALL + 1] = "min_replay=50";
+  ck_assert_int_eq(dqnd_create_trainer(c, "stream", f, N_SMALL + 2, NULL, NULL), 0);
+  batch_t b;
+  for (int k = 0; k < 10; k++) {
+    make_batch(&b, 30, (uint64_t)(k + 1));
+    ck_assert_int_eq(submit(c, "stream", &b), 0);
+  }
+  /* from the 2nd submit on (replay 60 >= 50): 2 x 30 / batch 8 = 7.5 steps a
+   * submit, fractions carried: floor(9 x 7.5) = 67 */
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_get_stats(c, "stream", &st), 0);
+  ck_assert_int_eq(st.step, 67);
+  ck_assert_int_eq(st.replay_size, 300);
+  /* off again: submits only insert */
+  const char *off[] = {"samples_per_insert=0"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "stream", off, 1), 0);
+  ck_assert_int_eq(submit(c, "stream", &b), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "stream", &st), 0);
+  ck_assert_int_eq(st.step, 67);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+int main(void) {
+  harness_init();
+  Suite *s = suite_create("hparams");
+  TCase *tc = tcase_create("integration");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_sync_and_hparams_take_effect);
+  tcase_add_test(tc, test_continuous_training);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
