@@ -404,15 +404,9 @@ int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fiel
 }
 
 int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st) {
-  Dqnd__V1__GetStats m = DQND__V1__GET_STATS__INIT;
-  m.name = (char *)name;
-  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-  req.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
-  req.get_stats = &m;
-  Dqnd__V1__Reply *rep;
-  int rc = dqnd_call(c, &req, &rep);
-  if (!rc && st && rep->result_case == DQND__V1__REPLY__RESULT_TRAINER) stats_from_pb(rep->trainer->stats, st);
-  dqnd_reply_free(rep);
+  dqnd_trainer_info_t ti;
+  int rc = dqnd_trainer_info(c, name, &ti);
+  if (!rc && st) *st = ti.stats;
   return rc;
 }
 

@@ -156,6 +156,15 @@ int submit(dqnd_client_t *c, const char *name, const batch_t *b) {
   return dqnd_submit(c, name, S_DIM, &t, NULL);
 }
 
+dqnd_client_t *start_with_trainer(daemon_t *d, const char *name, batch_t *b, uint64_t tag) {
+  start_daemon(d);
+  dqnd_client_t *c = connect_to(d);
+  ck_assert_int_eq(dqnd_create_trainer(c, name, small_fields, N_SMALL, NULL, NULL), 0);
+  make_batch(b, 64, tag);
+  ck_assert_int_eq(submit(c, name, b), 0);
+  return c;
+}
+
 int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "'%s' --url '%s' %s 2>&1", dqnctl_bin, d->url, args);

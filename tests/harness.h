@@ -56,6 +56,9 @@ typedef struct batch {
 /* rewards i + 1000 * tag: every (tag, i) is unique */
 void make_batch(batch_t *b, int n, uint64_t tag);
 int submit(dqnd_client_t *c, const char *name, const batch_t *b);
+/* start_daemon, connect, create trainer `name` from small_fields and submit
+ * make_batch(b, 64, tag) to it: the opening of most integration tests */
+dqnd_client_t *start_with_trainer(daemon_t *d, const char *name, batch_t *b, uint64_t tag);
 /* dqnctl --url <daemon> ARGS, stdout and stderr into out; its exit status */
 int run_ctl(const daemon_t *d, const char *args, char *out, size_t n);
 

@@ -445,12 +445,8 @@ static void *stepper(void *p) {
 
 START_TEST(test_sigterm_answers_in_flight) {
   daemon_t d = {0};
-  start_daemon(&d);
-  dqnd_client_t *c = connect_to(&d);
   batch_t b;
-  make_batch(&b, 64, 5);
-  ck_assert_int_eq(dqnd_create_trainer(c, "t", small_fields, N_SMALL, NULL, NULL), 0);
-  ck_assert_int_eq(submit(c, "t", &b), 0);
+  dqnd_client_t *c = start_with_trainer(&d, "t", &b, 5);
   pthread_t th[6];
   worker_arg_t w[6];
   for (int i = 0; i < 6; i++) {

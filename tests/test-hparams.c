@@ -37,14 +37,10 @@ static float *remote_params(dqnd_client_t *c, daemon_t *d, const char *name, int
 
 START_TEST(test_sync_and_hparams_take_effect) {
   daemon_t d = {0};
-  start_daemon(&d);
-  dqnd_client_t *c = connect_to(&d);
-  batch_t b;
-  make_batch(&b, 64, 5);
   /* SyncTarget: after a hard sync the target equals the online net, bit for
    * bit; Polyak moves it by tau towards the online net */
-  ck_assert_int_eq(dqnd_create_trainer(c, "e", small_fields, N_SMALL, NULL, NULL), 0);
-  ck_assert_int_eq(submit(c, "e", &b), 0);
+  batch_t b;
+  dqnd_client_t *c = start_with_trainer(&d, "e", &b, 5);
   ck_assert_int_eq(dqnd_step(c, "e", 5, NULL), 0);
   int64_t n;
   float *on = remote_params(c, &d, "e", 0, &n), *tg = remote_params(c, &d, "e", 1, &n);

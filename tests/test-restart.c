@@ -104,14 +104,21 @@ static int newest(const char *dir, char *path, size_t n, int skip) {
   return ok && name[0] ? 0 : -1;
 }
 
+/* a flipped bit at `off`: inside the online parameters of these small files */
+static void flip_bit(const char *path, long off) {
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, off, SEEK_SET);
+  int ch = fgetc(f);
+  fseek(f, off, SEEK_SET);
+  fputc(ch ^ 0x01, f);
+  fclose(f);
+}
+
 START_TEST(test_sigkill_with_a_corrupt_newest_checkpoint) {
   daemon_t d = {0};
-  start_daemon(&d);
-  dqnd_client_t *c = connect_to(&d);
-  ck_assert_int_eq(dqnd_create_trainer(c, "k", small_fields, N_SMALL, NULL, NULL), 0);
   batch_t b;
-  make_batch(&b, 64, 9);
-  ck_assert_int_eq(submit(c, "k", &b), 0);
+  dqnd_client_t *c = start_with_trainer(&d, "k", &b, 9);
   ck_assert_int_eq(dqnd_step(c, "k", 6, NULL), 0);
   ck_assert_int_eq(dqnd_save_checkpoint(c, "k", 1, NULL), 0); /* step 6 */
   ck_assert_int_eq(dqnd_step(c, "k", 4, NULL), 0);
@@ -124,12 +131,7 @@ START_TEST(test_sigkill_with_a_corrupt_newest_checkpoint) {
   char dir[400], path[700];
   snprintf(dir, sizeof dir, "%s/k", d.state);
   ck_assert_int_eq(newest(dir, path, sizeof path, 0), 0);
-  FILE *f = fopen(path, "r+b");
-  fseek(f, 1500, SEEK_SET);
-  int ch = fgetc(f);
-  fseek(f, 1500, SEEK_SET);
-  fputc(ch ^ 0x01, f);
-  fclose(f);
+  flip_bit(path, 1500);
   start_daemon(&d);
   c = connect_to(&d);
   learner_stats_t st;
@@ -148,12 +150,7 @@ START_TEST(test_sigkill_with_a_corrupt_newest_checkpoint) {
   /* every checkpoint damaged: not restored, files kept, the daemon serves */
   char older[700];
   ck_assert_int_eq(newest(dir, older, sizeof older, 1), 0);
-  f = fopen(older, "r+b");
-  fseek(f, 1500, SEEK_SET);
-  ch = fgetc(f);
-  fseek(f, 1500, SEEK_SET);
-  fputc(ch ^ 0x01, f);
-  fclose(f);
+  flip_bit(older, 1500);
   start_daemon(&d);
   c = connect_to(&d);
   ck_assert_int_eq(dqnd_get_stats(c, "k", &st), 5);
@@ -167,12 +164,8 @@ END_TEST
 
 START_TEST(test_restore_off_and_a_name_reused) {
   daemon_t d = {0};
-  start_daemon(&d);
-  dqnd_client_t *c = connect_to(&d);
-  ck_assert_int_eq(dqnd_create_trainer(c, "old", small_fields, N_SMALL, NULL, NULL), 0);
   batch_t b;
-  make_batch(&b, 64, 2);
-  ck_assert_int_eq(submit(c, "old", &b), 0);
+  dqnd_client_t *c = start_with_trainer(&d, "old", &b, 2);
   ck_assert_int_eq(dqnd_step(c, "old", 9, NULL), 0);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
