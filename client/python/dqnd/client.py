@@ -1,0 +1,331 @@
+"""dqnd.Client: one method per command of proto/dqnd/v1/dqnd.proto.
+
+Arrays go in and come out as numpy arrays; their dtype and shape are checked
+against the trainer's shapes before anything is sent (a wrong one raises
+DqndError with code INVALID_ARGUMENT, naming the argument). The daemon's
+errors raise DqndError with its gRPC code and message; a daemon that cannot
+be reached raises DqndError with code UNAVAILABLE (DEADLINE_EXCEEDED on a
+timeout). One Client is one nng REQ socket: use it from one thread at a time.
+"""
+import os
+import tempfile
+import zlib
+
+import numpy as np
+
+from . import _nng
+from .v1 import dqnd_pb2 as pb
+
+CODES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+         6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+         10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+         15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
+INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, UNAVAILABLE = 3, 4, 5, 14
+
+
+class DqndError(Exception):
+    """code: the gRPC code (int); name: its name; message: the daemon's (or
+    this client's) message, which names the offending field."""
+
+    def __init__(self, code, message):
+        self.code = int(code)
+        self.name = CODES.get(self.code, str(code))
+        self.message = message
+        super().__init__(f"{self.name}: {message}")
+
+
+def default_url():
+    """The daemon's embedded default socket, as dqnd and dqnctl find it:
+    $DQND_URL, else the per-user socket, else the system service's."""
+    env = os.environ.get("DQND_URL")
+    if env:
+        return env
+    rd, xdg = os.environ.get("RUNTIME_DIRECTORY"), os.environ.get("XDG_RUNTIME_DIR")
+    if rd:
+        own = f"{rd.split(':')[0]}/dqnd.sock"
+    elif xdg:
+        own = f"{xdg}/dqnd.sock"
+    elif os.geteuid() == 0:
+        own = "/run/dqnd/dqnd.sock"
+    else:
+        own = f"/tmp/dqnd-{os.geteuid()}/dqnd.sock"
+    for path in (own, "/run/dqnd/dqnd.sock", "/run/dqnd/0/dqnd.sock"):
+        try:
+            os.stat(path)
+            return "ipc://" + path
+        except PermissionError:
+            return "ipc://" + path  # there, but not ours: the dial says "permission denied"
+        except OSError:
+            continue
+    return "ipc://" + own
+
+
+def _bad(arg, msg):
+    return DqndError(INVALID_ARGUMENT, f"{arg}: {msg}")
+
+
+def _floats(arg, x, shape):
+    """x as contiguous little-endian float32 of `shape` (None = any size there)."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise _bad(arg, f"dtype {a.dtype}, expected a numeric (float) array")
+    if a.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
+        want = "(" + ", ".join("n" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+        raise _bad(arg, f"shape {a.shape}, expected {want}")
+    return np.ascontiguousarray(a, dtype="<f4")
+
+
+def _ints(arg, x, n):
+    a = np.asarray(x)
+    if a.dtype.kind not in "iub":
+        raise _bad(arg, f"dtype {a.dtype}, expected an integer array")
+    return a
+
+
+def _stats(s):
+    return {f.name: getattr(s, f.name) for f in s.DESCRIPTOR.fields}
+
+
+def _info(t):
+    return {"name": t.name, "backend": t.backend, "state": t.state, "queued": t.queued, "created": t.created,
+            "config": {f.name: f.value for f in t.config}, "config_hash": t.config_hash,
+            "stats": _stats(t.stats), "state_dim": t.state_dim, "branches": list(t.branches)}
+
+
+def _ckpt(c):
+    return {"checkpoint": c.checkpoint, "seq": c.seq, "path": c.path, "bytes": c.bytes, "step": c.step,
+            "crc32": c.crc32, "mtime": c.mtime_unix}
+
+
+class Client:
+    """Client(url=None, timeout=60.0, token=None): url defaults to
+    default_url(); timeout is seconds per request; token the daemon's auth
+    token (default $DQND_TOKEN)."""
+
+    def __init__(self, url=None, timeout=60.0, token=None):
+        self.url = url or default_url()
+        self.timeout = float(timeout)
+        self.token = token if token is not None else os.environ.get("DQND_TOKEN", "")
+        self._next_id = 1
+        self._shapes = {}
+        try:
+            self._sock = _nng.ReqSocket(self.url, int(self.timeout * 1000))
+        except _nng.NngError as e:
+            hint = ""
+            if e.rv in (_nng.NNG_ENOENT, _nng.NNG_ECONNREFUSED):
+                hint = " (is dqnd running?)"
+            elif e.rv == _nng.NNG_EPERM:
+                hint = " (the system service's socket is for group dqnd)"
+            raise DqndError(UNAVAILABLE, f"{e}{hint}") from None
+
+    def close(self):
+        if getattr(self, "_sock", None):
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _call(self, field, msg):
+        req = pb.Request(version=1, request_id=self._next_id, auth_token=self.token)
+        self._next_id += 1
+        getattr(req, field).CopyFrom(msg)
+        if self._sock is None:
+            raise DqndError(UNAVAILABLE, "the client is closed")
+        try:
+            raw = self._sock.call(req.SerializeToString())
+        except _nng.NngError as e:
+            code = DEADLINE_EXCEEDED if e.rv == _nng.NNG_ETIMEDOUT else UNAVAILABLE
+            raise DqndError(code, f"{self.url}: {e}") from None
+        rep = pb.Reply()
+        rep.ParseFromString(raw)
+        if rep.request_id != req.request_id:
+            raise DqndError(13, f"reply for request {rep.request_id}, expected {req.request_id}")
+        if rep.status.code:
+            if rep.status.code == NOT_FOUND:
+                self._shapes.pop(getattr(msg, "name", None), None)
+            raise DqndError(rep.status.code, rep.status.message)
+        return rep
+
+    def _shape(self, name):
+        """(state_dim, branches) of a trainer, asked once."""
+        if name not in self._shapes:
+            t = self.trainer_info(name)
+            self._shapes[name] = (t["state_dim"], t["branches"])
+        return self._shapes[name]
+
+    # ---------------------------------------------------------------- commands
+
+    def health(self):
+        r = self._call("health", pb.Health()).health
+        return {"serving": r.serving, "uptime_s": r.uptime_s}
+
+    def server_info(self):
+        r = self._call("server_info", pb.ServerInfo()).server_info
+        return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
+
+    def create_trainer(self, name, config=None, backend=None):
+        """config: {field: value} (dqnctl fields lists them); values as text or
+        numbers; branches as "9,3,3" or a list. Returns the trainer's info;
+        info["created"] is False when it existed with the same config."""
+        fields = []
+        for k, v in (config or {}).items():
+            if isinstance(v, (list, tuple)):
+                v = ",".join(str(int(x)) for x in v)
+            elif isinstance(v, bool):
+                v = int(v)
+            fields.append(pb.Field(name=str(k), value=str(v)))
+        r = self._call("create_trainer", pb.CreateTrainer(name=name, config=fields, backend=backend or ""))
+        info = _info(r.trainer)
+        self._shapes[name] = (info["state_dim"], info["branches"])
+        return info
+
+    def destroy_trainer(self, name, save=False):
+        """Returns the final checkpoint's info when save, else None."""
+        r = self._call("destroy_trainer", pb.DestroyTrainer(name=name, save_final=bool(save)))
+        self._shapes.pop(name, None)
+        return _ckpt(r.checkpoint) if r.WhichOneof("result") == "checkpoint" else None
+
+    def list_trainers(self):
+        return [_info(t) for t in self._call("list_trainers", pb.ListTrainers()).list.trainers]
+
+    def trainer_info(self, name):
+        return _info(self._call("get_stats", pb.GetStats(name=name)).trainer)
+
+    def stats(self, name):
+        return self.trainer_info(name)["stats"]
+
+    def submit(self, name, states, actions, rewards, next_states, dones, episode_ids=None):
+        """states, next_states [n, state_dim] float; actions [n] flat joint
+        actions (first branch most significant) or [n, branches] per-branch
+        indices, integer; rewards [n] float; dones [n] 0/1; episode_ids [n]
+        integer (optional). Returns the replay's size after it."""
+        S, branches = self._shape(name)
+        s = _floats("states", states, (None, S))
+        n = s.shape[0]
+        if n < 1:
+            raise _bad("states", "no rows")
+        s2 = _floats("next_states", next_states, (n, S))
+        r = _floats("rewards", rewards, (n,))
+        a = _ints("actions", actions, n)
+        if a.ndim == 2 and a.shape == (n, len(branches)) and len(branches) > 1:
+            flat = np.zeros(n, dtype=np.int64)
+            for d, nd in enumerate(branches):
+                col = a[:, d].astype(np.int64)
+                if ((col < 0) | (col >= nd)).any():
+                    i = int(np.argmax((col < 0) | (col >= nd)))
+                    raise _bad("actions", f"[{i}][{d}]: {col[i]} is outside branch {d}'s [0, {nd})")
+                flat = flat * nd + col
+            a = flat
+        elif a.shape != (n,):
+            raise _bad("actions", f"shape {a.shape}, expected ({n},) flat or ({n}, {len(branches)}) per branch")
+        d = np.asarray(dones)
+        if d.shape != (n,):
+            raise _bad("dones", f"shape {d.shape}, expected ({n},)")
+        if d.dtype.kind not in "fiub" or not np.isin(d, (0, 1)).all():
+            raise _bad("dones", "every flag must be 0 or 1")
+        m = pb.SubmitTransitions(name=name, count=n, states=s.tobytes(), next_states=s2.tobytes(),
+                                 actions=np.ascontiguousarray(a, dtype="<i4").tobytes(), rewards=r.tobytes(),
+                                 dones=np.ascontiguousarray(d, dtype=np.uint8).tobytes())
+        if episode_ids is not None:
+            e = _ints("episode_ids", episode_ids, n)
+            if e.shape != (n,):
+                raise _bad("episode_ids", f"shape {e.shape}, expected ({n},)")
+            m.episode_ids = np.ascontiguousarray(e, dtype="<i8").tobytes()
+        return self._call("submit_transitions", m).submit.replay_size
+
+    def step(self, name, n=1):
+        """n training steps; the stats of this call."""
+        return _stats(self._call("step", pb.Step(name=name, n=int(n))).step.stats)
+
+    def act(self, name, states, noisy=False, q=False):
+        """Greedy (or noisy) flat joint actions for states [n, state_dim]:
+        int32 [n]; with q=True also each branch's Q values, a list of
+        float32 [n, n_d] arrays."""
+        S, branches = self._shape(name)
+        s = _floats("states", states, (None, S))
+        r = self._call("act", pb.Act(name=name, count=s.shape[0], states=s.tobytes(), noisy=bool(noisy),
+                                     want_q=bool(q))).act
+        acts = np.frombuffer(r.actions, dtype="<i4").copy()
+        if not q:
+            return acts
+        qa = np.frombuffer(r.q, dtype="<f4").reshape(s.shape[0], sum(branches))
+        out, off = [], 0
+        for nd in branches:
+            out.append(qa[:, off:off + nd].copy())
+            off += nd
+        return acts, out
+
+    def sync_target(self, name, tau=0.0):
+        """tau = 0: hard copy; else target = tau x online + (1 - tau) x target."""
+        self._call("sync_target", pb.SyncTarget(name=name, tau=float(tau)))
+
+    def set_hyperparams(self, name, **fields):
+        """set_hyperparams("t", lr=1e-4, gamma=0.98): all or nothing."""
+        if not fields:
+            raise _bad("hparams", "no fields given")
+        hp = [pb.Field(name=k, value=str(v)) for k, v in fields.items()]
+        return _info(self._call("set_hyperparams", pb.SetHyperparams(name=name, hparams=hp)).trainer)
+
+    def save_checkpoint(self, name, with_replay=False):
+        return _ckpt(self._call("save_checkpoint", pb.SaveCheckpoint(name=name, with_replay=bool(with_replay))).checkpoint)
+
+    def list_checkpoints(self, name):
+        return [_ckpt(c) for c in self._call("list_checkpoints", pb.ListCheckpoints(name=name)).checkpoints.checkpoints]
+
+    def fetch_checkpoint(self, name, path, checkpoint="", chunk_bytes=4 << 20):
+        """Downloads a checkpoint (newest, or its id / short id) to `path`:
+        into a temporary file beside it, CRC-checked, renamed over `path` only
+        when complete, so a failed fetch leaves `path` as it was."""
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".part-", dir=d)
+        ok = False
+        try:
+            with os.fdopen(fd, "wb") as f:
+                off, total, crc, want, ck = 0, None, 0, None, str(checkpoint or "")
+                while total is None or off < total:
+                    c = self._call("fetch_checkpoint", pb.FetchCheckpoint(name=name, checkpoint=ck, offset=off,
+                                                                          max_bytes=chunk_bytes)).chunk
+                    if c.offset != off or (not c.data and off < c.total):
+                        raise DqndError(13, "FetchCheckpoint reply out of order")
+                    ck, total, want = c.checkpoint, c.total, c.crc32
+                    f.write(c.data)
+                    crc = zlib.crc32(c.data, crc)
+                    off += len(c.data)
+                if crc != want:
+                    raise DqndError(15, f"checkpoint {ck}: CRC-32 {crc:08x}, expected {want:08x}")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            ok = True
+            return {"checkpoint": ck, "path": path, "bytes": total, "crc32": crc}
+        finally:
+            if not ok:
+                os.unlink(tmp)
+
+    def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, chunk_bytes=4 << 20):
+        """From a file on the daemon's side (path) or a local file uploaded in
+        chunks (file); into a new trainer (create=True) or an existing one."""
+        if (path is None) == (file is None):
+            raise _bad("path", "give one of path (on the daemon) or file (local)")
+        self._shapes.pop(name, None)
+        if path is not None:
+            r = self._call("load_checkpoint", pb.LoadCheckpoint(name=name, path=path, create=bool(create),
+                                                                backend=backend or ""))
+            return _info(r.trainer)
+        data = open(file, "rb").read()
+        if not data:
+            raise _bad("file", f"{file} is empty")
+        crc, off, r = zlib.crc32(data), 0, None
+        while off < len(data):
+            chunk = data[off:off + chunk_bytes]
+            r = self._call("load_checkpoint", pb.LoadCheckpoint(
+                name=name, create=bool(create), backend=backend or "", data=chunk, offset=off, total=len(data),
+                last=off + len(chunk) == len(data), crc32=crc))
+            off += len(chunk)
+        return _info(r.trainer)

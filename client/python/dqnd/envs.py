@@ -1,0 +1,113 @@
+"""The built-in environments, reachable from Python: the same C code that
+`dqnctl demo` and the learning test run (libdqnenv, loaded with ctypes).
+They follow Gymnasium's small protocol — reset(seed=None) -> (obs, info),
+step(action) -> (obs, reward, terminated, truncated, info) — so a user's own
+Gymnasium environment drops into the same driver code."""
+import ctypes
+import os
+
+import numpy as np
+
+_lib = None
+
+
+def _load():
+    global _lib
+    if _lib is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        names = [os.path.join(here, "libdqnpyenv.so"), "libdqnpyenv.so"]
+        err = None
+        for n in names:
+            try:
+                _lib = ctypes.CDLL(n)
+                break
+            except OSError as e:
+                err = e
+        if _lib is None:
+            raise OSError(f"libdqnpyenv.so not found beside {here} ({err})")
+        L = _lib
+        L.dqnenv_meanrev_size.restype = ctypes.c_size_t
+        L.dqnenv_meanrev_spec.argtypes = [ctypes.POINTER(ctypes.c_int)] * 3 + [ctypes.POINTER(ctypes.c_int32)]
+        L.dqnenv_meanrev_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+        L.dqnenv_meanrev_step.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_float),
+                                          ctypes.c_void_p]
+        L.dqnenv_meanrev_optimal_action.argtypes = [ctypes.c_void_p]
+        L.dqnenv_meanrev_optimal_action.restype = ctypes.c_int32
+        L.dqnenv_meanrev_reward.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        L.dqnenv_meanrev_reward.restype = ctypes.c_float
+        L.dqnenv_meanrev_config.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        L.dqnenv_meanrev_config.restype = ctypes.c_size_t
+    return _lib
+
+
+class MeanRev:
+    """meanrev (client/demo_env.h): a trading toy with factored 9 x 3 x 3
+    actions and a closed-form optimal policy. Observation float32 [4];
+    action a flat index in [0, 81) (first branch most significant) or a
+    (exposure, order type, urgency) triple. info["optimal_action"] is the
+    closed-form best action for the current state."""
+
+    def __init__(self, seed=0):
+        L = _load()
+        self._buf = ctypes.create_string_buffer(L.dqnenv_meanrev_size())
+        sd, na, hz = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        br = (ctypes.c_int32 * 3)()
+        L.dqnenv_meanrev_spec(ctypes.byref(sd), ctypes.byref(na), ctypes.byref(hz), br)
+        self.state_dim, self.n_actions, self.horizon = sd.value, na.value, hz.value
+        self.branches = list(br)
+        self.seed = int(seed)
+        self.episode = 0
+        self._obs = np.zeros(self.state_dim, dtype=np.float32)
+
+    @staticmethod
+    def learner_config():
+        """The learner config the demo trains with, {field: text}."""
+        buf = ctypes.create_string_buffer(8192)
+        n = _load().dqnenv_meanrev_config(buf, len(buf))
+        lines = buf.raw[:min(n, len(buf) - 1)].decode().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line)
+
+    def _info(self):
+        return {"optimal_action": int(_load().dqnenv_meanrev_optimal_action(self._buf))}
+
+    def reset(self, seed=None, episode=None):
+        """A new episode: episode ids count up from 0 unless given; the seed
+        stays unless given. Same (seed, episode), same episode."""
+        if seed is not None:
+            self.seed = int(seed)
+        if episode is not None:
+            self.episode = int(episode)
+        _load().dqnenv_meanrev_reset(self._buf, self.seed, self.episode, self._obs.ctypes.data)
+        self.episode += 1
+        return self._obs.copy(), self._info()
+
+    def encode(self, action):
+        if isinstance(action, (tuple, list, np.ndarray)) and np.ndim(action) == 1:
+            flat = 0
+            for a, n in zip(action, self.branches):
+                if not 0 <= int(a) < n:
+                    raise ValueError(f"action {tuple(action)}: {a} is outside [0, {n})")
+                flat = flat * n + int(a)
+            return flat
+        return int(action)
+
+    def step(self, action):
+        r = ctypes.c_float()
+        done = _load().dqnenv_meanrev_step(self._buf, self.encode(action), ctypes.byref(r), self._obs.ctypes.data)
+        if done < 0:
+            raise ValueError(f"action {action} is outside [0, {self.n_actions})")
+        return self._obs.copy(), float(r.value), False, bool(done), self._info()
+
+    def reward(self, action):
+        """The reward `action` would get now (the environment does not move)."""
+        return float(_load().dqnenv_meanrev_reward(self._buf, self.encode(action)))
+
+
+ENVS = {"meanrev": MeanRev}
+
+
+def make(name, **kw):
+    """make("meanrev", seed=1): a built-in environment by name."""
+    if name not in ENVS:
+        raise KeyError(f"no built-in environment '{name}' (have: {', '.join(ENVS)})")
+    return ENVS[name](**kw)

@@ -1,0 +1,56 @@
+/*
+ * dqnenv.c — the built-in environments as a small shared library for the
+ * Python package (dqnd/envs.py loads it with ctypes): the C code that
+ * `dqnctl demo` and the learning test run, not a second implementation.
+ * Plain C types only; the environment's state is an opaque buffer of
+ * dqnenv_meanrev_size() bytes that Python owns.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "demo_env.h"
+
+#define API __attribute__((visibility("default")))
+
+API size_t dqnenv_meanrev_size(void);
+API void dqnenv_meanrev_spec(int *state_dim, int *actions, int *horizon, int32_t *branches);
+API void dqnenv_meanrev_reset(void *e, uint64_t seed, uint64_t episode, float *obs);
+API int dqnenv_meanrev_step(void *e, int32_t action, float *reward, float *obs);
+API int32_t dqnenv_meanrev_optimal_action(const void *e);
+API float dqnenv_meanrev_reward(const void *e, int32_t action);
+API size_t dqnenv_meanrev_config(char *buf, size_t n);
+
+API size_t dqnenv_meanrev_size(void) { return sizeof(demo_env_t); }
+
+/* state_dim, flat actions, steps per episode, and the branch sizes (3 of them) */
+API void dqnenv_meanrev_spec(int *state_dim, int *actions, int *horizon, int32_t *branches) {
+  *state_dim = DEMO_ENV_STATE_DIM;
+  *actions = DEMO_ENV_ACTIONS;
+  *horizon = DEMO_ENV_T;
+  branches[0] = 9, branches[1] = 3, branches[2] = 3;
+}
+
+API void dqnenv_meanrev_reset(void *e, uint64_t seed, uint64_t episode, float *obs) {
+  demo_env_reset(e, seed, episode);
+  demo_env_observe(e, obs);
+}
+
+/* -1 (and nothing changes) for an action outside [0, 81) */
+API int dqnenv_meanrev_step(void *e, int32_t action, float *reward, float *obs) {
+  if (action < 0 || action >= DEMO_ENV_ACTIONS) return -1;
+  int done = 0;
+  *reward = demo_env_step(e, action, &done);
+  demo_env_observe(e, obs);
+  return done;
+}
+
+API int32_t dqnenv_meanrev_optimal_action(const void *e) { return demo_env_optimal_action(e); }
+API float dqnenv_meanrev_reward(const void *e, int32_t action) { return demo_env_reward(e, action); }
+
+/* the learner config the demo trains with, as canonical "name=value\n" text */
+API size_t dqnenv_meanrev_config(char *buf, size_t n) {
+  learner_config_t c;
+  demo_env_learner_config(&c);
+  return learner_config_to_text(&c, buf, n);
+}
