@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""A hyperparameter search over dqnd daemons with Optuna (ask and tell).
+
+Each trial creates a trainer on one daemon, streams meanrev transitions to it
+(the loop of `dqnctl demo`: parallel episodes, per-branch epsilon-greedy
+decayed over the rounds, a Step after each round), evaluates the greedy
+policy every few rounds and reports the fraction of the optimal return it
+reaches over fixed evaluation episodes; MedianPruner stops poor trials early.
+One worker thread per daemon, each with its own Client. A daemon that stops
+answering fails its running trial and is dropped; the others go on.
+
+    dqnd --listen ipc:///tmp/a.sock --state-dir /tmp/a --backend cpu &
+    dqnd --listen ipc:///tmp/b.sock --state-dir /tmp/b --backend cpu &
+    PYTHONPATH=build/client/python python3 client/python/examples/optuna_search.py \\
+        --daemons ipc:///tmp/a.sock,ipc:///tmp/b.sock --storage sqlite:///search.db --plot curves.png
+
+Rerun with the same --storage and --study to resume (--trials counts what the
+study holds). Drivers on several machines share a study through PostgreSQL.
+"""
+import argparse
+import collections
+import re
+import signal
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+
+try:  # --help works without them; main() says what is missing
+    import optuna
+    TrialState = optuna.trial.TrialState
+except ImportError:
+    optuna = None
+try:
+    import dqnd
+except ImportError:
+    dqnd = None
+
+UNREACHABLE = (4, 14)  # DEADLINE_EXCEEDED, UNAVAILABLE: the daemon is gone (or stuck)
+EVAL_EPISODE0 = 1 << 40  # evaluation episodes never meet training ones (as in demo_evaluate)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="Optuna search of dqnd learner hyperparameters on the built-in meanrev environment. "
+        "Objective (maximised): the greedy policy's return over fixed evaluation episodes as a fraction of "
+        "the optimal return over the same episodes.",
+        epilog="Rerunning with the same --storage and --study resumes the study. Exit status: 0 done, "
+        "1 every daemon was dropped before --trials were done, 2 usage, 130/143 stopped by SIGINT/SIGTERM "
+        "(the running trials FAIL).")
+    p.add_argument("--daemons", metavar="URL,URL,...",
+                   help="daemons to spread the trials over, one worker thread each (default: dqnd's default socket)")
+    p.add_argument("--storage", default="sqlite:///dqnd_search.db", metavar="URL",
+                   help="sqlite:///FILE.db, journal:FILE (an Optuna journal file) or "
+                   "postgresql://USER@HOST/DB (default: %(default)s)")
+    p.add_argument("--study", default="dqnd-meanrev", metavar="NAME", help="study name (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=6, metavar="N",
+                   help="ask no more trials once the study holds N finished ones (any state, earlier runs' "
+                   "included) plus this driver's running ones; drivers sharing a study may end a few over N "
+                   "(default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampler, trainer and environment seed; give each driver "
+                   "sharing a study its own (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=60, help="collect+train rounds per trial (default: %(default)s)")
+    p.add_argument("--envs", type=int, default=32, help="parallel training episodes (default: %(default)s)")
+    p.add_argument("--collect", type=int, default=4, metavar="K", help="env steps per episode per round, "
+                   "so K x --envs transitions a round (default: %(default)s)")
+    p.add_argument("--train-steps", type=int, default=16, metavar="N",
+                   help="learner steps (one Step call) after each round (default: %(default)s)")
+    p.add_argument("--samples-per-insert", type=float, default=0.0, metavar="X",
+                   help="continuous training instead of Step: the daemon trains X samples per inserted "
+                   "transition as data arrives (default: 0, off)")
+    p.add_argument("--eval-every", type=int, default=10, metavar="R",
+                   help="rounds between evaluations, each reported to the pruner (default: %(default)s)")
+    p.add_argument("--eval-episodes", type=int, default=16, help="episodes per evaluation (default: %(default)s)")
+    p.add_argument("--eps-start", type=float, default=0.5, help="exploration in the first round (default: %(default)s)")
+    p.add_argument("--eps-end", type=float, default=0.02, help="exploration in the last round (default: %(default)s)")
+    p.add_argument("--backend", default="", help="learner backend, cpu or cuda (default: the daemon's)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds to wait for a reply before the daemon counts as gone (default: %(default)s)")
+    p.add_argument("--top", type=int, default=5, help="best trials listed at the end (default: %(default)s)")
+    p.add_argument("--plot", metavar="FILE.png", help="write the learning curves (value against round) here")
+    a = p.parse_args(argv)
+    for k in ("trials", "rounds", "envs", "collect", "train_steps", "eval_every", "eval_episodes"):
+        if getattr(a, k) < 1:
+            p.error(f"--{k.replace('_', '-')} must be at least 1")
+    if a.timeout <= 0 or a.samples_per_insert < 0:
+        p.error("--timeout must be positive and --samples-per-insert at least 0")
+    if optuna is None or dqnd is None:
+        p.exit(2, "optuna_search.py: needs " + " and ".join(
+            ["optuna (Debian: python3-optuna)"] * (optuna is None) +
+            ["the dqnd package (PYTHONPATH=build/client/python, or meson install)"] * (dqnd is None)) + "\n")
+    a.daemons = [u for u in (a.daemons or dqnd.default_url()).split(",") if u]
+    if not a.daemons or len(set(a.daemons)) != len(a.daemons):
+        p.error("--daemons: give each URL once")
+    return a
+
+
+def open_study(args):
+    """journal:PATH is Optuna's journal file (several processes may share it);
+    sqlite:// and postgresql:// go through SQLAlchemy. Drivers starting at once
+    on a new database race to create its tables: the loser tries again."""
+    for attempt in range(8):
+        try:
+            if args.storage.startswith("journal:"):
+                storage = optuna.storages.JournalStorage(
+                    optuna.storages.JournalFileStorage(args.storage[len("journal:"):]))
+            else:
+                storage = optuna.storages.RDBStorage(args.storage, engine_kwargs={"pool_pre_ping": True})
+            study = optuna.create_study(
+                study_name=args.study, storage=storage, direction="maximize", load_if_exists=True,
+                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=args.rounds // 3))
+            # a resumed study draws on from where it is, not the first run's draws again
+            study.sampler = optuna.samplers.TPESampler(seed=args.seed * 100003 + len(study.trials))
+            return study
+        except Exception as e:  # noqa: BLE001 (SQLAlchemy's errors, ValueError for a bad URL, ...)
+            if attempt == 7 or type(e).__name__ not in ("IntegrityError", "ProgrammingError", "InternalError"):
+                sys.exit(f"optuna_search.py: cannot open study '{args.study}' in {args.storage}: {e}")
+            time.sleep(0.2 + 0.3 * np.random.default_rng().random())
+
+
+def sample_config(trial):
+    """The demo's learner config (dqnd.envs.MeanRev.learner_config()) with the
+    searched fields drawn for this trial; `dqnctl fields` lists them all."""
+    cfg = dict(dqnd.envs.MeanRev.learner_config())
+    cfg["lr"] = trial.suggest_float("lr", 1e-4, 1e-2, log=True)
+    cfg["gamma"] = trial.suggest_float("gamma", 0.0, 0.9)
+    cfg["batch"] = trial.suggest_categorical("batch", [32, 64, 128])
+    cfg["target_period"] = trial.suggest_categorical("target_period", [10, 50, 200])
+    cfg["prioritized"] = trial.suggest_categorical("prioritized", [0, 1])
+    return cfg
+
+
+class Collector:
+    """Parallel training episodes; one round = `k` env steps of each, acting
+    epsilon-greedily per branch around the trainer's greedy actions."""
+
+    def __init__(self, seed, n):
+        self.envs = [dqnd.envs.make("meanrev", seed=seed) for _ in range(n)]
+        self.branches = self.envs[0].branches
+        self.next_episode = 0
+        self.obs = np.stack([self._reset(e) for e in self.envs])
+        self.episode = np.arange(n)
+
+    def _reset(self, env):
+        self.next_episode += 1
+        return env.reset(episode=self.next_episode - 1)[0]
+
+    def round(self, client, name, k, eps, rng):
+        rows = []
+        for _ in range(k):
+            sub = np.stack(np.unravel_index(client.act(name, self.obs), self.branches), axis=1)
+            explore = rng.random(sub.shape) < eps  # each branch explores on its own
+            sub = np.where(explore, rng.integers(0, self.branches, size=sub.shape), sub)
+            act = np.ravel_multi_index(tuple(sub.T), self.branches)
+            for i, env in enumerate(self.envs):
+                s2, r, term, trunc, _ = env.step(int(act[i]))
+                # a time limit is no terminal state: bootstrap through truncation
+                rows.append((self.obs[i].copy(), act[i], r, s2, term, self.episode[i]))
+                if term or trunc:
+                    self.episode[i] = self.next_episode
+                    s2 = self._reset(env)
+                self.obs[i] = s2
+        s, a, r, s2, d, ep = zip(*rows)
+        return np.stack(s), np.array(a), np.array(r), np.stack(s2), np.array(d, dtype=np.uint8), np.array(ep)
+
+
+def evaluate(client, name, envs):
+    """Greedy return / optimal return over the fixed episodes `envs`, all in
+    lockstep (one Act per time step). meanrev's state does not depend on the
+    action, so the optimal return is taken along the same path."""
+    obs, best = [], []
+    for i, env in enumerate(envs):
+        o, info = env.reset(episode=EVAL_EPISODE0 + i)
+        obs.append(o)
+        best.append(info["optimal_action"])
+    obs, ret, opt = np.stack(obs), 0.0, 0.0
+    for _ in range(envs[0].horizon):
+        acts = client.act(name, obs)
+        for i, env in enumerate(envs):
+            opt += env.reward(best[i])
+            obs[i], r, _, _, info = env.step(int(acts[i]))
+            best[i] = info["optimal_action"]
+            ret += r
+    return ret / opt
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Search:
+    def __init__(self, args):
+        self.a = args
+        self.lock = threading.Lock()  # around every storage call and the counts
+        self.stop = threading.Event()
+        self.running = 0
+        self.lost = {}  # url -> why
+        self.t0 = time.monotonic()
+        self.study = open_study(args)
+        self.trainer_prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", args.study)[:48]
+
+    def log(self, msg):
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+    def finished(self):
+        return len(self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
+
+    def worker(self, url):
+        try:
+            client = dqnd.Client(url, timeout=self.a.timeout)
+        except dqnd.DqndError as e:
+            return self.drop(url, e)
+        with client:
+            try:
+                client.health()
+            except dqnd.DqndError as e:
+                return self.drop(url, e)
+            while not self.stop.is_set():
+                with self.lock:
+                    if self.finished() + self.running >= self.a.trials:
+                        return
+                    trial = self.study.ask()
+                    cfg = sample_config(trial)
+                    name = f"{self.trainer_prefix}-{trial.number}"
+                    trial.set_user_attr("daemon", url)
+                    trial.set_user_attr("trainer", name)
+                    self.running += 1
+                params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                  for k, v in trial.params.items())
+                self.log(f"trial {trial.number} started on {url} as {name}: {params}")
+                t, value, err = time.monotonic(), None, None
+                try:
+                    state, value = self.run_trial(client, trial, name, cfg)
+                except dqnd.DqndError as e:
+                    state, err = TrialState.FAIL, e
+                except Interrupted:
+                    state, err = TrialState.FAIL, "interrupted"
+                except Exception as e:  # noqa: BLE001 (a failed trial must not end the search)
+                    state, err = TrialState.FAIL, repr(e)
+                gone = isinstance(err, dqnd.DqndError) and err.code in UNREACHABLE
+                if not gone:
+                    try:
+                        client.destroy_trainer(name)
+                    except dqnd.DqndError as e:
+                        gone = e.code in UNREACHABLE
+                with self.lock:
+                    if state == TrialState.COMPLETE:
+                        self.study.tell(trial, value)
+                    else:
+                        self.study.tell(trial, state=state)
+                    self.running -= 1
+                how = f"{value:.4f}" if value is not None else err
+                self.log(f"trial {trial.number} {state.name}: {how} ({time.monotonic() - t:.1f} s)")
+                if gone:
+                    return self.drop(url, err)
+
+    def drop(self, url, err):
+        with self.lock:
+            self.lost[url] = err
+            left = len(self.a.daemons) - len(self.lost)
+        self.log(f"daemon {url} dropped ({err}); {left} left")
+
+    def run_trial(self, client, trial, name, cfg):
+        a = self.a
+        cfg["seed"] = a.seed * 1000 + trial.number
+        if a.samples_per_insert > 0:
+            cfg["samples_per_insert"], cfg["min_replay"] = a.samples_per_insert, cfg["batch"]
+        try:
+            created = client.create_trainer(name, cfg, a.backend)["created"]
+        except dqnd.DqndError as e:
+            if e.code != 6:  # ALREADY_EXISTS: there with another config
+                raise
+            created = False
+        if not created:  # a leftover of this very trial (its daemon restarted): replace it
+            client.destroy_trainer(name)
+            client.create_trainer(name, cfg, a.backend)
+        collector = Collector(a.seed * 1000 + trial.number, a.envs)
+        eval_envs = [dqnd.envs.make("meanrev", seed=a.seed) for _ in range(a.eval_episodes)]
+        rng = np.random.default_rng([a.seed, trial.number])
+        for rnd in range(1, a.rounds + 1):
+            if self.stop.is_set():
+                raise Interrupted()
+            eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
+            client.submit(name, *collector.round(client, name, a.collect, eps, rng))
+            if a.samples_per_insert == 0:
+                client.step(name, a.train_steps)
+            if rnd % a.eval_every and rnd != a.rounds:
+                continue
+            value = evaluate(client, name, eval_envs)
+            with self.lock:
+                trial.report(value, rnd)
+                prune = rnd < a.rounds and trial.should_prune()
+            st = client.stats(name)
+            self.log(f"trial {trial.number} round {rnd}/{a.rounds}: value {value:.4f} "
+                     f"(learner step {st['step']}, loss {st['loss_mean']:.4f}){' -> pruned' if prune else ''}")
+            if prune:
+                return TrialState.PRUNED, value
+        return TrialState.COMPLETE, value
+
+    def run(self):
+        start = self.finished()
+        self.log(f"study '{self.a.study}' holds {start} finished trials; running up to {self.a.trials - start} "
+                 f"more on {len(self.a.daemons)} daemon(s)")
+        stopped = []
+
+        def on_signal(signum, _frame):  # stop between rounds: the running trials FAIL, their trainers go
+            if not stopped:
+                self.log(f"{signal.Signals(signum).name}: failing the running trials")
+            stopped.append(signum)
+            self.stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+        threads = [threading.Thread(target=self.worker, args=(u,), daemon=True) for u in self.a.daemons]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+        if stopped:
+            return 128 + stopped[0]
+        if len(self.lost) == len(self.a.daemons) and self.finished() < self.a.trials:
+            print(f"optuna_search.py: no daemon left ({', '.join(self.lost)} dropped) with "
+                  f"{self.finished()} of {self.a.trials} trials finished; rerun to resume", file=sys.stderr)
+            return 1
+        return 0
+
+    def report(self):
+        trials = self.study.get_trials(deepcopy=False)
+        done = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: -t.value)[:self.a.top]
+        keys = sorted({k for t in done for k in t.params})
+        print(f"\nbest {len(done)} of study '{self.a.study}':")
+        print(f"{'trial':>5} {'value':>8}  " + "  ".join(f"{k:>13}" for k in keys) + "  daemon")
+        for t in done:
+            cells = [f"{t.params[k]:13.4g}" if isinstance(t.params.get(k), float) else f"{t.params.get(k, '-')!s:>13}"
+                     for k in keys]
+            print(f"{t.number:5d} {t.value:8.4f}  " + "  ".join(cells) + f"  {t.user_attrs.get('daemon', '-')}")
+        counts = collections.Counter(t.state.name for t in trials)
+        print("trials by state: " + ", ".join(f"{s.name} {counts.get(s.name, 0)}" for s in TrialState)
+              + f" (total {len(trials)})")
+        if self.lost:
+            print("daemons dropped: " + ", ".join(f"{u} ({e})" for u, e in self.lost.items()))
+        if self.a.plot:
+            plot(trials, self.a.plot, self.a.study)
+
+
+def plot(trials, path, title):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"--plot: matplotlib is not installed; {path} not written")
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for t in trials:
+        if t.intermediate_values:
+            x = sorted(t.intermediate_values)
+            ax.plot(x, [t.intermediate_values[i] for i in x], marker="o", label=f"#{t.number} {t.state.name}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("greedy return / optimal return")
+    ax.set_title(f"study {title}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"learning curves written to {path}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # JournalStorage in 3.1
+    search = Search(args)
+    rc = search.run()
+    search.report()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""client/python/examples/optuna_search.py run as a user runs it (a
+subprocess) against real daemons (DQND_BIN, --backend cpu), each on its own
+temporary ipc socket and state directory:
+
+  - a 6-trial search over two daemons (sqlite storage) finishes in time and
+    finds a config better than its worst;
+  - a daemon SIGKILLed while one of its trials runs: that trial FAILs, the
+    search finishes on the other daemon, a rerun resumes the stored study
+    (journal storage), and a rerun with no daemon left exits 1;
+  - two drivers share one study through a PostgreSQL server this test starts
+    in its own data directory (skipped when PostgreSQL is not installed or
+    the postgres user cannot be become).
+
+Run: meson test -C build python-search, or
+DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/test_search.py
+"""
+import glob
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import warnings
+
+import optuna
+
+import dqnd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = os.path.join(ROOT, "client", "python", "examples", "optuna_search.py")
+DQND_BIN = os.environ.get("DQND_BIN", os.path.join(ROOT, "build", "daemon", "dqnd"))
+STARTED = re.compile(r"trial (\d+) started on (\S+) as (\S+):")
+ROUND = re.compile(r"trial (\d+) round (\d+)/(\d+): value")
+TS = optuna.trial.TrialState
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class Daemon:
+    """One dqnd on DIR/d.sock with state in DIR/state, logging to DIR/dqnd.log."""
+
+    def __init__(self, root, name):
+        self.dir = os.path.join(root, name)
+        os.makedirs(os.path.join(self.dir, "state"))
+        self.sock = os.path.join(self.dir, "d.sock")
+        self.url = "ipc://" + self.sock
+        self.log = os.path.join(self.dir, "dqnd.log")
+        with open(os.path.join(self.dir, "stderr"), "wb") as err:
+            self.proc = subprocess.Popen(
+                [DQND_BIN, "--listen", self.url, "--state-dir", os.path.join(self.dir, "state"), "--backend", "cpu",
+                 "--log-file", self.log, "--checkpoint-interval", "0"],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dqnd exited with {self.proc.returncode}: {self.tail()}")
+            if os.path.exists(self.sock):  # dial only a socket that is there (nng 1.5.2 #1518)
+                try:
+                    with dqnd.Client(self.url, timeout=5) as c:
+                        if c.health()["serving"]:
+                            return
+                except dqnd.DqndError:
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"dqnd on {self.url} not serving after 30 s: {self.tail()}")
+            time.sleep(0.05)
+
+    def tail(self):
+        out = []
+        for f in (os.path.join(self.dir, "stderr"), self.log):
+            if os.path.exists(f):
+                out.append(open(f, errors="replace").read()[-2000:])
+        return "\n".join(out)
+
+    def trainers(self):
+        with dqnd.Client(self.url, timeout=10) as c:
+            return [t["name"] for t in c.list_trainers()]
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def search_cmd(*args):
+    return [sys.executable, SCRIPT, *[str(a) for a in args]]
+
+
+def run_search(*args, timeout=150):
+    t = time.monotonic()
+    p = subprocess.run(search_cmd(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t
+
+
+def journal(path):
+    with warnings.catch_warnings():  # "JournalStorage is experimental" in Optuna 3.1
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.JournalStorage(optuna.storages.JournalFileStorage(path))
+
+
+def started(out):
+    """{trial number: (daemon url, trainer name)} from a driver's output."""
+    return {int(m[1]): (m[2], m[3]) for m in STARTED.finditer(out)}
+
+
+class SearchTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="dqnd-search-")
+        self.daemons = []
+        self.t0 = time.monotonic()
+
+    def tearDown(self):
+        for d in self.daemons:
+            d.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        print(f"\n{self.id().split('.')[-1]}: {time.monotonic() - self.t0:.1f} s", file=sys.stderr)
+
+    def daemon(self, name):
+        d = Daemon(self.tmp, name)
+        self.daemons.append(d)
+        return d
+
+    def check(self, p, rc=0):
+        self.assertEqual(p.returncode, rc, f"optuna_search.py exited {p.returncode}\nstdout:\n{p.stdout}\n"
+                                           f"stderr:\n{p.stderr}")
+
+    def test_search_two_daemons(self):
+        a, b = self.daemon("a"), self.daemon("b")
+        db = os.path.join(self.tmp, "search.db")
+        png = os.path.join(self.tmp, "curves.png")
+        p, secs = run_search("--daemons", f"{a.url},{b.url}", "--storage", f"sqlite:///{db}", "--study", "two",
+                             "--trials", 6, "--seed", 1, "--plot", png)
+        self.check(p)
+        print(f"\n6 trials over two daemons: {secs:.1f} s\n{p.stdout[p.stdout.index('best'):]}", file=sys.stderr)
+        self.assertLess(secs, 90)
+        study = optuna.load_study(study_name="two", storage=f"sqlite:///{db}")
+        trials = study.get_trials()
+        self.assertEqual(len(trials), 6)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        self.assertEqual({t.user_attrs["daemon"] for t in trials}, {a.url, b.url}, "both daemons ran trials")
+        values = [t.value for t in trials if t.state == TS.COMPLETE]
+        self.assertGreaterEqual(len(values), 2)
+        self.assertGreater(max(values), min(values), "the search found a config better than its worst")
+        self.assertAlmostEqual(study.best_value, max(values))
+        self.assertIn(f"{study.best_trial.number:5d} {study.best_value:8.4f}", p.stdout, "the best trial is listed")
+        self.assertIn("trials by state: RUNNING 0, COMPLETE", p.stdout)
+        self.assertEqual(set(started(p.stdout)), {t.number for t in trials})
+        self.assertEqual(a.trainers() + b.trainers(), [], "every trial destroyed its trainer")
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_sigkill_fails_trial_and_resume(self):
+        a, b = self.daemon("a"), self.daemon("b")
+        path = os.path.join(self.tmp, "search.journal")
+        storage = f"journal:{path}"
+        # longer trials than the default, so the kill lands well inside one
+        proc = subprocess.Popen(search_cmd("--daemons", f"{a.url},{b.url}", "--storage", storage, "--study", "kill",
+                                           "--trials", 6, "--rounds", 80, "--timeout", 5),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        watchdog = threading.Timer(150, proc.kill)
+        watchdog.start()
+        out, on, victim, killed_at = [], {}, None, None
+        with proc:  # stderr goes with stdout: one pipe, read to its end
+            try:
+                for line in proc.stdout:
+                    out.append(line)
+                    m = STARTED.search(line)
+                    if m:
+                        on[int(m[1])] = m[2]
+                    m = ROUND.search(line)
+                    if victim is None and m and on.get(int(m[1])) == a.url and "pruned" not in line:
+                        victim, killed_at = int(m[1]), (int(m[2]), int(m[3]))
+                        a.kill()  # after this trial's first evaluation, long before its last round
+                        out.append(f"---- SIGKILL to daemon a (trial {victim} at round {m[2]}/{m[3]})\n")
+            finally:
+                watchdog.cancel()
+        out = "".join(out)
+        p = subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+        self.check(p)
+        self.assertIsNotNone(victim, f"no trial ran on daemon a:\n{out}")
+        print(f"\nkilled daemon a during trial {victim} (round {killed_at[0]}/{killed_at[1]} reported):\n"
+              + "".join(line for line in out.splitlines(True) if f"trial {victim} " in line or "daemon" in line),
+              file=sys.stderr)
+        self.assertNotRegex(out.split("---- SIGKILL")[0], rf"trial {victim} (COMPLETE|PRUNED|FAIL)",
+                            "the trial was still running when its daemon was killed")
+        self.assertRegex(out, rf"daemon {re.escape(a.url)} dropped \((UNAVAILABLE|DEADLINE_EXCEEDED)")
+        study = optuna.load_study(study_name="kill", storage=journal(path))
+        first = {t.number: (t.state, t.value, t.params) for t in study.get_trials()}
+        self.assertEqual(len(first), 6)
+        t = study.trials[victim]
+        self.assertEqual(t.state, TS.FAIL)
+        self.assertEqual(t.user_attrs["daemon"], a.url)
+        self.assertLess(killed_at[0], killed_at[1], "rounds were left when the daemon died")
+        self.assertEqual(max(t.intermediate_values), killed_at[0], "it had reported, and then nothing more")
+        others = [t for t in study.trials if t.number != victim]
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in others), [t.state for t in others])
+        after = [t for t in others if t.datetime_start > study.trials[victim].datetime_start]
+        self.assertTrue(after and all(t.user_attrs["daemon"] == b.url for t in after),
+                        "the trials after the kill ran on the other daemon")
+        self.assertEqual(b.trainers(), [])
+
+        # a rerun on the same storage resumes the study: two more trials, the six kept as they were
+        p, _ = run_search("--daemons", b.url, "--storage", storage, "--study", "kill", "--trials", 8, "--timeout", 5)
+        self.check(p)
+        self.assertIn("study 'kill' holds 6 finished trials; running up to 2 more", p.stdout)
+        trials = optuna.load_study(study_name="kill", storage=journal(path)).get_trials()
+        self.assertEqual(len(trials), 8)
+        self.assertEqual({t.number: (t.state, t.value, t.params) for t in trials if t.number < 6}, first)
+        self.assertEqual(set(started(p.stdout)), {6, 7})
+
+        # no daemon left: exit 1 with a message, and no trial taken from the study
+        p, _ = run_search("--daemons", a.url, "--storage", storage, "--study", "kill", "--trials", 10, "--timeout", 5)
+        self.check(p, rc=1)
+        self.assertIn("no daemon left", p.stderr)
+        self.assertEqual(len(optuna.load_study(study_name="kill", storage=journal(path)).trials), 8)
+
+    def test_two_drivers_share_postgres(self):
+        pg = Postgres.start_or_skip(self)
+        a, b = self.daemon("a"), self.daemon("b")
+        url = pg.url
+        drivers = [subprocess.Popen(search_cmd("--daemons", d.url, "--storage", url, "--study", "shared", "--trials", 6,
+                                               "--seed", i), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for i, d in enumerate((a, b))]
+        runs = []
+        for d in drivers:
+            out, err = d.communicate(timeout=150)
+            runs.append(subprocess.CompletedProcess(d.args, d.returncode, out, err))
+        for p in runs:
+            self.check(p)
+        mine = [started(p.stdout) for p in runs]
+        self.assertTrue(mine[0] and mine[1], "both drivers ran trials")
+        self.assertFalse(set(mine[0]) & set(mine[1]), "no trial number ran in both drivers")
+        names = [n for m in mine for _, n in m.values()]
+        self.assertEqual(len(names), len(set(names)), "trainer names are unique")
+        self.assertTrue(all(u == a.url for u, _ in mine[0].values()) and all(u == b.url for u, _ in mine[1].values()))
+        trials = optuna.load_study(study_name="shared", storage=url).get_trials()
+        self.assertEqual({t.number for t in trials}, set(mine[0]) | set(mine[1]), "the study holds every trial")
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        self.assertEqual({t.number: t.user_attrs["trainer"] for t in trials},
+                         {k: v[1] for m in mine for k, v in m.items()})
+        # each driver stops at 6 finished trials plus its own running one: at most one over per other driver
+        self.assertTrue(6 <= len(trials) <= 7, len(trials))
+        print(f"\npostgres: driver 1 ran trials {sorted(mine[0])}, driver 2 {sorted(mine[1])}", file=sys.stderr)
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster: its data directory and unix socket in a
+    fresh directory owned by the server's user (postgres when run as root)."""
+
+    @classmethod
+    def start_or_skip(cls, test):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not bins and shutil.which("initdb"):
+            bins = [shutil.which("initdb")]
+        if not bins:
+            test.skipTest("PostgreSQL is not installed (no initdb)")
+        as_user = []
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                test.skipTest("running as root and there is no postgres user for initdb")
+            if shutil.which("runuser"):
+                as_user = ["runuser", "-u", "postgres", "--"]
+            elif shutil.which("setpriv"):
+                as_user = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
+            else:
+                test.skipTest("running as root and neither runuser nor setpriv is there to become postgres")
+            if subprocess.run(as_user + ["true"], capture_output=True).returncode:
+                test.skipTest("cannot become the postgres user")
+        pg = cls(os.path.dirname(bins[-1]), as_user)
+        test.addCleanup(pg.stop)
+        pg.start()
+        return pg
+
+    def __init__(self, bindir, as_user):
+        self.bin, self.as_user = bindir, as_user
+        self.base = tempfile.mkdtemp(prefix="dqnd-pg-")
+        if as_user:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.base, pw.pw_uid, pw.pw_gid)
+        self.data, self.sock = os.path.join(self.base, "data"), self.base
+        self.started = False
+
+    def run(self, *cmd):
+        p = subprocess.run(self.as_user + [os.path.join(self.bin, cmd[0]), *cmd[1:]], cwd=self.base,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        if p.returncode:
+            log = os.path.join(self.base, "server.log")
+            raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}\n"
+                               + (open(log).read()[-2000:] if os.path.exists(log) else ""))
+        return p
+
+    def start(self):
+        self.run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.base, "server.log"), "-w", "-t", "60", "-o",
+                 f"-k {self.sock} -c listen_addresses='' -c fsync=off", "start")
+        self.started = True
+        self.run("createdb", "-h", self.sock, "-U", "postgres", "optuna")
+        self.url = f"postgresql://postgres@/optuna?host={self.sock}"
+
+    def stop(self):
+        try:
+            if self.started:
+                self.run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
