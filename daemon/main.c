@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "dqnd_build_config.h"
 #include "dispatch.h"
+#include "listen_guard.h"
 #include "log.h"
 #include "restore.h"
 #include "rpc.h"
@@ -157,6 +158,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;
   }
+  if (listen_guard_start(s)) log_warn(NULL, "listener-check: cannot start its thread; listeners are not probed");
   a->loop = uv_default_loop();
   uv_signal_t *sigs[3] = {&a->sig_term, &a->sig_int, &a->sig_hup};
   int signums[3] = {SIGTERM, SIGINT, SIGHUP};
@@ -187,6 +189,7 @@ int main(int argc, char **argv) {
   uv_run(a->loop, UV_RUN_DEFAULT);
   pthread_t wd;
   if (pthread_create(&wd, NULL, teardown_watchdog, NULL) == 0) pthread_detach(wd);
+  listen_guard_stop(s);
   rpc_stop(s);
   workq_close(&s->admin);
   workq_join(&s->admin);

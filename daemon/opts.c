@@ -37,6 +37,8 @@ static const opt_t opts_table[] = {
     {"checkpoint-replay", OT_INT32, O(checkpoint_replay), 0, 1, "periodic and final checkpoints include the replay (0/1)"},
     {"restore", OT_INT32, O(restore), 0, 1,
      "at start, bring back every trainer in state-dir from its newest checkpoint that loads (0/1)"},
+    {"listener-check", OT_INT32, O(listener_check), 0, 3600,
+     "seconds between probes that restart a listener a half-open connection stopped (nng#1518; 0 = off)"},
     {"socket-mode", OT_STR, O(socket_mode), 0, 0,
      "permissions of ipc sockets, octal (0660 lets the daemon's group connect)"},
     {"auth-token", OT_STR, O(auth_token), 0, 0, "require this token in every request"},
@@ -81,6 +83,7 @@ void opts_default(dqnd_opts_t *o) {
   o->idle_timeout = 0;
   o->checkpoint_replay = 0;
   o->restore = 1;
+  o->listener_check = 3;
   snprintf(o->socket_mode, sizeof o->socket_mode, "0600");
   snprintf(o->log_level, sizeof o->log_level, "info");
 }

@@ -28,6 +28,7 @@ typedef struct dqnd_opts {
   int32_t idle_timeout;      /* seconds; 0 = never unload idle trainers */
   int32_t checkpoint_replay; /* periodic/final checkpoints include the replay */
   int32_t restore;           /* at start, bring back the trainers found in state_dir */
+  int32_t listener_check;    /* seconds between listener probes (listen_guard.h); 0 = off */
   char socket_mode[8];       /* ipc listeners' permissions, octal: 0600, or 0660 for a group */
   char auth_token[256];
   char log_file[1024];

@@ -1,6 +1,8 @@
 /* rpc.c — see rpc.h. */
 #include "rpc.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,9 @@ struct rpc {
   server_t *srv;
   rpc_request_cb on_request;
   nng_socket sock;
+  nng_listener listeners[OPTS_MAX_LISTEN];
+  atomic_ullong pipes_added;   /* connections attached to the socket (listen_guard.c reads it) */
+  pthread_mutex_t relisten_mu; /* the guard thread restarts a listener; rpc_stop closes them */
   rpc_call_t *calls;
   int n_calls;
 };
@@ -146,7 +151,8 @@ static void call_cb(void *arg) {
   c->rpc->on_request(s, c);
 }
 
-static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
+static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
+  const char *url = r->srv->opts.listen[i];
   nng_listener l;
   int rv = nng_listener_create(&l, r->sock, url);
   if (!rv && !strncmp(url, "ipc://", 6)) {
@@ -167,8 +173,26 @@ static int listen_one(rpc_t *r, const char *url, char *err, size_t errlen) {
     snprintf(err, errlen, "listen %s: %s", url, nng_strerror(rv));
     return -1;
   }
+  r->listeners[i] = l;
   log_info(NULL, "listening on %s", url);
   return 0;
+}
+
+static void on_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  (void)p, (void)ev;
+  atomic_fetch_add(&((rpc_t *)arg)->pipes_added, 1);
+}
+
+unsigned long long rpc_pipes_added(server_t *s) { return s->rpc ? atomic_load(&s->rpc->pipes_added) : 0; }
+
+int rpc_relisten(server_t *s, int i, char *err, size_t errlen) {
+  rpc_t *r = s->rpc;
+  if (!r || i < 0 || i >= s->opts.n_listen) return -1;
+  pthread_mutex_lock(&r->relisten_mu);
+  nng_listener_close(r->listeners[i]);
+  int rc = listen_one(r, i, err, errlen);
+  pthread_mutex_unlock(&r->relisten_mu);
+  return rc;
 }
 
 int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) {
@@ -180,8 +204,10 @@ int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) 
   int rv = nng_rep0_open(&r->sock);
   if (rv) return snprintf(err, errlen, "nng_rep0_open: %s", nng_strerror(rv)), -1;
   nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, (size_t)s->opts.max_message_bytes * OVERSIZE_FACTOR);
+  pthread_mutex_init(&r->relisten_mu, NULL);
+  nng_pipe_notify(r->sock, NNG_PIPE_EV_ADD_POST, on_pipe_added, r);
   for (int i = 0; i < s->opts.n_listen; i++)
-    if (listen_one(r, s->opts.listen[i], err, errlen)) return -1;
+    if (listen_one(r, i, err, errlen)) return -1;
   r->n_calls = s->opts.contexts;
   r->calls = calloc((size_t)r->n_calls, sizeof *r->calls);
   if (!r->calls) return snprintf(err, errlen, "out of memory"), -1;
@@ -201,7 +227,10 @@ int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) 
 void rpc_stop(server_t *s) {
   rpc_t *r = s->rpc;
   if (!r) return;
+  pthread_mutex_lock(&r->relisten_mu);
   nng_close(r->sock);
+  pthread_mutex_unlock(&r->relisten_mu);
+  pthread_mutex_destroy(&r->relisten_mu);
   for (int i = 0; i < r->n_calls; i++) {
     if (r->calls[i].aio) {
       nng_aio_stop(r->calls[i].aio);

@@ -18,6 +18,10 @@ typedef void (*rpc_request_cb)(server_t *s, rpc_call_t *c);
 
 /* Listens on s->opts.listen and serves requests through on_request. */
 int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen);
+/* Connections attached to the daemon's socket so far (listen_guard.c). */
+unsigned long long rpc_pipes_added(server_t *s);
+/* Closes listener i and starts it again on its URL (listen_guard.c). */
+int rpc_relisten(server_t *s, int i, char *err, size_t errlen);
 /* Closes the sockets (after the workers have answered everything). */
 void rpc_stop(server_t *s);
 Dqnd__V1__Request *rpc_request(rpc_call_t *c);

@@ -228,6 +228,52 @@ START_TEST(test_service_options) {
 }
 END_TEST
 
+/* a peer that connects and leaves during the handshake (a port scan, a bare
+ * connect(), a second dqnd on the same socket) must not leave the daemon
+ * deaf: Debian's nng 1.5.2 stops serving such a listener (nng#1518), and the
+ * listener check starts it again within a few seconds */
+static int serves_within(const char *url, int seconds) {
+  for (int i = 0; i < seconds * 4; i++) {
+    dqnd_client_t *c;
+    char err[256];
+    if (dqnd_connect(url, 250, &c, err, sizeof err) == 0) {
+      int serving = 0, rc = dqnd_health(c, &serving, NULL);
+      dqnd_close(c);
+      if (rc == 0 && serving) return 1;
+    }
+    usleep(100000);
+  }
+  return 0;
+}
+
+START_TEST(test_half_open_connections_do_not_wedge) {
+  daemon_t d = {0};
+  int port = 21000 + (int)(getpid() % 20000);
+  char tcp[64], opt[80];
+  snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", port);
+  snprintf(opt, sizeof opt, "--listen=%s", tcp);
+  const char *extra[] = {"--listener-check", "1", opt, NULL};
+  start_daemon_argv(&d, extra);
+  /* a bare connect and close on the ipc socket, then on the tcp port */
+  char cmd[3000];
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('%s'); s.close(); "
+           "t=socket.create_connection(('127.0.0.1', %d)); t.close()\"",
+           d.url + 6, port);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_msg(serves_within(d.url, 10), "the ipc listener did not serve again");
+  ck_assert_msg(serves_within(tcp, 10), "the tcp listener did not serve again");
+  /* a second dqnd on the same socket refuses to start, and the first serves on */
+  snprintf(cmd, sizeof cmd, "'%s' --listen '%s' --state-dir '%s/other' --backend cpu >/dev/null 2>&1", dqnd_bin,
+           d.url, d.dir);
+  int st = system(cmd);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "a second dqnd on the socket exited %d", st);
+  ck_assert_msg(serves_within(d.url, 10), "the first daemon stopped serving");
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("restart");
@@ -237,6 +283,7 @@ int main(void) {
   tcase_add_test(tc, test_sigkill_with_a_corrupt_newest_checkpoint);
   tcase_add_test(tc, test_restore_off_and_a_name_reused);
   tcase_add_test(tc, test_service_options);
+  tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
