@@ -3,7 +3,9 @@
 # through sudo). Idempotent: does nothing when everything is present.
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc libnng-dev protobuf-c-compiler libprotobuf-c-dev
-      libuv1-dev check libjansson-dev libopenblas-dev libsystemd-dev valgrind)
+      libuv1-dev check libjansson-dev libopenblas-dev libsystemd-dev valgrind
+      protobuf-compiler python3-protobuf python3-numpy python3-optuna python3-sqlalchemy python3-psycopg2
+      postgresql)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

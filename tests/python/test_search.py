@@ -162,6 +162,12 @@ class SearchTest(unittest.TestCase):
         self.assertIn("trials by state: RUNNING 0, COMPLETE", p.stdout)
         self.assertEqual(set(started(p.stdout)), {t.number for t in trials})
         self.assertEqual(a.trainers() + b.trainers(), [], "every trial destroyed its trainer")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:  # the plot is optional: the script says so and writes nothing
+            self.assertIn("matplotlib", p.stdout + p.stderr)
+            self.assertFalse(os.path.exists(png))
+            return
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 

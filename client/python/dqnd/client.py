@@ -318,7 +318,8 @@ class Client:
             r = self._call("load_checkpoint", pb.LoadCheckpoint(name=name, path=path, create=bool(create),
                                                                 backend=backend or ""))
             return _info(r.trainer)
-        data = open(file, "rb").read()
+        with open(file, "rb") as f:
+            data = f.read()
         if not data:
             raise _bad("file", f"{file} is empty")
         crc, off, r = zlib.crc32(data), 0, None

@@ -1,0 +1,225 @@
+"""The Python package against a real dqnd (CPU backend, a temporary ipc
+socket): every command, checked by its effect; bad inputs — wrong dtype,
+wrong shape, unknown trainer, a closed daemon — raise DqndError with the
+right code and a message naming the argument; the environments are the C
+code's (the same rewards as a closed form of client/demo_env.h).
+Run by meson (suite integration) with DQND_BIN and PYTHONPATH set."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import zlib
+
+import numpy as np
+
+import dqnd
+from dqnd import envs
+
+DQND_BIN = os.environ.get("DQND_BIN", "build/daemon/dqnd")
+SMALL = {"state_dim": 6, "trunk_h1": 16, "trunk_h2": 12, "value_hidden": 8, "adv_hidden": 10, "atoms": 11,
+         "branches": "3,4", "batch": 8, "replay_capacity": 500, "seed": 42, "lr": 0.01}
+
+
+class Daemon:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="dqnd-py-")
+        self.url = f"ipc://{self.dir}/d.sock"
+        self.proc = subprocess.Popen([DQND_BIN, "--listen", self.url, "--state-dir", self.dir + "/state",
+                                      "--backend", "cpu", "--log-file", self.dir + "/dqnd.log"],
+                                     env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        for _ in range(250):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dqnd exited with {self.proc.returncode}")
+            try:
+                with dqnd.Client(self.url, timeout=1) as c:
+                    if c.health()["serving"]:
+                        return
+            except dqnd.DqndError:
+                time.sleep(0.02)
+        raise RuntimeError("dqnd did not come up")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
+
+def batch(n, tag, S=6, A=12):
+    rng = np.random.default_rng(tag)
+    return dict(states=rng.uniform(-1, 1, (n, S)).astype(np.float32),
+                actions=(np.arange(n) * 7 + tag) % A,
+                rewards=np.arange(n, dtype=np.float32) + 1000 * tag,
+                next_states=rng.uniform(-1, 1, (n, S)).astype(np.float32),
+                dones=(np.arange(n) % 5 == 0))
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0
+
+    def client(self):
+        return dqnd.Client(self.d.url, timeout=30)
+
+    def code(self, code, fn, *a, needle=None, **kw):
+        with self.assertRaises(dqnd.DqndError) as cm:
+            fn(*a, **kw)
+        self.assertEqual(cm.exception.code, code, str(cm.exception))
+        self.assertEqual(cm.exception.name, dqnd.CODES[code])
+        if needle:
+            self.assertIn(needle, cm.exception.message)
+        return cm.exception
+
+    def test_every_command(self):
+        with self.client() as c:
+            self.assertTrue(c.health()["serving"])
+            self.assertEqual(c.server_info()["protocol"], 1)
+            t = c.create_trainer("every", SMALL)
+            self.assertTrue(t["created"])
+            self.assertEqual((t["state_dim"], t["branches"], t["backend"]), (6, [3, 4], "cpu"))
+            self.assertFalse(c.create_trainer("every", SMALL)["created"])  # idempotent
+            self.code(6, c.create_trainer, "every", dict(SMALL, batch=16), needle="different config")
+            b = batch(60, 1)
+            self.assertEqual(c.submit("every", **b), 60)
+            # per-branch actions [n, 2] are the same transitions as flat ones
+            per = np.stack([b["actions"] // 4, b["actions"] % 4], axis=1)
+            c.create_trainer("perbranch", SMALL)
+            c.submit("perbranch", b["states"], per, b["rewards"], b["next_states"], b["dones"])
+            s1, s2 = c.step("every", 10), c.step("perbranch", 10)
+            self.assertEqual((s1["step"], s1["steps_run"]), (10, 10))
+            self.assertEqual(s1["loss_mean"], s2["loss_mean"])  # same bits through float32
+            # act: actions are the per-branch argmax of the returned Q values
+            a, q = c.act("every", b["states"][:5], q=True)
+            self.assertEqual(a.dtype, np.int32)
+            self.assertEqual([x.shape for x in q], [(5, 3), (5, 4)])
+            np.testing.assert_array_equal(a, q[0].argmax(1) * 4 + q[1].argmax(1))
+            np.testing.assert_array_equal(c.act("every", b["states"][:5]), a)
+            # SetHyperparams: the info shows it; SyncTarget hard then Polyak
+            self.assertEqual(c.set_hyperparams("every", lr=0.002, gamma=0.9)["config"]["lr"], "0.00200000009")
+            c.sync_target("every")
+            c.sync_target("every", tau=0.5)
+            st = c.stats("every")
+            self.assertEqual(st["step"], 10)
+            self.assertEqual(st["replay_size"], 60)
+            # checkpoints: save, list, fetch (CRC-checked), load into a new trainer
+            ck = c.save_checkpoint("every", with_replay=True)
+            self.assertEqual(ck["step"], 10)
+            self.assertEqual([x["seq"] for x in c.list_checkpoints("every")], [ck["seq"]])
+            path = os.path.join(self.d.dir, "every.dqnd")
+            got = c.fetch_checkpoint("every", path, checkpoint=ck["seq"])
+            with open(path, "rb") as f:
+                data = f.read()
+            self.assertEqual((len(data), zlib.crc32(data)), (ck["bytes"], ck["crc32"]))
+            self.assertEqual(got["crc32"], ck["crc32"])
+            t2 = c.load_checkpoint("copy", file=path, create=True, chunk_bytes=100000)
+            self.assertEqual(t2["stats"]["step"], 10)
+            t3 = c.load_checkpoint("copy2", path=ck["path"], create=True)
+            self.assertEqual(t3["stats"]["replay_size"], 60)
+            # the copies continue exactly like the original
+            x, y = c.step("every", 3), c.step("copy", 3)
+            self.assertEqual(x["loss_mean"], y["loss_mean"])
+            names = {t["name"] for t in c.list_trainers()}
+            self.assertTrue({"every", "perbranch", "copy", "copy2"} <= names)
+            fin = c.destroy_trainer("copy", save=True)
+            self.assertIn("/.retired/copy-", fin["path"])
+            self.assertTrue(os.path.exists(fin["path"]))
+            self.assertIsNone(c.destroy_trainer("copy2"))
+            self.code(5, c.stats, "copy", needle="no trainer 'copy'")
+
+    def test_bad_inputs(self):
+        with self.client() as c:
+            c.create_trainer("bad", SMALL)
+            b = batch(20, 2)
+            # wrong dtype, checked here before sending
+            self.code(3, c.submit, "bad", **dict(b, actions=b["actions"].astype(np.float64)),
+                      needle="actions: dtype float64, expected an integer array")
+            self.code(3, c.submit, "bad", **dict(b, states=b["states"].astype(str)), needle="states: dtype")
+            # wrong shapes, each named
+            self.code(3, c.submit, "bad", **dict(b, states=b["states"][:, :5]),
+                      needle="states: shape (20, 5), expected (n, 6)")
+            self.code(3, c.submit, "bad", **dict(b, next_states=b["next_states"][:19]),
+                      needle="next_states: shape (19, 6), expected (20, 6)")
+            self.code(3, c.submit, "bad", **dict(b, rewards=b["rewards"][:3]), needle="rewards: shape (3,)")
+            self.code(3, c.submit, "bad", **dict(b, actions=np.zeros((20, 3), int)), needle="actions: shape (20, 3)")
+            self.code(3, c.submit, "bad", **dict(b, dones=np.full(20, 2)), needle="dones: every flag must be 0 or 1")
+            self.code(3, c.act, "bad", np.zeros((2, 7), np.float32), needle="states: shape (2, 7)")
+            # the daemon's own checks: an action out of range, a NaN, a misspelt field
+            self.code(3, c.submit, "bad", **dict(b, actions=np.full(20, 12)), needle="actions[0]: 12 is outside [0, 12)")
+            s = b["states"].copy()
+            s[3, 2] = np.nan
+            self.code(3, c.submit, "bad", **dict(b, states=s), needle="states[3][2]: not finite")
+            self.code(3, c.set_hyperparams, "bad", lrr=0.1, needle="did you mean 'lr'")
+            self.code(3, c.set_hyperparams, "bad", batch=4, needle="batch")
+            self.code(3, c.create_trainer, "new", dict(SMALL, atoms=1), needle="atoms")
+            self.code(3, c.create_trainer, "bad name!", SMALL, needle="name")
+            # unknown trainer
+            self.code(5, c.step, "ghost", 1, needle="ghost")
+            self.code(5, c.submit, "ghost", **b, needle="ghost")
+            self.code(5, c.fetch_checkpoint, "bad", os.path.join(self.d.dir, "x.dqnd"), needle="none written yet")
+            self.assertFalse(os.path.exists(os.path.join(self.d.dir, "x.dqnd")))
+            self.code(9, c.step, "bad", 1)  # FAILED_PRECONDITION: no batch in the replay yet
+            self.assertEqual(c.stats("bad")["replay_total"], 0)  # none of the above stored anything
+
+    def test_unreachable_and_timeout(self):
+        e = self.code(14, dqnd.Client, f"ipc://{self.d.dir}/nothing.sock")
+        self.assertIn("is dqnd running?", e.message)
+        d = Daemon()
+        c = dqnd.Client(d.url, timeout=0.3)
+        self.assertTrue(c.health()["serving"])
+        d.proc.send_signal(signal.SIGSTOP)  # alive but silent: the request times out
+        try:
+            self.code(4, c.health)
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        c.close()
+        self.assertEqual(d.stop(), 0)
+        self.code(14, c.health, needle="closed")
+
+
+class EnvTest(unittest.TestCase):
+    def test_meanrev_is_the_c_environment(self):
+        e = envs.make("meanrev", seed=7)
+        obs, info = e.reset()
+        self.assertEqual(obs.shape, (4,))
+        self.assertEqual(obs.dtype, np.float32)
+        steps, ret = 0, 0.0
+        while True:
+            x, s, v = float(obs[0]), float(obs[1]), float(obs[2])
+            a = info["optimal_action"]
+            p, o, u = (a // 9 - 4) / 4, (a % 9) // 3, a % 3
+            # the closed form of demo_env.h: r = -p x - 0.5 p^2 - c_o(s) - c_u(v)
+            co = (0.3 * s, 0.1, 0.3 * (1 - s))[o]
+            cu = (0.3 * v, 0.1, 0.3 * (1 - v))[u]
+            want = -p * x - 0.5 * p * p - co - cu
+            self.assertAlmostEqual(e.reward(a), want, places=5)
+            # the optimal action is the best of all 81
+            self.assertGreaterEqual(e.reward(a) + 1e-6, max(e.reward(k) for k in range(81)))
+            self.assertEqual(e.encode((a // 9, (a % 9) // 3, a % 3)), a)
+            obs, r, term, trunc, info = e.step(a)
+            self.assertAlmostEqual(r, want, places=5)
+            steps, ret = steps + 1, ret + r
+            if term or trunc:
+                break
+        self.assertEqual(steps, e.horizon)
+        # the same (seed, episode) replays the same episode
+        o1, _ = e.reset(episode=0)
+        o2, _ = envs.MeanRev(seed=7).reset()
+        np.testing.assert_array_equal(o1, o2)
+        with self.assertRaises(ValueError):
+            e.step(81)
+        cfg = envs.MeanRev.learner_config()
+        self.assertEqual((cfg["state_dim"], cfg["branches"]), ("4", "9,3,3"))
+        with self.assertRaises(KeyError):
+            envs.make("nosuch")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
