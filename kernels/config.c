@@ -14,6 +14,7 @@
 
 #include "config_rows.h"
 #include "learner.h"
+#include "model.h"
 #include "net_layout.h"
 #include "seterr.h"
 #include "suggest.h"
@@ -22,7 +23,7 @@
 #define HF(f) (offsetof(learner_config_t, hp) + offsetof(learner_hparams_t, f))
 #define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def},
 const learner_field_t learner_fields[] = {
-    NETWORK_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
+    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
 #undef ROW
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 
@@ -292,6 +293,21 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
       widest * 2 * c->batch > INT32_MAX) {
     seterr(err, errlen, "branches: a layer of %lld outputs is too large", (long long)widest);
     return LEARNER_EINVAL;
+  }
+  if (c->attn_tokens) { /* DESIGN.md §6.1: T >= 2, n_h >= 1, both dividing (model_build checks those) */
+    if (c->attn_tokens < 2) {
+      seterr(err, errlen, "attn_tokens: %d is not 0 (off) or >= 2", c->attn_tokens);
+      return LEARNER_EINVAL;
+    }
+    if (c->attn_heads < 1) {
+      seterr(err, errlen, "attn_heads: %d must be >= 1 when attn_tokens is %d", c->attn_heads, c->attn_tokens);
+      return LEARNER_EINVAL;
+    }
+    static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
+    model_desc_t d;
+    model_desc_from_config(&d, c);
+    int rc = model_build(&m, &d, err, errlen);
+    if (rc) return rc;
   }
   return learner_hparams_validate(&c->hp, err, errlen);
 }

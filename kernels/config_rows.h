@@ -27,6 +27,14 @@
   R("noisy", LCF_BOOL, CF(noisy), 0, 1, 0, "0", "NoisyNet (factorised Gaussian) head layers")                    \
   R("noisy_sigma0", LCF_FLOAT, CF(noisy_sigma0), 0, 10, 0, "0.5", "NoisyNet initial sigma0")
 
+/* attention over the trunk output h (cpu/attn_impl.h, DESIGN.md §6.1): T tokens of
+ * width trunk_h2 / T, n_h heads; fixed at creation (the parameter vector's shape) */
+#define ATTN_ROWS(R)                                                                                             \
+  R("attn_tokens", LCF_INT32, CF(attn_tokens), 0, 16384, 0, "0",                                                 \
+    "attention tokens over h (0 = off, else >= 2 dividing trunk_h2)")                                            \
+  R("attn_heads", LCF_INT32, CF(attn_heads), 0, 16384, 0, "1",                                                   \
+    "attention heads (>= 1 when attn_tokens > 0, dividing trunk_h2 / attn_tokens)")
+
 /* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
 #define LOSS_ROWS(R)                                                                                             \
   R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \

@@ -128,9 +128,16 @@ learner_backend_t learner_backend_default(void) {
 #endif
 }
 
-static const learner_backend_ops_t *pick_backend(learner_backend_t *b, char *err, size_t errlen) {
-  if (*b == LEARNER_BACKEND_AUTO) *b = learner_backend_default();
+/* A config with attention (DESIGN.md §6.1) runs on the CPU only for now:
+ * AUTO picks the CPU for it, and an explicit cuda is refused. */
+static const learner_backend_ops_t *pick_backend(const learner_config_t *c, learner_backend_t *b, char *err,
+                                                 size_t errlen) {
+  if (*b == LEARNER_BACKEND_AUTO) *b = c->attn_tokens > 0 ? LEARNER_BACKEND_CPU : learner_backend_default();
   if (*b == LEARNER_BACKEND_CPU) return &learner_cpu_ops;
+  if (c->attn_tokens > 0) {
+    seterr(err, errlen, "attn_tokens: %d: the cuda backend has no attention yet; use backend=cpu", c->attn_tokens);
+    return NULL;
+  }
 #if DQN_HAVE_CUDA_LEARNER
   char why[256];
   if (!cuda_probe(why, sizeof why)) {
@@ -151,7 +158,7 @@ int learner_create(const learner_config_t *c, learner_backend_t backend, learner
   *out = NULL;
   int rc = learner_config_validate(c, err, errlen);
   if (rc) return rc;
-  const learner_backend_ops_t *ops = pick_backend(&backend, err, errlen);
+  const learner_backend_ops_t *ops = pick_backend(c, &backend, err, errlen);
   if (!ops) return LEARNER_EUNSUPPORTED;
   learner_t *l = calloc(1, sizeof *l);
   if (!l) {

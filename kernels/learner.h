@@ -89,6 +89,8 @@ typedef struct learner_config {
   float leaky_slope;
   int32_t noisy;        /* factorised Gaussian NoisyNet on the head layers */
   float noisy_sigma0;
+  int32_t attn_tokens;  /* attention over h: T tokens (0 = off; DESIGN.md §6.1) */
+  int32_t attn_heads;   /* its heads n_h (>= 1 when on) */
   int32_t double_dqn;   /* argmax by the online net (1) or the target net (0) */
   int32_t prioritized;  /* PER sum-tree (1) or uniform (0) replay */
   float per_alpha;

@@ -80,6 +80,8 @@ void model_desc_from_config(model_desc_t *d, const learner_config_t *c) {
   d->D = c->n_branches;
   for (int k = 0; k < d->D; k++) d->n[k] = c->branch_sizes[k];
   d->noisy = c->noisy != 0;
+  d->attn_tokens = c->attn_tokens;
+  d->attn_heads = d->attn_tokens ? c->attn_heads : 0;
   d->ensemble_k = 1;
 }
 

@@ -25,11 +25,32 @@ void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
   model_desc_t desc;
   model_desc_from_config(&desc, c);
-  if (model_build(&m, &desc, NULL, 0)) return; /* the plain network always builds */
+  if (model_build(&m, &desc, NULL, 0)) return; /* validated configs always build */
   net_layer_t *l = NULL;
   int64_t noff = 0;
   for (int i = 0; i < m.n; i++) {
     const model_param_t *p = &m.p[i];
+    if (p->vec == MODEL_VEC_NET && !strcmp(p->module, "attn")) {
+      static const char *proj[4] = {"attn.q.", "attn.k.", "attn.v.", "attn.o."};
+      net_attn_t *at = &L->attn;
+      if (!strcmp(p->name, "attn.pos")) {
+        at->T = desc.attn_tokens;
+        at->nh = desc.attn_heads;
+        at->d = p->cols;
+        at->off_pos = p->offset;
+      } else if (!strcmp(p->name, "attn.ln.weight")) {
+        at->off_ln_w = p->offset;
+      } else if (!strcmp(p->name, "attn.ln.bias")) {
+        at->off_ln_b = p->offset;
+      } else {
+        for (int k = 0; k < 4; k++)
+          if (!strncmp(p->name, proj[k], 7)) {
+            if (!strcmp(p->name + 7, "weight")) at->off_w[k] = p->offset;
+            else at->off_b[k] = p->offset;
+          }
+      }
+      continue;
+    }
     if (p->vec != MODEL_VEC_NET || (strcmp(p->module, "trunk") && strcmp(p->module, "heads"))) continue;
     const char *dot = strrchr(p->name, '.');
     if (!strcmp(dot, ".weight")) {

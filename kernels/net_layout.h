@@ -11,6 +11,11 @@
  *   sigma_weight [out, in], sigma_bias [out].
  * NoisyNet noise for one step is a flat vector too: per noisy layer
  * eps_in [in] then eps_out [out], at noise_off.
+ *
+ * The attention block (DESIGN.md §6.1; registry module "attn", between the
+ * trunk and the heads) is not a layer of this view: `attn` records its
+ * offsets (pos [T, d]; q, k, v, o weight [d, d] and bias [d]; LayerNorm
+ * gamma and beta [d]) and T, n_h, d; T = 0 when it is off.
  */
 #ifndef DQN_NET_LAYOUT_H
 #define DQN_NET_LAYOUT_H
@@ -36,6 +41,15 @@ typedef struct net_layer {
   int64_t noise_off;      /* into the noise vector; -1 unless noisy */
 } net_layer_t;
 
+enum { NET_ATTN_Q = 0, NET_ATTN_K = 1, NET_ATTN_V = 2, NET_ATTN_O = 3 };
+
+typedef struct net_attn {
+  int32_t T, nh, d;        /* tokens, heads, token width (H2 / T); T = 0: off */
+  int64_t off_pos;         /* [T, d] */
+  int64_t off_w[4], off_b[4]; /* q, k, v, o: weight [d, d] (nn.Linear), bias [d] */
+  int64_t off_ln_w, off_ln_b; /* LayerNorm gamma, beta [d] */
+} net_attn_t;
+
 typedef struct net_layout {
   int32_t n_layers;
   net_layer_t layer[NET_MAX_LAYERS];
@@ -46,6 +60,7 @@ typedef struct net_layout {
   int32_t n[LEARNER_MAX_BRANCHES];
   int32_t q_width;  /* sum n_d */
   int32_t a_width;  /* sum n_d * Z : all advantage outputs */
+  net_attn_t attn;  /* the attention block's offsets (T = 0: off) */
 } net_layout_t;
 
 void net_layout_init(net_layout_t *L, const learner_config_t *c);

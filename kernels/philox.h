@@ -30,6 +30,7 @@ enum philox_stream {
   PHILOX_STREAM_NOISE_TARGET = 3, /* ... of the target net per step */
   PHILOX_STREAM_NOISE_ACT = 4,    /* ... for Act, counter = act call number */
   PHILOX_STREAM_INIT = 5,         /* parameter initialisation, step = layer */
+  PHILOX_STREAM_INIT_ATTN = 6,    /* the attention block's initialisation, step = tensor */
 };
 
 typedef struct { uint32_t v[4]; } philox4_t;

@@ -9,7 +9,10 @@
  * layers: mu and sigma from the files, raw noise eps from in.noise.<net>.*
  * put into the learner's noise vector and transformed by its own
  * noisy_transform; gradients of mu and sigma checked); nodouble
- * (double_dqn = false: a' from the target net's Q at s').
+ * (double_dqn = false: a' from the target net's Q at s'); attn (small with
+ * the attention block of DESIGN.md §6.1: its parameters from the files by
+ * registry name, every attn.* gradient checked, attn.k.bias absolutely since
+ * its exact gradient is zero).
  *
  * Tolerances (golden README): loss and per-sample losses 1e-5 relative,
  * gradients 1e-4 relative as ||g - g*|| / ||g*|| per tensor; the float64
@@ -61,6 +64,8 @@ static void load_config(const char *cs, learner_config_t *c) {
   c->leaky_slope = (float)json_number_value(json_object_get(j, "leaky_slope"));
   c->noisy = json_is_true(json_object_get(j, "noisy"));
   c->double_dqn = json_is_true(json_object_get(j, "double_dqn"));
+  if (json_object_get(j, "attn_tokens")) c->attn_tokens = (int)json_integer_value(json_object_get(j, "attn_tokens"));
+  if (json_object_get(j, "attn_heads")) c->attn_heads = (int)json_integer_value(json_object_get(j, "attn_heads"));
   json_decref(j);
   char err[256];
   ck_assert_msg(learner_config_validate(c, err, sizeof err) == 0, "%s", err);
@@ -218,6 +223,8 @@ static void golden_free(golden_t *g) {
     }                                                                                                        \
     free(mine);                                                                                              \
     model_t *M_ = registry_of(&g->c);                                                                       \
+    double e_ga = 0, e_kb = 0;                                                                               \
+    char ga_worst[96] = "";                                                                                  \
     for (int pi = 0; pi < M_->n; pi++) {                                                                     \
       const model_param_t *mp = &M_->p[pi];                                                                  \
       if (mp->vec != MODEL_VEC_NET) continue;                                                                \
@@ -226,15 +233,31 @@ static void golden_free(golden_t *g) {
       int64_t cnt = model_param_count(mp), off = mp->offset;                                                 \
       double *gr = load64(cs, nm, cnt), *gm = malloc(sizeof(double) * (size_t)cnt);                          \
       for (int64_t k = 0; k < cnt; k++) gm[k] = (double)grad[off + k];                                       \
+      if (!strcmp(mp->name, "attn.k.bias")) { /* exactly zero (softmax is shift-invariant): absolute */      \
+        double amax = 0;                                                                                     \
+        for (int64_t k = 0; k < cnt; k++) {                                                                  \
+          double ad = fabs(gm[k] - gr[k]);                                                                   \
+          amax = ad > amax ? ad : amax;                                                                      \
+        }                                                                                                    \
+        ck_assert_msg(amax <= 1e-6, "%s/" #S_ ": %s abs err %.3g", cs, nm, amax);                            \
+        e_kb = amax;                                                                                         \
+        free(gr);                                                                                            \
+        free(gm);                                                                                            \
+        continue;                                                                                            \
+      }                                                                                                      \
       e = tu_rel_err(gm, gr, cnt, &worst);                                                                   \
       ck_assert_msg(e <= tol_grad, "%s/" #S_ ": %s rel err %.3g (worst index %lld: %.6g vs %.6g)", cs, nm,   \
                     e, (long long)worst, gm[worst], gr[worst]);                                              \
+      if (!strncmp(mp->name, "attn.", 5) && e >= e_ga) e_ga = e, snprintf(ga_worst, sizeof ga_worst, "%s", nm + 5); \
       if (e >= e_g) e_g = e, snprintf(g_worst, sizeof g_worst, "%s", nm + 5);                                \
       free(gr);                                                                                              \
       free(gm);                                                                                              \
     }                                                                                                        \
     printf("%s/" #S_ ": rel err loss %.2g, per-sample %.2g, target dist %.2g, Q(s) %.2g, "                  \
            "worst gradient %.2g (%s)\n", cs, e_loss, e_lps, e_td, e_q, e_g, g_worst);                        \
+    if (L->attn.T)                                                                                           \
+      printf("%s/" #S_ ": worst attention gradient rel err %.2g (%s), attn.k.bias abs err %.2g\n", cs, e_ga, \
+             ga_worst, e_kb);                                                                                \
     dqn_ws_free_##S_(&ws);                                                                                   \
     free(on), free(tg), free(grad), free(fn_on), free(fn_tg);                                                \
   }
@@ -258,6 +281,9 @@ START_TEST(test_golden_noisy) { golden_case("noisy"); }
 END_TEST
 START_TEST(test_golden_nodouble) { golden_case("nodouble"); }
 END_TEST
+/* small + attention (DESIGN.md §6.1): 3 tokens of 4, 2 heads; every attn.* gradient */
+START_TEST(test_golden_attn) { golden_case("attn"); }
+END_TEST
 
 int main(void) {
   const char *gd = getenv("DQND_GOLDEN_DIR");
@@ -268,6 +294,7 @@ int main(void) {
   tcase_add_test(tc, test_golden_ref);
   tcase_add_test(tc, test_golden_noisy);
   tcase_add_test(tc, test_golden_nodouble);
+  tcase_add_test(tc, test_golden_attn);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

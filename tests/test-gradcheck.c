@@ -13,6 +13,13 @@
  * flags both ways, IS weights not all 1, Double DQN on and off.
  * Then the float32 (production) instance must agree with the float64 one to
  * 1e-4 per block.
+ *
+ * Attention (DESIGN.md §6.1) cases add its blocks: attn.pos, attn.q|k|v|o
+ * weight and bias, attn.ln weight and bias, the same way; attn.k.bias, whose
+ * exact gradient is zero (softmax is shift-invariant), absolutely (analytic
+ * and finite differences both <= 1e-7). A last test checks that the samples
+ * of a batch stay independent with attention on (tokens attend within their
+ * own row only).
  */
 #include <check.h>
 #include <string.h>
@@ -24,6 +31,7 @@ typedef struct {
   int S, H1, H2, VH, AH, Z, B, noisy, double_dqn;
   int nb, br[4];
   double done_frac;
+  int T, nh; /* attention tokens and heads (0: off) */
 } gc_case_t;
 
 static void run_case(const gc_case_t *k, uint64_t seed) {
@@ -42,6 +50,10 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
   c.double_dqn = k->double_dqn;
   c.n_branches = k->nb;
   for (int d = 0; d < k->nb; d++) c.branch_sizes[d] = k->br[d];
+  c.attn_tokens = k->T;
+  c.attn_heads = k->nh;
+  char verr[256];
+  ck_assert_msg(learner_config_validate(&c, verr, sizeof verr) == 0, "%s", verr);
   net_layout_t L;
   net_layout_init(&L, &c);
   int64_t P = L.n_params, N = L.n_noise;
@@ -130,6 +142,55 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
       blocks++;
     }
   }
+  /* the attention block's tensors */
+  const net_attn_t *at = &L.attn;
+  for (int bk = 0; at->T && bk < 11; bk++) {
+    static const char *anm[11] = {"attn.pos", "attn.q.weight", "attn.k.weight", "attn.v.weight", "attn.o.weight",
+                                  "attn.q.bias", "attn.k.bias", "attn.v.bias", "attn.o.bias", "attn.ln.weight",
+                                  "attn.ln.bias"};
+    int64_t dd = at->d;
+    int64_t off = bk == 0 ? at->off_pos : bk < 5 ? at->off_w[bk - 1] : bk < 9 ? at->off_b[bk - 5]
+                : bk == 9 ? at->off_ln_w : at->off_ln_b;
+    int64_t cnt = bk == 0 ? at->T * dd : bk < 5 ? dd * dd : dd;
+    int64_t m = cnt < 64 ? cnt : 64;
+    double ga[64], gf[64], g3[64];
+    for (int64_t j = 0; j < m; j++) {
+      int64_t e = cnt <= 64 ? j : (int64_t)(philox_draw(seed, 8, (uint64_t)bk, (uint32_t)j).v[0] % (uint64_t)cnt);
+      int64_t idx = off + e;
+      double keep = on[idx];
+      on[idx] = keep + h;
+      double lp = dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+      on[idx] = keep - h;
+      double lm = dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+      on[idx] = keep;
+      gf[j] = (lp - lm) / (2 * h);
+      ga[j] = g[idx];
+      g3[j] = g32[idx];
+    }
+    int64_t worst = 0;
+    if (bk == 6) { /* attn.k.bias: zero in exact arithmetic */
+      double amax = 0;
+      for (int64_t j = 0; j < m; j++) {
+        amax = fabs(ga[j]) > amax ? fabs(ga[j]) : amax;
+        amax = fabs(gf[j]) > amax ? fabs(gf[j]) : amax;
+        amax = fabs(g3[j]) > amax ? fabs(g3[j]) : amax;
+      }
+      ck_assert_msg(amax <= 1e-7, "seed %llu attn.k.bias: |gradient| %.3g, expected 0", (unsigned long long)seed,
+                    amax);
+      printf("seed %llu %s: max |g| (analytic, fd, f32) %.2g\n", (unsigned long long)seed, anm[bk], amax);
+      blocks++;
+      continue;
+    }
+    double err = tu_rel_err(ga, gf, m, &worst);
+    ck_assert_msg(err <= 1e-3, "seed %llu %s: analytic vs finite-difference rel err %.3g (elem %lld: %.8g vs %.8g)",
+                  (unsigned long long)seed, anm[bk], err, (long long)worst, ga[worst], gf[worst]);
+    double err32 = tu_rel_err(g3, ga, m, &worst);
+    ck_assert_msg(err32 <= 1e-4, "seed %llu %s: float32 vs float64 rel err %.3g", (unsigned long long)seed, anm[bk],
+                  err32);
+    printf("seed %llu %s: rel err vs finite differences %.2g, f32 vs f64 %.2g\n", (unsigned long long)seed, anm[bk],
+           err, err32);
+    blocks++;
+  }
   ck_assert_int_gt(blocks, 0);
   dqn_ws_free_f64(&ws);
   dqn_ws_free_f32(&ws32);
@@ -138,28 +199,87 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
 }
 
 START_TEST(test_plain_933) {
-  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3};
+  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3, 0, 0};
   run_case(&k, 11);
 }
 END_TEST
 START_TEST(test_noisy_933) {
-  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 1, 1, 3, {9, 3, 3}, 0.3};
+  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 1, 1, 3, {9, 3, 3}, 0.3, 0, 0};
   run_case(&k, 12);
 }
 END_TEST
 START_TEST(test_noisy_odd_branches) {
-  gc_case_t k = {7, 9, 13, 6, 5, 21, 9, 1, 1, 2, {4, 7}, 0.0};
+  gc_case_t k = {7, 9, 13, 6, 5, 21, 9, 1, 1, 2, {4, 7}, 0.0, 0, 0};
   run_case(&k, 13);
 }
 END_TEST
 START_TEST(test_all_done_single_branch) {
-  gc_case_t k = {3, 8, 8, 4, 4, 5, 5, 0, 1, 1, {6}, 1.0};
+  gc_case_t k = {3, 8, 8, 4, 4, 5, 5, 0, 1, 1, {6}, 1.0, 0, 0};
   run_case(&k, 14);
 }
 END_TEST
 START_TEST(test_noisy_no_double_four_branches) {
-  gc_case_t k = {4, 10, 6, 5, 6, 7, 7, 1, 0, 4, {2, 3, 2, 5}, 0.5};
+  gc_case_t k = {4, 10, 6, 5, 6, 7, 7, 1, 0, 4, {2, 3, 2, 5}, 0.5, 0, 0};
   run_case(&k, 15);
+}
+END_TEST
+/* attention: 3 tokens of 4, 2 heads of 2 (plain heads) */
+START_TEST(test_attn_plain) {
+  gc_case_t k = {5, 12, 12, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3, 3, 2};
+  run_case(&k, 16);
+}
+END_TEST
+/* attention with NoisyNet heads: 4 tokens of 6, 3 heads of 2, Double DQN off */
+START_TEST(test_attn_noisy) {
+  gc_case_t k = {4, 10, 24, 5, 6, 7, 5, 1, 0, 2, {4, 3}, 0.4, 4, 3};
+  run_case(&k, 17);
+}
+END_TEST
+/* attention, one head over 2 tokens of 5 */
+START_TEST(test_attn_one_head) {
+  gc_case_t k = {3, 8, 10, 4, 4, 5, 4, 0, 1, 1, {6}, 0.0, 2, 1};
+  run_case(&k, 18);
+}
+END_TEST
+
+/* With attention on, a sample's forward output depends on its own state only:
+ * changing sample j's state leaves every other sample's h' and log-probabilities
+ * bit for bit unchanged (and changes sample j's). */
+START_TEST(test_attn_rows_independent) {
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = 5, c.trunk_h1 = 12, c.trunk_h2 = 12, c.value_hidden = 7, c.adv_hidden = 8, c.atoms = 11;
+  c.batch = 6, c.attn_tokens = 3, c.attn_heads = 2;
+  net_layout_t L;
+  net_layout_init(&L, &c);
+  ck_assert_int_eq(L.attn.T, 3);
+  const int rows = 6, j = 2;
+  int64_t P = L.n_params;
+  float *p = malloc(sizeof(float) * (size_t)P), *x = malloc(sizeof(float) * rows * 5);
+  tu_fill_uniform_f32(p, P, -0.6f, 0.6f, 21, 1);
+  tu_fill_uniform_f32(x, rows * 5, -1.5f, 1.5f, 21, 2);
+  net_acts_f32_t a0, a1;
+  ck_assert_int_eq(net_acts_alloc_f32(&a0, &L, rows), 0);
+  ck_assert_int_eq(net_acts_alloc_f32(&a1, &L, rows), 0);
+  net_weights_f32_t w;
+  net_weights_f32(&L, p, NULL, NULL, &w);
+  net_forward_f32(&L, &w, x, rows, 0.01f, &a0);
+  for (int k = 0; k < 5; k++) x[j * 5 + k] = -x[j * 5 + k] + 0.3f;
+  net_forward_f32(&L, &w, x, rows, 0.01f, &a1);
+  ck_assert_ptr_eq(a0.hh, a0.hatt);
+  for (int i = 0; i < rows; i++) {
+    int same_h = memcmp(a0.hh + i * 12, a1.hh + i * 12, sizeof(float) * 12) == 0;
+    int same_lp = 1;
+    for (int d = 0; d < L.D; d++) {
+      size_t nz = (size_t)L.n[d] * L.Z;
+      same_lp &= memcmp(a0.logp[d] + i * nz, a1.logp[d] + i * nz, sizeof(float) * nz) == 0;
+    }
+    if (i == j) ck_assert_msg(!same_h && !same_lp, "sample %d's own output did not change", j);
+    else ck_assert_msg(same_h && same_lp, "sample %d changed when only sample %d's state did", i, j);
+  }
+  net_acts_free_f32(&a0);
+  net_acts_free_f32(&a1);
+  free(p), free(x);
 }
 END_TEST
 
@@ -171,6 +291,10 @@ int main(void) {
   tcase_add_test(tc, test_noisy_odd_branches);
   tcase_add_test(tc, test_all_done_single_branch);
   tcase_add_test(tc, test_noisy_no_double_four_branches);
+  tcase_add_test(tc, test_attn_plain);
+  tcase_add_test(tc, test_attn_noisy);
+  tcase_add_test(tc, test_attn_one_head);
+  tcase_add_test(tc, test_attn_rows_independent);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

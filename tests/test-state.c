@@ -8,6 +8,10 @@
  * 0x01, 0x80 and 0xff, every truncation 0..len-1, a wrong magic and a wrong
  * format version are each rejected with an error and never yield a learner.
  * Oracle: the original learner itself, compared bit for bit.
+ * Attention (DESIGN.md §6.1): a CPU learner with the block trains with a
+ * finite, falling loss and round-trips bit for bit; its init leaves every
+ * other parameter's initial value as without attention; bad shapes are
+ * refused naming the field; cuda refuses it, auto picks the CPU.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -18,6 +22,7 @@
 #endif
 
 #include "learner.h"
+#include "model.h"
 #include "testutil.h"
 
 typedef struct {
@@ -235,6 +240,122 @@ static void roundtrip(int noisy, int per) {
   learner_destroy(a);
   learner_destroy(b);
 }
+
+START_TEST(test_attention_learner) {
+  char err[256];
+  learner_config_t c = small_config(0, 1), c0 = c;
+  c.attn_tokens = 3; /* 3 tokens of 4 (trunk_h2 12), 2 heads of 2 */
+  c.attn_heads = 2;
+  /* shapes: T = 1, T not dividing H2, heads not dividing d, no heads */
+  static const struct { int T, nh; const char *field; } bad[] = {
+      {1, 1, "attn_tokens"}, {5, 1, "attn_tokens"}, {3, 3, "attn_tokens"}, {3, 0, "attn_heads"}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    learner_config_t cb = c;
+    cb.attn_tokens = bad[k].T, cb.attn_heads = bad[k].nh;
+    ck_assert_int_eq(learner_config_validate(&cb, err, sizeof err), LEARNER_EINVAL);
+    ck_assert_msg(strncmp(err, bad[k].field, strlen(bad[k].field)) == 0, "T %d heads %d: '%s'", bad[k].T,
+                  bad[k].nh, err);
+    learner_t *lb = NULL;
+    ck_assert_int_eq(learner_create(&cb, LEARNER_BACKEND_CPU, &lb, err, sizeof err), LEARNER_EINVAL);
+    ck_assert_ptr_null(lb);
+  }
+  /* the cuda backend has no attention yet; auto picks the CPU */
+  learner_t *l = NULL;
+  ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
+  ck_assert_msg(strstr(err, "attn_tokens") && strstr(err, "backend=cpu"), "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_AUTO, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_backend(l), LEARNER_BACKEND_CPU);
+
+  /* init: every parameter of the plain network starts as without attention;
+   * LayerNorm gamma 1, beta 0; the other attention tensors within 1/sqrt(d) */
+  learner_t *l0;
+  ck_assert_int_eq(learner_create(&c0, LEARNER_BACKEND_CPU, &l0, err, sizeof err), 0);
+  int64_t P = learner_config_num_params(&c), P0 = learner_config_num_params(&c0);
+  float *p = malloc(sizeof(float) * (size_t)P), *p0 = malloc(sizeof(float) * (size_t)P0);
+  params(l, 0, p);
+  params(l0, 0, p0);
+  static model_t m, m0;
+  model_desc_t d;
+  model_desc_from_config(&d, &c);
+  ck_assert_int_eq(model_build(&m, &d, err, sizeof err), 0);
+  model_desc_from_config(&d, &c0);
+  ck_assert_int_eq(model_build(&m0, &d, err, sizeof err), 0);
+  ck_assert_int_eq(m.size[MODEL_VEC_NET], P);
+  for (int i = 0; i < m0.n; i++) {
+    const model_param_t *a = &m0.p[i], *b = model_find(&m, a->name);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_msg(memcmp(p0 + a->offset, p + b->offset, sizeof(float) * (size_t)model_param_count(a)) == 0,
+                  "%s: initial value changed by attention", a->name);
+  }
+  int n_attn = 0;
+  for (int i = 0; i < m.n; i++) {
+    const model_param_t *a = &m.p[i];
+    if (strcmp(a->module, "attn")) continue;
+    n_attn++;
+    int64_t cnt = model_param_count(a);
+    double lo = 1e9, hi = -1e9;
+    for (int64_t k = 0; k < cnt; k++) {
+      double v = p[a->offset + k];
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    if (!strcmp(a->name, "attn.ln.weight")) ck_assert(lo == 1 && hi == 1);
+    else if (!strcmp(a->name, "attn.ln.bias")) ck_assert(lo == 0 && hi == 0);
+    else ck_assert_msg(lo >= -0.5 && hi <= 0.5 && hi - lo > 0.1, "%s: [%g, %g]", a->name, lo, hi);
+  }
+  ck_assert_int_eq(n_attn, 11);
+  learner_destroy(l0);
+
+  /* training: finite and falling loss */
+  feed(l, 50, 7);
+  learner_stats_t st;
+  float first = 0, last = 0;
+  for (int k = 0; k < 8; k++) {
+    ck_assert_msg(learner_step(l, 5, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(isfinite(st.loss_mean) && isfinite(st.grad_norm_last), "step %llu: loss %g",
+                  (unsigned long long)st.step, (double)st.loss_mean);
+    if (k == 0) first = st.loss_mean;
+    last = st.loss_mean;
+  }
+  ck_assert_msg(last < 0.9f * first, "loss %g -> %g: not falling", (double)first, (double)last);
+  printf("attention learner: loss %.4f (steps 1-5) -> %.4f (steps 36-40)\n", (double)first, (double)last);
+  /* the attention parameters moved */
+  float *p1 = malloc(sizeof(float) * (size_t)P);
+  params(l, 0, p1);
+  const model_param_t *q = model_find(&m, "attn.q.weight");
+  ck_assert(memcmp(p + q->offset, p1 + q->offset, sizeof(float) * (size_t)model_param_count(q)) != 0);
+
+  /* save -> load -> the same future, bit for bit */
+  membuf_t mb = {0};
+  save_to(l, 1, &mb);
+  learner_t *r;
+  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_AUTO, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
+  ck_assert_int_eq(learner_config(r)->attn_tokens, 3);
+  ck_assert_int_eq(learner_config(r)->attn_heads, 2);
+  learner_stats_t sa, sb;
+  int32_t a1, b1;
+  float qa[7], qb[7];
+  future(l, &sa, &a1, qa);
+  future(r, &sb, &b1, qb);
+  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && sa.step == sb.step);
+  float *p2 = malloc(sizeof(float) * (size_t)P);
+  for (int which = 0; which < 2; which++) {
+    params(l, which, p1);
+    params(r, which, p2);
+    ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
+  }
+  ck_assert(a1 == b1 && memcmp(qa, qb, sizeof qa) == 0);
+  membuf_t ma = {0}, mr = {0};
+  save_to(l, 1, &ma);
+  save_to(r, 1, &mr);
+  ck_assert(ma.n == mr.n && memcmp(ma.p, mr.p, ma.n) == 0);
+  free(ma.p), free(mr.p), free(mb.p);
+  free(p), free(p0), free(p1), free(p2);
+  learner_destroy(l);
+  learner_destroy(r);
+}
+END_TEST
 
 START_TEST(test_roundtrip_plain_per) { roundtrip(0, 1); }
 END_TEST
@@ -509,6 +630,7 @@ int main(void) {
   tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
+  tcase_add_test(tc, test_attention_learner);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

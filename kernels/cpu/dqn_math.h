@@ -12,6 +12,7 @@
   typedef struct net_weights_##S {                                                                   \
     const R *W[NET_MAX_LAYERS];                                                                      \
     const R *b[NET_MAX_LAYERS];                                                                      \
+    const R *attn; /* the parameter vector (attention, never noisy; L->attn offsets) or NULL */     \
   } net_weights_##S##_t;                                                                             \
   typedef struct net_acts_##S {                                                                      \
     int rows;                                                                                        \
@@ -19,6 +20,10 @@
     R *a1, *h1, *a2, *h, *av, *hv, *V;                                                               \
     R *ab[LEARNER_MAX_BRANCHES], *hb[LEARNER_MAX_BRANCHES];                                          \
     R *A[LEARNER_MAX_BRANCHES], *logp[LEARNER_MAX_BRANCHES];                                         \
+    R *hh; /* the heads' input: h, or the attention output h' (attn_impl.h) */                      \
+    /* attention only (NULL when off): [rows, H2] = [rows*T, d] each, alpha [rows, n_h, T, T],     \
+     * rstd [rows*T] */                                                                             \
+    R *tx, *tq, *tk, *tv, *to, *tu, *xhat, *hatt, *alpha, *rstd;                                    \
   } net_acts_##S##_t;                                                                                \
   typedef struct dqn_hp_##S {                                                                        \
     R gamma, v_min, v_max, slope;                                                                    \
@@ -33,6 +38,8 @@
     R *weff_on, *weff_tg; /* effective NoisyNet weights, params layout */                            \
     R *m;            /* [D, B, Z] projected targets */                                               \
     R *dV, *dA, *dhv, *dh, *dh1, *dhb;                                                               \
+    /* attention backward (NULL when off): [B, H2] each, scratch [T] */                             \
+    R *dtx, *dtq, *dtk, *dtv, *dto, *dte, *datt;                                                     \
     R *support, *qtmp;                                                                               \
     R *r, *done, *w, *loss_i; /* [B] */                                                              \
     int32_t *a;      /* [B] flat actions */                                                          \

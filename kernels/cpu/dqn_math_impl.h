@@ -22,12 +22,18 @@
  * (AVX2 and baseline x86-64, picked at load time by the CPU); without FMA
  * contraction (ISO C mode) both clones give the same bits.
  *
+ * With attention on (L->attn.T > 0; attn_impl.h) the heads read h' = the
+ * block's output (A->hh; A->hh == A->h when off) and the backward runs the
+ * block's between the heads' and the trunk's.
+ *
  * Gradient rules: every parameter gradient is overwritten (never +=) once per
- * call; dh, the trunk output's gradient, accumulates over the value head and
- * all branches (GEMM beta = 1 after the first).
+ * call; dh, the trunk output's gradient (of h', with attention on),
+ * accumulates over the value head and all branches (GEMM beta = 1 after the
+ * first).
  */
 
 /* The step's math, module by module, in the order a step runs it: */
 #include "linear_impl.h" /* nn.Linear, LeakyReLU, NoisyNet weights */
+#include "attn_impl.h"   /* the attention block on h (DESIGN.md §6.1), forward and backward */
 #include "heads_impl.h"  /* the forward: trunk and dueling C51 heads, Q values */
 #include "loss_impl.h"   /* C51 projection, Double-DQN cross-entropy, the backward */

@@ -4,6 +4,8 @@
  * atoms), and Q values from log-probabilities. Part of the dqn_math_impl.h
  * template.
  *
+ * With attention on, the heads read its output h' (A->hh; attn_impl.h).
+ *
  * Shapes: a1,h1 [rows,H1]  a2,h [rows,H2]  av,hv [rows,VH]  V [rows,Z]
  *         ab,hb [D][rows,AH]  A,logp [D][rows, n_d*Z] (action-major: a*Z + z)
  */
@@ -14,7 +16,7 @@ int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
   A->rows = rows;
   size_t r = (size_t)rows;
   size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
-                r * (size_t)L->a_width * 2;
+                r * (size_t)L->a_width * 2 + SFX(attn_acts_need)(L, r);
   R *p = calloc(need, sizeof(R));
   if (!p) return -1;
   A->mem = p;
@@ -33,6 +35,8 @@ int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
     A->A[d] = p; p += r * (size_t)L->n[d] * L->Z;
     A->logp[d] = p; p += r * (size_t)L->n[d] * L->Z;
   }
+  SFX(attn_acts_place)(A, L, r, p);
+  A->hh = L->attn.T ? A->hatt : A->h;
   return 0;
 }
 
@@ -74,11 +78,12 @@ HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const
                       TY(net_acts) *A) {
   SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1);
   SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2);
-  SFX(linear_forward)(A->h, w->W[NET_VALUE1], w->b[NET_VALUE1], A->av, A->hv, slope, rows, L->H2, L->VH);
+  if (L->attn.T) SFX(attn_forward)(L, w->attn, A->h, rows, A); /* h -> h' = A->hh */
+  SFX(linear_forward)(A->hh, w->W[NET_VALUE1], w->b[NET_VALUE1], A->av, A->hv, slope, rows, L->H2, L->VH);
   SFX(linear_forward)(A->hv, w->W[NET_VALUE2], w->b[NET_VALUE2], A->V, NULL, slope, rows, L->VH, L->Z);
   for (int d = 0; d < L->D; d++) {
     int nz = L->n[d] * L->Z;
-    SFX(linear_forward)(A->h, w->W[NET_BRANCH(d, 1)], w->b[NET_BRANCH(d, 1)], A->ab[d], A->hb[d], slope, rows,
+    SFX(linear_forward)(A->hh, w->W[NET_BRANCH(d, 1)], w->b[NET_BRANCH(d, 1)], A->ab[d], A->hb[d], slope, rows,
                         L->H2, L->AH);
     SFX(linear_forward)(A->hb[d], w->W[NET_BRANCH(d, 2)], w->b[NET_BRANCH(d, 2)], A->A[d], NULL, slope, rows,
                         L->AH, nz);

@@ -49,7 +49,11 @@ static void draw_noise(float *eps, int64_t n, uint64_t seed, uint32_t stream, ui
 /* Initialisation, as nn.Linear and NoisyLinear do it:
  * weight and bias (mu) ~ U[-1/sqrt(in), 1/sqrt(in)], sigma = sigma0/sqrt(in).
  * Draws: (seed, stream INIT, step = layer, lane = element/4) over the layer's
- * weight then bias elements. */
+ * weight then bias elements. The attention block (DESIGN.md §6.1), when on,
+ * draws under its own stream INIT_ATTN, step = tensor (0 pos, 1..4 q/k/v/o
+ * weight, 5..8 their biases), so no other parameter's draw changes: pos and
+ * the q/k/v/o weights and biases U[-1/sqrt(d), 1/sqrt(d)], LayerNorm gamma 1
+ * and beta 0. */
 void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p) {
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
@@ -67,6 +71,21 @@ void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, f
       for (int64_t k = 0; k < l->out; k++) p[l->off_sb + k] = s;
     }
   }
+  const net_attn_t *at = &L->attn;
+  if (!at->T) return;
+  int64_t dd = at->d;
+  int64_t offs[9] = {at->off_pos, at->off_w[0], at->off_w[1], at->off_w[2], at->off_w[3],
+                     at->off_b[0], at->off_b[1], at->off_b[2], at->off_b[3]};
+  int64_t cnts[9] = {at->T * dd, dd * dd, dd * dd, dd * dd, dd * dd, dd, dd, dd, dd};
+  float bound = 1.0f / sqrtf((float)dd); /* fan-in d for all of them */
+  for (int ti = 0; ti < 9; ti++) {
+    philox4_t d = {{0, 0, 0, 0}};
+    for (int64_t k = 0; k < cnts[ti]; k++) {
+      if (k % 4 == 0) d = philox_draw(c->seed, PHILOX_STREAM_INIT_ATTN, (uint64_t)ti, (uint32_t)(k / 4));
+      p[offs[ti] + k] = (philox_uniform(d.v[k % 4]) * 2.0f - 1.0f) * bound;
+    }
+  }
+  for (int64_t k = 0; k < dd; k++) p[at->off_ln_w + k] = 1.0f, p[at->off_ln_b + k] = 0.0f;
 }
 
 static void cpu_destroy(void *impl) {
@@ -357,7 +376,11 @@ static int64_t cpu_memory_estimate(const learner_config_t *c) {
     while (T < c->replay_capacity) T <<= 1;
     tree = 2 * T * 8;
   }
-  return L.n_params * 4 * 7 + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024;
+  int64_t attn = 0; /* attention activations (online 2B rows, target B) and backward workspace */
+  if (L.attn.T)
+    attn = 3 * (int64_t)c->batch * (8 * (int64_t)L.H2 + (int64_t)L.attn.nh * L.attn.T * L.attn.T + L.attn.T) * 4 +
+           6 * (int64_t)c->batch * L.H2 * 4;
+  return L.n_params * 4 * 7 + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024 + attn;
 }
 
 const learner_backend_ops_t learner_cpu_ops = {

@@ -68,6 +68,7 @@ void SFX(noisy_transform)(R *eps, int64_t n) {
  * fnoise == NULL means "no noise" (mean weights: greedy acting). */
 HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnoise, R *weff,
                       TY(net_weights) *w) {
+  w->attn = L->attn.T ? params : NULL;
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
     if (!l->noisy || !fnoise) {

@@ -6,8 +6,9 @@
  *
  * Shapes: m [D, B, Z] projected targets; dV [B, Z], dA [B, n_d Z] per branch;
  * grad laid out like the parameters (net_layout.h). Every parameter
- * gradient is overwritten once per call; dh (the trunk output's gradient)
- * accumulates over the value head and all branches.
+ * gradient is overwritten once per call; dh (the gradient of the heads'
+ * input: h, or h' with attention on) accumulates over the value head and all
+ * branches; attn_impl.h's backward turns dh' into the trunk's dh.
  */
 /* ------------------------------------------------------------- projection */
 
@@ -52,7 +53,8 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
                 + b * (size_t)nmax * L->Z          /* dA (one branch at a time) */
                 + b * (L->VH + L->H2 + L->H1 + L->AH) /* dhv, dh, dh1, dhb */
                 + (size_t)L->Z + (size_t)nmax      /* support, q scratch */
-                + 4 * b;                           /* r, done, w, loss_i */
+                + 4 * b                            /* r, done, w, loss_i */
+                + SFX(attn_ws_need)(L, b);         /* attention backward */
   R *p = calloc(need, sizeof(R));
   if (!p) goto fail;
   ws->mem = p;
@@ -72,6 +74,7 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   ws->done = p; p += b;
   ws->w = p; p += b;
   ws->loss_i = p; p += b;
+  SFX(attn_ws_place)(ws, L, b, p);
   ws->a = calloc(b, sizeof(int32_t));
   ws->best = calloc((size_t)L->D * b, sizeof(int32_t));
   if (!ws->a || !ws->best) goto fail;
@@ -176,18 +179,24 @@ HOT R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *o
     SFX(linear_backward)(ws->dA, A->hb[d], won.W[NET_BRANCH(d, 2)], ws->dhb, 0, grad + l2->off_w,
                          grad + l2->off_b, B, L->AH, nz);
     SFX(lrelu_backward)(ws->dhb, A->ab[d], b * L->AH, slope);
-    SFX(linear_backward)(ws->dhb, A->h, won.W[NET_BRANCH(d, 1)], ws->dh, d > 0, grad + l1->off_w,
+    SFX(linear_backward)(ws->dhb, A->hh, won.W[NET_BRANCH(d, 1)], ws->dh, d > 0, grad + l1->off_w,
                          grad + l1->off_b, B, L->H2, L->AH);
   }
   const net_layer_t *v1 = &L->layer[NET_VALUE1], *v2 = &L->layer[NET_VALUE2];
   SFX(linear_backward)(ws->dV, A->hv, won.W[NET_VALUE2], ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B,
                        L->VH, Z);
   SFX(lrelu_backward)(ws->dhv, A->av, b * L->VH, slope);
-  SFX(linear_backward)(ws->dhv, A->h, won.W[NET_VALUE1], ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B,
+  SFX(linear_backward)(ws->dhv, A->hh, won.W[NET_VALUE1], ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B,
                        L->H2, L->VH);
+  /* attention (when on): dh' -> dh, and its parameters' gradients */
+  R *dh = ws->dh;
+  if (L->attn.T) {
+    SFX(attn_backward)(L, online, A, B, ws->dh, ws, grad);
+    dh = ws->dtx;
+  }
   const net_layer_t *t1 = &L->layer[NET_TRUNK1], *t2 = &L->layer[NET_TRUNK2];
-  SFX(lrelu_backward)(ws->dh, A->a2, b * L->H2, slope);
-  SFX(linear_backward)(ws->dh, A->h1, won.W[NET_TRUNK2], ws->dh1, 0, grad + t2->off_w, grad + t2->off_b, B,
+  SFX(lrelu_backward)(dh, A->a2, b * L->H2, slope);
+  SFX(linear_backward)(dh, A->h1, won.W[NET_TRUNK2], ws->dh1, 0, grad + t2->off_w, grad + t2->off_b, B,
                        L->H1, L->H2);
   SFX(lrelu_backward)(ws->dh1, A->a1, b * L->H1, slope);
   SFX(linear_backward)(ws->dh1, ws->x, won.W[NET_TRUNK1], NULL, 0, grad + t1->off_w, grad + t1->off_b, B,
