@@ -305,25 +305,33 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
   int trailing = rc == 0 && (long)h->bytes != size;
   fclose(f);
   if (x->json) {
-    json_t *j = json_pack("{s:s, s:I, s:i, s:i, s:b, s:s, s:s, s:o}", "file", path, "bytes", (json_int_t)size,
+    /* the config text as read (it may not be UTF-8 in a damaged file) */
+    json_t *cfg = json_stringn_nocheck(h->config_text, strlen(h->config_text));
+    json_t *j = json_pack("{s:s, s:I, s:i, s:i, s:b, s:o, s:s, s:o}", "file", path, "bytes", (json_int_t)size,
                           "version", (int)h->version, "flags", (int)h->flags, "with_replay", (int)(h->flags & 1),
-                          "config", h->config_text, "error", rc ? err : (trailing ? "trailing bytes" : ""), "sections",
-                          w.arr);
+                          "config", cfg, "error", rc ? err : (trailing ? "trailing bytes" : ""), "sections", w.arr);
+    if (!j) {
+      free(h);
+      fprintf(stderr, "dqnctl inspect: %s: cannot represent it as JSON\n", path);
+      return EXIT_LOCAL;
+    }
     char hash[17];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h->config_hash);
     json_object_set_new(j, "config_hash", json_string(hash));
     json_object_set_new(j, "config_hash_ok", json_boolean(h->hash_ok));
+    json_object_set_new(j, "config_ok", json_boolean(h->config_ok));
     print_json(j);
   } else {
     if (h->version)
       printf("format version %u, flags 0x%x (%s), config hash %016llx (%s)\n", h->version, h->flags,
              h->flags & 1 ? "with replay" : "no replay", (unsigned long long)h->config_hash,
              h->hash_ok ? "matches the config" : "DOES NOT match");
-    if (h->config_text[0]) printf("config:\n");
-    for (const char *p = h->config_text; *p;) {
-      size_t k = strcspn(p, "\n");
-      printf("  %.*s\n", (int)k, p);
-      p += k + (p[k] == '\n');
+    if (h->config_text[0]) printf("config:\n  ");
+    /* a damaged file's bytes must not reach the terminal as control codes */
+    for (const unsigned char *p = (const unsigned char *)h->config_text; *p; p++) {
+      if (*p == '\n') printf(p[1] ? "\n  " : "\n");
+      else if (*p < 0x20 || *p == 0x7f) printf("\\x%02x", *p);
+      else putchar(*p);
     }
   }
   free(h);

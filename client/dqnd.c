@@ -2,6 +2,8 @@
 #include "dqnd.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,27 +437,22 @@ int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dq
   return rc;
 }
 
-int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
-                          uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
-  /* a temporary file beside the target (same file system, so the rename is
-   * atomic), renamed over it only once every byte is in and checked */
-  size_t pl = strlen(local_path);
-  char *tmp = malloc(pl + 32);
-  if (!tmp) return seterr(c, DQND_ENOMEM, "out of memory");
-  snprintf(tmp, pl + 32, "%s.part-XXXXXX", local_path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    free(tmp);
-    return seterr(c, DQND_EIO, "cannot create a temporary file beside %s: %s", local_path, strerror(e));
-  }
-  FILE *f = fdopen(fd, "wb");
-  if (!f) {
-    close(fd);
-    unlink(tmp);
-    free(tmp);
-    return seterr(c, DQND_EIO, "fdopen: %s", strerror(errno));
-  }
+/* fetch into an existing non-regular file (a pipe, a terminal): no temporary
+ * file or rename can apply; the CRC is still checked at the end */
+static int fetch_into(dqnd_client_t *c, const char *name, const char *id, FILE *f, const char *what,
+                      uint32_t chunk_bytes, dqnd_checkpoint_t *out);
+
+static int fetch_stream(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
+                        uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
+  FILE *f = fopen(local_path, "wb");
+  if (!f) return seterr(c, DQND_EIO, "cannot open %s: %s", local_path, strerror(errno));
+  int rc = fetch_into(c, name, id, f, local_path, chunk_bytes, out);
+  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s: %s", local_path, strerror(errno));
+  return rc;
+}
+
+static int fetch_into(dqnd_client_t *c, const char *name, const char *id, FILE *f, const char *what,
+                      uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
   uint64_t off = 0, total = 0, step = 0, seq = 0;
   uint32_t crc = 0, want_crc = 0;
   char ckid[96] = "";
@@ -481,22 +478,17 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
       want_crc = ch->crc32;
       if (ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
       else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len)
-        rc = seterr(c, DQND_EIO, "write %s: %s", tmp, strerror(errno));
+        rc = seterr(c, DQND_EIO, "write %s: %s", what, strerror(errno));
       crc = learner_crc32(crc, ch->data.data, ch->data.len);
       off += ch->data.len;
     }
     dqnd_reply_free(rep);
   } while (!rc && off < total);
   if (!rc && crc != want_crc) rc = seterr(c, DQND_EPROTO, "checkpoint %s: CRC-32 %08x, expected %08x", ckid, crc, want_crc);
-  if (!rc && (fflush(f) || fsync(fileno(f)))) rc = seterr(c, DQND_EIO, "flush %s: %s", tmp, strerror(errno));
-  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, local_path)) rc = seterr(c, DQND_EIO, "rename to %s: %s", local_path, strerror(errno));
-  if (rc) unlink(tmp); /* never local_path: whatever was there stays */
-  free(tmp);
   if (!rc && out) {
     memset(out, 0, sizeof *out);
     snprintf(out->id, sizeof out->id, "%s", ckid);
-    snprintf(out->path, sizeof out->path, "%s", local_path);
+    snprintf(out->path, sizeof out->path, "%s", what);
     out->bytes = total;
     out->crc32 = crc;
     /* ckpt-<seq>-<step>-<crc>.dqnd */
@@ -505,6 +497,70 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
     out->seq = seq;
     out->step = step;
   }
+  return rc;
+}
+
+int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, const char *local_path,
+                          uint32_t chunk_bytes, dqnd_checkpoint_t *out) {
+  /* A temporary file beside the target (same file system, so the rename is
+   * atomic), renamed over it only once every byte is in and checked. A
+   * symlink is followed (the file it names is replaced, not the link); a
+   * target that exists and is not a regular file (a pipe, /dev/stdout) is
+   * written directly. The new file gets 0666 less the umask, as fopen's. */
+  char real[4096];
+  const char *target = local_path;
+  struct stat st;
+  if (stat(local_path, &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return fetch_stream(c, name, id, local_path, chunk_bytes, out);
+    if (realpath(local_path, real)) target = real;
+  } else if (lstat(local_path, &st) == 0 && S_ISLNK(st.st_mode)) {
+    /* a link to a file not there yet: the file it names is created */
+    snprintf(real, sizeof real, "%s", local_path);
+    for (int hops = 0; hops < 40 && lstat(real, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
+      char to[4096];
+      ssize_t k = readlink(real, to, sizeof to - 1);
+      if (k <= 0) break;
+      to[k] = 0;
+      if (to[0] == '/') snprintf(real, sizeof real, "%s", to);
+      else {
+        char *slash = strrchr(real, '/');
+        char dir[4096] = ".";
+        if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - real), real);
+        char next[8200];
+        snprintf(next, sizeof next, "%s/%s", dir, to);
+        snprintf(real, sizeof real, "%.4095s", next);
+      }
+    }
+    target = real;
+  }
+  size_t pl = strlen(target);
+  char *tmp = malloc(pl + 32);
+  if (!tmp) return seterr(c, DQND_ENOMEM, "out of memory");
+  snprintf(tmp, pl + 32, "%s.part-XXXXXX", target);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return seterr(c, DQND_EIO, "cannot create a temporary file beside %s: %s", local_path, strerror(e));
+  }
+  mode_t um = umask(0);
+  umask(um);
+  if (fchmod(fd, 0666 & ~um)) { /* best effort: the file stays 0600 */
+  }
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    close(fd);
+    unlink(tmp);
+    free(tmp);
+    return seterr(c, DQND_EIO, "fdopen: %s", strerror(errno));
+  }
+  int rc = fetch_into(c, name, id, f, tmp, chunk_bytes, out);
+  if (!rc && (fflush(f) || fsync(fileno(f)))) rc = seterr(c, DQND_EIO, "flush %s: %s", tmp, strerror(errno));
+  if (fclose(f) && !rc) rc = seterr(c, DQND_EIO, "close %s: %s", tmp, strerror(errno));
+  if (!rc && rename(tmp, target)) rc = seterr(c, DQND_EIO, "rename to %s: %s", target, strerror(errno));
+  if (rc) unlink(tmp); /* never local_path: whatever was there stays */
+  free(tmp);
+  if (!rc && out) snprintf(out->path, sizeof out->path, "%s", local_path);
   return rc;
 }
 

@@ -207,11 +207,25 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
 static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
 
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  /* O_NONBLOCK: a FIFO (or a device) must not block the admin worker in
+   * open(); only a regular file is read */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     int e = errno;
     fail(err, errlen, "path: cannot open %s: %s", path, strerror(e));
     return e == ENOENT || e == ENOTDIR ? CKPT_ENOENT : (e == EACCES || e == EPERM ? CKPT_EACCES : CKPT_ERR);
+  }
+  struct stat st;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    close(fd);
+    fail(err, errlen, "path: %s is not a regular file", path);
+    return CKPT_ENOTREG;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return fail(err, errlen, "path: cannot read %s: %s", path, strerror(errno));
   }
   int rc = learner_load(file_read, f, be, out, err, errlen);
   if (!rc && fgetc(f) != EOF) { /* bytes after the end section: not a file this daemon wrote */
@@ -273,14 +287,14 @@ int ckpt_retire(const char *state_dir, const char *name, const char *why, char *
   return fail(err, errlen, "%s: too many retired directories named %s-%s", base, name, stamp);
 }
 
-int ckpt_write_backend(const char *dir, const char *backend, char *err, size_t errlen) {
+int ckpt_write_meta(const char *dir, const char *key, const char *value, char *err, size_t errlen) {
   if (ckpt_mkdirs(dir, err, errlen)) return -1;
   char tmp[1200], path[1200];
-  snprintf(tmp, sizeof tmp, "%s/.backend.tmp", dir);
-  snprintf(path, sizeof path, "%s/backend", dir);
+  snprintf(tmp, sizeof tmp, "%.1100s/.%s.tmp", dir, key);
+  snprintf(path, sizeof path, "%.1100s/%s", dir, key);
   FILE *f = fopen(tmp, "w");
   if (!f) return fail(err, errlen, "create %s: %s", tmp, strerror(errno));
-  int bad = fprintf(f, "%s\n", backend) < 0;
+  int bad = fprintf(f, "%s\n", value) < 0;
   bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
   bad |= fclose(f) != 0;
   if (bad || rename(tmp, path)) {
@@ -290,16 +304,16 @@ int ckpt_write_backend(const char *dir, const char *backend, char *err, size_t e
   return fsync_dir(dir) ? fail(err, errlen, "fsync %s: %s", dir, strerror(errno)) : 0;
 }
 
-int ckpt_read_backend(const char *dir, char *backend, size_t n) {
+int ckpt_read_meta(const char *dir, const char *key, char *value, size_t n) {
   char path[1200];
-  snprintf(path, sizeof path, "%s/backend", dir);
+  snprintf(path, sizeof path, "%.1100s/%s", dir, key);
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  char line[32] = "";
+  char line[64] = "";
   int ok = fgets(line, sizeof line, f) != NULL;
   fclose(f);
   line[strcspn(line, "\n")] = 0;
   if (!ok || !line[0]) return -1;
-  snprintf(backend, n, "%s", line);
+  snprintf(value, n, "%s", line);
   return 0;
 }

@@ -26,7 +26,7 @@ typedef struct ckpt_info {
   int64_t mtime;
 } ckpt_info_t;
 
-enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3 };
+enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4 };
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
 int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
@@ -51,9 +51,12 @@ void ckpt_clean_tmp(const char *dir);
  * nothing to move), or -1. */
 int ckpt_retire(const char *state_dir, const char *name, const char *why, char *newdir, size_t n, char *err,
                 size_t errlen);
-/* The backend a trainer was created with, kept beside its checkpoints
- * (STATE/<name>/backend) so a restart brings it back on the same one. */
-int ckpt_write_backend(const char *dir, const char *backend, char *err, size_t errlen);
-int ckpt_read_backend(const char *dir, char *backend, size_t n);
+/* Facts of a trainer kept beside its checkpoints, one small file per key
+ * (STATE/<name>/backend, .../config_hash) written atomically: a restart
+ * brings the trainer back on the backend it was created with, and keeps
+ * CreateTrainer idempotent against the config it was created with (its
+ * checkpoints hold the current hyperparameters, not the creation ones). */
+int ckpt_write_meta(const char *dir, const char *key, const char *value, char *err, size_t errlen);
+int ckpt_read_meta(const char *dir, const char *key, char *value, size_t n);
 
 #endif

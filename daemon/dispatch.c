@@ -217,8 +217,9 @@ static void run_list(trainer_job_t *j) {
     pthread_mutex_lock(&ts[i]->mu);
     st = ts[i]->stats;
     cfg.hp = ts[i]->hp;
+    learner_backend_t be = ts[i]->backend;
     pthread_mutex_unlock(&ts[i]->mu);
-    trainer_info(ts[i], &cfg, &st, learner_backend(ts[i]->l), &ti[i]);
+    trainer_info(ts[i], &cfg, &st, be, &ti[i]);
     ptr[i] = &ti[i].info;
   }
   Dqnd__V1__ListTrainersResult l = DQND__V1__LIST_TRAINERS_RESULT__INIT;
@@ -243,8 +244,9 @@ void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   pthread_mutex_lock(&t->mu);
   st = t->stats;
   cfg.hp = t->hp;
+  learner_backend_t be = t->backend;
   pthread_mutex_unlock(&t->mu);
-  trainer_info(t, &cfg, &st, learner_backend(t->l), ti);
+  trainer_info(t, &cfg, &st, be, ti);
   ti->info.created = created;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_TRAINER;

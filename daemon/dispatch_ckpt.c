@@ -96,7 +96,10 @@ void dispatch_run_fetch(trainer_job_t *j) {
                     (unsigned long long)m->offset, (unsigned long long)info.bytes);
     return;
   }
-  uint64_t cap = (uint64_t)s->opts.max_message_bytes - 4096, want = m->max_bytes ? m->max_bytes : FETCH_DEFAULT_BYTES;
+  /* a chunk and the reply around it within max_message_bytes (at least 1024) */
+  int64_t mm = s->opts.max_message_bytes;
+  uint64_t cap = (uint64_t)(mm > 8192 ? mm - 4096 : mm / 2);
+  uint64_t want = m->max_bytes ? m->max_bytes : FETCH_DEFAULT_BYTES;
   if (want > cap) want = cap;
   if (want > info.bytes - m->offset) want = info.bytes - m->offset;
   uint8_t *buf = malloc(want ? want : 1);
@@ -160,9 +163,10 @@ void dispatch_run_load(trainer_job_t *j0) {
     int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
     if (lrc) {
       rpc_reply_error(c,
-                      lrc == CKPT_ENOENT   ? DQND__V1__CODE__NOT_FOUND
-                      : lrc == CKPT_EACCES ? DQND__V1__CODE__PERMISSION_DENIED
-                                           : DQND__V1__CODE__DATA_LOSS,
+                      lrc == CKPT_ENOENT    ? DQND__V1__CODE__NOT_FOUND
+                      : lrc == CKPT_EACCES  ? DQND__V1__CODE__PERMISSION_DENIED
+                      : lrc == CKPT_ENOTREG ? DQND__V1__CODE__INVALID_ARGUMENT
+                                            : DQND__V1__CODE__DATA_LOSS,
                       "%s", err);
       return;
     }
@@ -274,7 +278,11 @@ void dispatch_run_swap(trainer_job_t *j) {
   learner_destroy(old);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0; /* a good state replaces an errored one */
+  t->backend = learner_backend(t->l);
   pthread_mutex_unlock(&t->mu);
+  char merr[256];
+  if (ckpt_write_meta(t->dir, "backend", learner_backend_name(t->backend), merr, sizeof merr))
+    log_warn(t->name, "%s (a restart may restore it on another backend)", merr);
   log_info(t->name, "state replaced from a checkpoint");
   trainer_snapshot(t, 1);
   dispatch_reply_trainer(j->c, t, 0);

@@ -75,7 +75,7 @@ static int probe(server_t *srv, const char *url) {
       pthread_mutex_lock(&pr->mu);
       while (!pr->up && pthread_cond_timedwait(&pr->cv, &pr->mu, &ts) != ETIMEDOUT) {
       }
-      rc = pr->up;
+      rc = pr->up ? 1 : -1; /* not even connected: unreachable, not wedged (the wedge still connects) */
       pthread_mutex_unlock(&pr->mu);
       for (int k = 0; rc == 1 && rpc_pipes_added(srv) == before; k++) { /* the socket's side of it */
         if (k == PROBE_WAIT_S * 100) rc = 0;
@@ -92,6 +92,7 @@ static int probe(server_t *srv, const char *url) {
 
 static void *guard(void *arg) {
   server_t *s = arg;
+  int misses[OPTS_MAX_LISTEN] = {0};
   pthread_mutex_lock(&G.mu);
   while (!G.stop) {
     struct timespec ts;
@@ -103,9 +104,14 @@ static void *guard(void *arg) {
     for (int i = 0; i < s->opts.n_listen; i++) {
       char url[600], err[700];
       listen_guard_probe_url(s->opts.listen[i], url, sizeof url);
+      size_t ul = strlen(url);
+      if (!strncmp(url, "tcp", 3) && ul > 2 && !strcmp(url + ul - 2, ":0")) continue; /* an ephemeral port */
       int pr = probe(s, url);
-      log_debug(NULL, "listener-check %s: %s", url, pr == 1 ? "answered" : pr == 0 ? "its connection was not taken" : "probe failed");
-      if (pr != 0) continue; /* answered, or the probe could not even start: leave it */
+      log_debug(NULL, "listener-check %s: %s", url,
+                pr == 1 ? "answered" : pr == 0 ? "its connection was not taken" : "probe did not connect");
+      misses[i] = pr == 0 ? misses[i] + 1 : 0;
+      if (misses[i] < 2) continue; /* twice in a row before closing a listener (and its connections) */
+      misses[i] = 0;
       log_warn(NULL, "%s stopped accepting connections (a peer left during the handshake: nng#1518); "
                "starting it again", s->opts.listen[i]);
       if (rpc_relisten(s, i, err, sizeof err)) log_error(NULL, "%s", err);

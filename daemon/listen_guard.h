@@ -6,9 +6,12 @@
  * stop accepting for good, so one local process could wedge the service.
  * Every `listener-check` seconds a thread dials each listener with a
  * throwaway socket and checks that the daemon's socket takes the connection
- * (listen_guard.c says how); a listener whose connection is not taken within
- * two seconds is closed and started again on its URL (logged). Requests in
- * flight on other connections are not touched.
+ * (listen_guard.c says how); a listener whose probe connects but is not
+ * taken, twice in a row, is closed and started again on its URL (logged).
+ * nng closes that listener's other connections with it: their clients see a
+ * reset (in a real wedge those connections no longer get new requests served
+ * either). A probe that cannot connect at all counts as nothing; a tcp
+ * listener on port 0 (an ephemeral port) is not probed.
  */
 #ifndef DQND_LISTEN_GUARD_H
 #define DQND_LISTEN_GUARD_H

@@ -132,7 +132,7 @@ int opts_socket_mode(const dqnd_opts_t *o) { return (int)strtol(o->socket_mode, 
 static int check(dqnd_opts_t *o, char *err, size_t errlen) {
   char *end;
   long mode = strtol(o->socket_mode, &end, 8);
-  if (!o->socket_mode[0] || *end || mode < 0 || mode > 0777 || !(mode & 0600))
+  if (!o->socket_mode[0] || *end || mode < 0 || mode > 0777 || (mode & 0600) != 0600)
     return fail(err, errlen, "socket-mode: '%s' is not an octal mode in [0600, 0777] that lets the owner in",
                 o->socket_mode);
   if (strcmp(o->backend, "auto") && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))

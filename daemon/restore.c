@@ -14,7 +14,7 @@
 
 static learner_backend_t backend_of(server_t *s, const char *dir, const char *name) {
   char b[32];
-  if (ckpt_read_backend(dir, b, sizeof b)) return s->backend;
+  if (ckpt_read_meta(dir, "backend", b, sizeof b)) return s->backend;
   if (!strcmp(b, "cpu")) return LEARNER_BACKEND_CPU;
   if (!strcmp(b, "cuda")) {
     if (learner_backend_default() == LEARNER_BACKEND_CUDA) return LEARNER_BACKEND_CUDA;

@@ -46,69 +46,89 @@ static void worker_exit(void *owner) {
   atomic_fetch_sub(&s->live_trainers, 1);
 }
 
-int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
-                     trainer_t **out, char *err, size_t errlen) {
-  pthread_mutex_lock(&s->reg_mu);
-  int code = 0;
+/* 0 when `name` is free and there is room; else the code, with err set (reg_mu held) */
+static int name_free(server_t *s, const char *name, char *err, size_t errlen) {
   for (int i = 0; i < s->n_trainers; i++)
     if (!strcmp(s->trainers[i]->name, name)) {
       snprintf(err, errlen, "name: trainer '%s' already exists", name);
-      code = 6; /* ALREADY_EXISTS */
-      goto out;
+      return 6; /* ALREADY_EXISTS */
     }
   if (s->n_trainers >= s->opts.max_trainers) {
     snprintf(err, errlen, "name: the daemon holds its maximum of %d trainers", s->opts.max_trainers);
-    code = 8; /* RESOURCE_EXHAUSTED */
-    goto out;
+    return 8; /* RESOURCE_EXHAUSTED */
   }
-  if (!restoring) { /* the name is free and stays ours while reg_mu is held */
-    char moved[1300], cerr[512];
+  return 0;
+}
+
+int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
+                     trainer_t **out, char *err, size_t errlen) {
+  pthread_mutex_lock(&s->reg_mu);
+  int code = name_free(s, name, err, errlen);
+  pthread_mutex_unlock(&s->reg_mu);
+  if (code) return code;
+  /* The trainer's files are written outside reg_mu, which every request's
+   * lookup takes: registrations run one at a time (creates and loads on the
+   * admin worker, restores before the sockets open), so the name stays free
+   * meanwhile; it is checked again below all the same. */
+  char dir[1200], cerr[512], hash_text[32];
+  snprintf(dir, sizeof dir, "%.1100s/%s", s->opts.state_dir, name);
+  uint64_t hash = learner_config_hash(created_with);
+  if (!restoring) {
+    char moved[1300];
     if (ckpt_retire(s->opts.state_dir, name, "replaced", moved, sizeof moved, cerr, sizeof cerr)) {
       snprintf(err, errlen, "state-dir: %s", cerr);
-      code = 13;
-      goto out;
+      return 13;
     }
     if (moved[0]) log_warn(name, "a directory left under this name moved to %s", moved);
-    char dir[1200];
-    snprintf(dir, sizeof dir, "%s/%s", s->opts.state_dir, name);
-    if (ckpt_write_backend(dir, learner_backend_name(learner_backend(l)), cerr, sizeof cerr)) {
+    snprintf(hash_text, sizeof hash_text, "%016llx", (unsigned long long)hash);
+    if (ckpt_write_meta(dir, "backend", learner_backend_name(learner_backend(l)), cerr, sizeof cerr) ||
+        ckpt_write_meta(dir, "config_hash", hash_text, cerr, sizeof cerr)) {
       snprintf(err, errlen, "state-dir: %s", cerr);
-      code = 13;
-      goto out;
+      return 13;
     }
+  } else if (ckpt_read_meta(dir, "config_hash", hash_text, sizeof hash_text) == 0) {
+    /* the hash of the config it was created with: its checkpoint holds the
+     * current hyperparameters, which SetHyperparams may have changed */
+    hash = strtoull(hash_text, NULL, 16);
   }
   trainer_t *t = calloc(1, sizeof *t);
   if (!t) {
     snprintf(err, errlen, "out of memory");
-    code = 13;
-    goto out;
+    return 13;
   }
   t->srv = s;
   snprintf(t->name, sizeof t->name, "%s", name);
-  snprintf(t->dir, sizeof t->dir, "%s/%s", s->opts.state_dir, name);
+  snprintf(t->dir, sizeof t->dir, "%s", dir);
   t->l = l;
+  t->backend = learner_backend(l);
   t->cfg = *learner_config(l);
-  t->cfg_hash = learner_config_hash(created_with);
+  t->cfg_hash = hash;
   pthread_mutex_init(&t->mu, NULL);
   t->last_active = now_s();
   atomic_store(&t->refs, 2); /* registry + worker */
   learner_get_stats(l, &t->stats);
   learner_get_hparams(l, &t->hp);
-  atomic_fetch_add(&s->live_trainers, 1);
-  if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
-    atomic_fetch_sub(&s->live_trainers, 1);
+  pthread_mutex_lock(&s->reg_mu);
+  code = name_free(s, name, err, errlen);
+  if (!code) {
+    atomic_fetch_add(&s->live_trainers, 1);
+    if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
+      atomic_fetch_sub(&s->live_trainers, 1);
+      snprintf(err, errlen, "cannot start the trainer's worker thread");
+      code = 13;
+    }
+  }
+  if (code) {
+    pthread_mutex_unlock(&s->reg_mu);
     pthread_mutex_destroy(&t->mu);
     free(t);
-    snprintf(err, errlen, "cannot start the trainer's worker thread");
-    code = 13;
-    goto out;
+    return code;
   }
   s->trainers[s->n_trainers++] = t;
   atomic_fetch_add(&t->refs, 1); /* the caller's */
   *out = t;
-out:
   pthread_mutex_unlock(&s->reg_mu);
-  return code;
+  return 0;
 }
 
 trainer_t *trainer_get(server_t *s, const char *name) {

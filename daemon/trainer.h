@@ -26,6 +26,7 @@ struct trainer {
   pthread_mutex_t mu;    /* guards the snapshot below (read by ListTrainers) */
   learner_stats_t stats;
   learner_hparams_t hp;  /* the current hyperparameters (SetHyperparams changes them) */
+  learner_backend_t backend; /* of t->l; readers off the worker use this (LoadCheckpoint swaps t->l) */
   char error[256];       /* non-empty: error state, commands answer UNAVAILABLE */
   double last_active;
   int removed;

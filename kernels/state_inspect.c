@@ -67,7 +67,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
     return LEARNER_ECORRUPT;
   }
   uint64_t off = sizeof hdr;
-  int bad = 0;
+  int bad = 0, seen[256] = {0}, prioritized = 0;
   unsigned char *buf = malloc(CHUNK);
   if (!buf) {
     seterr(err, errlen, "out of memory");
@@ -99,12 +99,14 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
       bad = 1;
       seterr(err, errlen, "section %u (%s) fails its CRC32C check", sec.tag, sec.name);
     }
+    if (sec.tag < 256) seen[sec.tag] = 1;
     if (sec.tag == SEC_CONFIG && sec.crc_ok) {
       learner_config_t c;
       char cerr[256];
       h->config_ok = learner_config_from_text(&c, h->config_text, strlen(h->config_text), cerr, sizeof cerr) == 0;
+      prioritized = h->config_ok && c.prioritized;
       h->hash_ok = state_text_hash(h->config_text, strlen(h->config_text)) == h->config_hash;
-      if (!h->hash_ok && !bad) {
+      if ((!h->hash_ok || !h->config_ok) && !bad) {
         bad = 1;
         if (h->config_ok) seterr(err, errlen, "config hash mismatch");
         else seterr(err, errlen, "config section: %s", cerr);
@@ -117,5 +119,17 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
   free(buf);
   h->bytes = off;
   if (rc) return rc;
+  /* every section the loader requires (state_format.h's registry) is there */
+  for (int i = 0; !bad && i < state_num_sections; i++) {
+    const state_section_t *ss = &state_sections[i];
+    if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && !seen[ss->tag]) {
+      bad = 1;
+      seterr(err, errlen, "section %u (%s) missing", ss->tag, ss->name);
+    }
+  }
+  if (!bad && (!seen[SEC_CONFIG] || !seen[SEC_COUNTERS])) {
+    bad = 1;
+    seterr(err, errlen, "the %s section is missing", seen[SEC_CONFIG] ? "counters" : "config");
+  }
   return bad ? LEARNER_ECORRUPT : LEARNER_OK;
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -107,6 +108,28 @@ START_TEST(test_fetch_never_destroys_a_file) {
   ck_assert_msg(strstr(out, "NOT_FOUND") && strstr(out, "'99' not found"), "%s", out);
   snprintf(args, sizeof args, "cmp -s %s %s", good, copy);
   ck_assert_msg(system(args) == 0, "a failed fetch changed %s", good);
+  /* through a symlink: the file it names gets the checkpoint, the link stays;
+   * the new file has 0666 less the umask (0022 here), like any file a tool writes */
+  char link[400], target[400];
+  snprintf(target, sizeof target, "%s/target.dqnd", d.dir);
+  snprintf(link, sizeof link, "%s/link.dqnd", d.dir);
+  ck_assert_int_eq(symlink(target, link), 0);
+  snprintf(args, sizeof args, "umask 022; '%s' --url '%s' fetch c -o %s >/dev/null", dqnctl_bin, d.url, link);
+  ck_assert_int_eq(system(args), 0);
+  struct stat lst, tst;
+  ck_assert_int_eq(lstat(link, &lst), 0);
+  ck_assert(S_ISLNK(lst.st_mode));
+  ck_assert_int_eq(stat(target, &tst), 0);
+  ck_assert_int_eq(tst.st_mode & 0777, 0644);
+  snprintf(args, sizeof args, "cmp -s %s %s", target, copy);
+  ck_assert_msg(system(args) == 0, "the symlink's target is not the checkpoint");
+  /* into a stream (a FIFO, not a regular file): written straight through */
+  char full[4000];
+  snprintf(full, sizeof full,
+           "cd '%s' && mkfifo pipe && (cat pipe > piped.dqnd &) && '%s' --url '%s' fetch c -o pipe >/dev/null && "
+           "sleep 0.2 && cmp -s piped.dqnd '%s'",
+           d.dir, dqnctl_bin, d.url, copy);
+  ck_assert_msg(system(full) == 0, "fetch into a FIFO differs from the file");
   /* into a directory that cannot take it: nothing is created, nothing left */
   snprintf(args, sizeof args, "fetch c -o %s/no/such/dir/x.dqnd", d.dir);
   ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 4);

@@ -330,6 +330,13 @@ START_TEST(test_bad_input) {
   expect(c, dqnd_fetch_checkpoint(c, "victim", NULL, local, 0, NULL), 5, "checkpoint", "fetch before any save");
   expect(c, dqnd_fetch_checkpoint(c, "victim", "../../etc/passwd", local, 0, NULL), 3, "checkpoint", "fetch path id");
   expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 5, "path", "load missing path");
+  /* a FIFO must not block the admin worker (nothing would ever be created again) */
+  char fifo[400];
+  snprintf(fifo, sizeof fifo, "%s/fifo", d.dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  expect(c, dqnd_load_checkpoint_path(c, "fromfifo", fifo, 1, NULL), 3, "is not a regular file", "load a FIFO");
+  const char *fifo_ok[] = {"state_dim=6", "batch=8", "replay_capacity=100"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "afterfifo", fifo_ok, 3, NULL, NULL), 0);
   FILE *f = fopen(local, "wb");
   for (int i = 0; i < 10; i++) fputs("not a checkpoint at all ", f);
   fclose(f);

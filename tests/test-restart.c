@@ -76,6 +76,17 @@ START_TEST(test_sigterm_then_restart_continues_exactly) {
                 "after the restart: loss %.9g, twin %.9g", st.loss_mean, ts.loss_mean);
   learner_destroy(twin);
 
+  /* CreateTrainer with the creation config is still idempotent after
+   * SetHyperparams and a restart (the checkpoint holds the new lr) */
+  const char *lr[] = {"lr=0.003"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "beta", lr, 1), 0);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  start_daemon_argv(&d, replay);
+  c = connect_to(&d);
+  int created = -1;
+  ck_assert_int_eq(dqnd_create_trainer(c, "beta", small_fields, N_SMALL, NULL, &created), 0);
+  ck_assert_int_eq(created, 0);
   /* a destroyed trainer does not come back */
   ck_assert_int_eq(dqnd_destroy_trainer(c, "beta", 0, NULL), 0);
   dqnd_close(c);
