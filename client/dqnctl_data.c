@@ -83,6 +83,29 @@ static int encode_actions(const char *cmd, const char *path, const npy_array_t *
   return 0;
 }
 
+/* episode ids exactly: integers as they are, floats only when whole and
+ * within 2^53 (beyond that a double cannot name every id) */
+static int episode_ids(const char *cmd, const char *path, const npy_array_t *e, int64_t *out) {
+  for (int64_t i = 0; i < e->count; i++) {
+    double v;
+    switch (e->dtype) {
+    case NPY_I8: out[i] = ((const int64_t *)e->data)[i]; continue;
+    case NPY_I4: out[i] = ((const int32_t *)e->data)[i]; continue;
+    case NPY_U1:
+    case NPY_B1: out[i] = ((const uint8_t *)e->data)[i]; continue;
+    case NPY_F4: v = ((const float *)e->data)[i]; break;
+    default: v = ((const double *)e->data)[i]; break;
+    }
+    if (v != floor(v) || fabs(v) > 9007199254740992.0) {
+      fprintf(stderr, "%s: %s[%lld]: %g is not a whole number an integer id can hold exactly\n", cmd, path,
+              (long long)i, v);
+      return EXIT_LOCAL;
+    }
+    out[i] = (int64_t)v;
+  }
+  return 0;
+}
+
 int cmd_submit(ctx_t *x, const cli_args_t *a) {
   static const char *cmd = "dqnctl submit";
   static const char *flags[6] = {"--states", "--next-states", "--actions", "--rewards", "--dones", "--episode-ids"};
@@ -158,11 +181,7 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
     }
     ud[i] = dd[i] == 1;
   }
-  if (ie) {
-    double *de = npy_to_f64(e);
-    for (int64_t i = 0; de && i < n; i++) ie[i] = (int64_t)de[i];
-    free(de);
-  }
+  if (ie && (rc = episode_ids(cmd, path[5], e, ie))) goto out;
   learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie};
   int64_t size = 0;
   int crc = dqnd_submit(x->c, a->pos[0], S, &t, &size);

@@ -150,6 +150,9 @@ class ClientTest(unittest.TestCase):
             self.code(3, c.submit, "bad", **dict(b, rewards=b["rewards"][:3]), needle="rewards: shape (3,)")
             self.code(3, c.submit, "bad", **dict(b, actions=np.zeros((20, 3), int)), needle="actions: shape (20, 3)")
             self.code(3, c.submit, "bad", **dict(b, dones=np.full(20, 2)), needle="dones: every flag must be 0 or 1")
+            self.code(3, c.submit, "bad", **dict(b, actions=np.full(20, 2**32 + 1)), needle="actions: 4294967297 is outside")
+            self.code(3, c.submit, "bad", **dict(b, episode_ids=np.full(20, 2**64 - 1, dtype=np.uint64)),
+                      needle="episode_ids: 18446744073709551615 is outside")
             self.code(3, c.act, "bad", np.zeros((2, 7), np.float32), needle="states: shape (2, 7)")
             # the daemon's own checks: an action out of range, a NaN, a misspelt field
             self.code(3, c.submit, "bad", **dict(b, actions=np.full(20, 12)), needle="actions[0]: 12 is outside [0, 12)")
@@ -167,6 +170,16 @@ class ClientTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(self.d.dir, "x.dqnd")))
             self.code(9, c.step, "bad", 1)  # FAILED_PRECONDITION: no batch in the replay yet
             self.assertEqual(c.stats("bad")["replay_total"], 0)  # none of the above stored anything
+
+    def test_shapes_change_under_a_client(self):
+        with self.client() as a, self.client() as b:
+            a.create_trainer("shifty", SMALL)
+            st = np.zeros((4, 6), np.float32)
+            self.assertEqual([x.shape for x in a.act("shifty", st, q=True)[1]], [(4, 3), (4, 4)])
+            b.destroy_trainer("shifty")
+            b.create_trainer("shifty", dict(SMALL, branches="5"))
+            self.code(9, a.act, "shifty", st, q=True, needle="changed shape")
+            self.assertEqual([x.shape for x in a.act("shifty", st, q=True)[1]], [(4, 5)])  # asked again
 
     def test_unreachable_and_timeout(self):
         e = self.code(14, dqnd.Client, f"ipc://{self.d.dir}/nothing.sock")
@@ -215,6 +228,10 @@ class EnvTest(unittest.TestCase):
         np.testing.assert_array_equal(o1, o2)
         with self.assertRaises(ValueError):
             e.step(81)
+        with self.assertRaises(ValueError):
+            e.reward(-1)
+        with self.assertRaises(ValueError):
+            e.step((1, 2))  # two indices for three branches
         cfg = envs.MeanRev.learner_config()
         self.assertEqual((cfg["state_dim"], cfg["branches"]), ("4", "9,3,3"))
         with self.assertRaises(KeyError):

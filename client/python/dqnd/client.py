@@ -75,10 +75,15 @@ def _floats(arg, x, shape):
     return np.ascontiguousarray(a, dtype="<f4")
 
 
-def _ints(arg, x, n):
+def _ints(arg, x, n, lo=-(1 << 63), hi=(1 << 63) - 1):
     a = np.asarray(x)
     if a.dtype.kind not in "iub":
         raise _bad(arg, f"dtype {a.dtype}, expected an integer array")
+    if a.size and a.dtype.kind != "b":
+        mn, mx = int(a.min()), int(a.max())
+        if mn < lo or mx > hi:
+            bad = mn if mn < lo else mx
+            raise _bad(arg, f"{bad} is outside [{lo}, {hi}]")
     return a
 
 
@@ -147,7 +152,7 @@ class Client:
         if rep.request_id != req.request_id:
             raise DqndError(13, f"reply for request {rep.request_id}, expected {req.request_id}")
         if rep.status.code:
-            if rep.status.code == NOT_FOUND:
+            if rep.status.code in (NOT_FOUND, INVALID_ARGUMENT):  # gone, or its shapes may have changed
                 self._shapes.pop(getattr(msg, "name", None), None)
             raise DqndError(rep.status.code, rep.status.message)
         return rep
@@ -212,7 +217,7 @@ class Client:
             raise _bad("states", "no rows")
         s2 = _floats("next_states", next_states, (n, S))
         r = _floats("rewards", rewards, (n,))
-        a = _ints("actions", actions, n)
+        a = _ints("actions", actions, n, 0, (1 << 31) - 1)
         if a.ndim == 2 and a.shape == (n, len(branches)) and len(branches) > 1:
             flat = np.zeros(n, dtype=np.int64)
             for d, nd in enumerate(branches):
@@ -251,10 +256,15 @@ class Client:
         s = _floats("states", states, (None, S))
         r = self._call("act", pb.Act(name=name, count=s.shape[0], states=s.tobytes(), noisy=bool(noisy),
                                      want_q=bool(q))).act
+        n = s.shape[0]
+        if len(r.actions) != 4 * n or (q and len(r.q) != 4 * n * sum(branches)):
+            # another client recreated the trainer with other shapes: ask again
+            self._shapes.pop(name, None)
+            raise DqndError(9, f"name: trainer '{name}' changed shape since this client asked; call again")
         acts = np.frombuffer(r.actions, dtype="<i4").copy()
         if not q:
             return acts
-        qa = np.frombuffer(r.q, dtype="<f4").reshape(s.shape[0], sum(branches))
+        qa = np.frombuffer(r.q, dtype="<f4").reshape(n, sum(branches))
         out, off = [], 0
         for nd in branches:
             out.append(qa[:, off:off + nd].copy())

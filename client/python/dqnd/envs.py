@@ -83,13 +83,18 @@ class MeanRev:
 
     def encode(self, action):
         if isinstance(action, (tuple, list, np.ndarray)) and np.ndim(action) == 1:
+            if len(action) != len(self.branches):
+                raise ValueError(f"action {tuple(action)}: {len(action)} indices, expected {len(self.branches)}")
             flat = 0
             for a, n in zip(action, self.branches):
                 if not 0 <= int(a) < n:
                     raise ValueError(f"action {tuple(action)}: {a} is outside [0, {n})")
                 flat = flat * n + int(a)
             return flat
-        return int(action)
+        a = int(action)
+        if not 0 <= a < self.n_actions:
+            raise ValueError(f"action {a} is outside [0, {self.n_actions})")
+        return a
 
     def step(self, action):
         r = ctypes.c_float()
