@@ -404,7 +404,10 @@ static const cli_opt_t o_load[] = {{"--path", "DAEMON_PATH", "a checkpoint file 
                                    {"--backend", "B", "cpu, cuda or auto"},
                                    {NULL, NULL, NULL}};
 static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (default: demo, demo-2, ...: the first free one)"},
-                                   {"--iterations", "N", "rounds of collection and training (default 60)"},
+                                   {"--env", "ENV", "meanrev (default) or deepsea"},
+                                   {"--iterations", "N", "meanrev: rounds of collection and training (default 60)"},
+                                   {"--size", "N", "deepsea: the grid's size (default 10)"},
+                                   {"--episodes", "N", "deepsea: episodes to play (default 1000)"},
                                    {"--backend", "B", "cpu, cuda or auto"},
                                    {NULL, NULL, NULL}};
 
@@ -448,9 +451,11 @@ static const cmd_t cmds[] = {
     {"inspect", cmd_inspect, 0, 1, 1, "FILE", CLI_NO_FIELDS, o_none,
      "Checks every section's CRC32C; exit 4 when the file fails a check.\n"},
     {"demo", cmd_demo, 1, 0, 0, "", CLI_ANY_FIELD, o_demo,
-     "Creates a new trainer (never replaces one: an existing --name is refused), trains the\n"
-     "built-in meanrev environment through the daemon and prints the learning curve. The\n"
-     "trainer stays on the daemon afterwards. Fields override the demo's learner config.\n"},
+     "Creates a new trainer (never replaces one: an existing --name is refused), trains a\n"
+     "built-in environment through the daemon and prints the learning curve: meanrev (a\n"
+     "9x3x3 trading toy, exit 5 below 90% of the optimal return) or deepsea (bsuite's\n"
+     "exploration test: the share of episodes that reach the reward). The trainer stays on\n"
+     "the daemon afterwards. Fields override the demo's learner config.\n"},
 };
 
 static const cmd_t *cur_cmd;

@@ -38,5 +38,10 @@ int cmd_submit(ctx_t *x, const cli_args_t *a);
 int cmd_act(ctx_t *x, const cli_args_t *a);
 int cmd_inspect(ctx_t *x, const cli_args_t *a);
 int cmd_demo(ctx_t *x, const cli_args_t *a);
+/* a fresh demo trainer (demo, demo-2, ... or the given name, never one that exists); 0 or the exit status */
+int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
+                     const char *backend, char *name, size_t n);
+/* dqnctl demo --env deepsea (dqnctl_deepsea.c) */
+int demo_deepsea(ctx_t *x, const cli_args_t *a);
 
 #endif

@@ -401,8 +401,36 @@ static void demo_progress(void *p, const demo_point_t *pt) {
   fflush(stdout);
 }
 
+/* A new trainer, never one that was there: CreateTrainer answers "created"
+ * only for a name it made now, so a name that exists (with this config or
+ * another) is refused when given, or skipped for the next free one. */
+int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
+                     const char *backend, char *name, size_t n) {
+  int created = 0;
+  for (int k = 1; k <= 100 && !created; k++) {
+    if (given) snprintf(name, n, "%s", given);
+    else if (k == 1) snprintf(name, n, "demo");
+    else snprintf(name, n, "demo-%d", k);
+    int rc = dqnd_create_trainer(x->c, name, fields, nf, backend, &created);
+    if (rc && rc != 6 /* ALREADY_EXISTS: another config under that name */) return fail_rc(x, rc);
+    if (!created && given) {
+      fprintf(stderr, "%s: trainer '%s' already exists; the demo never trains or replaces a trainer it did not "
+                      "create: pick another --name, or `dqnctl destroy %s` first\n", cmd, name, name);
+      return EXIT_SERVER;
+    }
+  }
+  if (!created) return fprintf(stderr, "%s: demo .. demo-100 all exist; give --name\n", cmd), EXIT_SERVER;
+  return 0;
+}
+
 int cmd_demo(ctx_t *x, const cli_args_t *a) {
   static const char *cmd = "dqnctl demo";
+  const char *env = opt(x, a, "--env");
+  if (env && !strcmp(env, "deepsea")) return demo_deepsea(x, a);
+  if (env && strcmp(env, "meanrev"))
+    return fprintf(stderr, "%s: --env: '%s' is not meanrev or deepsea\n", cmd, env), EXIT_USAGE;
+  if (opt(x, a, "--size") || opt(x, a, "--episodes"))
+    return fprintf(stderr, "%s: --size and --episodes are deepsea's (--env deepsea)\n", cmd), EXIT_USAGE;
   const char *given = opt(x, a, "--name");
   demo_opts_t o;
   demo_opts_default(&o);
@@ -433,24 +461,9 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
     snprintf(store[nf], sizeof store[nf], "%s=%s", learner_fields[i].name, v);
     fields[nf] = store[nf];
   }
-  /* A new trainer, never one that was there: CreateTrainer answers "created"
-   * only for a name it made now, so a name that exists (with this config or
-   * another) is refused when given, or skipped for the next free one. */
   char name[72];
-  int created = 0, rc = 0;
-  for (int k = 1; k <= 100 && !created; k++) {
-    if (given) snprintf(name, sizeof name, "%s", given);
-    else if (k == 1) snprintf(name, sizeof name, "demo");
-    else snprintf(name, sizeof name, "demo-%d", k);
-    rc = dqnd_create_trainer(x->c, name, fields, nf, opt(x, a, "--backend"), &created);
-    if (rc && rc != 6 /* ALREADY_EXISTS: another config under that name */) return fail_rc(x, rc);
-    if (!created && given) {
-      fprintf(stderr, "%s: trainer '%s' already exists; the demo never trains or replaces a trainer it did not "
-                      "create: pick another --name, or `dqnctl destroy %s` first\n", cmd, name, name);
-      return EXIT_SERVER;
-    }
-  }
-  if (!created) return fprintf(stderr, "%s: demo .. demo-100 all exist; give --name\n", cmd), EXIT_SERVER;
+  int rc = demo_new_trainer(x, cmd, given, fields, nf, opt(x, a, "--backend"), name, sizeof name);
+  if (rc) return rc;
   if (!x->json)
     printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
            "train steps\n",

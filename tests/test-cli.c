@@ -314,6 +314,12 @@ START_TEST(test_demo_never_replaces_a_trainer) {
   ck_assert_int_eq(dqnd_get_stats(c, "demo", &after), 0);
   ck_assert_int_eq(after.step, 30);
   ck_assert_int_eq(after.replay_total, before.replay_total);
+  /* deep sea: a new trainer of its shapes, the share of episodes that reach the reward */
+  ck_assert_int_eq(run_ctl(&d, "demo --env deepsea --size 5 --episodes 200", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "deepsea N=5") && strstr(out, "episodes    200  reached the reward in"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "demo --env deepsea --iterations 3", out, sizeof out), 2);
+  ck_assert_int_eq(run_ctl(&d, "demo --env nope", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "--env: 'nope' is not meanrev or deepsea"), "%s", out);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "deepsea_env.h"
 #include "demo_env.h"
 
 #define API __attribute__((visibility("default")))
@@ -20,6 +21,12 @@ API int dqnenv_meanrev_step(void *e, int32_t action, float *reward, float *obs);
 API int32_t dqnenv_meanrev_optimal_action(const void *e);
 API float dqnenv_meanrev_reward(const void *e, int32_t action);
 API size_t dqnenv_meanrev_config(char *buf, size_t n);
+API size_t dqnenv_deepsea_size(void);
+API int dqnenv_deepsea_init(void *e, int n, uint64_t seed);
+API void dqnenv_deepsea_reset(void *e, float *obs);
+API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs);
+API int32_t dqnenv_deepsea_right_action(const void *e);
+API float dqnenv_deepsea_optimal_return(int n);
 
 API size_t dqnenv_meanrev_size(void) { return sizeof(demo_env_t); }
 
@@ -54,3 +61,21 @@ API size_t dqnenv_meanrev_config(char *buf, size_t n) {
   demo_env_learner_config(&c);
   return learner_config_to_text(&c, buf, n);
 }
+
+/* deep sea (client/deepsea_env.h) */
+API size_t dqnenv_deepsea_size(void) { return sizeof(deepsea_env_t); }
+API int dqnenv_deepsea_init(void *e, int n, uint64_t seed) { return deepsea_init(e, n, seed); }
+API void dqnenv_deepsea_reset(void *e, float *obs) {
+  deepsea_reset(e);
+  deepsea_observe(e, obs);
+}
+/* -1 (and nothing changes) for an action other than 0 or 1 */
+API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs) {
+  if (action < 0 || action > 1) return -1;
+  int done = 0;
+  *reward = deepsea_step(e, action, &done);
+  deepsea_observe(e, obs);
+  return done;
+}
+API int32_t dqnenv_deepsea_right_action(const void *e) { return deepsea_right_action(e); }
+API float dqnenv_deepsea_optimal_return(int n) { return deepsea_optimal_return(n); }

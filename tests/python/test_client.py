@@ -232,6 +232,30 @@ class EnvTest(unittest.TestCase):
             e.reward(-1)
         with self.assertRaises(ValueError):
             e.step((1, 2))  # two indices for three branches
+        # deep sea: the only positive return needs N - 1 moves right in N steps
+        N = 8
+        d = envs.make("deepsea", size=N, seed=5)
+        rights = set()
+        for plan in ("optimal", "all-right", "all-left"):
+            obs, info = d.reset()
+            ret, steps = 0.0, 0
+            while True:
+                self.assertEqual(obs.sum(), 1.0)  # the one-hot agent
+                rights.add(info["right_action"])
+                right = info["right_action"]
+                a = {"optimal": right if steps > 0 else 1 - right, "all-right": right, "all-left": 1 - right}[plan]
+                obs, r, term, trunc, info = d.step(a)
+                ret, steps = ret + r, steps + 1
+                if trunc:
+                    break
+            self.assertEqual(steps, N)
+            want = {"optimal": 1 - 0.01 * (N - 1) / N, "all-right": 1 - 0.01, "all-left": 0.0}[plan]
+            self.assertAlmostEqual(ret, want, places=5)
+            self.assertAlmostEqual(obs.sum(), 0.0)  # past the last row
+        self.assertEqual(rights, {0, 1}, "which action moves right varies from cell to cell")
+        self.assertAlmostEqual(d.optimal_return, 1 - 0.01 * (N - 1) / N, places=6)
+        with self.assertRaises(ValueError):
+            d.step(2)
         cfg = envs.MeanRev.learner_config()
         self.assertEqual((cfg["state_dim"], cfg["branches"]), ("4", "9,3,3"))
         with self.assertRaises(KeyError):

@@ -37,6 +37,15 @@ def _load():
         L.dqnenv_meanrev_reward.restype = ctypes.c_float
         L.dqnenv_meanrev_config.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         L.dqnenv_meanrev_config.restype = ctypes.c_size_t
+        L.dqnenv_deepsea_size.restype = ctypes.c_size_t
+        L.dqnenv_deepsea_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+        L.dqnenv_deepsea_reset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        L.dqnenv_deepsea_step.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_float),
+                                          ctypes.c_void_p]
+        L.dqnenv_deepsea_right_action.argtypes = [ctypes.c_void_p]
+        L.dqnenv_deepsea_right_action.restype = ctypes.c_int32
+        L.dqnenv_deepsea_optimal_return.argtypes = [ctypes.c_int]
+        L.dqnenv_deepsea_optimal_return.restype = ctypes.c_float
     return _lib
 
 
@@ -108,7 +117,49 @@ class MeanRev:
         return float(_load().dqnenv_meanrev_reward(self._buf, self.encode(action)))
 
 
-ENVS = {"meanrev": MeanRev}
+class DeepSea:
+    """deep sea (client/deepsea_env.h, bsuite's): an N x N grid, one row down
+    every step, left or right as chosen (which action is "right" varies per
+    cell, from the seed); +1 for ending in the bottom-right corner, -0.01/N per
+    move right; N steps an episode. Observation: the grid one-hot, float32
+    [N*N]; actions 0 or 1 (one branch of 2). info["right_action"] is the
+    action that moves right from the current cell."""
+
+    def __init__(self, size=10, seed=0):
+        L = _load()
+        self._buf = ctypes.create_string_buffer(L.dqnenv_deepsea_size())
+        if L.dqnenv_deepsea_init(self._buf, int(size), int(seed)):
+            raise ValueError(f"size {size} is outside [2, 64]")
+        self.size, self.seed = int(size), int(seed)
+        self.state_dim, self.n_actions, self.horizon, self.branches = self.size ** 2, 2, self.size, [2]
+        self.optimal_return = float(L.dqnenv_deepsea_optimal_return(self.size))
+        self._obs = np.zeros(self.state_dim, dtype=np.float32)
+
+    def _info(self):
+        return {"right_action": int(_load().dqnenv_deepsea_right_action(self._buf))}
+
+    def reset(self, seed=None):
+        if seed is not None and int(seed) != self.seed:
+            self.__init__(self.size, seed)
+        _load().dqnenv_deepsea_reset(self._buf, self._obs.ctypes.data)
+        return self._obs.copy(), self._info()
+
+    def step(self, action):
+        r = ctypes.c_float()
+        done = _load().dqnenv_deepsea_step(self._buf, int(action), ctypes.byref(r), self._obs.ctypes.data)
+        if done < 0:
+            raise ValueError(f"action {action} is not 0 or 1")
+        return self._obs.copy(), float(r.value), False, bool(done), self._info()
+
+    @staticmethod
+    def learner_config(size=10):
+        """A learner config for deep sea of this size (state N*N, one branch of 2)."""
+        return {"state_dim": size * size, "branches": "2", "v_min": -1, "v_max": 1, "atoms": 11, "gamma": 0.99,
+                "trunk_h1": 64, "trunk_h2": 64, "value_hidden": 32, "adv_hidden": 32, "batch": 64,
+                "replay_capacity": 100000, "prioritized": 0, "lr": 0.001, "target_period": 50}
+
+
+ENVS = {"meanrev": MeanRev, "deepsea": DeepSea}
 
 
 def make(name, **kw):
