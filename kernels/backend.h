@@ -26,6 +26,7 @@ enum learner_section {
   SEC_TARGET = 4,
   SEC_ADAM_M = 5,
   SEC_ADAM_V = 6,
+  SEC_PRIORS = 7,   /* float [n_prior]: the fixed prior heads (DESIGN.md §6.2); only with priors */
   SEC_R_S = 10,     /* float [size, S] */
   SEC_R_S2 = 11,
   SEC_R_A = 12,     /* int32 [size] */
@@ -71,6 +72,8 @@ extern const learner_backend_ops_t learner_cuda_ops;
 /* The initial parameters (nn.Linear / NoisyLinear init from Philox), shared by
  * both backends so they start from the same weights. */
 void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
+/* The fixed prior heads' initial (and only) values (DESIGN.md §6.2; learner_cpu.c). */
+void learner_cpu_init_priors(const net_layout_t *L, const learner_config_t *c, float *prior);
 
 #if DQN_HAVE_CUDA
 /* 1 and the device's name when a CUDA device is usable; else 0 and why. */

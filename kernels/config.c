@@ -23,7 +23,7 @@
 #define HF(f) (offsetof(learner_config_t, hp) + offsetof(learner_hparams_t, f))
 #define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def},
 const learner_field_t learner_fields[] = {
-    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
+    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
 #undef ROW
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 
@@ -308,6 +308,29 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     model_desc_from_config(&d, c);
     int rc = model_build(&m, &d, err, errlen);
     if (rc) return rc;
+  }
+  /* DESIGN.md §6.2: K >= 1, p in (0, 1], beta_p >= 0 */
+  if (c->ensemble_k < 1 || c->ensemble_k > LEARNER_MAX_ENSEMBLE) {
+    seterr(err, errlen, "ensemble_k: %d is not in [1, %d]", c->ensemble_k, LEARNER_MAX_ENSEMBLE);
+    return LEARNER_EINVAL;
+  }
+  if (!(c->ensemble_mask_p > 0 && c->ensemble_mask_p <= 1)) {
+    seterr(err, errlen, "ensemble_mask_p: %g is not in (0, 1]", (double)c->ensemble_mask_p);
+    return LEARNER_EINVAL;
+  }
+  if (!(c->ensemble_prior_scale >= 0 && isfinite(c->ensemble_prior_scale))) {
+    seterr(err, errlen, "ensemble_prior_scale: %g must be >= 0", (double)c->ensemble_prior_scale);
+    return LEARNER_EINVAL;
+  }
+  if (c->ensemble_k > 1 || c->ensemble_prior_scale > 0) {
+    static _Thread_local model_t m;
+    model_desc_t d;
+    model_desc_from_config(&d, c);
+    char why[200];
+    if (model_build(&m, &d, why, sizeof why)) {
+      seterr(err, errlen, "ensemble_k: %d head sets do not fit (%s)", c->ensemble_k, why);
+      return LEARNER_EINVAL;
+    }
   }
   return learner_hparams_validate(&c->hp, err, errlen);
 }

@@ -35,6 +35,19 @@
   R("attn_heads", LCF_INT32, CF(attn_heads), 0, 16384, 0, "1",                                                   \
     "attention heads (>= 1 when attn_tokens > 0, dividing trunk_h2 / attn_tokens)")
 
+/* ensemble heads (cpu/loss_impl.h, DESIGN.md §6.2): K head sets on the shared trunk, bootstrap
+ * masks, a diversity bonus, fixed random priors. K, p and beta_p are fixed at creation (K and the
+ * priors shape the parameter vectors; p defines each head's bootstrap data set); lambda may change. */
+#define ENSEMBLE_ROWS(R)                                                                                         \
+  R("ensemble_k", LCF_INT32, CF(ensemble_k), 1, LEARNER_MAX_ENSEMBLE, 0, "1",                                    \
+    "ensemble head sets K (1 = the plain network)")                                                               \
+  R("ensemble_diversity", LCF_FLOAT, HF(ensemble_diversity), 0, 1e6, 1, "0",                                     \
+    "ensemble diversity weight lambda (loss - lambda * mean pairwise KL)")                                       \
+  R("ensemble_mask_p", LCF_FLOAT, CF(ensemble_mask_p), 0, 1, 0, "1",                                             \
+    "bootstrap mask probability p in (0, 1] (1 = every head sees every transition)")                            \
+  R("ensemble_prior_scale", LCF_FLOAT, CF(ensemble_prior_scale), 0, 1e6, 0, "0",                                 \
+    "scale beta_p of the fixed random prior heads (0 = none)")
+
 /* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
 #define LOSS_ROWS(R)                                                                                             \
   R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \

@@ -31,6 +31,7 @@ extern "C" {
 #define LEARNER_MAX_BRANCHES 16
 #define LEARNER_MAX_JOINT_ACTIONS (1 << 30) /* flat actions travel as int32 */
 #define LEARNER_MAX_ATOMS 256
+#define LEARNER_MAX_ENSEMBLE 8 /* ensemble_k's bound (DESIGN.md §6.2) */
 
 enum learner_status {
   LEARNER_OK = 0,
@@ -74,6 +75,7 @@ typedef struct learner_hparams {
    * 0 = off: steps run only on Step. */
   float samples_per_insert;
   int64_t min_replay;
+  float ensemble_diversity; /* lambda: the ensemble's diversity bonus weight (DESIGN.md §6.2) */
 } learner_hparams_t;
 
 typedef struct learner_config {
@@ -91,6 +93,9 @@ typedef struct learner_config {
   float noisy_sigma0;
   int32_t attn_tokens;  /* attention over h: T tokens (0 = off; DESIGN.md §6.1) */
   int32_t attn_heads;   /* its heads n_h (>= 1 when on) */
+  int32_t ensemble_k;   /* K head sets (1: the plain network; DESIGN.md §6.2) */
+  float ensemble_mask_p;      /* bootstrap mask probability p in (0, 1] */
+  float ensemble_prior_scale; /* beta_p: fixed random prior heads' scale (0: none) */
   int32_t double_dqn;   /* argmax by the online net (1) or the target net (0) */
   int32_t prioritized;  /* PER sum-tree (1) or uniform (0) replay */
   float per_alpha;

@@ -82,7 +82,8 @@ void model_desc_from_config(model_desc_t *d, const learner_config_t *c) {
   d->noisy = c->noisy != 0;
   d->attn_tokens = c->attn_tokens;
   d->attn_heads = d->attn_tokens ? c->attn_heads : 0;
-  d->ensemble_k = 1;
+  d->ensemble_k = c->ensemble_k < 1 ? 1 : c->ensemble_k;
+  d->priors = c->ensemble_prior_scale > 0;
 }
 
 int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {

@@ -28,8 +28,18 @@ void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   if (model_build(&m, &desc, NULL, 0)) return; /* validated configs always build */
   net_layer_t *l = NULL;
   int64_t noff = 0;
+  L->K = desc.ensemble_k;
+  L->has_prior = desc.priors;
+  for (int i = 0; i < NET_MAX_LAYERS_ALL; i++) L->prior_off_w[i] = L->prior_off_b[i] = -1;
+  int prior_li = NET_VALUE1; /* prior layers come in the head layers' order */
   for (int i = 0; i < m.n; i++) {
     const model_param_t *p = &m.p[i];
+    if (p->vec == MODEL_VEC_PRIOR) {
+      const char *dot = strrchr(p->name, '.');
+      if (!strcmp(dot, ".weight")) L->prior_off_w[prior_li] = p->offset;
+      else L->prior_off_b[prior_li++] = p->offset;
+      continue;
+    }
     if (p->vec == MODEL_VEC_NET && !strcmp(p->module, "attn")) {
       static const char *proj[4] = {"attn.q.", "attn.k.", "attn.v.", "attn.o."};
       net_attn_t *at = &L->attn;
@@ -73,6 +83,7 @@ void net_layout_init(net_layout_t *L, const learner_config_t *c) {
   }
   L->n_params = m.size[MODEL_VEC_NET];
   L->n_noise = noff;
+  L->n_prior = m.size[MODEL_VEC_PRIOR];
 }
 
 int net_layout_find(const net_layout_t *L, const char *name) {

@@ -16,6 +16,12 @@
  * trunk and the heads) is not a layer of this view: `attn` records its
  * offsets (pos [T, d]; q, k, v, o weight [d, d] and bias [d]; LayerNorm
  * gamma and beta [d]) and T, n_h, d; T = 0 when it is off.
+ *
+ * Ensemble heads (DESIGN.md §6.2): K head sets, each value1, value2,
+ * branch{d}_1, branch{d}_2 in that order, head k's layer j at
+ * NET_HEAD_LAYER(L, k, j) (k = 0 is the plain NET_VALUE1 ...). With priors
+ * (prior scale > 0) prior_off_w/b[li] give the offsets, in the prior vector
+ * (n_prior floats, never noisy), of the prior layer of head layer li.
  */
 #ifndef DQN_NET_LAYOUT_H
 #define DQN_NET_LAYOUT_H
@@ -26,7 +32,11 @@
 extern "C" {
 #endif
 
-#define NET_MAX_LAYERS (4 + 2 * LEARNER_MAX_BRANCHES)
+#define NET_MAX_LAYERS (4 + 2 * LEARNER_MAX_BRANCHES) /* one head set: what the CUDA backend runs */
+#define NET_HEAD_LAYERS(D) (2 + 2 * (D))                /* layers of one head set */
+#define NET_MAX_LAYERS_ALL (2 + LEARNER_MAX_ENSEMBLE * NET_HEAD_LAYERS(LEARNER_MAX_BRANCHES))
+/* head k's layer j (0 value1, 1 value2, 2 + 2d branch{d}_1, 3 + 2d branch{d}_2) */
+#define NET_HEAD_LAYER(L, k, j) (NET_VALUE1 + (k) * NET_HEAD_LAYERS((L)->D) + (j))
 
 enum { NET_TRUNK1 = 0, NET_TRUNK2 = 1, NET_VALUE1 = 2, NET_VALUE2 = 3, NET_BRANCH0 = 4 };
 /* Layer index of branch d's first (k = 1) or second (k = 2) layer. */
@@ -52,7 +62,7 @@ typedef struct net_attn {
 
 typedef struct net_layout {
   int32_t n_layers;
-  net_layer_t layer[NET_MAX_LAYERS];
+  net_layer_t layer[NET_MAX_LAYERS_ALL];
   int64_t n_params;
   int64_t n_noise;
   /* dims copied from the config for the kernels' convenience */
@@ -61,6 +71,10 @@ typedef struct net_layout {
   int32_t q_width;  /* sum n_d */
   int32_t a_width;  /* sum n_d * Z : all advantage outputs */
   net_attn_t attn;  /* the attention block's offsets (T = 0: off) */
+  int32_t K;        /* head sets (DESIGN.md §6.2) */
+  int32_t has_prior;
+  int64_t n_prior;  /* floats in the prior vector */
+  int64_t prior_off_w[NET_MAX_LAYERS_ALL], prior_off_b[NET_MAX_LAYERS_ALL]; /* by head layer; -1 otherwise */
 } net_layout_t;
 
 void net_layout_init(net_layout_t *L, const learner_config_t *c);

@@ -31,6 +31,8 @@ enum philox_stream {
   PHILOX_STREAM_NOISE_ACT = 4,    /* ... for Act, counter = act call number */
   PHILOX_STREAM_INIT = 5,         /* parameter initialisation, step = layer */
   PHILOX_STREAM_INIT_ATTN = 6,    /* the attention block's initialisation, step = tensor */
+  PHILOX_STREAM_INIT_PRIOR = 7,   /* the fixed prior heads' initialisation, step = prior layer */
+  PHILOX_STREAM_ENS_MASK = 8,     /* bootstrap masks: step = insertion count, lane = head (DESIGN.md §6.2) */
 };
 
 typedef struct { uint32_t v[4]; } philox4_t;
@@ -73,6 +75,14 @@ PHILOX_FN float philox_uniform(uint32_t u) { return (float)(u >> 8) * (1.0f / 16
 /* Uniform in (0, 1): never 0, so it can go into a log (23 bits, so the +0.5
  * stays exact in float and the top value is below 1). */
 PHILOX_FN float philox_uniform_open(uint32_t u) { return ((float)(u >> 9) + 0.5f) * (1.0f / 8388608.0f); }
+/* The bootstrap mask m_k of the transition inserted as number `count` (0-based,
+ * over the trainer's life) for ensemble head k (DESIGN.md §6.2): Bernoulli(p)
+ * from (seed, ENS_MASK, step = count, lane = k / 4, word k % 4); stateless.
+ * p >= 1 gives 1 always. */
+PHILOX_FN int philox_ensemble_mask(uint64_t seed, uint64_t count, uint32_t k, float p) {
+  if (p >= 1.0f) return 1;
+  return philox_uniform(philox_draw(seed, PHILOX_STREAM_ENS_MASK, count, k / 4).v[k % 4]) < p;
+}
 /* Integer in [0, n) by multiply-shift (no modulo bias beyond 2^-32, exact). */
 PHILOX_FN uint32_t philox_below(uint32_t u, uint32_t n) { return (uint32_t)(((uint64_t)u * n) >> 32); }
 

@@ -53,6 +53,7 @@ typedef struct state_section {
   int replay;          /* 1: a replay column, only in states saved with the replay */
   int per_only;        /* 1: only when prioritized */
   int row_s, row_c;    /* a replay column's bytes per transition: row_s * state_dim + row_c */
+  int priors_only;     /* 1: only when the config has fixed prior heads (ensemble_prior_scale > 0) */
 } state_section_t;
 
 /* Each module's sections: S(tag, name, replay, per_only, row_s, row_c). A
@@ -61,6 +62,9 @@ typedef struct state_section {
 #define NETWORK_SECTIONS(S)                                                                                      \
   S(SEC_ONLINE, "online parameters", 0, 0, 0, 0)                                                                 \
   S(SEC_TARGET, "target parameters", 0, 0, 0, 0)
+/* the ensemble's fixed prior heads (DESIGN.md §6.2), owner "priors": only
+ * when ensemble_prior_scale > 0 (its rows carry priors_only = 1) */
+#define PRIORS_SECTIONS(S) S(SEC_PRIORS, "prior heads", 0, 0, 0, 0)
 #define OPTIM_SECTIONS(S)                                                                                        \
   S(SEC_ADAM_M, "adam first moments", 0, 0, 0, 0)                                                                \
   S(SEC_ADAM_V, "adam second moments", 0, 0, 0, 0)
@@ -72,6 +76,9 @@ typedef struct state_section {
   S(SEC_R_DONE, "replay dones", 1, 0, 0, 1)                                                                      \
   S(SEC_R_EP, "replay episode ids", 1, 0, 0, 8)                                                                  \
   S(SEC_R_PRIO, "replay priorities", 1, 1, 0, 4)
+
+/* whether a config has the sections marked priors_only */
+#define STATE_CONFIG_HAS_PRIORS(c) ((c)->ensemble_prior_scale > 0)
 
 /* Every section a state may hold, in the order they are written after the
  * config and counters records. */

@@ -19,11 +19,12 @@ static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err
   return LEARNER_OK;
 }
 
-#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc},
-#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc},
-#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc},
-const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) OPTIM_SECTIONS(OPTIM_ROW)
-                                              REPLAY_SECTIONS(REPLAY_ROW)};
+#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc, 0},
+#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc, 0},
+#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc, 0},
+#define PRIORS_ROW(tag, name, rp, per, rs, rc) {tag, name, "priors", rp, per, rs, rc, 1},
+const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) PRIORS_SECTIONS(PRIORS_ROW)
+                                              OPTIM_SECTIONS(OPTIM_ROW) REPLAY_SECTIONS(REPLAY_ROW)};
 const int state_num_sections = (int)(sizeof state_sections / sizeof state_sections[0]);
 
 const state_section_t *state_section_find(uint32_t tag) {
@@ -67,7 +68,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
     return LEARNER_ECORRUPT;
   }
   uint64_t off = sizeof hdr;
-  int bad = 0, seen[256] = {0}, prioritized = 0;
+  int bad = 0, seen[256] = {0}, prioritized = 0, priors = 0;
   unsigned char *buf = malloc(CHUNK);
   if (!buf) {
     seterr(err, errlen, "out of memory");
@@ -105,6 +106,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
       char cerr[256];
       h->config_ok = learner_config_from_text(&c, h->config_text, strlen(h->config_text), cerr, sizeof cerr) == 0;
       prioritized = h->config_ok && c.prioritized;
+      priors = h->config_ok && STATE_CONFIG_HAS_PRIORS(&c);
       h->hash_ok = state_text_hash(h->config_text, strlen(h->config_text)) == h->config_hash;
       if ((!h->hash_ok || !h->config_ok) && !bad) {
         bad = 1;
@@ -122,7 +124,8 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
   /* every section the loader requires (state_format.h's registry) is there */
   for (int i = 0; !bad && i < state_num_sections; i++) {
     const state_section_t *ss = &state_sections[i];
-    if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && !seen[ss->tag]) {
+    if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && (!ss->priors_only || priors) &&
+        !seen[ss->tag]) {
       bad = 1;
       seterr(err, errlen, "section %u (%s) missing", ss->tag, ss->name);
     }

@@ -12,7 +12,11 @@
  * (double_dqn = false: a' from the target net's Q at s'); attn (small with
  * the attention block of DESIGN.md §6.1: its parameters from the files by
  * registry name, every attn.* gradient checked, attn.k.bias absolutely since
- * its exact gradient is zero).
+ * its exact gradient is zero); ens (small + 3 ensemble heads, DESIGN.md §6.2:
+ * diversity 0.1, the bootstrap masks in.masks injected) and all (attention +
+ * 2 heads with fixed priors of scale 1, diversity, masks): every head set's
+ * gradients, per-head Double-DQN actions, targets and Q(s), CE^k_i
+ * (out.ce_per_head) and D_i (out.diversity).
  *
  * Tolerances (golden README): loss and per-sample losses 1e-5 relative,
  * gradients 1e-4 relative as ||g - g*|| / ||g*|| per tensor; the float64
@@ -66,6 +70,13 @@ static void load_config(const char *cs, learner_config_t *c) {
   c->double_dqn = json_is_true(json_object_get(j, "double_dqn"));
   if (json_object_get(j, "attn_tokens")) c->attn_tokens = (int)json_integer_value(json_object_get(j, "attn_tokens"));
   if (json_object_get(j, "attn_heads")) c->attn_heads = (int)json_integer_value(json_object_get(j, "attn_heads"));
+  if (json_object_get(j, "ensemble_k")) c->ensemble_k = (int)json_integer_value(json_object_get(j, "ensemble_k"));
+  if (json_object_get(j, "ensemble_diversity"))
+    c->hp.ensemble_diversity = (float)json_number_value(json_object_get(j, "ensemble_diversity"));
+  if (json_object_get(j, "ensemble_mask_p"))
+    c->ensemble_mask_p = (float)json_number_value(json_object_get(j, "ensemble_mask_p"));
+  if (json_object_get(j, "ensemble_prior_scale"))
+    c->ensemble_prior_scale = (float)json_number_value(json_object_get(j, "ensemble_prior_scale"));
   json_decref(j);
   char err[256];
   ck_assert_msg(learner_config_validate(c, err, sizeof err) == 0, "%s", err);
@@ -82,13 +93,15 @@ static model_t *registry_of(const learner_config_t *c) {
   return &m;
 }
 
+/* which == NULL: the fixed priors (MODEL_VEC_PRIOR), files <name>.npy */
 static void load_params(const char *cs, const char *which, const learner_config_t *c, double *p) {
   const model_t *m = registry_of(c);
   for (int i = 0; i < m->n; i++) {
     const model_param_t *mp = &m->p[i];
-    if (mp->vec != MODEL_VEC_NET) continue;
+    if (mp->vec != (which ? MODEL_VEC_NET : MODEL_VEC_PRIOR)) continue;
     char nm[96];
-    snprintf(nm, sizeof nm, "%s.%s", which, mp->name);
+    if (which) snprintf(nm, sizeof nm, "%s.%s", which, mp->name);
+    else snprintf(nm, sizeof nm, "%s", mp->name);
     double *w = load64(cs, nm, model_param_count(mp));
     memcpy(p + mp->offset, w, sizeof(double) * (size_t)model_param_count(mp));
     free(w);
@@ -118,6 +131,7 @@ typedef struct {
   net_layout_t L;
   double *on, *tg, *s, *s2, *a, *r, *d, *w;
   double *eps_on, *eps_tg; /* [n_noise] raw noise, NULL without NoisyNet */
+  double *prior, *masks;   /* [n_prior] fixed priors, [B, K] bootstrap masks; NULL without */
 } golden_t;
 
 static void golden_load(const char *cs, golden_t *g) {
@@ -135,6 +149,12 @@ static void golden_load(const char *cs, golden_t *g) {
   g->d = load64(cs, "in.dones", B);
   g->w = load64(cs, "in.is_weights", B);
   g->eps_on = g->eps_tg = NULL;
+  g->prior = g->masks = NULL;
+  if (g->L.n_prior) {
+    g->prior = calloc((size_t)g->L.n_prior, sizeof(double));
+    load_params(cs, NULL, &g->c, g->prior);
+  }
+  if (g->L.K > 1) g->masks = load64(cs, "in.masks", (int64_t)B * g->L.K);
   if (g->L.n_noise) {
     g->eps_on = calloc((size_t)g->L.n_noise, sizeof(double));
     g->eps_tg = calloc((size_t)g->L.n_noise, sizeof(double));
@@ -145,7 +165,7 @@ static void golden_load(const char *cs, golden_t *g) {
 
 static void golden_free(golden_t *g) {
   free(g->on), free(g->tg), free(g->s), free(g->s2), free(g->a), free(g->r), free(g->d), free(g->w);
-  free(g->eps_on), free(g->eps_tg);
+  free(g->eps_on), free(g->eps_tg), free(g->prior), free(g->masks);
 }
 
 /* Runs the float (production) or double instance and compares everything. */
@@ -175,8 +195,17 @@ static void golden_free(golden_t *g) {
       ws.done[i] = (R_)g->d[i];                                                                              \
       ws.w[i] = (R_)g->w[i];                                                                                 \
     }                                                                                                        \
-    dqn_hp_##S_##_t hp = {(R_)g->c.hp.gamma, (R_)g->c.v_min, (R_)g->c.v_max, (R_)g->c.leaky_slope,          \
-                          g->c.double_dqn};                                                                  \
+    const int K = L->K;                                                                                      \
+    if (g->masks)                                                                                            \
+      for (int i = 0; i < B * K; i++) ws.mask[i] = (R_)g->masks[i];                                          \
+    R_ *prior = NULL;                                                                                        \
+    if (g->prior) {                                                                                          \
+      prior = malloc(sizeof(R_) * (size_t)L->n_prior);                                                       \
+      for (int64_t i = 0; i < L->n_prior; i++) prior[i] = (R_)g->prior[i];                                   \
+    }                                                                                                        \
+    dqn_hp_##S_##_t hp = {(R_)g->c.hp.gamma,           (R_)g->c.v_min,                (R_)g->c.v_max,       \
+                          (R_)g->c.leaky_slope,        g->c.double_dqn,               (R_)g->c.hp.ensemble_diversity, \
+                          (R_)g->c.ensemble_prior_scale, prior};                                               \
     R_ qm;                                                                                                   \
     double loss = (double)dqn_loss_grad_##S_(L, &hp, on, tg, fn_on, fn_tg, &ws, grad, &qm);                 \
     double *ref = load64(cs, "out.loss", 1);                                                                 \
@@ -192,28 +221,44 @@ static void golden_free(golden_t *g) {
     ck_assert_msg(e <= tol_loss, "%s/" #S_ ": per-sample loss rel err %.3g (worst sample %lld)", cs, e,      \
                   (long long)worst);                                                                         \
     free(lps);                                                                                               \
-    for (int d = 0; d < L->D; d++) {                                                                         \
-      char nm[64];                                                                                           \
+    double e_ce = 0, e_div = 0;                                                                              \
+    if (K > 1) { /* CE^k_i and D_i */                                                                        \
+      double *ce = load64(cs, "out.ce_per_head", (int64_t)B * K);                                            \
+      for (int i = 0; i < B * K; i++) mine[i] = (double)ws.ce[i];                                            \
+      e_ce = tu_rel_err(mine, ce, (int64_t)B * K, &worst);                                                   \
+      ck_assert_msg(e_ce <= tol_loss, "%s/" #S_ ": ce_per_head rel err %.3g", cs, e_ce);                     \
+      free(ce);                                                                                              \
+      double *dv = load64(cs, "out.diversity", B);                                                           \
+      for (int i = 0; i < B; i++) mine[i] = (double)ws.div[i];                                               \
+      e_div = tu_rel_err(mine, dv, B, &worst);                                                               \
+      ck_assert_msg(e_div <= tol_loss, "%s/" #S_ ": diversity rel err %.3g", cs, e_div);                     \
+      free(dv);                                                                                              \
+    }                                                                                                        \
+    for (int hd = 0; hd < K * L->D; hd++) {                                                                  \
+      char nm[96], hn[24] = "";                                                                              \
+      int hk = hd / L->D, d = hd % L->D;                                                                     \
+      if (K > 1) snprintf(hn, sizeof hn, "head%d.", hk);                                                     \
       int n = L->n[d];                                                                                       \
-      snprintf(nm, sizeof nm, "out.best_next_action.branch%d", d);                                           \
+      size_t hoff = (size_t)hk * L->D * B;                                                                   \
+      snprintf(nm, sizeof nm, "out.best_next_action.%sbranch%d", hn, d);                                     \
       double *ba = load64(cs, nm, B);                                                                        \
       for (int i = 0; i < B; i++)                                                                            \
-        ck_assert_msg(ws.best[(size_t)d * B + i] == (int)ba[i], "%s: branch %d sample %d: best %d vs %d", cs, \
-                      d, i, ws.best[(size_t)d * B + i], (int)ba[i]);                                         \
+        ck_assert_msg(ws.best[hoff + (size_t)d * B + i] == (int)ba[i], "%s: %sbranch %d sample %d: best %d vs %d", \
+                      cs, hn, d, i, ws.best[hoff + (size_t)d * B + i], (int)ba[i]);                          \
       free(ba);                                                                                              \
-      snprintf(nm, sizeof nm, "out.target_dist.branch%d", d);                                                \
+      snprintf(nm, sizeof nm, "out.target_dist.%sbranch%d", hn, d);                                          \
       double *td = load64(cs, nm, (int64_t)B * Z);                                                           \
-      for (int i = 0; i < B * Z; i++) mine[i] = (double)ws.m[(size_t)d * B * Z + i];                         \
+      for (int i = 0; i < B * Z; i++) mine[i] = (double)ws.m[(hoff + (size_t)d * B) * Z + i];                \
       e = tu_rel_err(mine, td, (int64_t)B * Z, &worst);                                                      \
       ck_assert_msg(e <= tol_loss, "%s/" #S_ ": target dist branch %d rel err %.3g", cs, d, e);              \
       e_td = e > e_td ? e : e_td;                                                                            \
       free(td);                                                                                              \
-      snprintf(nm, sizeof nm, "out.q_online_s.branch%d", d);                                                 \
+      snprintf(nm, sizeof nm, "out.q_online_s.%sbranch%d", hn, d);                                           \
       double *qs = load64(cs, nm, (int64_t)B * n);                                                           \
       R_ sup[LEARNER_MAX_ATOMS], q[64];                                                                      \
       for (int z = 0; z < Z; z++) sup[z] = (R_)g->c.v_min + ((R_)g->c.v_max - (R_)g->c.v_min) * z / (Z - 1);   \
       for (int i = 0; i < B; i++) {                                                                          \
-        c51_q_values_##S_(ws.on.logp[d] + (size_t)i * n * Z, n, Z, sup, q);                                  \
+        c51_q_values_##S_(ws.on.logp[d] + hk * ws.on.hstride + (size_t)i * n * Z, n, Z, sup, q);             \
         for (int k = 0; k < n; k++) mine[i * n + k] = (double)q[k];                                          \
       }                                                                                                      \
       e = tu_rel_err(mine, qs, (int64_t)B * n, &worst);                                                      \
@@ -255,11 +300,13 @@ static void golden_free(golden_t *g) {
     }                                                                                                        \
     printf("%s/" #S_ ": rel err loss %.2g, per-sample %.2g, target dist %.2g, Q(s) %.2g, "                  \
            "worst gradient %.2g (%s)\n", cs, e_loss, e_lps, e_td, e_q, e_g, g_worst);                        \
+    if (K > 1)                                                                                               \
+      printf("%s/" #S_ ": K %d: rel err ce_per_head %.2g, diversity %.2g\n", cs, K, e_ce, e_div);            \
     if (L->attn.T)                                                                                           \
       printf("%s/" #S_ ": worst attention gradient rel err %.2g (%s), attn.k.bias abs err %.2g\n", cs, e_ga, \
              ga_worst, e_kb);                                                                                \
     dqn_ws_free_##S_(&ws);                                                                                   \
-    free(on), free(tg), free(grad), free(fn_on), free(fn_tg);                                                \
+    free(on), free(tg), free(grad), free(fn_on), free(fn_tg), free(prior);                                   \
   }
 GOLDEN_RUN(f32, float)
 GOLDEN_RUN(f64, double)
@@ -284,6 +331,12 @@ END_TEST
 /* small + attention (DESIGN.md §6.1): 3 tokens of 4, 2 heads; every attn.* gradient */
 START_TEST(test_golden_attn) { golden_case("attn"); }
 END_TEST
+/* small + 3 ensemble heads (DESIGN.md §6.2): diversity 0.1, masks with p 0.7 */
+START_TEST(test_golden_ens) { golden_case("ens"); }
+END_TEST
+/* attention + 2 heads with priors of scale 1, diversity 0.05, masks p 0.5 */
+START_TEST(test_golden_all) { golden_case("all"); }
+END_TEST
 
 int main(void) {
   const char *gd = getenv("DQND_GOLDEN_DIR");
@@ -295,6 +348,8 @@ int main(void) {
   tcase_add_test(tc, test_golden_noisy);
   tcase_add_test(tc, test_golden_nodouble);
   tcase_add_test(tc, test_golden_attn);
+  tcase_add_test(tc, test_golden_ens);
+  tcase_add_test(tc, test_golden_all);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -48,7 +48,7 @@ static double *grad_f64(const net_layout_t *L, const dqn_hp_f32_t *hp, const flo
   ck_assert_int_eq(dqn_ws_alloc_f64(&w, L, B), 0);
   for (int64_t i = 0; i < 2 * (int64_t)B * S; i++) w.x[i] = cw->x[i];
   for (int i = 0; i < B; i++) w.a[i] = cw->a[i], w.r[i] = cw->r[i], w.done[i] = cw->done[i], w.w[i] = cw->w[i];
-  dqn_hp_f64_t h = {hp->gamma, hp->v_min, hp->v_max, hp->slope, hp->double_dqn};
+  dqn_hp_f64_t h = {hp->gamma, hp->v_min, hp->v_max, hp->slope, hp->double_dqn, 0, 0, NULL};
   double qm;
   dqn_loss_grad_f64(L, &h, on64, tg64, fo ? fo64 : NULL, fo ? ft64 : NULL, &w, g, &qm);
   dqn_ws_free_f64(&w);
@@ -104,7 +104,7 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
     cw.done[i] = u[2 * B + i] < 0.25f;
     cw.w[i] = 0.2f + 0.8f * u[3 * B + i];
   }
-  dqn_hp_f32_t hp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn};
+  dqn_hp_f32_t hp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn, 0, 0, NULL};
   float qm;
   float loss = dqn_loss_grad_f32(&L, &hp, on, tg, k->noisy ? fo : NULL, k->noisy ? ft : NULL, &cw, gc, &qm);
   double *g64 = NULL; /* the same gradient in double, computed when a block needs it (below) */

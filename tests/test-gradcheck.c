@@ -20,6 +20,12 @@
  * and finite differences both <= 1e-7). A last test checks that the samples
  * of a batch stay independent with attention on (tokens attend within their
  * own row only).
+ *
+ * Ensemble cases (DESIGN.md §6.2) run the same loop over every head set's
+ * layers (head{k}.value1 ... branch{d}_2) with K = 2 or 3, the diversity term
+ * on (lambda > 0), bootstrap masks not all ones, and fixed random priors
+ * (their gradient into h' flows; they have none of their own), with and
+ * without attention and NoisyNet.
  */
 #include <check.h>
 #include <string.h>
@@ -34,7 +40,12 @@ typedef struct {
   int T, nh; /* attention tokens and heads (0: off) */
 } gc_case_t;
 
-static void run_case(const gc_case_t *k, uint64_t seed) {
+typedef struct {
+  int K;
+  double lambda, prior_scale;
+} gc_ens_t;
+
+static void run_case_ens(const gc_case_t *k, const gc_ens_t *en, uint64_t seed) {
   learner_config_t c;
   learner_config_default(&c);
   c.state_dim = k->S;
@@ -52,6 +63,12 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
   for (int d = 0; d < k->nb; d++) c.branch_sizes[d] = k->br[d];
   c.attn_tokens = k->T;
   c.attn_heads = k->nh;
+  if (en) {
+    c.ensemble_k = en->K;
+    c.hp.ensemble_diversity = (float)en->lambda;
+    c.ensemble_prior_scale = (float)en->prior_scale;
+    c.ensemble_mask_p = 0.6f;
+  }
   char verr[256];
   ck_assert_msg(learner_config_validate(&c, verr, sizeof verr) == 0, "%s", verr);
   net_layout_t L;
@@ -83,7 +100,26 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
     ws.done[i] = u[2 * B + i] < k->done_frac ? 1 : 0;
     ws.w[i] = 0.2 + 0.8 * u[3 * B + i];
   }
-  dqn_hp_f64_t hp = {0.97, c.v_min, c.v_max, 0.01, k->double_dqn};
+  const int K = L.K;
+  double *prior = NULL;
+  float *prior32 = NULL;
+  if (L.n_prior) {
+    prior = malloc(sizeof(double) * (size_t)L.n_prior);
+    prior32 = malloc(sizeof(float) * (size_t)L.n_prior);
+    tu_fill_uniform_f64(prior, L.n_prior, -0.6, 0.6, seed, 9);
+    for (int64_t i = 0; i < L.n_prior; i++) prior32[i] = (float)prior[i];
+  }
+  if (K > 1) { /* masks not all ones, none all zeros per sample */
+    int zeros = 0;
+    for (int i = 0; i < B; i++)
+      for (int h = 0; h < K; h++) {
+        ws.mask[i * K + h] = ((i * K + h) % 3 != 2 || h == i % K) ? 1.0 : 0.0;
+        zeros += ws.mask[i * K + h] == 0;
+      }
+    ck_assert_int_gt(zeros, 0);
+  }
+  dqn_hp_f64_t hp = {0.97, c.v_min, c.v_max, 0.01, k->double_dqn, c.hp.ensemble_diversity, c.ensemble_prior_scale,
+                     prior};
   double qm;
   dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, g, &qm);
 
@@ -105,12 +141,16 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
     ws32.done[i] = (float)ws.done[i];
     ws32.w[i] = (float)ws.w[i];
   }
-  dqn_hp_f32_t hp32 = {0.97f, c.v_min, c.v_max, 0.01f, k->double_dqn};
+  for (int i = 0; i < B * K; i++) ws32.mask[i] = (float)ws.mask[i];
+  dqn_hp_f32_t hp32 = {0.97f, c.v_min, c.v_max, 0.01f, k->double_dqn, c.hp.ensemble_diversity,
+                       c.ensemble_prior_scale, prior32};
   float qm32;
   dqn_loss_grad_f32(&L, &hp32, on32, tg32, fo32, ft32, &ws32, g32, &qm32);
 
   const double h = 1e-5;
   int blocks = 0;
+  double worst_head = 0;
+  char worst_nm[64] = "";
   for (int li = 0; li < L.n_layers; li++) {
     const net_layer_t *l = &L.layer[li];
     int64_t offs[4] = {l->off_w, l->off_b, l->off_sw, l->off_sb};
@@ -139,6 +179,7 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
       double err32 = tu_rel_err(g3, ga, m, &worst);
       ck_assert_msg(err32 <= 1e-4, "seed %llu %s.%s: float32 vs float64 rel err %.3g", (unsigned long long)seed,
                     l->name, nm[bk], err32);
+      if (K > 1 && err > worst_head) worst_head = err, snprintf(worst_nm, sizeof worst_nm, "%s.%s", l->name, nm[bk]);
       blocks++;
     }
   }
@@ -192,11 +233,25 @@ static void run_case(const gc_case_t *k, uint64_t seed) {
     blocks++;
   }
   ck_assert_int_gt(blocks, 0);
+  if (K > 1) {
+    /* the diversity term is on: the loss moves with lambda, and D_i > 0 */
+    dqn_hp_f64_t h0 = hp;
+    h0.lambda = 0;
+    double l1 = dqn_loss_grad_f64(&L, &hp, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+    double dsum = 0;
+    for (int i = 0; i < B; i++) dsum += ws.div[i];
+    double l0 = dqn_loss_grad_f64(&L, &h0, on, tg, fn_on, fn_tg, &ws, NULL, &qm);
+    ck_assert_msg(dsum > 0 && l1 < l0, "diversity: sum D_i %g, loss %g vs %g without it", dsum, l1, l0);
+    printf("seed %llu ensemble K %d lambda %g prior %g: %d blocks, worst rel err vs finite differences %.2g (%s)\n",
+           (unsigned long long)seed, K, hp.lambda, hp.prior_scale, blocks, worst_head, worst_nm);
+  }
   dqn_ws_free_f64(&ws);
   dqn_ws_free_f32(&ws32);
   free(on), free(tg), free(g), free(fn_on), free(fn_tg);
-  free(on32), free(tg32), free(g32), free(fo32), free(ft32);
+  free(on32), free(tg32), free(g32), free(fo32), free(ft32), free(prior), free(prior32);
 }
+
+static void run_case(const gc_case_t *k, uint64_t seed) { run_case_ens(k, NULL, seed); }
 
 START_TEST(test_plain_933) {
   gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3, 0, 0};
@@ -239,6 +294,28 @@ END_TEST
 START_TEST(test_attn_one_head) {
   gc_case_t k = {3, 8, 10, 4, 4, 5, 4, 0, 1, 1, {6}, 0.0, 2, 1};
   run_case(&k, 18);
+}
+END_TEST
+
+/* ensemble heads (DESIGN.md §6.2): 3 heads, diversity, masks, no priors */
+START_TEST(test_ens_k3) {
+  gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3, 0, 0};
+  gc_ens_t e = {3, 0.2, 0};
+  run_case_ens(&k, &e, 31);
+}
+END_TEST
+/* 2 heads with priors of scale 1.5, NoisyNet, Double DQN off */
+START_TEST(test_ens_k2_priors_noisy) {
+  gc_case_t k = {4, 10, 6, 5, 6, 7, 7, 1, 0, 2, {2, 3}, 0.5, 0, 0};
+  gc_ens_t e = {2, 0.5, 1.5};
+  run_case_ens(&k, &e, 32);
+}
+END_TEST
+/* everything: attention, 3 heads, priors, diversity */
+START_TEST(test_ens_all) {
+  gc_case_t k = {5, 12, 12, 7, 8, 11, 6, 0, 1, 2, {4, 3}, 0.3, 3, 2};
+  gc_ens_t e = {3, 0.3, 1.0};
+  run_case_ens(&k, &e, 33);
 }
 END_TEST
 
@@ -295,6 +372,9 @@ int main(void) {
   tcase_add_test(tc, test_attn_noisy);
   tcase_add_test(tc, test_attn_one_head);
   tcase_add_test(tc, test_attn_rows_independent);
+  tcase_add_test(tc, test_ens_k3);
+  tcase_add_test(tc, test_ens_k2_priors_noisy);
+  tcase_add_test(tc, test_ens_all);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -12,6 +12,13 @@
  * finite, falling loss and round-trips bit for bit; its init leaves every
  * other parameter's initial value as without attention; bad shapes are
  * refused naming the field; cuda refuses it, auto picks the CPU.
+ * Ensemble heads (DESIGN.md §6.2): the bootstrap masks' frequency is p and
+ * they are stateless (same (seed, count, k), same mask), the replay recovers
+ * each row's insertion count; K = 1 is bit for bit the step of a config
+ * without the ensemble fields; a K = 3 learner with priors and diversity
+ * trains with a falling loss, keeps its priors fixed and round-trips bit for
+ * bit (priors section included); bad values are refused naming the field;
+ * cuda refuses K > 1 and priors, auto picks the CPU.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -21,8 +28,11 @@
 #define HAVE_MALLINFO2 1
 #endif
 
+#include "backend.h"
 #include "learner.h"
 #include "model.h"
+#include "philox.h"
+#include "replay.h"
 #include "testutil.h"
 
 typedef struct {
@@ -357,6 +367,230 @@ START_TEST(test_attention_learner) {
 }
 END_TEST
 
+static uint64_t le(const unsigned char *p, int n);
+static uint32_t section_tags(const membuf_t *m);
+
+START_TEST(test_ensemble_masks) {
+  /* frequency over many insertion counts, per head */
+  const float ps[3] = {0.7f, 0.5f, 0.25f};
+  const int N = 200000;
+  for (int pi = 0; pi < 3; pi++)
+    for (uint32_t k = 0; k < 5; k++) {
+      int ones = 0;
+      for (int n = 0; n < N; n++) ones += philox_ensemble_mask(42, (uint64_t)n, k, ps[pi]);
+      double f = (double)ones / N, sd = sqrt(ps[pi] * (1 - ps[pi]) / N);
+      ck_assert_msg(fabs(f - ps[pi]) < 5 * sd, "p %g head %u: frequency %g", (double)ps[pi], k, f);
+      if (k == 0) printf("ensemble masks: p %.2f -> frequency %.5f over %d insertion counts (5 sd = %.4f)\n",
+                         (double)ps[pi], f, N, 5 * sd);
+    }
+  /* p = 1: always 1; stateless: the same (seed, count, k) in any order gives the same mask; heads and
+   * seeds differ */
+  int diff_k = 0, diff_seed = 0;
+  for (int n = 999; n >= 0; n--) {
+    ck_assert_int_eq(philox_ensemble_mask(7, (uint64_t)n * 7919u, 2, 1.0f), 1);
+    int m = philox_ensemble_mask(7, (uint64_t)n * 7919u, 2, 0.5f);
+    ck_assert_int_eq(m, philox_ensemble_mask(7, (uint64_t)n * 7919u, 2, 0.5f));
+    diff_k += m != philox_ensemble_mask(7, (uint64_t)n * 7919u, 3, 0.5f);
+    diff_seed += m != philox_ensemble_mask(8, (uint64_t)n * 7919u, 2, 0.5f);
+  }
+  ck_assert(diff_k > 300 && diff_seed > 300);
+  /* the replay gives each ring position its insertion count (replay_total at insertion + index) */
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, 5, 2, 1, 0.5f), 0);
+  float s[14] = {0}, r[7] = {0};
+  int32_t a[7] = {0};
+  uint8_t d[7] = {0};
+  const int sizes[4] = {3, 1, 7, 2};
+  int64_t total = 0;
+  for (int b = 0; b < 4; b++) {
+    learner_transitions_t t = {sizes[b], s, a, r, s, d, NULL};
+    replay_add(&rp, &t);
+    total += sizes[b];
+    for (int64_t j = 0; j < rp.size; j++) {
+      int64_t c = replay_insertion_count(&rp, j);
+      ck_assert_msg(c % 5 == j && c < total && c >= total - rp.size, "total %lld position %lld: count %lld",
+                    (long long)total, (long long)j, (long long)c);
+    }
+  }
+  replay_free(&rp);
+}
+END_TEST
+
+/* the bytes of section `tag` of a saved state, or NULL */
+static const unsigned char *section_payload(const membuf_t *m, uint32_t tag, uint64_t *len) {
+  size_t off = 24;
+  while (off + 16 <= m->n) {
+    uint32_t t = (uint32_t)le(m->p + off, 4);
+    *len = le(m->p + off + 8, 8);
+    if (t == tag) return m->p + off + 16;
+    if (t == 0) break;
+    off += 16 + (size_t)*len + 4;
+  }
+  return NULL;
+}
+
+/* K = 1 is today's network: a config text without the ensemble lines and one
+ * with K = 1 (and a lambda, which K = 1 ignores) train bit-identically */
+START_TEST(test_ensemble_k1_identical) {
+  learner_config_t c = small_config(1, 1), c1;
+  char text[8192], stripped[8192], err[256];
+  size_t n = learner_config_to_text(&c, text, sizeof text), w = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && text[j] != '\n') j++;
+    if (strncmp(text + i, "ensemble_", 9)) {
+      memcpy(stripped + w, text + i, j - i + 1);
+      w += j - i + 1;
+    }
+    i = j + 1;
+  }
+  ck_assert(w < n);
+  learner_config_t c0;
+  ck_assert_msg(learner_config_from_text(&c0, stripped, w, err, sizeof err) == 0, "%s", err);
+  c1 = c0;
+  c1.ensemble_k = 1;
+  c1.hp.ensemble_diversity = 0.5f;
+  learner_t *l0 = trained(&c0), *l1 = trained(&c1);
+  learner_stats_t s0, s1;
+  int32_t a0, a1;
+  float q0[7], q1[7];
+  future(l0, &s0, &a0, q0);
+  future(l1, &s1, &a1, q1);
+  ck_assert(memcmp(&s0.loss_mean, &s1.loss_mean, 4) == 0 && memcmp(&s0.grad_norm_last, &s1.grad_norm_last, 4) == 0);
+  ck_assert(a0 == a1 && memcmp(q0, q1, sizeof q0) == 0);
+  int64_t P = learner_config_num_params(&c0);
+  ck_assert_int_eq(P, learner_config_num_params(&c1));
+  float *p0 = malloc(sizeof(float) * (size_t)P), *p1 = malloc(sizeof(float) * (size_t)P);
+  for (int which = 0; which < 2; which++) {
+    params(l0, which, p0);
+    params(l1, which, p1);
+    ck_assert_msg(memcmp(p0, p1, sizeof(float) * (size_t)P) == 0, "K = 1: params %d differ", which);
+  }
+  membuf_t m0 = {0};
+  save_to(l0, 1, &m0);
+  ck_assert(!(section_tags(&m0) & (1u << SEC_PRIORS))); /* no priors section without priors */
+  free(m0.p), free(p0), free(p1);
+  learner_destroy(l0);
+  learner_destroy(l1);
+}
+END_TEST
+
+START_TEST(test_ensemble_learner) {
+  char err[256];
+  learner_config_t c = small_config(0, 1);
+  c.ensemble_k = 3;
+  c.ensemble_prior_scale = 1.0f;
+  c.ensemble_mask_p = 0.7f;
+  c.hp.ensemble_diversity = 0.05f;
+  ck_assert_msg(learner_config_validate(&c, err, sizeof err) == 0, "%s", err);
+  /* bad values name their field */
+  for (int k = 0; k < 7; k++) {
+    learner_config_t cb = c;
+    const char *field = k < 2 ? "ensemble_k" : k < 4 ? "ensemble_mask_p" : k < 5 ? "ensemble_prior_scale"
+                                                                                : "ensemble_diversity";
+    if (k == 0) cb.ensemble_k = 0;
+    if (k == 1) cb.ensemble_k = LEARNER_MAX_ENSEMBLE + 1;
+    if (k == 2) cb.ensemble_mask_p = 0;
+    if (k == 3) cb.ensemble_mask_p = 1.5f;
+    if (k == 4) cb.ensemble_prior_scale = -1;
+    if (k == 5) cb.hp.ensemble_diversity = -0.1f;
+    if (k == 6) cb.hp.ensemble_diversity = NAN;
+    ck_assert_int_eq(learner_config_validate(&cb, err, sizeof err), LEARNER_EINVAL);
+    ck_assert_msg(strstr(err, field) != NULL, "case %d: '%s' does not name %s", k, err, field);
+  }
+  /* lambda may change between steps; K, p and beta_p may not */
+  ck_assert_int_eq(learner_field_find("ensemble_diversity")->hparam, 1);
+  ck_assert_int_eq(learner_field_find("ensemble_k")->hparam, 0);
+  ck_assert_int_eq(learner_field_find("ensemble_mask_p")->hparam, 0);
+  ck_assert_int_eq(learner_field_find("ensemble_prior_scale")->hparam, 0);
+  /* the cuda backend has no ensemble yet (nor priors); auto picks the CPU */
+  learner_t *l = NULL;
+  ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
+  ck_assert_msg(strstr(err, "ensemble_k") && strstr(err, "backend=cpu"), "%s", err);
+  learner_config_t cp = small_config(0, 1);
+  cp.ensemble_prior_scale = 2;
+  ck_assert_int_eq(learner_create(&cp, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
+  ck_assert_msg(strstr(err, "ensemble_prior_scale"), "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_AUTO, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_backend(l), LEARNER_BACKEND_CPU);
+  int64_t P = learner_config_num_params(&c), P1 = learner_config_num_params(&cp);
+  ck_assert_int_gt(P, P1); /* three head sets */
+
+  membuf_t before = {0};
+  save_to(l, 0, &before);
+  feed(l, 50, 7);
+  learner_stats_t st;
+  float first = 0, last = 0;
+  for (int k = 0; k < 8; k++) {
+    ck_assert_msg(learner_step(l, 5, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(isfinite(st.loss_mean) && isfinite(st.grad_norm_last), "step %llu: loss %g",
+                  (unsigned long long)st.step, (double)st.loss_mean);
+    if (k == 0) first = st.loss_mean;
+    last = st.loss_mean;
+  }
+  ck_assert_msg(last < 0.9f * first, "loss %g -> %g: not falling", (double)first, (double)last);
+  printf("ensemble learner (K 3, priors 1, lambda 0.05, p 0.7): loss %.4f (steps 1-5) -> %.4f (steps 36-40)\n",
+         (double)first, (double)last);
+  /* Act: the action is the argmax per branch of the returned (head-mean) Q */
+  const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
+  int32_t act;
+  float q[7];
+  ck_assert_int_eq(learner_act(l, s0, 1, 0, &act, q, err, sizeof err), 0);
+  int b0 = 0, b1 = 0;
+  for (int k = 1; k < 3; k++) b0 = q[k] > q[b0] ? k : b0;
+  for (int k = 1; k < 4; k++) b1 = q[3 + k] > q[3 + b1] ? k : b1;
+  ck_assert_int_eq(act, b0 * 4 + b1);
+
+  /* the priors are in the state, and training left them unchanged */
+  membuf_t mb = {0};
+  save_to(l, 1, &mb);
+  ck_assert(section_tags(&mb) & (1u << SEC_PRIORS));
+  uint64_t n0 = 0, n1 = 0;
+  const unsigned char *pr0 = section_payload(&before, SEC_PRIORS, &n0), *pr1 = section_payload(&mb, SEC_PRIORS, &n1);
+  ck_assert(pr0 && pr1 && n0 == n1 && n0 > 0 && memcmp(pr0, pr1, n0) == 0);
+  /* save -> load -> the same future, bit for bit */
+  learner_t *r;
+  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_AUTO, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
+  ck_assert_int_eq(learner_config(r)->ensemble_k, 3);
+  learner_stats_t sa, sb;
+  int32_t a1, b1r;
+  float qa[7], qb[7];
+  future(l, &sa, &a1, qa);
+  future(r, &sb, &b1r, qb);
+  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && sa.step == sb.step);
+  float *p1 = malloc(sizeof(float) * (size_t)P), *p2 = malloc(sizeof(float) * (size_t)P);
+  for (int which = 0; which < 2; which++) {
+    params(l, which, p1);
+    params(r, which, p2);
+    ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
+  }
+  ck_assert(a1 == b1r && memcmp(qa, qb, sizeof qa) == 0);
+  membuf_t ma = {0}, mr = {0};
+  save_to(l, 1, &ma);
+  save_to(r, 1, &mr);
+  ck_assert(ma.n == mr.n && memcmp(ma.p, mr.p, ma.n) == 0);
+  /* a state without its priors section does not load */
+  membuf_t cut = {0};
+  save_to(l, 0, &cut);
+  uint64_t plen = 0;
+  const unsigned char *pp = section_payload(&cut, SEC_PRIORS, &plen);
+  ck_assert_ptr_nonnull(pp);
+  size_t at = (size_t)(pp - 16 - cut.p), sl = 16 + (size_t)plen + 4;
+  memmove(cut.p + at, cut.p + at + sl, cut.n - at - sl);
+  cut.n -= sl;
+  cut.pos = 0;
+  learner_t *bad = NULL;
+  ck_assert_int_ne(learner_load(mem_read, &cut, LEARNER_BACKEND_AUTO, &bad, err, sizeof err), 0);
+  ck_assert_ptr_null(bad);
+  ck_assert_msg(strstr(err, "prior heads") != NULL, "%s", err);
+  free(ma.p), free(mr.p), free(mb.p), free(before.p), free(cut.p);
+  free(p1), free(p2);
+  learner_destroy(l);
+  learner_destroy(r);
+}
+END_TEST
+
 START_TEST(test_roundtrip_plain_per) { roundtrip(0, 1); }
 END_TEST
 START_TEST(test_roundtrip_noisy_uniform) { roundtrip(1, 0); }
@@ -631,6 +865,9 @@ int main(void) {
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
   tcase_add_test(tc, test_attention_learner);
+  tcase_add_test(tc, test_ensemble_masks);
+  tcase_add_test(tc, test_ensemble_k1_identical);
+  tcase_add_test(tc, test_ensemble_learner);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

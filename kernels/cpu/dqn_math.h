@@ -10,8 +10,11 @@
 
 #define DQN_MATH_DECLARE(R, S)                                                                       \
   typedef struct net_weights_##S {                                                                   \
-    const R *W[NET_MAX_LAYERS];                                                                      \
-    const R *b[NET_MAX_LAYERS];                                                                      \
+    const R *W[NET_MAX_LAYERS_ALL];                                                                  \
+    const R *b[NET_MAX_LAYERS_ALL];                                                                  \
+    /* fixed prior heads (DESIGN.md §6.2) by head layer, NULL without; logits get prior_scale x */    \
+    const R *pW[NET_MAX_LAYERS_ALL], *pb[NET_MAX_LAYERS_ALL];                                        \
+    R prior_scale;                                                                                   \
     const R *attn; /* the parameter vector (attention, never noisy; L->attn offsets) or NULL */     \
   } net_weights_##S##_t;                                                                             \
   typedef struct net_acts_##S {                                                                      \
@@ -24,10 +27,17 @@
     /* attention only (NULL when off): [rows, H2] = [rows*T, d] each, alpha [rows, n_h, T, T],     \
      * rstd [rows*T] */                                                                             \
     R *tx, *tq, *tk, *tv, *to, *tu, *xhat, *hatt, *alpha, *rstd;                                    \
+    /* ensemble (DESIGN.md §6.2): head k's av..logp are head 0's pointers + k * hstride; pscr is  \
+     * one more such block, the prior heads' scratch (NULL without priors) */                       \
+    size_t hstride;                                                                                  \
+    R *pscr;                                                                                         \
   } net_acts_##S##_t;                                                                                \
   typedef struct dqn_hp_##S {                                                                        \
     R gamma, v_min, v_max, slope;                                                                    \
     int double_dqn;                                                                                  \
+    R lambda;        /* ensemble diversity weight (used when K > 1) */                               \
+    R prior_scale;   /* beta_p (used when the layout has priors) */                                  \
+    const R *prior;  /* the prior vector [n_prior], or NULL */                                       \
   } dqn_hp_##S##_t;                                                                                  \
   /* Per-call buffers for a batch of B; the caller fills x, a, r, done, w. */                       \
   typedef struct dqn_ws_##S {                                                                        \
@@ -36,18 +46,24 @@
     net_acts_##S##_t on, tg;                                                                         \
     R *x;            /* [2B, S]: s rows then s' rows */                                              \
     R *weff_on, *weff_tg; /* effective NoisyNet weights, params layout */                            \
-    R *m;            /* [D, B, Z] projected targets */                                               \
+    R *m;            /* [K, D, B, Z] projected targets */                                              \
     R *dV, *dA, *dhv, *dh, *dh1, *dhb;                                                               \
     /* attention backward (NULL when off): [B, H2] each, scratch [T] */                             \
     R *dtx, *dtq, *dtk, *dtv, *dto, *dte, *datt;                                                     \
     R *support, *qtmp;                                                                               \
     R *r, *done, *w, *loss_i; /* [B] */                                                              \
     int32_t *a;      /* [B] flat actions */                                                          \
-    int32_t *best;   /* [D, B] Double-DQN next actions */                                            \
+    int32_t *best;   /* [K, D, B] Double-DQN next actions */                                         \
+    /* ensemble (DESIGN.md §6.2): masks m_ik (the caller's; 1 after alloc), CE^k_i, D_i, mean_k     \
+     * CE^k_i (the priority's loss), G the loss's gradient w.r.t. the taken action's logits */      \
+    R *mask, *ce;    /* [B, K] */                                                                    \
+    R *div, *ce_mean; /* [B] */                                                                      \
+    R *G;            /* [K, D, B, Z] */                                                              \
   } dqn_ws_##S##_t;                                                                                  \
   void noisy_transform_##S(R *eps, int64_t n);                                                       \
   void net_weights_##S(const net_layout_t *L, const R *params, const R *fnoise, R *weff,             \
                        net_weights_##S##_t *w);                                                      \
+  void net_weights_priors_##S(const net_layout_t *L, const R *prior, R scale, net_weights_##S##_t *w); \
   int net_acts_alloc_##S(net_acts_##S##_t *A, const net_layout_t *L, int rows);                      \
   void net_acts_free_##S(net_acts_##S##_t *A);                                                       \
   void net_forward_##S(const net_layout_t *L, const net_weights_##S##_t *w, const R *X, int rows,     \

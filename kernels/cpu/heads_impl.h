@@ -15,8 +15,12 @@ int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
   memset(A, 0, sizeof *A);
   A->rows = rows;
   size_t r = (size_t)rows;
-  size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
-                r * (size_t)L->a_width * 2 + SFX(attn_acts_need)(L, r);
+  /* one head set's block: av, hv, V, ab/hb per branch, A/logp per branch; K of them, and one more
+   * for the prior heads' scratch when there are priors */
+  size_t hblock = r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width * 2;
+  int K = L->K < 1 ? 1 : L->K;
+  size_t need = r * (2 * L->H1 + 2 * L->H2) + hblock * (size_t)(K + (L->has_prior ? 1 : 0)) +
+                SFX(attn_acts_need)(L, r);
   R *p = calloc(need, sizeof(R));
   if (!p) return -1;
   A->mem = p;
@@ -34,6 +38,12 @@ int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
   for (int d = 0; d < L->D; d++) {
     A->A[d] = p; p += r * (size_t)L->n[d] * L->Z;
     A->logp[d] = p; p += r * (size_t)L->n[d] * L->Z;
+  }
+  A->hstride = hblock;
+  p += hblock * (size_t)(K - 1); /* head sets 1 .. K-1 */
+  if (L->has_prior) {
+    A->pscr = p;
+    p += hblock;
   }
   SFX(attn_acts_place)(A, L, r, p);
   A->hh = L->attn.T ? A->hatt : A->h;
@@ -73,23 +83,53 @@ HOT static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n,
   }
 }
 
-/* Full forward of `rows` inputs X [rows, S] into A (rows <= A->rows). */
+/* Head k's buffer X (one of av .. logp[d]): head 0's plus k blocks; the prior scratch's twin of X. */
+#define HEADK(A, X, k) ((X) + (size_t)(k) * (A)->hstride)
+#define PRIORX(A, X) ((A)->pscr + ((X) - (A)->av))
+
+/* Full forward of `rows` inputs X [rows, S] into A (rows <= A->rows). With K
+ * head sets (DESIGN.md §6.2) each reads h' and fills its own block; with
+ * priors, head k's value and advantage outputs get prior_scale x those of its
+ * fixed prior head before the dueling combine (dueling is linear, so this is
+ * dueling(V, A) + beta_p dueling(Vp, Ap)). */
 HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *X, int rows, R slope,
                       TY(net_acts) *A) {
   SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1);
   SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2);
   if (L->attn.T) SFX(attn_forward)(L, w->attn, A->h, rows, A); /* h -> h' = A->hh */
-  SFX(linear_forward)(A->hh, w->W[NET_VALUE1], w->b[NET_VALUE1], A->av, A->hv, slope, rows, L->H2, L->VH);
-  SFX(linear_forward)(A->hv, w->W[NET_VALUE2], w->b[NET_VALUE2], A->V, NULL, slope, rows, L->VH, L->Z);
-  for (int d = 0; d < L->D; d++) {
-    int nz = L->n[d] * L->Z;
-    SFX(linear_forward)(A->hh, w->W[NET_BRANCH(d, 1)], w->b[NET_BRANCH(d, 1)], A->ab[d], A->hb[d], slope, rows,
-                        L->H2, L->AH);
-    SFX(linear_forward)(A->hb[d], w->W[NET_BRANCH(d, 2)], w->b[NET_BRANCH(d, 2)], A->A[d], NULL, slope, rows,
-                        L->AH, nz);
-    for (int i = 0; i < rows; i++)
-      SFX(dueling_log_softmax)(A->V + (size_t)i * L->Z, A->A[d] + (size_t)i * nz, A->logp[d] + (size_t)i * nz,
-                               L->n[d], L->Z);
+  const int K = L->K < 1 ? 1 : L->K;
+  for (int k = 0; k < K; k++) {
+    const int lv1 = NET_HEAD_LAYER(L, k, 0), lv2 = NET_HEAD_LAYER(L, k, 1);
+    const int prior = w->pW[lv1] != NULL && A->pscr != NULL;
+    const R beta = w->prior_scale;
+    R *V = HEADK(A, A->V, k);
+    SFX(linear_forward)(A->hh, w->W[lv1], w->b[lv1], HEADK(A, A->av, k), HEADK(A, A->hv, k), slope, rows, L->H2,
+                        L->VH);
+    SFX(linear_forward)(HEADK(A, A->hv, k), w->W[lv2], w->b[lv2], V, NULL, slope, rows, L->VH, L->Z);
+    if (prior) {
+      R *pV = PRIORX(A, A->V);
+      SFX(linear_forward)(A->hh, w->pW[lv1], w->pb[lv1], PRIORX(A, A->av), PRIORX(A, A->hv), slope, rows, L->H2,
+                          L->VH);
+      SFX(linear_forward)(PRIORX(A, A->hv), w->pW[lv2], w->pb[lv2], pV, NULL, slope, rows, L->VH, L->Z);
+      for (size_t j = 0; j < (size_t)rows * L->Z; j++) V[j] += beta * pV[j];
+    }
+    for (int d = 0; d < L->D; d++) {
+      int nz = L->n[d] * L->Z;
+      const int l1 = NET_HEAD_LAYER(L, k, 2 + 2 * d), l2 = NET_HEAD_LAYER(L, k, 3 + 2 * d);
+      R *Ad = HEADK(A, A->A[d], k), *lp = HEADK(A, A->logp[d], k);
+      SFX(linear_forward)(A->hh, w->W[l1], w->b[l1], HEADK(A, A->ab[d], k), HEADK(A, A->hb[d], k), slope, rows,
+                          L->H2, L->AH);
+      SFX(linear_forward)(HEADK(A, A->hb[d], k), w->W[l2], w->b[l2], Ad, NULL, slope, rows, L->AH, nz);
+      if (prior) {
+        R *pA = PRIORX(A, A->A[d]);
+        SFX(linear_forward)(A->hh, w->pW[l1], w->pb[l1], PRIORX(A, A->ab[d]), PRIORX(A, A->hb[d]), slope, rows,
+                            L->H2, L->AH);
+        SFX(linear_forward)(PRIORX(A, A->hb[d]), w->pW[l2], w->pb[l2], pA, NULL, slope, rows, L->AH, nz);
+        for (size_t j = 0; j < (size_t)rows * nz; j++) Ad[j] += beta * pA[j];
+      }
+      for (int i = 0; i < rows; i++)
+        SFX(dueling_log_softmax)(V + (size_t)i * L->Z, Ad + (size_t)i * nz, lp + (size_t)i * nz, L->n[d], L->Z);
+    }
   }
 }
 

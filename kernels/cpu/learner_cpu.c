@@ -24,6 +24,8 @@ typedef struct cpu_learner {
   net_layout_t L;
   float *online, *target, *grad, *adam_m, *adam_v; /* [P] */
   float *noise_on, *noise_tg;                      /* [N] f(eps) */
+  float *prior;                                    /* [n_prior] fixed prior heads (DESIGN.md §6.2) */
+  float *qacc;                                     /* [sum n_d] Act: the mean over heads */
   replay_t rp;
   dqn_ws_f32_t ws;
   int64_t *idx; /* [B] sampled replay indices */
@@ -88,6 +90,25 @@ void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, f
   for (int64_t k = 0; k < dd; k++) p[at->off_ln_w + k] = 1.0f, p[at->off_ln_b + k] = 0.0f;
 }
 
+/* The fixed prior heads (DESIGN.md §6.2), drawn at create and never trained:
+ * as nn.Linear, U[-1/sqrt(in), 1/sqrt(in)] for weight and bias, from (seed,
+ * stream INIT_PRIOR, step = the head layer's index, lane = element/4) over the
+ * weight then bias elements; no other parameter's draw changes. */
+void learner_cpu_init_priors(const net_layout_t *L, const learner_config_t *c, float *prior) {
+  for (int li = 0; L->has_prior && li < L->n_layers; li++) {
+    if (L->prior_off_w[li] < 0) continue;
+    const net_layer_t *l = &L->layer[li];
+    float bound = 1.0f / sqrtf((float)l->in);
+    int64_t nw = (int64_t)l->in * l->out, total = nw + l->out;
+    philox4_t d = {{0, 0, 0, 0}};
+    for (int64_t k = 0; k < total; k++) {
+      if (k % 4 == 0) d = philox_draw(c->seed, PHILOX_STREAM_INIT_PRIOR, (uint64_t)li, (uint32_t)(k / 4));
+      float u = philox_uniform(d.v[k % 4]) * 2.0f - 1.0f;
+      prior[k < nw ? L->prior_off_w[li] + k : L->prior_off_b[li] + (k - nw)] = u * bound;
+    }
+  }
+}
+
 static void cpu_destroy(void *impl) {
   cpu_learner_t *m = impl;
   if (!m) return;
@@ -98,6 +119,8 @@ static void cpu_destroy(void *impl) {
   free(m->adam_v);
   free(m->noise_on);
   free(m->noise_tg);
+  free(m->prior);
+  free(m->qacc);
   free(m->idx);
   free(m->prio);
   free(m->qrow);
@@ -127,12 +150,16 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
   m->idx = calloc((size_t)c->batch, sizeof(int64_t));
   m->prio = calloc((size_t)c->batch, sizeof(float));
   m->qrow = calloc((size_t)m->L.q_width, sizeof(float));
+  m->qacc = calloc((size_t)m->L.q_width, sizeof(float));
+  m->prior = calloc((size_t)(m->L.n_prior ? m->L.n_prior : 1), sizeof(float));
+  if (!m->qacc || !m->prior) goto oom;
   if (!m->prio || !m->qrow ||!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
       !m->act_noise || !m->act_weff || !m->idx)
     goto oom;
   if (replay_init(&m->rp, c->replay_capacity, c->state_dim, c->prioritized, c->per_alpha)) goto oom;
   if (dqn_ws_alloc_f32(&m->ws, &m->L, c->batch)) goto oom;
   learner_cpu_init_params(&m->L, c, m->online);
+  learner_cpu_init_priors(&m->L, c, m->prior);
   memcpy(m->target, m->online, P * sizeof(float));
   m->ctr.max_leaf = 1.0f;
   *impl = m;
@@ -168,6 +195,14 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
     ws->r[i] = m->rp.r[j];
     ws->done[i] = m->rp.done[j];
   }
+  /* bootstrap masks (DESIGN.md §6.2): stateless, from the transition's insertion count */
+  const int K = m->L.K;
+  if (K > 1 || c->ensemble_mask_p < 1)
+    for (int i = 0; i < B; i++) {
+      uint64_t cnt = (uint64_t)replay_insertion_count(&m->rp, m->idx[i]);
+      for (int k = 0; k < K; k++)
+        ws->mask[(size_t)i * K + k] = (float)philox_ensemble_mask(c->seed, cnt, (uint32_t)k, c->ensemble_mask_p);
+    }
 
   /* noise: one draw per step for the online net (shared by s and s'), one for the target */
   const float *fn_on = NULL, *fn_tg = NULL;
@@ -178,7 +213,8 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
     fn_tg = m->noise_tg;
   }
 
-  dqn_hp_f32_t mhp = {hp->gamma, c->v_min, c->v_max, c->leaky_slope, c->double_dqn};
+  dqn_hp_f32_t mhp = {hp->gamma,           c->v_min,    c->v_max, c->leaky_slope, c->double_dqn,
+                      hp->ensemble_diversity, c->ensemble_prior_scale, m->L.has_prior ? m->prior : NULL};
   float loss = dqn_loss_grad_f32(&m->L, &mhp, m->online, m->target, fn_on, fn_tg, ws, m->grad, q);
 
   /* optimiser */
@@ -188,9 +224,9 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
   adamw_update(m->online, m->grad, m->adam_m, m->adam_v, P, scale, hp->lr, hp->adam_beta1, hp->adam_beta2,
                hp->adam_eps, hp->weight_decay, t + 1);
 
-  /* priorities: (loss_i + eps), the tree applies ^alpha */
+  /* priorities: (mean_k CE^k_i + eps) (= loss_i + eps for K = 1, p = 1), the tree applies ^alpha */
   if (c->prioritized) {
-    for (int i = 0; i < B; i++) m->prio[i] = ws->loss_i[i] + hp->per_eps;
+    for (int i = 0; i < B; i++) m->prio[i] = ws->ce_mean[i] + hp->per_eps;
     replay_update_priorities(&m->rp, m->idx, m->prio, B);
   }
 
@@ -252,7 +288,9 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, flo
   }
   net_weights_f32_t w;
   net_weights_f32(L, m->online, fn, m->act_weff, &w);
+  net_weights_priors_f32(L, m->prior, m->cfg.ensemble_prior_scale, &w);
   net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
+  const int K = L->K;
   float support[LEARNER_MAX_ATOMS];
   for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
   float *qrow = m->qrow;
@@ -261,6 +299,15 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, flo
     for (int d = 0; d < L->D; d++) {
       int nz = L->n[d] * L->Z;
       c51_q_values_f32(m->act_acts.logp[d] + (size_t)i * nz, L->n[d], L->Z, support, qrow + off);
+      if (K > 1) { /* ensemble (DESIGN.md §6.2): Q = the mean over heads (Act's selection modes are later work) */
+        float *qa = m->qacc;
+        for (int k = 1; k < K; k++) {
+          c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)i * nz, L->n[d], L->Z, support,
+                           qa);
+          for (int j = 0; j < L->n[d]; j++) qrow[off + j] += qa[j];
+        }
+        for (int j = 0; j < L->n[d]; j++) qrow[off + j] /= (float)K;
+      }
       int best = 0;
       for (int k = 1; k < L->n[d]; k++)
         if (qrow[off + k] > qrow[off + best]) best = k;
@@ -313,6 +360,7 @@ static void *section_ptr(cpu_learner_t *m, int sec, int64_t *bytes) {
   case SEC_TARGET: *bytes = P * 4; return m->target;
   case SEC_ADAM_M: *bytes = P * 4; return m->adam_m;
   case SEC_ADAM_V: *bytes = P * 4; return m->adam_v;
+  case SEC_PRIORS: *bytes = m->L.n_prior * 4; return m->L.n_prior ? m->prior : NULL;
   case SEC_R_S: *bytes = sz * S * 4; return m->rp.s;
   case SEC_R_S2: *bytes = sz * S * 4; return m->rp.s2;
   case SEC_R_A: *bytes = sz * 4; return m->rp.a;
@@ -380,7 +428,11 @@ static int64_t cpu_memory_estimate(const learner_config_t *c) {
   if (L.attn.T)
     attn = 3 * (int64_t)c->batch * (8 * (int64_t)L.H2 + (int64_t)L.attn.nh * L.attn.T * L.attn.T + L.attn.T) * 4 +
            6 * (int64_t)c->batch * L.H2 * 4;
-  return L.n_params * 4 * 7 + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024 + attn;
+  /* the other K - 1 head sets' and the prior heads' activations, and the prior vector */
+  int64_t hblock = 2 * (int64_t)L.VH + L.Z + (int64_t)L.D * 2 * L.AH + 2 * (int64_t)L.a_width;
+  int64_t ens = (int64_t)(L.K - 1 + L.has_prior) * 3 * c->batch * hblock * 4 + L.n_prior * 4 +
+                (int64_t)L.K * L.D * c->batch * L.Z * 8;
+  return L.n_params * 4 * 7 + ens + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024 + attn;
 }
 
 const learner_backend_ops_t learner_cpu_ops = {

@@ -47,6 +47,11 @@ static void SFX(linear_backward)(const R *dY, const R *X, const R *W, R *dX, int
          dx_accumulate ? 1 : 0, dX, in);
 }
 
+/* dX[rows,in] += alpha dY . W: the input gradient of a fixed layer (no parameter gradients) */
+static void SFX(linear_backward_dx)(const R *dY, const R *W, R *dX, R alpha, int rows, int in, int out) {
+  GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, alpha, dY, out, W, in, 1, dX, in);
+}
+
 /* dA = dH * lrelu'(a), in place on dH */
 static void SFX(lrelu_backward)(R *restrict dh, const R *restrict a, size_t n, R slope) {
   for (size_t i = 0; i < n; i++) {
@@ -69,6 +74,8 @@ void SFX(noisy_transform)(R *eps, int64_t n) {
 HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnoise, R *weff,
                       TY(net_weights) *w) {
   w->attn = L->attn.T ? params : NULL;
+  w->prior_scale = 0;
+  for (int li = 0; li < L->n_layers; li++) w->pW[li] = w->pb[li] = NULL;
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];
     if (!l->noisy || !fnoise) {
@@ -90,4 +97,16 @@ HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnois
     w->W[li] = W;
     w->b[li] = b;
   }
+}
+
+/* The fixed prior heads (DESIGN.md §6.2): head layer li's prior weight and
+ * bias in the prior vector (never noisy), scaled by `scale` in the logits.
+ * prior == NULL or a layout without priors: none. */
+void SFX(net_weights_priors)(const net_layout_t *L, const R *prior, R scale, TY(net_weights) *w) {
+  w->prior_scale = 0;
+  for (int li = 0; li < L->n_layers; li++) w->pW[li] = w->pb[li] = NULL;
+  if (!prior || !L->has_prior) return;
+  w->prior_scale = scale;
+  for (int li = 0; li < L->n_layers; li++)
+    if (L->prior_off_w[li] >= 0) w->pW[li] = prior + L->prior_off_w[li], w->pb[li] = prior + L->prior_off_b[li];
 }

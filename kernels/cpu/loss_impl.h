@@ -46,9 +46,12 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   if (SFX(net_acts_alloc)(&ws->on, L, 2 * B) || SFX(net_acts_alloc)(&ws->tg, L, B)) goto fail;
+  const size_t K = (size_t)(L->K < 1 ? 1 : L->K);
   size_t need = 2 * b * L->S                       /* x */
                 + 2 * (size_t)L->n_params          /* weff_on, weff_tg */
-                + (size_t)L->D * b * L->Z          /* m */
+                + K * L->D * b * L->Z              /* m */
+                + K * L->D * b * L->Z              /* G */
+                + 2 * b * K + 2 * b                /* mask, ce, div, ce_mean */
                 + b * L->Z                         /* dV */
                 + b * (size_t)nmax * L->Z          /* dA (one branch at a time) */
                 + b * (L->VH + L->H2 + L->H1 + L->AH) /* dhv, dh, dh1, dhb */
@@ -61,7 +64,13 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   ws->x = p; p += 2 * b * L->S;
   ws->weff_on = p; p += L->n_params;
   ws->weff_tg = p; p += L->n_params;
-  ws->m = p; p += (size_t)L->D * b * L->Z;
+  ws->m = p; p += K * L->D * b * L->Z;
+  ws->G = p; p += K * L->D * b * L->Z;
+  ws->mask = p; p += b * K;
+  ws->ce = p; p += b * K;
+  ws->div = p; p += b;
+  ws->ce_mean = p; p += b;
+  for (size_t j = 0; j < b * K; j++) ws->mask[j] = 1;
   ws->dV = p; p += b * L->Z;
   ws->dA = p; p += b * (size_t)nmax * L->Z;
   ws->dhv = p; p += b * L->VH;
@@ -76,7 +85,7 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   ws->loss_i = p; p += b;
   SFX(attn_ws_place)(ws, L, b, p);
   ws->a = calloc(b, sizeof(int32_t));
-  ws->best = calloc((size_t)L->D * b, sizeof(int32_t));
+  ws->best = calloc(K * L->D * b, sizeof(int32_t));
   if (!ws->a || !ws->best) goto fail;
   return 0;
 fail:
@@ -95,99 +104,207 @@ void SFX(dqn_ws_free)(TY(dqn_ws) *ws) {
 
 /* --------------------------------------------------------- loss + backward */
 
-/* The batch is in the workspace: x[0:B] = s, x[B:2B] = s', a, r, done, w.
+/* The batch is in the workspace: x[0:B] = s, x[B:2B] = s', a, r, done, w
+ * (and the bootstrap masks ws->mask [B, K], 1 after alloc).
  * fn_on/fn_tg: transformed noise f(eps) of the online/target nets (NULL: no
  * noise). grad (n_params) receives d(loss)/d(online params) unless NULL.
- * Returns the batch loss  L = (1/B) sum_i w_i * (1/D) sum_d CE_d(i)  and
- * leaves per-sample losses in ws->loss_i, Double-DQN actions in ws->best
- * [D,B], target distributions in ws->m [D,B,Z], and the mean over batch and
- * branches of Q_d(s, a_d) in *q_mean. */
+ * With K head sets (DESIGN.md §6.2; K = 1 is §2 exactly):
+ *   CE^k_i = mean_d CE_d of head k (head k of the online net picks a', head k
+ *            of the target net scores it),
+ *   D_i    = 1/(K(K-1)) sum_{k != l} mean_d KL(P^k_d || P^l_d) over the online
+ *            taken-action distributions (0 when K = 1),
+ *   loss_i = (1/K) sum_k m_ik CE^k_i - lambda D_i,
+ * and returns the batch loss L = (1/B) sum_i w_i loss_i. Leaves loss_i in
+ * ws->loss_i, CE^k_i in ws->ce [B, K], D_i in ws->div, mean_k CE^k_i (the
+ * priority's loss) in ws->ce_mean, Double-DQN actions in ws->best [K,D,B],
+ * target distributions in ws->m [K,D,B,Z], and the mean over batch, heads and
+ * branches of Q^k_d(s, a_d) in *q_mean. */
 HOT R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *online, const R *target,
                      const R *fn_on, const R *fn_tg, TY(dqn_ws) *ws, R *grad, R *q_mean) {
-  const int B = ws->B, Z = L->Z, D = L->D;
+  const int B = ws->B, Z = L->Z, D = L->D, K = L->K < 1 ? 1 : L->K;
   const size_t b = (size_t)B;
+  const R lam = K > 1 ? hp->lambda : 0;
   TY(net_weights) won, wtg;
   for (int z = 0; z < Z; z++) ws->support[z] = hp->v_min + (hp->v_max - hp->v_min) * z / (Z - 1);
 
-  /* forward: online on [s; s'] (2B rows), target on s' (B rows) */
+  /* forward: online on [s; s'] (2B rows), target on s' (B rows); the fixed
+   * priors are shared by both */
   SFX(net_weights)(L, online, fn_on, ws->weff_on, &won);
   SFX(net_weights)(L, target, fn_tg, ws->weff_tg, &wtg);
+  SFX(net_weights_priors)(L, hp->prior, hp->prior_scale, &won);
+  SFX(net_weights_priors)(L, hp->prior, hp->prior_scale, &wtg);
   SFX(net_forward)(L, &won, ws->x, 2 * B, hp->slope, &ws->on);
   SFX(net_forward)(L, &wtg, ws->x + b * L->S, B, hp->slope, &ws->tg);
+  const size_t hs_on = ws->on.hstride, hs_tg = ws->tg.hstride;
 
-  /* target distributions and cross-entropy */
+  /* target distributions and cross-entropy, per head */
   R loss = 0, qsum = 0;
   int32_t ad[LEARNER_MAX_BRANCHES];
   for (int i = 0; i < B; i++) ws->loss_i[i] = 0;
   for (int i = 0; i < B; i++) {
     net_decode_action(L, ws->a[i], ad);
-    for (int d = 0; d < D; d++) {
-      int n = L->n[d], nz = n * Z;
-      const R *lp_on_s = ws->on.logp[d] + (size_t)i * nz;
-      const R *lp_on_s2 = ws->on.logp[d] + (b + i) * nz;
-      const R *lp_tg_s2 = ws->tg.logp[d] + (size_t)i * nz;
-      /* Double DQN: the online net picks a', the target net scores it */
-      SFX(c51_q_values)(hp->double_dqn ? lp_on_s2 : lp_tg_s2, n, Z, ws->support, ws->qtmp);
-      int best = SFX(argmax)(ws->qtmp, n);
-      ws->best[(size_t)d * b + i] = best;
-      R *m = ws->m + ((size_t)d * b + i) * Z;
-      R p[LEARNER_MAX_ATOMS], tz[LEARNER_MAX_ATOMS];
-      R disc = hp->gamma * (1 - ws->done[i]);
-      for (int z = 0; z < Z; z++) {
-        p[z] = EXP(lp_tg_s2[best * Z + z]);
-        tz[z] = ws->r[i] + disc * ws->support[z];
+    R lsum = 0, cesum = 0;
+    for (int k = 0; k < K; k++) {
+      R cek = 0;
+      for (int d = 0; d < D; d++) {
+        int n = L->n[d], nz = n * Z;
+        const R *lp_on_s = ws->on.logp[d] + k * hs_on + (size_t)i * nz;
+        const R *lp_on_s2 = ws->on.logp[d] + k * hs_on + (b + i) * nz;
+        const R *lp_tg_s2 = ws->tg.logp[d] + k * hs_tg + (size_t)i * nz;
+        /* Double DQN: the online net picks a', the target net scores it */
+        SFX(c51_q_values)(hp->double_dqn ? lp_on_s2 : lp_tg_s2, n, Z, ws->support, ws->qtmp);
+        int best = SFX(argmax)(ws->qtmp, n);
+        size_t kd = (size_t)k * D + d;
+        ws->best[kd * b + i] = best;
+        R *m = ws->m + (kd * b + i) * Z;
+        R p[LEARNER_MAX_ATOMS], tz[LEARNER_MAX_ATOMS];
+        R disc = hp->gamma * (1 - ws->done[i]);
+        for (int z = 0; z < Z; z++) {
+          p[z] = EXP(lp_tg_s2[best * Z + z]);
+          tz[z] = ws->r[i] + disc * ws->support[z];
+        }
+        SFX(c51_project)(tz, p, Z, hp->v_min, hp->v_max, Z, m);
+        const R *lp = lp_on_s + (size_t)ad[d] * Z;
+        R ce = 0;
+        for (int z = 0; z < Z; z++) ce -= m[z] * lp[z];
+        cek += ce / D;
+        R qa = 0;
+        for (int z = 0; z < Z; z++) qa += EXP(lp[z]) * ws->support[z];
+        qsum += qa;
       }
-      SFX(c51_project)(tz, p, Z, hp->v_min, hp->v_max, Z, m);
-      const R *lp = lp_on_s + (size_t)ad[d] * Z;
-      R ce = 0;
-      for (int z = 0; z < Z; z++) ce -= m[z] * lp[z];
-      ws->loss_i[i] += ce / D;
-      R qa = 0;
-      for (int z = 0; z < Z; z++) qa += EXP(lp[z]) * ws->support[z];
-      qsum += qa;
+      ws->ce[(size_t)i * K + k] = cek;
+      lsum += ws->mask[(size_t)i * K + k] * cek;
+      cesum += cek;
     }
+    ws->ce_mean[i] = cesum / K;
+    ws->loss_i[i] = lsum / K;
+    /* diversity: mean over ordered pairs and branches of KL(P^k || P^l) */
+    R div = 0;
+    for (int d = 0; K > 1 && d < D; d++) {
+      int nz = L->n[d] * Z;
+      for (int k = 0; k < K; k++)
+        for (int l = 0; l < K; l++) {
+          if (k == l) continue;
+          const R *lk = ws->on.logp[d] + k * hs_on + (size_t)i * nz + (size_t)ad[d] * Z;
+          const R *ll = ws->on.logp[d] + l * hs_on + (size_t)i * nz + (size_t)ad[d] * Z;
+          R kl = 0;
+          for (int z = 0; z < Z; z++) kl += EXP(lk[z]) * (lk[z] - ll[z]);
+          div += kl;
+        }
+    }
+    ws->div[i] = K > 1 ? div / ((R)K * (K - 1) * D) : 0;
+    if (K > 1) ws->loss_i[i] -= lam * ws->div[i];
     loss += ws->w[i] * ws->loss_i[i];
   }
   loss /= B;
-  if (q_mean) *q_mean = qsum / ((R)B * D);
+  if (q_mean) *q_mean = qsum / ((R)B * D * K);
   if (!grad) return loss;
 
-  /* backward. For the taken action a_d of branch d, with m the target and
-   * p = softmax(logits): dlogit_z = c (p_z sum(m) - m_z), c = w_i / (B D);
-   * the other actions' logits get no gradient from the loss. Through the
-   * dueling combine: dV_z = sum_d dlogit_d,z and
-   * dA_d[a][z] = [a == a_d] dlogit_d,z - dlogit_d,z / n_d. */
+  /* backward. G = d(loss)/d(logits) of the taken action a_d, per head and
+   * branch. Cross-entropy, with m the target and p = softmax(logits):
+   * G_z = c (p_z sum(m) - m_z), c = w_i m_ik / (B D K); the other actions'
+   * logits get no gradient from the loss. Diversity, c' = -lambda w_i /
+   * (B K(K-1) D), for each ordered pair (k, l) with P = P^k, Q = P^l:
+   * dKL/dlogit^k_z = P_z (log P_z - log Q_z - KL), dKL/dlogit^l_z = Q_z - P_z.
+   * Through the dueling combine: dV_z = sum_d G_d,z and
+   * dA_d[a][z] = [a == a_d] G_d,z - G_d,z / n_d. */
   const R slope = hp->slope;
   const TY(net_acts) *A = &ws->on; /* first B rows: s */
-  memset(ws->dV, 0, sizeof(R) * b * Z);
-  for (int d = 0; d < D; d++) {
-    int n = L->n[d], nz = n * Z;
-    const net_layer_t *l1 = &L->layer[NET_BRANCH(d, 1)], *l2 = &L->layer[NET_BRANCH(d, 2)];
-    for (int i = 0; i < B; i++) {
-      net_decode_action(L, ws->a[i], ad);
-      const R *lp = A->logp[d] + (size_t)i * nz + (size_t)ad[d] * Z;
-      const R *m = ws->m + ((size_t)d * b + i) * Z;
-      R c = ws->w[i] / ((R)B * D), msum = 0;
-      for (int z = 0; z < Z; z++) msum += m[z];
-      R *dA = ws->dA + (size_t)i * nz;
-      for (int z = 0; z < Z; z++) {
-        R g = c * (EXP(lp[z]) * msum - m[z]);
-        ws->dV[(size_t)i * Z + z] += g;
-        for (int a = 0; a < n; a++) dA[a * Z + z] = (a == ad[d] ? g : 0) - g / n;
+  for (int k = 0; k < K; k++)
+    for (int d = 0; d < D; d++) {
+      int nz = L->n[d] * Z;
+      for (int i = 0; i < B; i++) {
+        net_decode_action(L, ws->a[i], ad);
+        const R *lp = A->logp[d] + k * hs_on + (size_t)i * nz + (size_t)ad[d] * Z;
+        const R *m = ws->m + (((size_t)k * D + d) * b + i) * Z;
+        R *G = ws->G + (((size_t)k * D + d) * b + i) * Z;
+        R c = ws->w[i] * ws->mask[(size_t)i * K + k] / ((R)B * D * K), msum = 0;
+        for (int z = 0; z < Z; z++) msum += m[z];
+        for (int z = 0; z < Z; z++) G[z] = c * (EXP(lp[z]) * msum - m[z]);
       }
     }
-    SFX(linear_backward)(ws->dA, A->hb[d], won.W[NET_BRANCH(d, 2)], ws->dhb, 0, grad + l2->off_w,
-                         grad + l2->off_b, B, L->AH, nz);
-    SFX(lrelu_backward)(ws->dhb, A->ab[d], b * L->AH, slope);
-    SFX(linear_backward)(ws->dhb, A->hh, won.W[NET_BRANCH(d, 1)], ws->dh, d > 0, grad + l1->off_w,
-                         grad + l1->off_b, B, L->H2, L->AH);
+  if (K > 1 && lam != 0) {
+    for (int i = 0; i < B; i++) {
+      net_decode_action(L, ws->a[i], ad);
+      R cd = -lam * ws->w[i] / ((R)B * K * (K - 1) * D);
+      for (int d = 0; d < D; d++) {
+        int nz = L->n[d] * Z;
+        for (int k = 0; k < K; k++)
+          for (int l = 0; l < K; l++) {
+            if (k == l) continue;
+            const R *lk = A->logp[d] + k * hs_on + (size_t)i * nz + (size_t)ad[d] * Z;
+            const R *ll = A->logp[d] + l * hs_on + (size_t)i * nz + (size_t)ad[d] * Z;
+            R *Gk = ws->G + (((size_t)k * D + d) * b + i) * Z, *Gl = ws->G + (((size_t)l * D + d) * b + i) * Z;
+            R P[LEARNER_MAX_ATOMS], kl = 0;
+            for (int z = 0; z < Z; z++) {
+              P[z] = EXP(lk[z]);
+              kl += P[z] * (lk[z] - ll[z]);
+            }
+            for (int z = 0; z < Z; z++) {
+              Gk[z] += cd * (P[z] * (lk[z] - ll[z] - kl));
+              Gl[z] += cd * (EXP(ll[z]) - P[z]);
+            }
+          }
+      }
+    }
   }
-  const net_layer_t *v1 = &L->layer[NET_VALUE1], *v2 = &L->layer[NET_VALUE2];
-  SFX(linear_backward)(ws->dV, A->hv, won.W[NET_VALUE2], ws->dhv, 0, grad + v2->off_w, grad + v2->off_b, B,
-                       L->VH, Z);
-  SFX(lrelu_backward)(ws->dhv, A->av, b * L->VH, slope);
-  SFX(linear_backward)(ws->dhv, A->hh, won.W[NET_VALUE1], ws->dh, 1, grad + v1->off_w, grad + v1->off_b, B,
-                       L->H2, L->VH);
+  /* The fixed prior heads read h' too: their parameters get no gradient, but
+   * beta_p x the logits' gradient flows through them into h' (recomputed
+   * forward on the s rows for their pre-activations, in the prior scratch). */
+  TY(net_acts) *Am = &ws->on;
+  for (int k = 0; k < K; k++) {
+    const int prior = won.pW[NET_HEAD_LAYER(L, k, 0)] != NULL && Am->pscr != NULL;
+    const R beta = won.prior_scale;
+    if (prior) {
+      const int pv1 = NET_HEAD_LAYER(L, k, 0);
+      SFX(linear_forward)(A->hh, won.pW[pv1], won.pb[pv1], PRIORX(Am, Am->av), PRIORX(Am, Am->hv), slope, B, L->H2,
+                          L->VH);
+      for (int d = 0; d < D; d++) {
+        const int p1 = NET_HEAD_LAYER(L, k, 2 + 2 * d);
+        SFX(linear_forward)(A->hh, won.pW[p1], won.pb[p1], PRIORX(Am, Am->ab[d]), PRIORX(Am, Am->hb[d]), slope, B,
+                            L->H2, L->AH);
+      }
+    }
+    memset(ws->dV, 0, sizeof(R) * b * Z);
+    for (int d = 0; d < D; d++) {
+      int n = L->n[d], nz = n * Z;
+      const net_layer_t *l1 = &L->layer[NET_HEAD_LAYER(L, k, 2 + 2 * d)];
+      const net_layer_t *l2 = &L->layer[NET_HEAD_LAYER(L, k, 3 + 2 * d)];
+      for (int i = 0; i < B; i++) {
+        net_decode_action(L, ws->a[i], ad);
+        const R *G = ws->G + (((size_t)k * D + d) * b + i) * Z;
+        R *dA = ws->dA + (size_t)i * nz;
+        for (int z = 0; z < Z; z++) {
+          R g = G[z];
+          ws->dV[(size_t)i * Z + z] += g;
+          for (int a = 0; a < n; a++) dA[a * Z + z] = (a == ad[d] ? g : 0) - g / n;
+        }
+      }
+      SFX(linear_backward)(ws->dA, A->hb[d] + k * hs_on, won.W[NET_HEAD_LAYER(L, k, 3 + 2 * d)], ws->dhb, 0,
+                           grad + l2->off_w, grad + l2->off_b, B, L->AH, nz);
+      SFX(lrelu_backward)(ws->dhb, A->ab[d] + k * hs_on, b * L->AH, slope);
+      SFX(linear_backward)(ws->dhb, A->hh, won.W[NET_HEAD_LAYER(L, k, 2 + 2 * d)], ws->dh, k > 0 || d > 0,
+                           grad + l1->off_w, grad + l1->off_b, B, L->H2, L->AH);
+      if (prior) {
+        memset(ws->dhb, 0, sizeof(R) * b * L->AH);
+        SFX(linear_backward_dx)(ws->dA, won.pW[NET_HEAD_LAYER(L, k, 3 + 2 * d)], ws->dhb, beta, B, L->AH, nz);
+        SFX(lrelu_backward)(ws->dhb, PRIORX(Am, Am->ab[d]), b * L->AH, slope);
+        SFX(linear_backward_dx)(ws->dhb, won.pW[NET_HEAD_LAYER(L, k, 2 + 2 * d)], ws->dh, 1, B, L->H2, L->AH);
+      }
+    }
+    const net_layer_t *v1 = &L->layer[NET_HEAD_LAYER(L, k, 0)], *v2 = &L->layer[NET_HEAD_LAYER(L, k, 1)];
+    SFX(linear_backward)(ws->dV, A->hv + k * hs_on, won.W[NET_HEAD_LAYER(L, k, 1)], ws->dhv, 0, grad + v2->off_w,
+                         grad + v2->off_b, B, L->VH, Z);
+    SFX(lrelu_backward)(ws->dhv, A->av + k * hs_on, b * L->VH, slope);
+    SFX(linear_backward)(ws->dhv, A->hh, won.W[NET_HEAD_LAYER(L, k, 0)], ws->dh, 1, grad + v1->off_w,
+                         grad + v1->off_b, B, L->H2, L->VH);
+    if (prior) {
+      memset(ws->dhv, 0, sizeof(R) * b * L->VH);
+      SFX(linear_backward_dx)(ws->dV, won.pW[NET_HEAD_LAYER(L, k, 1)], ws->dhv, beta, B, L->VH, Z);
+      SFX(lrelu_backward)(ws->dhv, PRIORX(Am, Am->av), b * L->VH, slope);
+      SFX(linear_backward_dx)(ws->dhv, won.pW[NET_HEAD_LAYER(L, k, 0)], ws->dh, 1, B, L->H2, L->VH);
+    }
+  }
   /* attention (when on): dh' -> dh, and its parameters' gradients */
   R *dh = ws->dh;
   if (L->attn.T) {

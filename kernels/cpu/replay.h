@@ -54,6 +54,13 @@ void replay_update_priorities(replay_t *rp, const int64_t *idx, const float *pri
 /* Recomputes every internal node from the leaves (after a restore). */
 void replay_rebuild(replay_t *rp);
 /* beta at step t: beta0 + (1 - beta0) * min(1, t / steps) */
+/* The insertion count (0-based, over the replay's life: total at insertion
+ * + its index in the submit) of the transition at ring position j: the newest
+ * is total - 1 at head - 1, and positions count back from there. */
+static inline int64_t replay_insertion_count(const replay_t *rp, int64_t j) {
+  int64_t back = ((rp->head - 1 - j) % rp->cap + rp->cap) % rp->cap;
+  return rp->total - 1 - back;
+}
 float replay_beta(float beta0, int64_t steps, uint64_t t);
 
 #endif

@@ -312,6 +312,7 @@ static void *section_ptr(cuda_learner_t *m, int sec, int64_t *bytes) {
   case SEC_TARGET: *bytes = P * 4; return m->tg;
   case SEC_ADAM_M: *bytes = P * 4; return m->m;
   case SEC_ADAM_V: *bytes = P * 4; return m->v;
+  case SEC_PRIORS: *bytes = 0; return NULL; /* none: create refuses prior heads (learner.c) */
   case SEC_R_S: *bytes = sz * S * 4; return m->s;
   case SEC_R_S2: *bytes = sz * S * 4; return m->s2;
   case SEC_R_A: *bytes = sz * 4; return m->a;
