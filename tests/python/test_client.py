@@ -181,19 +181,13 @@ class ClientTest(unittest.TestCase):
             self.code(9, a.act, "shifty", st, q=True, needle="changed shape")
             self.assertEqual([x.shape for x in a.act("shifty", st, q=True)[1]], [(4, 5)])  # asked again
 
-    def test_unreachable_and_timeout(self):
+    def test_unreachable_and_closed(self):
         e = self.code(14, dqnd.Client, f"ipc://{self.d.dir}/nothing.sock")
         self.assertIn("is dqnd running?", e.message)
-        d = Daemon()
-        c = dqnd.Client(d.url, timeout=0.3)
+        # a closed client says so rather than touching a freed socket
+        c = dqnd.Client(self.d.url, timeout=5)
         self.assertTrue(c.health()["serving"])
-        d.proc.send_signal(signal.SIGSTOP)  # alive but silent: the request times out
-        try:
-            self.code(4, c.health)
-        finally:
-            d.proc.send_signal(signal.SIGCONT)
         c.close()
-        self.assertEqual(d.stop(), 0)
         self.code(14, c.health, needle="closed")
 
 
