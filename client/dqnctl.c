@@ -388,7 +388,8 @@ static const cli_opt_t o_submit[] = {{"--states", "S.npy", "[n, state_dim] float
                                      {NULL, NULL, NULL}};
 static const cli_opt_t o_act[] = {{"--states", "S.npy", "[n, state_dim] float"},
                                   {"--noisy", NULL, "fresh NoisyNet noise (trainers created with noisy=1)"},
-                                  {"--q", NULL, "print (or put in --json) the Q values"},
+                                  {"--q", NULL, "print (or put in --json) the Q values: the mean over ensemble heads and their variance"},
+                                  {"--episode", "E", "the episode these states belong to (act_select=thompson: its head; default 0)"},
                                   {"--q-out", "Q.npy", "write the Q values: float32 [n, branches, max branch size], NaN-padded"},
                                   {"-o", "ACTIONS.npy", "write the actions: int32 [n] flat joint actions"},
                                   {NULL, NULL, NULL}};
@@ -426,7 +427,10 @@ static const char h_submit[] =
 static const char h_act[] =
     "States are a .npy float array [n, state_dim]. Prints one flat joint action per line (or\n"
     "writes them to -o as int32 [n]). --q adds each branch's Q values; --q-out writes them as\n"
-    "float32 [n, branches, max branch size], NaN where a branch has fewer actions.\n";
+    "float32 [n, branches, max branch size], NaN where a branch has fewer actions.\n"
+    "With ensemble heads (ensemble_k > 1) Q is the mean over heads, --q also prints the\n"
+    "variance over heads (var:), and the actions follow the trainer's act_select: mean,\n"
+    "ucb (mean + ucb_c x std) or thompson (the head of --episode, the same all episode long).\n";
 
 static const cmd_t cmds[] = {
     {"health", cmd_health, 1, 0, 0, "", CLI_NO_FIELDS, o_none, NULL},

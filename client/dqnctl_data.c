@@ -201,6 +201,9 @@ int cmd_act(ctx_t *x, const cli_args_t *a) {
   const char *sp = opt(x, a, "--states"), *out = opt(x, a, "-o"), *qout = opt(x, a, "--q-out");
   if (!sp) return fprintf(stderr, "%s: --states FILE.npy is required (dqnctl act --help)\n", cmd), EXIT_USAGE;
   int want_q = opt(x, a, "--q") || qout;
+  const char *ep = opt(x, a, "--episode");
+  long long episode = 0;
+  if (ep && cli_int(cmd, "--episode", ep, 0, INT64_MAX, &episode)) return EXIT_USAGE;
   dqnd_trainer_info_t ti;
   int rc = trainer_shapes(x, a->pos[0], &ti);
   if (rc) return rc;
@@ -220,15 +223,16 @@ int cmd_act(ctx_t *x, const cli_args_t *a) {
   }
   float *fs = npy_to_f32(&s);
   int32_t *act = malloc(sizeof(int32_t) * (size_t)n);
-  float *q = want_q ? malloc(sizeof(float) * (size_t)n * (size_t)W) : NULL;
+  float *q = want_q ? malloc(sizeof(float) * (size_t)n * (size_t)W * 2) : NULL; /* mean, then variance */
+  float *qv = q ? q + (size_t)n * (size_t)W : NULL;
   float *qpad = qout ? malloc(sizeof(float) * (size_t)n * (size_t)D * (size_t)maxn) : NULL;
   npy_free(&s);
   if (!fs || !act || (want_q && !q) || (qout && !qpad)) {
     free(fs), free(act), free(q), free(qpad);
     return fprintf(stderr, "%s: out of memory\n", cmd), EXIT_LOCAL;
   }
-  int crc = dqnd_act(x->c, a->pos[0], fs, n, ti.state_dim, opt(x, a, "--noisy") != NULL, act, q,
-                     q ? (size_t)n * (size_t)W : 0);
+  int crc = dqnd_act_episode(x->c, a->pos[0], fs, n, ti.state_dim, opt(x, a, "--noisy") != NULL, (uint64_t)episode,
+                             act, q, qv, q ? (size_t)n * (size_t)W : 0);
   char err[600];
   if (crc) {
     rc = fail_rc(x, crc);
@@ -255,20 +259,26 @@ int cmd_act(ctx_t *x, const cli_args_t *a) {
     }
   }
   if (x->json) {
-    json_t *arr = json_array(), *qa = want_q ? json_array() : NULL;
+    json_t *arr = json_array(), *qa = want_q ? json_array() : NULL, *va = want_q ? json_array() : NULL;
     for (int i = 0; i < n; i++) {
       json_array_append_new(arr, json_integer(act[i]));
       if (!qa) continue;
-      json_t *row = json_array();
+      json_t *row = json_array(), *vrow = json_array();
       for (int d = 0, off = 0; d < D; off += ti.branches[d], d++) {
-        json_t *br = json_array();
-        for (int k = 0; k < ti.branches[d]; k++) json_array_append_new(br, json_real(q[(size_t)i * W + off + k]));
+        json_t *br = json_array(), *vb = json_array();
+        for (int k = 0; k < ti.branches[d]; k++) {
+          json_array_append_new(br, json_real(q[(size_t)i * W + off + k]));
+          json_array_append_new(vb, json_real(qv[(size_t)i * W + off + k]));
+        }
         json_array_append_new(row, br);
+        json_array_append_new(vrow, vb);
       }
       json_array_append_new(qa, row);
+      json_array_append_new(va, vrow);
     }
     json_t *j = json_pack("{s:o}", "actions", arr);
     if (qa) json_object_set_new(j, "q", qa);
+    if (va) json_object_set_new(j, "q_var", va);
     print_json(j);
   } else if (!out || opt(x, a, "--q")) {
     for (int i = 0; i < n; i++) {
@@ -277,6 +287,11 @@ int cmd_act(ctx_t *x, const cli_args_t *a) {
         for (int d = 0, off = 0; d < D; off += ti.branches[d], d++) {
           printf("%s", d ? " | " : "\tq: ");
           for (int k = 0; k < ti.branches[d]; k++) printf("%s%.5f", k ? " " : "", q[(size_t)i * W + off + k]);
+        }
+      if (opt(x, a, "--q"))
+        for (int d = 0, off = 0; d < D; off += ti.branches[d], d++) {
+          printf("%s", d ? " | " : "\tvar: ");
+          for (int k = 0; k < ti.branches[d]; k++) printf("%s%.5g", k ? " " : "", qv[(size_t)i * W + off + k]);
         }
       printf("\n");
     }

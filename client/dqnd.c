@@ -353,13 +353,20 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
 
 int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
              int32_t *actions, float *q, size_t q_cap) {
+  return dqnd_act_episode(c, name, states, n, state_dim, noisy, 0, actions, q, NULL, q_cap);
+}
+
+int dqnd_act_episode(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
+                     uint64_t episode, int32_t *actions, float *q, float *q_var, size_t q_cap) {
   if (n < 1 || state_dim < 1) return seterr(c, DQND_EINVAL, "count/state_dim out of range");
+  if (q_var && !q) return seterr(c, DQND_EINVAL, "q_var needs q");
   Dqnd__V1__Act m = DQND__V1__ACT__INIT;
   m.name = (char *)name;
   m.count = (uint32_t)n;
   m.states = (ProtobufCBinaryData){(size_t)n * (size_t)state_dim * 4, (uint8_t *)states};
   m.noisy = noisy;
   m.want_q = q != NULL;
+  m.episode = episode;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_ACT;
   req.act = &m;
@@ -367,11 +374,12 @@ int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int
   int rc = dqnd_call(c, &req, &rep);
   if (!rc) {
     if (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != (size_t)n * 4 ||
-        (q && rep->act->q.len > q_cap * 4))
+        (q && rep->act->q.len > q_cap * 4) || (q_var && rep->act->q_var.len != rep->act->q.len))
       rc = seterr(c, DQND_EPROTO, "Act reply of unexpected size");
     else {
       memcpy(actions, rep->act->actions.data, (size_t)n * 4);
       if (q) memcpy(q, rep->act->q.data, rep->act->q.len);
+      if (q_var) memcpy(q_var, rep->act->q_var.data, rep->act->q_var.len);
     }
   }
   dqnd_reply_free(rep);

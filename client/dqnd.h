@@ -92,6 +92,11 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
 /* q (optional) receives n * sum(branches) floats; q_cap is its length. */
 int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
              int32_t *actions, float *q, size_t q_cap);
+/* dqnd_act naming the episode (act_select=thompson acts with that episode's
+ * head); q_var (optional, needs q) receives the variance over ensemble heads
+ * in q's layout, q_cap floats too. */
+int dqnd_act_episode(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
+                     uint64_t episode, int32_t *actions, float *q, float *q_var, size_t q_cap);
 int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau);
 int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields);
 int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st);

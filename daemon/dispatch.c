@@ -436,14 +436,16 @@ static void run_act(trainer_job_t *j) {
   const Dqnd__V1__Act *m = rpc_request(c)->act;
   int n = (int)m->count, qw = learner_config_q_width(&t->cfg);
   int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
-  float *q = m->want_q ? malloc(sizeof(float) * (size_t)n * (size_t)qw) : NULL;
+  float *q = m->want_q ? malloc(sizeof(float) * (size_t)n * (size_t)qw * 2) : NULL; /* mean, then variance */
+  float *qv = q ? q + (size_t)n * (size_t)qw : NULL;
   if (!a || (m->want_q && !q)) {
     free(a), free(q);
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "count: out of memory for %d states", n);
     return;
   }
   char err[512];
-  int rc = learner_act_checked(t->l, (const float *)m->states.data, n, m->noisy, a, q, err, sizeof err); /* check_act */
+  int rc = learner_act_checked(t->l, (const float *)m->states.data, n, m->noisy, (int64_t)(m->episode & INT64_MAX), a, q, qv,
+                               err, sizeof err); /* check_act */
   if (rc) {
     trainer_note_error(t, rc, err);
     free(a), free(q);
@@ -457,6 +459,8 @@ static void run_act(trainer_job_t *j) {
   if (q) {
     ar.q.data = (uint8_t *)q;
     ar.q.len = sizeof(float) * (size_t)n * (size_t)qw;
+    ar.q_var.data = (uint8_t *)qv;
+    ar.q_var.len = ar.q.len;
   }
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_ACT;

@@ -51,7 +51,8 @@ typedef struct learner_backend_ops {
   void (*destroy)(void *impl);
   int (*submit)(void *impl, const learner_transitions_t *t, char *err, size_t errlen);
   int (*step)(void *impl, int n, learner_stats_t *st, char *err, size_t errlen);
-  int (*act)(void *impl, const float *s, int n, int noisy, int32_t *a, float *q, char *err, size_t errlen);
+  int (*act)(void *impl, const float *s, int n, int noisy, int64_t episode, int32_t *a, float *q, float *q_var, char *err,
+             size_t errlen);
   int (*sync_target)(void *impl, float tau);
   int (*set_hparams)(void *impl, const learner_hparams_t *hp);
   int (*get_counters)(void *impl, learner_counters_t *c);

@@ -23,7 +23,7 @@
 #define HF(f) (offsetof(learner_config_t, hp) + offsetof(learner_hparams_t, f))
 #define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def},
 const learner_field_t learner_fields[] = {
-    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
+    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) ACT_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
 #undef ROW
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 
@@ -52,8 +52,20 @@ static double field_value(const learner_config_t *c, const learner_field_t *f) {
   return 0;
 }
 
+/* Fields whose integer values have names (config text shows the name, and
+ * accepts the name or the number). */
+static const char *const act_select_names[] = {"mean", "ucb", "thompson", NULL};
+static const char *const *field_names(const learner_field_t *f) {
+  return f->offset == HF(act_select) ? act_select_names : NULL;
+}
+
 int learner_config_get(const learner_config_t *c, const learner_field_t *f, char *buf, size_t n) {
   const char *p = (const char *)c + f->offset;
+  const char *const *names = field_names(f);
+  if (names) {
+    int32_t v = *(const int32_t *)p;
+    if (v >= 0 && v <= (int32_t)f->max) return snprintf(buf, n, "%s", names[v]);
+  }
   switch (f->type) {
   case LCF_INT32:
   case LCF_BOOL: return snprintf(buf, n, "%" PRId32, *(const int32_t *)p);
@@ -121,6 +133,16 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
     if (end == value || *end || errno) goto bad;
     *(uint64_t *)p = u;
     return LEARNER_OK;
+  }
+  const char *const *names = field_names(f);
+  for (int k = 0; names && names[k]; k++)
+    if (!strcmp(value, names[k])) {
+      *(int32_t *)p = k;
+      return LEARNER_OK;
+    }
+  if (names && (value[0] < '0' || value[0] > '9')) {
+    seterr(err, errlen, "%s: '%s' is not one of mean, ucb, thompson", f->name, value);
+    return LEARNER_EINVAL;
   }
   if (f->type == LCF_BOOL && (!strcmp(value, "true") || !strcmp(value, "false"))) {
     *(int32_t *)p = value[0] == 't';

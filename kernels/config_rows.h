@@ -48,6 +48,13 @@
   R("ensemble_prior_scale", LCF_FLOAT, CF(ensemble_prior_scale), 0, 1e6, 0, "0",                                 \
     "scale beta_p of the fixed random prior heads (0 = none)")
 
+/* Act over the ensemble (DESIGN.md §6.2): which action the K heads' Q values pick; may change */
+#define ACT_ROWS(R)                                                                                              \
+  R("act_select", LCF_INT32, HF(act_select), 0, 2, 1, "mean",                                                    \
+    "Act over ensemble heads: mean (argmax of the mean), ucb (mean + ucb_c * std), thompson (one head per "     \
+    "episode); 0/1/2 also accepted")                                                                             \
+  R("ucb_c", LCF_FLOAT, HF(ucb_c), 0, 1e6, 1, "1", "act_select=ucb: weight of the std over heads")
+
 /* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
 #define LOSS_ROWS(R)                                                                                             \
   R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \

@@ -226,12 +226,12 @@ int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *ac
       seterr(err, errlen, "states[%lld][%lld]: not finite", (long long)(i / S), (long long)(i % S));
       return LEARNER_EINVAL;
     }
-  return learner_act_checked(l, states, n, noisy, actions, q, err, errlen);
+  return learner_act_checked(l, states, n, noisy, 0, actions, q, NULL, err, errlen);
 }
 
-int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
-                        size_t errlen) {
-  return l->ops->act(l->impl, states, n, noisy, actions, q, err, errlen);
+int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
+                        float *q, float *q_var, char *err, size_t errlen) {
+  return l->ops->act(l->impl, states, n, noisy, episode, actions, q, q_var, err, errlen);
 }
 
 int learner_sync_target(learner_t *l, float tau) {

@@ -76,7 +76,12 @@ typedef struct learner_hparams {
   float samples_per_insert;
   int64_t min_replay;
   float ensemble_diversity; /* lambda: the ensemble's diversity bonus weight (DESIGN.md §6.2) */
+  int32_t act_select;       /* Act's choice over the K heads: LEARNER_ACT_MEAN / _UCB / _THOMPSON */
+  float ucb_c;              /* LEARNER_ACT_UCB: argmax of mean + ucb_c * std over heads */
 } learner_hparams_t;
+
+/* act_select's values (config text: mean | ucb | thompson) */
+enum { LEARNER_ACT_MEAN = 0, LEARNER_ACT_UCB = 1, LEARNER_ACT_THOMPSON = 2 };
 
 typedef struct learner_config {
   int32_t state_dim;
@@ -208,9 +213,14 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
  * per-branch Q values, branch after branch. */
 int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q,
                 char *err, size_t errlen);
-/* learner_act for 1..2^20 states already checked finite (as learner_act checks). */
-int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
-                        size_t errlen);
+/* learner_act for 1..2^20 states already checked finite (as learner_act checks),
+ * with the ensemble's outputs: q receives the mean over the K heads, q_var
+ * (optional, [n, sum n_d]) the variance over heads (divided by K; 0 when K is
+ * 1), and the actions follow act_select. Thompson acts greedily with head
+ * philox(seed, ACT_HEAD stream, episode) mod K: one head per episode, chosen
+ * again for every request naming that episode. learner_act is episode 0. */
+int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
+                        float *q, float *q_var, char *err, size_t errlen);
 /* tau <= 0: hard copy; else target = tau*online + (1-tau)*target. */
 int learner_sync_target(learner_t *l, float tau);
 void learner_get_hparams(const learner_t *l, learner_hparams_t *hp);

@@ -25,7 +25,8 @@ typedef struct cpu_learner {
   float *online, *target, *grad, *adam_m, *adam_v; /* [P] */
   float *noise_on, *noise_tg;                      /* [N] f(eps) */
   float *prior;                                    /* [n_prior] fixed prior heads (DESIGN.md §6.2) */
-  float *qacc;                                     /* [sum n_d] Act: the mean over heads */
+  float *qacc;                                     /* [sum n_d] Act: the variance over heads */
+  float *qheads;                                   /* [K, sum n_d] Act: each head's Q */
   replay_t rp;
   dqn_ws_f32_t ws;
   int64_t *idx; /* [B] sampled replay indices */
@@ -121,6 +122,7 @@ static void cpu_destroy(void *impl) {
   free(m->noise_tg);
   free(m->prior);
   free(m->qacc);
+  free(m->qheads);
   free(m->idx);
   free(m->prio);
   free(m->qrow);
@@ -151,8 +153,9 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
   m->prio = calloc((size_t)c->batch, sizeof(float));
   m->qrow = calloc((size_t)m->L.q_width, sizeof(float));
   m->qacc = calloc((size_t)m->L.q_width, sizeof(float));
+  m->qheads = calloc((size_t)m->L.q_width * (size_t)m->L.K, sizeof(float));
   m->prior = calloc((size_t)(m->L.n_prior ? m->L.n_prior : 1), sizeof(float));
-  if (!m->qacc || !m->prior) goto oom;
+  if (!m->qacc || !m->qheads || !m->prior) goto oom;
   if (!m->prio || !m->qrow ||!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
       !m->act_noise || !m->act_weff || !m->idx)
     goto oom;
@@ -270,8 +273,13 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
   return LEARNER_OK;
 }
 
-static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, float *q, char *err,
-                   size_t errlen) {
+/* Act (DESIGN.md §6.2): per branch the Q values of each head, their mean
+ * (head 0 plus heads 1..K-1 in order, then / K: K = 1 is the plain network
+ * exactly) and their variance over heads (/ K); the action per branch is the
+ * argmax of the mean, of mean + ucb_c * std (ucb), or of one head's Q
+ * (thompson: head philox(seed, ACT_HEAD, episode) mod K for the episode). */
+static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode, int32_t *a, float *q, float *q_var,
+                   char *err, size_t errlen) {
   cpu_learner_t *m = impl;
   const net_layout_t *L = &m->L;
   if (m->act_acts.rows < n) {
@@ -290,32 +298,48 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int32_t *a, flo
   net_weights_f32(L, m->online, fn, m->act_weff, &w);
   net_weights_priors_f32(L, m->prior, m->cfg.ensemble_prior_scale, &w);
   net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
-  const int K = L->K;
+  const int K = L->K, qw = L->q_width;
+  const int sel = K > 1 ? m->cfg.hp.act_select : LEARNER_ACT_MEAN;
+  const float c = m->cfg.hp.ucb_c;
+  int thompson_k = 0;
+  if (sel == LEARNER_ACT_THOMPSON)
+    thompson_k = (int)(philox_draw(m->cfg.seed, PHILOX_STREAM_ACT_HEAD, (uint64_t)episode, 0).v[0] % (uint32_t)K);
   float support[LEARNER_MAX_ATOMS];
   for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
-  float *qrow = m->qrow;
+  float *qh = m->qheads; /* [K][qw]: each head's Q for this state */
+  float *qrow = m->qrow, *var = m->qacc;
   for (int i = 0; i < n; i++) {
     int32_t flat = 0, off = 0;
     for (int d = 0; d < L->D; d++) {
-      int nz = L->n[d] * L->Z;
-      c51_q_values_f32(m->act_acts.logp[d] + (size_t)i * nz, L->n[d], L->Z, support, qrow + off);
-      if (K > 1) { /* ensemble (DESIGN.md §6.2): Q = the mean over heads (Act's selection modes are later work) */
-        float *qa = m->qacc;
-        for (int k = 1; k < K; k++) {
-          c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)i * nz, L->n[d], L->Z, support,
-                           qa);
-          for (int j = 0; j < L->n[d]; j++) qrow[off + j] += qa[j];
+      int nz = L->n[d] * L->Z, nd = L->n[d];
+      for (int k = 0; k < K; k++)
+        c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)i * nz, nd, L->Z, support,
+                         qh + (size_t)k * qw + off);
+      for (int j = 0; j < nd; j++) {
+        float mu = qh[off + j];
+        for (int k = 1; k < K; k++) mu += qh[(size_t)k * qw + off + j];
+        if (K > 1) mu /= (float)K;
+        float v = 0;
+        for (int k = 0; k < K; k++) {
+          float e = qh[(size_t)k * qw + off + j] - mu;
+          v += e * e;
         }
-        for (int j = 0; j < L->n[d]; j++) qrow[off + j] /= (float)K;
+        qrow[off + j] = mu;
+        var[off + j] = v / (float)K;
       }
+      const float *score = sel == LEARNER_ACT_THOMPSON ? qh + (size_t)thompson_k * qw + off : qrow + off;
       int best = 0;
-      for (int k = 1; k < L->n[d]; k++)
-        if (qrow[off + k] > qrow[off + best]) best = k;
-      flat = flat * L->n[d] + best;
-      off += L->n[d];
+      float bs = score[0] + (sel == LEARNER_ACT_UCB ? c * sqrtf(var[off]) : 0.0f);
+      for (int k = 1; k < nd; k++) {
+        float sk = score[k] + (sel == LEARNER_ACT_UCB ? c * sqrtf(var[off + k]) : 0.0f);
+        if (sk > bs) best = k, bs = sk;
+      }
+      flat = flat * nd + best;
+      off += nd;
     }
     a[i] = flat;
-    if (q) memcpy(q + (size_t)i * L->q_width, qrow, sizeof(float) * (size_t)L->q_width);
+    if (q) memcpy(q + (size_t)i * qw, qrow, sizeof(float) * (size_t)qw);
+    if (q_var) memcpy(q_var + (size_t)i * qw, var, sizeof(float) * (size_t)qw);
   }
   return LEARNER_OK;
 }

@@ -200,8 +200,11 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
   return LEARNER_OK;
 }
 
-static int cuda_act(void *impl, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
-                    size_t errlen) {
+/* The CUDA backend has one head set (it refuses ensemble_k > 1), so every
+ * act_select picks the argmax of that head and the variance over heads is 0. */
+static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t episode, int32_t *actions, float *q,
+                    float *q_var, char *err, size_t errlen) {
+  (void)episode;
   cuda_learner_t *m = (cuda_learner_t *)impl;
   const net_layout_t *L = &m->L;
   size_t S = (size_t)m->cfg.state_dim;
@@ -246,6 +249,7 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int32_t *
   DEV(cudaStreamSynchronize(m->st));
   memcpy(actions, ha, (size_t)n * 4);
   if (q) memcpy(q, hq, (size_t)n * 4 * (size_t)L->q_width);
+  if (q_var) memset(q_var, 0, (size_t)n * 4 * (size_t)L->q_width);
   return LEARNER_OK;
 }
 

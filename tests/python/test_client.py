@@ -171,6 +171,32 @@ class ClientTest(unittest.TestCase):
             self.code(9, c.step, "bad", 1)  # FAILED_PRECONDITION: no batch in the replay yet
             self.assertEqual(c.stats("bad")["replay_total"], 0)  # none of the above stored anything
 
+    def test_ensemble_act(self):
+        """Act over K heads through the daemon: the mean and the variance come
+        back, ucb picks the argmax of mean + ucb_c * std, thompson keeps one
+        head per episode (the CPU learner's oracle test checks the numbers)."""
+        with self.client() as c:
+            c.create_trainer("ens", dict(SMALL, ensemble_k=3, act_select="ucb", ucb_c=2))
+            b = batch(40, 5)
+            c.submit("ens", **b)
+            c.step("ens", 3)
+            st = b["states"][:12] * 4
+            a, q, v = c.act("ens", st, q_var=True)
+            self.assertEqual([x.shape for x in v], [(12, 3), (12, 4)])
+            self.assertTrue(all((x >= 0).all() for x in v) and any((x > 0).any() for x in v))
+            score = [q[d] + 2 * np.sqrt(v[d].astype(np.float64)) for d in range(2)]
+            np.testing.assert_array_equal(a, score[0].argmax(1) * 4 + score[1].argmax(1))
+            c.set_hyperparams("ens", act_select="thompson")
+            per_ep = [c.act("ens", st, episode=e) for e in range(12)]
+            for e in range(3):
+                np.testing.assert_array_equal(c.act("ens", st, episode=e), per_ep[e])  # the episode's head
+            self.assertGreater(len({x.tobytes() for x in per_ep}), 1)  # episodes draw different heads
+            self.code(3, c.set_hyperparams, "ens", act_select="greedy", needle="act_select")
+            self.code(3, c.act, "ens", st, episode=-1, needle="episode")
+            c.create_trainer("single", SMALL)  # K = 1: the variance is 0
+            _, _, v1 = c.act("single", st, q_var=True)
+            self.assertTrue(all((x == 0).all() for x in v1))
+
     def test_shapes_change_under_a_client(self):
         with self.client() as a, self.client() as b:
             a.create_trainer("shifty", SMALL)

@@ -248,14 +248,20 @@ class Client:
         """n training steps; the stats of this call."""
         return _stats(self._call("step", pb.Step(name=name, n=int(n))).step.stats)
 
-    def act(self, name, states, noisy=False, q=False):
+    def act(self, name, states, noisy=False, q=False, episode=0, q_var=False):
         """Greedy (or noisy) flat joint actions for states [n, state_dim]:
-        int32 [n]; with q=True also each branch's Q values, a list of
-        float32 [n, n_d] arrays."""
+        int32 [n]; with q=True also each branch's Q values (the mean over
+        ensemble heads), a list of float32 [n, n_d] arrays; with q_var=True
+        too, a third item: their variance over heads in the same layout.
+        episode: the episode the states belong to (act_select=thompson acts
+        with that episode's head)."""
         S, branches = self._shape(name)
         s = _floats("states", states, (None, S))
+        if not isinstance(episode, (int, np.integer)) or not 0 <= int(episode) < 1 << 63:
+            raise _bad("episode", f"{episode!r} is not an integer in [0, 2^63)")
+        q = bool(q or q_var)
         r = self._call("act", pb.Act(name=name, count=s.shape[0], states=s.tobytes(), noisy=bool(noisy),
-                                     want_q=bool(q))).act
+                                     want_q=q, episode=int(episode))).act
         n = s.shape[0]
         if len(r.actions) != 4 * n or (q and len(r.q) != 4 * n * sum(branches)):
             # another client recreated the trainer with other shapes: ask again
@@ -264,12 +270,18 @@ class Client:
         acts = np.frombuffer(r.actions, dtype="<i4").copy()
         if not q:
             return acts
-        qa = np.frombuffer(r.q, dtype="<f4").reshape(n, sum(branches))
-        out, off = [], 0
-        for nd in branches:
-            out.append(qa[:, off:off + nd].copy())
-            off += nd
-        return acts, out
+        def split(raw):
+            qa = np.frombuffer(raw, dtype="<f4").reshape(n, sum(branches))
+            out, off = [], 0
+            for nd in branches:
+                out.append(qa[:, off:off + nd].copy())
+                off += nd
+            return out
+        if q_var:
+            if len(r.q_var) != len(r.q):
+                raise DqndError(13, "q_var: the daemon's Act reply has no variance (an older daemon?)")
+            return acts, split(r.q), split(r.q_var)
+        return acts, split(r.q)
 
     def sync_target(self, name, tau=0.0):
         """tau = 0: hard copy; else target = tau x online + (1 - tau) x target."""
