@@ -1,9 +1,10 @@
 /*
  * dqnctl_deepsea.c — `dqnctl demo --env deepsea`: bsuite's deep sea
  * (client/deepsea_env.h) played against a new trainer on the daemon. Each
- * episode acts with the trainer (fresh NoisyNet noise when it has NoisyNet
- * layers, else epsilon-greedy decaying from 1 to 0.05 over the first half of
- * the episodes), submits the episode's transitions, and trains; every 100
+ * episode acts with the trainer (ensemble heads: by its act_select, naming
+ * the episode, so thompson follows one head all episode long; fresh NoisyNet
+ * noise when it has NoisyNet layers; else epsilon-greedy decaying from 1 to
+ * 0.05 over the first half of the episodes), submits the episode's transitions, and trains; every 100
  * episodes it prints the share that reached the reward and the mean return.
  * Deep sea is the test of deep exploration: a single head without noise
  * rarely finds the reward at N = 20; the ensemble heads of DESIGN.md §6.2
@@ -61,7 +62,7 @@ int demo_deepsea(ctx_t *x, const cli_args_t *a) {
   if (rc) return rc;
   if (!x->json)
     printf("dqnctl demo: new trainer '%s' on the daemon, deepsea N=%d (%s exploration), %lld episodes\n", name, N,
-           c.noisy ? "NoisyNet" : "epsilon-greedy", episodes);
+           c.ensemble_k > 1 ? "ensemble heads" : c.noisy ? "NoisyNet" : "epsilon-greedy", episodes);
   deepsea_env_t env;
   deepsea_init(&env, N, c.seed);
   float *s = malloc(sizeof(float) * (size_t)(N + 1) * S), *r = malloc(sizeof(float) * (size_t)N);
@@ -77,10 +78,10 @@ int demo_deepsea(ctx_t *x, const cli_args_t *a) {
   for (long long e = 0; e < episodes && !rc; e++) {
     deepsea_reset(&env);
     deepsea_observe(&env, s);
-    float eps = c.noisy ? 0.0f : (e < episodes / 2 ? 1.0f - 0.95f * (float)e / (float)(episodes / 2 + 1) : 0.05f);
+    float eps = c.noisy || c.ensemble_k > 1 ? 0.0f : (e < episodes / 2 ? 1.0f - 0.95f * (float)e / (float)(episodes / 2 + 1) : 0.05f);
     double ret = 0;
     for (int t = 0; t < N && !rc; t++) {
-      int crc = dqnd_act(x->c, name, s + (size_t)t * S, 1, S, c.noisy, &act[t], NULL, 0);
+      int crc = dqnd_act_episode(x->c, name, s + (size_t)t * S, 1, S, c.noisy, (uint64_t)e, &act[t], NULL, NULL, 0);
       if (crc) {
         rc = fail_rc(x, crc);
         break;
