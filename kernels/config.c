@@ -52,11 +52,18 @@ static double field_value(const learner_config_t *c, const learner_field_t *f) {
   return 0;
 }
 
-/* Fields whose integer values have names (config text shows the name, and
- * accepts the name or the number). */
-static const char *const act_select_names[] = {"mean", "ucb", "thompson", NULL};
+/* Fields whose integer values have names: the config text shows the name and
+ * accepts the name or the number. A named field is one row here (value k is
+ * names[k]; its row's max is the last index). */
+static const struct {
+  size_t offset;
+  const char *const names[4];
+} named_fields[] = {{HF(act_select), {"mean", "ucb", "thompson", NULL}}};
+
 static const char *const *field_names(const learner_field_t *f) {
-  return f->offset == HF(act_select) ? act_select_names : NULL;
+  for (size_t i = 0; i < sizeof named_fields / sizeof named_fields[0]; i++)
+    if (named_fields[i].offset == f->offset) return named_fields[i].names;
+  return NULL;
 }
 
 int learner_config_get(const learner_config_t *c, const learner_field_t *f, char *buf, size_t n) {
@@ -141,7 +148,11 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
       return LEARNER_OK;
     }
   if (names && (value[0] < '0' || value[0] > '9')) {
-    seterr(err, errlen, "%s: '%s' is not one of mean, ucb, thompson", f->name, value);
+    char list[128];
+    size_t w = 0;
+    for (int k = 0; names[k] && w < sizeof list; k++)
+      w += (size_t)snprintf(list + w, sizeof list - w, k ? ", %s" : "%s", names[k]);
+    seterr(err, errlen, "%s: '%s' is not one of %s", f->name, value, list);
     return LEARNER_EINVAL;
   }
   if (f->type == LCF_BOOL && (!strcmp(value, "true") || !strcmp(value, "false"))) {
