@@ -122,7 +122,7 @@ int demo_evaluate(const demo_driver_t *drv, uint64_t seed, int episodes, demo_po
   for (int i = 0; i < episodes; i++) demo_env_reset(&env[i], seed, (1ULL << 40) + (uint64_t)i);
   for (int t = 0; t < DEMO_ENV_T; t++) {
     for (int i = 0; i < episodes; i++) demo_env_observe(&env[i], obs + i * DEMO_ENV_STATE_DIM);
-    if ((rc = drv->act(drv->ctx, obs, episodes, 0, act))) goto out;
+    if ((rc = drv->act(drv->ctx, obs, episodes, 0, 0, act))) goto out;
     for (int i = 0; i < episodes; i++) {
       philox4_t d = philox_draw(seed, STREAM_CLIENT + 1, (uint64_t)t, (uint32_t)i);
       opt += demo_env_reward(&env[i], demo_env_optimal_action(&env[i]));
@@ -168,7 +168,7 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
     int n = 0;
     for (int k = 0; k < K; k++) {
       for (int i = 0; i < E; i++) demo_env_observe(&env[i], obs + i * S);
-      if ((rc = drv->act(drv->ctx, obs, E, 1, act))) goto out;
+      if ((rc = drv->act(drv->ctx, obs, E, 1, (uint64_t)it, act))) goto out;
       for (int i = 0; i < E; i++, n++) {
         /* epsilon-greedy per branch: each sub-action is replaced by a random
          * one on its own, so exploring the order type does not also scramble

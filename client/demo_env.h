@@ -52,7 +52,9 @@ typedef struct demo_driver {
   void *ctx;
   int (*submit)(void *ctx, const learner_transitions_t *t);
   int (*step)(void *ctx, int n, learner_stats_t *st);
-  int (*act)(void *ctx, const float *states, int n, int noisy, int32_t *actions);
+  /* episode: names the episode for an ensemble's thompson act_select (one
+   * head per episode); other learners ignore it */
+  int (*act)(void *ctx, const float *states, int n, int noisy, uint64_t episode, int32_t *actions);
 } demo_driver_t;
 
 /* A driver over an in-process learner (tests, dqn-demo). Errors go to stderr;

@@ -19,9 +19,9 @@ static int local_step(void *ctx, int n, learner_stats_t *st) {
   if (rc) fprintf(stderr, "step: %s\n", err);
   return rc;
 }
-static int local_act(void *ctx, const float *s, int n, int noisy, int32_t *a) {
+static int local_act(void *ctx, const float *s, int n, int noisy, uint64_t episode, int32_t *a) {
   char err[256];
-  int rc = learner_act(ctx, s, n, noisy, a, NULL, err, sizeof err);
+  int rc = learner_act_episode(ctx, s, n, noisy, (int64_t)episode, a, NULL, NULL, err, sizeof err);
   if (rc) fprintf(stderr, "act: %s\n", err);
   return rc;
 }

@@ -409,6 +409,7 @@ static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (defau
                                    {"--iterations", "N", "meanrev: rounds of collection and training (default 60)"},
                                    {"--size", "N", "deepsea: the grid's size (default 10)"},
                                    {"--episodes", "N", "deepsea: episodes to play (default 1000)"},
+                                   {"--obs-scale", "X", "deepsea: the one-hot observation's value (default N; 1 is bsuite's)"},
                                    {"--backend", "B", "cpu, cuda or auto"},
                                    {NULL, NULL, NULL}};
 

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "demo_env.h"
 #include "dqnd.h"
 #include "suggest.h"
 
@@ -43,5 +44,15 @@ int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *c
                      const char *backend, char *name, size_t n);
 /* dqnctl demo --env deepsea (dqnctl_deepsea.c) */
 int demo_deepsea(ctx_t *x, const cli_args_t *a);
+
+/* The demo loops' driver (demo_env.h) over a trainer on the daemon. */
+typedef struct remote {
+  ctx_t *x;
+  const char *name;
+  int state_dim;
+  int noisy; /* the trainer has NoisyNet layers: collect with fresh noise */
+  int rc;    /* the last call's DQND code */
+} remote_t;
+void remote_driver(demo_driver_t *d, remote_t *r);
 
 #endif

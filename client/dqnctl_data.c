@@ -379,25 +379,25 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
 
 /* ------------------------------------------------------------------ demo */
 
-typedef struct remote {
-  ctx_t *x;
-  const char *name;
-  int noisy; /* the trainer has NoisyNet layers: collect with fresh noise */
-  int rc;
-} remote_t;
-
 static int r_submit(void *p, const learner_transitions_t *t) {
   remote_t *r = p;
-  return r->rc = dqnd_submit(r->x->c, r->name, DEMO_ENV_STATE_DIM, t, NULL);
+  return r->rc = dqnd_submit(r->x->c, r->name, r->state_dim, t, NULL);
 }
 static int r_step(void *p, int n, learner_stats_t *st) {
   remote_t *r = p;
   r->rc = dqnd_step(r->x->c, r->name, n, st);
   return r->rc == 9 /* FAILED_PRECONDITION: not a batch yet */ ? (r->rc = 0) : r->rc;
 }
-static int r_act(void *p, const float *s, int n, int noisy, int32_t *a) {
+static int r_act(void *p, const float *s, int n, int noisy, uint64_t episode, int32_t *a) {
   remote_t *r = p;
-  return r->rc = dqnd_act(r->x->c, r->name, s, n, DEMO_ENV_STATE_DIM, noisy && r->noisy, a, NULL, 0);
+  return r->rc = dqnd_act_episode(r->x->c, r->name, s, n, r->state_dim, noisy && r->noisy, episode, a, NULL, NULL, 0);
+}
+
+void remote_driver(demo_driver_t *d, remote_t *r) {
+  d->ctx = r;
+  d->submit = r_submit;
+  d->step = r_step;
+  d->act = r_act;
 }
 
 static void demo_progress(void *p, const demo_point_t *pt) {
@@ -483,8 +483,9 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
     printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
            "train steps\n",
            name, o.iterations, o.envs * o.collect_steps, o.train_steps);
-  remote_t r = {x, name, c.noisy, 0};
-  demo_driver_t drv = {&r, r_submit, r_step, r_act};
+  remote_t r = {x, name, DEMO_ENV_STATE_DIM, c.noisy, 0};
+  demo_driver_t drv;
+  remote_driver(&drv, &r);
   demo_point_t fin;
   if (demo_train(&drv, &o, demo_progress, x, &fin)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
   double frac = fin.policy_return / fin.optimal_return;

@@ -216,6 +216,11 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
 
 int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,
                 size_t errlen) {
+  return learner_act_episode(l, states, n, noisy, 0, actions, q, NULL, err, errlen);
+}
+
+int learner_act_episode(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
+                        float *q, float *q_var, char *err, size_t errlen) {
   if (n < 1 || n > (1 << 20)) {
     seterr(err, errlen, "count: %d states is outside [1, 1048576]", n);
     return LEARNER_EINVAL;
@@ -226,7 +231,7 @@ int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *ac
       seterr(err, errlen, "states[%lld][%lld]: not finite", (long long)(i / S), (long long)(i % S));
       return LEARNER_EINVAL;
     }
-  return learner_act_checked(l, states, n, noisy, 0, actions, q, NULL, err, errlen);
+  return learner_act_checked(l, states, n, noisy, episode, actions, q, q_var, err, errlen);
 }
 
 int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,

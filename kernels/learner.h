@@ -31,7 +31,7 @@ extern "C" {
 #define LEARNER_MAX_BRANCHES 16
 #define LEARNER_MAX_JOINT_ACTIONS (1 << 30) /* flat actions travel as int32 */
 #define LEARNER_MAX_ATOMS 256
-#define LEARNER_MAX_ENSEMBLE 8 /* ensemble_k's bound (DESIGN.md §6.2) */
+#define LEARNER_MAX_ENSEMBLE 16 /* ensemble_k's bound (DESIGN.md §6.2) */
 
 enum learner_status {
   LEARNER_OK = 0,
@@ -213,8 +213,11 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
  * per-branch Q values, branch after branch. */
 int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q,
                 char *err, size_t errlen);
-/* learner_act for 1..2^20 states already checked finite (as learner_act checks),
- * with the ensemble's outputs: q receives the mean over the K heads, q_var
+/* learner_act with the ensemble's outputs (below), states checked finite. */
+int learner_act_episode(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
+                        float *q, float *q_var, char *err, size_t errlen);
+/* learner_act_episode for 1..2^20 states already checked finite, with the
+ * ensemble's outputs: q receives the mean over the K heads, q_var
  * (optional, [n, sum n_d]) the variance over heads (divided by K; 0 when K is
  * 1), and the actions follow act_select. Thompson acts greedily with head
  * philox(seed, ACT_HEAD stream, episode) mod K: one head per episode, chosen
