@@ -75,6 +75,13 @@ extern const learner_backend_ops_t learner_cuda_ops;
 void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
 /* The fixed prior heads' initial (and only) values (DESIGN.md §6.2; learner_cpu.c). */
 void learner_cpu_init_priors(const net_layout_t *L, const learner_config_t *c, float *prior);
+/* Act over K heads (act_heads.c): the head thompson follows in this episode
+ * (0 unless thompson with K > 1); then, from one state's Q of every head (head
+ * k's at qh + k kstride, [sum n_d] each), the mean (qrow) and variance (var)
+ * over heads per branch action, and the flat action by act_select sel. */
+int learner_act_head(const learner_config_t *c, int64_t episode);
+int32_t learner_act_heads(const net_layout_t *L, int sel, float ucb_c, int head, const float *qh, size_t kstride,
+                          float *qrow, float *var);
 
 #if DQN_HAVE_CUDA
 /* 1 and the device's name when a CUDA device is usable; else 0 and why. */

@@ -129,21 +129,13 @@ learner_backend_t learner_backend_default(void) {
 }
 
 /* A config with attention (DESIGN.md §6.1) runs on the CPU only for now:
- * AUTO picks the CPU for it, and an explicit cuda is refused. */
+ * AUTO picks the CPU for it, and an explicit cuda is refused. Ensemble heads
+ * and priors (DESIGN.md §6.2) run on both. */
 static const learner_backend_ops_t *pick_backend(const learner_config_t *c, learner_backend_t *b, char *err,
                                                  size_t errlen) {
-  /* ... and so does one with ensemble heads or priors (DESIGN.md §6.2) */
-  int cpu_only = c->attn_tokens > 0 || c->ensemble_k > 1 || c->ensemble_prior_scale > 0;
+  int cpu_only = c->attn_tokens > 0;
   if (*b == LEARNER_BACKEND_AUTO) *b = cpu_only ? LEARNER_BACKEND_CPU : learner_backend_default();
   if (*b == LEARNER_BACKEND_CPU) return &learner_cpu_ops;
-  if (c->ensemble_k > 1 || c->ensemble_prior_scale > 0) {
-    if (c->ensemble_k > 1)
-      seterr(err, errlen, "ensemble_k: %d: the cuda backend has no ensemble heads yet; use backend=cpu", c->ensemble_k);
-    else
-      seterr(err, errlen, "ensemble_prior_scale: %g: the cuda backend has no prior heads yet; use backend=cpu",
-             (double)c->ensemble_prior_scale);
-    return NULL;
-  }
   if (c->attn_tokens > 0) {
     seterr(err, errlen, "attn_tokens: %d: the cuda backend has no attention yet; use backend=cpu", c->attn_tokens);
     return NULL;

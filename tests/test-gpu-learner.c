@@ -91,6 +91,28 @@ static learner_t *make_n(const learner_config_t *c, learner_backend_t be, int n)
 
 static learner_t *make(const learner_config_t *c, learner_backend_t be) { return make_n(c, be, 3000); }
 
+typedef struct {
+  unsigned char *p;
+  size_t n, cap, pos;
+} membuf_t;
+static int mw(void *ctx, const void *buf, size_t n) {
+  membuf_t *m = ctx;
+  if (m->n + n > m->cap) {
+    m->cap = (m->cap + n) * 2;
+    m->p = realloc(m->p, m->cap);
+  }
+  memcpy(m->p + m->n, buf, n);
+  m->n += n;
+  return 0;
+}
+static int mr(void *ctx, void *buf, size_t n) {
+  membuf_t *m = ctx;
+  if (m->pos + n > m->n) return -1;
+  memcpy(buf, m->p + m->pos, n);
+  m->pos += n;
+  return 0;
+}
+
 static double param_err(learner_t *a, learner_t *b, int which) {
   int64_t P = learner_config_num_params(learner_config(a));
   float *x = malloc(sizeof(float) * (size_t)P), *y = malloc(sizeof(float) * (size_t)P);
@@ -123,8 +145,16 @@ static double step_both(learner_t *cpu, learner_t *gpu, learner_stats_t *a, lear
   return fabs((double)a->loss_last - b->loss_last) / fabs((double)a->loss_last);
 }
 
-static void parity(int odd, int per, int noisy, double tol_step, double tol_params) {
+/* K = 5 head sets with priors (beta_p 1), bootstrap masks (p 0.5) and the
+ * diversity term (lambda 0.1): DESIGN.md §6.2 */
+static void ensemble(learner_config_t *c) {
+  c->ensemble_k = 5, c->ensemble_prior_scale = 1.0f, c->ensemble_mask_p = 0.5f;
+  c->hp.ensemble_diversity = 0.1f;
+}
+
+static void parity_ens(int odd, int per, int noisy, int ens, double tol_step, double tol_params) {
   learner_config_t c = config(odd, per, noisy);
+  if (ens) ensemble(&c);
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
   ck_assert_msg(param_err(cpu, gpu, 0) == 0, "initial weights differ");
   double worst = 0;
@@ -161,14 +191,18 @@ static void parity(int odd, int per, int noisy, double tol_step, double tol_para
   /* uniform replay samples by index: every one of the 100 steps is held to tol */
   ck_assert_msg(per || diverged < 0, "uniform replay cannot diverge");
   double pe = param_err(cpu, gpu, 0), te = param_err(cpu, gpu, 1);
-  printf("odd %d per %d noisy %d: worst step-loss rel diff %.2e before %s, params %.2e, target %.2e\n", odd, per,
-         noisy, worst, diverged >= 0 ? "PER sampling diverged" : "the end (100 steps)", pe, te);
+  printf("odd %d per %d noisy %d ens %d: worst step-loss rel diff %.2e before %s, params %.2e, target %.2e\n", odd,
+         per, noisy, ens, worst, diverged >= 0 ? "PER sampling diverged" : "the end (100 steps)", pe, te);
   if (diverged >= 0) printf("  PER sampling diverged at step %d of 100; steps 0-%d held to %.0e\n", diverged,
                             diverged - 1, tol_step);
   double tp = diverged >= 0 ? 0.1 : tol_params;
   ck_assert_msg(pe <= tp && te <= tp, "params rel err %.3g / target %.3g", pe, te);
   learner_destroy(cpu);
   learner_destroy(gpu);
+}
+
+static void parity(int odd, int per, int noisy, double tol_step, double tol_params) {
+  parity_ens(odd, per, noisy, 0, tol_step, tol_params);
 }
 
 START_TEST(test_parity_uniform) { parity(0, 0, 0, 1e-3, 1e-2); }
@@ -178,6 +212,76 @@ END_TEST
 START_TEST(test_parity_per_noisy) { parity(0, 1, 1, 1e-3, 1e-2); }
 END_TEST
 START_TEST(test_parity_odd_per) { parity(1, 1, 0, 1e-5, 1e-5); }
+END_TEST
+/* 100-step lockstep with K = 5 heads, priors, masks, diversity; PER and
+ * NoisyNet on the odd shapes (issue 15: attention is not on the GPU yet),
+ * and the ref network (uniform replay: with PER and masks the two replays
+ * part after ~30 steps, and with different batches the losses part by more
+ * than the sanity bound) */
+START_TEST(test_parity_ensemble_odd) { parity_ens(1, 0, 1, 1, 1e-5, 1e-4); }
+END_TEST
+START_TEST(test_parity_ensemble_per_noisy) { parity_ens(1, 1, 1, 1, 1e-5, 1e-4); }
+END_TEST
+START_TEST(test_parity_ensemble_ref) { parity_ens(0, 0, 0, 1, 1e-3, 1e-2); }
+END_TEST
+
+/* Ensemble reruns are bit-identical (graph and un-captured), and Act over the
+ * heads (mean, variance, every act_select) matches the CPU's on the same
+ * weights: a CPU checkpoint loaded by the GPU learner */
+START_TEST(test_ensemble_rerun_and_act) {
+  learner_config_t c = config(1, 1, 1);
+  ensemble(&c);
+  learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
+  learner_config_t cn = c;
+  cn.cuda_graph = 0;
+  learner_t *nog = make(&cn, LEARNER_BACKEND_CUDA);
+  char err[256];
+  learner_stats_t s;
+  ck_assert_int_eq(learner_step(a, 40, &s, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(b, 40, &s, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(nog, 40, &s, err, sizeof err), 0);
+  ck_assert_msg(params_identical(a, b), "two GPU ensemble runs differ");
+  ck_assert_msg(params_identical(a, nog), "ensemble: graph replay differs from the un-captured launches");
+  learner_destroy(a), learner_destroy(b), learner_destroy(nog);
+  /* Act: train on the CPU, move the state to the GPU, compare */
+  learner_t *cpu = make(&c, LEARNER_BACKEND_CPU);
+  ck_assert_int_eq(learner_step(cpu, 30, &s, err, sizeof err), 0);
+  membuf_t mb = {0};
+  ck_assert_msg(learner_save(cpu, 1, mw, &mb, err, sizeof err) == 0, "%s", err);
+  mb.pos = 0;
+  learner_t *gpu = NULL;
+  ck_assert_msg(learner_load(mr, &mb, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
+  const int n = 33, S = c.state_dim, qw = learner_config_q_width(&c);
+  float *x = malloc(sizeof(float) * (size_t)n * S), *q1 = malloc(sizeof(float) * (size_t)n * qw * 4);
+  float *q2 = q1 + (size_t)n * qw, *v1 = q2 + (size_t)n * qw, *v2 = v1 + (size_t)n * qw;
+  int32_t a1[33], a2[33];
+  tu_fill_uniform_f32(x, (int64_t)n * S, -1, 1, 31, 1);
+  for (int sel = 0; sel < 3; sel++) {
+    learner_hparams_t hp;
+    learner_get_hparams(cpu, &hp);
+    hp.act_select = sel;
+    ck_assert_int_eq(learner_set_hparams(cpu, &hp, err, sizeof err), 0);
+    ck_assert_int_eq(learner_set_hparams(gpu, &hp, err, sizeof err), 0);
+    for (int64_t ep = 0; ep < 4; ep++) {
+      ck_assert_msg(learner_act_episode(cpu, x, n, 0, ep, a1, q1, v1, err, sizeof err) == 0, "%s", err);
+      ck_assert_msg(learner_act_episode(gpu, x, n, 0, ep, a2, q2, v2, err, sizeof err) == 0, "%s", err);
+      double eq = 0, ev = 0, vmax = 0;
+      for (int i = 0; i < n * qw; i++) {
+        eq = fmax(eq, fabs((double)q1[i] - q2[i]));
+        ev = fmax(ev, fabs((double)v1[i] - v2[i]));
+        vmax = fmax(vmax, v1[i]);
+      }
+      ck_assert_msg(eq <= 1e-5 && ev <= 1e-5 * fmax(vmax, 1e-3), "act_select %d: Q %.3g, var %.3g (max var %.3g)", sel,
+                    eq, ev, vmax);
+      ck_assert_msg(vmax > 0, "the heads agree exactly: the variance proves nothing");
+      int same = 0;
+      for (int i = 0; i < n; i++) same += a1[i] == a2[i];
+      ck_assert_msg(same >= n - 1, "act_select %d episode %lld: %d of %d actions agree", sel, (long long)ep, same, n);
+    }
+  }
+  free(x), free(q1), free(mb.p);
+  learner_destroy(cpu), learner_destroy(gpu);
+}
 END_TEST
 
 /* PER with 45 transitions and batch 37: every batch samples some leaves
@@ -306,28 +410,6 @@ START_TEST(test_hparams_between_replays) {
 }
 END_TEST
 
-typedef struct {
-  unsigned char *p;
-  size_t n, cap, pos;
-} membuf_t;
-static int mw(void *ctx, const void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->n + n > m->cap) {
-    m->cap = (m->cap + n) * 2;
-    m->p = realloc(m->p, m->cap);
-  }
-  memcpy(m->p + m->n, buf, n);
-  m->n += n;
-  return 0;
-}
-static int mr(void *ctx, void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->pos + n > m->n) return -1;
-  memcpy(buf, m->p + m->pos, n);
-  m->pos += n;
-  return 0;
-}
-
 /* tensor_cores = 1: the TF32 kernels train the ref network like the fp32 CPU
  * learner within TF32's precision (per-step loss within 1e-2 for 30 steps;
  * the loss test holds single kernels to their bounds), reruns bit-identical */
@@ -423,6 +505,10 @@ int main(void) {
   tcase_add_test(tc, test_parity_odd_uniform_noisy);
   tcase_add_test(tc, test_parity_per_noisy);
   tcase_add_test(tc, test_parity_odd_per);
+  tcase_add_test(tc, test_parity_ensemble_odd);
+  tcase_add_test(tc, test_parity_ensemble_per_noisy);
+  tcase_add_test(tc, test_parity_ensemble_ref);
+  tcase_add_test(tc, test_ensemble_rerun_and_act);
   tcase_add_test(tc, test_per_duplicates);
   tcase_add_test(tc, test_bit_identical_and_graph);
   tcase_add_test(tc, test_large_batch);

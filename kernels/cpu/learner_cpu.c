@@ -299,44 +299,19 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
   net_weights_priors_f32(L, m->prior, m->cfg.ensemble_prior_scale, &w);
   net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
   const int K = L->K, qw = L->q_width;
-  const int sel = K > 1 ? m->cfg.hp.act_select : LEARNER_ACT_MEAN;
-  const float c = m->cfg.hp.ucb_c;
-  int thompson_k = 0;
-  if (sel == LEARNER_ACT_THOMPSON)
-    thompson_k = (int)(philox_draw(m->cfg.seed, PHILOX_STREAM_ACT_HEAD, (uint64_t)episode, 0).v[0] % (uint32_t)K);
+  const int head = learner_act_head(&m->cfg, episode);
   float support[LEARNER_MAX_ATOMS];
   for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
   float *qh = m->qheads; /* [K][qw]: each head's Q for this state */
   float *qrow = m->qrow, *var = m->qacc;
   for (int i = 0; i < n; i++) {
-    int32_t flat = 0, off = 0;
-    for (int d = 0; d < L->D; d++) {
+    for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
       int nz = L->n[d] * L->Z, nd = L->n[d];
       for (int k = 0; k < K; k++)
         c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)i * nz, nd, L->Z, support,
                          qh + (size_t)k * qw + off);
-      for (int j = 0; j < nd; j++) {
-        float mu = qh[off + j];
-        for (int k = 1; k < K; k++) mu += qh[(size_t)k * qw + off + j];
-        if (K > 1) mu /= (float)K;
-        float v = 0;
-        for (int k = 0; k < K; k++) {
-          float e = qh[(size_t)k * qw + off + j] - mu;
-          v += e * e;
-        }
-        qrow[off + j] = mu;
-        var[off + j] = v / (float)K;
-      }
-      const float *score = sel == LEARNER_ACT_THOMPSON ? qh + (size_t)thompson_k * qw + off : qrow + off;
-      int best = 0;
-      float bs = score[0] + (sel == LEARNER_ACT_UCB ? c * sqrtf(var[off]) : 0.0f);
-      for (int k = 1; k < nd; k++) {
-        float sk = score[k] + (sel == LEARNER_ACT_UCB ? c * sqrtf(var[off + k]) : 0.0f);
-        if (sk > bs) best = k, bs = sk;
-      }
-      flat = flat * nd + best;
-      off += nd;
     }
+    int32_t flat = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, qh, (size_t)qw, qrow, var);
     a[i] = flat;
     if (q) memcpy(q + (size_t)i * qw, qrow, sizeof(float) * (size_t)qw);
     if (q_var) memcpy(q_var + (size_t)i * qw, var, sizeof(float) * (size_t)qw);

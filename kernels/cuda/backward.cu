@@ -17,6 +17,7 @@
  * Z atoms, O2 = Z + sum_d n_d Z; g2 [B, O2] from the loss.
  */
 #include <cuda_runtime.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.cuh"
@@ -31,14 +32,24 @@ static void layer_bufs(const net_layout_t *L, const cuda_fused_t *f, int li, int
                        int *xbuf, int *ldx, long long *x) {
   const int HC = f->HC, O2 = f->O2;
   *dy = 0, *x = 0;
-  if (li == NET_TRUNK1) *ybuf = 7, *ldy = L->H1, *xbuf = 0, *ldx = L->S;
-  else if (li == NET_TRUNK2) *ybuf = 6, *ldy = L->H2, *xbuf = 1, *ldx = L->H1;
-  else if (li == NET_VALUE1) *ybuf = 5, *ldy = HC, *xbuf = 2, *ldx = L->H2;
-  else if (li == NET_VALUE2) *ybuf = 4, *ldy = O2, *xbuf = 3, *ldx = HC;
+  if (li == NET_TRUNK1) {
+    *ybuf = 7, *ldy = L->H1, *xbuf = 0, *ldx = L->S;
+    return;
+  }
+  if (li == NET_TRUNK2) {
+    *ybuf = 6, *ldy = L->H2, *xbuf = 1, *ldx = L->H1;
+    return;
+  }
+  /* head set k's layer j: its trained units only (a merged prior's columns follow them) */
+  const int HL = NET_HEAD_LAYERS(L->D), k = (li - NET_VALUE1) / HL, j = (li - NET_VALUE1) % HL;
+  const long long s1 = (long long)k * f->SW1, so = (long long)k * f->SO;
+  if (j == 0) *ybuf = 5, *ldy = HC, *dy = s1, *xbuf = 2, *ldx = L->H2;
+  else if (j == 1) *ybuf = 4, *ldy = O2, *dy = so, *xbuf = 3, *ldx = HC, *x = s1;
   else {
-    int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
-    if (k == 1) *ybuf = 5, *ldy = HC, *dy = L->VH + (long long)d * L->AH, *xbuf = 2, *ldx = L->H2;
-    else *ybuf = 4, *ldy = O2, *dy = L->Z + f->aoff[d], *xbuf = 3, *ldx = HC, *x = L->VH + (long long)d * L->AH;
+    const int d = (j - 2) / 2;
+    const long long hb = s1 + f->VHp + (long long)d * f->AHp;
+    if ((j - 2) % 2 == 0) *ybuf = 5, *ldy = HC, *dy = hb, *xbuf = 2, *ldx = L->H2;
+    else *ybuf = 4, *ldy = O2, *dy = so + L->Z + f->aoff[d], *xbuf = 3, *ldx = HC, *x = hb;
   }
 }
 
@@ -48,14 +59,19 @@ static void layer_bufs(const net_layout_t *L, const cuda_fused_t *f, int li, int
  * activations as the mask. */
 int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const float *x, gemm_table_t *t) {
   const int HC = f->HC, O2 = f->O2, H1 = L->H1, H2 = L->H2;
-  glayer_t bw[3];
-  memset(bw, 0, sizeof bw);
-  glayer_t *b2 = &bw[0]; /* value2 [Z][VH], branch2_d [n_d Z][AH]: each its own matrix */
-  b2->n = 1 + L->D, b2->N = HC, b2->bias = -1;
-  b2->s[0].K = L->Z, b2->s[0].ldw = L->VH, b2->s[0].woff = f->pw.hc2;
-  for (int d = 0; d < L->D; d++) {
-    b2->s[1 + d].o0 = L->VH + d * L->AH, b2->s[1 + d].koff = L->Z + f->aoff[d], b2->s[1 + d].K = L->n[d] * L->Z;
-    b2->s[1 + d].ldw = L->AH, b2->s[1 + d].woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->aoff[d] * L->AH;
+  glayer_t *bw = (glayer_t *)calloc(3, sizeof(glayer_t)); /* large with K head sets: not on the stack */
+  if (!bw) return (int)cudaErrorMemoryAllocation;
+  glayer_t *b2 = &bw[0]; /* per set: value2 [Z][VHp], branch2_d [n_d Z][AHp]: each its own matrix */
+  b2->n = f->K * (1 + L->D), b2->N = HC, b2->bias = -1;
+  for (int k = 0; k < f->K; k++) {
+    const long long w2 = f->pw.hc2 + (long long)k * f->SH2;
+    const int s0 = k * (1 + L->D), o = k * f->SO, h = k * f->SW1;
+    b2->s[s0].o0 = h, b2->s[s0].koff = o, b2->s[s0].K = L->Z, b2->s[s0].ldw = f->VHp, b2->s[s0].woff = w2;
+    for (int d = 0; d < L->D; d++) {
+      const int s = s0 + 1 + d;
+      b2->s[s].o0 = h + f->VHp + d * f->AHp, b2->s[s].koff = o + L->Z + f->aoff[d], b2->s[s].K = L->n[d] * L->Z;
+      b2->s[s].ldw = f->AHp, b2->s[s].woff = w2 + (long long)L->Z * f->VHp + (long long)f->aoff[d] * f->AHp;
+    }
   }
   bw[1].n = 1, bw[1].N = H2, bw[1].bias = -1; /* hc1 [HC][H2] */
   bw[1].s[0].K = HC, bw[1].s[0].ldw = H2, bw[1].s[0].woff = f->pw.hc1;
@@ -63,11 +79,11 @@ int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const
   bw[2].s[0].K = H2, bw[2].s[0].ldw = H1, bw[2].s[0].woff = f->pw.t2;
   int rc;
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[0], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0))) return rc;
+  if ((rc = gemm_add_layer(t, &bw[0], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0))) { free(bw); return rc; }
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[1], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0))) return rc;
+  if ((rc = gemm_add_layer(t, &bw[1], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0))) { free(bw); return rc; }
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[2], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0))) return rc;
+  if ((rc = gemm_add_layer(t, &bw[2], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0))) { free(bw); return rc; }
   const float *bufs[8] = {x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
   for (int g = 0; g < 4; g++) { /* the layers whose output gradient is g2, g1, gh, gt1 (ybuf 4..7) */
     gemm_begin_phase(t);
@@ -80,9 +96,10 @@ int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const
       if ((rc = gemm_add_wgrad(t, bufs[ybuf] + dy, ldy, bufs[xbuf] + xo, ldx, l->out, l->in, B, l->off_w, l->off_b,
                                l->noisy ? l->off_sw : -1, l->noisy ? l->off_sb : -1, l->noisy ? l->noise_off : -1,
                                l->noisy ? l->noise_off + l->in : -1)))
-        return rc;
+        { free(bw); return rc; }
     }
   }
+  free(bw);
   return 0;
 }
 

@@ -8,6 +8,9 @@
  *   F4  O  = hh W_hc2^T + b                [rows, O2]  value2 (V) then branch2_d (A_d), each
  *                                                      reading its own columns of hh
  *   tail  logp = log_softmax_z(V + A_d - mean_a A_d)  [rows, AW]
+ * With K head sets (step.cuh, pack.cu) F3 is still one product (HC = K SW1
+ * hidden units), F4 has K (1 + D) segments per network, and the tail a warp
+ * per (row, set, branch): logp [rows, K AW].
  * Rows: online s then s' (2B, x rows 0..2B-1), then target s' (B, x rows
  * B..2B-1); each phase's two networks are problems of one launch. The
  * backward reads the first B rows of h1, h, hh. Every output is overwritten.
@@ -17,6 +20,7 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_check.h"
@@ -26,6 +30,7 @@
 
 typedef struct tail_args {
   int rows, Z, O2, AW, D;
+  int K, SO, LW; /* head sets: set k's outputs at column k SO of O, its logp at k AW of a LW-wide row */
   int stage; /* 1: each warp first copies its branch's advantages to shared memory (nmax x Z floats) */
   int n[MAXB], aoff[MAXB];
   int nmax;
@@ -65,10 +70,10 @@ template <int ZL> /* atoms per lane: Z <= 32 ZL */
 __global__ void fused_tail_kernel(tail_args_t a) {
   extern __shared__ float tsh[];
   const int wib = threadIdx.x / 32, w = (int)(blockIdx.x * (blockDim.x / 32)) + wib, lane = threadIdx.x % 32;
-  const int r = w / a.D, d = w % a.D;
+  const int r = w / (a.D * a.K), kd = w % (a.D * a.K), k = kd / a.D, d = kd % a.D;
   if (r >= a.rows) return;
   const int Z = a.Z, nd = a.n[d];
-  const float *__restrict__ V = a.O + (size_t)r * a.O2;
+  const float *__restrict__ V = a.O + (size_t)r * a.O2 + (size_t)k * a.SO;
   const float *Ad = V + Z + a.aoff[d];
   /* every load at once into shared memory, then the arithmetic: reading the
    * advantages from L2 action by action put one round trip per action (two
@@ -93,7 +98,7 @@ __global__ void fused_tail_kernel(tail_args_t a) {
       base[zi] = vz[zi] - m / (float)nd;
     }
   }
-  float *lp0 = a.logp + (size_t)r * a.AW + a.aoff[d];
+  float *lp0 = a.logp + (size_t)r * a.LW + (size_t)k * a.AW + a.aoff[d];
   for (int q = 0; q < nd; q++) {
     const float *Aq = Ad + (size_t)q * Z;
     float v[ZL], mx = -INFINITY;
@@ -125,20 +130,25 @@ __global__ void fused_tail_kernel(tail_args_t a) {
 int forward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const float *x, gemm_table_t *t) {
   const size_t b = (size_t)B;
   const int HC = f->HC, O2 = f->O2, H1 = L->H1, H2 = L->H2;
-  glayer_t fw[4];
-  memset(fw, 0, sizeof fw);
+  glayer_t *fw = (glayer_t *)calloc(4, sizeof(glayer_t)); /* large with K head sets: not on the stack */
+  if (!fw) return (int)cudaErrorMemoryAllocation;
   const long long w[3] = {f->pw.t1, f->pw.t2, f->pw.hc1}, bias[3] = {f->pw.bt1, f->pw.bt2, f->pw.bhc1};
   const int N[3] = {H1, H2, HC}, K[3] = {L->S, H1, H2};
   for (int q = 0; q < 3; q++) {
     fw[q].n = 1, fw[q].N = N[q], fw[q].bias = bias[q];
     fw[q].s[0].K = K[q], fw[q].s[0].ldw = K[q], fw[q].s[0].woff = w[q];
   }
-  glayer_t *c2 = &fw[3]; /* value2 reads hh's VH value columns, branch2_d its AH columns of branch d */
-  c2->n = 1 + L->D, c2->N = O2, c2->bias = f->pw.bhc2;
-  c2->s[0].K = L->VH, c2->s[0].ldw = L->VH, c2->s[0].woff = f->pw.hc2;
-  for (int d = 0; d < L->D; d++) {
-    c2->s[1 + d].o0 = L->Z + f->aoff[d], c2->s[1 + d].koff = L->VH + d * L->AH, c2->s[1 + d].K = L->AH;
-    c2->s[1 + d].ldw = L->AH, c2->s[1 + d].woff = f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->aoff[d] * L->AH;
+  glayer_t *c2 = &fw[3]; /* set k's value2 reads its VHp value columns of hh, branch2_d its AHp of branch d */
+  c2->n = f->K * (1 + L->D), c2->N = O2, c2->bias = f->pw.bhc2;
+  for (int k = 0; k < f->K; k++) {
+    const long long w2 = f->pw.hc2 + (long long)k * f->SH2;
+    const int s0 = k * (1 + L->D), o = k * f->SO, h = k * f->SW1;
+    c2->s[s0].o0 = o, c2->s[s0].koff = h, c2->s[s0].K = f->VHp, c2->s[s0].ldw = f->VHp, c2->s[s0].woff = w2;
+    for (int d = 0; d < L->D; d++) {
+      const int s = s0 + 1 + d;
+      c2->s[s].o0 = o + L->Z + f->aoff[d], c2->s[s].koff = h + f->VHp + d * f->AHp, c2->s[s].K = f->AHp;
+      c2->s[s].ldw = f->AHp, c2->s[s].woff = w2 + (long long)L->Z * f->VHp + (long long)f->aoff[d] * f->AHp;
+    }
   }
   int rc = 0;
   for (int ph = 0; ph < 4; ph++) {
@@ -153,6 +163,7 @@ int forward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const 
       if (ph == 3) rc = gemm_add_layer(t, &fw[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
     }
   }
+  free(fw);
   return rc;
 }
 
@@ -162,6 +173,7 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
   tail_args_t ta;
   memset(&ta, 0, sizeof ta);
   ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = f->O2, ta.AW = f->AW, ta.D = L->D;
+  ta.K = f->K, ta.SO = f->SO, ta.LW = f->LW;
   for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = f->aoff[d];
   ta.O = f->O, ta.logp = f->logp;
   for (int d = 0; d < L->D; d++) ta.nmax = L->n[d] > ta.nmax ? L->n[d] : ta.nmax;
@@ -169,7 +181,7 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
   const size_t wfl = sizeof(float) * (size_t)ta.nmax * L->Z;
   const int wpb = wfl <= 12288 ? 4 : wfl <= 49152 ? (int)(49152 / wfl) : 4;
   ta.stage = wfl <= 49152;
-  const size_t warps = 3 * (size_t)B * L->D;
+  const size_t warps = 3 * (size_t)B * L->D * f->K;
   const dim3 tg((unsigned)((warps + wpb - 1) / wpb)), tb(32 * wpb);
   const size_t tsm = ta.stage ? wpb * wfl : 0;
   if (L->Z <= 64) fused_tail_kernel<2><<<tg, tb, tsm, st>>>(ta);

@@ -53,15 +53,25 @@
  * constant cache) instead of walking the problem table in global memory, one
  * dependent L2 round trip per problem passed. */
 typedef struct gidx {
-  int np;
-  int blk0[GEMM_MAXP];
+  int nix;    /* entries in blk0 */
+  int stride; /* problems per entry: entry e is problem e * stride's first block */
+  int np;     /* problems */
+  int blk0[GEMM_IX];
 } gidx_t;
 
-__device__ __forceinline__ int g_find(const gidx_t &ix) {
+/* The block's problem: with stride 1 (every phase of one head set) a count
+ * over the first blocks; with K head sets the count finds the group of
+ * `stride` problems, and a second count over their first blocks in the
+ * problem table (independent loads, so one round trip) the problem. */
+__device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restrict__ probs) {
   int p = 0;
 #pragma unroll 8
-  for (int i = 1; i < ix.np; i++) p += (int)blockIdx.x >= ix.blk0[i];
-  return p;
+  for (int i = 1; i < ix.nix; i++) p += (int)blockIdx.x >= ix.blk0[i];
+  if (ix.stride == 1) return p;
+  const int base = p * ix.stride, end = min(ix.np, base + ix.stride);
+  int q = base;
+  for (int j = base + 1; j < end; j++) q += (int)blockIdx.x >= probs[j].blk0;
+  return q;
 }
 
 __device__ __forceinline__ unsigned f2tf32(float x) {
@@ -220,7 +230,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
   __shared__ int last;
-  const int p = g_find(ix);
+  const int p = g_find(ix, probs);
   /* a copy in registers: through a reference every field would be reloaded
    * from global memory after each barrier (measured: half the instructions) */
   const gprob_t g = probs[p];
@@ -485,7 +495,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
                                                              const __grid_constant__ gidx_t ix, float slope) {
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2_FLOATS;
-  const gprob_t g = probs[g_find(ix)];
+  const gprob_t g = probs[g_find(ix, probs)];
   const int tile = (int)blockIdx.x - g.blk0;
   const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -672,7 +682,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   int cnt = 0, cnt_side = 0, cnt_t1 = 0;
   for (int ph = 0; ph < GEMM_PHASES; ph++) {
     const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
-    if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within LEARNER_MAX_BRANCHES */
+    if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within the config's bounds */
     for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
       if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
     /* large tiles (fp32 FFMA forward and backward phases) when they give
@@ -688,7 +698,9 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     f->ph_big[ph] = big;
     plan_phase(pr, p0, p1, nsm, big, occ, &blocks, &tiles, &pf);
     f->ph[ph][0] = p0, f->ph[ph][1] = p1 - p0, f->ph_blocks[ph] = blocks;
-    for (int i = p0; i < p1; i++) f->ph_blk0[ph][i - p0] = pr[i].blk0;
+    const int stride = (p1 - p0 + GEMM_IX - 1) / GEMM_IX > 1 ? (p1 - p0 + GEMM_IX - 1) / GEMM_IX : 1;
+    f->ph_stride[ph] = stride;
+    for (int i = p0; i < p1; i += stride) f->ph_blk0[ph][(i - p0) / stride] = pr[i].blk0;
     /* split-K scratch: the main stream's phases (F1..B3) run one after
      * another and share one region; the weight-gradient groups 0..2 (one
      * after another on the side stream) run beside them: a second region;
@@ -733,6 +745,8 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   gidx_t ix;
   ix.np = f->ph[ph][1];
   if (ix.np == 0) return 0;
+  ix.stride = f->ph_stride[ph];
+  ix.nix = (ix.np + ix.stride - 1) / ix.stride;
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC) \
   fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)

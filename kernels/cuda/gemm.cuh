@@ -8,7 +8,10 @@
 
 #include "step.cuh"
 
-#define GEMM_MAXPROBS (64 + NET_MAX_LAYERS) /* every phase's problems together */
+/* every phase's problems together: F4 and B1 (2 and 1 x K (1 + D)), the
+ * weight gradients of K head sets (2 x K (1 + D)), the rest */
+#define GEMM_MAXPROBS (5 * LEARNER_MAX_ENSEMBLE * (1 + LEARNER_MAX_BRANCHES) + 64)
+#define GLAYER_MAXSEG (LEARNER_MAX_ENSEMBLE * (1 + LEARNER_MAX_BRANCHES))
 
 /* one matrix product of a phase: C[m][n] = sum_k A(m, k) W[k][n] (+ bias[n]),
  * then LeakyReLU (act) or times lrelu'(mask[m][n]) where mask <= 0. TA 0: A
@@ -40,11 +43,12 @@ typedef struct glayer {
   struct {
     int o0, koff, K, ldw;
     long long woff;
-  } s[1 + LEARNER_MAX_BRANCHES];
+  } s[GLAYER_MAXSEG];
   int n, N; /* segments, outputs */
   long long bias;
 } glayer_t;
 
+/* large (GEMM_MAXPROBS problems): allocate it, do not put it on a stack */
 typedef struct gemm_table {
   gprob_t pr[GEMM_MAXPROBS];
   int np;

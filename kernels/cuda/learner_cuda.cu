@@ -58,7 +58,7 @@ static void cuda_destroy(void *impl) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (!m) return;
   cuda_step_free(m);
-  void *bufs[] = {m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->sum, m->mn, m->own,
+  void *bufs[] = {m->prior, m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->sum, m->mn, m->own,
                   m->idx, m->prio, m->hp, m->ds, m->norm_scratch, m->act_x, m->act_weff, m->act_noise, m->act_a};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
   cuda_dqn_ws_free(&m->ws);
@@ -103,6 +103,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   if (c->prioritized) {
     ALLOC(m->sum, (size_t)(2 * m->T) * 4) ALLOC(m->mn, (size_t)(2 * m->T) * 4) ALLOC(m->own, (size_t)m->T * 4)
   }
+  if (m->L.has_prior) ALLOC(m->prior, (size_t)m->L.n_prior * 4);
 #undef ALLOC
   if (!rc && cudaMemset(m->norm_scratch, 0, CUDA_NORM_SCRATCH * 8) != cudaSuccess) rc = 1; /* its arrival counter */
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
@@ -110,6 +111,19 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     cuda_destroy(m);
     snprintf(err, errlen, "replay_capacity: GPU allocation failed");
     return LEARNER_ENOMEM;
+  }
+  if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1) && !m->ws.fused.ok) {
+    cuda_destroy(m);
+    snprintf(err, errlen, "ensemble_k: the cuda step cannot stage these shapes with head sets; use backend=cpu");
+    return LEARNER_EUNSUPPORTED;
+  }
+  { /* the ensemble's loss (loss_ens.cu): masks from the sampled slots' insertion counts */
+    cuda_fused_t *f = &m->ws.fused;
+    f->ens = f->K > 1 || c->ensemble_mask_p < 1;
+    f->prior = m->prior, f->beta = c->ensemble_prior_scale, f->lambda = c->hp.ensemble_diversity;
+    f->lambda_dev = &m->hp->ensemble_diversity; /* a hyperparameter: the graph reads it */
+    f->mask_p = c->ensemble_mask_p, f->mask_seed = c->seed;
+    f->idx = m->idx, f->ring = &m->ds->head, f->cap = c->replay_capacity;
   }
   if (c->tensor_cores && !(m->ws.fused.ok && m->ws.fused.tc == 1)) {
     /* refused rather than silently run in fp32 */
@@ -123,10 +137,19 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   }
   learner_cpu_init_params(&m->L, c, host);
+  int r2 = 0;
+  if (m->L.has_prior) { /* the CPU's draw, so both backends hold the same priors */
+    float *ph = (float *)calloc((size_t)m->L.n_prior, 4);
+    if (!ph) r2 = 1;
+    else {
+      learner_cpu_init_priors(&m->L, c, ph);
+      r2 |= cudaMemcpy(m->prior, ph, (size_t)m->L.n_prior * 4, cudaMemcpyHostToDevice);
+      free(ph);
+    }
+  }
   dev_state_t ds0;
   memset(&ds0, 0, sizeof ds0);
   ds0.max_leaf = 1.0f;
-  int r2 = 0;
   r2 |= cudaMemcpy(m->on, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemcpy(m->tg, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemset(m->m, 0, P * 4) | cudaMemset(m->v, 0, P * 4) | cudaMemset(m->grad, 0, P * 4);
@@ -193,18 +216,19 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
     m->total += run;
     done += run;
   }
-  /* the graph reads size from device memory */
-  long long sh[2] = {m->size, m->head};
+  /* the graph reads size (and the masks head and total) from device memory */
+  long long sh[3] = {m->size, m->head, m->total};
   DEV(cudaMemcpyAsync(&m->ds->size, sh, sizeof sh, cudaMemcpyHostToDevice, m->st));
   DEV(cudaStreamSynchronize(m->st));
   return LEARNER_OK;
 }
 
-/* The CUDA backend has one head set (it refuses ensemble_k > 1), so every
- * act_select picks the argmax of that head and the variance over heads is 0. */
+/* One head set: the argmax per branch on the device, the variance over heads
+ * 0. K head sets or priors (DESIGN.md §6.2): every head's Q on the device
+ * (cuda_net_forward_heads), then the mean, the variance and the action by
+ * act_select on the host, by the CPU backend's code (learner_act_heads). */
 static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t episode, int32_t *actions, float *q,
                     float *q_var, char *err, size_t errlen) {
-  (void)episode;
   cuda_learner_t *m = (cuda_learner_t *)impl;
   const net_layout_t *L = &m->L;
   size_t S = (size_t)m->cfg.state_dim;
@@ -220,7 +244,10 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
       return snprintf(err, errlen, "count: no GPU memory for %d states", n), LEARNER_ENOMEM;
     }
   }
-  if (ensure_staging(m, (size_t)n * S * 4 + (size_t)n * (4 + 4 * (size_t)L->q_width), err, errlen))
+  const int heads = L->K > 1 || L->has_prior;
+  const size_t K = (size_t)(L->K < 1 ? 1 : L->K), qw = (size_t)L->q_width;
+  if (ensure_staging(m, (size_t)n * S * 4 + (size_t)n * (4 + 4 * qw) + (heads ? K * (size_t)n * qw * 4 : 0), err,
+                     errlen))
     return LEARNER_EDEVICE;
   DEV(cudaStreamSynchronize(m->st));
   memcpy(m->staging, states, (size_t)n * S * 4);
@@ -233,6 +260,26 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
     if (cuda_effective_weights(L, m->on, m->act_noise, m->act_weff, m->st))
       return snprintf(err, errlen, "cuda: noisy weights failed"), LEARNER_EDEVICE;
     w = m->act_weff;
+  }
+  if (heads) {
+    int rc = cuda_net_forward_heads(L, w, m->prior, m->cfg.ensemble_prior_scale, m->act_x, n, m->cfg.leaky_slope,
+                                    m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
+    if (rc)
+      return snprintf(err, errlen, "cuda: forward failed: %s", cudaGetErrorString((cudaError_t)rc)), LEARNER_EDEVICE;
+    float *hq = (float *)((char *)m->staging + (size_t)n * S * 4);
+    DEV(cudaMemcpyAsync(hq, m->act.qk, K * (size_t)n * qw * 4, cudaMemcpyDeviceToHost, m->st));
+    DEV(cudaStreamSynchronize(m->st));
+    const int head = learner_act_head(&m->cfg, episode);
+    float *qrow = (float *)malloc(2 * qw * 4), *var = qrow + qw;
+    if (!qrow) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
+    for (int i = 0; i < n; i++) {
+      actions[i] = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, hq + (size_t)i * qw,
+                                     (size_t)n * qw, qrow, var);
+      if (q) memcpy(q + (size_t)i * qw, qrow, qw * 4);
+      if (q_var) memcpy(q_var + (size_t)i * qw, var, qw * 4);
+    }
+    free(qrow);
+    return LEARNER_OK;
   }
   int rc = cuda_net_forward(L, w, m->act_x, n, m->cfg.leaky_slope, m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
   if (rc) return snprintf(err, errlen, "cuda: forward failed: %s", cudaGetErrorString((cudaError_t)rc)), LEARNER_EDEVICE;
@@ -300,6 +347,7 @@ static int cuda_set_counters(void *impl, const learner_counters_t *c) {
   ds.step = c->step;
   ds.size = c->replay_size;
   ds.head = c->replay_head;
+  ds.total = c->replay_total;
   ds.max_leaf = c->max_leaf;
   m->act_count = c->act_count;
   m->size = c->replay_size;
@@ -316,7 +364,7 @@ static void *section_ptr(cuda_learner_t *m, int sec, int64_t *bytes) {
   case SEC_TARGET: *bytes = P * 4; return m->tg;
   case SEC_ADAM_M: *bytes = P * 4; return m->m;
   case SEC_ADAM_V: *bytes = P * 4; return m->v;
-  case SEC_PRIORS: *bytes = 0; return NULL; /* none: create refuses prior heads (learner.c) */
+  case SEC_PRIORS: *bytes = m->L.has_prior ? m->L.n_prior * 4 : 0; return m->prior;
   case SEC_R_S: *bytes = sz * S * 4; return m->s;
   case SEC_R_S2: *bytes = sz * S * 4; return m->s2;
   case SEC_R_A: *bytes = sz * 4; return m->a;

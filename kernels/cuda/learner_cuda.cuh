@@ -19,7 +19,7 @@
 /* device-resident counters and per-call statistics */
 typedef struct dev_state {
   unsigned long long step;
-  long long size, head;
+  long long size, head, total; /* the ring (total: insertions ever, for the bootstrap masks) */
   float max_leaf;
   float grad_norm, loss_last, beta_last, q_last;
   double loss_sum, gn_sum, q_sum;
@@ -30,6 +30,7 @@ typedef struct cuda_learner {
   net_layout_t L;
   cudaStream_t st;
   float *on, *tg, *grad, *m, *v;     /* [P] */
+  float *prior;                      /* [n_prior] fixed prior heads (DESIGN.md §6.2), or NULL */
   float *s, *s2, *r;                 /* replay */
   int32_t *a;
   uint8_t *done;

@@ -128,6 +128,12 @@ __global__ void splitk_reduce_kernel(const float *__restrict__ partial, int S, i
   if (H) H[e] = v > 0.0f ? v : slope * v;
 }
 
+/* y += beta x (heads_impl.h: a head's outputs plus beta_p x its prior's) */
+__global__ void axpy_kernel(float *__restrict__ y, const float *__restrict__ x, float beta, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += beta * x[i];
+}
+
 /* One block per row: logits[a][z] = V[z] + A[a][z] - mean_a A[a][z], then
  * log_softmax over z, one warp per action. Z <= 256 (LEARNER_MAX_ATOMS). */
 __global__ void dueling_log_softmax_kernel(const float *__restrict__ V, const float *__restrict__ A,
@@ -208,8 +214,11 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
   memset(A, 0, sizeof *A);
   A->rows = rows;
   size_t r = (size_t)rows;
+  const size_t K = (size_t)(L->K < 1 ? 1 : L->K), pr = L->has_prior ? 1 : 0;
   size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
-                r * (size_t)L->a_width * 2 + r * (size_t)L->q_width;
+                r * (size_t)L->a_width * 2 + r * (size_t)L->q_width +
+                pr * (r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width) +
+                (K > 1 || pr ? K * r * L->q_width : 0);
   cudaError_t e = cudaMalloc(&A->mem, need * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = A->mem;
@@ -228,7 +237,18 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
     A->A[d] = p, p += r * (size_t)L->n[d] * L->Z;
     A->logp[d] = p, p += r * (size_t)L->n[d] * L->Z;
   }
-  A->q = p;
+  A->q = p, p += r * L->q_width;
+  if (pr) {
+    A->pav = p, p += r * L->VH;
+    A->phv = p, p += r * L->VH;
+    A->pV = p, p += r * L->Z;
+    for (int d = 0; d < L->D; d++) {
+      A->pab[d] = p, p += r * L->AH;
+      A->phb[d] = p, p += r * L->AH;
+      A->pA[d] = p, p += r * (size_t)L->n[d] * L->Z;
+    }
+  }
+  if (K > 1 || pr) A->qk = p;
   return 0;
 }
 
@@ -263,6 +283,62 @@ extern "C" int cuda_net_forward(const net_layout_t *L, const float *P, const flo
     TRY(cudaGetLastError());
     qoff += L->n[d];
   }
+#undef TRY
+  return 0;
+}
+
+extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, const float *prior, float beta,
+                                      const float *X, int rows, float slope, float vmin, float vmax, cuda_acts_t *A,
+                                      cudaStream_t st) {
+  const net_layer_t *t1 = &L->layer[NET_TRUNK1], *t2 = &L->layer[NET_TRUNK2];
+  const int K = L->K < 1 ? 1 : L->K, pr = L->has_prior && prior && A->pV;
+  const long long r = rows;
+  cudaError_t e;
+#define TRY(x)                                  \
+  if ((e = (x)) != cudaSuccess) return (int)e;
+#define AXPY(y, x, n)                                                                             \
+  axpy_kernel<<<(unsigned)(((n) + 255) / 256), 256, 0, st>>>((y), (x), beta, (long long)(n)); \
+  TRY(cudaGetLastError());
+  TRY(linear(X, P + t1->off_w, P + t1->off_b, A->a1, A->h1, slope, rows, L->S, L->H1, st));
+  TRY(linear(A->h1, P + t2->off_w, P + t2->off_b, A->a2, A->h, slope, rows, L->H1, L->H2, st));
+  float dz = (vmax - vmin) / (float)(L->Z - 1);
+  for (int k = 0; k < K; k++) {
+    const int v1 = NET_HEAD_LAYER(L, k, 0), v2 = NET_HEAD_LAYER(L, k, 1);
+    const net_layer_t *lv1 = &L->layer[v1], *lv2 = &L->layer[v2];
+    TRY(linear(A->h, P + lv1->off_w, P + lv1->off_b, A->av, A->hv, slope, rows, L->H2, L->VH, st));
+    TRY(linear(A->hv, P + lv2->off_w, P + lv2->off_b, A->V, NULL, slope, rows, L->VH, L->Z, st));
+    if (pr) {
+      TRY(linear(A->h, prior + L->prior_off_w[v1], prior + L->prior_off_b[v1], A->pav, A->phv, slope, rows, L->H2,
+                 L->VH, st));
+      TRY(linear(A->phv, prior + L->prior_off_w[v2], prior + L->prior_off_b[v2], A->pV, NULL, slope, rows, L->VH,
+                 L->Z, st));
+      AXPY(A->V, A->pV, r * L->Z);
+    }
+    float *qk = A->qk + (size_t)k * rows * L->q_width;
+    int qoff = 0;
+    for (int d = 0; d < L->D; d++) {
+      const int b1 = NET_HEAD_LAYER(L, k, 2 + 2 * d), b2 = NET_HEAD_LAYER(L, k, 3 + 2 * d);
+      const net_layer_t *l1 = &L->layer[b1], *l2 = &L->layer[b2];
+      int nz = L->n[d] * L->Z;
+      TRY(linear(A->h, P + l1->off_w, P + l1->off_b, A->ab[d], A->hb[d], slope, rows, L->H2, L->AH, st));
+      TRY(linear(A->hb[d], P + l2->off_w, P + l2->off_b, A->A[d], NULL, slope, rows, L->AH, nz, st));
+      if (pr) {
+        TRY(linear(A->h, prior + L->prior_off_w[b1], prior + L->prior_off_b[b1], A->pab[d], A->phb[d], slope, rows,
+                   L->H2, L->AH, st));
+        TRY(linear(A->phb[d], prior + L->prior_off_w[b2], prior + L->prior_off_b[b2], A->pA[d], NULL, slope, rows,
+                   L->AH, nz, st));
+        AXPY(A->A[d], A->pA[d], r * nz);
+      }
+      dueling_log_softmax_kernel<<<rows, 128, 0, st>>>(A->V, A->A[d], A->logp[d], L->n[d], L->Z);
+      TRY(cudaGetLastError());
+      int warps = rows * L->n[d];
+      c51_q_values_kernel<<<(warps * 32 + 255) / 256, 256, 0, st>>>(A->logp[d], qk, rows, L->n[d], L->Z, qoff,
+                                                                     L->q_width, vmin, dz);
+      TRY(cudaGetLastError());
+      qoff += L->n[d];
+    }
+  }
+#undef AXPY
 #undef TRY
   return 0;
 }

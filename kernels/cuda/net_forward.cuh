@@ -22,6 +22,11 @@ typedef struct cuda_acts {
   float *ab[LEARNER_MAX_BRANCHES], *hb[LEARNER_MAX_BRANCHES];
   float *A[LEARNER_MAX_BRANCHES], *logp[LEARNER_MAX_BRANCHES];
   float *q; /* [rows, q_width] per-branch Q values, branch after branch */
+  /* K head sets (cuda_net_forward_heads): the prior heads' scratch (NULL
+   * without priors) and every head's Q [K, rows, q_width] */
+  float *pav, *phv, *pV;
+  float *pab[LEARNER_MAX_BRANCHES], *phb[LEARNER_MAX_BRANCHES], *pA[LEARNER_MAX_BRANCHES];
+  float *qk;
 } cuda_acts_t;
 
 /* C[M,N] (+)= A(m,k) B(k,n) with element strides (see net_forward.cu), then
@@ -46,6 +51,15 @@ void cuda_acts_free(cuda_acts_t *A);
 /* params may be effective (NoisyNet-composed) weights: only off_w/off_b are read. */
 int cuda_net_forward(const net_layout_t *L, const float *params, const float *X, int rows, float slope, float vmin,
                      float vmax, cuda_acts_t *A, cudaStream_t stream);
+
+/* The forward of every head set (DESIGN.md §6.2), the twin of net_forward_f32
+ * with K heads: the trunk once, then per head k its value and branch layers;
+ * with priors (prior: the prior vector, beta its scale) head k's V and A_d
+ * get beta x its prior head's before the dueling combine (heads_impl.h's
+ * order). Each head's Q into A->qk [K, rows, q_width]. */
+int cuda_net_forward_heads(const net_layout_t *L, const float *params, const float *prior, float beta,
+                           const float *X, int rows, float slope, float vmin, float vmax, cuda_acts_t *A,
+                           cudaStream_t stream);
 
 #ifdef __cplusplus
 }

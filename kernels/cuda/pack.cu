@@ -12,6 +12,17 @@
  * side by side), hc2: value2 [Z][VH] then branch2_d [n_d Z][AH]. Every
  * element is overwritten.
  *
+ * K head sets (DESIGN.md §6.2) repeat the head part set after set: bhc1 and
+ * hc1 rows k SW1 .., bhc2 k SO .., hc2 k SH2 .. (step.cuh). Fixed priors are
+ * merged into their head set: prior k's first layers are VH (AH) more hidden
+ * units of set k, beside the trained ones (value hidden VHp = 2 VH, branch
+ * hidden AHp = 2 AH), and its second layers more input columns of set k's
+ * second layers, times beta_p, whose biases add beta_p x the prior's. The
+ * set's outputs are then V + beta_p Vp and A_d + beta_p Ap_d, and dueling is
+ * linear: the logits of DESIGN.md §6.2. Priors pack with the sets' kernel
+ * (fused_pack_sets_kernel: a block row per layer); one head set without
+ * priors keeps the flat kernel.
+ *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
 #include <cuda_runtime.h>
@@ -35,6 +46,16 @@ typedef struct pack_args {
   int n_layers;
   long long total;
 } pack_args_t;
+
+/* one layer of the sets' pack (fused_pack_sets_kernel), in device memory */
+typedef struct pack_entry {
+  long long src_w, src_b, src_sw, src_sb, src_pb; /* src_b -1: no bias here; src_pb: prior bias, x beta, or -1 */
+  long long fi, fo;
+  long long w_dst, w_ld, b_dst;
+  int in, out;
+  int prior;  /* 1: the weights and bias come from the prior vector */
+  int wbeta;  /* 1: the weights are times beta (a prior's second layer) */
+} pack_entry_t;
 
 // kernels
 
@@ -62,6 +83,35 @@ __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on,
       float v = P[l->src_b + o];
       if (l->src_sb >= 0) v = v + P[l->src_sb + o] * fn[l->fo + o];
       W[l->b_dst + o] = v;
+    }
+  }
+}
+
+/* The same with K head sets and priors: block row y = layer (tab[y]), z =
+ * network (0 online, 1 target); the priors are shared by both. */
+__global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, const float *__restrict__ p_on,
+                                       const float *__restrict__ fn_on, float *__restrict__ w_on,
+                                       const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
+                                       float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
+                                       int noisy) {
+  const pack_entry_t l = tab[blockIdx.y];
+  const float *P = l.prior ? prior : (blockIdx.z ? p_tg : p_on), *fn = blockIdx.z ? fn_tg : fn_on;
+  float *W = blockIdx.z ? w_tg : w_on;
+  const long long nw = (long long)l.in * l.out, total = nw + (l.src_b >= 0 ? l.out : 0);
+  for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < total;
+       k += (long long)gridDim.x * blockDim.x) {
+    if (k < nw) {
+      int o = (int)(k / l.in), i = (int)(k % l.in);
+      float v = P[l.src_w + k];
+      if (noisy && l.src_sw >= 0) v = v + P[l.src_sw + k] * (fn[l.fo + o] * fn[l.fi + i]);
+      if (l.wbeta) v = beta * v;
+      W[l.w_dst + (long long)o * l.w_ld + i] = v;
+    } else {
+      int o = (int)(k - nw);
+      float v = P[l.src_b + o];
+      if (noisy && l.src_sb >= 0) v = v + P[l.src_sb + o] * fn[l.fo + o];
+      if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
+      W[l.b_dst + o] = v;
     }
   }
 }
@@ -105,7 +155,82 @@ extern "C" void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f) {
   b = (b + 3) / 4 * 4;
   f->pw.t1 = b, f->pw.t2 = b + (long long)L->H1 * L->S, f->pw.hc1 = f->pw.t2 + (long long)L->H2 * L->H1,
   f->pw.hc2 = f->pw.hc1 + (long long)f->HC * L->H2;
-  f->pw.total = (f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->AW * L->AH + 3) / 4 * 4;
+  f->pw.total = (f->pw.hc2 + (long long)f->K * f->SH2 + 3) / 4 * 4;
+}
+
+/* Set k's layer j (0 value1, 1 value2, 2 + 2d branch{d}_1, 3 + 2d branch{d}_2)
+ * in the pack: weight row 0, row stride, bias (-1: none) and the column
+ * offset of a prior's part (VH or AH, 0 for the trained one). */
+static void set_dst(const net_layout_t *L, const cuda_fused_t *f, int k, int j, int prior, long long *w_dst,
+                    long long *w_ld, long long *b_dst) {
+  const long long s1 = (long long)k * f->SW1, s2 = f->pw.hc2 + (long long)k * f->SH2, so = (long long)k * f->SO;
+  if (j == 0) { /* value1: rows [VH trained | VH prior] of the set's first VHp */
+    long long row = s1 + (prior ? L->VH : 0);
+    *w_dst = f->pw.hc1 + row * L->H2, *w_ld = L->H2, *b_dst = f->pw.bhc1 + row;
+  } else if (j == 1) { /* value2 [Z][VHp]: the trained columns, then the prior's */
+    *w_dst = s2 + (prior ? L->VH : 0), *w_ld = f->VHp, *b_dst = prior ? -1 : f->pw.bhc2 + so;
+  } else {
+    const int d = (j - 2) / 2;
+    if ((j - 2) % 2 == 0) {
+      long long row = s1 + f->VHp + (long long)d * f->AHp + (prior ? L->AH : 0);
+      *w_dst = f->pw.hc1 + row * L->H2, *w_ld = L->H2, *b_dst = f->pw.bhc1 + row;
+    } else {
+      *w_dst = s2 + (long long)L->Z * f->VHp + (long long)f->aoff[d] * f->AHp + (prior ? L->AH : 0);
+      *w_ld = f->AHp, *b_dst = prior ? -1 : f->pw.bhc2 + so + L->Z + f->aoff[d];
+    }
+  }
+}
+
+/* The sets' pack table: the trunk, every head set's layers, every prior
+ * layer; into f->pack_tab (device). 0 or a cudaError_t. */
+extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
+  const int HL = NET_HEAD_LAYERS(L->D);
+  const int n = L->n_layers + (f->pr ? f->K * HL : 0);
+  pack_entry_t *t = (pack_entry_t *)calloc((size_t)n, sizeof *t);
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  int e = 0;
+  for (int li = 0; li < L->n_layers; li++, e++) {
+    const net_layer_t *l = &L->layer[li];
+    pack_entry_t *p = &t[e];
+    p->src_w = l->off_w, p->src_b = l->off_b, p->src_pb = -1;
+    p->src_sw = l->noisy ? l->off_sw : -1, p->src_sb = l->noisy ? l->off_sb : -1;
+    p->fi = l->noisy ? l->noise_off : -1, p->fo = l->noisy ? l->noise_off + l->in : -1;
+    p->in = l->in, p->out = l->out;
+    if (li == NET_TRUNK1) {
+      p->w_dst = f->pw.t1, p->w_ld = L->S, p->b_dst = f->pw.bt1;
+    } else if (li == NET_TRUNK2) {
+      p->w_dst = f->pw.t2, p->w_ld = L->H1, p->b_dst = f->pw.bt2;
+    } else {
+      const int k = (li - NET_VALUE1) / HL, j = (li - NET_VALUE1) % HL;
+      set_dst(L, f, k, j, 0, &p->w_dst, &p->w_ld, &p->b_dst);
+      /* a second layer's bias carries beta x its prior's */
+      if (f->pr && (j == 1 || (j >= 2 && (j - 2) % 2 == 1))) p->src_pb = L->prior_off_b[li];
+    }
+  }
+  for (int k = 0; f->pr && k < f->K; k++)
+    for (int j = 0; j < HL; j++, e++) {
+      const int li = NET_HEAD_LAYER(L, k, j);
+      const net_layer_t *l = &L->layer[li];
+      pack_entry_t *p = &t[e];
+      const int second = j == 1 || (j >= 2 && (j - 2) % 2 == 1);
+      p->prior = 1, p->wbeta = second;
+      p->src_w = L->prior_off_w[li], p->src_b = second ? -1 : L->prior_off_b[li], p->src_pb = -1;
+      p->src_sw = p->src_sb = p->fi = p->fo = -1;
+      p->in = l->in, p->out = l->out;
+      long long bd;
+      set_dst(L, f, k, j, 1, &p->w_dst, &p->w_ld, &bd);
+      p->b_dst = second ? -1 : bd;
+    }
+  cudaError_t err = cudaMalloc(&f->pack_tab, sizeof(pack_entry_t) * (size_t)n);
+  if (err == cudaSuccess) err = cudaMemcpy(f->pack_tab, t, sizeof(pack_entry_t) * (size_t)n, cudaMemcpyHostToDevice);
+  long long mx = 0;
+  for (int i = 0; i < n; i++) {
+    long long tot = (long long)t[i].in * t[i].out + t[i].out;
+    mx = tot > mx ? tot : mx;
+  }
+  f->pack_n = n, f->pack_blocks = (int)((mx + 255) / 256 < 256 ? (mx + 255) / 256 : 256);
+  free(t);
+  return (int)err;
 }
 
 /* where each layer's elements go in the pack */
@@ -147,6 +272,12 @@ static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t 
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
                                  cudaStream_t st) {
+  if (f->pack_tab) { /* K head sets or priors: a block row per layer */
+    dim3 g((unsigned)f->pack_blocks, (unsigned)f->pack_n, 2);
+    fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, online, fn_on, f->w_on, target,
+                                              fn_tg, f->w_tg, f->prior, f->beta, noisy);
+    return (int)cudaGetLastError();
+  }
   pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
   pack_args(L, f, &pa);
   if (!noisy)

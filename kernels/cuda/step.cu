@@ -34,6 +34,7 @@
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../philox.h"
@@ -64,22 +65,36 @@ __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q
 extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
                                 const float *x) {
   memset(f, 0, sizeof *f);
-  f->HC = L->VH + L->D * L->AH;
+  f->K = L->K < 1 ? 1 : L->K;
+  f->pr = L->has_prior ? 1 : 0;
+  f->VHp = L->VH * (1 + f->pr), f->AHp = L->AH * (1 + f->pr);
+  f->SW1 = f->VHp + L->D * f->AHp;
   f->AW = L->a_width;
-  f->O2 = L->Z + L->a_width;
+  f->SO = L->Z + L->a_width;
+  f->SH2 = (long long)L->Z * f->VHp + (long long)f->AW * f->AHp;
+  f->HC = f->K * f->SW1;
+  f->O2 = f->K * f->SO;
+  f->LW = f->K * f->AW;
+  f->ens = f->K > 1;
+  f->mask_p = 1.0f;
   for (int d = 0, o = 0; d < L->D; d++) f->aoff[d] = o, o += L->n[d] * L->Z;
-  if (!cuda_loss_fits(L) || L->Z > LEARNER_MAX_ATOMS) return 0; /* the generic kernels */
+  /* the generic kernels when the loss kernel cannot stage the shapes (they
+   * have one head set: an ensemble needs the phases) */
+  if ((!cuda_loss_fits(L) && f->K == 1) || L->Z > LEARNER_MAX_ATOMS) return 0;
   f->tc = tensor_cores ? 1 : 0;
+  int rc0;
   cuda_pack_layout(L, f);
   /* packs, then every activation of the 3B rows, then the B rows' gradients */
   const size_t b = (size_t)B;
-  size_t need = (size_t)f->pw.total + 3 * b * f->AW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
-                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total;
+  /* the ensemble loss's scratch: m [B,K,D,Z], ce and q [B,K,D], masks [B,K], ce_mean [B] */
+  const size_t ens = f->K > 1 || f->pr ? b * f->K * L->D * ((size_t)L->Z + 2) + b * f->K + b : 0;
+  size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
+                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens;
   cudaError_t e;
   if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
-  f->logp = p, p += 3 * b * f->AW;
+  f->logp = p, p += 3 * b * f->LW;
   f->h1 = p, p += 3 * b * L->H1;
   f->h = p, p += 3 * b * L->H2;
   f->hh = p, p += 3 * b * f->HC;
@@ -88,13 +103,21 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   f->g2 = p, p += b * f->O2;
   f->g1 = p, p += b * f->HC;
   f->gh = p, p += b * L->H2;
-  f->gt1 = p;
-  gemm_table_t t; /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
-  memset(&t, 0, sizeof t);
-  int rc;
-  if ((rc = forward_problems(L, f, B, x, &t)) || (rc = backward_problems(L, f, B, x, &t)) ||
-      (rc = gemm_plan(f, &t, gemm_occupancy)))
-    return rc;
+  f->gt1 = p, p += b * L->H1;
+  if (ens) {
+    f->ens_m = p, p += b * f->K * L->D * L->Z;
+    f->ens_ce = p, p += 2 * b * f->K * L->D + b * f->K;
+    f->ce_mean = p;
+  }
+  if ((f->K > 1 || f->pr) && (rc0 = cuda_pack_table(L, f))) return rc0;
+  /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
+  gemm_table_t *t = (gemm_table_t *)calloc(1, sizeof *t);
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  int rc = forward_problems(L, f, B, x, t);
+  if (!rc) rc = backward_problems(L, f, B, x, t);
+  if (!rc) rc = gemm_plan(f, t, gemm_occupancy);
+  free(t);
+  if (rc) return rc;
   if ((e = cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking)) != cudaSuccess) return (int)e;
   for (int i = 0; i < 7; i++)
     if ((e = cudaEventCreateWithFlags(&f->ev[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
@@ -104,6 +127,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
 
 extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->mem);
+  cudaFree(f->pack_tab);
   cudaFree(f->probs);
   cudaFree(f->gpart);
   cudaFree(f->gcnt);
@@ -143,10 +167,11 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   cudaStream_t sd = f->side;
   if (!m) CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
   CUDA_RET(cuda_forward(L, f, B, sl, grad, fn, st));
-  CUDA_RET(cuda_loss(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, ws->best, st));
+  if (f->ens) CUDA_RET(cuda_loss_ens(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, st));
+  else CUDA_RET(cuda_loss(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, ws->best, st));
   CUDA_RET(cudaEventRecord(f->ev[0], st));
   CUDA_RET(cudaStreamWaitEvent(sd, f->ev[0], 0));
-  CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D, ws->loss, ws->q_taken, sd));
+  CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D * f->K, ws->loss, ws->q_taken, sd));
   CUDA_RET(cuda_weight_grads(f, 0, sl, grad, fn, sd));
   for (int k = 1; k <= 3; k++) {
     CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));

@@ -63,13 +63,43 @@ typedef struct fused_pack_layout {
  * groups by the gradient they read (g2, g1, gh, gt1: each starts as soon as
  * the backward phase that writes it is done) */
 #define GEMM_PHASES 11
-#define GEMM_MAXP 40 /* problems in one phase at most (2 x (1 + LEARNER_MAX_BRANCHES) + 4) */
+/* problems in one phase at most: F4 runs every head set's value and branch
+ * second layers for both networks */
+#define GEMM_MAXP (2 * LEARNER_MAX_ENSEMBLE * (1 + LEARNER_MAX_BRANCHES))
+/* a launch's block -> problem index (gemm.cu): every problem's first block
+ * when a phase has up to GEMM_IX problems (one head set: 2 x (1 + 16) + 4 at
+ * most), else every stride-th problem's, refined in the problem table */
+#define GEMM_IX 40
 enum { PH_F1 = 0, PH_B1 = 4, PH_WG = 7 }; /* F_k = PH_F1 + k - 1, B_k = PH_B1 + k - 1, group g = PH_WG + g */
 
 typedef struct cuda_fused {
   int ok;                     /* 1: shapes fit; the fused path can run */
   int tc;                     /* arithmetic: 0 fp32 FFMA, 1 TF32 mma.sync (tensor_cores) */
   int HC, O2, AW;
+  /* head sets (DESIGN.md §6.2; pack.cu): K sets side by side, each with its
+   * prior merged in when pr (VHp = 2 VH, AHp = 2 AH hidden units, else VH,
+   * AH); SW1 = VHp + D AHp hidden units and SO = Z + AW outputs per set, SH2
+   * = Z VHp + AW AHp second-layer weights per set; HC = K SW1, O2 = K SO; LW
+   * = K AW, a logp row. K = 1 without priors is the plain layout. */
+  int K, pr, VHp, AHp, SW1, SO, LW;
+  long long SH2;
+  int ens;                    /* 1: the ensemble loss (loss_ens.cu): K > 1 or bootstrap masks */
+  const float *prior;         /* the prior vector (device, the caller's) and beta_p */
+  float beta;
+  void *pack_tab;             /* the sets' pack table (pack.cu; NULL: the plain pack) */
+  int pack_n, pack_blocks;
+  float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
+  /* bootstrap masks (loss_ens.cu): given [B, K] (mask_in, device: tests), or
+   * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
+   * the sampled slots idx [B] and ring = {head, total} (device) of a ring of
+   * cap slots; all 1 when mask_p >= 1 */
+  const float *mask_in;
+  float mask_p;
+  unsigned long long mask_seed;
+  const long long *idx, *ring;
+  long long cap;
+  float lambda;               /* the diversity weight, or read from lambda_dev when set (graphs) */
+  const float *lambda_dev;
   int aoff[LEARNER_MAX_BRANCHES]; /* branch d's first advantage output: sum_{e<d} n_e Z */
   fused_pack_layout_t pw;     /* the W [out][in] packs */
   float *mem;
@@ -82,7 +112,8 @@ typedef struct cuda_fused {
   int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
   int ph_blocks[GEMM_PHASES]; /* blocks per phase */
   int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 tiles */
-  int ph_blk0[GEMM_PHASES][GEMM_MAXP]; /* each problem's first block: the launch's lookup table */
+  int ph_blk0[GEMM_PHASES][GEMM_IX]; /* the launch's lookup table (gemm.cu's gidx_t) */
+  int ph_stride[GEMM_PHASES];         /* problems per lookup entry (1: every problem's first block) */
   float *gpart;               /* split-K partial sums */
   int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
   /* step.cu: the weight-gradient groups and the batch loss run on a second
@@ -106,8 +137,10 @@ int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_c
                      const float *x);
 void cuda_fused_free(cuda_fused_t *f);
 
-/* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff set) */
+/* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff, the sets' set) */
 void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
+/* pack.cu: the sets' pack table (K > 1 or priors) into f->pack_tab */
+int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* both networks' effective weights into f's packs; the noise fn_on / fn_tg
  * (already f-transformed) composed when noisy */
 int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
@@ -133,7 +166,11 @@ int cuda_loss_fits(const net_layout_t *L);
  * [B] (at loss_i + B), best [D, B], and dlogits into f->g2 */
 int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
               const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);
-/* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D) */
+/* loss_ens.cu: the same with K head sets (f->ens): loss_i and qsum_i [B] (at
+ * loss_i + B), f->ce_mean (the priority's loss), dlogits into f->g2 */
+int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
+                  const float *done, const float *w, const int32_t *a, float *loss_i, cudaStream_t st);
+/* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D); D: branches x heads */
 int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
                     float *q_taken, cudaStream_t st);
 
