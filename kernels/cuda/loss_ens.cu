@@ -3,21 +3,23 @@
  * the twin of dqn_loss_grad's ensemble part in kernels/cpu/loss_impl.h, in
  * the CPU's order of operations, from the forward's log-probabilities
  * logp [3B, K AW] (online s, online s', target s'):
- *   E1  a thread per (sample i, head k, branch d): head k's Double-DQN action
- *       (the online head k on s' picks, the target head k scores), the C51
- *       projection (c51_project's loop), the cross-entropy CE_d against the
- *       online head k at the taken action, its Q;
- *   E2  a thread per sample: the bootstrap masks m_ik, CE^k_i = mean_d CE_d,
- *       loss_i = (1/K) sum_k m_ik CE^k_i - lambda D_i with the diversity D_i
- *       (KL between every ordered pair of heads' taken-action distributions,
- *       mean over branches), mean_k CE^k_i (the priority's loss), the Q sum;
- *   E3  a thread per (sample, head): dlogits G = c (softmax sum m - m), c =
- *       w_i m_ik / (B D K), plus the diversity's gradient into both
- *       distributions of every pair (the CPU's pair order), then through the
+ *   E1  a warp per (sample i, head k, branch d): head k's Double-DQN action
+ *       (the online head k on s' picks, by Q sums serial over z; the target
+ *       head k scores), the C51 projection (c51.cuh's gather, c51_project's
+ *       order), the cross-entropy CE_d against the online head k at the taken
+ *       action, its Q;
+ *   E23 a block per sample: the taken-action distributions of every head and
+ *       branch, the KL of every ordered pair (serial over z); one thread the
+ *       bootstrap masks m_ik, CE^k_i = mean_d CE_d, loss_i = (1/K) sum_k m_ik
+ *       CE^k_i - lambda D_i, the diversity D_i (mean over branches and pairs),
+ *       mean_k CE^k_i (the priority's loss), the Q sum, in the CPU's order;
+ *       then a thread per (head k, atom z): dlogits G = c (softmax sum m - m),
+ *       c = w_i m_ik / (B D K), plus the diversity's gradient into both
+ *       distributions of every pair (the CPU's pair order), through the
  *       dueling combine into g2: dV of set k (summed over branches in order)
  *       and every dA_d.
  * Priors are inside the head sets (pack.cu), so nothing here sees them.
- * Serial per thread and in the CPU's order: no atomics, reruns identical.
+ * Fixed orders, no atomics: reruns are bit-identical.
  *
  * Shapes: B batch, K heads, D branches, Z atoms; m [B, K, D, Z], ce [B, K,
  * D], mask [B, K], q [B, K, D] scratch (f->ens_*); g2 [B, O2] with set k's
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "../philox.h"
+#include "c51.cuh"
 #include "step.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
@@ -59,130 +62,162 @@ __device__ __forceinline__ int action_d(const ens_args_t &a, int i, int d) {
   return (a.a[i] / a.radix_after[d]) % a.n[d];
 }
 
-__global__ void ens_e1_kernel(ens_args_t a) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= a.B * a.K * a.D) return;
+/* Every row is read once, coalesced, into shared memory, and the loops run
+ * there: a first version, a thread per item looping over global memory, waited
+ * out one L2 round trip per element (measured on the H200: 894 us a step at
+ * batch 64, K 5, against 84 us for one head set). The per-action Q sums, the
+ * KL sums and E2's sums keep the CPU's serial order; the cross-entropy and
+ * the taken action's Q are warp sums. Shapes whose rows do not fit 48 KB are
+ * refused at create (cuda_loss_ens_fits). */
+
+/* per warp: sel [nmax Z] (exp'd in place), q [nmax], pj, bj, lj [Z] */
+__host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return nmax * Z + nmax + 3 * Z; }
+
+__global__ void ens_e1_kernel(ens_args_t a, int nmax) {
+  extern __shared__ float sh1[];
+  const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+  const int t = blockIdx.x * wpb + wib;
+  if (t >= a.B * a.K * a.D) return; /* whole warps leave: only __syncwarp below */
   const int i = t / (a.K * a.D), k = (t / a.D) % a.K, d = t % a.D;
-  const int n = a.n[d], Z = a.Z;
+  const int n = a.n[d], Z = a.Z, nz = n * Z;
+  float *sel = sh1 + (size_t)wib * e1_warp_floats(nmax, Z), *q = sel + (size_t)nmax * Z, *pj = q + nmax, *bj = pj + Z;
+  int *lj = (int *)(bj + Z);
   const float *lp_s = lp_at(a, 0, i, k, d), *lp_s2 = lp_at(a, 1, i, k, d), *lt_s2 = lp_at(a, 2, i, k, d);
-  const float *sel = a.double_dqn ? lp_s2 : lt_s2;
-  int best = 0;
-  float bq = 0.0f;
-  for (int act = 0; act < n; act++) { /* c51_q_values, then argmax (ties to the lower action) */
+  const float *src = a.double_dqn ? lp_s2 : lt_s2;
+  for (int e = lane; e < nz; e += 32) sel[e] = expf(src[e]);
+  __syncwarp();
+  for (int act = lane; act < n; act += 32) { /* c51_q_values: serial over z */
     float s = 0.0f;
-    for (int z = 0; z < Z; z++) s += expf(sel[act * Z + z]) * support_at(a, z);
-    if (act == 0 || s > bq) best = act, bq = s;
+    for (int z = 0; z < Z; z++) s += sel[act * Z + z] * support_at(a, z);
+    q[act] = s;
   }
+  __syncwarp();
+  int best = 0;
+  for (int act = 1; act < n; act++)
+    if (q[act] > q[best]) best = act;
   const float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
   const float disc = gamma * (1.0f - a.done[i]), ri = a.r[i];
-  float *m = a.m + (size_t)t * Z;
-  for (int z = 0; z < Z; z++) m[z] = 0.0f;
   const float dz = (a.vmax - a.vmin) / (float)(Z - 1);
-  for (int j = 0; j < Z; j++) { /* c51_project */
-    const float p = expf(lt_s2[best * Z + j]);
-    const float tz = ri + disc * support_at(a, j);
-    const float tt = tz < a.vmin ? a.vmin : (tz > a.vmax ? a.vmax : tz);
-    const float b = (tt - a.vmin) / dz;
-    int l = (int)floorf(b), u = (int)ceilf(b);
-    l = l < 0 ? 0 : (l > Z - 1 ? Z - 1 : l);
-    u = u < 0 ? 0 : (u > Z - 1 ? Z - 1 : u);
-    if (l == u) {
-      m[l] += p;
-    } else {
-      m[l] += p * ((float)u - b);
-      m[u] += p * (b - (float)l);
-    }
+  for (int j = lane; j < Z; j += 32) {
+    pj[j] = expf(lt_s2[best * Z + j]);
+    lj[j] = c51_source(ri, disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
   }
+  __syncwarp();
+  const float c0 = (ri + disc * a.vmin - a.vmin) / dz;
   const float *lp = lp_s + (size_t)action_d(a, i, d) * Z;
+  float *m = a.m + (size_t)t * Z;
   float ce = 0.0f, qa = 0.0f;
-  for (int z = 0; z < Z; z++) ce -= m[z] * lp[z];
-  for (int z = 0; z < Z; z++) qa += expf(lp[z]) * support_at(a, z);
-  a.ce[t] = ce;
-  a.q[t] = qa;
+  for (int z = lane; z < Z; z += 32) {
+    const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
+    const float l = lp[z];
+    m[z] = acc;
+    ce -= acc * l;
+    qa += expf(l) * support_at(a, z);
+  }
+  for (int off = 16; off; off >>= 1) {
+    ce += __shfl_xor_sync(0xffffffffu, ce, off);
+    qa += __shfl_xor_sync(0xffffffffu, qa, off);
+  }
+  if (lane == 0) a.ce[t] = ce, a.q[t] = qa;
 }
 
-__global__ void ens_e2_kernel(ens_args_t a) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= a.B) return;
-  const int K = a.K, D = a.D, Z = a.Z;
-  unsigned long long cnt = 0;
-  if (!a.mask_in && a.mask_p < 1.0f) { /* the slot's insertion count (replay_insertion_count) */
-    const long long j = a.idx[i], head = a.ring[0], total = a.ring[1];
-    const long long back = ((head - 1 - j) % a.cap + a.cap) % a.cap;
-    cnt = (unsigned long long)(total - 1 - back);
+/* per sample: LP, P, M [K D Z] (taken-action log-probabilities, their
+ * softmax, the targets), KL [D K K], msum [K D], mask [K] */
+__host__ __device__ static inline int e23_floats(int K, int D, int Z) { return 3 * K * D * Z + K * K * D + K * D + K; }
+
+/* E2 and E3 for one sample per block */
+__global__ void ens_e23_kernel(ens_args_t a) {
+  extern __shared__ float sh2[];
+  const int i = blockIdx.x, K = a.K, D = a.D, Z = a.Z, B = a.B, KDZ = K * D * Z;
+  float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
+  for (int e = threadIdx.x; e < KDZ; e += blockDim.x) {
+    const int k = e / (D * Z), d = (e / Z) % D, z = e % Z;
+    const float l = lp_at(a, 0, i, k, d)[(size_t)action_d(a, i, d) * Z + z];
+    LP[e] = l;
+    P[e] = expf(l);
+    M[e] = a.m[(((size_t)i * K + k) * D + d) * Z + z];
   }
-  float lsum = 0.0f, cesum = 0.0f, qs = 0.0f;
-  for (int k = 0; k < K; k++) {
-    float cek = 0.0f;
-    for (int d = 0; d < D; d++) {
-      const size_t t = ((size_t)i * K + k) * D + d;
-      cek += a.ce[t] / (float)D;
-      qs += a.q[t];
-    }
-    float mk = 1.0f;
-    if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
-    else if (a.mask_p < 1.0f) mk = (float)philox_ensemble_mask(a.seed, cnt, (uint32_t)k, a.mask_p);
-    a.mask[(size_t)i * K + k] = mk;
-    lsum += mk * cek;
-    cesum += cek;
-  }
-  a.ce_mean[i] = cesum / (float)K;
-  float li = lsum / (float)K;
-  float div = 0.0f;
-  for (int d = 0; K > 1 && d < D; d++) {
-    const int ad = action_d(a, i, d);
-    for (int k = 0; k < K; k++)
-      for (int l = 0; l < K; l++) {
-        if (k == l) continue;
-        const float *lk = lp_at(a, 0, i, k, d) + (size_t)ad * Z, *ll = lp_at(a, 0, i, l, d) + (size_t)ad * Z;
-        float kl = 0.0f;
-        for (int z = 0; z < Z; z++) kl += expf(lk[z]) * (lk[z] - ll[z]);
-        div += kl;
+  __syncthreads();
+  for (int e = threadIdx.x; e < K * K * D + K * D; e += blockDim.x) {
+    if (e < K * K * D) { /* KL(P^k || P^l) of branch d, serial over z */
+      const int d = e / (K * K), k = (e / K) % K, l = e % K;
+      float kl = 0.0f;
+      if (k != l) {
+        const float *pk = P + ((size_t)k * D + d) * Z, *lk = LP + ((size_t)k * D + d) * Z, *ll = LP + ((size_t)l * D + d) * Z;
+        for (int z = 0; z < Z; z++) kl += pk[z] * (lk[z] - ll[z]);
       }
-  }
-  const float lam = a.lambda_dev ? *a.lambda_dev : a.lambda;
-  if (K > 1) li -= lam * (div / ((float)K * (float)(K - 1) * (float)D));
-  a.loss_i[i] = li;
-  a.qsum_i[i] = qs;
-}
-
-__global__ void ens_e3_kernel(ens_args_t a) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= a.B * a.K) return;
-  const int i = t / a.K, k = t % a.K, K = a.K, D = a.D, Z = a.Z, B = a.B;
-  float G[LEARNER_MAX_ATOMS];
-  float *dV = a.g2 + (size_t)i * a.O2 + (size_t)k * a.SO;
-  for (int z = 0; z < Z; z++) dV[z] = 0.0f;
-  const float wi = a.w[i];
-  const float c = wi * a.mask[(size_t)i * K + k] / ((float)B * (float)D * (float)K);
-  const float lam = a.lambda_dev ? *a.lambda_dev : a.lambda;
-  const float cd = K > 1 ? -lam * wi / ((float)B * (float)K * (float)(K - 1) * (float)D) : 0.0f;
-  for (int d = 0; d < D; d++) {
-    const int n = a.n[d], ad = action_d(a, i, d);
-    const float *lk = lp_at(a, 0, i, k, d) + (size_t)ad * Z;
-    const float *m = a.m + (((size_t)i * K + k) * D + d) * Z;
-    float msum = 0.0f;
-    for (int z = 0; z < Z; z++) msum += m[z];
-    for (int z = 0; z < Z; z++) G[z] = c * (expf(lk[z]) * msum - m[z]);
-    if (K > 1 && lam != 0.0f) /* the CPU's pair order: (k0, l0) updates G^k0 and G^l0 */
-      for (int k0 = 0; k0 < K; k0++)
-        for (int l0 = 0; l0 < K; l0++) {
-          if (k0 == l0 || (k0 != k && l0 != k)) continue;
-          const float *p0 = lp_at(a, 0, i, k0, d) + (size_t)ad * Z, *q0 = lp_at(a, 0, i, l0, d) + (size_t)ad * Z;
-          float kl = 0.0f;
-          for (int z = 0; z < Z; z++) kl += expf(p0[z]) * (p0[z] - q0[z]);
-          for (int z = 0; z < Z; z++) {
-            const float P = expf(p0[z]);
-            if (k0 == k) G[z] += cd * (P * (p0[z] - q0[z] - kl));
-            else G[z] += cd * (expf(q0[z]) - P);
-          }
-        }
-    float *dA = a.g2 + (size_t)i * a.O2 + (size_t)k * a.SO + Z + a.aoff[d];
-    for (int z = 0; z < Z; z++) {
-      const float g = G[z];
-      dV[z] += g;
-      for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? g : 0.0f) - g / (float)n;
+      KL[e] = kl;
+    } else {
+      const int kd = e - K * K * D;
+      float s = 0.0f;
+      for (int z = 0; z < Z; z++) s += M[(size_t)kd * Z + z];
+      msum[kd] = s;
     }
+  }
+  if (threadIdx.x == 0) { /* E2's sums in the CPU's order */
+    unsigned long long cnt = 0;
+    if (!a.mask_in && a.mask_p < 1.0f) {
+      const long long j = a.idx[i], head = a.ring[0], total = a.ring[1];
+      const long long back = ((head - 1 - j) % a.cap + a.cap) % a.cap;
+      cnt = (unsigned long long)(total - 1 - back);
+    }
+    float lsum = 0.0f, cesum = 0.0f, qs = 0.0f;
+    for (int k = 0; k < K; k++) {
+      float cek = 0.0f;
+      for (int d = 0; d < D; d++) {
+        const size_t t = ((size_t)i * K + k) * D + d;
+        cek += a.ce[t] / (float)D;
+        qs += a.q[t];
+      }
+      float mk = 1.0f;
+      if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
+      else if (a.mask_p < 1.0f) mk = (float)philox_ensemble_mask(a.seed, cnt, (uint32_t)k, a.mask_p);
+      mask[k] = mk;
+      a.mask[(size_t)i * K + k] = mk;
+      lsum += mk * cek;
+      cesum += cek;
+    }
+    a.ce_mean[i] = cesum / (float)K;
+    a.loss_i[i] = lsum / (float)K; /* the diversity term follows, after the barrier (KL) */
+    a.qsum_i[i] = qs;
+  }
+  __syncthreads();
+  const float lam = a.lambda_dev ? *a.lambda_dev : a.lambda;
+  if (threadIdx.x == 0 && K > 1) {
+    float div = 0.0f;
+    for (int d = 0; d < D; d++)
+      for (int k = 0; k < K; k++)
+        for (int l = 0; l < K; l++)
+          if (k != l) div += KL[((size_t)d * K + k) * K + l];
+    a.loss_i[i] = a.loss_i[i] - lam * (div / ((float)K * (float)(K - 1) * (float)D));
+  }
+  /* E3: a thread per (head k, atom z): G over branches in order, dV summed, every dA_d */
+  const float wi = a.w[i];
+  const float cd = K > 1 ? -lam * wi / ((float)B * (float)K * (float)(K - 1) * (float)D) : 0.0f;
+  for (int e = threadIdx.x; e < K * Z; e += blockDim.x) {
+    const int k = e / Z, z = e % Z;
+    const float c = wi * mask[k] / ((float)B * (float)D * (float)K);
+    float dv = 0.0f;
+    float *g2k = a.g2 + (size_t)i * a.O2 + (size_t)k * a.SO;
+    for (int d = 0; d < D; d++) {
+      const int n = a.n[d], ad = action_d(a, i, d);
+      const size_t kd = (size_t)k * D + d;
+      float g = c * (P[kd * Z + z] * msum[kd] - M[kd * Z + z]);
+      if (K > 1 && lam != 0.0f)
+        for (int k0 = 0; k0 < K; k0++)
+          for (int l0 = 0; l0 < K; l0++) {
+            if (k0 == l0 || (k0 != k && l0 != k)) continue;
+            const size_t p0 = ((size_t)k0 * D + d) * Z + z, q0 = ((size_t)l0 * D + d) * Z + z;
+            const float kl = KL[((size_t)d * K + k0) * K + l0];
+            if (k0 == k) g += cd * (P[p0] * (LP[p0] - LP[q0] - kl));
+            else g += cd * (P[q0] - P[p0]);
+          }
+      dv += g;
+      float *dA = g2k + Z + a.aoff[d];
+      const float gm = g / (float)n;
+      for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? g : 0.0f) - gm;
+    }
+    g2k[z] = dv;
   }
 }
 
@@ -206,8 +241,21 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   const size_t kd = (size_t)B * f->K * L->D;
   ea.m = f->ens_m, ea.ce = f->ens_ce, ea.q = f->ens_ce + kd, ea.mask = f->ens_ce + 2 * kd;
   ea.g2 = f->g2, ea.loss_i = loss_i, ea.qsum_i = loss_i + B, ea.ce_mean = f->ce_mean;
-  ens_e1_kernel<<<(unsigned)((kd + 127) / 128), 128, 0, st>>>(ea);
-  ens_e2_kernel<<<(unsigned)((B + 127) / 128), 128, 0, st>>>(ea);
-  ens_e3_kernel<<<(unsigned)(((size_t)B * f->K + 63) / 64), 64, 0, st>>>(ea);
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  const size_t e1w = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
+  const size_t e23 = sizeof(float) * (size_t)e23_floats(f->K, L->D, L->Z);
+  if (e1w > 48 * 1024 || e23 > 48 * 1024) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
+  const int wpb = e1w * 4 <= 48 * 1024 ? 4 : 1;
+  ens_e1_kernel<<<(unsigned)((kd + wpb - 1) / wpb), 32 * wpb, e1w * wpb, st>>>(ea, nmax);
+  ens_e23_kernel<<<(unsigned)B, 256, e23, st>>>(ea);
   return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_loss_ens_fits(const net_layout_t *L) {
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  const int K = L->K < 1 ? 1 : L->K;
+  return sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z) <= 48 * 1024 &&
+         sizeof(float) * (size_t)e23_floats(K, L->D, L->Z) <= 48 * 1024;
 }

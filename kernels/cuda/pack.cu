@@ -228,7 +228,7 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
     long long tot = (long long)t[i].in * t[i].out + t[i].out;
     mx = tot > mx ? tot : mx;
   }
-  f->pack_n = n, f->pack_blocks = (int)((mx + 255) / 256 < 256 ? (mx + 255) / 256 : 256);
+  f->pack_n = n, f->pack_blocks = (int)((mx + 255) / 256 < 32 ? (mx + 255) / 256 : 32);
   free(t);
   return (int)err;
 }

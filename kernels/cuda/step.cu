@@ -80,7 +80,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   for (int d = 0, o = 0; d < L->D; d++) f->aoff[d] = o, o += L->n[d] * L->Z;
   /* the generic kernels when the loss kernel cannot stage the shapes (they
    * have one head set: an ensemble needs the phases) */
-  if ((!cuda_loss_fits(L) && f->K == 1) || L->Z > LEARNER_MAX_ATOMS) return 0;
+  if ((f->K == 1 ? !cuda_loss_fits(L) : !cuda_loss_ens_fits(L)) || L->Z > LEARNER_MAX_ATOMS) return 0;
   f->tc = tensor_cores ? 1 : 0;
   int rc0;
   cuda_pack_layout(L, f);

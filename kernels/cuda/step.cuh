@@ -168,6 +168,7 @@ int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t
               const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);
 /* loss_ens.cu: the same with K head sets (f->ens): loss_i and qsum_i [B] (at
  * loss_i + B), f->ce_mean (the priority's loss), dlogits into f->g2 */
+int cuda_loss_ens_fits(const net_layout_t *L); /* 1: the rows fit the kernels' 48 KB */
 int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
                   const float *done, const float *w, const int32_t *a, float *loss_i, cudaStream_t st);
 /* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D); D: branches x heads */
