@@ -156,6 +156,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   r2 |= cudaMemcpy(m->hp, &c->hp, sizeof c->hp, cudaMemcpyHostToDevice);
   r2 |= cudaMemcpy(m->ds, &ds0, sizeof ds0, cudaMemcpyHostToDevice);
   if (c->prioritized) r2 |= cuda_replay_init(m);
+  r2 |= cuda_pack_priors(&m->ws.fused, 0);
   r2 |= cudaDeviceSynchronize();
   free(host);
   if (r2) {
@@ -418,6 +419,8 @@ static int cuda_load_done(void *impl) {
   if (m->cfg.prioritized) {
     if (cuda_replay_rebuild(m, m->st) || cudaStreamSynchronize(m->st)) return LEARNER_EDEVICE;
   }
+  /* the loaded priors into the step's packs */
+  if (cuda_pack_priors(&m->ws.fused, m->st) || cudaStreamSynchronize(m->st)) return LEARNER_EDEVICE;
   return LEARNER_OK;
 }
 

@@ -49,6 +49,7 @@ typedef struct pack_args {
 
 /* one layer of the sets' pack (fused_pack_sets_kernel), in device memory */
 typedef struct pack_entry {
+  long long begin;                                /* first element of this layer among the table's */
   long long src_w, src_b, src_sw, src_sb, src_pb; /* src_b -1: no bias here; src_pb: prior bias, x beta, or -1 */
   long long fi, fo;
   long long w_dst, w_ld, b_dst;
@@ -87,19 +88,28 @@ __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on,
   }
 }
 
-/* The same with K head sets and priors: block row y = layer (tab[y]), z =
- * network (0 online, 1 target); the priors are shared by both. */
-__global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, const float *__restrict__ p_on,
-                                       const float *__restrict__ fn_on, float *__restrict__ w_on,
-                                       const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
-                                       float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
-                                       int noisy) {
-  const pack_entry_t l = tab[blockIdx.y];
-  const float *P = l.prior ? prior : (blockIdx.z ? p_tg : p_on), *fn = blockIdx.z ? fn_tg : fn_on;
-  float *W = blockIdx.z ? w_tg : w_on;
-  const long long nw = (long long)l.in * l.out, total = nw + (l.src_b >= 0 ? l.out : 0);
-  for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < total;
-       k += (long long)gridDim.x * blockDim.x) {
+/* The same with K head sets and priors, over table entries [e0, e1) (the
+ * trained layers every step; the priors once): a thread per element, its
+ * layer found by binary search over the entries' first elements; block row
+ * y = network (0 online, 1 target); the priors are shared by both. */
+__global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int e0, int e1, long long total,
+                                       const float *__restrict__ p_on, const float *__restrict__ fn_on,
+                                       float *__restrict__ w_on, const float *__restrict__ p_tg,
+                                       const float *__restrict__ fn_tg, float *__restrict__ w_tg,
+                                       const float *__restrict__ prior, float beta, int noisy) {
+  const long long g = tab[e0].begin + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= tab[e0].begin + total) return;
+  int lo = e0, hi = e1 - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab[mid].begin <= g) lo = mid;
+    else hi = mid - 1;
+  }
+  const pack_entry_t &l = tab[lo];
+  const float *P = l.prior ? prior : (blockIdx.y ? p_tg : p_on), *fn = blockIdx.y ? fn_tg : fn_on;
+  float *W = blockIdx.y ? w_tg : w_on;
+  const long long nw = (long long)l.in * l.out, k = g - l.begin;
+  {
     if (k < nw) {
       int o = (int)(k / l.in), i = (int)(k % l.in);
       float v = P[l.src_w + k];
@@ -189,6 +199,7 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
   pack_entry_t *t = (pack_entry_t *)calloc((size_t)n, sizeof *t);
   if (!t) return (int)cudaErrorMemoryAllocation;
   int e = 0;
+  long long begin = 0;
   for (int li = 0; li < L->n_layers; li++, e++) {
     const net_layer_t *l = &L->layer[li];
     pack_entry_t *p = &t[e];
@@ -206,7 +217,9 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
       /* a second layer's bias carries beta x its prior's */
       if (f->pr && (j == 1 || (j >= 2 && (j - 2) % 2 == 1))) p->src_pb = L->prior_off_b[li];
     }
+    p->begin = begin, begin += (long long)p->in * p->out + (p->src_b >= 0 ? p->out : 0);
   }
+  f->pack_train = e, f->pack_train_elems = begin;
   for (int k = 0; f->pr && k < f->K; k++)
     for (int j = 0; j < HL; j++, e++) {
       const int li = NET_HEAD_LAYER(L, k, j);
@@ -220,15 +233,12 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
       long long bd;
       set_dst(L, f, k, j, 1, &p->w_dst, &p->w_ld, &bd);
       p->b_dst = second ? -1 : bd;
+      p->begin = begin, begin += (long long)p->in * p->out + (p->src_b >= 0 ? p->out : 0);
     }
+  f->pack_elems = begin;
   cudaError_t err = cudaMalloc(&f->pack_tab, sizeof(pack_entry_t) * (size_t)n);
   if (err == cudaSuccess) err = cudaMemcpy(f->pack_tab, t, sizeof(pack_entry_t) * (size_t)n, cudaMemcpyHostToDevice);
-  long long mx = 0;
-  for (int i = 0; i < n; i++) {
-    long long tot = (long long)t[i].in * t[i].out + t[i].out;
-    mx = tot > mx ? tot : mx;
-  }
-  f->pack_n = n, f->pack_blocks = (int)((mx + 255) / 256 < 32 ? (mx + 255) / 256 : 32);
+  f->pack_n = n;
   free(t);
   return (int)err;
 }
@@ -272,10 +282,11 @@ static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t 
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
                                  cudaStream_t st) {
-  if (f->pack_tab) { /* K head sets or priors: a block row per layer */
-    dim3 g((unsigned)f->pack_blocks, (unsigned)f->pack_n, 2);
-    fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, online, fn_on, f->w_on, target,
-                                              fn_tg, f->w_tg, f->prior, f->beta, noisy);
+  if (f->pack_tab) { /* K head sets or priors: the trained layers (the priors are packed once) */
+    dim3 g((unsigned)((f->pack_train_elems + 255) / 256), 2);
+    fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, 0, f->pack_train,
+                                              f->pack_train_elems, online, fn_on, f->w_on, target, fn_tg, f->w_tg,
+                                              f->prior, f->beta, noisy);
     return (int)cudaGetLastError();
   }
   pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
@@ -310,5 +321,15 @@ extern "C" int cuda_noise(const unsigned long long *step, unsigned long long see
   const long long lanes = (n + 3) / 4;
   noise_kernel<<<(unsigned)((lanes + 127) / 128), 128, 0, st>>>(step, seed, stream, use_act_counter, act_counter,
                                                                  eps, n);
+  return (int)cudaGetLastError();
+}
+
+/* the fixed priors' part of both packs (after the priors are set or loaded) */
+extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
+  if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
+  const long long total = f->pack_elems - f->pack_train_elems;
+  dim3 g((unsigned)((total + 255) / 256), 2);
+  fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, f->pack_train, f->pack_n, total, NULL,
+                                            NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0);
   return (int)cudaGetLastError();
 }

@@ -165,7 +165,10 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   const int B = ws->B;
   const float sl = hp->slope, *fn = ws->fn_on;
   cudaStream_t sd = f->side;
-  if (!m) CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
+  if (!m) {
+    CUDA_RET(cuda_pack_priors(f, st));
+    CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
+  }
   CUDA_RET(cuda_forward(L, f, B, sl, grad, fn, st));
   if (f->ens) CUDA_RET(cuda_loss_ens(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, st));
   else CUDA_RET(cuda_loss(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, ws->best, st));

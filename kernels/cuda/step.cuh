@@ -87,7 +87,8 @@ typedef struct cuda_fused {
   const float *prior;         /* the prior vector (device, the caller's) and beta_p */
   float beta;
   void *pack_tab;             /* the sets' pack table (pack.cu; NULL: the plain pack) */
-  int pack_n, pack_blocks;
+  int pack_n, pack_train;      /* entries; the trained layers' come first */
+  long long pack_elems, pack_train_elems;
   float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
   /* bootstrap masks (loss_ens.cu): given [B, K] (mask_in, device: tests), or
    * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
@@ -141,6 +142,8 @@ void cuda_fused_free(cuda_fused_t *f);
 void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the sets' pack table (K > 1 or priors) into f->pack_tab */
 int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
+/* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
+int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
 /* both networks' effective weights into f's packs; the noise fn_on / fn_tg
  * (already f-transformed) composed when noisy */
 int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
