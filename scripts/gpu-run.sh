@@ -56,6 +56,7 @@ if [ "${1:-}" = --ensemble ] && [ -x "$bench" ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-ens.log"
   BENCH_PROFILE_MODE=0 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"
   BENCH_PROFILE_MODE=3 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"
+  for occ in ${ENS_OCC:-}; do BENCH_GEMM_OCC=$occ BENCH_PROFILE_MODE=3 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"; done
   if [ -f .devcarry/anchor_torch_bdq.py ]; then
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "${PEER_STEPS:-100}" --batches "${PEER_BATCHES:-64}" \
       --modes graph,compile_graph --ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1 \
