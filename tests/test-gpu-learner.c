@@ -152,9 +152,14 @@ static void ensemble(learner_config_t *c) {
   c->hp.ensemble_diversity = 0.1f;
 }
 
+/* ens: 1 the ensemble above; 2 one head set with priors (merged into the
+ * set, the plain loss kernel); 3 one head set with priors and masks (the
+ * ensemble loss with K = 1) */
 static void parity_ens(int odd, int per, int noisy, int ens, double tol_step, double tol_params) {
   learner_config_t c = config(odd, per, noisy);
-  if (ens) ensemble(&c);
+  if (ens == 1) ensemble(&c);
+  if (ens >= 2) c.ensemble_prior_scale = 2.0f;
+  if (ens == 3) c.ensemble_mask_p = 0.5f;
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
   ck_assert_msg(param_err(cpu, gpu, 0) == 0, "initial weights differ");
   double worst = 0;
@@ -228,6 +233,11 @@ END_TEST
  * rounding of near-zero gradients (five head sets, half of them masked per
  * sample) into whole lr-sized steps, so the bound here is sanity, not parity;
  * the odd shapes above hold the parameters to 1e-4. */
+START_TEST(test_parity_k1_priors) {
+  parity_ens(1, 0, 1, 2, 1e-5, 1e-4);
+  parity_ens(1, 1, 0, 3, 1e-5, 1e-4);
+}
+END_TEST
 START_TEST(test_parity_ensemble_ref) { parity_ens(0, 0, 0, 1, 1e-3, 0.15); }
 END_TEST
 
@@ -514,6 +524,7 @@ int main(void) {
   tcase_add_test(tc, test_parity_ensemble_odd);
   tcase_add_test(tc, test_parity_ensemble_per_noisy);
   tcase_add_test(tc, test_parity_ensemble_ref);
+  tcase_add_test(tc, test_parity_k1_priors);
   tcase_add_test(tc, test_ensemble_rerun_and_act);
   tcase_add_test(tc, test_per_duplicates);
   tcase_add_test(tc, test_bit_identical_and_graph);
