@@ -625,16 +625,11 @@ START_TEST(test_ensemble_learner) {
   ck_assert_int_eq(learner_field_find("ensemble_k")->hparam, 0);
   ck_assert_int_eq(learner_field_find("ensemble_mask_p")->hparam, 0);
   ck_assert_int_eq(learner_field_find("ensemble_prior_scale")->hparam, 0);
-  /* the cuda backend has no ensemble yet (nor priors); auto picks the CPU */
+  /* both backends run ensembles (the GPU's parity: tests/test-gpu-learner.c) */
   learner_t *l = NULL;
-  ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
-  ck_assert_msg(strstr(err, "ensemble_k") && strstr(err, "backend=cpu"), "%s", err);
   learner_config_t cp = small_config(0, 1);
   cp.ensemble_prior_scale = 2;
-  ck_assert_int_eq(learner_create(&cp, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
-  ck_assert_msg(strstr(err, "ensemble_prior_scale"), "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_AUTO, &l, err, sizeof err) == 0, "%s", err);
-  ck_assert_int_eq(learner_backend(l), LEARNER_BACKEND_CPU);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
   int64_t P = learner_config_num_params(&c), P1 = learner_config_num_params(&cp);
   ck_assert_int_gt(P, P1); /* three head sets */
 
