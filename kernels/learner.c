@@ -128,18 +128,11 @@ learner_backend_t learner_backend_default(void) {
 #endif
 }
 
-/* A config with attention (DESIGN.md §6.1) runs on the CPU only for now:
- * AUTO picks the CPU for it, and an explicit cuda is refused. Ensemble heads
- * and priors (DESIGN.md §6.2) run on both. */
+/* Attention (DESIGN.md §6.1), ensemble heads and priors (§6.2) run on both backends. */
 static const learner_backend_ops_t *pick_backend(const learner_config_t *c, learner_backend_t *b, char *err,
                                                  size_t errlen) {
-  int cpu_only = c->attn_tokens > 0;
-  if (*b == LEARNER_BACKEND_AUTO) *b = cpu_only ? LEARNER_BACKEND_CPU : learner_backend_default();
+  if (*b == LEARNER_BACKEND_AUTO) *b = learner_backend_default();
   if (*b == LEARNER_BACKEND_CPU) return &learner_cpu_ops;
-  if (c->attn_tokens > 0) {
-    seterr(err, errlen, "attn_tokens: %d: the cuda backend has no attention yet; use backend=cpu", c->attn_tokens);
-    return NULL;
-  }
 #if DQN_HAVE_CUDA_LEARNER
   char why[256];
   if (!cuda_probe(why, sizeof why)) {

@@ -154,12 +154,14 @@ static void ensemble(learner_config_t *c) {
 
 /* ens: 1 the ensemble above; 2 one head set with priors (merged into the
  * set, the plain loss kernel); 3 one head set with priors and masks (the
- * ensemble loss with K = 1) */
+ * ensemble loss with K = 1); 4 attention; 5 attention and the ensemble */
 static void parity_ens(int odd, int per, int noisy, int ens, double tol_step, double tol_params) {
   learner_config_t c = config(odd, per, noisy);
   if (ens == 1) ensemble(&c);
   if (ens >= 2) c.ensemble_prior_scale = 2.0f;
   if (ens == 3) c.ensemble_mask_p = 0.5f;
+  if (ens >= 4) c.attn_tokens = odd ? 4 : 8, c.attn_heads = 2; /* odd: d 6, heads of 3; ref: d 32, heads of 16 */
+  if (ens == 5) ensemble(&c);
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
   ck_assert_msg(param_err(cpu, gpu, 0) == 0, "initial weights differ");
   double worst = 0;
@@ -240,15 +242,24 @@ START_TEST(test_parity_k1_priors) {
   parity_ens(1, 0, 0, 3, 1e-5, 1e-4);
 }
 END_TEST
+/* attention (DESIGN.md §6.1) alone, and with K = 5 + priors + masks +
+ * diversity + PER + NoisyNet: issue 15's lockstep case */
+START_TEST(test_parity_attention) {
+  parity_ens(1, 0, 0, 4, 1e-5, 1e-4);
+  parity_ens(1, 1, 1, 5, 1e-5, 1e-4);
+  parity_ens(0, 0, 0, 4, 1e-3, 0.15);
+}
+END_TEST
 START_TEST(test_parity_ensemble_ref) { parity_ens(0, 0, 0, 1, 1e-3, 0.15); }
 END_TEST
 
-/* Ensemble reruns are bit-identical (graph and un-captured), and Act over the
+/* Ensemble + attention reruns are bit-identical (graph and un-captured), and Act over the
  * heads (mean, variance, every act_select) matches the CPU's on the same
  * weights: a CPU checkpoint loaded by the GPU learner */
 START_TEST(test_ensemble_rerun_and_act) {
   learner_config_t c = config(1, 1, 1);
   ensemble(&c);
+  c.attn_tokens = 4, c.attn_heads = 2;
   learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
   learner_config_t cn = c;
   cn.cuda_graph = 0;
@@ -527,6 +538,7 @@ int main(void) {
   tcase_add_test(tc, test_parity_ensemble_per_noisy);
   tcase_add_test(tc, test_parity_ensemble_ref);
   tcase_add_test(tc, test_parity_k1_priors);
+  tcase_add_test(tc, test_parity_attention);
   tcase_add_test(tc, test_ensemble_rerun_and_act);
   tcase_add_test(tc, test_per_duplicates);
   tcase_add_test(tc, test_bit_identical_and_graph);

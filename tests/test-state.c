@@ -284,12 +284,9 @@ START_TEST(test_attention_learner) {
     ck_assert_int_eq(learner_create(&cb, LEARNER_BACKEND_CPU, &lb, err, sizeof err), LEARNER_EINVAL);
     ck_assert_ptr_null(lb);
   }
-  /* the cuda backend has no attention yet; auto picks the CPU */
+  /* both backends run attention (the GPU's parity: tests/test-gpu-learner.c) */
   learner_t *l = NULL;
-  ck_assert_int_eq(learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err), LEARNER_EUNSUPPORTED);
-  ck_assert_msg(strstr(err, "attn_tokens") && strstr(err, "backend=cpu"), "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_AUTO, &l, err, sizeof err) == 0, "%s", err);
-  ck_assert_int_eq(learner_backend(l), LEARNER_BACKEND_CPU);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
 
   /* init: every parameter of the plain network starts as without attention;
    * LayerNorm gamma 1, beta 0; the other attention tensors within 1/sqrt(d) */

@@ -81,10 +81,12 @@ int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const
   gemm_begin_phase(t);
   if ((rc = gemm_add_layer(t, &bw[0], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0))) { free(bw); return rc; }
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[1], f->w_on, f->g1, HC, B, f->gh, H2, f->h, H2, 0))) { free(bw); return rc; }
+  /* with attention B2 gives dL/dh' (no mask: h' is not an lrelu output); attn.cu goes on to gh */
+  if ((rc = gemm_add_layer(t, &bw[1], f->w_on, f->g1, HC, B, f->attn ? f->gatt : f->gh, H2, f->attn ? NULL : f->h,
+                           H2, 0))) { free(bw); return rc; }
   gemm_begin_phase(t);
   if ((rc = gemm_add_layer(t, &bw[2], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0))) { free(bw); return rc; }
-  const float *bufs[8] = {x, f->h1, f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
+  const float *bufs[8] = {x, f->h1, f->attn ? f->at.hatt : f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
   for (int g = 0; g < 4; g++) { /* the layers whose output gradient is g2, g1, gh, gt1 (ybuf 4..7) */
     gemm_begin_phase(t);
     for (int li = 0; li < L->n_layers; li++) {

@@ -159,7 +159,8 @@ int forward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const 
       const int M = net ? B : 2 * B;
       if (ph == 0) rc = gemm_add_layer(t, &fw[0], pk, x + (net ? b * L->S : 0), L->S, M, f->h1 + r0 * H1, H1, NULL, 0, 1);
       if (ph == 1) rc = gemm_add_layer(t, &fw[1], pk, f->h1 + r0 * H1, H1, M, f->h + r0 * H2, H2, NULL, 0, 1);
-      if (ph == 2) rc = gemm_add_layer(t, &fw[2], pk, f->h + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
+      const float *hin = f->attn ? f->at.hatt : f->h; /* the heads read h, or the attention's h' */
+      if (ph == 2) rc = gemm_add_layer(t, &fw[2], pk, hin + r0 * H2, H2, M, f->hh + r0 * HC, HC, NULL, 0, 1);
       if (ph == 3) rc = gemm_add_layer(t, &fw[3], pk, f->hh + r0 * HC, HC, M, f->O + r0 * O2, O2, NULL, 0, 0);
     }
   }
@@ -169,7 +170,14 @@ int forward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const 
 
 extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B, float slope, float *grad,
                             const float *fn, cudaStream_t st) {
-  for (int ph = PH_F1; ph < PH_F1 + 4; ph++) CUDA_RET(cuda_gemm_phase(f, ph, slope, grad, fn, st));
+  for (int ph = PH_F1; ph < PH_F1 + 4; ph++) {
+    if (ph == PH_F1 + 2 && f->attn) { /* the attention on h: online s and s' (2B rows), target s' (B rows) */
+      cuda_attn_acts_t on = f->at, tg = cuda_attn_rows(L, &f->at, 2LL * B);
+      CUDA_RET(cuda_attn_forward(L, f->p_on, f->h, 2 * B, &on, st));
+      CUDA_RET(cuda_attn_forward(L, f->p_tg, f->h + (size_t)2 * B * L->H2, B, &tg, st));
+    }
+    CUDA_RET(cuda_gemm_phase(f, ph, slope, grad, fn, st));
+  }
   tail_args_t ta;
   memset(&ta, 0, sizeof ta);
   ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = f->O2, ta.AW = f->AW, ta.D = L->D;

@@ -112,9 +112,10 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     snprintf(err, errlen, "replay_capacity: GPU allocation failed");
     return LEARNER_ENOMEM;
   }
-  if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1) && !m->ws.fused.ok) {
+  if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1 || m->L.attn.T) && !m->ws.fused.ok) {
     cuda_destroy(m);
-    snprintf(err, errlen, "ensemble_k: the cuda step cannot stage these shapes with head sets; use backend=cpu");
+    snprintf(err, errlen, "%s: the cuda step cannot stage these shapes with head sets or attention; use backend=cpu",
+             m->L.attn.T ? "attn_tokens" : "ensemble_k");
     return LEARNER_EUNSUPPORTED;
   }
   { /* the ensemble's loss (loss_ens.cu): masks from the sampled slots' insertion counts */
@@ -124,6 +125,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     f->lambda_dev = &m->hp->ensemble_diversity; /* a hyperparameter: the graph reads it */
     f->mask_p = c->ensemble_mask_p, f->mask_seed = c->seed;
     f->idx = m->idx, f->ring = &m->ds->head, f->cap = c->replay_capacity;
+    f->p_on = m->on, f->p_tg = m->tg;
   }
   if (c->tensor_cores && !(m->ws.fused.ok && m->ws.fused.tc == 1)) {
     /* refused rather than silently run in fp32 */
@@ -245,7 +247,7 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
       return snprintf(err, errlen, "count: no GPU memory for %d states", n), LEARNER_ENOMEM;
     }
   }
-  const int heads = L->K > 1 || L->has_prior;
+  const int heads = L->K > 1 || L->has_prior || L->attn.T;
   const size_t K = (size_t)(L->K < 1 ? 1 : L->K), qw = (size_t)L->q_width;
   if (ensure_staging(m, (size_t)n * S * 4 + (size_t)n * (4 + 4 * qw) + (heads ? K * (size_t)n * qw * 4 : 0), err,
                      errlen))

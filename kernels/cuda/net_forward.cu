@@ -218,7 +218,7 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
   size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
                 r * (size_t)L->a_width * 2 + r * (size_t)L->q_width +
                 pr * (r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width) +
-                (K > 1 || pr ? K * r * L->q_width : 0);
+                (K > 1 || pr || L->attn.T ? K * r * L->q_width : 0) + cuda_attn_acts_floats(L, r);
   cudaError_t e = cudaMalloc(&A->mem, need * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = A->mem;
@@ -248,7 +248,8 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
       A->pA[d] = p, p += r * (size_t)L->n[d] * L->Z;
     }
   }
-  if (K > 1 || pr) A->qk = p;
+  if (K > 1 || pr || L->attn.T) A->qk = p, p += K * r * L->q_width;
+  cuda_attn_acts_place(L, &A->att, r, p);
   return 0;
 }
 
@@ -301,14 +302,19 @@ extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, con
   TRY(cudaGetLastError());
   TRY(linear(X, P + t1->off_w, P + t1->off_b, A->a1, A->h1, slope, rows, L->S, L->H1, st));
   TRY(linear(A->h1, P + t2->off_w, P + t2->off_b, A->a2, A->h, slope, rows, L->H1, L->H2, st));
+  const float *hh = A->h; /* the heads' input: h, or the attention's h' */
+  if (L->attn.T) {
+    TRY((cudaError_t)cuda_attn_forward(L, P, A->h, rows, &A->att, st));
+    hh = A->att.hatt;
+  }
   float dz = (vmax - vmin) / (float)(L->Z - 1);
   for (int k = 0; k < K; k++) {
     const int v1 = NET_HEAD_LAYER(L, k, 0), v2 = NET_HEAD_LAYER(L, k, 1);
     const net_layer_t *lv1 = &L->layer[v1], *lv2 = &L->layer[v2];
-    TRY(linear(A->h, P + lv1->off_w, P + lv1->off_b, A->av, A->hv, slope, rows, L->H2, L->VH, st));
+    TRY(linear(hh, P + lv1->off_w, P + lv1->off_b, A->av, A->hv, slope, rows, L->H2, L->VH, st));
     TRY(linear(A->hv, P + lv2->off_w, P + lv2->off_b, A->V, NULL, slope, rows, L->VH, L->Z, st));
     if (pr) {
-      TRY(linear(A->h, prior + L->prior_off_w[v1], prior + L->prior_off_b[v1], A->pav, A->phv, slope, rows, L->H2,
+      TRY(linear(hh, prior + L->prior_off_w[v1], prior + L->prior_off_b[v1], A->pav, A->phv, slope, rows, L->H2,
                  L->VH, st));
       TRY(linear(A->phv, prior + L->prior_off_w[v2], prior + L->prior_off_b[v2], A->pV, NULL, slope, rows, L->VH,
                  L->Z, st));
@@ -320,10 +326,10 @@ extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, con
       const int b1 = NET_HEAD_LAYER(L, k, 2 + 2 * d), b2 = NET_HEAD_LAYER(L, k, 3 + 2 * d);
       const net_layer_t *l1 = &L->layer[b1], *l2 = &L->layer[b2];
       int nz = L->n[d] * L->Z;
-      TRY(linear(A->h, P + l1->off_w, P + l1->off_b, A->ab[d], A->hb[d], slope, rows, L->H2, L->AH, st));
+      TRY(linear(hh, P + l1->off_w, P + l1->off_b, A->ab[d], A->hb[d], slope, rows, L->H2, L->AH, st));
       TRY(linear(A->hb[d], P + l2->off_w, P + l2->off_b, A->A[d], NULL, slope, rows, L->AH, nz, st));
       if (pr) {
-        TRY(linear(A->h, prior + L->prior_off_w[b1], prior + L->prior_off_b[b1], A->pab[d], A->phb[d], slope, rows,
+        TRY(linear(hh, prior + L->prior_off_w[b1], prior + L->prior_off_b[b1], A->pab[d], A->phb[d], slope, rows,
                    L->H2, L->AH, st));
         TRY(linear(A->phb[d], prior + L->prior_off_w[b2], prior + L->prior_off_b[b2], A->pA[d], NULL, slope, rows,
                    L->AH, nz, st));

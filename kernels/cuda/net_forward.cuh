@@ -15,6 +15,17 @@
 extern "C" {
 #endif
 
+/* the attention block's activations (attn.cu; kernels/cpu/attn_impl.h's
+ * names): tx .. hatt [rows, H2] = [rows T, d], alpha [rows, n_h, T, T], rstd
+ * [rows T] */
+typedef struct cuda_attn_acts {
+  float *tx, *tq, *tk, *tv, *to, *tu, *xhat, *hatt, *alpha, *rstd;
+} cuda_attn_acts_t;
+/* its backward's scratch, [B, H2] each */
+typedef struct cuda_attn_grads {
+  float *dte, *dto, *dtq, *dtk, *dtv, *dtx;
+} cuda_attn_grads_t;
+
 typedef struct cuda_acts {
   int rows;
   float *mem;
@@ -27,6 +38,7 @@ typedef struct cuda_acts {
   float *pav, *phv, *pV;
   float *pab[LEARNER_MAX_BRANCHES], *phb[LEARNER_MAX_BRANCHES], *pA[LEARNER_MAX_BRANCHES];
   float *qk;
+  cuda_attn_acts_t att; /* attention on (L->attn.T > 0) */
 } cuda_acts_t;
 
 /* C[M,N] (+)= A(m,k) B(k,n) with element strides (see net_forward.cu), then
@@ -51,6 +63,44 @@ void cuda_acts_free(cuda_acts_t *A);
 /* params may be effective (NoisyNet-composed) weights: only off_w/off_b are read. */
 int cuda_net_forward(const net_layout_t *L, const float *params, const float *X, int rows, float slope, float vmin,
                      float vmax, cuda_acts_t *A, cudaStream_t stream);
+
+/* attn.cu: the attention block on h [rows, H2] with the parameter vector P
+ * into A (A->hatt = h', the heads' input) */
+int cuda_attn_forward(const net_layout_t *L, const float *P, const float *h, int rows, cuda_attn_acts_t *A,
+                      cudaStream_t st);
+/* attn.cu: dy = dL/dh' [B, H2] of A's first B rows -> gh = dL/d(trunk-2
+ * pre-activation) [B, H2] (h: trunk 2's output, for lrelu'); the attention
+ * parameters' gradients into grad (overwritten) */
+int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G,
+                       int B, const float *dy, const float *h, float slope, float *gh, float *grad, cudaStream_t st);
+/* a view of A from row r0 on (rows of width H2) */
+static inline cuda_attn_acts_t cuda_attn_rows(const net_layout_t *L, const cuda_attn_acts_t *A, long long r0) {
+  cuda_attn_acts_t v = *A;
+  const long long w = r0 * L->H2, T = L->attn.T;
+  v.tx += w, v.tq += w, v.tk += w, v.tv += w, v.to += w, v.tu += w, v.xhat += w, v.hatt += w;
+  v.alpha += r0 * L->attn.nh * T * T, v.rstd += r0 * T;
+  return v;
+}
+/* floats of A for `rows` rows (0 with attention off), and their placement */
+static inline size_t cuda_attn_acts_floats(const net_layout_t *L, size_t rows) {
+  if (!L->attn.T) return 0;
+  return rows * (8 * (size_t)L->H2 + (size_t)L->attn.nh * L->attn.T * L->attn.T + (size_t)L->attn.T);
+}
+static inline float *cuda_attn_acts_place(const net_layout_t *L, cuda_attn_acts_t *A, size_t rows, float *p) {
+  if (!L->attn.T) return p;
+  const size_t w = rows * L->H2;
+  A->tx = p, p += w;
+  A->tq = p, p += w;
+  A->tk = p, p += w;
+  A->tv = p, p += w;
+  A->to = p, p += w;
+  A->tu = p, p += w;
+  A->xhat = p, p += w;
+  A->hatt = p, p += w;
+  A->alpha = p, p += rows * (size_t)L->attn.nh * L->attn.T * L->attn.T;
+  A->rstd = p, p += rows * (size_t)L->attn.T;
+  return p;
+}
 
 /* The forward of every head set (DESIGN.md §6.2), the twin of net_forward_f32
  * with K heads: the trunk once, then per head k its value and branch layers;

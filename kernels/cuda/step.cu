@@ -86,10 +86,12 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   cuda_pack_layout(L, f);
   /* packs, then every activation of the 3B rows, then the B rows' gradients */
   const size_t b = (size_t)B;
+  f->attn = L->attn.T > 0;
+  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 7 * b * L->H2 : 0;
   /* the ensemble loss's scratch: m [B,K,D,Z], ce and q [B,K,D], masks [B,K], ce_mean [B] */
   const size_t ens = f->K > 1 || f->pr ? b * f->K * L->D * ((size_t)L->Z + 2) + b * f->K + b : 0;
   size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
-                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens;
+                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens + att;
   cudaError_t e;
   if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
@@ -107,7 +109,18 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   if (ens) {
     f->ens_m = p, p += b * f->K * L->D * L->Z;
     f->ens_ce = p, p += 2 * b * f->K * L->D + b * f->K;
-    f->ce_mean = p;
+    f->ce_mean = p, p += b;
+  }
+  if (f->attn) {
+    p = cuda_attn_acts_place(L, &f->at, 3 * b, p);
+    const size_t w = b * L->H2;
+    f->ag.dte = p, p += w;
+    f->ag.dto = p, p += w;
+    f->ag.dtq = p, p += w;
+    f->ag.dtk = p, p += w;
+    f->ag.dtv = p, p += w;
+    f->ag.dtx = p, p += w;
+    f->gatt = p;
   }
   if ((f->K > 1 || f->pr) && (rc0 = cuda_pack_table(L, f))) return rc0;
   /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
@@ -166,6 +179,7 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   const float sl = hp->slope, *fn = ws->fn_on;
   cudaStream_t sd = f->side;
   if (!m) {
+    f->p_on = online, f->p_tg = target;
     CUDA_RET(cuda_pack_priors(f, st));
     CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
   }
@@ -178,6 +192,8 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   CUDA_RET(cuda_weight_grads(f, 0, sl, grad, fn, sd));
   for (int k = 1; k <= 3; k++) {
     CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));
+    if (k == 2 && f->attn) /* B2 gave dL/dh': the attention's backward gives trunk 2's gh */
+      CUDA_RET(cuda_attn_backward(L, f->p_on, &f->at, &f->ag, B, f->gatt, f->h, sl, f->gh, grad, st));
     if (k == 3 && m) {
       CUDA_RET(norm_part(m, 0, sd));
       CUDA_RET(cuda_weight_grads(f, 3, sl, grad, fn, st));

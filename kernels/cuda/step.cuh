@@ -46,6 +46,7 @@
 
 #include <cuda_runtime.h>
 
+#include "net_forward.cuh"
 #include "net_layout.h"
 
 #ifdef __cplusplus
@@ -101,6 +102,14 @@ typedef struct cuda_fused {
   long long cap;
   float lambda;               /* the diversity weight, or read from lambda_dev when set (graphs) */
   const float *lambda_dev;
+  /* attention (DESIGN.md §6.1; attn.cu) between F2 and F3: its activations
+   * over the 3B rows (the heads read at.hatt), its backward's scratch and
+   * dL/dh' [B, H2] (B2's output); it reads the parameter vectors p_on, p_tg */
+  int attn;
+  cuda_attn_acts_t at;
+  cuda_attn_grads_t ag;
+  float *gatt;
+  const float *p_on, *p_tg;
   int aoff[LEARNER_MAX_BRANCHES]; /* branch d's first advantage output: sum_{e<d} n_e Z */
   fused_pack_layout_t pw;     /* the W [out][in] packs */
   float *mem;

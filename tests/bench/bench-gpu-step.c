@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
   char list[128];
   /* modes: 0 uniform fp32, 1 PER + NoisyNet fp32, 2 uniform TF32
    * (tensor_cores=1), 3 uniform fp32 with K = 5 ensemble heads, priors 1,
-   * masks 0.5, diversity 0.1 (issue 15's peer flags, attention off);
+   * masks 0.5, diversity 0.1 (issue 15's peer flags, attention off), 4 the
+   * same with attention (8 tokens, 2 heads: issue 15's full configuration);
    * BENCH_PROFILE_MODE=k runs only mode k */
   const char *pm = getenv("BENCH_PROFILE_MODE"), *cg = getenv("BENCH_CUDA_GRAPH"), *oc = getenv("BENCH_GEMM_OCC");
   int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 3;
@@ -47,7 +48,8 @@ int main(int argc, char **argv) {
       c.prioritized = mode == 1;
       c.noisy = mode == 1;
       c.tensor_cores = mode == 2;
-      if (mode == 3) c.ensemble_k = 5, c.ensemble_prior_scale = 1, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
+      if (mode == 4) c.attn_tokens = 8, c.attn_heads = 2;
+      if (mode >= 3) c.ensemble_k = 5, c.ensemble_prior_scale = 1, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
       if (cg) c.cuda_graph = atoi(cg);
       if (oc) c.cuda_gemm_occupancy = atoi(oc);
       learner_t *l;
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
         ts[k] = (bench_now() - t0) / steps;
       }
       double med = bench_median(ts, 5);
-      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble"};
+      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn"};
       printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mn[mode],
              med * 1e6, 1 / med, st.loss_last);
       fflush(stdout);
