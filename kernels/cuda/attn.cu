@@ -30,19 +30,32 @@ __global__ void attn_add_pos_kernel(const float *__restrict__ h, const float *__
   if (i < n) tx[i] = h[i] + pos[i % H2];
 }
 
-/* a thread per (row, head j, query t): scores, softmax, o_t (attn_forward's loops) */
+/* stage one (row, head)'s [T, dh] slice of a [rows T, d] buffer into shared memory */
+__device__ __forceinline__ void attn_stage(float *dst, const float *src, int r, int j, int T, int d, int dh) {
+  for (int e = threadIdx.x; e < T * dh; e += blockDim.x)
+    dst[e] = src[((size_t)r * T + e / dh) * d + (size_t)j * dh + e % dh];
+}
+
+/* a block per (row, head j), q, k, v staged in shared memory; a thread per
+ * query t: scores, softmax, o_t (attn_forward's loops, its order) */
 __global__ void attn_mix_kernel(const float *__restrict__ tq, const float *__restrict__ tk,
                                 const float *__restrict__ tv, float *__restrict__ alpha, float *__restrict__ to,
                                 int rows, int T, int nh, int d) {
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= rows * nh * T) return;
-  const int r = e / (nh * T), j = (e / T) % nh, t = e % T, dh = d / nh;
+  extern __shared__ float ams[];
+  const int r = blockIdx.x / nh, j = blockIdx.x % nh, dh = d / nh;
+  float *sq = ams, *sk = sq + T * dh, *sv = sk + T * dh;
+  attn_stage(sq, tq, r, j, T, d, dh);
+  attn_stage(sk, tk, r, j, T, d, dh);
+  attn_stage(sv, tv, r, j, T, d, dh);
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= T) return;
   const float scale = 1.0f / sqrtf((float)dh);
   float *al = alpha + (((size_t)r * nh + j) * T + t) * T;
-  const float *qt = tq + ((size_t)r * T + t) * d + j * dh;
+  const float *qt = sq + (size_t)t * dh;
   float mx = -INFINITY;
   for (int s = 0; s < T; s++) {
-    const float *ks = tk + ((size_t)r * T + s) * d + j * dh;
+    const float *ks = sk + (size_t)s * dh;
     float dot = 0.0f;
     for (int c = 0; c < dh; c++) dot += qt[c] * ks[c];
     al[s] = dot * scale;
@@ -55,7 +68,7 @@ __global__ void attn_mix_kernel(const float *__restrict__ tq, const float *__res
   float *ot = to + ((size_t)r * T + t) * d + j * dh;
   for (int c = 0; c < dh; c++) {
     float o = 0.0f;
-    for (int s = 0; s < T; s++) o += al[s] * tv[((size_t)r * T + s) * d + j * dh + c];
+    for (int s = 0; s < T; s++) o += al[s] * sv[(size_t)s * dh + c];
     ot[c] = o;
   }
 }
@@ -108,56 +121,72 @@ __global__ void attn_ln_back_kernel(const float *__restrict__ dy, const float *_
   }
 }
 
-/* column sums over n rows of [n, w] in row order (bias gradients, dgamma, dbeta, dpos): a thread per column */
+/* column sums over n rows of [n, w] (bias gradients, dgamma = sum of a b,
+ * dbeta, dpos): a block of 256 per column, each thread a strided run of rows
+ * in order, then a fixed tree: deterministic */
 __global__ void attn_colsum_kernel(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ out,
                                    int n, int w) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= w) return;
+  __shared__ float red[256];
+  const int c = blockIdx.x;
   float s = 0.0f;
-  for (int i = 0; i < n; i++) s += b ? a[(size_t)i * w + c] * b[(size_t)i * w + c] : a[(size_t)i * w + c];
-  out[c] = s;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += b ? a[(size_t)i * w + c] * b[(size_t)i * w + c] : a[(size_t)i * w + c];
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[c] = red[0];
 }
 
-/* the attention's backward, a thread per (row, head): query tokens in order */
+/* the attention's backward: a warp per (row, head), its q, k, v, do and
+ * alpha staged in shared memory, a lane per channel; query tokens in order,
+ * so dk and dv accumulate (in shared memory) without atomics; the dot
+ * products over channels are fixed-order warp sums */
 __global__ void attn_mix_back_kernel(const float *__restrict__ alpha, const float *__restrict__ tq,
                                      const float *__restrict__ tk, const float *__restrict__ tv,
                                      const float *__restrict__ dto, float *__restrict__ dtq, float *__restrict__ dtk,
                                      float *__restrict__ dtv, int rows, int T, int nh, int d) {
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= rows * nh) return;
-  const int r = e / nh, j = e % nh, dh = d / nh;
+  extern __shared__ float bms[];
+  const int r = blockIdx.x / nh, j = blockIdx.x % nh, dh = d / nh, lane = threadIdx.x;
+  const int td = T * dh;
+  float *sq = bms, *sk = sq + td, *sv = sk + td, *so = sv + td, *sdk = so + td, *sdv = sdk + td, *da = sdv + td;
+  attn_stage(sq, tq, r, j, T, d, dh);
+  attn_stage(sk, tk, r, j, T, d, dh);
+  attn_stage(sv, tv, r, j, T, d, dh);
+  attn_stage(so, dto, r, j, T, d, dh);
+  for (int e = lane; e < td; e += 32) sdk[e] = 0.0f, sdv[e] = 0.0f;
+  __syncwarp();
   const float scale = 1.0f / sqrtf((float)dh);
-  for (int s = 0; s < T; s++)
-    for (int c = 0; c < dh; c++) {
-      const size_t ss = ((size_t)r * T + s) * d + (size_t)j * dh + c;
-      dtk[ss] = 0.0f, dtv[ss] = 0.0f;
-    }
-  float da[64];
   for (int t = 0; t < T; t++) {
     const float *al = alpha + (((size_t)r * nh + j) * T + t) * T;
-    const size_t tt = ((size_t)r * T + t) * d + (size_t)j * dh;
-    const float *dot = dto + tt, *qt = tq + tt;
-    float *dqt = dtq + tt;
+    const float *dot = so + (size_t)t * dh, *qt = sq + (size_t)t * dh;
     float sum = 0.0f;
     for (int s = 0; s < T; s++) {
-      const size_t ss = ((size_t)r * T + s) * d + (size_t)j * dh;
       float g = 0.0f;
-      for (int c = 0; c < dh; c++) {
-        g += dot[c] * tv[ss + c];
-        dtv[ss + c] += al[s] * dot[c];
+      for (int c = lane; c < dh; c += 32) {
+        g += dot[c] * sv[s * dh + c];
+        sdv[s * dh + c] += al[s] * dot[c];
       }
-      da[s] = g;
+      for (int off = 16; off; off >>= 1) g += __shfl_xor_sync(0xffffffffu, g, off);
+      if (lane == 0) da[s] = g;
       sum += al[s] * g;
     }
-    for (int c = 0; c < dh; c++) dqt[c] = 0.0f;
-    for (int s = 0; s < T; s++) {
-      const size_t ss = ((size_t)r * T + s) * d + (size_t)j * dh;
-      const float gs = al[s] * (da[s] - sum) * scale;
-      for (int c = 0; c < dh; c++) {
-        dqt[c] += gs * tk[ss + c];
-        dtk[ss + c] += gs * qt[c];
+    __syncwarp();
+    for (int c = lane; c < dh; c += 32) {
+      float dq = 0.0f;
+      for (int s = 0; s < T; s++) {
+        const float gs = al[s] * (da[s] - sum) * scale;
+        dq += gs * sk[s * dh + c];
+        sdk[s * dh + c] += gs * qt[c];
       }
+      dtq[((size_t)r * T + t) * d + (size_t)j * dh + c] = dq;
     }
+    __syncwarp();
+  }
+  for (int e = lane; e < td; e += 32) {
+    const size_t g = ((size_t)r * T + e / dh) * d + (size_t)j * dh + e % dh;
+    dtk[g] = sdk[e], dtv[g] = sdv[e];
   }
 }
 
@@ -191,7 +220,9 @@ extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P, const fl
   TRY(cudaGetLastError());
   float *proj[3] = {A->tq, A->tk, A->tv};
   for (int m = 0; m < 3; m++) TRY(attn_linear(A->tx, P + at->off_w[m], P + at->off_b[m], proj[m], n, d, st));
-  attn_mix_kernel<<<BLOCKS(rows * nh * T, 128), 0, st>>>(A->tq, A->tk, A->tv, A->alpha, A->to, rows, T, nh, d);
+  const int tpb = T < 32 ? 32 : (T + 31) / 32 * 32;
+  attn_mix_kernel<<<(unsigned)(rows * nh), tpb, sizeof(float) * 3 * (size_t)T * (d / nh), st>>>(
+      A->tq, A->tk, A->tv, A->alpha, A->to, rows, T, nh, d);
   TRY(cudaGetLastError());
   TRY(attn_linear(A->to, P + at->off_w[NET_ATTN_O], P + at->off_b[NET_ATTN_O], A->tu, n, d, st));
   attn_ln_kernel<<<BLOCKS(n, 128), 0, st>>>(A->tx, A->tu, A->xhat, A->hatt, A->rstd, P + at->off_ln_w,
@@ -207,28 +238,27 @@ extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const c
                                   float *gh, float *grad, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
   const int T = at->T, nh = at->nh, d = at->d, n = B * T, H2 = L->H2;
-  if (T > 64) return (int)cudaErrorInvalidValue;
   /* LayerNorm: dgamma = sum g xhat, dbeta = sum g (over tokens, in order) */
-  attn_colsum_kernel<<<BLOCKS(d, 64), 0, st>>>(dy, A->xhat, grad + at->off_ln_w, n, d);
-  attn_colsum_kernel<<<BLOCKS(d, 64), 0, st>>>(dy, NULL, grad + at->off_ln_b, n, d);
+  attn_colsum_kernel<<<(unsigned)d, 256, 0, st>>>(dy, A->xhat, grad + at->off_ln_w, n, d);
+  attn_colsum_kernel<<<(unsigned)d, 256, 0, st>>>(dy, NULL, grad + at->off_ln_b, n, d);
   attn_ln_back_kernel<<<BLOCKS(n, 128), 0, st>>>(dy, A->xhat, A->rstd, P + at->off_ln_w, G->dte, G->dtx, n, d);
   TRY(cudaGetLastError());
   /* u = W_o o + b_o: dW_o = de^T o, db_o = sum de, do = de W_o */
   TRY(cuda_gemm(d, d, n, G->dte, 1, d, A->to, d, 1, grad + at->off_w[NET_ATTN_O], 0, NULL, NULL, 0.0f, st));
-  attn_colsum_kernel<<<BLOCKS(d, 64), 0, st>>>(G->dte, NULL, grad + at->off_b[NET_ATTN_O], n, d);
+  attn_colsum_kernel<<<(unsigned)d, 256, 0, st>>>(G->dte, NULL, grad + at->off_b[NET_ATTN_O], n, d);
   TRY(cuda_gemm(n, d, d, G->dte, d, 1, P + at->off_w[NET_ATTN_O], d, 1, G->dto, 0, NULL, NULL, 0.0f, st));
-  attn_mix_back_kernel<<<BLOCKS(B * nh, 64), 0, st>>>(A->alpha, A->tq, A->tk, A->tv, G->dto, G->dtq, G->dtk, G->dtv,
-                                                       B, T, nh, d);
+  attn_mix_back_kernel<<<(unsigned)(B * nh), 32, sizeof(float) * (6 * (size_t)T * (d / nh) + T), st>>>(
+      A->alpha, A->tq, A->tk, A->tv, G->dto, G->dtq, G->dtk, G->dtv, B, T, nh, d);
   TRY(cudaGetLastError());
   /* q, k, v = W x + b: weights and biases, and dx += dproj W */
   const float *dproj[3] = {G->dtq, G->dtk, G->dtv};
   for (int m = 0; m < 3; m++) {
     TRY(cuda_gemm(d, d, n, dproj[m], 1, d, A->tx, d, 1, grad + at->off_w[m], 0, NULL, NULL, 0.0f, st));
-    attn_colsum_kernel<<<BLOCKS(d, 64), 0, st>>>(dproj[m], NULL, grad + at->off_b[m], n, d);
+    attn_colsum_kernel<<<(unsigned)d, 256, 0, st>>>(dproj[m], NULL, grad + at->off_b[m], n, d);
     TRY(cuda_gemm(n, d, d, dproj[m], d, 1, P + at->off_w[m], d, 1, G->dtx, 1, NULL, NULL, 0.0f, st));
   }
   /* x = h + pos: dpos = sum over rows of dx; the trunk's gradient through lrelu' */
-  attn_colsum_kernel<<<BLOCKS(H2, 64), 0, st>>>(G->dtx, NULL, grad + at->off_pos, B, H2);
+  attn_colsum_kernel<<<(unsigned)H2, 256, 0, st>>>(G->dtx, NULL, grad + at->off_pos, B, H2);
   attn_mask_kernel<<<BLOCKS((long long)B * H2, 256), 0, st>>>(G->dtx, h, gh, (long long)B * H2, slope);
   TRY(cudaGetLastError());
   return 0;

@@ -81,6 +81,9 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   /* the generic kernels when the loss kernel cannot stage the shapes (they
    * have one head set: an ensemble needs the phases) */
   if ((f->K == 1 ? !cuda_loss_fits(L) : !cuda_loss_ens_fits(L)) || L->Z > LEARNER_MAX_ATOMS) return 0;
+  /* attn.cu stages a (row, head)'s six [T, d_h] slices in 48 KB, a block of T threads */
+  if (L->attn.T && (sizeof(float) * (6 * (size_t)L->H2 / L->attn.nh + L->attn.T) > 48 * 1024 || L->attn.T > 1024))
+    return 0;
   f->tc = tensor_cores ? 1 : 0;
   int rc0;
   cuda_pack_layout(L, f);
