@@ -11,7 +11,7 @@
  * of N - 1 moves right, which a random walk finds with probability ~2^-(N-1).
  *
  *   bench-deepsea [--n N] [--episodes E] [--seeds 1,2,3] [--single | --both]
- *                 [--obs-scale X] [field=value ...]
+ *                 [--obs-scale X] [--train-steps S] [field=value ...]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +30,8 @@ static void print_window(void *ctx, const deepsea_point_t *p) {
 }
 
 /* One learner's run; the share of the last window's episodes that reached the reward, or -1. */
+static int train_steps; /* learner steps per episode (0: N) */
+
 static double run(int n, long long episodes, uint64_t seed, int single, float obs_scale, int nf, char **fields) {
   learner_config_t c;
   deepsea_learner_config(&c, n);
@@ -48,7 +50,8 @@ static double run(int n, long long episodes, uint64_t seed, int single, float ob
   if (learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
   demo_driver_t drv;
   demo_driver_learner(&drv, l);
-  deepsea_opts_t o = {n, episodes, seed, c.noisy, c.ensemble_k == 1 && !c.noisy, 0, obs_scale > 0 ? obs_scale : (float)n};
+  deepsea_opts_t o = {n, episodes, seed, c.noisy, c.ensemble_k == 1 && !c.noisy, train_steps,
+                      obs_scale > 0 ? obs_scale : (float)n};
   const char *who = c.ensemble_k > 1 ? "ensemble heads" : c.noisy ? "NoisyNet" : "one head, epsilon-greedy";
   printf("deepsea N=%d seed %llu, %s (K=%d, prior scale %g, mask p %g, act_select %d), obs scale %g\n", n,
          (unsigned long long)seed, who, c.ensemble_k, c.ensemble_prior_scale, c.ensemble_mask_p, c.hp.act_select,
@@ -73,6 +76,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--episodes") && i + 1 < argc) episodes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = argv[++i];
     else if (!strcmp(argv[i], "--obs-scale") && i + 1 < argc) obs = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--train-steps") && i + 1 < argc) train_steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--single")) mode = 1;
     else if (!strcmp(argv[i], "--ensemble")) mode = 0;
     else if (!strcmp(argv[i], "--both")) mode = 2;
@@ -80,7 +84,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--n N] [--episodes E] [--seeds 1,2,3] [--ensemble | --single | --both] [--obs-scale X] "
-              "[field=value ...]\n",
+              "[--train-steps S] [field=value ...]\n",
               argv[0]);
       return 2;
     }
