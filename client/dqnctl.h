@@ -40,6 +40,11 @@ int cmd_act(ctx_t *x, const cli_args_t *a);
 int cmd_inspect(ctx_t *x, const cli_args_t *a);
 int cmd_demo(ctx_t *x, const cli_args_t *a);
 /* a fresh demo trainer (demo, demo-2, ... or the given name, never one that exists); 0 or the exit status */
+/* The demos' config: the user's field=value words applied to c, then
+ * validated (EXIT_USAGE naming the field); and a new trainer with all of c
+ * (every field, so the daemon's defaults do not matter), named into name. */
+int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c);
+int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n);
 int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
                      const char *backend, char *name, size_t n);
 /* dqnctl demo --env deepsea (dqnctl_deepsea.c) */

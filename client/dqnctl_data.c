@@ -416,6 +416,38 @@ static void demo_progress(void *p, const demo_point_t *pt) {
   fflush(stdout);
 }
 
+int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c) {
+  char err[300];
+  for (int i = 0; i < a->nfields; i++) {
+    char k[128];
+    size_t kl = strcspn(a->fields[i], "=");
+    snprintf(k, sizeof k, "%.*s", (int)kl, a->fields[i]);
+    if (learner_config_set(c, k, a->fields[i] + kl + 1, err, sizeof err))
+      return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
+  }
+  if (learner_config_validate(c, err, sizeof err)) return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
+  return 0;
+}
+
+int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n) {
+  /* the whole config travels as fields, so the daemon's defaults do not matter */
+  const char **fields = malloc(sizeof(char *) * (size_t)learner_num_fields);
+  char (*store)[160] = malloc(sizeof *store * (size_t)learner_num_fields);
+  if (!fields || !store) {
+    free(fields), free(store);
+    return fprintf(stderr, "%s: out of memory\n", cmd), EXIT_LOCAL;
+  }
+  for (int i = 0; i < learner_num_fields; i++) {
+    char v[128];
+    learner_config_get(c, &learner_fields[i], v, sizeof v);
+    snprintf(store[i], sizeof store[i], "%s=%s", learner_fields[i].name, v);
+    fields[i] = store[i];
+  }
+  int rc = demo_new_trainer(x, cmd, opt(x, a, "--name"), fields, learner_num_fields, opt(x, a, "--backend"), name, n);
+  free(fields), free(store);
+  return rc;
+}
+
 /* A new trainer, never one that was there: CreateTrainer answers "created"
  * only for a name it made now, so a name that exists (with this config or
  * another) is refused when given, or skipped for the next free one. */
@@ -446,7 +478,6 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
     return fprintf(stderr, "%s: --env: '%s' is not meanrev or deepsea\n", cmd, env), EXIT_USAGE;
   if (opt(x, a, "--size") || opt(x, a, "--episodes"))
     return fprintf(stderr, "%s: --size and --episodes are deepsea's (--env deepsea)\n", cmd), EXIT_USAGE;
-  const char *given = opt(x, a, "--name");
   demo_opts_t o;
   demo_opts_default(&o);
   const char *it = opt(x, a, "--iterations");
@@ -457,27 +488,9 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
   }
   learner_config_t c;
   demo_env_learner_config(&c);
-  char err[300];
-  for (int i = 0; i < a->nfields; i++) {
-    char k[128];
-    size_t kl = strcspn(a->fields[i], "=");
-    snprintf(k, sizeof k, "%.*s", (int)kl, a->fields[i]);
-    if (learner_config_set(&c, k, a->fields[i] + kl + 1, err, sizeof err))
-      return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  }
-  if (learner_config_validate(&c, err, sizeof err)) return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  /* the whole config travels as fields, so the daemon's defaults do not matter */
-  const char *fields[64];
-  char store[64][160];
-  int nf = 0;
-  for (int i = 0; i < learner_num_fields && nf < 64; i++, nf++) {
-    char v[128];
-    learner_config_get(&c, &learner_fields[i], v, sizeof v);
-    snprintf(store[nf], sizeof store[nf], "%s=%s", learner_fields[i].name, v);
-    fields[nf] = store[nf];
-  }
   char name[72];
-  int rc = demo_new_trainer(x, cmd, given, fields, nf, opt(x, a, "--backend"), name, sizeof name);
+  int rc = demo_apply_fields(cmd, a, &c);
+  if (!rc) rc = demo_create(x, cmd, a, &c, name, sizeof name);
   if (rc) return rc;
   if (!x->json)
     printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "

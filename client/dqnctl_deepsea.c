@@ -47,29 +47,12 @@ int demo_deepsea(ctx_t *x, const cli_args_t *a) {
   /* the demo's learner config (deepsea_learner_config), then the user's fields */
   learner_config_t c;
   deepsea_learner_config(&c, N);
-  char err[300];
-  for (int i = 0; i < a->nfields; i++) {
-    char k[128];
-    size_t kl = strcspn(a->fields[i], "=");
-    snprintf(k, sizeof k, "%.*s", (int)kl, a->fields[i]);
-    if (learner_config_set(&c, k, a->fields[i] + kl + 1, err, sizeof err))
-      return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  }
+  int rc = demo_apply_fields(cmd, a, &c);
+  if (rc) return rc;
   if (c.state_dim != S || c.n_branches != 1 || c.branch_sizes[0] != 2)
     return fprintf(stderr, "%s: deepsea needs state_dim=%d and branches=2\n", cmd, S), EXIT_USAGE;
-  if (learner_config_validate(&c, err, sizeof err)) return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  const char *fields[64];
-  static char store[64][160];
-  int nf = 0;
-  for (int i = 0; i < learner_num_fields && nf < 64; i++, nf++) {
-    char val[128];
-    learner_config_get(&c, &learner_fields[i], val, sizeof val);
-    snprintf(store[nf], sizeof store[nf], "%s=%s", learner_fields[i].name, val);
-    fields[nf] = store[nf];
-  }
   char name[72];
-  int rc = demo_new_trainer(x, cmd, opt(x, a, "--name"), fields, nf, opt(x, a, "--backend"), name, sizeof name);
-  if (rc) return rc;
+  if ((rc = demo_create(x, cmd, a, &c, name, sizeof name))) return rc;
   if (!x->json)
     printf("dqnctl demo: new trainer '%s' on the daemon, deepsea N=%d (%s exploration), %lld episodes\n", name, N,
            c.ensemble_k > 1 ? "ensemble heads" : c.noisy ? "NoisyNet" : "epsilon-greedy", episodes);
