@@ -79,30 +79,34 @@ int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const
   bw[2].s[0].K = H2, bw[2].s[0].ldw = H1, bw[2].s[0].woff = f->pw.t2;
   int rc;
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[0], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0))) { free(bw); return rc; }
+  if ((rc = gemm_add_layer(t, &bw[0], f->w_on, f->g2, O2, B, f->g1, HC, f->hh, HC, 0))) goto out;
   gemm_begin_phase(t);
   /* with attention B2 gives dL/dh' (no mask: h' is not an lrelu output); attn.cu goes on to gh */
   if ((rc = gemm_add_layer(t, &bw[1], f->w_on, f->g1, HC, B, f->attn ? f->gatt : f->gh, H2, f->attn ? NULL : f->h,
-                           H2, 0))) { free(bw); return rc; }
+                           H2, 0)))
+    goto out;
   gemm_begin_phase(t);
-  if ((rc = gemm_add_layer(t, &bw[2], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0))) { free(bw); return rc; }
-  const float *bufs[8] = {x, f->h1, f->attn ? f->at.hatt : f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
-  for (int g = 0; g < 4; g++) { /* the layers whose output gradient is g2, g1, gh, gt1 (ybuf 4..7) */
-    gemm_begin_phase(t);
-    for (int li = 0; li < L->n_layers; li++) {
-      const net_layer_t *l = &L->layer[li];
-      int ybuf, xbuf, ldy, ldx;
-      long long dy, xo;
-      layer_bufs(L, f, li, &ybuf, &ldy, &dy, &xbuf, &ldx, &xo);
-      if (ybuf != 4 + g) continue;
-      if ((rc = gemm_add_wgrad(t, bufs[ybuf] + dy, ldy, bufs[xbuf] + xo, ldx, l->out, l->in, B, l->off_w, l->off_b,
-                               l->noisy ? l->off_sw : -1, l->noisy ? l->off_sb : -1, l->noisy ? l->noise_off : -1,
-                               l->noisy ? l->noise_off + l->in : -1)))
-        { free(bw); return rc; }
+  if ((rc = gemm_add_layer(t, &bw[2], f->w_on, f->gh, H2, B, f->gt1, H1, f->h1, H1, 0))) goto out;
+  {
+    const float *bufs[8] = {x, f->h1, f->attn ? f->at.hatt : f->h, f->hh, f->g2, f->g1, f->gh, f->gt1};
+    for (int g = 0; g < 4; g++) { /* the layers whose output gradient is g2, g1, gh, gt1 (ybuf 4..7) */
+      gemm_begin_phase(t);
+      for (int li = 0; li < L->n_layers; li++) {
+        const net_layer_t *l = &L->layer[li];
+        int ybuf, xbuf, ldy, ldx;
+        long long dy, xo;
+        layer_bufs(L, f, li, &ybuf, &ldy, &dy, &xbuf, &ldx, &xo);
+        if (ybuf != 4 + g) continue;
+        if ((rc = gemm_add_wgrad(t, bufs[ybuf] + dy, ldy, bufs[xbuf] + xo, ldx, l->out, l->in, B, l->off_w, l->off_b,
+                                 l->noisy ? l->off_sw : -1, l->noisy ? l->off_sb : -1, l->noisy ? l->noise_off : -1,
+                                 l->noisy ? l->noise_off + l->in : -1)))
+          goto out;
+      }
     }
   }
+out:
   free(bw);
-  return 0;
+  return rc;
 }
 
 extern "C" int cuda_backward(const cuda_fused_t *f, int k, float slope, float *grad, const float *fn,

@@ -20,8 +20,9 @@
  * second layers, times beta_p, whose biases add beta_p x the prior's. The
  * set's outputs are then V + beta_p Vp and A_d + beta_p Ap_d, and dueling is
  * linear: the logits of DESIGN.md §6.2. Priors pack with the sets' kernel
- * (fused_pack_sets_kernel: a block row per layer); one head set without
- * priors keeps the flat kernel.
+ * (fused_pack_sets_kernel: a thread per element, its layer by binary search;
+ * the priors once, cuda_pack_priors, as they never change); one head set
+ * without priors keeps the flat kernel.
  *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
@@ -109,20 +110,18 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
   const float *P = l.prior ? prior : (blockIdx.y ? p_tg : p_on), *fn = blockIdx.y ? fn_tg : fn_on;
   float *W = blockIdx.y ? w_tg : w_on;
   const long long nw = (long long)l.in * l.out, k = g - l.begin;
-  {
-    if (k < nw) {
-      int o = (int)(k / l.in), i = (int)(k % l.in);
-      float v = P[l.src_w + k];
-      if (noisy && l.src_sw >= 0) v = v + P[l.src_sw + k] * (fn[l.fo + o] * fn[l.fi + i]);
-      if (l.wbeta) v = beta * v;
-      W[l.w_dst + (long long)o * l.w_ld + i] = v;
-    } else {
-      int o = (int)(k - nw);
-      float v = P[l.src_b + o];
-      if (noisy && l.src_sb >= 0) v = v + P[l.src_sb + o] * fn[l.fo + o];
-      if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
-      W[l.b_dst + o] = v;
-    }
+  if (k < nw) {
+    int o = (int)(k / l.in), i = (int)(k % l.in);
+    float v = P[l.src_w + k];
+    if (noisy && l.src_sw >= 0) v = v + P[l.src_sw + k] * (fn[l.fo + o] * fn[l.fi + i]);
+    if (l.wbeta) v = beta * v;
+    W[l.w_dst + (long long)o * l.w_ld + i] = v;
+  } else {
+    int o = (int)(k - nw);
+    float v = P[l.src_b + o];
+    if (noisy && l.src_sb >= 0) v = v + P[l.src_sb + o] * fn[l.fo + o];
+    if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
+    W[l.b_dst + o] = v;
   }
 }
 

@@ -14,9 +14,13 @@
  *               layers side by side, all head-2 layers; online s and s',
  *               target s' as problems of one launch), then the tail: dueling
  *               combine and log-softmax, a warp per (row, branch)
+ *   attn.cu     with attention (DESIGN.md §6.1) between F2 and F3: the block
+ *               on h, the heads reading h'; its backward after B2
  *   loss.cu     one block per sample, all branches: Double-DQN action, C51
  *               projection, cross-entropy, dlogits (dV and every dA_d); the
  *               batch loss
+ *   loss_ens.cu the same with K head sets (DESIGN.md §6.2): masks, the
+ *               diversity term, priorities from mean_k CE
  *   backward.cu B1..B3, input gradients through head 2, head 1 and trunk 2
  *               (pre-activation gradients kept), and every weight, bias and
  *               NoisyNet sigma gradient: the same GEMM with A = dY^T, in four
