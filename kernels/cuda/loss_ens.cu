@@ -53,7 +53,7 @@ __device__ __forceinline__ float support_at(const ens_args_t &a, int z) {
   return a.vmin + (a.vmax - a.vmin) * (float)z / (float)(a.Z - 1);
 }
 
-/* head k's taken-action log-probabilities of sample i, branch d, on row block rb (0 s, 1 s', 2 target s') */
+/* head k's log-probabilities [n_d, Z] of sample i, branch d, in row block rb (0 online s, 1 online s', 2 target s') */
 __device__ __forceinline__ const float *lp_at(const ens_args_t &a, int rb, int i, int k, int d) {
   return a.logp + ((size_t)rb * a.B + i) * a.LW + (size_t)k * a.AW + a.aoff[d];
 }
