@@ -137,6 +137,27 @@ static int params_identical(learner_t *a, learner_t *b) {
   return same;
 }
 
+/* Two GPU runs of c, and one with cuda_graph = 0, take `steps` steps to the
+ * same bits; a run with the next seed does not (the checks can fail). */
+static void check_reruns(learner_config_t c, int steps, const char *what) {
+  learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
+  learner_config_t cn = c;
+  cn.cuda_graph = 0;
+  learner_t *nog = make(&cn, LEARNER_BACKEND_CUDA);
+  char err[256];
+  learner_stats_t s;
+  ck_assert_int_eq(learner_step(a, steps, &s, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(b, steps, &s, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(nog, steps, &s, err, sizeof err), 0);
+  ck_assert_msg(params_identical(a, b), "%s: two GPU runs with the same seed differ", what);
+  ck_assert_msg(params_identical(a, nog), "%s: graph replay differs from the un-captured launches", what);
+  c.seed += 1;
+  learner_t *o = make(&c, LEARNER_BACKEND_CUDA);
+  ck_assert_int_eq(learner_step(o, steps, &s, err, sizeof err), 0);
+  ck_assert_msg(!params_identical(a, o), "%s: another seed gives the same bits", what);
+  learner_destroy(a), learner_destroy(b), learner_destroy(nog), learner_destroy(o);
+}
+
 /* one step of each learner; the relative difference of their losses */
 static double step_both(learner_t *cpu, learner_t *gpu, learner_stats_t *a, learner_stats_t *b) {
   char err[256];
@@ -260,18 +281,9 @@ START_TEST(test_ensemble_rerun_and_act) {
   learner_config_t c = config(1, 1, 1);
   ensemble(&c);
   c.attn_tokens = 4, c.attn_heads = 2;
-  learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
-  learner_config_t cn = c;
-  cn.cuda_graph = 0;
-  learner_t *nog = make(&cn, LEARNER_BACKEND_CUDA);
+  check_reruns(c, 40, "ensemble + attention");
   char err[256];
   learner_stats_t s;
-  ck_assert_int_eq(learner_step(a, 40, &s, err, sizeof err), 0);
-  ck_assert_int_eq(learner_step(b, 40, &s, err, sizeof err), 0);
-  ck_assert_int_eq(learner_step(nog, 40, &s, err, sizeof err), 0);
-  ck_assert_msg(params_identical(a, b), "two GPU ensemble runs differ");
-  ck_assert_msg(params_identical(a, nog), "ensemble: graph replay differs from the un-captured launches");
-  learner_destroy(a), learner_destroy(b), learner_destroy(nog);
   /* Act: train on the CPU, move the state to the GPU, compare */
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_step(cpu, 30, &s, err, sizeof err), 0);
@@ -334,26 +346,7 @@ START_TEST(test_per_duplicates) {
 }
 END_TEST
 
-START_TEST(test_bit_identical_and_graph) {
-  learner_config_t c = config(0, 1, 1);
-  learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
-  learner_config_t cn = c;
-  cn.cuda_graph = 0;
-  learner_t *nog = make(&cn, LEARNER_BACKEND_CUDA);
-  char err[256];
-  learner_stats_t s;
-  ck_assert_int_eq(learner_step(a, 60, &s, err, sizeof err), 0);
-  ck_assert_int_eq(learner_step(b, 60, &s, err, sizeof err), 0);
-  ck_assert_int_eq(learner_step(nog, 60, &s, err, sizeof err), 0);
-  ck_assert_msg(params_identical(a, b), "two GPU runs with the same seed differ");
-  ck_assert_msg(params_identical(a, nog), "graph replay differs from the un-captured launches");
-  /* a different seed differs (the checks above can fail) */
-  c.seed = 12;
-  learner_t *o = make(&c, LEARNER_BACKEND_CUDA);
-  ck_assert_int_eq(learner_step(o, 60, &s, err, sizeof err), 0);
-  ck_assert(!params_identical(a, o));
-  learner_destroy(a), learner_destroy(b), learner_destroy(nog), learner_destroy(o);
-}
+START_TEST(test_bit_identical_and_graph) { check_reruns(config(0, 1, 1), 60, "ref, PER + NoisyNet"); }
 END_TEST
 
 /* Batch 2048: the weight-gradient groups have many split-K parts and run
