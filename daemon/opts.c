@@ -12,7 +12,8 @@
 #include "dqnd_build_config.h"
 #include "suggest.h"
 
-typedef enum { OT_STR, OT_INT32, OT_INT64, OT_LISTEN } opt_type_t;
+/* OT_FLAG: an int32 0/1 that the command line also takes bare (--insecure) */
+typedef enum { OT_STR, OT_INT32, OT_INT64, OT_LISTEN, OT_FLAG } opt_type_t;
 typedef struct {
   const char *name;
   opt_type_t type;
@@ -23,7 +24,7 @@ typedef struct {
 
 #define O(f) offsetof(dqnd_opts_t, f), sizeof(((dqnd_opts_t *)0)->f)
 static const opt_t opts_table[] = {
-    {"listen", OT_LISTEN, O(listen), 0, 0, "URL to serve (repeatable): ipc:///path, tcp://host:port"},
+    {"listen", OT_LISTEN, O(listen), 0, 0, "URL to serve (repeatable): ipc:///path, tcp://host:port, tls+tcp://host:port"},
     {"state-dir", OT_STR, O(state_dir), 0, 0, "checkpoints go to STATE_DIR/<trainer>/"},
     {"backend", OT_STR, O(backend), 0, 0, "default learner backend: auto, cpu, cuda"},
     {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31, "largest request accepted"},
@@ -42,10 +43,28 @@ static const opt_t opts_table[] = {
     {"socket-mode", OT_STR, O(socket_mode), 0, 0,
      "permissions of ipc sockets, octal (0660 lets the daemon's group connect)"},
     {"auth-token", OT_STR, O(auth_token), 0, 0, "require this token in every request"},
+    {"insecure", OT_FLAG, O(insecure), 0, 1,
+     "allow plain tcp:// on a non-loopback address with no auth-token (0/1; traffic and commands are open)"},
+    {"tls-cert", OT_STR, O(tls_cert), 0, 0, "PEM certificate (chain) that tls+tcp:// listeners present"},
+    {"tls-key", OT_STR, O(tls_key), 0, 0, "PEM private key of tls-cert"},
+    {"tls-ca", OT_STR, O(tls_ca), 0, 0, "PEM CA certificates that sign client certificates"},
+    {"tls-verify-clients", OT_FLAG, O(tls_verify_clients), 0, 1,
+     "mutual TLS: refuse clients without a certificate signed by tls-ca (0/1)"},
+    {"checkpoint-dirs", OT_STR, O(checkpoint_dirs), 0, 0,
+     "':'-separated directories LoadCheckpoint may read a daemon-side path from, besides state-dir"},
+    {"metrics-listen", OT_STR, O(metrics_listen), 0, 0,
+     "serve Prometheus metrics at http://HOST:PORT/metrics (empty = off)"},
     {"log-file", OT_STR, O(log_file), 0, 0, "log here instead of stderr (reopened on SIGHUP)"},
     {"log-level", OT_STR, O(log_level), 0, 0, "error, warn, info, debug"},
 };
 #define N_OPTS ((int)(sizeof opts_table / sizeof opts_table[0]))
+
+static int opts_is_flag(const char *name) {
+  for (int i = 0; i < N_OPTS; i++)
+    if (!strcmp(opts_table[i].name, name)) return opts_table[i].type == OT_FLAG;
+  return 0;
+}
+
 
 static int fail(char *err, size_t n, const char *fmt, ...) {
   va_list ap;
@@ -95,11 +114,8 @@ int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, siz
     char *p = (char *)o + t->offset;
     if (t->type == OT_LISTEN) {
       if (o->n_listen == OPTS_MAX_LISTEN) return fail(err, errlen, "listen: at most %d URLs", OPTS_MAX_LISTEN);
-      if (!strncmp(value, "tls+tcp://", 10))
-        return fail(err, errlen, "listen: tls+tcp:// needs certificate options this build does not have yet; "
-                                 "use ipc://, or tcp:// inside a trusted network or tunnel");
-      if (strncmp(value, "ipc://", 6) && strncmp(value, "tcp://", 6))
-        return fail(err, errlen, "listen: '%s' is not ipc:// or tcp://", value);
+      if (strncmp(value, "ipc://", 6) && strncmp(value, "tcp://", 6) && strncmp(value, "tls+tcp://", 10))
+        return fail(err, errlen, "listen: '%s' is not ipc://, tcp:// or tls+tcp://", value);
       snprintf(o->listen[o->n_listen++], sizeof o->listen[0], "%s", value);
       return 0;
     }
@@ -114,7 +130,7 @@ int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, siz
     if (end == value || *end || errno) return fail(err, errlen, "%s: '%s' is not an integer", name, value);
     if (v < t->min || v > t->max)
       return fail(err, errlen, "%s: %lld is outside [%lld, %lld]", name, v, (long long)t->min, (long long)t->max);
-    if (t->type == OT_INT32)
+    if (t->type == OT_INT32 || t->type == OT_FLAG)
       *(int32_t *)p = (int32_t)v;
     else
       *(int64_t *)p = v;
@@ -144,7 +160,41 @@ static int check(dqnd_opts_t *o, char *err, size_t errlen) {
     dqnd_default_url(o->listen[0], sizeof o->listen[0]);
     o->n_listen = 1;
   }
+  int tls = 0;
+  for (int i = 0; i < o->n_listen; i++) {
+    const char *u = o->listen[i];
+    int is_tls = !strncmp(u, "tls+tcp://", 10);
+    tls |= is_tls;
+    if (!strncmp(u, "ipc://", 6) || opts_url_is_loopback(u)) continue;
+    if (o->auth_token[0] || (is_tls && o->tls_verify_clients) || o->insecure) continue;
+    return fail(err, errlen,
+                "listen: %s is reachable from the network and nothing checks who connects: set auth-token, "
+                "or use tls+tcp:// with tls-verify-clients, or pass --insecure to accept that",
+                u);
+  }
+  if (tls && (!o->tls_cert[0] || !o->tls_key[0]))
+    return fail(err, errlen, "%s: a tls+tcp:// listener needs tls-cert and tls-key", o->tls_cert[0] ? "tls-key" : "tls-cert");
+  if (o->tls_verify_clients && !o->tls_ca[0])
+    return fail(err, errlen, "tls-ca: tls-verify-clients needs the CA that signs client certificates");
+  const char *files[3] = {o->tls_cert, o->tls_key, o->tls_ca}, *names[3] = {"tls-cert", "tls-key", "tls-ca"};
+  for (int i = 0; i < 3; i++)
+    if (files[i][0] && access(files[i], R_OK))
+      return fail(err, errlen, "%s: cannot read %s: %s", names[i], files[i], strerror(errno));
+  if (o->metrics_listen[0] && strncmp(o->metrics_listen, "http://", 7))
+    return fail(err, errlen, "metrics-listen: '%s' is not http://HOST:PORT", o->metrics_listen);
+  for (const char *d = o->checkpoint_dirs; *d;) {
+    size_t n = strcspn(d, ":");
+    if (n && d[0] != '/') return fail(err, errlen, "checkpoint-dirs: '%.*s' is not an absolute path", (int)n, d);
+    d += n + (d[n] == ':');
+  }
   return 0;
+}
+
+int opts_url_is_loopback(const char *url) {
+  const char *h = strstr(url, "://");
+  if (!h) return 0;
+  h += 3;
+  return !strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6);
 }
 
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) {
@@ -197,7 +247,7 @@ void opts_usage(FILE *f) {
     const char *p = (const char *)&d + t->offset;
     if (t->type == OT_LISTEN) snprintf(def, sizeof def, "%s", url);
     else if (t->type == OT_STR) snprintf(def, sizeof def, "%s", p);
-    else if (t->type == OT_INT32) snprintf(def, sizeof def, "%d", *(const int32_t *)p);
+    else if (t->type == OT_INT32 || t->type == OT_FLAG) snprintf(def, sizeof def, "%d", *(const int32_t *)p);
     else snprintf(def, sizeof def, "%lld", (long long)*(const int64_t *)p);
     fprintf(f, "  --%-22s %s%s%s%s\n", t->name, t->help, *def ? " (default: " : "", def, *def ? ")" : "");
   }
@@ -241,8 +291,10 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
       val = eq + 1;
     } else {
       snprintf(name, sizeof name, "%s", a + 2);
-      if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", name);
-      val = argv[++i];
+      if (opts_is_flag(name) && (i + 1 >= argc || (strcmp(argv[i + 1], "0") && strcmp(argv[i + 1], "1"))))
+        val = "1"; /* --insecure alone */
+      else if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", name);
+      else val = argv[++i];
     }
     if (!strcmp(name, "config") || !strcmp(name, "config-optional")) continue;
     if (opts_set(o, name, val, err, errlen)) return -1;

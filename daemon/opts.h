@@ -31,6 +31,13 @@ typedef struct dqnd_opts {
   int32_t listener_check;    /* seconds between listener probes (listen_guard.h); 0 = off */
   char socket_mode[8];       /* ipc listeners' permissions, octal: 0600, or 0660 for a group */
   char auth_token[256];
+  int32_t insecure;          /* plain tcp:// on a non-loopback address without a token */
+  char tls_cert[1024];       /* PEM: the certificate tls+tcp:// listeners present */
+  char tls_key[1024];        /* PEM: its private key */
+  char tls_ca[1024];         /* PEM: CAs that sign client certificates (with tls_verify_clients) */
+  int32_t tls_verify_clients; /* mutual TLS: a client without a certificate signed by tls_ca is refused */
+  char checkpoint_dirs[2048]; /* ':'-separated directories LoadCheckpoint's path may read, besides state_dir */
+  char metrics_listen[512];  /* http://host:port: Prometheus /metrics ("" = off) */
   char log_file[1024];
   char log_level[16];
 } dqnd_opts_t;
@@ -46,5 +53,7 @@ int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, siz
 /* socket_mode as a number (validated by opts_parse_args). */
 int opts_socket_mode(const dqnd_opts_t *o);
 void opts_usage(FILE *f);
+/* 1 when a tcp:// or tls+tcp:// URL's host is a loopback address. */
+int opts_url_is_loopback(const char *url);
 
 #endif
