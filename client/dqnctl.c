@@ -21,7 +21,7 @@
 #include "dqnd_build_config.h"
 
 static const char *usage_text =
-    "usage: dqnctl [--url URL] [--timeout MS] [--token T] [--json] COMMAND [ARGS]\n"
+    "usage: dqnctl [--url URL] [--timeout MS] [--token T] [--tls-ca F ...] [--json] COMMAND [ARGS]\n"
     "       dqnctl COMMAND --help      (each command's arguments and formats)\n"
     "\n"
     "commands:\n"
@@ -51,6 +51,12 @@ static const char *usage_text =
     "                  with no options, else the system service's /run/dqnd/dqnd.sock)\n"
     "  --timeout MS    per request (default 60000 ms)\n"
     "  --token T       auth token (default: DQND_TOKEN)\n"
+    "  --tls-ca F      tls+tcp:// URLs: the PEM CA that signed the daemon's certificate\n"
+    "                  (default: DQND_TLS_CA)\n"
+    "  --tls-cert F, --tls-key F\n"
+    "                  this client's PEM certificate and key, for a daemon with\n"
+    "                  tls-verify-clients (default: DQND_TLS_CERT, DQND_TLS_KEY)\n"
+    "  --tls-server-name N  the name the daemon's certificate must carry (default: the URL's host)\n"
     "  --json          machine-readable output\n"
     "  --version, --help\n"
     "\n"
@@ -484,6 +490,7 @@ int main(int argc, char **argv) {
   long long timeout = 60000;
   int json = 0;
   const char *token = getenv("DQND_TOKEN");
+  dqnd_tls_opts_t tls = {.ca = getenv("DQND_TLS_CA"), .cert = getenv("DQND_TLS_CERT"), .key = getenv("DQND_TLS_KEY")};
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *o = argv[i];
@@ -495,11 +502,16 @@ int main(int argc, char **argv) {
       return EXIT_OK;
     } else if (!strcmp(o, "--json"))
       json = 1;
-    else if (!strcmp(o, "--url") || !strcmp(o, "--timeout") || !strcmp(o, "--token")) {
+    else if (!strcmp(o, "--url") || !strcmp(o, "--timeout") || !strcmp(o, "--token") || !strncmp(o, "--tls-", 6)) {
       if (i + 1 >= argc) return fprintf(stderr, "dqnctl: %s needs a value (dqnctl --help)\n", o), EXIT_USAGE;
       const char *v = argv[++i];
       if (!strcmp(o, "--url")) snprintf(url, sizeof url, "%s", v);
       else if (!strcmp(o, "--token")) token = v;
+      else if (!strcmp(o, "--tls-ca")) tls.ca = v;
+      else if (!strcmp(o, "--tls-cert")) tls.cert = v;
+      else if (!strcmp(o, "--tls-key")) tls.key = v;
+      else if (!strcmp(o, "--tls-server-name")) tls.server_name = v;
+      else if (strcmp(o, "--timeout")) return fprintf(stderr, "dqnctl: unknown option '%s' (dqnctl --help)\n", o), EXIT_USAGE;
       else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &timeout)) return EXIT_USAGE;
     } else {
       fprintf(stderr, "dqnctl: unknown option '%s' (dqnctl --help)\n", o);
@@ -539,7 +551,7 @@ int main(int argc, char **argv) {
   ctx_t x = {NULL, json};
   if (cur_cmd->needs_daemon) {
     char err[700];
-    int rc = dqnd_connect(url, (int)timeout, &x.c, err, sizeof err);
+    int rc = dqnd_connect_tls(url, (int)timeout, &tls, &x.c, err, sizeof err);
     if (rc) {
       fprintf(stderr, "dqnctl: %s\n", err);
       return EXIT_TRANSPORT;

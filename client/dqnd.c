@@ -11,6 +11,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 struct dqnd_client {
   nng_socket sock;
@@ -46,6 +47,40 @@ const char *dqnd_strerror(int code) {
 }
 
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen) {
+  return dqnd_connect_tls(url, timeout_ms, NULL, out, err, errlen);
+}
+
+/* tls+tcp://: a dialer carrying the TLS configuration (tls.h) */
+static int dial_tls(nng_socket s, const char *url, const dqnd_tls_opts_t *tls, char *err, size_t errlen) {
+  dqnd_tls_opts_t o = tls ? *tls : (dqnd_tls_opts_t){0};
+  char host[256];
+  if (!o.server_name || !*o.server_name) {
+    dqnd_tls_url_host(url, host, sizeof host);
+    o.server_name = host;
+  }
+  nng_tls_config *cfg;
+  if (dqnd_tls_config(0, &o, &cfg, err, errlen)) return NNG_EINVAL;
+  nng_dialer d;
+  int rv = nng_dialer_create(&d, s, url);
+  if (!rv) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+  if (!rv) rv = nng_dialer_start(d, 0);
+  nng_tls_config_free(cfg); /* the dialer holds its own reference */
+  if (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO)
+    snprintf(err, errlen,
+             "connect %s: TLS handshake failed: %s (is the daemon's certificate signed by tls-ca %s and issued to "
+             "'%s' by DNS name — mbed TLS does not match IP addresses, so give --tls-server-name for one? does the "
+             "daemon require a client certificate, tls-cert/tls-key?)",
+             url, nng_strerror(rv), o.ca ? o.ca : "", o.server_name);
+  else if (rv)
+    snprintf(err, errlen, "connect %s: %s%s", url, nng_strerror(rv),
+             rv == NNG_ECLOSED || rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT
+                 ? " (the daemon closed the TLS handshake: does it require a client certificate, tls-cert/tls-key?)"
+                 : "");
+  return rv;
+}
+
+int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls, dqnd_client_t **out, char *err,
+                     size_t errlen) {
   *out = NULL;
   dqnd_client_t *c = calloc(1, sizeof *c);
   if (!c) return snprintf(err, errlen, "out of memory"), DQND_ENOMEM;
@@ -62,6 +97,17 @@ int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err
   nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
   nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, c->timeout_ms);
   nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, c->timeout_ms);
+  int is_tls = !strncmp(url, "tls+tcp://", 10);
+  if (is_tls) {
+    rv = dial_tls(c->sock, url, tls, err, errlen);
+    if (rv) {
+      nng_close(c->sock);
+      free(c);
+      return rv == NNG_EINVAL ? DQND_EINVAL : DQND_ETRANSPORT;
+    }
+    *out = c;
+    return DQND_OK;
+  }
   rv = nng_dial(c->sock, url, NULL, 0);
   if (rv) {
     nng_close(c->sock);

@@ -20,6 +20,7 @@
 
 #include "dqnd.pb-c.h"
 #include "dqnd/default_url.h"
+#include "dqnd/tls.h"
 #include "learner.h"
 
 enum dqnd_status {
@@ -43,6 +44,12 @@ const char *dqnd_strerror(int code);
 void dqnd_client_default_url(char *buf, size_t n);
 
 int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err, size_t errlen);
+/* dqnd_connect with TLS settings for a tls+tcp:// URL (tls.h: ca is
+ * required; cert and key when the daemon verifies clients; server_name
+ * defaults to the URL's host). Other URLs ignore tls. A TLS handshake that
+ * fails is DQND_ETRANSPORT with a message saying what to check. */
+int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls, dqnd_client_t **out, char *err,
+                     size_t errlen);
 void dqnd_close(dqnd_client_t *c);
 void dqnd_set_token(dqnd_client_t *c, const char *token);
 void dqnd_set_timeout(dqnd_client_t *c, int timeout_ms);

@@ -10,6 +10,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include "dqnd/tls.h"
 
 #include "log.h"
 #include "rpc.h"
@@ -30,8 +33,10 @@ static struct {
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 void listen_guard_probe_url(const char *url, char *out, size_t n) {
-  const char *hosts[] = {"tcp://0.0.0.0:", "tcp://*:", "tcp://:", "tcp4://0.0.0.0:", "tcp://[::]:"};
-  const char *repl[] = {"tcp://127.0.0.1:", "tcp://127.0.0.1:", "tcp://127.0.0.1:", "tcp4://127.0.0.1:", "tcp://[::1]:"};
+  const char *hosts[] = {"tcp://0.0.0.0:", "tcp://*:", "tcp://:", "tcp4://0.0.0.0:", "tcp://[::]:",
+                         "tls+tcp://0.0.0.0:", "tls+tcp://*:", "tls+tcp://:", "tls+tcp://[::]:"};
+  const char *repl[] = {"tcp://127.0.0.1:", "tcp://127.0.0.1:", "tcp://127.0.0.1:", "tcp4://127.0.0.1:", "tcp://[::1]:",
+                        "tls+tcp://127.0.0.1:", "tls+tcp://127.0.0.1:", "tls+tcp://127.0.0.1:", "tls+tcp://[::1]:"};
   for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++)
     if (!strncmp(url, hosts[i], strlen(hosts[i]))) {
       snprintf(out, n, "%s%s", repl[i], url + strlen(hosts[i]));
@@ -54,6 +59,26 @@ static void deadline(struct timespec *ts, int seconds) {
   ts->tv_sec += seconds;
 }
 
+/* Dials without waiting. A tls+tcp:// listener is probed over TLS without
+ * checking the daemon's own certificate, presenting that certificate as the
+ * client's when clients must have one (it counts when tls-ca signed it; if
+ * not, the probe does not connect, which counts as nothing). */
+static int dial_probe(server_t *srv, nng_socket s, const char *url) {
+  if (strncmp(url, "tls+tcp://", 10)) return nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK);
+  const dqnd_opts_t *o = &srv->opts;
+  dqnd_tls_opts_t to = {.probe = 1};
+  if (o->tls_verify_clients) to.cert = o->tls_cert, to.key = o->tls_key;
+  nng_tls_config *cfg;
+  char err[300];
+  if (dqnd_tls_config(0, &to, &cfg, err, sizeof err)) return -1;
+  nng_dialer d;
+  int rv = nng_dialer_create(&d, s, url);
+  if (!rv) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+  if (!rv) rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+  nng_tls_config_free(cfg); /* the dialer holds it */
+  return rv;
+}
+
 /* 1: the probe's connection completed its handshake and the daemon's socket
  * took a connection within PROBE_WAIT_S; 0: it did not (in nng#1518 the
  * handshake still completes on the probe's side, but the socket never takes
@@ -69,7 +94,7 @@ static int probe(server_t *srv, const char *url) {
   nng_socket s;
   int rc = -1;
   if (nng_req0_open(&s) == 0) {
-    if (nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, on_pipe, pr) == 0 && nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK) == 0) {
+    if (nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, on_pipe, pr) == 0 && dial_probe(srv, s, url) == 0) {
       struct timespec ts;
       deadline(&ts, PROBE_WAIT_S);
       pthread_mutex_lock(&pr->mu);
@@ -105,7 +130,7 @@ static void *guard(void *arg) {
       char url[600], err[700];
       listen_guard_probe_url(s->opts.listen[i], url, sizeof url);
       size_t ul = strlen(url);
-      if (!strncmp(url, "tcp", 3) && ul > 2 && !strcmp(url + ul - 2, ":0")) continue; /* an ephemeral port */
+      if (strncmp(url, "ipc://", 6) && ul > 2 && !strcmp(url + ul - 2, ":0")) continue; /* an ephemeral port */
       int pr = probe(s, url);
       log_debug(NULL, "listener-check %s: %s", url,
                 pr == 1 ? "answered" : pr == 0 ? "its connection was not taken" : "probe did not connect");

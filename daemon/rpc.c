@@ -11,6 +11,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include "dqnd/tls.h"
 
 #include "checkpoint.h"
 #include "log.h"
@@ -41,6 +44,7 @@ struct rpc {
   rpc_request_cb on_request;
   nng_socket sock;
   nng_listener listeners[OPTS_MAX_LISTEN];
+  nng_tls_config *tls;         /* tls+tcp:// listeners' (built once at start) */
   atomic_ullong pipes_added;   /* connections attached to the socket (listen_guard.c reads it) */
   pthread_mutex_t relisten_mu; /* the guard thread restarts a listener; rpc_stop closes them */
   rpc_call_t *calls;
@@ -167,6 +171,7 @@ static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
     }
     rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, opts_socket_mode(&r->srv->opts));
   }
+  if (!rv && !strncmp(url, "tls+tcp://", 10)) rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, r->tls);
   if (!rv) rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)r->srv->opts.max_message_bytes * OVERSIZE_FACTOR);
   if (!rv) rv = nng_listener_start(l, 0);
   if (rv) {
@@ -174,7 +179,21 @@ static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
     return -1;
   }
   r->listeners[i] = l;
-  log_info(NULL, "listening on %s", url);
+  const dqnd_opts_t *o = &r->srv->opts;
+  if (!strncmp(url, "ipc://", 6))
+    log_info(NULL, "listening on %s (socket mode %s)", url, o->socket_mode);
+  else if (!strncmp(url, "tls+tcp://", 10))
+    log_info(NULL, "listening on %s (TLS; %s%s)", url,
+             o->tls_verify_clients ? "clients need a certificate signed by tls-ca" : "any client may connect",
+             o->auth_token[0] ? ", requests need the auth token" : "");
+  else if (opts_url_is_loopback(url))
+    log_info(NULL, "listening on %s (plain tcp on loopback%s)", url, o->auth_token[0] ? "; requests need the auth token" : "");
+  else if (o->auth_token[0])
+    log_warn(NULL, "listening on %s (plain tcp: requests need the auth token, but it and all traffic cross the "
+             "network unencrypted; prefer tls+tcp://)", url);
+  else
+    log_warn(NULL, "listening on %s with --insecure: plain tcp and no auth token, anyone who reaches this port "
+             "can run every command", url);
   return 0;
 }
 
@@ -205,6 +224,12 @@ int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) 
   if (rv) return snprintf(err, errlen, "nng_rep0_open: %s", nng_strerror(rv)), -1;
   nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, (size_t)s->opts.max_message_bytes * OVERSIZE_FACTOR);
   pthread_mutex_init(&r->relisten_mu, NULL);
+  for (int i = 0; i < s->opts.n_listen && !r->tls; i++)
+    if (!strncmp(s->opts.listen[i], "tls+tcp://", 10)) {
+      dqnd_tls_opts_t to = {.cert = s->opts.tls_cert, .key = s->opts.tls_key, .ca = s->opts.tls_ca,
+                            .verify = s->opts.tls_verify_clients};
+      if (dqnd_tls_config(1, &to, &r->tls, err, errlen)) return -1;
+    }
   nng_pipe_notify(r->sock, NNG_PIPE_EV_ADD_POST, on_pipe_added, r);
   for (int i = 0; i < s->opts.n_listen; i++)
     if (listen_one(r, i, err, errlen)) return -1;
@@ -239,6 +264,7 @@ void rpc_stop(server_t *s) {
     if (r->calls[i].req) protobuf_c_message_free_unpacked(&r->calls[i].req->base, &r->calls[i].budget.a);
   }
   free(r->calls);
+  if (r->tls) nng_tls_config_free(r->tls);
   free(r);
   s->rpc = NULL;
 }

@@ -103,24 +103,39 @@ def _ckpt(c):
 
 
 class Client:
-    """Client(url=None, timeout=60.0, token=None): url defaults to
-    default_url(); timeout is seconds per request; token the daemon's auth
-    token (default $DQND_TOKEN)."""
+    """Client(url=None, timeout=60.0, token=None, tls_ca=None, tls_cert=None,
+    tls_key=None, tls_server_name=None): url defaults to default_url();
+    timeout is seconds per request; token the daemon's auth token (default
+    $DQND_TOKEN). A tls+tcp:// url needs tls_ca, the PEM CA that signed the
+    daemon's certificate (default $DQND_TLS_CA); tls_cert and tls_key are this
+    client's certificate for a daemon with tls-verify-clients (default
+    $DQND_TLS_CERT, $DQND_TLS_KEY); the daemon's certificate must carry
+    tls_server_name (default: the url's host; mbed TLS matches DNS names, so
+    give it for an IP address)."""
 
-    def __init__(self, url=None, timeout=60.0, token=None):
+    def __init__(self, url=None, timeout=60.0, token=None, tls_ca=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None):
         self.url = url or default_url()
         self.timeout = float(timeout)
         self.token = token if token is not None else os.environ.get("DQND_TOKEN", "")
         self._next_id = 1
         self._shapes = {}
         try:
-            self._sock = _nng.ReqSocket(self.url, int(self.timeout * 1000))
+            tls = {"ca": tls_ca or os.environ.get("DQND_TLS_CA"), "cert": tls_cert or os.environ.get("DQND_TLS_CERT"),
+                   "key": tls_key or os.environ.get("DQND_TLS_KEY"), "server_name": tls_server_name}
+            self._sock = _nng.ReqSocket(self.url, int(self.timeout * 1000), tls)
+        except ValueError as e:
+            raise DqndError(INVALID_ARGUMENT, str(e)) from None
         except _nng.NngError as e:
             hint = ""
             if e.rv in (_nng.NNG_ENOENT, _nng.NNG_ECONNREFUSED):
                 hint = " (is dqnd running?)"
             elif e.rv == _nng.NNG_EPERM:
                 hint = " (the system service's socket is for group dqnd)"
+            elif e.rv in (_nng.NNG_ECRYPTO, _nng.NNG_EPEERAUTH):
+                hint = " (TLS: is the daemon's certificate signed by tls_ca and issued to the url's host?)"
+            elif e.rv in (_nng.NNG_ECLOSED, _nng.NNG_ECONNSHUT) and self.url.startswith("tls+tcp://"):
+                hint = " (the daemon closed the TLS handshake: does it require a client certificate?)"
             raise DqndError(UNAVAILABLE, f"{e}{hint}") from None
 
     def close(self):
