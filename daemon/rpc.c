@@ -24,18 +24,13 @@
  * that connection), since reading them would already cost the memory. */
 #define OVERSIZE_FACTOR 2
 
-typedef struct budget {
-  ProtobufCAllocator a;
-  size_t used, limit;
-} budget_t;
-
 struct rpc_call {
   rpc_t *rpc;
   nng_ctx ctx;
   nng_aio *aio;
   int sending;
   Dqnd__V1__Request *req;
-  budget_t budget;
+  wire_budget_t budget;
   uint64_t request_id;
 };
 
@@ -50,18 +45,6 @@ struct rpc {
   rpc_call_t *calls;
   int n_calls;
 };
-
-static void *budget_alloc(void *data, size_t size) {
-  budget_t *b = data;
-  if (size > b->limit - b->used) return NULL;
-  void *p = malloc(size);
-  if (p) b->used += size;
-  return p;
-}
-static void budget_free(void *data, void *p) {
-  (void)data;
-  free(p);
-}
 
 Dqnd__V1__Request *rpc_request(rpc_call_t *c) { return c->req; }
 
@@ -124,31 +107,13 @@ static void call_cb(void *arg) {
     return;
   }
   nng_msg *m = nng_aio_get_msg(c->aio);
-  size_t len = nng_msg_len(m);
-  c->request_id = 0;
-  if ((int64_t)len > s->opts.max_message_bytes) {
-    nng_msg_free(m);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "message: %zu bytes exceeds max_message_bytes %lld", len,
-                    (long long)s->opts.max_message_bytes);
-    return;
-  }
-  c->budget.used = 0;
-  c->budget.limit = (size_t)s->opts.decode_budget;
-  c->req = dqnd__v1__request__unpack(&c->budget.a, len, nng_msg_body(m));
-  char field[128] = "";
-  if (c->req && wire_find_nul(&dqnd__v1__request__descriptor, nng_msg_body(m), len, field, sizeof field)) {
-    nng_msg_free(m);
-    c->request_id = c->req->request_id;
-    rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "%s: contains a NUL byte", field);
-    return;
-  }
+  int code;
+  char msg[256];
+  c->req = wire_decode_request(&c->budget, nng_msg_body(m), nng_msg_len(m), s->opts.max_message_bytes,
+                               s->opts.decode_budget, &code, &c->request_id, msg, sizeof msg);
   nng_msg_free(m);
   if (!c->req) {
-    if (c->budget.used >= c->budget.limit || c->budget.limit - c->budget.used < len)
-      rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "message: decoding needs more than decode_budget %lld bytes",
-                      (long long)s->opts.decode_budget);
-    else
-      rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "message: %zu bytes are not a dqnd.v1.Request", len);
+    rpc_reply_error(c, code, "%s", msg);
     return;
   }
   c->request_id = c->req->request_id;
@@ -239,9 +204,7 @@ int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) 
   for (int i = 0; i < r->n_calls; i++) {
     rpc_call_t *c = &r->calls[i];
     c->rpc = r;
-    c->budget.a.alloc = budget_alloc;
-    c->budget.a.free = budget_free;
-    c->budget.a.allocator_data = &c->budget;
+    wire_budget_init(&c->budget);
     if ((rv = nng_aio_alloc(&c->aio, call_cb, c)) || (rv = nng_ctx_open(&c->ctx, r->sock)))
       return snprintf(err, errlen, "nng context: %s", nng_strerror(rv)), -1;
     recv_next(c);

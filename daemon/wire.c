@@ -1,8 +1,10 @@
-/* wire.c — see wire.h. Walks the protobuf wire format by hand: tag varint,
- * then a varint, fixed64, length-delimited or fixed32 value. */
+/* wire.c — see wire.h. wire_find_nul walks the protobuf wire format by hand:
+ * tag varint, then a varint, fixed64, length-delimited or fixed32 value;
+ * wire_decode_request is the receive path's decode (rpc.c's call_cb). */
 #include "wire.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v) {
@@ -56,4 +58,55 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t le
 int wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, char *field, size_t n) {
   field[0] = 0;
   return walk(desc, buf, len, field, n, 0);
+}
+
+static void *budget_alloc(void *data, size_t size) {
+  wire_budget_t *b = data;
+  if (size > b->limit - b->used) return NULL;
+  void *p = malloc(size);
+  if (p) b->used += size;
+  return p;
+}
+static void budget_free(void *data, void *p) {
+  (void)data;
+  free(p);
+}
+
+void wire_budget_init(wire_budget_t *b) {
+  b->a.alloc = budget_alloc;
+  b->a.free = budget_free;
+  b->a.allocator_data = b;
+  b->used = b->limit = 0;
+}
+
+Dqnd__V1__Request *wire_decode_request(wire_budget_t *b, const uint8_t *buf, size_t len, int64_t max_message_bytes,
+                                       int64_t decode_budget, int *code, uint64_t *request_id, char *msg, size_t n) {
+  *request_id = 0;
+  if ((int64_t)len > max_message_bytes) {
+    *code = DQND__V1__CODE__RESOURCE_EXHAUSTED;
+    snprintf(msg, n, "message: %zu bytes exceeds max_message_bytes %lld", len, (long long)max_message_bytes);
+    return NULL;
+  }
+  b->used = 0;
+  b->limit = (size_t)decode_budget;
+  Dqnd__V1__Request *req = dqnd__v1__request__unpack(&b->a, len, buf);
+  if (!req) {
+    if (b->used >= b->limit || b->limit - b->used < len) {
+      *code = DQND__V1__CODE__RESOURCE_EXHAUSTED;
+      snprintf(msg, n, "message: decoding needs more than decode_budget %lld bytes", (long long)decode_budget);
+    } else {
+      *code = DQND__V1__CODE__INVALID_ARGUMENT;
+      snprintf(msg, n, "message: %zu bytes are not a dqnd.v1.Request", len);
+    }
+    return NULL;
+  }
+  char field[128];
+  if (wire_find_nul(&dqnd__v1__request__descriptor, buf, len, field, sizeof field)) {
+    *request_id = req->request_id;
+    protobuf_c_message_free_unpacked(&req->base, &b->a);
+    *code = DQND__V1__CODE__INVALID_ARGUMENT;
+    snprintf(msg, n, "%s: contains a NUL byte", field);
+    return NULL;
+  }
+  return req;
 }

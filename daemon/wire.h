@@ -9,10 +9,33 @@
 
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "dqnd.pb-c.h"
 
 /* 1 when a string field anywhere in the message (nested messages included)
  * holds a NUL byte; its dotted path goes into field ("create_trainer.name").
  * The bytes must already have decoded as `desc` (so they are well formed). */
 int wire_find_nul(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len, char *field, size_t n);
+
+/* A protobuf-c allocator that refuses to hand out more than `limit` bytes
+ * in all (the decode budget of one request); wire_budget_init sets `a`. */
+typedef struct wire_budget {
+  ProtobufCAllocator a;
+  size_t used, limit;
+} wire_budget_t;
+void wire_budget_init(wire_budget_t *b);
+
+/* Decodes one received message as a request, the way the daemon receives
+ * every request (rpc.c; tests/fuzz/fuzz-request.c runs the same): a message
+ * over max_message_bytes is refused unread (RESOURCE_EXHAUSTED), it decodes
+ * within decode_budget bytes (else RESOURCE_EXHAUSTED), it must be a
+ * dqnd.v1.Request (else INVALID_ARGUMENT) with no NUL byte in any string
+ * (else INVALID_ARGUMENT naming the field). Returns the request, allocated
+ * from b (protobuf_c_message_free_unpacked(&req->base, &b->a) frees it), or
+ * NULL with *code (a gRPC code), msg and *request_id (the request's own when
+ * it decoded, else 0) set. buf stays the caller's. */
+Dqnd__V1__Request *wire_decode_request(wire_budget_t *b, const uint8_t *buf, size_t len, int64_t max_message_bytes,
+                                       int64_t decode_budget, int *code, uint64_t *request_id, char *msg, size_t n);
 
 #endif
