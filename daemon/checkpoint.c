@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,10 +207,57 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
 
 static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
 
+/* 1 when the resolved path p lies in the resolved directory of root */
+static int inside(const char *p, const char *root, size_t rootlen) {
+  char dir[PATH_MAX], r[PATH_MAX];
+  snprintf(dir, sizeof dir, "%.*s", (int)rootlen, root);
+  if (!realpath(dir, r)) return 0;
+  size_t k = strlen(r);
+  if (k == 1) return 1; /* "/" */
+  return !strncmp(p, r, k) && p[k] == '/';
+}
+
+int ckpt_path_confine(const char *path, const char *state_dir, const char *allowed, char *out, size_t n, char *err,
+                      size_t errlen) {
+  char full[PATH_MAX + 8], res[PATH_MAX];
+  if (path[0] == '/') snprintf(full, sizeof full, "%s", path);
+  else if (snprintf(full, sizeof full, "%s/%s", state_dir, path) >= (int)sizeof full)
+    return fail(err, errlen, "path: longer than %d bytes", PATH_MAX), CKPT_EACCES;
+  int missing = 0;
+  if (!realpath(full, res)) {
+    /* a file that does not exist: judge by its directory, so a missing file
+     * inside is NOT_FOUND and one outside is refused like any other */
+    char *slash = strrchr(full, '/');
+    if (errno != ENOENT || !slash) goto denied;
+    *slash = 0;
+    char dir[PATH_MAX];
+    if (!realpath(full[0] ? full : "/", dir)) goto denied;
+    *slash = '/';
+    if (snprintf(res, sizeof res, "%s%s", strcmp(dir, "/") ? dir : "", slash) >= (int)sizeof res) goto denied;
+    missing = 1;
+  }
+  int ok = inside(res, state_dir, strlen(state_dir));
+  for (const char *d = allowed; !ok && d && *d;) {
+    size_t k = strcspn(d, ":");
+    if (k) ok = inside(res, d, k);
+    d += k + (d[k] == ':');
+  }
+  if (!ok) goto denied;
+  if (missing) return fail(err, errlen, "path: %s does not exist", path), CKPT_ENOENT;
+  snprintf(out, n, "%s", res);
+  return 0;
+denied:
+  return fail(err, errlen,
+              "path: %s is not inside the state directory or a directory of checkpoint-dirs (the daemon reads "
+              "checkpoints only there; upload a local file instead)",
+              path),
+         CKPT_EACCES;
+}
+
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
   /* O_NONBLOCK: a FIFO (or a device) must not block the admin worker in
    * open(); only a regular file is read */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     int e = errno;
     fail(err, errlen, "path: cannot open %s: %s", path, strerror(e));

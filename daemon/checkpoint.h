@@ -40,6 +40,14 @@ int ckpt_list(const char *dir, ckpt_info_t **out, int *n);
 int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got);
 /* Builds a learner from a file / memory; nothing else is touched. A file
  * that is not there is CKPT_ENOENT, one we may not read CKPT_EACCES. */
+/* LoadCheckpoint's daemon-side path, confined: a relative path is taken
+ * from state_dir; the path with every symlink resolved must lie inside
+ * state_dir or one of the ':'-separated allowed dirs (each resolved too).
+ * 0 with the resolved path in out; CKPT_EACCES for anything outside, with
+ * the same message whether or not it exists (a client learns nothing about
+ * files it may not read); CKPT_ENOENT for a missing file inside. */
+int ckpt_path_confine(const char *path, const char *state_dir, const char *allowed, char *out, size_t n, char *err,
+                      size_t errlen);
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 /* Removes leftover temporary files of an interrupted write. */

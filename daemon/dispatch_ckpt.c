@@ -160,7 +160,9 @@ void dispatch_run_load(trainer_job_t *j0) {
   learner_t *l = NULL;
   learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
   if (m->path && m->path[0]) {
-    int lrc = ckpt_load_file(m->path, be, &l, err, sizeof err);
+    char real[4200];
+    int lrc = ckpt_path_confine(m->path, s->opts.state_dir, s->opts.checkpoint_dirs, real, sizeof real, err, sizeof err);
+    if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
     if (lrc) {
       rpc_reply_error(c,
                       lrc == CKPT_ENOENT    ? DQND__V1__CODE__NOT_FOUND

@@ -329,10 +329,22 @@ START_TEST(test_bad_input) {
   snprintf(local, sizeof local, "%s/x.dqnd", d.dir);
   expect(c, dqnd_fetch_checkpoint(c, "victim", NULL, local, 0, NULL), 5, "checkpoint", "fetch before any save");
   expect(c, dqnd_fetch_checkpoint(c, "victim", "../../etc/passwd", local, 0, NULL), 3, "checkpoint", "fetch path id");
-  expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 5, "path", "load missing path");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "/nonexistent/file", 0, NULL), 7, "not inside the state directory",
+         "load a path outside the state directory");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "/etc/passwd", 0, NULL), 7, "not inside the state directory",
+         "load an existing file outside the state directory (the same answer: no existence oracle)");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "../../../../../../etc/passwd", 0, NULL), 7,
+         "not inside the state directory", "load a relative path that climbs out");
+  expect(c, dqnd_load_checkpoint_path(c, "victim", "victim/none.dqnd", 0, NULL), 5, "does not exist",
+         "load a missing file inside the state directory");
+  char link[400];
+  snprintf(link, sizeof link, "%s/passwd.dqnd", d.state);
+  ck_assert_int_eq(symlink("/etc/passwd", link), 0);
+  expect(c, dqnd_load_checkpoint_path(c, "victim", link, 0, NULL), 7, "not inside the state directory",
+         "load a symlink in the state directory that points out of it");
   /* a FIFO must not block the admin worker (nothing would ever be created again) */
   char fifo[400];
-  snprintf(fifo, sizeof fifo, "%s/fifo", d.dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", d.state);
   ck_assert_int_eq(mkfifo(fifo, 0600), 0);
   expect(c, dqnd_load_checkpoint_path(c, "fromfifo", fifo, 1, NULL), 3, "is not a regular file", "load a FIFO");
   const char *fifo_ok[] = {"state_dim=6", "batch=8", "replay_capacity=100"};
@@ -341,7 +353,12 @@ START_TEST(test_bad_input) {
   for (int i = 0; i < 10; i++) fputs("not a checkpoint at all ", f);
   fclose(f);
   expect(c, dqnd_load_checkpoint_file(c, "victim", local, 0, NULL, 0), 15, "magic", "load garbage upload");
-  expect(c, dqnd_load_checkpoint_path(c, "fresh", local, 1, NULL), 15, "magic", "load garbage path");
+  char inside[400];
+  snprintf(inside, sizeof inside, "%s/garbage.dqnd", d.state);
+  ck_assert_int_eq(rename(local, inside), 0);
+  expect(c, dqnd_load_checkpoint_path(c, "fresh", "garbage.dqnd", 1, NULL), 15, "magic",
+         "load garbage path (relative: from the state directory)");
+  ck_assert_int_eq(rename(inside, local), 0);
   Dqnd__V1__LoadCheckpoint lm = DQND__V1__LOAD_CHECKPOINT__INIT;
   lm.name = "victim";
   req = (Dqnd__V1__Request)DQND__V1__REQUEST__INIT;

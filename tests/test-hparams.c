@@ -134,7 +134,7 @@ START_TEST(test_sync_and_hparams_take_effect) {
   dqnd_checkpoint_t ck;
   ck_assert_int_eq(dqnd_save_checkpoint(c, "h", 0, &ck), 0);
   char padded[600], cmd[3000];
-  snprintf(padded, sizeof padded, "%s/padded.dqnd", d.dir);
+  snprintf(padded, sizeof padded, "%s/padded.dqnd", d.state);
   snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf x >> '%s'", ck.path, padded, padded);
   ck_assert_int_eq(system(cmd), 0);
   ck_assert_int_eq(dqnd_load_checkpoint_path(c, "h2", padded, 1, NULL), 15);

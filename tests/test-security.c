@@ -1,0 +1,308 @@
+/*
+ * test-security.c — who may connect, and what a remote client may read:
+ * tls+tcp:// with a CA and certificates that openssl makes at test time
+ * (server-only TLS, then mutual TLS), the auth token over TLS, the start-up
+ * refusal of an open network listener, and LoadCheckpoint's path confined to
+ * the state directory and checkpoint-dirs.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* A CA, a server certificate for localhost signed by it, a client
+ * certificate signed by it, and a second CA with its own "client"
+ * certificate: everything under dir. */
+static void make_certs(const char *dir) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "set -e; cd '%s'; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+           "openssl req -x509 $K -keyout ca.key -out ca.pem -days 2 -subj '/CN=dqnd test CA';"
+           "openssl req -x509 $K -keyout other.key -out other.pem -days 2 -subj '/CN=another CA';"
+           "openssl req $K -keyout server.key -out server.csr -subj '/CN=localhost';"
+           "printf 'subjectAltName=DNS:localhost\\n' > san.ext;"
+           "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext;"
+           "openssl req $K -keyout client.key -out client.csr -subj '/CN=a client';"
+           "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2;"
+           "openssl req $K -keyout stranger.key -out stranger.csr -subj '/CN=a stranger';"
+           "openssl x509 -req -in stranger.csr -CA other.pem -CAkey other.key -CAcreateserial -out stranger.pem -days 2",
+           dir);
+  char full[4200];
+  snprintf(full, sizeof full, "(%s) >/dev/null 2>&1", cmd);
+  ck_assert_msg(system(full) == 0, "openssl could not make the test certificates (is openssl installed?)");
+}
+
+/* a loopback TCP port nothing listens on now */
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t n = sizeof a;
+  ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &n), 0);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+typedef struct tls_daemon {
+  daemon_t d;
+  char certs[300], url[100];
+} tls_daemon_t;
+
+static void path_in(const tls_daemon_t *t, const char *file, char *out, size_t n) {
+  snprintf(out, n, "%s/%s", t->certs, file);
+}
+
+/* the harness's ipc listener plus tls+tcp://127.0.0.1:PORT; the clients dial localhost */
+static void start_tls(tls_daemon_t *t, int verify_clients, const char *token) {
+  memset(t, 0, sizeof *t);
+  snprintf(t->d.dir, sizeof t->d.dir, "/tmp/dqnd-sec-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(t->d.dir));
+  snprintf(t->certs, sizeof t->certs, "%s/certs", t->d.dir);
+  char mk[400];
+  snprintf(mk, sizeof mk, "mkdir -p '%s'", t->certs);
+  ck_assert_int_eq(system(mk), 0);
+  make_certs(t->certs);
+  int port = free_port();
+  static char listen[100], cert[400], key[400], ca[400];
+  snprintf(listen, sizeof listen, "tls+tcp://127.0.0.1:%d", port);
+  snprintf(t->url, sizeof t->url, "tls+tcp://localhost:%d", port);
+  path_in(t, "server.pem", cert, sizeof cert);
+  path_in(t, "server.key", key, sizeof key);
+  path_in(t, "ca.pem", ca, sizeof ca);
+  const char *extra[16] = {"--listen", NULL, "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, NULL};
+  int k = 8;
+  if (verify_clients) extra[k++] = "--tls-verify-clients";
+  if (token) extra[k++] = "--auth-token", extra[k++] = token;
+  extra[k] = NULL;
+  /* the harness's own ipc URL comes first in its argv; ours is added */
+  extra[1] = listen;
+  start_daemon_argv(&t->d, extra);
+}
+
+static int connect_tls(const tls_daemon_t *t, const char *ca, const char *cert, const char *key, dqnd_client_t **c,
+                       char *err, size_t n) {
+  char pca[400] = "", pcert[400] = "", pkey[400] = "";
+  if (ca) path_in(t, ca, pca, sizeof pca);
+  if (cert) path_in(t, cert, pcert, sizeof pcert);
+  if (key) path_in(t, key, pkey, sizeof pkey);
+  dqnd_tls_opts_t o = {.ca = pca, .cert = pcert, .key = pkey};
+  return dqnd_connect_tls(t->url, 5000, &o, c, err, n);
+}
+
+START_TEST(tls_server_only) {
+  tls_daemon_t t;
+  start_tls(&t, 0, "sekrit");
+  ck_assert_msg(log_has(&t.d, "(TLS; any client may connect, requests need the auth token)"), "the log says who may connect");
+  char err[1024];
+  dqnd_client_t *c;
+  /* the right CA: works; the token is still checked over TLS */
+  ck_assert_msg(connect_tls(&t, "ca.pem", NULL, NULL, &c, err, sizeof err) == 0, "%s", err);
+  int serving = 0;
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 16);
+  ck_assert_msg(strstr(dqnd_last_error(c), "auth_token: missing"), "%s", dqnd_last_error(c));
+  dqnd_set_token(c, "wrong");
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 16);
+  ck_assert_msg(strstr(dqnd_last_error(c), "auth_token: wrong"), "%s", dqnd_last_error(c));
+  dqnd_set_token(c, "sekrit");
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 0);
+  ck_assert_int_eq(serving, 1);
+  /* real work over TLS: a trainer, transitions, steps */
+  ck_assert_int_eq(dqnd_create_trainer(c, "overtls", small_fields, N_SMALL, NULL, NULL), 0);
+  batch_t b;
+  make_batch(&b, 64, 1);
+  ck_assert_int_eq(submit(c, "overtls", &b), 0);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_step(c, "overtls", 3, &st), 0);
+  ck_assert_int_eq((int)st.step, 3);
+  dqnd_close(c);
+  /* a CA that did not sign the daemon's certificate: refused, and the message says what to check */
+  int rc = connect_tls(&t, "other.pem", NULL, NULL, &c, err, sizeof err);
+  ck_assert_int_eq(rc, DQND_ETRANSPORT);
+  ck_assert_msg(strstr(err, "TLS handshake failed") && strstr(err, "tls-ca"), "%s", err);
+  /* no CA at all: a local error naming the option, before any connection */
+  rc = connect_tls(&t, NULL, NULL, NULL, &c, err, sizeof err);
+  ck_assert_int_eq(rc, DQND_EINVAL);
+  ck_assert_msg(strstr(err, "tls-ca"), "%s", err);
+  /* a plain tcp:// client on the TLS port gets nothing */
+  char plain[120];
+  snprintf(plain, sizeof plain, "tcp://%s", t.url + strlen("tls+tcp://"));
+  if (dqnd_connect(plain, 1000, &c, err, sizeof err) == 0) {
+    dqnd_set_token(c, "sekrit");
+    ck_assert_int_lt(dqnd_health(c, &serving, NULL), 0);
+    dqnd_close(c);
+  }
+  /* dqnctl takes the same options */
+  char out[4096], args[1500];
+  daemon_t via = t.d; /* run_ctl dials via.url */
+  snprintf(via.url, sizeof via.url, "%s", t.url);
+  snprintf(args, sizeof args, "--tls-ca %s/ca.pem --token sekrit list", t.certs);
+  ck_assert_msg(run_ctl(&via, args, out, sizeof out) == 0, "%s", out);
+  ck_assert_msg(strstr(out, "overtls"), "%s", out);
+  snprintf(args, sizeof args, "--tls-ca %s/other.pem --token sekrit list", t.certs);
+  ck_assert_int_eq(run_ctl(&via, args, out, sizeof out), 3);
+  ck_assert_msg(strstr(out, "TLS handshake failed"), "%s", out);
+  ck_assert_int_eq(stop_daemon(&t.d, SIGTERM), 0);
+  rm_rf(t.d.dir);
+}
+END_TEST
+
+START_TEST(tls_mutual) {
+  tls_daemon_t t;
+  start_tls(&t, 1, NULL);
+  ck_assert_msg(log_has(&t.d, "clients need a certificate signed by tls-ca"), "the log says who may connect");
+  char err[1024];
+  dqnd_client_t *c;
+  int serving = 0;
+  /* no client certificate: the daemon closes the handshake */
+  int rc = connect_tls(&t, "ca.pem", NULL, NULL, &c, err, sizeof err);
+  if (rc == 0) { /* TLS 1.3 may finish the client's side first: then nothing is answered */
+    dqnd_set_timeout(c, 2000);
+    rc = dqnd_health(c, &serving, NULL);
+    ck_assert_int_lt(rc, 0);
+    dqnd_close(c);
+  } else {
+    ck_assert_int_eq(rc, DQND_ETRANSPORT);
+    ck_assert_msg(strstr(err, "client certificate"), "the message points at the client certificate: %s", err);
+  }
+  /* a certificate from another CA: refused the same way */
+  rc = connect_tls(&t, "ca.pem", "stranger.pem", "stranger.key", &c, err, sizeof err);
+  if (rc == 0) {
+    dqnd_set_timeout(c, 2000);
+    ck_assert_int_lt(dqnd_health(c, &serving, NULL), 0);
+    dqnd_close(c);
+  } else
+    ck_assert_int_eq(rc, DQND_ETRANSPORT);
+  /* a certificate the CA signed: served */
+  ck_assert_msg(connect_tls(&t, "ca.pem", "client.pem", "client.key", &c, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 0);
+  ck_assert_int_eq(serving, 1);
+  dqnd_close(c);
+  /* a key that does not match its certificate: no connection (mbed TLS
+   * takes the pair as given; the handshake's signature then fails) */
+  rc = connect_tls(&t, "ca.pem", "client.pem", "stranger.key", &c, err, sizeof err);
+  if (rc == 0) {
+    dqnd_set_timeout(c, 2000);
+    ck_assert_int_lt(dqnd_health(c, &serving, NULL), 0);
+    dqnd_close(c);
+  } else
+    ck_assert_msg(rc == DQND_ETRANSPORT || rc == DQND_EINVAL, "%s", err);
+  /* a file that is not PEM: a local error naming the option */
+  rc = connect_tls(&t, "ca.pem", "san.ext", "client.key", &c, err, sizeof err);
+  ck_assert_int_eq(rc, DQND_EINVAL);
+  ck_assert_msg(strstr(err, "tls-cert") && strstr(err, "not a PEM file"), "%s", err);
+  ck_assert_int_eq(stop_daemon(&t.d, SIGTERM), 0);
+  rm_rf(t.d.dir);
+}
+END_TEST
+
+/* dqnd with these options must refuse to start (exit 2) and say `needle` */
+static void refuses(const char *const *opts, const char *needle) {
+  char dir[] = "/tmp/dqnd-sec-XXXXXX", out[400];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(out, sizeof out, "%s/err", dir);
+  pid_t p = fork();
+  if (p == 0) {
+    char *argv[24] = {dqnd_bin, "--state-dir", dir, "--backend", "cpu"};
+    int k = 5;
+    for (int i = 0; opts[i] && k < 23; i++) argv[k++] = (char *)opts[i];
+    argv[k] = NULL;
+    freopen(out, "w", stderr);
+    execv(dqnd_bin, argv);
+    _exit(127);
+  }
+  int st = wait_exit(p, 20);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "dqnd should exit 2 with %s ...", opts[0]);
+  char msg[1000] = "";
+  FILE *f = fopen(out, "r");
+  size_t n = fread(msg, 1, sizeof msg - 1, f);
+  msg[n] = 0;
+  fclose(f);
+  ck_assert_msg(strstr(msg, needle), "'%s' lacks '%s'", msg, needle);
+  rm_rf(dir);
+}
+
+START_TEST(open_listeners_refused) {
+  char port[40];
+  snprintf(port, sizeof port, "tcp://0.0.0.0:%d", free_port());
+  const char *a[] = {"--listen", port, NULL};
+  refuses(a, "nothing checks who connects");
+  const char *b[] = {"--listen", "tls+tcp://127.0.0.1:1", NULL};
+  refuses(b, "tls-cert: a tls+tcp:// listener needs tls-cert and tls-key");
+  const char *c[] = {"--tls-verify-clients", "--listen", "ipc:///tmp/x.sock", NULL};
+  refuses(c, "tls-ca");
+  const char *d[] = {"--listen", "tls+tcp://127.0.0.1:1", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key", NULL};
+  refuses(d, "tls-cert: cannot read /nonexistent.pem");
+  /* --insecure: it starts, and the log says what that means */
+  daemon_t dm = {0};
+  const char *e[] = {"--listen", port, "--insecure", NULL};
+  start_daemon_argv(&dm, e);
+  ck_assert_msg(log_has(&dm, "with --insecure: plain tcp and no auth token"), "the log warns about --insecure");
+  ck_assert_int_eq(stop_daemon(&dm, SIGTERM), 0);
+  rm_rf(dm.dir);
+  /* a token is enough for tcp (the log says it is unencrypted) */
+  daemon_t dt = {0};
+  const char *f[] = {"--listen", port, "--auth-token", "t0k", NULL};
+  start_daemon_argv(&dt, f);
+  ck_assert_msg(log_has(&dt, "unencrypted"), "the log says plain tcp is unencrypted");
+  ck_assert_int_eq(stop_daemon(&dt, SIGTERM), 0);
+  rm_rf(dt.dir);
+}
+END_TEST
+
+START_TEST(checkpoint_dirs) {
+  char extra_dir[] = "/tmp/dqnd-ckdirs-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(extra_dir));
+  daemon_t d = {0};
+  const char *opts[] = {"--checkpoint-dirs", extra_dir, NULL};
+  start_daemon_argv(&d, opts);
+  dqnd_client_t *c = connect_to(&d);
+  ck_assert_int_eq(dqnd_create_trainer(c, "src", small_fields, N_SMALL, NULL, NULL), 0);
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "src", 0, &ck), 0);
+  /* a copy in a listed directory loads; the same copy elsewhere does not */
+  char cmd[4000], in_extra[400], outside[400];
+  snprintf(in_extra, sizeof in_extra, "%s/copy.dqnd", extra_dir);
+  snprintf(outside, sizeof outside, "%s/copy.dqnd", d.dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s'", ck.path, in_extra, ck.path, outside);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_msg(dqnd_load_checkpoint_path(c, "fromextra", in_extra, 1, NULL) == 0, "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "fromoutside", outside, 1, NULL), 7);
+  ck_assert_msg(strstr(dqnd_last_error(c), "checkpoint-dirs"), "%s", dqnd_last_error(c));
+  /* a directory whose name only starts like the listed one is not inside it */
+  char sibling[400];
+  snprintf(sibling, sizeof sibling, "%sx", extra_dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/copy.dqnd'", sibling, ck.path, sibling);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s/copy.dqnd", sibling);
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "fromsibling", cmd, 1, NULL), 7);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+  rm_rf(extra_dir);
+  rm_rf(sibling);
+}
+END_TEST
+
+int main(void) {
+  harness_init();
+  Suite *s = suite_create("security");
+  TCase *tc = tcase_create("security");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, tls_server_only);
+  tcase_add_test(tc, tls_mutual);
+  tcase_add_test(tc, open_listeners_refused);
+  tcase_add_test(tc, checkpoint_dirs);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
