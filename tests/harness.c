@@ -1,10 +1,13 @@
 /* harness.c — see harness.h. */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -174,3 +177,37 @@ int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* A CA, a server certificate for localhost signed by it, a client
+ * certificate signed by it, and a second CA with its own "client"
+ * certificate: everything under dir. */
+void make_certs(const char *dir) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "set -e; cd '%s'; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
+           "openssl req -x509 $K -keyout ca.key -out ca.pem -days 2 -subj '/CN=dqnd test CA';"
+           "openssl req -x509 $K -keyout other.key -out other.pem -days 2 -subj '/CN=another CA';"
+           "openssl req $K -keyout server.key -out server.csr -subj '/CN=localhost';"
+           "printf 'subjectAltName=DNS:localhost\\n' > san.ext;"
+           "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext;"
+           "openssl req $K -keyout client.key -out client.csr -subj '/CN=a client';"
+           "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2;"
+           "openssl req $K -keyout stranger.key -out stranger.csr -subj '/CN=a stranger';"
+           "openssl x509 -req -in stranger.csr -CA other.pem -CAkey other.key -CAcreateserial -out stranger.pem -days 2",
+           dir);
+  char full[4200];
+  snprintf(full, sizeof full, "(%s) >/dev/null 2>&1", cmd);
+  ck_assert_msg(system(full) == 0, "openssl could not make the test certificates (is openssl installed?)");
+}
+
+/* a loopback TCP port nothing listens on now */
+int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t n = sizeof a;
+  ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &n), 0);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
