@@ -1,0 +1,106 @@
+/*
+ * fuzz-checkpoint.c — libFuzzer harness over the checkpoint readers: every
+ * input is a would-be checkpoint file, given to
+ *   - learner_state_inspect (dqnctl inspect's walk),
+ *   - learner_peek_config (the header and config section),
+ *   - ckpt_load_mem (LoadCheckpoint's uploaded bytes: learner_load from
+ *     memory, trailing bytes refused) and
+ *   - ckpt_load_file (LoadCheckpoint's path) on the same bytes in a file,
+ * which must agree with each other: a file the loader accepts also walks
+ * clean, and the memory and file loaders accept the same inputs. A state
+ * that loads must then be usable: the harness runs Act on it and, when it
+ * holds a batch, a training step (a corrupt replay accepted by the loader
+ * would fail there, under ASan/UBSan).
+ *
+ * Not loaded (the input is dropped with -1; the walk and the peek still
+ * run): a config that needs more than LEARNER_MAX_BYTES, or more than
+ * MAX_PARAMS parameters — the daemon would allocate and train it; that is
+ * work, not a path of its own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "fuzz_common.h"
+
+#define LEARNER_MAX_BYTES (64LL << 20)
+#define MAX_PARAMS 200000
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char file_path[600];
+
+static void fail(const char *what, const char *err) {
+  fprintf(stderr, "fuzz-checkpoint: %s: %s\n", what, err);
+  abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  const char *tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(file_path, sizeof file_path, "%s/dqnd-fuzz-ckpt-%ld.dqnd", tmp, (long)getpid());
+  return 0;
+}
+
+static void on_section(void *ctx, const learner_state_section_t *s) {
+  size_t *n = ctx;
+  *n += strlen(s->name ? s->name : ""); /* the name must be a string */
+}
+
+/* the loaded learner works: Act on a few states, a step when it can */
+static void use(learner_t *l) {
+  const learner_config_t *c = learner_config(l);
+  char err[512];
+  int n = 2, S = c->state_dim;
+  float *x = calloc((size_t)n * (size_t)S, sizeof *x);
+  int32_t a[2];
+  if (!x) fail("use", "out of memory");
+  for (int i = 0; i < n * S; i++) x[i] = (float)(i % 5) * 0.25f - 0.5f;
+  int rc = learner_act(l, x, n, 0, a, NULL, err, sizeof err);
+  if (rc) fail("act on a loaded state", err);
+  free(x);
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  if (st.replay_size >= c->batch) {
+    rc = learner_step(l, 1, NULL, err, sizeof err);
+    if (rc && rc != LEARNER_EEMPTY) fail("a step on a loaded state", err);
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char err[512];
+  /* 1. the walk */
+  learner_state_header_t *h = malloc(sizeof *h);
+  if (!h) fail("inspect", "out of memory");
+  size_t names = 0;
+  fuzz_reader_t r = {data, size, 0};
+  int walk = learner_state_inspect(fuzz_read, &r, h, on_section, &names, err, sizeof err);
+  if (!walk && r.pos > size) fail("inspect", "walked past the end");
+  free(h);
+
+  /* 2. the header and config */
+  learner_config_t c;
+  int with_replay;
+  r = (fuzz_reader_t){data, size, 0};
+  if (learner_peek_config(fuzz_read, &r, &c, &with_replay, err, sizeof err)) return 0; /* nothing loads either */
+  if (learner_memory_estimate(&c) > LEARNER_MAX_BYTES || learner_config_num_params(&c) > MAX_PARAMS) return -1;
+
+  /* 3. the loaders: memory, then a file of the same bytes */
+  learner_t *lm = NULL, *lf = NULL;
+  int rm = ckpt_load_mem(data, size, LEARNER_BACKEND_CPU, &lm, err, sizeof err);
+  FILE *f = fopen(file_path, "wb");
+  if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f)) fail("writing", file_path);
+  int rf = ckpt_load_file(file_path, LEARNER_BACKEND_CPU, &lf, err, sizeof err);
+  unlink(file_path);
+  if ((rm == 0) != (rf == 0)) fail("the memory and file loaders disagree", err);
+  if (rm == 0 && walk != 0) fail("a state that loads does not walk clean", "inspect refused it");
+  if (lm) {
+    use(lm);
+    learner_destroy(lm);
+  }
+  learner_destroy(lf);
+  return 0;
+}
