@@ -218,6 +218,11 @@ int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) 
     *ke = 0;
     char *v = eq + 1;
     while (*v == ' ' || *v == '\t') v++;
+    for (char *h = v; *h; h++) /* a '#' after whitespace starts a comment */
+      if (*h == '#' && h > v && (h[-1] == ' ' || h[-1] == '\t')) {
+        *h = 0;
+        break;
+      }
     char *ve = v + strlen(v);
     while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) *--ve = 0;
     char e2[512];

@@ -254,6 +254,43 @@ START_TEST(checkpoint_dirs) {
 }
 END_TEST
 
+/* the TLS options from a config file (with a comment after a value) */
+START_TEST(tls_config_file) {
+  daemon_t d = {0};
+  snprintf(d.dir, sizeof d.dir, "/tmp/dqnd-sec-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(d.dir));
+  char certs[400], conf[400], cmd[600];
+  snprintf(certs, sizeof certs, "%s/certs", d.dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", certs);
+  ck_assert_int_eq(system(cmd), 0);
+  make_certs(certs);
+  int port = free_port();
+  snprintf(conf, sizeof conf, "%s/dqnd.conf", d.dir);
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "# TLS from the config file\nlisten = tls+tcp://127.0.0.1:%d   # the network listener\n"
+             "tls-cert = %s/server.pem\ntls-key = %s/server.key  # unencrypted\ntls-ca = %s/ca.pem\n"
+             "tls-verify-clients = 1\n",
+          port, certs, certs, certs);
+  fclose(f);
+  const char *extra[] = {"--config", conf, NULL};
+  start_daemon_argv(&d, extra);
+  char url[100], ca[500], cert[500], key[500], err[1024];
+  snprintf(url, sizeof url, "tls+tcp://localhost:%d", port);
+  snprintf(ca, sizeof ca, "%s/ca.pem", certs);
+  snprintf(cert, sizeof cert, "%s/client.pem", certs);
+  snprintf(key, sizeof key, "%s/client.key", certs);
+  dqnd_tls_opts_t o = {.ca = ca, .cert = cert, .key = key};
+  dqnd_client_t *c;
+  ck_assert_msg(dqnd_connect_tls(url, 5000, &o, &c, err, sizeof err) == 0, "%s", err);
+  int serving = 0;
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), 0);
+  ck_assert_int_eq(serving, 1);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("security");
@@ -261,6 +298,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, tls_server_only);
   tcase_add_test(tc, tls_mutual);
+  tcase_add_test(tc, tls_config_file);
   tcase_add_test(tc, open_listeners_refused);
   tcase_add_test(tc, checkpoint_dirs);
   suite_add_tcase(s, tc);
