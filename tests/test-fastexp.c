@@ -1,7 +1,7 @@
 /*
  * test-fastexp.c — fast_expf (kernels/cpu/fast_expf.h) against libm's double
  * exp: at most 2 ulp (of the float result) over [-87, 88] on a dense grid,
- * exact at 0, clamped (finite, >= 0) outside the range.
+ * exact at 0, clamped (finite, >= 0) outside the range, NaN for NaN.
  */
 #include <check.h>
 #include <math.h>
@@ -21,6 +21,7 @@ START_TEST(test_ulp) {
   ck_assert(fast_expf(0.0f) == 1.0f);
   ck_assert(fast_expf(-INFINITY) >= 0 && fast_expf(-INFINITY) < 1e-37f);
   ck_assert(isfinite(fast_expf(1000.0f)) && fast_expf(1000.0f) > 1e38f);
+  ck_assert(isnan(fast_expf(NAN))); /* and no float-to-int conversion of NaN on the way (UBSan) */
 }
 END_TEST
 

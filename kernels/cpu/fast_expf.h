@@ -5,7 +5,7 @@
  * parts so r is exact), e^r by a degree-6 polynomial, times 2^n built in the
  * exponent bits. Max error ~2 ulp on [-87, 88]; inputs are clamped there,
  * so e^-inf gives ~1e-38 instead of 0 (a softmax term that small is 0 to
- * float precision anyway). Plain C: no intrinsics, no libm.
+ * float precision anyway); NaN stays NaN. Plain C: no intrinsics, no libm.
  */
 #ifndef DQN_FAST_EXPF_H
 #define DQN_FAST_EXPF_H
@@ -26,8 +26,11 @@ static inline float fast_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
+  /* NaN in, NaN out (p is NaN then), without converting NaN to an integer,
+   * which is undefined (UBSan; found by tests/fuzz on a loaded state) */
+  int32_t k = n == n ? (int32_t)n : 0;
   union { int32_t i; float f; } s;
-  s.i = ((int32_t)n + 127) << 23;
+  s.i = (k + 127) << 23;
   return p * s.f;
 }
 
