@@ -86,6 +86,8 @@ int32_t learner_act_heads(const net_layout_t *L, int sel, float ucb_c, int head,
 #if DQN_HAVE_CUDA
 /* 1 and the device's name when a CUDA device is usable; else 0 and why. */
 int cuda_probe(char *name, size_t namelen);
+/* cudaMemGetInfo of the current device: 0, or -1 (error cleared). */
+int cuda_mem_info(size_t *free_b, size_t *total_b);
 #endif
 
 #ifdef __cplusplus

@@ -118,6 +118,19 @@ int learner_cuda_available(char *name, size_t namelen) {
 #endif
 }
 
+int learner_device_memory(int64_t *used, int64_t *total) {
+#if DQN_HAVE_CUDA
+  size_t free_b = 0, total_b = 0;
+  if (cuda_mem_info(&free_b, &total_b)) return LEARNER_EDEVICE;
+  *used = (int64_t)(total_b - free_b);
+  *total = (int64_t)total_b;
+  return LEARNER_OK;
+#else
+  (void)used, (void)total;
+  return LEARNER_EUNSUPPORTED;
+#endif
+}
+
 /* AUTO resolves to CUDA only when the CUDA learner is built and a device is
  * usable; the probe alone (DQN_HAVE_CUDA) does not make a backend. */
 learner_backend_t learner_backend_default(void) {

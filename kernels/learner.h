@@ -288,6 +288,13 @@ uint32_t learner_crc32(uint32_t crc, const void *buf, size_t n);
 
 /* 1 if the CUDA backend is compiled in and a device is usable. */
 int learner_cuda_available(char *name, size_t namelen);
+/* The CUDA device's memory in use (total minus free: every process's, as
+ * nvidia-smi shows) and in total: 0, LEARNER_EUNSUPPORTED with no CUDA in
+ * this build, LEARNER_EDEVICE when the query fails. Cheap (cudaMemGetInfo:
+ * it does not wait for the device's work), but in a process with no CUDA
+ * context yet it creates one, which holds device memory: call it only once
+ * a learner runs on CUDA (the daemon's metrics do). */
+int learner_device_memory(int64_t *used, int64_t *total);
 
 #ifdef __cplusplus
 }

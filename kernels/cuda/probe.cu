@@ -25,3 +25,11 @@ extern "C" int cuda_probe(char *name, size_t namelen) {
                                 (double)p.totalGlobalMem / (1 << 30));
   return 1;
 }
+
+extern "C" int cuda_mem_info(size_t *free_b, size_t *total_b) {
+  if (cudaMemGetInfo(free_b, total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
