@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "dqnd_build_config.h"
 #include "log.h"
+#include "metrics.h"
 #include "trainer.h"
 
 /* ------------------------------------------------------------- helpers */
@@ -373,6 +374,7 @@ static void run_submit(trainer_job_t *j) {
   learner_get_stats(t->l, &st);
   Dqnd__V1__SubmitResult sr = DQND__V1__SUBMIT_RESULT__INIT;
   uint32_t inserted = (uint32_t)j->tr.n;
+  metrics_transitions(inserted);
   sr.accepted = inserted;
   sr.replay_size = st.replay_size;
   rep_t r = DQND__V1__REPLY__INIT;
@@ -392,8 +394,10 @@ static void run_step(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   char err[512];
-  learner_stats_t st;
+  learner_stats_t st = {0};
+  double t0 = now_s();
   int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
+  metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
@@ -558,6 +562,8 @@ static const cmd_t commands[] = {
                                                      dispatch_run_list_checkpoints},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+const char *dispatch_command_name(int cs) { return cs > 0 && cs < N_COMMANDS && commands[cs].run ? commands[cs].name : NULL; }
 
 /* --------------------------------------------------------------- routing */
 

@@ -13,5 +13,8 @@
 
 /* The request handler given to rpc_start (an rpc_request_cb). */
 void dispatch(server_t *s, rpc_call_t *c);
+/* The command's name in the table ("Step"), or NULL for a Request oneof case
+ * this daemon does not serve. */
+const char *dispatch_command_name(int command_case);
 
 #endif

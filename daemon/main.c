@@ -23,6 +23,7 @@
 #include "dispatch.h"
 #include "listen_guard.h"
 #include "log.h"
+#include "metrics.h"
 #include "restore.h"
 #include "rpc.h"
 #include "trainer.h"
@@ -31,8 +32,9 @@ typedef struct app {
   server_t srv;
   uv_loop_t *loop;
   uv_signal_t sig_term, sig_int, sig_hup;
-  uv_timer_t ckpt_timer, idle_timer, wd_timer, drain_timer;
+  uv_timer_t ckpt_timer, idle_timer, wd_timer, drain_timer, gpu_timer;
   int stopping;
+  int cuda_in_use; /* a trainer has run on CUDA: the process has a CUDA context */
 } app_t;
 
 static void for_each_trainer(server_t *s, void (*fn)(trainer_t *t, void *ctx), void *ctx) {
@@ -64,6 +66,25 @@ static void idle_one(trainer_t *t, void *ctx) {
 static void on_idle_timer(uv_timer_t *h) {
   app_t *a = h->data;
   for_each_trainer(&a->srv, idle_one, &a->srv);
+}
+
+/* GPU memory for /metrics, sampled here on the loop thread rather than on
+ * nng's (where a scrape must not wait for anything) or on the workers (which
+ * would stop reporting when idle, and miss what a destroyed trainer freed).
+ * Only once a trainer has run on CUDA: before that the process has no CUDA
+ * context, and the query would create one, holding device memory. */
+static void cuda_one(trainer_t *t, void *ctx) {
+  pthread_mutex_lock(&t->mu);
+  if (t->backend == LEARNER_BACKEND_CUDA) *(int *)ctx = 1;
+  pthread_mutex_unlock(&t->mu);
+}
+static void on_gpu_timer(uv_timer_t *h) {
+  app_t *a = h->data;
+  if (!a->cuda_in_use) for_each_trainer(&a->srv, cuda_one, &a->cuda_in_use);
+  if (!a->cuda_in_use) return;
+  int64_t used, total;
+  if (learner_device_memory(&used, &total)) used = total = -1;
+  metrics_gpu_memory(used, total);
 }
 
 static void on_wd_timer(uv_timer_t *h) {
@@ -158,6 +179,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;
   }
+  if (metrics_start(s, err, sizeof err)) {
+    fprintf(stderr, "dqnd: %s\n", err);
+    return 1;
+  }
   if (listen_guard_start(s)) log_warn(NULL, "listener-check: cannot start its thread; listeners are not probed");
   a->loop = uv_default_loop();
   uv_signal_t *sigs[3] = {&a->sig_term, &a->sig_int, &a->sig_hup};
@@ -167,8 +192,8 @@ int main(int argc, char **argv) {
     sigs[i]->data = a;
     uv_signal_start(sigs[i], on_signal, signums[i]);
   }
-  uv_timer_t *timers[4] = {&a->ckpt_timer, &a->idle_timer, &a->wd_timer, &a->drain_timer};
-  for (int i = 0; i < 4; i++) {
+  uv_timer_t *timers[5] = {&a->ckpt_timer, &a->idle_timer, &a->wd_timer, &a->drain_timer, &a->gpu_timer};
+  for (int i = 0; i < 5; i++) {
     uv_timer_init(a->loop, timers[i]);
     timers[i]->data = a;
   }
@@ -180,6 +205,7 @@ int main(int argc, char **argv) {
     uint64_t ms = (uint64_t)s->opts.idle_timeout * 250;
     uv_timer_start(&a->idle_timer, on_idle_timer, ms, ms);
   }
+  if (s->opts.metrics_listen[0] && strcmp(s->device, "none")) uv_timer_start(&a->gpu_timer, on_gpu_timer, 1000, 2000);
   uint64_t wd_usec = 0;
   if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
     uv_timer_start(&a->wd_timer, on_wd_timer, wd_usec / 2000, wd_usec / 2000);
@@ -190,12 +216,13 @@ int main(int argc, char **argv) {
   pthread_t wd;
   if (pthread_create(&wd, NULL, teardown_watchdog, NULL) == 0) pthread_detach(wd);
   listen_guard_stop(s);
+  metrics_stop();
   rpc_stop(s);
   workq_close(&s->admin);
   workq_join(&s->admin);
   workq_free(&s->admin);
   for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)sigs[i], NULL);
-  for (int i = 0; i < 4; i++) uv_close((uv_handle_t *)timers[i], NULL);
+  for (int i = 0; i < 5; i++) uv_close((uv_handle_t *)timers[i], NULL);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
   free(s->trainers);

@@ -17,6 +17,7 @@
 
 #include "checkpoint.h"
 #include "log.h"
+#include "metrics.h"
 #include "wire.h"
 
 /* Messages up to this multiple of max_message_bytes are received and answered
@@ -32,6 +33,7 @@ struct rpc_call {
   Dqnd__V1__Request *req;
   wire_budget_t budget;
   uint64_t request_id;
+  double received; /* now_s() when the request arrived (the metrics' request duration) */
 };
 
 struct rpc {
@@ -55,6 +57,9 @@ static void recv_next(rpc_call_t *c) {
 
 void rpc_reply(rpc_call_t *c, Dqnd__V1__Reply *r) {
   r->request_id = c->request_id;
+  /* counted before the send, so a client that has its reply sees it counted;
+   * the command case is read before the request is freed (0: none decoded) */
+  metrics_request(c->req ? (int)c->req->command_case : 0, r->status ? (int)r->status->code : 0, now_s() - c->received);
   if (c->req) {
     protobuf_c_message_free_unpacked(&c->req->base, &c->budget.a);
     c->req = NULL;
@@ -106,6 +111,7 @@ static void call_cb(void *arg) {
     }
     return;
   }
+  c->received = now_s();
   nng_msg *m = nng_aio_get_msg(c->aio);
   int code;
   char msg[256];

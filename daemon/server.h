@@ -10,7 +10,9 @@
  * - one worker per trainer (trainer.c, workq.c): owns the learner, runs its
  *   jobs in order (the handlers of dispatch.c, which reply through
  *   rpc_reply(), and the internal jobs: checkpoints, unload, shutdown);
- * - one admin worker: blocking work with no trainer yet (create, load).
+ * - one admin worker: blocking work with no trainer yet (create, load);
+ * - nng's HTTP threads (metrics.c, with --metrics-listen): /metrics reads
+ *   counters and the trainers' snapshots, never waits for a worker.
  * The trainer registry is shared by the nng threads and the loop, so it sits
  * behind reg_mu (a mutex, not loop ownership: nng callbacks must look trainers
  * up without a round trip through the loop).

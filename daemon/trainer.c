@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "rpc.h"
 
 double now_s(void) {
@@ -278,7 +279,10 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   if (n <= 0) return;
   t->train_credit -= n;
   char err[512];
-  int rc = learner_step(t->l, n, NULL, err, sizeof err);
+  learner_stats_t st = {0};
+  double t0 = now_s();
+  int rc = learner_step(t->l, n, &st, err, sizeof err);
+  metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc) {
     trainer_note_error(t, rc, err);
     log_warn(t->name, "continuous training: %s", err);

@@ -1,0 +1,39 @@
+/*
+ * metrics.h — Prometheus metrics: counters and histograms that the request
+ * path records (rpc.c, dispatch.c, trainer.c), the trainers' gauges read at
+ * scrape time, and the HTTP server (nng's) that serves them at /metrics in
+ * the text exposition format 0.0.4 when --metrics-listen is set.
+ *
+ * Threads: the record functions take one mutex for a few additions, from any
+ * thread (nng's, the workers'); recording happens whether or not the server
+ * runs. The HTTP handler runs on an nng thread: it copies the counters under
+ * that mutex and reads each trainer's snapshot under t->mu (held only for
+ * copies by the workers), so a scrape never waits for a learner and never
+ * calls CUDA. GPU memory comes from metrics_gpu_memory(), which main.c's
+ * loop calls (see there).
+ */
+#ifndef DQND_METRICS_H
+#define DQND_METRICS_H
+
+#include <stdint.h>
+
+#include "server.h"
+
+/* Serves /metrics on s->opts.metrics_listen (nothing when it is ""); 0, or
+ * -1 with err set (a bad URL, or the address cannot be bound). */
+int metrics_start(server_t *s, char *err, size_t errlen);
+/* Stops the HTTP server (before the registry goes away). */
+void metrics_stop(void);
+
+/* A request answered: its Request oneof case (0 or a case this daemon does
+ * not know: "unknown"), the reply's status code, seconds since it arrived. */
+void metrics_request(int command_case, int code, double seconds);
+/* Transitions a SubmitTransitions accepted. */
+void metrics_transitions(uint64_t n);
+/* n optimiser steps that took `seconds` in all (one learner_step call). */
+void metrics_steps(int n, double seconds);
+/* The CUDA device's memory in use and in total (device-wide); used < 0: not
+ * known (the gauges are left out). */
+void metrics_gpu_memory(int64_t used, int64_t total);
+
+#endif
