@@ -193,6 +193,13 @@ size_t learner_config_to_text(const learner_config_t *c, char *buf, size_t n) {
 
 int learner_config_from_text(learner_config_t *c, const char *text, size_t len, char *err, size_t errlen) {
   learner_config_default(c);
+  /* a value is read as a C string: after a NUL byte the rest of its line
+   * (other fields too) would be skipped unseen; the writer never makes one */
+  const char *nul = memchr(text, 0, len);
+  if (nul) {
+    seterr(err, errlen, "config: a NUL byte at offset %zu", (size_t)(nul - text));
+    return LEARNER_EINVAL;
+  }
   size_t i = 0;
   while (i < len) {
     size_t j = i;

@@ -69,6 +69,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
   }
   uint64_t off = sizeof hdr;
   int bad = 0, seen[256] = {0}, prioritized = 0, priors = 0;
+  size_t config_n = 0; /* config bytes in h->config_text: parsed and hashed as the loader does, NULs included */
   unsigned char *buf = malloc(CHUNK);
   if (!buf) {
     seterr(err, errlen, "out of memory");
@@ -89,9 +90,9 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
       if ((rc = read_all(r, ctx, buf, k, err, errlen))) break;
       crc = learner_crc32c(crc, buf, k);
       if (sec.tag == SEC_CONFIG && o == 0) {
-        size_t n = k < sizeof h->config_text - 1 ? k : sizeof h->config_text - 1;
-        memcpy(h->config_text, buf, n);
-        h->config_text[n] = 0;
+        config_n = k < sizeof h->config_text - 1 ? k : sizeof h->config_text - 1;
+        memcpy(h->config_text, buf, config_n);
+        h->config_text[config_n] = 0;
       }
     }
     if (rc || (rc = read_all(r, ctx, t, 4, err, errlen))) break;
@@ -104,10 +105,10 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
     if (sec.tag == SEC_CONFIG && sec.crc_ok) {
       learner_config_t c;
       char cerr[256];
-      h->config_ok = learner_config_from_text(&c, h->config_text, strlen(h->config_text), cerr, sizeof cerr) == 0;
+      h->config_ok = learner_config_from_text(&c, h->config_text, config_n, cerr, sizeof cerr) == 0;
       prioritized = h->config_ok && c.prioritized;
       priors = h->config_ok && STATE_CONFIG_HAS_PRIORS(&c);
-      h->hash_ok = state_text_hash(h->config_text, strlen(h->config_text)) == h->config_hash;
+      h->hash_ok = state_text_hash(h->config_text, config_n) == h->config_hash;
       if ((!h->hash_ok || !h->config_ok) && !bad) {
         bad = 1;
         if (h->config_ok) seterr(err, errlen, "config hash mismatch");

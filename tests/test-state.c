@@ -883,6 +883,37 @@ START_TEST(test_version_and_magic) {
 }
 END_TEST
 
+/* A NUL byte in the config text, with the section's CRC32C and the header's
+ * config hash recomputed (as any writer can): a value is read as a C
+ * string, so the rest of its line would be skipped unseen. The loader and
+ * the walk (dqnctl inspect) both refuse it, by name (found by
+ * tests/fuzz/fuzz-checkpoint: the loader took such a file, the walk did not). */
+START_TEST(test_config_nul) {
+  membuf_t m = {0};
+  tiny_state(&m, 0);
+  char err[256];
+  ck_assert_uint_eq(le(m.p + 24, 4), SEC_CONFIG);
+  size_t len = (size_t)le(m.p + 32, 8);
+  unsigned char *text = m.p + 40;
+  ck_assert(len > 1 && text[len - 1] == '\n');
+  text[len - 1] = 0; /* the last line's value now ends in a NUL */
+  uint32_t crc = learner_crc32c(0, text, len);
+  uint64_t h = 1469598103934665603ULL; /* the header's hash of the text (FNV-1a, state_inspect.c) */
+  for (size_t i = 0; i < len; i++) h = (h ^ text[i]) * 1099511628211ULL;
+  for (int i = 0; i < 4; i++) text[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
+  for (int i = 0; i < 8; i++) m.p[16 + i] = (unsigned char)(h >> (8 * i));
+  ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "NUL byte") != NULL, "%s", err);
+  learner_state_header_t *hd = malloc(sizeof *hd);
+  m.pos = 0;
+  ck_assert_int_eq(learner_state_inspect(mem_read, &m, hd, NULL, NULL, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "NUL byte") != NULL, "inspect: %s", err);
+  ck_assert(hd->hash_ok && !hd->config_ok);
+  free(hd);
+  free(m.p);
+}
+END_TEST
+
 START_TEST(test_config_validation) {
   learner_config_t c;
   char err[256];
@@ -969,6 +1000,7 @@ int main(void) {
   tcase_add_test(tc, test_roundtrip_noisy_per);
   tcase_add_test(tc, test_corruption);
   tcase_add_test(tc, test_version_and_magic);
+  tcase_add_test(tc, test_config_nul);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
   tcase_add_test(tc, test_attention_learner);
