@@ -20,6 +20,8 @@ mkdir -p "$artifacts/$name" "$work/corpus"
 # fatal (b_sanitize's UBSan only prints by default)
 export OPENBLAS_NUM_THREADS=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# symbolised stacks in crash reports (Debian's llvm-14)
+[ -z "${ASAN_SYMBOLIZER_PATH:-}" ] && [ -x /usr/bin/llvm-symbolizer-14 ] && export ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer-14
 # -timeout: seconds per input; -rss_limit_mb: the process (and any one malloc)
 opts=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$name/")
 
