@@ -49,6 +49,7 @@ int dispatch_learner_code(int rc) {
   case LEARNER_EINVAL: return DQND__V1__CODE__INVALID_ARGUMENT;
   case LEARNER_ENOMEM: return DQND__V1__CODE__RESOURCE_EXHAUSTED;
   case LEARNER_EEMPTY: return DQND__V1__CODE__FAILED_PRECONDITION;
+  case LEARNER_EDIVERGED: return DQND__V1__CODE__FAILED_PRECONDITION;
   case LEARNER_ECORRUPT: return DQND__V1__CODE__DATA_LOSS;
   case LEARNER_EUNSUPPORTED: return DQND__V1__CODE__FAILED_PRECONDITION;
   case LEARNER_EDEVICE: return DQND__V1__CODE__UNAVAILABLE;
@@ -78,7 +79,7 @@ typedef struct tinfo {
   Dqnd__V1__Field *fptr[64];
   char values[64][80];
   uint32_t branches[LEARNER_MAX_BRANCHES];
-  char state[300];
+  char state[600];
 } tinfo_t;
 
 /* cfg: the trainer's shapes (immutable after registration) with its current
@@ -398,6 +399,12 @@ static void run_step(trainer_job_t *j) {
   double t0 = now_s();
   int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
   metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
+  if (rc == LEARNER_EDIVERGED) {
+    char msg[1600];
+    trainer_note_diverged(t, err, msg, sizeof msg);
+    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "trainer '%s' %s", t->name, msg);
+    return;
+  }
   if (rc) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
@@ -531,6 +538,13 @@ static void run_hparams(trainer_job_t *j) {
     return;
   }
   log_info(t->name, "hyperparameters changed (%d fields)", j->n_fields);
+  if (t->diverged) { /* new hyperparameters resume a diverged trainer from its last good state */
+    pthread_mutex_lock(&t->mu);
+    t->error[0] = 0;
+    t->diverged = 0;
+    pthread_mutex_unlock(&t->mu);
+    log_info(t->name, "training resumes from its last good state");
+  }
   trainer_snapshot(t, 1); /* the reply shows the new values */
   dispatch_reply_trainer(c, t, 0);
 }
@@ -549,16 +563,16 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS] = {"SubmitTransitions", F_QUEUE | F_TRAINER, name_submit, check_submit,
                                                        run_submit},
     [DQND__V1__REQUEST__COMMAND_STEP] = {"Step", F_QUEUE | F_TRAINER, name_step, check_step, run_step},
-    [DQND__V1__REQUEST__COMMAND_ACT] = {"Act", F_QUEUE | F_TRAINER, name_act, check_act, run_act},
+    [DQND__V1__REQUEST__COMMAND_ACT] = {"Act", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_act, check_act, run_act},
     [DQND__V1__REQUEST__COMMAND_SYNC_TARGET] = {"SyncTarget", F_QUEUE | F_TRAINER, name_sync, check_sync, run_sync},
-    [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {"SetHyperparams", F_QUEUE | F_TRAINER, name_hparams, check_hparams,
+    [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {"SetHyperparams", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_hparams, check_hparams,
                                                     run_hparams},
-    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {"SaveCheckpoint", F_QUEUE | F_TRAINER, name_save, NULL, dispatch_run_save},
-    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {"FetchCheckpoint", F_QUEUE | F_TRAINER, name_fetch, dispatch_check_fetch,
+    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {"SaveCheckpoint", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_save, NULL, dispatch_run_save},
+    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {"FetchCheckpoint", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_fetch, dispatch_check_fetch,
                                                      dispatch_run_fetch},
     [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {"LoadCheckpoint", F_ADMIN, name_load, dispatch_check_load, dispatch_run_load},
-    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER, name_stats, NULL, run_stats},
-    [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER, name_list_ckpt, NULL,
+    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, NULL, run_stats},
+    [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_list_ckpt, NULL,
                                                      dispatch_run_list_checkpoints},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
@@ -615,6 +629,7 @@ void dispatch(server_t *s, rpc_call_t *c) {
     return;
   }
   j->any_state = (cmd->flags & F_ANY_STATE) != 0;
+  j->diverged_ok = (cmd->flags & F_DIVERGED_OK) != 0;
   char err[512] = "";
   int code = cmd->check ? cmd->check(r, j, err, sizeof err) : 0;
   if (code) {

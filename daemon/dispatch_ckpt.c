@@ -280,6 +280,7 @@ void dispatch_run_swap(trainer_job_t *j) {
   learner_destroy(old);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0; /* a good state replaces an errored one */
+  t->diverged = 0;
   t->backend = learner_backend(t->l);
   pthread_mutex_unlock(&t->mu);
   char merr[256];

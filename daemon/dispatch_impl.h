@@ -17,7 +17,8 @@
 typedef Dqnd__V1__Request req_t;
 typedef Dqnd__V1__Reply rep_t;
 
-enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16 };
+/* F_DIVERGED_OK: runs on a diverged trainer too (trainer.h) */
+enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16, F_DIVERGED_OK = 32 };
 
 typedef struct cmd {
   const char *name;

@@ -211,12 +211,19 @@ static void job_run(void *owner, void *arg) {
   trainer_job_t *j = arg;
   trainer_t *t = j->t;
   if (t && j->c && !j->any_state) {
-    char why[300] = "";
+    char why[600] = "";
     pthread_mutex_lock(&t->mu);
     if (t->error[0]) snprintf(why, sizeof why, "%s", t->error);
     pthread_mutex_unlock(&t->mu);
+    int diverged = t->diverged;
+    if (why[0] && diverged && j->diverged_ok) why[0] = 0;
     if (why[0]) {
-      rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
+      if (diverged)
+        rpc_reply_error(j->c, DQND__V1__CODE__FAILED_PRECONDITION,
+                        "name: trainer '%s' stopped training: %s (SetHyperparams resumes it, LoadCheckpoint replaces it)",
+                        t->name, why);
+      else
+        rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
       trainer_job_free(j);
       return;
     }
@@ -266,6 +273,26 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
   log_error(t->name, "device error, trainer disabled: %s", err);
 }
 
+void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
+  int fin = learner_params_finite(t->l);
+  ckpt_info_t info;
+  char serr[512], where[1400];
+  if (fin == 1 && trainer_save(t, t->srv->opts.checkpoint_replay, &info, serr, sizeof serr) == 0)
+    snprintf(where, sizeof where, "its last good state is saved as checkpoint %s", info.path);
+  else if (fin == 1)
+    snprintf(where, sizeof where, "its last good state is kept, but saving it failed: %.300s", serr);
+  else
+    snprintf(where, sizeof where,
+             "its kept parameters are not finite either (an update overflowed before the loss did), so nothing "
+             "was saved: load an earlier checkpoint");
+  snprintf(msg, n, "%.300s; %s", err, where);
+  pthread_mutex_lock(&t->mu);
+  snprintf(t->error, sizeof t->error, "diverged: %.450s", err);
+  t->diverged = 1;
+  pthread_mutex_unlock(&t->mu);
+  log_error(t->name, "training diverged, trainer stopped training: %s", msg);
+}
+
 /* The rate limit: the owed steps run right after the submit, on this worker,
  * so later commands queue behind them. Fractions carry over. */
 void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size) {
@@ -283,7 +310,10 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   double t0 = now_s();
   int rc = learner_step(t->l, n, &st, err, sizeof err);
   metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
-  if (rc) {
+  if (rc == LEARNER_EDIVERGED) {
+    char msg[1600];
+    trainer_note_diverged(t, err, msg, sizeof msg);
+  } else if (rc) {
     trainer_note_error(t, rc, err);
     log_warn(t->name, "continuous training: %s", err);
   }

@@ -27,7 +27,8 @@ struct trainer {
   learner_stats_t stats;
   learner_hparams_t hp;  /* the current hyperparameters (SetHyperparams changes them) */
   learner_backend_t backend; /* of t->l; readers off the worker use this (LoadCheckpoint swaps t->l) */
-  char error[256];       /* non-empty: error state, commands answer UNAVAILABLE */
+  char error[512];       /* non-empty: error state, commands answer UNAVAILABLE (FAILED_PRECONDITION when diverged) */
+  int diverged;          /* the error is a divergence: the learner holds its last good state */
   double last_active;
   int removed;
   double train_credit; /* continuous training: steps owed (worker only) */
@@ -71,6 +72,7 @@ typedef void (*trainer_job_fn)(trainer_job_t *j);
 struct trainer_job {
   trainer_job_fn run;
   int any_state;          /* runs on a trainer in an error state (DestroyTrainer, a loaded state's swap) */
+  int diverged_ok;        /* runs on a diverged trainer (reads its good state; SetHyperparams resumes it) */
   server_t *s;
   trainer_t *t;           /* the job's reference; NULL on the admin queue */
   rpc_call_t *c;          /* the call run answers; NULL for internal jobs */
@@ -107,6 +109,14 @@ void trainer_stop(trainer_t *t, const char *why);
  * UNAVAILABLE from now on (until a LoadCheckpoint replaces its state); the
  * daemon and the other trainers carry on. Other errors change nothing. */
 void trainer_note_error(trainer_t *t, int learner_rc, const char *err);
+/* A step diverged (LEARNER_EDIVERGED; err says which): the trainer stops
+ * training — Step, SubmitTransitions and SyncTarget answer
+ * FAILED_PRECONDITION — and keeps the learner's state, the last good step's:
+ * it is checked finite and saved as a checkpoint at once; GetStats, Act and
+ * the checkpoint commands still work, SetHyperparams (a smaller lr) resumes
+ * training and LoadCheckpoint replaces the state. msg receives the reply's
+ * text (what diverged, where the good state went). */
+void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n);
 /* Continuous training after a submit: steps owed accrue as
  * samples_per_insert x inserted / batch and are paid now, on the worker. */
 void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size);

@@ -29,6 +29,7 @@ const char *learner_strerror(int s) {
   case LEARNER_EIO: return "i/o error";
   case LEARNER_EUNSUPPORTED: return "backend not available";
   case LEARNER_EEMPTY: return "not enough transitions in replay";
+  case LEARNER_EDIVERGED: return "training diverged (a non-finite gradient)";
   default: return "unknown error";
   }
 }
@@ -267,6 +268,23 @@ int learner_get_params(const learner_t *l, int which, float *dst, int64_t n) {
   int sec = which ? SEC_TARGET : SEC_ONLINE;
   if (n * 4 != l->ops->section_bytes(l->impl, sec)) return LEARNER_EINVAL;
   return l->ops->section_read(l->impl, sec, 0, n * 4, dst);
+}
+
+int learner_params_finite(learner_t *l) {
+  enum { CH = 1 << 16 };
+  float *buf = malloc(sizeof(float) * CH);
+  if (!buf) return LEARNER_ENOMEM;
+  int ok = 1, rc = 0, secs[2] = {SEC_ONLINE, SEC_TARGET};
+  for (int s = 0; s < 2 && ok && !rc; s++) {
+    int64_t bytes = l->ops->section_bytes(l->impl, secs[s]);
+    for (int64_t off = 0; off < bytes && ok && !rc; off += (int64_t)sizeof(float) * CH) {
+      int64_t k = bytes - off < (int64_t)sizeof(float) * CH ? bytes - off : (int64_t)sizeof(float) * CH;
+      rc = l->ops->section_read(l->impl, secs[s], off, k, buf);
+      if (!rc) ok = all_finite(buf, k / 4);
+    }
+  }
+  free(buf);
+  return rc ? rc : ok;
 }
 
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n) {

@@ -42,6 +42,8 @@ enum learner_status {
   LEARNER_EIO = -5,         /* the read/write callback failed */
   LEARNER_EUNSUPPORTED = -6,/* backend not built or not usable here */
   LEARNER_EEMPTY = -7,      /* step with fewer transitions than needed */
+  LEARNER_EDIVERGED = -8,   /* a step's gradient (or loss) was not finite: it and the rest of the
+                               call were not applied; the state is the last good step's */
 };
 const char *learner_strerror(int status);
 
@@ -206,7 +208,15 @@ int learner_submit(learner_t *l, const learner_transitions_t *t, char *err, size
  * against this learner's config (the daemon checks on its network thread, so
  * each request is validated once). */
 int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *err, size_t errlen);
-/* Runs n training steps. Needs replay_size >= batch (else LEARNER_EEMPTY). */
+/* Runs n training steps. Needs replay_size >= batch (else LEARNER_EEMPTY).
+ * Divergence guard, both backends: a step whose global gradient norm (or,
+ * on the CPU, batch loss) is not finite changes nothing — no update, no
+ * priorities, no target sync, no step count — and the call returns
+ * LEARNER_EDIVERGED with st covering the steps that were applied (steps_run)
+ * and err naming the step. Parameters change only through applied updates,
+ * so a NaN or Inf reaches them only through an update of finite gradients
+ * that overflows, which makes the next forward non-finite: the guard stops
+ * there (the daemon then checks the kept parameters, dispatch.c). */
 int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen);
 /* Actions for n states. noisy = 0: greedy with the mean weights; noisy = 1:
  * fresh NoisyNet noise (one draw per call). q (optional) receives [n, sum n_d]
@@ -234,6 +244,9 @@ int learner_get_stats(const learner_t *l, learner_stats_t *st);
  * weight [out,in] then bias [out]; NoisyNet layers add sigma_w, sigma_b). */
 int learner_get_params(const learner_t *l, int which /*0 online, 1 target*/, float *dst, int64_t n);
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n);
+/* 1 when every online and target parameter is finite, 0 when one is not, or
+ * a LEARNER_E* code (the daemon's divergence check). */
+int learner_params_finite(learner_t *l);
 
 /* Copies replay items [first, first+n) (ring positions, 0 <= first, first+n
  * <= replay size) into the given arrays (any may be NULL). */

@@ -518,11 +518,47 @@ START_TEST(test_act_and_cross_backend_checkpoint) {
 }
 END_TEST
 
+
+/* The divergence guard (learner.h) on both backends: with lr 10 and weight
+ * decay 10 the parameters grow x-99 per step until the forward overflows.
+ * Both backends refuse the same step; what the GPU kept is finite and is
+ * bit for bit a twin's that stopped one step earlier; a later call applies
+ * nothing. With PER and NoisyNet, with and without the graph. */
+START_TEST(test_divergence_guard) {
+  for (int graph = 0; graph < 2; graph++) {
+    learner_config_t c = config(1, 1, 1);
+    c.hp.lr = 10, c.hp.weight_decay = 10, c.cuda_graph = graph;
+    learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
+    learner_t *twin = make(&c, LEARNER_BACKEND_CUDA);
+    char err[512];
+    learner_stats_t a, b, t;
+    ck_assert_int_eq(learner_step(cpu, 200, &a, err, sizeof err), LEARNER_EDIVERGED);
+    ck_assert_int_eq(learner_step(gpu, 200, &b, err, sizeof err), LEARNER_EDIVERGED);
+    printf("divergence guard (graph %d): cpu kept step %llu, gpu step %llu: %s\n", graph,
+           (unsigned long long)a.step, (unsigned long long)b.step, err);
+    ck_assert_msg(a.step == b.step, "the backends stopped at steps %llu and %llu", (unsigned long long)a.step,
+                  (unsigned long long)b.step);
+    ck_assert_int_eq(b.steps_run, (int)b.step);
+    ck_assert_msg(strstr(err, "diverged"), "%s", err);
+    ck_assert_int_eq(learner_params_finite(gpu), 1);
+    ck_assert_int_eq(learner_step(twin, (int)b.step, &t, err, sizeof err), 0);
+    ck_assert_msg(params_identical(gpu, twin), "the kept state is not the twin's after %llu steps",
+                  (unsigned long long)b.step);
+    ck_assert_int_eq(learner_step(gpu, 5, &t, err, sizeof err), LEARNER_EDIVERGED);
+    ck_assert_int_eq(t.steps_run, 0);
+    ck_assert_int_eq((long long)t.step, (long long)b.step);
+    ck_assert_msg(params_identical(gpu, twin), "a refused call changed the parameters");
+    learner_destroy(cpu), learner_destroy(gpu), learner_destroy(twin);
+  }
+}
+END_TEST
+
 int main(void) {
   tu_gpu_or_skip();
   Suite *s = suite_create("gpu-learner");
   TCase *tc = tcase_create("whole-step");
   tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_divergence_guard);
   tcase_add_test(tc, test_parity_uniform);
   tcase_add_test(tc, test_parity_odd_uniform_noisy);
   tcase_add_test(tc, test_parity_per_noisy);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "net_layout.h"
 #include "testutil.h"
 
 /* ------------------------------------- SyncTarget and SetHyperparams work */
@@ -180,6 +181,100 @@ START_TEST(test_continuous_training) {
 }
 END_TEST
 
+
+/* the parameters of checkpoint `path` (a file on this machine), malloc'd */
+static float *ckpt_params(const char *path, int64_t *n, uint64_t *step) {
+  learner_t *l;
+  char err[512];
+  ck_assert_msg(load_file(path, &l, err, sizeof err) == 0, "%s: %s", path, err);
+  net_layout_t L;
+  net_layout_init(&L, learner_config(l));
+  *n = L.n_params;
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  *step = st.step;
+  float *p = malloc(sizeof(float) * (size_t)*n);
+  ck_assert_int_eq(learner_get_params(l, 0, p, *n), 0);
+  ck_assert_int_eq(learner_params_finite(l), 1);
+  learner_destroy(l);
+  return p;
+}
+
+/* An absurd learning rate and weight decay (x -99 per step) drive the
+ * parameters up until the forward overflows: that step is refused, the
+ * trainer stops training with FAILED_PRECONDITION naming the step, and its
+ * state — saved at once — is exactly a twin's after the steps before it. */
+START_TEST(test_divergence) {
+  daemon_t d = {0};
+  batch_t b;
+  dqnd_client_t *c = start_with_trainer(&d, "wild", &b, 7);
+  ck_assert_int_eq(dqnd_create_trainer(c, "twin", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(submit(c, "twin", &b), 0);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_step(c, "wild", 5, &st), 0);
+  dqnd_checkpoint_t early;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "wild", 0, &early), 0);
+  const char *absurd[] = {"lr=10", "weight_decay=10"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", absurd, 2), 0);
+  int rc = dqnd_step(c, "wild", 1000, &st);
+  ck_assert_msg(rc == 9, "Step with an absurd lr: %s (%s)", dqnd_strerror(rc), dqnd_last_error(c));
+  const char *msg = dqnd_last_error(c);
+  ck_assert_msg(strstr(msg, "diverged") && strstr(msg, "saved as checkpoint"), "%s", msg);
+  unsigned long long bad = 0;
+  ck_assert_msg(sscanf(strstr(msg, "step "), "step %llu diverged", &bad) == 1, "%s", msg);
+  ck_assert_msg(bad > 6 && bad < 1005, "diverged at step %llu", bad);
+  /* stopped: training commands answer FAILED_PRECONDITION; reads still work */
+  ck_assert_int_eq(dqnd_step(c, "wild", 1, &st), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "stopped training"), "%s", dqnd_last_error(c));
+  ck_assert_int_eq(submit(c, "wild", &b), 9);
+  dqnd_trainer_info_t ti;
+  ck_assert_int_eq(dqnd_trainer_info(c, "wild", &ti), 0);
+  ck_assert_msg(strstr(ti.state, "diverged"), "%s", ti.state);
+  ck_assert_int_eq((long long)ti.stats.step, (long long)bad - 1);
+  dqnd_checkpoint_t *cks;
+  int nck;
+  ck_assert_int_eq(dqnd_list_checkpoints(c, "wild", &cks, &nck), 0);
+  ck_assert_int_ge(nck, 2);
+  dqnd_checkpoint_t good = cks[nck - 1];
+  free(cks);
+  ck_assert_int_eq((long long)good.step, (long long)bad - 1);
+  /* the oracle: a twin with the same steps and hyperparameters, stopped just before */
+  ck_assert_int_eq(dqnd_step(c, "twin", 5, &st), 0);
+  ck_assert_int_eq(dqnd_set_hparams(c, "twin", absurd, 2), 0);
+  ck_assert_int_eq(dqnd_step(c, "twin", (int)bad - 6, &st), 0);
+  dqnd_checkpoint_t tw;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "twin", 0, &tw), 0);
+  int64_t n1, n2;
+  uint64_t s1, s2;
+  float *p1 = ckpt_params(good.path, &n1, &s1), *p2 = ckpt_params(tw.path, &n2, &s2);
+  ck_assert_int_eq(n1, n2);
+  ck_assert_int_eq((long long)s1, (long long)bad - 1);
+  ck_assert_int_eq((long long)s2, (long long)bad - 1);
+  ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)n1) == 0, "the kept state is not the twin's after step %llu",
+                bad - 1);
+  free(p1), free(p2);
+  /* the twin's next step diverges the same way: the guard's verdict is the step's, not luck */
+  ck_assert_int_eq(dqnd_step(c, "twin", 1, &st), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "diverged"), "%s", dqnd_last_error(c));
+  /* SetHyperparams resumes (this state still overflows: it diverges again at the same step) */
+  const char *sane[] = {"lr=0.001", "weight_decay=0"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
+  rc = dqnd_step(c, "wild", 1, &st);
+  ck_assert_int_eq(rc, 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "diverged"), "%s", dqnd_last_error(c));
+  /* LoadCheckpoint replaces it with the early state: training works again */
+  ck_assert_msg(dqnd_load_checkpoint_path(c, "wild", early.path, 0, NULL) == 0, "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
+  ck_assert_int_eq(submit(c, "wild", &b), 0); /* that checkpoint has no replay */
+  ck_assert_msg(dqnd_step(c, "wild", 3, &st) == 0, "%s", dqnd_last_error(c));
+  ck_assert_int_eq((long long)st.step, 8);
+  ck_assert_msg(log_has(&d, "training diverged"), "the log says so");
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("hparams");
@@ -187,6 +282,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_sync_and_hparams_take_effect);
   tcase_add_test(tc, test_continuous_training);
+  tcase_add_test(tc, test_divergence);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -180,7 +180,9 @@ static int cpu_submit(void *impl, const learner_transitions_t *t, char *err, siz
 }
 
 /* One training step; returns the batch loss, *gn the pre-clip norm, *q the mean Q. */
-static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out) {
+/* One step; returns 0, or 1 when its loss or gradient norm is not finite:
+ * then nothing of it is applied (the divergence guard, learner.h). */
+static int cpu_step_one(cpu_learner_t *m, float *loss_out, float *gn, float *q, float *beta_out) {
   const learner_config_t *c = &m->cfg;
   const learner_hparams_t *hp = &c->hp;
   const int B = c->batch, S = c->state_dim;
@@ -223,6 +225,9 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
   /* optimiser */
   int64_t P = m->L.n_params;
   double norm = grad_norm(m->grad, P);
+  *loss_out = loss;
+  *gn = (float)norm;
+  if (!isfinite(loss) || !isfinite(norm)) return 1;
   float scale = grad_clip_scale(norm, hp->grad_clip);
   adamw_update(m->online, m->grad, m->adam_m, m->adam_v, P, scale, hp->lr, hp->adam_beta1, hp->adam_beta2,
                hp->adam_eps, hp->weight_decay, t + 1);
@@ -238,9 +243,8 @@ static float cpu_step_one(cpu_learner_t *m, float *gn, float *q, float *beta_out
     target_update(m->target, m->online, P, hp->tau);
   else if (hp->target_period > 0 && m->ctr.step % (uint64_t)hp->target_period == 0)
     target_update(m->target, m->online, P, 1.0f);
-  *gn = (float)norm;
   *beta_out = beta;
-  return loss;
+  return 0;
 }
 
 static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen) {
@@ -251,13 +255,20 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
     return LEARNER_EEMPTY;
   }
   double lsum = 0, gsum = 0, qsum = 0;
-  float loss = 0, gn = 0, q = 0, beta = 0;
-  for (int k = 0; k < n; k++) {
-    loss = cpu_step_one(m, &gn, &q, &beta);
+  float loss = 0, gn = 0, q = 0, beta = 0, bad_loss = 0, bad_gn = 0;
+  int ran = 0, diverged = 0;
+  for (; ran < n; ran++) {
+    float l1, g1;
+    if ((diverged = cpu_step_one(m, &l1, &g1, &q, &beta))) {
+      bad_loss = l1, bad_gn = g1;
+      break;
+    }
+    loss = l1, gn = g1;
     lsum += loss;
     gsum += gn;
     qsum += q;
   }
+  n = ran;
   learner_stats_t *s = &m->ctr.last;
   s->step = m->ctr.step;
   s->replay_size = m->rp.size;
@@ -270,6 +281,13 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
   s->q_mean = n ? (float)(qsum / n) : 0;
   s->per_beta = beta;
   if (st) *st = *s;
+  if (diverged) {
+    snprintf(err, errlen,
+             "step %llu diverged: batch loss %g, gradient norm %g; it was not applied (the state is step %llu's, "
+             "after %d of this call's steps)",
+             (unsigned long long)m->ctr.step + 1, (double)bad_loss, (double)bad_gn, (unsigned long long)m->ctr.step, ran);
+    return LEARNER_EDIVERGED;
+  }
   return LEARNER_OK;
 }
 

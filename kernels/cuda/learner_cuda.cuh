@@ -23,6 +23,7 @@ typedef struct dev_state {
   float max_leaf;
   float grad_norm, loss_last, beta_last, q_last;
   double loss_sum, gn_sum, q_sum;
+  double applied; /* steps of this call that were applied (the divergence guard skips the others) */
 } dev_state_t;
 
 typedef struct cuda_learner {

@@ -102,7 +102,7 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
                              float *__restrict__ v, long long n, const float *__restrict__ norm,
                              const unsigned long long *__restrict__ step, const learner_hparams_t *__restrict__ hp) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || !isfinite(*norm)) return; /* the divergence guard */
   float sc[6];
   int mode;
   adam_scalars(*norm, step, hp, sc, &mode);
@@ -138,7 +138,7 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   }
   __syncthreads();
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || !isfinite(*norm)) return; /* the divergence guard (learner.h): nothing of the step is applied */
   float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
   float gi = g[i] * sc[0];
   float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));

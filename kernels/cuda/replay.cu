@@ -83,6 +83,7 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
 __global__ void priorities_kernel(const long long *idx, const float *loss_i, int B, const learner_hparams_t *hp,
                                   float alpha, float *sum, float *mn, long long T, dev_state_t *ds, int *own) {
   __shared__ float red[1024];
+  if (!isfinite(ds->grad_norm)) return; /* the divergence guard: this step is not applied */
   float mx = -INFINITY;
   /* the last slot to sample each leaf owns it: O(B) with the owner array
    * (the pairwise scan it replaces was O(B^2): ~0.6 ms at batch 4096) */

@@ -49,6 +49,8 @@
 __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
                               int prioritized) {
   if (threadIdx.x || blockIdx.x) return;
+  if (!isfinite(ds->grad_norm)) return; /* the divergence guard: this step was not applied */
+  ds->applied += 1;
   ds->loss_last = *loss;
   ds->q_last = *q;
   ds->beta_last = prioritized ? beta_at(hp, ds->step) : 1.0f;
@@ -209,7 +211,11 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   }
   CUDA_RET(cudaEventRecord(f->ev[4], sd));
   CUDA_RET(cudaStreamWaitEvent(st, f->ev[4], 0));
-  if (m && m->cfg.prioritized) CUDA_RET(cuda_replay_update_priorities(m, sd));
+  if (m && m->cfg.prioritized) { /* after both norm parts: the divergence guard reads the norm */
+    CUDA_RET(cudaEventRecord(f->ev[3], st)); /* ev[3] is free: the k = 3 pass breaks before recording it */
+    CUDA_RET(cudaStreamWaitEvent(sd, f->ev[3], 0));
+    CUDA_RET(cuda_replay_update_priorities(m, sd));
+  }
   return 0;
 }
 
@@ -281,8 +287,8 @@ extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size
     return LEARNER_EEMPTY;
   }
   const int use_graph = m->cfg.cuda_graph != 0;
-  /* zero the per-call sums: loss_sum, gn_sum, q_sum */
-  double zero[3] = {0, 0, 0};
+  /* zero the per-call sums: loss_sum, gn_sum, q_sum, applied */
+  double zero[4] = {0, 0, 0, 0};
   DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
   if (use_graph && !m->exec && n > 0) {
     DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
@@ -304,6 +310,9 @@ extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size
   dev_state_t ds;
   DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
   DEV(cudaStreamSynchronize(m->st));
+  const int ran = (int)ds.applied; /* < n: the divergence guard stopped the call (learner.h) */
+  const int wanted = n;
+  n = ran;
   learner_stats_t *s = &m->last;
   s->step = ds.step;
   s->replay_size = m->size;
@@ -316,6 +325,13 @@ extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size
   s->q_mean = n ? (float)(ds.q_sum / n) : 0;
   s->per_beta = ds.beta_last;
   if (st) *st = *s;
+  if (ran < wanted) {
+    snprintf(err, errlen,
+             "step %llu diverged: gradient norm %g; it was not applied (the state is step %llu's, after %d of this "
+             "call's steps)",
+             ds.step + 1, (double)ds.grad_norm, ds.step, ran);
+    return LEARNER_EDIVERGED;
+  }
   return LEARNER_OK;
 }
 
