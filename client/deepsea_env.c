@@ -104,7 +104,7 @@ int deepsea_train(const demo_driver_t *drv, const deepsea_opts_t *o, deepsea_pro
       deepsea_observe(&env, s + (size_t)(t + 1) * S);
     }
     /* transitions (s_t, a_t, r_t, s_t+1); the episode's last one is terminal */
-    learner_transitions_t tr = {N, s, act, r, s + S, done, ep};
+    learner_transitions_t tr = {N, s, act, r, s + S, done, ep, NULL};
     if ((rc = drv->submit(drv->ctx, &tr))) break;
     if ((rc = drv->step(drv->ctx, steps, NULL))) break;
     successes += ret > 0.5;

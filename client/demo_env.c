@@ -191,7 +191,7 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
         if (done) demo_env_reset(&env[i], o->seed, next_episode++);
       }
     }
-    learner_transitions_t t = {N, s, a, r, s2, dn, ep};
+    learner_transitions_t t = {N, s, a, r, s2, dn, ep, NULL};
     if ((rc = drv->submit(drv->ctx, &t))) goto out;
     if ((rc = drv->step(drv->ctx, o->train_steps, &st))) goto out;
     int last = it + 1 == o->iterations;

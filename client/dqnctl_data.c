@@ -182,7 +182,7 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
     ud[i] = dd[i] == 1;
   }
   if (ie && (rc = episode_ids(cmd, path[5], e, ie))) goto out;
-  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie};
+  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie, NULL};
   int64_t size = 0;
   int crc = dqnd_submit(x->c, a->pos[0], S, &t, &size);
   if (crc) rc = fail_rc(x, crc);

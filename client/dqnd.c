@@ -372,6 +372,7 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
   m.rewards = (ProtobufCBinaryData){n * 4, (uint8_t *)t->rewards};
   m.dones = (ProtobufCBinaryData){n, (uint8_t *)t->dones};
   if (t->episode_ids) m.episode_ids = (ProtobufCBinaryData){n * 8, (uint8_t *)t->episode_ids};
+  if (t->episode_ends) m.episode_ends = (ProtobufCBinaryData){n, (uint8_t *)t->episode_ends};
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS;
   req.submit_transitions = &m;

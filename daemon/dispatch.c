@@ -354,10 +354,12 @@ static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errl
   LEN(rewards, n * 4)
   LEN(dones, n)
   if (m->episode_ids.len) LEN(episode_ids, n * 8)
+  if (m->episode_ends.len) LEN(episode_ends, n)
 #undef LEN
   j->tr = (learner_transitions_t){(int64_t)n, (const float *)m->states.data, (const int32_t *)m->actions.data,
                                   (const float *)m->rewards.data, (const float *)m->next_states.data, m->dones.data,
-                                  m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL};
+                                  m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL,
+                                  m->episode_ends.len ? m->episode_ends.data : NULL};
   return learner_transitions_validate(&j->t->cfg, &j->tr, err, errlen) ? 3 : 0;
 }
 

@@ -23,7 +23,7 @@
 #define HF(f) (offsetof(learner_config_t, hp) + offsetof(learner_hparams_t, f))
 #define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def},
 const learner_field_t learner_fields[] = {
-    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) ACT_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
+    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) ACT_ROWS(ROW) HER_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
 #undef ROW
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 
@@ -57,8 +57,10 @@ static double field_value(const learner_config_t *c, const learner_field_t *f) {
  * names[k]; its row's max is the last index). */
 static const struct {
   size_t offset;
-  const char *const names[4];
-} named_fields[] = {{HF(act_select), {"mean", "ucb", "thompson", NULL}}};
+  const char *const names[5]; /* NULL-terminated */
+} named_fields[] = {{HF(act_select), {"mean", "ucb", "thompson", NULL}},
+                    {HF(her_strategy), {"future", "final", "episode", "random", NULL}},
+                    {HF(her_norm), {"inf", "l2", NULL, NULL}}};
 
 static const char *const *field_names(const learner_field_t *f) {
   for (size_t i = 0; i < sizeof named_fields / sizeof named_fields[0]; i++)
@@ -348,6 +350,12 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     model_desc_from_config(&d, c);
     int rc = model_build(&m, &d, err, errlen);
     if (rc) return rc;
+  }
+  /* DESIGN.md §6.3: obs (O >= 0) | achieved goal (G) | desired goal (G) */
+  if (c->her_goal_dim < 0 || 2LL * c->her_goal_dim > c->state_dim) {
+    seterr(err, errlen, "her_goal_dim: 2 x %d does not fit state_dim %d (obs | achieved goal | desired goal)",
+           c->her_goal_dim, c->state_dim);
+    return LEARNER_EINVAL;
   }
   /* DESIGN.md §6.2: K >= 1, p in (0, 1], beta_p >= 0 */
   if (c->ensemble_k < 1 || c->ensemble_k > LEARNER_MAX_ENSEMBLE) {

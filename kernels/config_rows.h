@@ -55,6 +55,22 @@
     "episode); 0/1/2 also accepted")                                                                             \
   R("ucb_c", LCF_FLOAT, HF(ucb_c), 0, 1e6, 1, "1", "act_select=ucb: weight of the std over heads")
 
+/* HER and n-step returns (cpu/her.c, her.h, DESIGN.md §6.3): G fixed at creation (the state
+ * layout); the rest may change between steps */
+#define HER_ROWS(R)                                                                                              \
+  R("her_goal_dim", LCF_INT32, CF(her_goal_dim), 0, 32768, 0, "0",                                               \
+    "HER goal width G (0 = off); state = obs | achieved goal (G) | desired goal (G)")                           \
+  R("her_ratio", LCF_FLOAT, HF(her_ratio), 0, 1, 1, "0.8", "HER: share of each batch relabelled")                \
+  R("her_strategy", LCF_INT32, HF(her_strategy), 0, 3, 1, "future",                                              \
+    "HER donor: future (same episode, this step or later), final, episode, random (any slot)")                  \
+  R("her_eps", LCF_FLOAT, HF(her_eps), 0, 1e30, 1, "0", "HER: success when the goal distance <= her_eps")        \
+  R("her_norm", LCF_INT32, HF(her_norm), 0, 1, 1, "inf", "HER: goal distance norm, inf or l2")                   \
+  R("her_reward_scale", LCF_FLOAT, HF(her_reward_scale), -1e6, 1e6, 1, "1",                                      \
+    "HER: a relabelled reward is (success ? 0 : -1) * her_reward_scale")                                        \
+  R("her_done_on_success", LCF_BOOL, HF(her_done_on_success), 0, 1, 1, "0",                                      \
+    "HER: a relabelled row is terminal when it succeeds (else done as stored)")                                \
+  R("n_step", LCF_INT32, HF(n_step), 1, 1000, 1, "1", "n-step returns, truncated at the episode's end")
+
 /* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
 #define LOSS_ROWS(R)                                                                                             \
   R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \

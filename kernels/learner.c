@@ -79,7 +79,8 @@ int learner_transitions_validate(const learner_config_t *c, const learner_transi
   /* fast path: one branch-free pass per array (integer tests vectorise);
    * only a batch that fails it is scanned again to name the element */
   if (all_finite(t->states, t->n * S) && all_finite(t->next_states, t->n * S) && all_finite(t->rewards, t->n) &&
-      all_below(t->actions, t->n, (int32_t)A) && all_flags(t->dones, t->n))
+      all_below(t->actions, t->n, (int32_t)A) && all_flags(t->dones, t->n) &&
+      (!t->episode_ends || all_flags(t->episode_ends, t->n)))
     return LEARNER_OK;
   for (int64_t i = 0; i < t->n; i++) {
     if (t->actions[i] < 0 || t->actions[i] >= A) {
@@ -92,6 +93,10 @@ int learner_transitions_validate(const learner_config_t *c, const learner_transi
     }
     if (t->dones[i] > 1) {
       seterr(err, errlen, "dones[%lld]: %u is not 0 or 1", (long long)i, t->dones[i]);
+      return LEARNER_EINVAL;
+    }
+    if (t->episode_ends && t->episode_ends[i] > 1) {
+      seterr(err, errlen, "episode_ends[%lld]: %u is not 0 or 1", (long long)i, t->episode_ends[i]);
       return LEARNER_EINVAL;
     }
     for (int64_t k = 0; k < S; k++) {

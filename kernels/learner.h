@@ -80,7 +80,19 @@ typedef struct learner_hparams {
   float ensemble_diversity; /* lambda: the ensemble's diversity bonus weight (DESIGN.md §6.2) */
   int32_t act_select;       /* Act's choice over the K heads: LEARNER_ACT_MEAN / _UCB / _THOMPSON */
   float ucb_c;              /* LEARNER_ACT_UCB: argmax of mean + ucb_c * std over heads */
+  /* HER and n-step returns (DESIGN.md §6.3; her_goal_dim, fixed at creation, turns HER on) */
+  float her_ratio;          /* rows i < floor(her_ratio * batch) of an eligible episode are relabelled */
+  int32_t her_strategy;     /* LEARNER_HER_FUTURE / _FINAL / _EPISODE / _RANDOM */
+  float her_eps;            /* success: ||achieved - goal|| <= her_eps */
+  int32_t her_norm;         /* LEARNER_HER_NORM_INF / _L2 */
+  float her_reward_scale;   /* relabelled reward: (success ? 0 : -1) * her_reward_scale */
+  int32_t her_done_on_success; /* 1: a relabelled row's done is its success; 0: done as stored */
+  int32_t n_step;           /* n-step returns (1 = one-step), truncated at the episode's end */
 } learner_hparams_t;
+
+/* her_strategy's and her_norm's values (config text: future | final | episode | random; inf | l2) */
+enum { LEARNER_HER_FUTURE = 0, LEARNER_HER_FINAL = 1, LEARNER_HER_EPISODE = 2, LEARNER_HER_RANDOM = 3 };
+enum { LEARNER_HER_NORM_INF = 0, LEARNER_HER_NORM_L2 = 1 };
 
 /* act_select's values (config text: mean | ucb | thompson) */
 enum { LEARNER_ACT_MEAN = 0, LEARNER_ACT_UCB = 1, LEARNER_ACT_THOMPSON = 2 };
@@ -101,6 +113,7 @@ typedef struct learner_config {
   int32_t attn_tokens;  /* attention over h: T tokens (0 = off; DESIGN.md §6.1) */
   int32_t attn_heads;   /* its heads n_h (>= 1 when on) */
   int32_t ensemble_k;   /* K head sets (1: the plain network; DESIGN.md §6.2) */
+  int32_t her_goal_dim; /* G: HER on when > 0; states are obs ‖ achieved goal (G) ‖ desired goal (G) */
   float ensemble_mask_p;      /* bootstrap mask probability p in (0, 1] */
   float ensemble_prior_scale; /* beta_p: fixed random prior heads' scale (0: none) */
   int32_t double_dqn;   /* argmax by the online net (1) or the target net (0) */
@@ -160,6 +173,11 @@ typedef struct learner_transitions {
   const float *next_states; /* [n, S] */
   const uint8_t *dones;     /* [n] 0 or 1 (terminal: no bootstrap) */
   const int64_t *episode_ids; /* [n] or NULL (then all 0) */
+  /* [n] or NULL: 1 where an episode ends without being terminal (truncated);
+   * an episode also ends where done = 1. The replay's episodes are runs of
+   * consecutive insertions (DESIGN.md §6.3), so a submitter interleaving
+   * several environments sends whole episodes per request. */
+  const uint8_t *episode_ends;
 } learner_transitions_t;
 /* Checks finiteness, action range and flags; names the field and index. */
 int learner_transitions_validate(const learner_config_t *c, const learner_transitions_t *t,

@@ -34,6 +34,7 @@ enum philox_stream {
   PHILOX_STREAM_INIT_PRIOR = 7,   /* the fixed prior heads' initialisation, step = prior layer */
   PHILOX_STREAM_ENS_MASK = 8,     /* bootstrap masks: step = insertion count, lane = head (DESIGN.md §6.2) */
   PHILOX_STREAM_ACT_HEAD = 9,     /* Thompson Act: the head of an episode, step = episode */
+  PHILOX_STREAM_HER = 10,         /* HER donors: step = training step, lane = batch row (DESIGN.md §6.3) */
 };
 
 typedef struct { uint32_t v[4]; } philox4_t;

@@ -155,7 +155,7 @@ void make_batch(batch_t *b, int n, uint64_t tag) {
 }
 
 int submit(dqnd_client_t *c, const char *name, const batch_t *b) {
-  learner_transitions_t t = {b->n, b->s, b->a, b->r, b->s2, b->d, b->ep};
+  learner_transitions_t t = {b->n, b->s, b->a, b->r, b->s2, b->d, b->ep, NULL};
   return dqnd_submit(c, name, S_DIM, &t, NULL);
 }
 

@@ -181,11 +181,11 @@ START_TEST(test_bad_input) {
   same_state(c, "setup");
 
   /* SubmitTransitions */
-  learner_transitions_t t = {10, b.s, b.a, b.r, b.s2, b.d, NULL};
+  learner_transitions_t t = {10, b.s, b.a, b.r, b.s2, b.d, NULL, NULL};
   expect(c, dqnd_submit(c, "victim", S_DIM + 1, &t, NULL), 3, "states", "submit wrong state size");
   batch_t bad = b;
   bad.a[3] = N_ACT;
-  learner_transitions_t tb = {10, bad.s, bad.a, bad.r, bad.s2, bad.d, NULL};
+  learner_transitions_t tb = {10, bad.s, bad.a, bad.r, bad.s2, bad.d, NULL, NULL};
   expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "actions[3]", "submit action out of range");
   bad = b;
   bad.a[2] = -1;

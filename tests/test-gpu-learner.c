@@ -75,7 +75,7 @@ static void feed(learner_t *l, int n, uint64_t tag) {
     r[i] = (float)(u[n + i] * 6 - 3);
     d[i] = u[2 * n + i] < 0.1;
   }
-  learner_transitions_t t = {n, s, a, r, s2, d, NULL};
+  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
   char err[256];
   ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
   free(s), free(s2), free(r), free(a), free(d), free(u);

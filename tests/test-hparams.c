@@ -110,7 +110,7 @@ START_TEST(test_sync_and_hparams_take_effect) {
   for (int v = 0; v < 2; v++) {
     learner_t *l;
     ck_assert_int_eq(learner_create(&cfg, LEARNER_BACKEND_CPU, &l, err, sizeof err), 0);
-    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep};
+    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep, NULL};
     ck_assert_int_eq(learner_submit(l, &t, err, sizeof err), 0);
     ck_assert_int_eq(learner_step(l, 4, NULL, err, sizeof err), 0);
     if (v == 0) {

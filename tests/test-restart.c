@@ -50,7 +50,7 @@ START_TEST(test_sigterm_then_restart_continues_exactly) {
     batch_t b;
     make_batch(&b, 64, (uint64_t)(r + 1));
     for (int k = 0; k < 2; k++) ck_assert_int_eq(submit(c, names[k], &b), 0);
-    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep};
+    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep, NULL};
     ck_assert_int_eq(learner_submit(twin, &t, err, sizeof err), 0);
   }
   learner_stats_t st;

@@ -100,7 +100,7 @@ static void feed(learner_t *l, int n, uint64_t tag) {
     r[i] = (float)(u[n + i] * 4 - 2);
     d[i] = u[2 * n + i] < 0.2;
   }
-  learner_transitions_t t = {n, s, a, r, s2, d, NULL};
+  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
   char err[256];
   ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
   free(s), free(s2), free(r), free(a), free(d), free(u);
@@ -408,7 +408,7 @@ START_TEST(test_ensemble_masks) {
   const int sizes[4] = {3, 1, 7, 2};
   int64_t total = 0;
   for (int b = 0; b < 4; b++) {
-    learner_transitions_t t = {sizes[b], s, a, r, s, d, NULL};
+    learner_transitions_t t = {sizes[b], s, a, r, s, d, NULL, NULL};
     replay_add(&rp, &t);
     total += sizes[b];
     for (int64_t j = 0; j < rp.size; j++) {
@@ -962,7 +962,7 @@ START_TEST(test_config_validation) {
   float s[12] = {0}, r[2] = {0, 0};
   int32_t a[2] = {0, 12};
   uint8_t dn[2] = {0, 0};
-  learner_transitions_t t = {2, s, a, r, s, dn, NULL};
+  learner_transitions_t t = {2, s, a, r, s, dn, NULL, NULL};
   ck_assert_int_eq(learner_submit(l, &t, err, sizeof err), LEARNER_EINVAL);
   ck_assert(strstr(err, "actions[1]") != NULL);
   a[1] = 1;

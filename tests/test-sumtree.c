@@ -24,7 +24,7 @@ static void fill(replay_t *rp, int n) {
   for (int i = 0; i < n; i++) {
     s[0] = (float)counter++;
     (void)i;
-    learner_transitions_t t = {1, s, &a, &r, s, &d, NULL};
+    learner_transitions_t t = {1, s, &a, &r, s, &d, NULL, NULL};
     replay_add(rp, &t);
   }
 }

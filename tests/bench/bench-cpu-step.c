@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
         r[i] = philox_uniform(u.v[1]) * 2 - 1;
         d[i] = philox_uniform(u.v[2]) < 0.01f;
       }
-      learner_transitions_t t = {chunk, s, a, r, s2, d, NULL};
+      learner_transitions_t t = {chunk, s, a, r, s2, d, NULL, NULL};
       if (learner_submit(l, &t, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;

@@ -52,7 +52,7 @@ static learner_t *make(int seed, int occupancy) {
     for (int k = 0; k < 4; k++) s[i + k] = g[k], s2[i + k] = g[3 - k];
   }
   for (int i = 0; i < n; i++) a[i] = i % 81, r[i] = (float)(i % 7) - 3;
-  learner_transitions_t t = {n, s, a, r, s2, d, NULL};
+  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
   learner_submit(l, &t, err, sizeof err);
   free(s), free(s2), free(r), free(a), free(d);
   learner_step(l, 20, NULL, err, sizeof err); /* capture + warm-up */

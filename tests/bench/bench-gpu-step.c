@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
           r[i] = philox_uniform(u.v[1]) * 2 - 1;
           d[i] = philox_uniform(u.v[2]) < 0.01f;
         }
-        learner_transitions_t t = {n, s, a, r, s2, d, NULL};
+        learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
         learner_submit(l, &t, err, sizeof err);
       }
       free(s), free(s2), free(r), free(a), free(d);

@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
   fill(s2, (size_t)N * S, 2);
   fill(r, N, 3);
   for (int i = 0; i < N; i++) a[i] = i % 81;
-  learner_transitions_t t = {N, s, a, r, s2, d, NULL};
+  learner_transitions_t t = {N, s, a, r, s2, d, NULL, NULL};
   t0 = bench_now();
   for (int k = 0; k < rounds; k++)
     if (dqnd_submit(c, "sub", S, &t, NULL)) {
@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
-  learner_transitions_t t2 = {N, s, a, r, s2, d, NULL};
+  learner_transitions_t t2 = {N, s, a, r, s2, d, NULL, NULL};
   dqnd_submit(c, "st", S, &t2, NULL);
   learner_submit(ls, &t2, err, sizeof err);
   int reps = quick ? 3 : 10;

@@ -55,7 +55,7 @@ int fuzz_tiny_learner(int variant, int transitions, int steps, learner_t **out) 
   if (transitions > 0) {
     fuzz_batch_t b;
     fuzz_make_batch(&b, transitions, 1);
-    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep};
+    learner_transitions_t t = {b.n, b.s, b.a, b.r, b.s2, b.d, b.ep, NULL};
     rc = learner_submit(*out, &t, err, sizeof err);
   }
   if (!rc && steps > 0) rc = learner_step(*out, steps, NULL, err, sizeof err);

@@ -220,11 +220,13 @@ class Client:
     def stats(self, name):
         return self.trainer_info(name)["stats"]
 
-    def submit(self, name, states, actions, rewards, next_states, dones, episode_ids=None):
+    def submit(self, name, states, actions, rewards, next_states, dones, episode_ids=None, episode_ends=None):
         """states, next_states [n, state_dim] float; actions [n] flat joint
         actions (first branch most significant) or [n, branches] per-branch
         indices, integer; rewards [n] float; dones [n] 0/1; episode_ids [n]
-        integer (optional). Returns the replay's size after it."""
+        integer (optional); episode_ends [n] 0/1 (optional): 1 where an
+        episode ends truncated (an episode also ends where done is 1; HER and
+        n-step use the episodes). Returns the replay's size after it."""
         S, branches = self._shape(name)
         s = _floats("states", states, (None, S))
         n = s.shape[0]
@@ -257,6 +259,13 @@ class Client:
             if e.shape != (n,):
                 raise _bad("episode_ids", f"shape {e.shape}, expected ({n},)")
             m.episode_ids = np.ascontiguousarray(e, dtype="<i8").tobytes()
+        if episode_ends is not None:
+            x = np.asarray(episode_ends)
+            if x.shape != (n,):
+                raise _bad("episode_ends", f"shape {x.shape}, expected ({n},)")
+            if x.dtype.kind not in "fiub" or not np.isin(x, (0, 1)).all():
+                raise _bad("episode_ends", "every flag must be 0 or 1")
+            m.episode_ends = np.ascontiguousarray(x, dtype=np.uint8).tobytes()
         return self._call("submit_transitions", m).submit.replay_size
 
     def step(self, name, n=1):
