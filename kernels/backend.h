@@ -34,6 +34,7 @@ enum learner_section {
   SEC_R_DONE = 14,  /* uint8 [size] */
   SEC_R_EP = 15,    /* int64 [size] */
   SEC_R_PRIO = 16,  /* float [size] leaf values (priority^alpha); PER only */
+  SEC_R_EPEND = 17, /* u8 [size] episode-end markers (truncations; her.h) */
 };
 
 /* Everything but tensors that a restore needs to continue bit-identically. */

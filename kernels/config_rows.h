@@ -55,7 +55,7 @@
     "episode); 0/1/2 also accepted")                                                                             \
   R("ucb_c", LCF_FLOAT, HF(ucb_c), 0, 1e6, 1, "1", "act_select=ucb: weight of the std over heads")
 
-/* HER and n-step returns (cpu/her.c, her.h, DESIGN.md §6.3): G fixed at creation (the state
+/* HER and n-step returns (her.h, cpu/her_cpu.c, DESIGN.md §6.3): G fixed at creation (the state
  * layout); the rest may change between steps */
 #define HER_ROWS(R)                                                                                              \
   R("her_goal_dim", LCF_INT32, CF(her_goal_dim), 0, 32768, 0, "0",                                               \

@@ -271,7 +271,8 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
   free(bounce);
   if (rc) return rc;
   for (int i = 0; i < state_num_sections; i++)
-    if (section_wanted(&state_sections[i], cfg, with_replay) && !seen[state_sections[i].tag]) {
+    if (section_wanted(&state_sections[i], cfg, with_replay) && !seen[state_sections[i].tag] &&
+        !state_sections[i].optional) {
       seterr(err, errlen, "state: section %u (%s) missing", state_sections[i].tag, state_sections[i].name);
       return LEARNER_ECORRUPT;
     }

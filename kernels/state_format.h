@@ -54,6 +54,7 @@ typedef struct state_section {
   int per_only;        /* 1: only when prioritized */
   int row_s, row_c;    /* a replay column's bytes per transition: row_s * state_dim + row_c */
   int priors_only;     /* 1: only when the config has fixed prior heads (ensemble_prior_scale > 0) */
+  int optional;        /* 1: a state written before the section existed loads without it */
 } state_section_t;
 
 /* Each module's sections: S(tag, name, replay, per_only, row_s, row_c). A
@@ -76,6 +77,9 @@ typedef struct state_section {
   S(SEC_R_DONE, "replay dones", 1, 0, 0, 1)                                                                      \
   S(SEC_R_EP, "replay episode ids", 1, 0, 0, 8)                                                                  \
   S(SEC_R_PRIO, "replay priorities", 1, 1, 0, 4)
+/* the replay's episode-end markers (her.h), owner "episodes"; optional: without
+ * them (a state from before HER) episodes end where done is 1 */
+#define EPISODE_SECTIONS(S) S(SEC_R_EPEND, "replay episode ends", 1, 0, 0, 1)
 
 /* whether a config has the sections marked priors_only */
 #define STATE_CONFIG_HAS_PRIORS(c) ((c)->ensemble_prior_scale > 0)

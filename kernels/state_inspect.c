@@ -19,12 +19,14 @@ static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err
   return LEARNER_OK;
 }
 
-#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc, 0},
-#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc, 0},
-#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc, 0},
-#define PRIORS_ROW(tag, name, rp, per, rs, rc) {tag, name, "priors", rp, per, rs, rc, 1},
+#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc, 0, 0},
+#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc, 0, 0},
+#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc, 0, 0},
+#define PRIORS_ROW(tag, name, rp, per, rs, rc) {tag, name, "priors", rp, per, rs, rc, 1, 0},
+#define EPISODE_ROW(tag, name, rp, per, rs, rc) {tag, name, "episodes", rp, per, rs, rc, 0, 1},
 const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) PRIORS_SECTIONS(PRIORS_ROW)
-                                              OPTIM_SECTIONS(OPTIM_ROW) REPLAY_SECTIONS(REPLAY_ROW)};
+                                              OPTIM_SECTIONS(OPTIM_ROW) REPLAY_SECTIONS(REPLAY_ROW)
+                                                  EPISODE_SECTIONS(EPISODE_ROW)};
 const int state_num_sections = (int)(sizeof state_sections / sizeof state_sections[0]);
 
 const state_section_t *state_section_find(uint32_t tag) {

@@ -553,12 +553,100 @@ START_TEST(test_divergence_guard) {
 }
 END_TEST
 
+/* transitions in episodes of 1..16 steps, every other one truncated
+ * (episode_ends) rather than terminal, submitted in chunks of the given sizes
+ * so episodes cross submits (and, with a small ring, the wrap-around) */
+static void feed_episodes(learner_t *l, const int *chunks, int n_chunks, uint64_t tag) {
+  const learner_config_t *c = learner_config(l);
+  int S = c->state_dim, A = learner_config_joint_actions(c), total = 0;
+  for (int k = 0; k < n_chunks; k++) total += chunks[k];
+  float *s = malloc(sizeof(float) * (size_t)total * S), *s2 = malloc(sizeof(float) * (size_t)total * S);
+  float *r = malloc(sizeof(float) * (size_t)total);
+  int32_t *a = malloc(sizeof(int32_t) * (size_t)total);
+  uint8_t *d = calloc((size_t)total, 1), *e = calloc((size_t)total, 1);
+  double *u = malloc(sizeof(double) * 2 * (size_t)total);
+  tu_fill_uniform_f32(s, (int64_t)total * S, -1, 1, 31, tag);
+  tu_fill_uniform_f32(s2, (int64_t)total * S, -1, 1, 32, tag);
+  tu_fill_uniform_f64(u, 2 * total, 0, 1, 33, tag);
+  int left = 0, ep = 0;
+  for (int i = 0; i < total; i++) {
+    if (left == 0) left = 1 + (int)(u[total + i] * 16), ep++;
+    a[i] = (int32_t)(u[i] * A) % A;
+    r[i] = (float)(u[i] * 2 - 1);
+    if (--left == 0) (ep % 2 ? d : e)[i] = 1;
+  }
+  for (int k = 0, off = 0; k < n_chunks; off += chunks[k++]) {
+    learner_transitions_t t = {chunks[k], s + (size_t)off * S, a + off, r + off, s2 + (size_t)off * S, d + off, NULL, e + off};
+    char err[256];
+    ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
+  }
+  free(s), free(s2), free(r), free(a), free(d), free(e), free(u);
+}
+
+static learner_config_t her_config(void) {
+  learner_config_t c = config(1, 1, 1); /* odd shapes, PER, NoisyNet */
+  c.her_goal_dim = 4, c.hp.her_ratio = 0.6f, c.hp.her_eps = 0.4f, c.hp.her_strategy = LEARNER_HER_FUTURE;
+  c.hp.n_step = 3, c.replay_capacity = 700;
+  return c;
+}
+
+/* HER + n-step + PER + NoisyNet, CPU against GPU for 100 steps: the device's
+ * episode bookkeeping (episodes crossing submits and the ring's wrap) and the
+ * graph's relabelling against the CPU's spec; then n_step switched off and on
+ * (the graph is captured again) and the other strategies, in lockstep too */
+START_TEST(test_her_parity) {
+  learner_config_t c = her_config();
+  learner_t *l[2];
+  char err[256];
+  const int chunks[] = {37, 200, 1, 150, 313}, more[] = {5, 400, 11};
+  for (int b = 0; b < 2; b++) {
+    ck_assert_msg(learner_create(&c, b ? LEARNER_BACKEND_CUDA : LEARNER_BACKEND_CPU, &l[b], err, sizeof err) == 0, "%s",
+                  err);
+    feed_episodes(l[b], chunks, 5, 1); /* 701 transitions: the ring (700) wraps */
+  }
+  double worst = 0;
+  int diverged = -1;
+  for (int k = 0; k < 160; k++) {
+    if (k == 50)
+      for (int b = 0; b < 2; b++) feed_episodes(l[b], more, 3, 2);
+    if (k == 100 || k == 120 || k == 140) {
+      learner_hparams_t hp;
+      learner_get_hparams(l[0], &hp);
+      if (k == 100) hp.n_step = 1; /* n-step off (HER stays) */
+      if (k == 120) hp.n_step = 5, hp.her_strategy = LEARNER_HER_EPISODE, hp.her_norm = LEARNER_HER_NORM_L2;
+      if (k == 140) hp.her_strategy = LEARNER_HER_RANDOM, hp.her_done_on_success = 1, hp.her_ratio = 1;
+      for (int b = 0; b < 2; b++) ck_assert_msg(learner_set_hparams(l[b], &hp, err, sizeof err) == 0, "%s", err);
+    }
+    learner_stats_t a, g;
+    double e = step_both(l[0], l[1], &a, &g);
+    ck_assert_msg(isfinite(g.loss_last), "step %d: GPU loss not finite", k);
+    if (diverged < 0 && k >= 20 && e > 1e-5 && e <= 2.0 / c.batch) diverged = k; /* PER, as in parity_ens */
+    if (diverged >= 0) {
+      ck_assert_msg(e <= 0.1, "HER step %d (after PER divergence at %d): cpu %.8g gpu %.8g", k, diverged, a.loss_last,
+                    g.loss_last);
+      continue;
+    }
+    worst = e > worst ? e : worst;
+    ck_assert_msg(e <= 1e-5, "HER + n-step step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last, g.loss_last, e);
+  }
+  printf("HER + n-step + PER + NoisyNet: worst step-loss rel diff %.2e over %d steps%s\n", worst,
+         diverged >= 0 ? diverged : 160, diverged >= 0 ? " (then PER sampling diverged)" : "");
+  ck_assert_msg(diverged < 0 || diverged >= 60, "PER sampling diverged at step %d", diverged);
+  learner_destroy(l[0]), learner_destroy(l[1]);
+}
+END_TEST
+
+START_TEST(test_her_reruns) { check_reruns(her_config(), 60, "HER + n-step + PER + NoisyNet"); }
+END_TEST
+
 int main(void) {
   tu_gpu_or_skip();
   Suite *s = suite_create("gpu-learner");
   TCase *tc = tcase_create("whole-step");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_divergence_guard);
+  tcase_add_test(tc, test_her_parity);
+  tcase_add_test(tc, test_her_reruns);
   tcase_add_test(tc, test_parity_uniform);
   tcase_add_test(tc, test_parity_odd_uniform_noisy);
   tcase_add_test(tc, test_parity_per_noisy);

@@ -138,7 +138,7 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   CK(cudaMemcpy(gw.fn_on, fo, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(gw.fn_tg, ft, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice));
   CK(cudaMemset(dgrad, 0xff, sizeof(float) * (size_t)P)); /* NaN: every gradient must be written */
-  cuda_dqn_hp_t ghp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn, NULL};
+  cuda_dqn_hp_t ghp = {0.97f, c.v_min, c.v_max, c.leaky_slope, k->double_dqn, NULL, NULL};
   int (*loss_grad)(const net_layout_t *, const cuda_dqn_hp_t *, const float *, const float *, int, cuda_dqn_ws_t *,
                    float *, cudaStream_t) = version == 1 ? cuda_dqn_loss_grad_generic : cuda_dqn_loss_grad;
   ck_assert_int_eq(loss_grad(&L, &ghp, don, dtg, k->noisy, &gw, dgrad, 0), 0);

@@ -796,9 +796,9 @@ static void corrupt_every_byte(int with_replay) {
   char err[256];
   ck_assert_msg(try_load(&m, err, sizeof err) == 0, "pristine state: %s", err);
   /* every section of the format is in it: END, config, counters, online,
-   * target, both Adam moments, and (with the replay) the seven replay
-   * sections, PER priorities included */
-  ck_assert_uint_eq(section_tags(&m), 0x7fu | (with_replay ? 0x7fu << 10 : 0));
+   * target, both Adam moments, and (with the replay) the eight replay
+   * sections, PER priorities and episode ends included */
+  ck_assert_uint_eq(section_tags(&m), 0x7fu | (with_replay ? 0xffu << 10 : 0));
   /* every byte, three patterns (lowest bit, highest bit, all bits): never a
    * learner, always ECORRUPT or EIO (a corrupted length may run off the end).
    * Undetected positions are collected and all reported. */

@@ -52,6 +52,7 @@
     R *dtx, *dtq, *dtk, *dtv, *dto, *dte, *datt;                                                     \
     R *support, *qtmp;                                                                               \
     R *r, *done, *w, *loss_i; /* [B] */                                                              \
+    const R *gdisc;  /* [B] per-row discount (n-step: gamma^m), the caller's; NULL = hp gamma */     \
     int32_t *a;      /* [B] flat actions */                                                          \
     int32_t *best;   /* [K, D, B] Double-DQN next actions */                                         \
     /* ensemble (DESIGN.md §6.2): masks m_ik (the caller's; 1 after alloc), CE^k_i, D_i, mean_k     \

@@ -17,6 +17,7 @@
 #include "../philox.h"
 #include "dqn_math.h"
 #include "optim.h"
+#include "her_cpu.h"
 #include "replay.h"
 
 typedef struct cpu_learner {
@@ -31,6 +32,7 @@ typedef struct cpu_learner {
   dqn_ws_f32_t ws;
   int64_t *idx; /* [B] sampled replay indices */
   float *prio;  /* [B] new priorities */
+  float *gdisc; /* [B] per-row discounts (n-step) */
   float *qrow;  /* [sum n_d] Act scratch */
   learner_counters_t ctr;
   /* Act buffers, grown on demand */
@@ -125,6 +127,7 @@ static void cpu_destroy(void *impl) {
   free(m->qheads);
   free(m->idx);
   free(m->prio);
+  free(m->gdisc);
   free(m->qrow);
   replay_free(&m->rp);
   dqn_ws_free_f32(&m->ws);
@@ -151,11 +154,12 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
   m->act_weff = calloc(P, sizeof(float));
   m->idx = calloc((size_t)c->batch, sizeof(int64_t));
   m->prio = calloc((size_t)c->batch, sizeof(float));
+  m->gdisc = calloc((size_t)c->batch, sizeof(float));
   m->qrow = calloc((size_t)m->L.q_width, sizeof(float));
   m->qacc = calloc((size_t)m->L.q_width, sizeof(float));
   m->qheads = calloc((size_t)m->L.q_width * (size_t)m->L.K, sizeof(float));
   m->prior = calloc((size_t)(m->L.n_prior ? m->L.n_prior : 1), sizeof(float));
-  if (!m->qacc || !m->qheads || !m->prior) goto oom;
+  if (!m->qacc || !m->qheads || !m->prior || !m->gdisc) goto oom;
   if (!m->prio || !m->qrow ||!m->online || !m->target || !m->grad || !m->adam_m || !m->adam_v || !m->noise_on || !m->noise_tg ||
       !m->act_noise || !m->act_weff || !m->idx)
     goto oom;
@@ -200,6 +204,8 @@ static int cpu_step_one(cpu_learner_t *m, float *loss_out, float *gn, float *q, 
     ws->r[i] = m->rp.r[j];
     ws->done[i] = m->rp.done[j];
   }
+  /* HER and n-step (DESIGN.md §6.3): nothing with both off */
+  ws->gdisc = her_batch_cpu(&m->rp, c, t, B, m->idx, ws->x, ws->r, ws->done, m->gdisc) ? m->gdisc : NULL;
   /* bootstrap masks (DESIGN.md §6.2): stateless, from the transition's insertion count */
   const int K = m->L.K;
   if (K > 1 || c->ensemble_mask_p < 1)
@@ -384,6 +390,7 @@ static void *section_ptr(cpu_learner_t *m, int sec, int64_t *bytes) {
   case SEC_R_R: *bytes = sz * 4; return m->rp.r;
   case SEC_R_DONE: *bytes = sz; return m->rp.done;
   case SEC_R_EP: *bytes = sz * 8; return m->rp.ep;
+  case SEC_R_EPEND: *bytes = sz; return m->rp.epend;
   case SEC_R_PRIO:
     *bytes = m->cfg.prioritized ? sz * 4 : 0;
     return m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL;
@@ -419,10 +426,12 @@ static int cpu_load_done(void *impl) {
    * nothing out of range may reach the step */
   int64_t A = learner_config_joint_actions(&m->cfg);
   for (int64_t i = 0; i < m->rp.size; i++) {
-    if (m->rp.a[i] < 0 || m->rp.a[i] >= A || m->rp.done[i] > 1 || !isfinite(m->rp.r[i])) return LEARNER_ECORRUPT;
+    if (m->rp.a[i] < 0 || m->rp.a[i] >= A || m->rp.done[i] > 1 || m->rp.epend[i] > 1 || !isfinite(m->rp.r[i]))
+      return LEARNER_ECORRUPT;
     if (m->cfg.prioritized && !(m->rp.sum[m->rp.T + i] > 0 && isfinite(m->rp.sum[m->rp.T + i])))
       return LEARNER_ECORRUPT;
   }
+  replay_rebuild_episodes(&m->rp);
   if (m->cfg.prioritized) {
     /* leaves were written straight into sum[T + i]; mirror them into mn */
     for (int64_t i = 0; i < m->rp.size; i++) m->rp.mn[m->rp.T + i] = m->rp.sum[m->rp.T + i];
@@ -434,7 +443,7 @@ static int cpu_load_done(void *impl) {
 static int64_t cpu_memory_estimate(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
-  int64_t per = (int64_t)c->state_dim * 8 + 4 + 4 + 1 + 8;
+  int64_t per = (int64_t)c->state_dim * 8 + 4 + 4 + 1 + 8 + 1 + 16; /* ... ep id, end marker, episode bounds */
   int64_t tree = 0;
   if (c->prioritized) {
     int64_t T = 1;

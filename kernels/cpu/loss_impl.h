@@ -158,7 +158,7 @@ HOT R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *o
         ws->best[kd * b + i] = best;
         R *m = ws->m + (kd * b + i) * Z;
         R p[LEARNER_MAX_ATOMS], tz[LEARNER_MAX_ATOMS];
-        R disc = hp->gamma * (1 - ws->done[i]);
+        R disc = (ws->gdisc ? ws->gdisc[i] : hp->gamma) * (1 - ws->done[i]);
         for (int z = 0; z < Z; z++) {
           p[z] = EXP(lp_tg_s2[best * Z + z]);
           tz[z] = ws->r[i] + disc * ws->support[z];

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../her.h"
 #include "../philox.h"
 
 int replay_init(replay_t *rp, int64_t cap, int S, int prioritized, float alpha) {
@@ -21,7 +22,11 @@ int replay_init(replay_t *rp, int64_t cap, int S, int prioritized, float alpha) 
   rp->a = calloc((size_t)cap, sizeof(int32_t));
   rp->done = calloc((size_t)cap, 1);
   rp->ep = calloc((size_t)cap, sizeof(int64_t));
-  if (!rp->s || !rp->s2 || !rp->r || !rp->a || !rp->done || !rp->ep) goto fail;
+  rp->epend = calloc((size_t)cap, 1);
+  rp->ep_first = calloc((size_t)cap, sizeof(int64_t));
+  rp->ep_last = calloc((size_t)cap, sizeof(int64_t));
+  if (!rp->s || !rp->s2 || !rp->r || !rp->a || !rp->done || !rp->ep || !rp->epend || !rp->ep_first || !rp->ep_last)
+    goto fail;
   if (prioritized) {
     rp->T = 1;
     while (rp->T < cap) rp->T <<= 1;
@@ -43,6 +48,9 @@ void replay_free(replay_t *rp) {
   free(rp->a);
   free(rp->done);
   free(rp->ep);
+  free(rp->epend);
+  free(rp->ep_first);
+  free(rp->ep_last);
   free(rp->sum);
   free(rp->mn);
   memset(rp, 0, sizeof *rp);
@@ -88,6 +96,23 @@ static void tree_fix_range(replay_t *rp, int64_t lo, int64_t hi) {
   }
 }
 
+/* The transition of count c just stored at slot: it joins the open episode,
+ * and closes it when it is terminal or marked as an episode end (every slot
+ * of the episode still in the ring learns its last count). */
+static void episode_add(replay_t *rp, int64_t slot, int64_t c) {
+  rp->ep_first[slot] = rp->open_first;
+  rp->ep_last[slot] = -1;
+  if (!rp->done[slot] && !rp->epend[slot]) return;
+  int64_t from = rp->open_first > rp->total - rp->size ? rp->open_first : rp->total - rp->size;
+  for (int64_t x = from; x <= c; x++) rp->ep_last[her_slot(x, rp->head, rp->total, rp->cap)] = c;
+  rp->open_first = c + 1;
+}
+
+void replay_rebuild_episodes(replay_t *rp) {
+  rp->open_first =
+      her_rebuild_episodes(rp->done, rp->epend, rp->head, rp->total, rp->size, rp->cap, rp->ep_first, rp->ep_last);
+}
+
 void replay_add(replay_t *rp, const learner_transitions_t *t) {
   size_t S = (size_t)rp->S;
   int64_t done = 0;
@@ -102,6 +127,7 @@ void replay_add(replay_t *rp, const learner_transitions_t *t) {
     for (int64_t j = 0; j < run; j++) {
       rp->done[h + j] = t->dones[done + j] ? 1 : 0;
       rp->ep[h + j] = t->episode_ids ? t->episode_ids[done + j] : 0;
+      rp->epend[h + j] = t->episode_ends && t->episode_ends[done + j] ? 1 : 0;
     }
     if (rp->prioritized) {
       for (int64_t j = 0; j < run; j++) rp->sum[rp->T + h + j] = rp->mn[rp->T + h + j] = rp->max_leaf;
@@ -109,7 +135,9 @@ void replay_add(replay_t *rp, const learner_transitions_t *t) {
     }
     rp->head = (h + run) % rp->cap;
     rp->size = rp->size + run < rp->cap ? rp->size + run : rp->cap;
+    int64_t c0 = rp->total;
     rp->total += run;
+    for (int64_t j = 0; j < run; j++) episode_add(rp, h + j, c0 + j);
     done += run;
   }
 }

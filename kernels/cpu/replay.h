@@ -26,6 +26,11 @@ typedef struct replay {
   int32_t *a;
   uint8_t *done;
   int64_t *ep;
+  /* episodes (her.h): the stored end markers (truncations) and, per slot, its
+   * episode's first and last insertion count (last -1 while open) */
+  uint8_t *epend;
+  int64_t *ep_first, *ep_last;
+  int64_t open_first; /* the insertion count the open episode began at */
   int32_t prioritized;
   float alpha;
   int64_t T;      /* tree leaves: power of two >= cap */
@@ -53,6 +58,10 @@ void replay_sample(const replay_t *rp, uint64_t seed, uint64_t step, int B, floa
 void replay_update_priorities(replay_t *rp, const int64_t *idx, const float *prio, int B);
 /* Recomputes every internal node from the leaves (after a restore). */
 void replay_rebuild(replay_t *rp);
+/* Rebuilds the episode bounds from the stored dones and end markers (after a
+ * restore): the oldest stored episode counts as overwritten unless the ring
+ * has never wrapped (its first transition may be gone). */
+void replay_rebuild_episodes(replay_t *rp);
 /* beta at step t: beta0 + (1 - beta0) * min(1, t / steps) */
 /* The insertion count (0-based, over the replay's life: total at insertion
  * + its index in the submit) of the transition at ring position j: the newest

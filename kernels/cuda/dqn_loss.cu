@@ -71,7 +71,8 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
                                        const int32_t *__restrict__ a, const float *__restrict__ r,
                                        const float *__restrict__ done, const float *__restrict__ w, int B, int d,
                                        int D, int n, int Z, int radix_after, float gamma_arg,
-                                       const float *__restrict__ gamma_dev, float vmin, float vmax,
+                                       const float *__restrict__ gamma_dev, const float *__restrict__ gdisc,
+                                       float vmin, float vmax,
                                        int double_dqn, float *__restrict__ dV, float *__restrict__ dA,
                                        float *__restrict__ loss_i, float *__restrict__ qsum_i,
                                        int32_t *__restrict__ best_out) {
@@ -102,7 +103,7 @@ __global__ void c51_loss_branch_kernel(const float *__restrict__ lp_on, const fl
   }
   __syncthreads();
   int bst = best_s, ad = ad_s;
-  float gamma = gamma_dev ? *gamma_dev : gamma_arg;
+  float gamma = gdisc ? gdisc[i] : gamma_dev ? *gamma_dev : gamma_arg;
   float disc = gamma * (1.0f - done[i]);
   const float *lp = lp_s + (size_t)ad * Z;
   /* source atoms: probability and position on the support (c51_project) */
@@ -254,7 +255,7 @@ extern "C" int cuda_dqn_loss_grad_generic(const net_layout_t *L, const cuda_dqn_
     int n = L->n[d], nz = n * Z;
     size_t shm = sizeof(float) * (size_t)(6 * Z + n);
     c51_loss_branch_kernel<<<B, 128, shm, st>>>(ws->on.logp[d], ws->tg.logp[d], ws->a, ws->r, ws->done, ws->w, B, d,
-                                                D, n, Z, radix_after, hp->gamma, hp->gamma_dev, hp->v_min, hp->v_max,
+                                                D, n, Z, radix_after, hp->gamma, hp->gamma_dev, hp->gdisc, hp->v_min, hp->v_max,
                                                 hp->double_dqn,
                                                 ws->dV, ws->dA, ws->loss_i, qsum, ws->best);
     CUDA_RET(cudaGetLastError());

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../her.h"
 #include "../philox.h"
 #include "cuda_check.h"
 #include "learner_cuda.cuh"
@@ -58,7 +59,7 @@ static void cuda_destroy(void *impl) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (!m) return;
   cuda_step_free(m);
-  void *bufs[] = {m->prior, m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->sum, m->mn, m->own,
+  void *bufs[] = {m->prior, m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->epend, m->ep_first, m->ep_last, m->gdisc, m->sum, m->mn, m->own,
                   m->idx, m->prio, m->hp, m->ds, m->norm_scratch, m->act_x, m->act_weff, m->act_noise, m->act_a};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
   cuda_dqn_ws_free(&m->ws);
@@ -98,7 +99,8 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   if (!rc && cudaMalloc((void **)&(p), (bytes)) != cudaSuccess) rc = 1;
   ALLOC(m->on, P * 4) ALLOC(m->tg, P * 4) ALLOC(m->grad, P * 4) ALLOC(m->m, P * 4) ALLOC(m->v, P * 4);
   ALLOC(m->s, C * S * 4) ALLOC(m->s2, C * S * 4) ALLOC(m->r, C * 4) ALLOC(m->a, C * 4) ALLOC(m->done, C);
-  ALLOC(m->ep, C * 8) ALLOC(m->idx, B * 8) ALLOC(m->prio, B * 4) ALLOC(m->hp, sizeof(learner_hparams_t));
+  ALLOC(m->ep, C * 8) ALLOC(m->epend, C) ALLOC(m->ep_first, C * 8) ALLOC(m->ep_last, C * 8) ALLOC(m->gdisc, B * 4);
+  ALLOC(m->idx, B * 8) ALLOC(m->prio, B * 4) ALLOC(m->hp, sizeof(learner_hparams_t));
   ALLOC(m->ds, sizeof(dev_state_t)) ALLOC(m->norm_scratch, CUDA_NORM_SCRATCH * 8) ALLOC(m->act_noise, N * 4) ALLOC(m->act_weff, P * 4);
   if (c->prioritized) {
     ALLOC(m->sum, (size_t)(2 * m->T) * 4) ALLOC(m->mn, (size_t)(2 * m->T) * 4) ALLOC(m->own, (size_t)m->T * 4)
@@ -157,6 +159,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   r2 |= cudaMemset(m->m, 0, P * 4) | cudaMemset(m->v, 0, P * 4) | cudaMemset(m->grad, 0, P * 4);
   r2 |= cudaMemcpy(m->hp, &c->hp, sizeof c->hp, cudaMemcpyHostToDevice);
   r2 |= cudaMemcpy(m->ds, &ds0, sizeof ds0, cudaMemcpyHostToDevice);
+  m->her_in_graph = c->her_goal_dim > 0 || c->hp.n_step > 1;
   if (c->prioritized) r2 |= cuda_replay_init(m);
   r2 |= cuda_pack_priors(&m->ws.fused, 0);
   r2 |= cudaDeviceSynchronize();
@@ -183,7 +186,7 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
   cuda_learner_t *m = (cuda_learner_t *)impl;
   size_t S = (size_t)m->cfg.state_dim;
   long long done = 0;
-  size_t row = S * 8 + 4 + 4 + 1 + 8;
+  size_t row = S * 8 + 4 + 4 + 1 + 8 + 1 + 16 + 1; /* ..., end marker, episode bounds, alignment */
   /* stage through pinned memory in chunks, then async copies into the ring */
   const long long chunk = 1 << 16;
   if (ensure_staging(m, (size_t)chunk * row, err, errlen)) return LEARNER_EDEVICE;
@@ -196,7 +199,8 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
     int32_t *ha = (int32_t *)(hs2 + run * S);
     float *hr = (float *)(ha + run);
     long long *he = (long long *)(hr + run + (run & 1)); /* 8-byte aligned */
-    uint8_t *hd = (uint8_t *)(he + run);
+    long long *hf = he + run, *hl = hf + run;
+    uint8_t *hd = (uint8_t *)(hl + run), *hx = hd + run;
     DEV(cudaStreamSynchronize(m->st)); /* the staging buffer is free again */
     memcpy(hs, t->states + done * S, (size_t)run * S * 4);
     memcpy(hs2, t->next_states + done * S, (size_t)run * S * 4);
@@ -205,8 +209,28 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
     for (long long j = 0; j < run; j++) {
       he[j] = t->episode_ids ? t->episode_ids[done + j] : 0;
       hd[j] = t->dones[done + j] ? 1 : 0;
+      hx[j] = t->episode_ends && t->episode_ends[done + j] ? 1 : 0;
     }
     long long h = m->head;
+    /* the episodes (her.h; kernels/cpu/replay.c's episode_add, with the ring as it is
+     * after this run): bounds of the new slots here, and an episode closed by
+     * this run whose first slots came with an earlier one filled on the device */
+    const long long cap = m->cfg.replay_capacity, c0 = m->total, total1 = m->total + run;
+    const long long size1 = m->size + run < cap ? m->size + run : cap, head1 = (h + run) % cap;
+    long long back_from = -1, back_to = -1, back_val = -1;
+    for (long long j = 0; j < run; j++) {
+      hf[j] = m->open_first;
+      hl[j] = -1;
+      if (!hd[j] && !hx[j]) continue;
+      const long long cnt = c0 + j, from = m->open_first > total1 - size1 ? m->open_first : total1 - size1;
+      for (long long x = from > c0 ? from : c0; x <= cnt; x++) hl[x - c0] = cnt;
+      if (from < c0) back_from = from, back_to = c0 - 1, back_val = cnt;
+      m->open_first = cnt + 1;
+    }
+    if (back_val >= 0) DEV((cudaError_t)cuda_episode_fill_last(m, back_from, back_to, back_val, head1, total1, m->st));
+    DEV(cudaMemcpyAsync(m->epend + h, hx, (size_t)run, cudaMemcpyHostToDevice, m->st));
+    DEV(cudaMemcpyAsync(m->ep_first + h, hf, (size_t)run * 8, cudaMemcpyHostToDevice, m->st));
+    DEV(cudaMemcpyAsync(m->ep_last + h, hl, (size_t)run * 8, cudaMemcpyHostToDevice, m->st));
     DEV(cudaMemcpyAsync(m->s + h * S, hs, (size_t)run * S * 4, cudaMemcpyHostToDevice, m->st));
     DEV(cudaMemcpyAsync(m->s2 + h * S, hs2, (size_t)run * S * 4, cudaMemcpyHostToDevice, m->st));
     DEV(cudaMemcpyAsync(m->a + h, ha, (size_t)run * 4, cudaMemcpyHostToDevice, m->st));
@@ -318,7 +342,15 @@ static int cuda_sync_target(void *impl, float tau) {
 
 static int cuda_set_hparams(void *impl, const learner_hparams_t *hp) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
-  /* the graph reads every hyperparameter from device memory: no re-capture */
+  /* the graph reads every hyperparameter from device memory: no re-capture,
+   * except when n-step turns on or off with HER off (the step then gains or
+   * loses its HER/n-step kernel: the graph is captured again at the next step) */
+  int her = m->cfg.her_goal_dim > 0 || hp->n_step > 1;
+  if (her != m->her_in_graph) {
+    if (cudaStreamSynchronize(m->st) != cudaSuccess) return LEARNER_EDEVICE;
+    cuda_step_free(m);
+    m->her_in_graph = her;
+  }
   m->cfg.hp = *hp;
   if (cudaMemcpyAsync(m->hp, hp, sizeof *hp, cudaMemcpyHostToDevice, m->st) != cudaSuccess ||
       cudaStreamSynchronize(m->st) != cudaSuccess)
@@ -374,6 +406,7 @@ static void *section_ptr(cuda_learner_t *m, int sec, int64_t *bytes) {
   case SEC_R_R: *bytes = sz * 4; return m->r;
   case SEC_R_DONE: *bytes = sz; return m->done;
   case SEC_R_EP: *bytes = sz * 8; return m->ep;
+  case SEC_R_EPEND: *bytes = sz; return m->epend;
   case SEC_R_PRIO:
     *bytes = m->cfg.prioritized ? sz * 4 : 0;
     return m->cfg.prioritized ? m->sum + m->T : NULL;
@@ -409,14 +442,24 @@ static int cuda_load_done(void *impl) {
     int32_t *a = (int32_t *)malloc((size_t)n * 4);
     uint8_t *d = (uint8_t *)malloc((size_t)n);
     float *pr = m->cfg.prioritized ? (float *)malloc((size_t)n * 4) : NULL;
-    int bad = !a || !d || (m->cfg.prioritized && !pr);
+    uint8_t *x = (uint8_t *)malloc((size_t)n);
+    int64_t *ef = (int64_t *)malloc((size_t)n * 8), *el = (int64_t *)malloc((size_t)n * 8);
+    int bad = !a || !d || !x || !ef || !el || (m->cfg.prioritized && !pr);
     bad = bad || cudaMemcpy(a, m->a, (size_t)n * 4, cudaMemcpyDeviceToHost) ||
           cudaMemcpy(d, m->done, (size_t)n, cudaMemcpyDeviceToHost) ||
+          cudaMemcpy(x, m->epend, (size_t)n, cudaMemcpyDeviceToHost) ||
           (pr && cudaMemcpy(pr, m->sum + m->T, (size_t)n * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; !bad && i < n; i++)
-      bad = a[i] < 0 || a[i] >= A || d[i] > 1 || (pr && !(pr[i] > 0 && isfinite(pr[i])));
-    free(a), free(d), free(pr);
+      bad = a[i] < 0 || a[i] >= A || d[i] > 1 || x[i] > 1 || (pr && !(pr[i] > 0 && isfinite(pr[i])));
+    if (!bad) { /* the episode bounds, as the CPU rebuilds them (her.h) */
+      m->open_first = her_rebuild_episodes(d, x, m->head, m->total, m->size, m->cfg.replay_capacity, ef, el);
+      bad = cudaMemcpy(m->ep_first, ef, (size_t)n * 8, cudaMemcpyHostToDevice) ||
+            cudaMemcpy(m->ep_last, el, (size_t)n * 8, cudaMemcpyHostToDevice);
+    }
+    free(a), free(d), free(pr), free(x), free(ef), free(el);
     if (bad) return LEARNER_ECORRUPT;
+  } else {
+    m->open_first = m->total; /* no replay: the next transition starts an episode */
   }
   if (m->cfg.prioritized) {
     if (cuda_replay_rebuild(m, m->st) || cudaStreamSynchronize(m->st)) return LEARNER_EDEVICE;

@@ -36,6 +36,10 @@ typedef struct cuda_learner {
   int32_t *a;
   uint8_t *done;
   long long *ep;
+  uint8_t *epend;                    /* [C] episode-end markers (her.h) */
+  long long *ep_first, *ep_last;     /* [C] each slot's episode bounds, insertion counts (her.h) */
+  float *gdisc;                      /* [B] per-row discounts the HER/n-step kernel writes */
+  int her_in_graph;                  /* the step runs the HER/n-step kernel (her_goal_dim > 0 or n_step > 1) */
   float *sum, *mn;                   /* [2T] PER trees */
   int *own;                          /* [T] PER: the last batch slot that sampled each leaf, -1 between steps */
   long long T;
@@ -54,6 +58,7 @@ typedef struct cuda_learner {
   cudaGraphExec_t exec;
   /* host mirrors */
   long long size, head, total;
+  long long open_first;              /* the insertion count the open episode began at */
   unsigned long long act_count;
   learner_stats_t last;
 } cuda_learner_t;
@@ -87,6 +92,13 @@ int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStream_t st);
 int cuda_replay_update_priorities(cuda_learner_t *m, cudaStream_t st);
 /* leaves [lo, hi] set to max_leaf, then their ancestors */
 int cuda_replay_add(cuda_learner_t *m, long long lo, long long hi, cudaStream_t st);
+/* ep_last of insertion counts [from, to] (still stored; head and total after
+ * the insertion) set to value: an episode closed by a later submit */
+int cuda_episode_fill_last(cuda_learner_t *m, long long from, long long to, long long value, long long head,
+                           long long total, cudaStream_t st);
+/* HER relabelling and n-step returns on the gathered batch, in the graph
+ * (kernels/cpu/her_cpu.c's her_batch_cpu, row for row); writes m->gdisc */
+int cuda_her_batch(cuda_learner_t *m, cudaStream_t st);
 /* every inner node from the leaves (after a load) */
 int cuda_replay_rebuild(cuda_learner_t *m, cudaStream_t st);
 /* empty trees: sums 0, minima +inf, no owners */

@@ -27,7 +27,7 @@ typedef struct loss_args {
   int B, Z, AW, O2, D, double_dqn, nmax;
   int n[MAXB], aoff[MAXB], radix_after[MAXB];
   float vmin, vmax, gamma;
-  const float *gamma_dev, *logp, *r, *done, *w;
+  const float *gamma_dev, *gdisc, *logp, *r, *done, *w;
   const int32_t *a;
   float *g2, *loss_i, *qsum_i;
   int32_t *best;
@@ -59,7 +59,7 @@ __global__ void fused_loss_kernel(loss_args_t a) {
    * instead of each following the arithmetic before its use */
   const int ai = a.a[i];
   const float ri = a.r[i], donei = a.done[i], wi = a.w[i];
-  const float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
+  const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
   if (d < a.D) {
     const int n = a.n[d], nz = n * Z;
     const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
@@ -188,7 +188,7 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
   int nmax = 0, radix = 1;
   for (int d = L->D - 1; d >= 0; d--) la.radix_after[d] = radix, radix *= L->n[d];
   for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = f->aoff[d], nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev;
+  la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev, la.gdisc = hp->gdisc;
   la.logp = f->logp, la.r = r, la.done = done, la.w = w, la.a = a;
   la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
   la.nmax = nmax;

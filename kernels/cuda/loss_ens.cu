@@ -39,7 +39,7 @@ typedef struct ens_args {
   int B, K, D, Z, AW, LW, SO, O2, double_dqn;
   int n[MAXB], aoff[MAXB], radix_after[MAXB];
   float vmin, vmax, gamma, lambda, mask_p;
-  const float *gamma_dev, *lambda_dev, *logp, *r, *done, *w, *mask_in;
+  const float *gamma_dev, *gdisc, *lambda_dev, *logp, *r, *done, *w, *mask_in;
   const int32_t *a;
   const long long *idx, *ring; /* sampled slots; {head, total} of the ring */
   long long cap;
@@ -95,7 +95,7 @@ __global__ void ens_e1_kernel(ens_args_t a, int nmax) {
   int best = 0;
   for (int act = 1; act < n; act++)
     if (q[act] > q[best]) best = act;
-  const float gamma = a.gamma_dev ? *a.gamma_dev : a.gamma;
+  const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
   const float disc = gamma * (1.0f - a.done[i]), ri = a.r[i];
   const float dz = (a.vmax - a.vmin) / (float)(Z - 1);
   for (int j = lane; j < Z; j += 32) {
@@ -233,7 +233,7 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   int radix = 1;
   for (int d = L->D - 1; d >= 0; d--) ea.radix_after[d] = radix, radix *= L->n[d];
   for (int d = 0; d < L->D; d++) ea.n[d] = L->n[d], ea.aoff[d] = f->aoff[d];
-  ea.vmin = hp->v_min, ea.vmax = hp->v_max, ea.gamma = hp->gamma, ea.gamma_dev = hp->gamma_dev;
+  ea.vmin = hp->v_min, ea.vmax = hp->v_max, ea.gamma = hp->gamma, ea.gamma_dev = hp->gamma_dev, ea.gdisc = hp->gdisc;
   ea.lambda = f->lambda, ea.lambda_dev = f->lambda_dev, ea.mask_p = f->mask_p, ea.mask_in = f->mask_in;
   ea.idx = f->idx, ea.ring = f->ring, ea.cap = f->cap, ea.seed = f->mask_seed;
   if (!ea.mask_in && ea.mask_p < 1.0f && (!ea.idx || !ea.ring || ea.cap < 1)) return (int)cudaErrorInvalidValue;

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "../her.h"
 #include "../philox.h"
 #include "adam_scalars.cuh"
 #include "learner_cuda.cuh"
@@ -150,7 +151,71 @@ __global__ void fill_kernel(float *p, long long n, float v) {
   if (i < n) p[i] = v;
 }
 
+/* ep_last of counts [from, to] := value (an episode closed by a later submit) */
+__global__ void episode_fill_last_kernel(long long *last, long long from, long long to, long long value, long long head,
+                                         long long total, long long cap) {
+  long long x = from + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (x <= to) last[her_slot(x, head, total, cap)] = value;
+}
+
+/* HER and n-step on the gathered batch: kernels/cpu/her_cpu.c's her_batch_cpu
+ * for row i = thread, through the same her.h rules; every row's discount
+ * goes to gdisc (gamma where nothing changes) */
+__global__ void her_batch_kernel(const dev_state_t *ds, const learner_hparams_t *hp, unsigned long long seed, int B,
+                                 int S, int G, const long long *idx, const long long *ep_first,
+                                 const long long *ep_last, const float *s2_ring, const float *r_ring,
+                                 const uint8_t *done_ring, long long cap, float *x, float *r, float *done,
+                                 float *gdisc) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B) return;
+  const long long head = ds->head, total = ds->total, size = ds->size;
+  const int n = hp->n_step, O = S - 2 * G;
+  const long long j = idx[i], back = ((head - 1 - j) % cap + cap) % cap, cnt = total - 1 - back;
+  const long long first = ep_first[j], last = ep_last[j];
+  float *xs = x + (size_t)i * S, *xs2 = x + (size_t)(B + i) * S;
+  const float gamma = hp->gamma;
+  gdisc[i] = gamma;
+  if (G > 0 && her_row_relabelled(i, B, hp->her_ratio, first, last, total, size)) {
+    long long d = her_donor_slot(seed, ds->step, i, hp->her_strategy, cnt, first, last, head, total, size, cap);
+    const float *g = s2_ring + (size_t)d * S + O;
+    for (int k = 0; k < G; k++) xs[O + G + k] = xs2[O + G + k] = g[k];
+    int ok;
+    r[i] = her_reward(xs2 + O, g, G, hp->her_norm, hp->her_eps, hp->her_reward_scale, &ok);
+    if (hp->her_done_on_success) done[i] = (float)ok;
+    return;
+  }
+  if (n > 1) {
+    int m = her_nstep_m(n, cnt, last, total);
+    if (m > 1) {
+      float disc;
+      r[i] = her_nstep_return(r_ring, m, cnt, gamma, head, total, cap, &disc);
+      long long e = her_slot(cnt + m - 1, head, total, cap);
+      for (int k = 0; k < S; k++) xs2[k] = s2_ring[(size_t)e * S + k];
+      done[i] = (float)done_ring[e];
+      gdisc[i] = disc;
+    }
+  }
+}
+
 // launchers
+
+extern "C" int cuda_episode_fill_last(cuda_learner_t *m, long long from, long long to, long long value, long long head,
+                                      long long total, cudaStream_t st) {
+  long long n = to - from + 1;
+  if (n <= 0) return 0;
+  episode_fill_last_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m->ep_last, from, to, value, head, total,
+                                                                          m->cfg.replay_capacity);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_her_batch(cuda_learner_t *m, cudaStream_t st) {
+  const learner_config_t *c = &m->cfg;
+  cuda_dqn_ws_t *ws = &m->ws;
+  her_batch_kernel<<<(unsigned)((c->batch + 63) / 64), 64, 0, st>>>(
+      m->ds, m->hp, c->seed, c->batch, c->state_dim, c->her_goal_dim, m->idx, m->ep_first, m->ep_last, m->s2, m->r,
+      m->done, c->replay_capacity, ws->x, ws->r, ws->done, m->gdisc);
+  return (int)cudaGetLastError();
+}
 
 extern "C" int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStream_t st) {
   const learner_config_t *c = &m->cfg;

@@ -140,6 +140,7 @@ typedef struct cuda_dqn_hp {
   float gamma, v_min, v_max, slope;
   int double_dqn;
   const float *gamma_dev; /* if set, gamma is read from device memory (graphs: no re-capture) */
+  const float *gdisc;     /* if set, [B] per-row discounts (n-step: gamma^m; her.h) instead of gamma */
 } cuda_dqn_hp_t;
 
 /* step.cu. Sets up the phases for batch B (f->ok = 0 when the loss kernel

@@ -33,23 +33,30 @@ int main(int argc, char **argv) {
   /* modes: 0 uniform fp32, 1 PER + NoisyNet fp32, 2 uniform TF32
    * (tensor_cores=1), 3 uniform fp32 with K = 5 ensemble heads, priors 1,
    * masks 0.5, diversity 0.1 (issue 15's peer flags, attention off), 4 the
-   * same with attention (8 tokens, 2 heads: issue 15's full configuration);
-   * BENCH_PROFILE_MODE=k runs only mode k */
+   * same with attention (8 tokens, 2 heads: issue 15's full configuration),
+   * 5 mode 1 with HER (8-wide goals, future, ratio 0.8) and 3-step returns,
+   * 6 mode 1 with 3-step returns alone (issue 16's speed check);
+   * BENCH_PROFILE_MODE=k runs only mode k, BENCH_HER=1 modes 1, 5 and 6 */
   const char *pm = getenv("BENCH_PROFILE_MODE"), *cg = getenv("BENCH_CUDA_GRAPH"), *oc = getenv("BENCH_GEMM_OCC");
   int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 3;
+  const char *her = getenv("BENCH_HER");
+  if (her && atoi(her)) m0 = 1, m1 = 7;
   if (cg || oc) printf("cuda_graph %s, cuda_gemm_occupancy %s\n", cg ? cg : "default", oc ? oc : "default");
   for (int mode = m0; mode < m1; mode++) {
+    if (her && atoi(her) && mode > 1 && mode < 5) continue;
     snprintf(list, sizeof list, "%s", batches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
       learner_config_t c;
       learner_config_default(&c);
       c.batch = atoi(tok);
       c.replay_capacity = 100000;
-      c.prioritized = mode == 1;
-      c.noisy = mode == 1;
+      c.prioritized = mode == 1 || mode >= 5;
+      c.noisy = mode == 1 || mode >= 5;
+      if (mode == 5) c.her_goal_dim = 8, c.hp.her_ratio = 0.8f;
+      if (mode >= 5) c.hp.n_step = 3;
       c.tensor_cores = mode == 2;
       if (mode == 4) c.attn_tokens = 8, c.attn_heads = 2;
-      if (mode >= 3) c.ensemble_k = 5, c.ensemble_prior_scale = 1, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
+      if (mode == 3 || mode == 4) c.ensemble_k = 5, c.ensemble_prior_scale = 1, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
       if (cg) c.cuda_graph = atoi(cg);
       if (oc) c.cuda_gemm_occupancy = atoi(oc);
       learner_t *l;
@@ -90,7 +97,7 @@ int main(int argc, char **argv) {
         ts[k] = (bench_now() - t0) / steps;
       }
       double med = bench_median(ts, 5);
-      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn"};
+      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn", "p+n+her+n3", "p+n+nstep3"};
       printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mn[mode],
              med * 1e6, 1 / med, st.loss_last);
       fflush(stdout);
