@@ -36,9 +36,10 @@
 #include "learner.h"
 #include "philox.h"
 
-/* the ring slot holding insertion count cnt (cnt in [total - size, total)) */
+/* the ring slot holding insertion count cnt (cnt in [total - size, total),
+ * so head - (total - cnt) lies in [head - cap, head): no division) */
 PHILOX_FN int64_t her_slot(int64_t cnt, int64_t head, int64_t total, int64_t cap) {
-  int64_t s = (head - (total - cnt)) % cap;
+  int64_t s = head - (total - cnt);
   return s < 0 ? s + cap : s;
 }
 

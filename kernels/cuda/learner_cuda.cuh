@@ -96,9 +96,6 @@ int cuda_replay_add(cuda_learner_t *m, long long lo, long long hi, cudaStream_t 
  * the insertion) set to value: an episode closed by a later submit */
 int cuda_episode_fill_last(cuda_learner_t *m, long long from, long long to, long long value, long long head,
                            long long total, cudaStream_t st);
-/* HER relabelling and n-step returns on the gathered batch, in the graph
- * (kernels/cpu/her_cpu.c's her_batch_cpu, row for row); writes m->gdisc */
-int cuda_her_batch(cuda_learner_t *m, cudaStream_t st);
 /* every inner node from the leaves (after a load) */
 int cuda_replay_rebuild(cuda_learner_t *m, cudaStream_t st);
 /* empty trees: sums 0, minima +inf, no owners */

@@ -35,15 +35,26 @@ __device__ long long tree_find(const float *sum, long long T, long long size, fl
   return i < size ? i : size - 1;
 }
 
+/* HER and n-step in the gather (her.h; kernels/cpu/her_cpu.c's her_batch_cpu
+ * row for row): the episode bounds, the goal width and where each row's
+ * discount goes; on = 0 when both are off */
+typedef struct her_args {
+  int on, G;
+  const long long *first, *last;
+  long long cap;
+  float *gdisc;
+} her_args_t;
+
 /* K1: indices (Philox stream REPLAY, lane = sample), IS weights, gather into
- * x = [s; s'], a, r, done. One block per sample. */
+ * x = [s; s'], a, r, done; with HER or n-step, the row's relabelling or its
+ * n-step return (thread 0 decides, the block copies). One block per sample. */
 __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparams_t *hp, unsigned long long seed,
                                      int prioritized, const float *sum, const float *mn, long long T,
                                      const float *s, const float *s2, const int32_t *a, const float *r,
                                      const uint8_t *done, int B, int S, long long *idx, float *x, int32_t *ba,
-                                     float *br, float *bd, float *bw, unsigned *adam_fin) {
+                                     float *br, float *bd, float *bw, unsigned *adam_fin, her_args_t her) {
   int i = blockIdx.x;
-  __shared__ long long j_s;
+  __shared__ long long j_s, src2_s, goal_s; /* s' from slot src2; goal from slot goal_s's s' (-1: none) */
   /* the step's norm-free AdamW scalars (two double pows), by the second
    * warp of block 0 beside the first's sampling: off the critical path */
   if (adam_fin && i == 0 && threadIdx.x == 32) adam_prep(adam_fin, &ds->step, hp);
@@ -63,16 +74,44 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
     }
     idx[i] = j;
     ba[i] = a[j];
-    br[i] = r[j];
-    bd[i] = done[j] ? 1.0f : 0.0f;
     bw[i] = w;
     j_s = j;
+    float ri = r[j], di = done[j] ? 1.0f : 0.0f, gd = hp->gamma;
+    long long src2 = j, goal = -1;
+    if (her.on) {
+      const long long head = ds->head, total = ds->total, cap = her.cap;
+      long long back = head - 1 - j;
+      back = back < 0 ? back + cap : back;
+      const long long cnt = total - 1 - back, first = her.first[j], last = her.last[j];
+      const int G = her.G, O = S - 2 * G, n = hp->n_step;
+      if (G > 0 && her_row_relabelled(i, B, hp->her_ratio, first, last, total, size)) {
+        goal = her_donor_slot(seed, t, i, hp->her_strategy, cnt, first, last, head, total, size, cap);
+        int ok;
+        ri = her_reward(s2 + (size_t)j * S + O, s2 + (size_t)goal * S + O, G, hp->her_norm, hp->her_eps,
+                        hp->her_reward_scale, &ok);
+        if (hp->her_done_on_success) di = (float)ok;
+      } else if (n > 1) {
+        int m = her_nstep_m(n, cnt, last, total);
+        if (m > 1) {
+          ri = her_nstep_return(r, m, cnt, hp->gamma, head, total, cap, &gd);
+          src2 = her_slot(cnt + m - 1, head, total, cap);
+          di = done[src2] ? 1.0f : 0.0f;
+        }
+      }
+      her.gdisc[i] = gd;
+    }
+    br[i] = ri;
+    bd[i] = di;
+    src2_s = src2, goal_s = goal;
   }
   __syncthreads();
-  long long j = j_s;
+  const long long j = j_s, src2 = src2_s, goal = goal_s;
+  const int g0 = S - her.G, g1 = S; /* the desired goal's columns [O + G, S) */
   for (int k = threadIdx.x; k < S; k += blockDim.x) {
-    x[(size_t)i * S + k] = s[(size_t)j * S + k];
-    x[((size_t)B + i) * S + k] = s2[(size_t)j * S + k];
+    const bool rel = goal >= 0 && k >= g0 && k < g1;
+    const float gk = rel ? s2[(size_t)goal * S + k - her.G] : 0.0f; /* the donor's achieved goal */
+    x[(size_t)i * S + k] = rel ? gk : s[(size_t)j * S + k];
+    x[((size_t)B + i) * S + k] = rel ? gk : s2[(size_t)src2 * S + k];
   }
 }
 
@@ -158,45 +197,6 @@ __global__ void episode_fill_last_kernel(long long *last, long long from, long l
   if (x <= to) last[her_slot(x, head, total, cap)] = value;
 }
 
-/* HER and n-step on the gathered batch: kernels/cpu/her_cpu.c's her_batch_cpu
- * for row i = thread, through the same her.h rules; every row's discount
- * goes to gdisc (gamma where nothing changes) */
-__global__ void her_batch_kernel(const dev_state_t *ds, const learner_hparams_t *hp, unsigned long long seed, int B,
-                                 int S, int G, const long long *idx, const long long *ep_first,
-                                 const long long *ep_last, const float *s2_ring, const float *r_ring,
-                                 const uint8_t *done_ring, long long cap, float *x, float *r, float *done,
-                                 float *gdisc) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= B) return;
-  const long long head = ds->head, total = ds->total, size = ds->size;
-  const int n = hp->n_step, O = S - 2 * G;
-  const long long j = idx[i], back = ((head - 1 - j) % cap + cap) % cap, cnt = total - 1 - back;
-  const long long first = ep_first[j], last = ep_last[j];
-  float *xs = x + (size_t)i * S, *xs2 = x + (size_t)(B + i) * S;
-  const float gamma = hp->gamma;
-  gdisc[i] = gamma;
-  if (G > 0 && her_row_relabelled(i, B, hp->her_ratio, first, last, total, size)) {
-    long long d = her_donor_slot(seed, ds->step, i, hp->her_strategy, cnt, first, last, head, total, size, cap);
-    const float *g = s2_ring + (size_t)d * S + O;
-    for (int k = 0; k < G; k++) xs[O + G + k] = xs2[O + G + k] = g[k];
-    int ok;
-    r[i] = her_reward(xs2 + O, g, G, hp->her_norm, hp->her_eps, hp->her_reward_scale, &ok);
-    if (hp->her_done_on_success) done[i] = (float)ok;
-    return;
-  }
-  if (n > 1) {
-    int m = her_nstep_m(n, cnt, last, total);
-    if (m > 1) {
-      float disc;
-      r[i] = her_nstep_return(r_ring, m, cnt, gamma, head, total, cap, &disc);
-      long long e = her_slot(cnt + m - 1, head, total, cap);
-      for (int k = 0; k < S; k++) xs2[k] = s2_ring[(size_t)e * S + k];
-      done[i] = (float)done_ring[e];
-      gdisc[i] = disc;
-    }
-  }
-}
-
 // launchers
 
 extern "C" int cuda_episode_fill_last(cuda_learner_t *m, long long from, long long to, long long value, long long head,
@@ -208,21 +208,14 @@ extern "C" int cuda_episode_fill_last(cuda_learner_t *m, long long from, long lo
   return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_her_batch(cuda_learner_t *m, cudaStream_t st) {
-  const learner_config_t *c = &m->cfg;
-  cuda_dqn_ws_t *ws = &m->ws;
-  her_batch_kernel<<<(unsigned)((c->batch + 63) / 64), 64, 0, st>>>(
-      m->ds, m->hp, c->seed, c->batch, c->state_dim, c->her_goal_dim, m->idx, m->ep_first, m->ep_last, m->s2, m->r,
-      m->done, c->replay_capacity, ws->x, ws->r, ws->done, m->gdisc);
-  return (int)cudaGetLastError();
-}
-
 extern "C" int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStream_t st) {
   const learner_config_t *c = &m->cfg;
   cuda_dqn_ws_t *ws = &m->ws;
   sample_gather_kernel<<<c->batch, 64, 0, st>>>(m->ds, m->hp, c->seed, c->prioritized, m->sum, m->mn, m->T, m->s,
                                                 m->s2, m->a, m->r, m->done, c->batch, c->state_dim, m->idx, ws->x,
-                                                ws->a, ws->r, ws->done, ws->w, adam_fin);
+                                                ws->a, ws->r, ws->done, ws->w, adam_fin,
+                                                her_args_t{m->her_in_graph, c->her_goal_dim, m->ep_first, m->ep_last,
+                                                           c->replay_capacity, m->gdisc});
   return (int)cudaGetLastError();
 }
 

@@ -245,7 +245,6 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
       DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, L->n_noise, m->st));
     }
     DEV((cudaError_t)cuda_replay_sample(m, NULL, m->st));
-    if (m->her_in_graph) DEV((cudaError_t)cuda_her_batch(m, m->st)); /* HER, n-step (her.h) */
     int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
     if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
@@ -267,7 +266,6 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg, sd));
   DEV(cudaEventRecord(f->ev[6], sd));
   DEV((cudaError_t)cuda_replay_sample(m, (unsigned *)(m->norm_scratch + CUDA_NORM_PARTS), m->st));
-  if (m->her_in_graph) DEV((cudaError_t)cuda_her_batch(m, m->st)); /* HER, n-step (her.h) */
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
   int rc = fused_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m, m->st);
   if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
