@@ -128,7 +128,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
   for (int i = 0; !bad && i < state_num_sections; i++) {
     const state_section_t *ss = &state_sections[i];
     if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && (!ss->priors_only || priors) &&
-        !seen[ss->tag]) {
+        !ss->optional && !seen[ss->tag]) {
       bad = 1;
       seterr(err, errlen, "section %u (%s) missing", ss->tag, ss->name);
     }

@@ -888,6 +888,38 @@ END_TEST
  * string, so the rest of its line would be skipped unseen. The loader and
  * the walk (dqnctl inspect) both refuse it, by name (found by
  * tests/fuzz/fuzz-checkpoint: the loader took such a file, the walk did not). */
+/* A state written before an optional section existed (the replay's episode
+ * ends, from before HER) loads, and the walk (dqnctl inspect) passes it too:
+ * both read the registry's optional flag (found by tests/fuzz: the walk
+ * called such a file's section missing while the loader took it). */
+START_TEST(test_optional_section_absent) {
+  membuf_t m = {0};
+  tiny_state(&m, 1);
+  ck_assert(section_tags(&m) & (1u << SEC_R_EPEND));
+  size_t off = 24, cut = 0;
+  for (;;) { /* drop the section in place */
+    uint32_t tag = (uint32_t)le(m.p + off, 4);
+    size_t len = 16 + (size_t)le(m.p + off + 8, 8) + 4;
+    if (tag == SEC_R_EPEND) {
+      memmove(m.p + off, m.p + off + len, m.n - off - len);
+      m.n -= len;
+      cut = len;
+      continue;
+    }
+    off += len;
+    if (tag == SEC_END) break;
+  }
+  ck_assert(cut > 0 && !(section_tags(&m) & (1u << SEC_R_EPEND)));
+  char err[256];
+  ck_assert_msg(try_load(&m, err, sizeof err) == 0, "%s", err);
+  learner_state_header_t *hd = malloc(sizeof *hd);
+  m.pos = 0;
+  ck_assert_msg(learner_state_inspect(mem_read, &m, hd, NULL, NULL, err, sizeof err) == 0, "inspect: %s", err);
+  free(hd);
+  free(m.p);
+}
+END_TEST
+
 START_TEST(test_config_nul) {
   membuf_t m = {0};
   tiny_state(&m, 0);
@@ -1001,6 +1033,7 @@ int main(void) {
   tcase_add_test(tc, test_corruption);
   tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_nul);
+  tcase_add_test(tc, test_optional_section_absent);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
   tcase_add_test(tc, test_attention_learner);
