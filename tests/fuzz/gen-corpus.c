@@ -4,7 +4,7 @@
  * oneof (request/), aimed at fuzz-request.c's server (its trainer
  * FUZZ_TRAINER of the tiny config, and base.dqnd, the trainer's state, in
  * its directory), and checkpoints of the tiny learner with and without the
- * replay (checkpoint/). Everything is deterministic: run again, same bytes.
+ * replay, and without the optional sections (checkpoint/). Everything is deterministic: run again, same bytes.
  *
  *   ninja -C BUILD tests/fuzz/gen-corpus && BUILD/tests/fuzz/gen-corpus tests/fuzz/corpus
  */
@@ -13,8 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend.h"
 #include "dqnd.pb-c.h"
 #include "fuzz_common.h"
+#include "state_format.h"
 
 static char root[1024];
 
@@ -202,6 +204,24 @@ static void requests(void) {
   }
 }
 
+/* drops the sections the registry marks optional, in place: a state as a
+ * build from before they existed wrote it */
+static void strip_optional(uint8_t *p, size_t *n) {
+  size_t off = 24;
+  while (*n - off >= 16) {
+    uint32_t tag = get_u32(p + off);
+    size_t len = 16 + (size_t)get_u64(p + off + 8) + 4;
+    const state_section_t *sec = state_section_find(tag);
+    if (sec && sec->optional) {
+      memmove(p + off, p + off + len, *n - off - len);
+      *n -= len;
+      continue;
+    }
+    off += len;
+    if (tag == SEC_END) break;
+  }
+}
+
 static void checkpoints(void) {
   static const struct {
     const char *name;
@@ -218,6 +238,11 @@ static void checkpoints(void) {
     put("checkpoint", cks[i].name, b, n);
     free(b);
   }
+  size_t n;
+  uint8_t *b = state_bytes(0, 16, 2, 1, &n);
+  strip_optional(b, &n);
+  put("checkpoint", "tiny-replay-no-optional-sections.dqnd", b, n);
+  free(b);
 }
 
 int main(int argc, char **argv) {
