@@ -96,6 +96,18 @@ static void requests(void) {
     m.name = FUZZ_TRAINER;
     m.backend = "auto";
     req("create-trainer-exists", &m_r);
+    /* HER (a goal of 1 float) with 3-step returns: fuzz-request trains it next */
+    static const char *her[][2] = {{"her_goal_dim", "1"}, {"her_ratio", "0.5"}, {"her_strategy", "final"}, {"n_step", "3"}};
+    for (int i = 0; i < 4; i++) {
+      int k = fuzz_n_tiny_fields + i;
+      dqnd__v1__field__init(&f[k]);
+      f[k].name = (char *)her[i][0];
+      f[k].value = (char *)her[i][1];
+      fp[k] = &f[k];
+    }
+    m.name = "her";
+    m.n_config = (size_t)fuzz_n_tiny_fields + 4;
+    req("create-trainer-her-nstep", &m_r);
   }
   {
     REQ(m, destroy_trainer, DESTROY_TRAINER, Dqnd__V1__DestroyTrainer, DQND__V1__DESTROY_TRAINER__INIT);
@@ -117,6 +129,9 @@ static void requests(void) {
     m.dones = (ProtobufCBinaryData){(size_t)b.n, b.d};
     m.episode_ids = (ProtobufCBinaryData){sizeof(int64_t) * (size_t)b.n, (uint8_t *)b.ep};
     req("submit-transitions", &m_r);
+    uint8_t ends[8] = {0, 0, 1, 0, 0, 0, 0, 1};
+    m.episode_ends = (ProtobufCBinaryData){sizeof ends, ends};
+    req("submit-transitions-episode-ends", &m_r);
   }
   {
     REQ(m, step, STEP, Dqnd__V1__Step, DQND__V1__STEP__INIT);
@@ -153,6 +168,9 @@ static void requests(void) {
     m.n_hparams = 2;
     m.hparams = fp;
     req("set-hyperparams", &m_r);
+    f[0].name = "n_step", f[0].value = "4";
+    f[1].name = "gamma", f[1].value = "0.9";
+    req("set-hyperparams-nstep", &m_r);
   }
   {
     REQ(m, save_checkpoint, SAVE_CHECKPOINT, Dqnd__V1__SaveCheckpoint, DQND__V1__SAVE_CHECKPOINT__INIT);
