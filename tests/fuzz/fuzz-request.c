@@ -33,6 +33,7 @@
  */
 #include <ftw.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -130,6 +131,18 @@ static void register_base(int restoring) {
   enqueue(t, run_save, NULL); /* takes the caller's reference */
 }
 
+/* base.dqnd in the state dir, where a relative LoadCheckpoint path is looked
+ * up; written again when an input moved it (a trainer named "base.dqnd"
+ * retires whatever has its name) */
+static void write_base_file(void) {
+  char path[1100];
+  snprintf(path, sizeof path, "%s/base.dqnd", srv.opts.state_dir);
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) return;
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(base_state, 1, base_len, f) != base_len || fclose(f)) die(path);
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f) {
   (void)st, (void)flag, (void)f;
   remove(path);
@@ -148,6 +161,7 @@ static void reset(void) {
   if (base) enqueue(base, run_reset, base_learner());
   quiesce();
   if (!base) register_base(1);
+  write_base_file();
   if (++runs % WIPE_RETIRED_EVERY == 0) {
     char retired[1100];
     snprintf(retired, sizeof retired, "%s/.retired", srv.opts.state_dir);
@@ -196,11 +210,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (fuzz_save_mem(l, 1, &base_state, &base_len)) die("saving the tiny learner");
   base_cfg = *learner_config(l);
   learner_destroy(l);
-  /* base.dqnd, where a relative LoadCheckpoint path is looked up */
-  char path[1100];
-  snprintf(path, sizeof path, "%s/base.dqnd", s->opts.state_dir);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(base_state, 1, base_len, f) != base_len || fclose(f)) die(path);
+  write_base_file();
   register_base(0);
   quiesce();
   return 0;
