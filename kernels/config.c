@@ -5,6 +5,7 @@
  * the client (dqnctl, libdqnd) links it without the learner.
  */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
@@ -37,6 +38,17 @@ const learner_field_t *learner_field_find(const char *name) {
   for (int i = 0; i < learner_num_fields; i++)
     if (strcmp(learner_fields[i].name, name) == 0) return &learner_fields[i];
   return NULL;
+}
+
+/* A float field holds its value rounded to float, so its bounds are
+ * compared as floats too: a bound that is no float itself (per_eps and
+ * adam_eps >= 1e-12) is then a value the field can take, and the text a
+ * state saves ("%.9g" of the float) reads back. */
+static int out_of_bounds(const learner_field_t *f, double v) {
+  if (f->type != LCF_FLOAT) return v < f->min || v > f->max;
+  if (!(fabs(v) <= FLT_MAX)) return 1;
+  float x = (float)v;
+  return x < (float)f->min || x > (float)f->max;
 }
 
 static double field_value(const learner_config_t *c, const learner_field_t *f) {
@@ -163,7 +175,7 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
   }
   v = strtod(value, &end);
   if (end == value || *end || errno || !isfinite(v)) goto bad;
-  if (v < f->min || v > f->max) {
+  if (out_of_bounds(f, v)) {
     seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, value, f->min, f->max);
     return LEARNER_EINVAL;
   }
@@ -280,7 +292,7 @@ int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errl
     const learner_field_t *f = &learner_fields[i];
     if (!f->hparam) continue;
     double v = field_value(&tmp, f);
-    if (!isfinite(v) || v < f->min || v > f->max) {
+    if (!isfinite(v) || out_of_bounds(f, v)) {
       char s[64];
       learner_config_get(&tmp, f, s, sizeof s);
       seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, s, f->min, f->max);
@@ -299,7 +311,7 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     const learner_field_t *f = &learner_fields[i];
     if (f->type == LCF_BRANCHES || f->type == LCF_UINT64) continue;
     double v = field_value(c, f);
-    if (!isfinite(v) || v < f->min || v > f->max) {
+    if (!isfinite(v) || out_of_bounds(f, v)) {
       char s[64];
       learner_config_get(c, f, s, sizeof s);
       seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, s, f->min, f->max);

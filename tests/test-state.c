@@ -987,6 +987,20 @@ START_TEST(test_config_validation) {
   d.hp.lr = 1e-3f;
   ck_assert(learner_config_hash(&c) != learner_config_hash(&d));
   ck_assert(learner_config_same_shape(&c, &d));
+  /* a float field's bounds are floats: per_eps and adam_eps take their
+   * documented minimum 1e-12 (no float: it was refused once stored) and the
+   * saved text of it reads back; below it is still refused */
+  learner_config_default(&c);
+  ck_assert_msg(learner_config_set(&c, "per_eps", "1e-12", err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_config_set(&c, "adam_eps", "1e-12", err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_config_set(&c, "adam_beta1", "0.999999", err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_config_validate(&c, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_hparams_validate(&c.hp, err, sizeof err) == 0, "%s", err);
+  n = learner_config_to_text(&c, text, sizeof text);
+  ck_assert_msg(learner_config_from_text(&d, text, n, err, sizeof err) == 0, "%s", err);
+  ck_assert(learner_config_hash(&c) == learner_config_hash(&d));
+  ck_assert_int_eq(learner_config_set(&c, "per_eps", "9e-13", err, sizeof err), LEARNER_EINVAL);
+  ck_assert_int_eq(learner_config_set(&c, "her_eps", "1e300", err, sizeof err), LEARNER_EINVAL);
   /* bad transitions name the field and index, and change nothing */
   learner_config_t sc = small_config(0, 1);
   learner_t *l;

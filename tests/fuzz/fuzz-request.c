@@ -316,7 +316,7 @@ static int send_request(Dqnd__V1__Request *req) {
 /* A trainer the input made or changed is used: transitions, two steps and
  * Act with Q values, as a client would next (so a config or state the
  * daemon accepted also trains and acts, on its worker). Each must answer
- * OK. Skipped where it would be long work: a batch over FOLLOW_MAX_BATCH,
+ * OK (Step: or FAILED_PRECONDITION, a divergence). Skipped where it would be long work: a batch over FOLLOW_MAX_BATCH,
  * continuous training owed over STEP_MAX steps, or a submit over half
  * max_message_bytes. */
 #define FOLLOW_MAX_BATCH 64
@@ -356,7 +356,10 @@ static void follow_up(const char *name) {
   req = (Dqnd__V1__Request)DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_STEP;
   req.step = &sp;
-  if (send_request(&req) != DQND__V1__CODE__OK) die("follow-up: Step was refused");
+  int code = send_request(&req);
+  /* FAILED_PRECONDITION: the step diverged (a fuzzed lr may do that) and the
+   * trainer's training stopped, which is the daemon's answer to it */
+  if (code != DQND__V1__CODE__OK && code != DQND__V1__CODE__FAILED_PRECONDITION) die("follow-up: Step was refused");
   Dqnd__V1__Act ac = DQND__V1__ACT__INIT;
   ac.name = (char *)name;
   ac.count = 2;
