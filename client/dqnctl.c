@@ -43,8 +43,8 @@ static const char *usage_text =
     "  fetch NAME -o FILE [--checkpoint ID] download a checkpoint (newest by default; ID as printed)\n"
     "  load NAME (--path DAEMON_PATH | --file LOCAL_FILE) [--create] [--backend B]\n"
     "  inspect FILE                        a .dqnd checkpoint's header, config and sections (local)\n"
-    "  demo [--name NAME] [--iterations N] [--backend B] [field=value ...]\n"
-    "                                      train the built-in meanrev environment on a new trainer\n"
+    "  demo [--name NAME] [--env meanrev|deepsea|bitflip] [--backend B] [field=value ...]\n"
+    "                                      train a built-in environment on a new trainer\n"
     "\n"
     "options:\n"
     "  --url URL       the daemon (default: DQND_URL, else the per-user socket of `dqnd`\n"
@@ -411,10 +411,11 @@ static const cli_opt_t o_load[] = {{"--path", "DAEMON_PATH", "a checkpoint file 
                                    {"--backend", "B", "cpu, cuda or auto"},
                                    {NULL, NULL, NULL}};
 static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (default: demo, demo-2, ...: the first free one)"},
-                                   {"--env", "ENV", "meanrev (default) or deepsea"},
+                                   {"--env", "ENV", "meanrev (default), deepsea or bitflip"},
                                    {"--iterations", "N", "meanrev: rounds of collection and training (default 60)"},
                                    {"--size", "N", "deepsea: the grid's size (default 10)"},
-                                   {"--episodes", "N", "deepsea: episodes to play (default 1000)"},
+                                   {"--episodes", "N", "deepsea, bitflip: episodes to play (default 1000, 500)"},
+                                   {"--bits", "N", "bitflip: the number of bits (default 10)"},
                                    {"--obs-scale", "X", "deepsea: the one-hot observation's value (default N; 1 is bsuite's)"},
                                    {"--backend", "B", "cpu, cuda or auto"},
                                    {NULL, NULL, NULL}};
@@ -464,8 +465,9 @@ static const cmd_t cmds[] = {
     {"demo", cmd_demo, 1, 0, 0, "", CLI_ANY_FIELD, o_demo,
      "Creates a new trainer (never replaces one: an existing --name is refused), trains a\n"
      "built-in environment through the daemon and prints the learning curve: meanrev (a\n"
-     "9x3x3 trading toy, exit 5 below 90% of the optimal return) or deepsea (bsuite's\n"
-     "exploration test: the share of episodes that reach the reward). The trainer stays on\n"
+     "9x3x3 trading toy, exit 5 below 90% of the optimal return), deepsea (bsuite's\n"
+     "exploration test: the share of episodes that reach the reward) or bitflip (the HER\n"
+     "paper's bit flipping, with hindsight relabelling: the share that reach the goal). The trainer stays on\n"
      "the daemon afterwards. Fields override the demo's learner config.\n"},
 };
 

@@ -49,6 +49,8 @@ int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *c
                      const char *backend, char *name, size_t n);
 /* dqnctl demo --env deepsea (dqnctl_deepsea.c) */
 int demo_deepsea(ctx_t *x, const cli_args_t *a);
+/* dqnctl demo --env bitflip (dqnctl_bitflip.c) */
+int demo_bitflip(ctx_t *x, const cli_args_t *a);
 
 /* The demo loops' driver (demo_env.h) over a trainer on the daemon. */
 typedef struct remote {

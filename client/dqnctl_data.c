@@ -474,10 +474,11 @@ int cmd_demo(ctx_t *x, const cli_args_t *a) {
   static const char *cmd = "dqnctl demo";
   const char *env = opt(x, a, "--env");
   if (env && !strcmp(env, "deepsea")) return demo_deepsea(x, a);
+  if (env && !strcmp(env, "bitflip")) return demo_bitflip(x, a);
   if (env && strcmp(env, "meanrev"))
-    return fprintf(stderr, "%s: --env: '%s' is not meanrev or deepsea\n", cmd, env), EXIT_USAGE;
-  if (opt(x, a, "--size") || opt(x, a, "--episodes"))
-    return fprintf(stderr, "%s: --size and --episodes are deepsea's (--env deepsea)\n", cmd), EXIT_USAGE;
+    return fprintf(stderr, "%s: --env: '%s' is not meanrev, deepsea or bitflip\n", cmd, env), EXIT_USAGE;
+  if (opt(x, a, "--size") || opt(x, a, "--episodes") || opt(x, a, "--bits"))
+    return fprintf(stderr, "%s: --size, --bits and --episodes are deepsea's and bitflip's (--env)\n", cmd), EXIT_USAGE;
   demo_opts_t o;
   demo_opts_default(&o);
   const char *it = opt(x, a, "--iterations");

@@ -319,7 +319,17 @@ START_TEST(test_demo_never_replaces_a_trainer) {
   ck_assert_msg(strstr(out, "deepsea N=5") && strstr(out, "episodes    200  reached the reward in"), "%s", out);
   ck_assert_int_eq(run_ctl(&d, "demo --env deepsea --iterations 3", out, sizeof out), 2);
   ck_assert_int_eq(run_ctl(&d, "demo --env nope", out, sizeof out), 2);
-  ck_assert_msg(strstr(out, "--env: 'nope' is not meanrev or deepsea"), "%s", out);
+  ck_assert_msg(strstr(out, "--env: 'nope' is not meanrev, deepsea or bitflip"), "%s", out);
+  /* bit flipping with HER through the daemon (episode ends travel in SubmitTransitions) */
+  ck_assert_int_eq(run_ctl(&d, "demo --name flips --env bitflip --bits 4 --episodes 100 batch=32", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "bitflip n=4 (HER: future, ratio 0.8)") && strstr(out, "episodes    100  reached the goal in"),
+                "%s", out);
+  dqnd_trainer_info_t ti;
+  ck_assert_int_eq(dqnd_trainer_info(c, "flips", &ti), 0);
+  ck_assert_int_eq(ti.state_dim, 8);
+  ck_assert_int_eq(run_ctl(&d, "demo --env bitflip --bits 1", out, sizeof out), 2);
+  ck_assert_int_eq(run_ctl(&d, "demo --env bitflip --bits 4 her_goal_dim=5", out, sizeof out), 2); /* checked before any request */
+  ck_assert_msg(strstr(out, "her_goal_dim"), "%s", out);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);

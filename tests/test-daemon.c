@@ -200,18 +200,32 @@ START_TEST(test_bad_input) {
   bad.d[1] = 2;
   expect(c, dqnd_submit(c, "victim", S_DIM, &tb, NULL), 3, "dones[1]", "submit done flag 2");
   expect(c, dqnd_submit(c, "nobody", S_DIM, &t, NULL), 5, "nobody", "submit unknown trainer");
+  uint8_t ends[10] = {0, 0, 0, 0, 0, 0, 2, 0, 0, 0};
+  learner_transitions_t te = {10, b.s, b.a, b.r, b.s2, b.d, NULL, ends};
+  expect(c, dqnd_submit(c, "victim", S_DIM, &te, NULL), 3, "episode_ends[6]: 2 is not 0 or 1", "submit end marker 2");
+  /* HER and n-step settings that cannot work */
+  const char *her_big[] = {"state_dim=6", "her_goal_dim=4"};
+  expect(c, dqnd_create_trainer(c, "her", her_big, 2, NULL, NULL), 3, "her_goal_dim", "create: goals do not fit");
+  const char *nstep0[] = {"state_dim=6", "n_step=0"};
+  expect(c, dqnd_create_trainer(c, "her", nstep0, 2, NULL, NULL), 3, "n_step", "create: n_step 0");
+  const char *set0[] = {"n_step=0"};
+  expect(c, dqnd_set_hparams(c, "victim", set0, 1), 3, "n_step", "set n_step 0");
+  const char *strat[] = {"her_strategy=sometimes"};
+  expect(c, dqnd_set_hparams(c, "victim", strat, 1), 3, "her_strategy", "set an unknown strategy");
   /* each array's length on its own, sent raw past the client's checks, with
    * the exact message: a check of one array can never pass for another's */
   {
-    static const char *arrays[] = {"states", "actions", "rewards", "next_states", "dones", "episode_ids"};
-    static const size_t per[] = {S_DIM * 4, 4, 4, S_DIM * 4, 1, 8};
-    for (int k = 0; k < 6; k++) {
+    static const char *arrays[] = {"states", "actions", "rewards", "next_states", "dones", "episode_ids", "episode_ends"};
+    static const size_t per[] = {S_DIM * 4, 4, 4, S_DIM * 4, 1, 8, 1};
+    uint8_t no_ends[10] = {0};
+    for (int k = 0; k < 7; k++) {
       Dqnd__V1__SubmitTransitions sm = DQND__V1__SUBMIT_TRANSITIONS__INIT;
       sm.name = "victim";
       sm.count = 10;
-      ProtobufCBinaryData *f[6] = {&sm.states, &sm.actions, &sm.rewards, &sm.next_states, &sm.dones, &sm.episode_ids};
-      const void *src[6] = {b.s, b.a, b.r, b.s2, b.d, b.ep};
-      for (int j = 0; j < 6; j++) *f[j] = (ProtobufCBinaryData){10 * per[j] - (j == k ? 1 : 0), (uint8_t *)src[j]};
+      ProtobufCBinaryData *f[7] = {&sm.states, &sm.actions, &sm.rewards, &sm.next_states, &sm.dones, &sm.episode_ids,
+                                   &sm.episode_ends};
+      const void *src[7] = {b.s, b.a, b.r, b.s2, b.d, b.ep, no_ends};
+      for (int j = 0; j < 7; j++) *f[j] = (ProtobufCBinaryData){10 * per[j] - (j == k ? 1 : 0), (uint8_t *)src[j]};
       Dqnd__V1__Request rq = DQND__V1__REQUEST__INIT;
       rq.command_case = DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS;
       rq.submit_transitions = &sm;
