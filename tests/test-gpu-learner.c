@@ -596,6 +596,7 @@ static learner_config_t her_config(void) {
  * (the graph is captured again) and the other strategies, in lockstep too */
 START_TEST(test_her_parity) {
   learner_config_t c = her_config();
+  if (_i == 1) ensemble(&c); /* HER with the ensemble: per-head targets from the relabelled rows */
   learner_t *l[2];
   char err[256];
   const int chunks[] = {37, 200, 1, 150, 313}, more[] = {5, 400, 11};
@@ -629,7 +630,7 @@ START_TEST(test_her_parity) {
     worst = e > worst ? e : worst;
     ck_assert_msg(e <= 1e-5, "HER + n-step step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, a.loss_last, g.loss_last, e);
   }
-  printf("HER + n-step + PER + NoisyNet: worst step-loss rel diff %.2e over %d steps%s\n", worst,
+  printf("HER + n-step + PER + NoisyNet%s: worst step-loss rel diff %.2e over %d steps%s\n", _i ? " + ensemble" : "", worst,
          diverged >= 0 ? diverged : 160, diverged >= 0 ? " (then PER sampling diverged)" : "");
   ck_assert_msg(diverged < 0 || diverged >= 60, "PER sampling diverged at step %d", diverged);
   learner_destroy(l[0]), learner_destroy(l[1]);
@@ -645,7 +646,7 @@ int main(void) {
   TCase *tc = tcase_create("whole-step");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_divergence_guard);
-  tcase_add_test(tc, test_her_parity);
+  tcase_add_loop_test(tc, test_her_parity, 0, 2);
   tcase_add_test(tc, test_her_reruns);
   tcase_add_test(tc, test_parity_uniform);
   tcase_add_test(tc, test_parity_odd_uniform_noisy);

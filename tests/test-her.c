@@ -348,6 +348,29 @@ START_TEST(test_learner_save_load) {
 }
 END_TEST
 
+/* with the ensemble (K 3, masks, priors, diversity): HER's rows reach every head's target */
+START_TEST(test_learner_ensemble) {
+  learner_config_t c = her_config();
+  c.ensemble_k = 3, c.ensemble_mask_p = 0.5f, c.ensemble_prior_scale = 1, c.hp.ensemble_diversity = 0.1f;
+  learner_t *a, *b;
+  char err[256];
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &a, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &b, err, sizeof err) == 0, "%s", err);
+  feed_episodes(a, 300, 7);
+  feed_episodes(b, 300, 7);
+  learner_stats_t sa, sb;
+  ck_assert_int_eq(learner_step(a, 10, &sa, err, sizeof err), 0);
+  learner_hparams_t hp;
+  learner_get_hparams(b, &hp);
+  hp.her_ratio = 0; /* the same learner with no row relabelled */
+  ck_assert_int_eq(learner_set_hparams(b, &hp, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(b, 10, &sb, err, sizeof err), 0);
+  ck_assert_msg(isfinite(sa.loss_last) && sa.loss_last != sb.loss_last, "ensemble: HER changed nothing (%g, %g)",
+                sa.loss_last, sb.loss_last);
+  learner_destroy(a), learner_destroy(b);
+}
+END_TEST
+
 START_TEST(test_config_checks) {
   learner_config_t c;
   learner_config_default(&c);
@@ -376,6 +399,7 @@ int main(void) {
   tcase_add_test(tc, test_reward_rules);
   tcase_add_test(tc, test_nstep_brute_force);
   tcase_add_test(tc, test_learner_save_load);
+  tcase_add_test(tc, test_learner_ensemble);
   tcase_add_test(tc, test_config_checks);
   suite_add_tcase(s, tc);
   return tu_run(s);
