@@ -275,22 +275,27 @@ int learner_get_params(const learner_t *l, int which, float *dst, int64_t n) {
   return l->ops->section_read(l->impl, sec, 0, n * 4, dst);
 }
 
-int learner_params_finite(learner_t *l) {
+/* 1 when the first n_secs of online, target, Adam m, Adam v are finite (and v >= 0), 0 if not, or an error */
+static int sections_finite(learner_t *l, int n_secs) {
   enum { CH = 1 << 16 };
   float *buf = malloc(sizeof(float) * CH);
   if (!buf) return LEARNER_ENOMEM;
-  int ok = 1, rc = 0, secs[2] = {SEC_ONLINE, SEC_TARGET};
-  for (int s = 0; s < 2 && ok && !rc; s++) {
+  int ok = 1, rc = 0, secs[4] = {SEC_ONLINE, SEC_TARGET, SEC_ADAM_M, SEC_ADAM_V};
+  for (int s = 0; s < n_secs && ok && !rc; s++) {
     int64_t bytes = l->ops->section_bytes(l->impl, secs[s]);
     for (int64_t off = 0; off < bytes && ok && !rc; off += (int64_t)sizeof(float) * CH) {
       int64_t k = bytes - off < (int64_t)sizeof(float) * CH ? bytes - off : (int64_t)sizeof(float) * CH;
       rc = l->ops->section_read(l->impl, secs[s], off, k, buf);
       if (!rc) ok = all_finite(buf, k / 4);
+      for (int64_t i = 0; !rc && ok && secs[s] == SEC_ADAM_V && i < k / 4; i++) ok = buf[i] >= 0;
     }
   }
   free(buf);
   return rc ? rc : ok;
 }
+
+int learner_params_finite(learner_t *l) { return sections_finite(l, 2); }
+int learner_state_finite(learner_t *l) { return sections_finite(l, 4); }
 
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n) {
   int sec = which ? SEC_TARGET : SEC_ONLINE;

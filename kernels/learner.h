@@ -265,6 +265,9 @@ int learner_set_params(learner_t *l, int which, const float *src, int64_t n);
 /* 1 when every online and target parameter is finite, 0 when one is not, or
  * a LEARNER_E* code (the daemon's divergence check). */
 int learner_params_finite(learner_t *l);
+/* learner_params_finite plus both Adam moments (the second non-negative):
+ * what a loaded state must pass (state.c) */
+int learner_state_finite(learner_t *l);
 
 /* Copies replay items [first, first+n) (ring positions, 0 <= first, first+n
  * <= replay size) into the given arrays (any may be NULL). */

@@ -277,10 +277,19 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       return LEARNER_ECORRUPT;
     }
   rc = l->ops->load_done(l->impl);
-  if (rc)
+  if (rc) {
     seterr(err, errlen, "state: %s (its sections pass their CRCs, but the backend rejects their contents: an "
                         "action, flag or priority out of range)", learner_strerror(rc));
-  return rc;
+    return rc;
+  }
+  int fin = learner_state_finite(l);
+  if (fin != 1) {
+    seterr(err, errlen, "state: %s", fin < 0 ? learner_strerror(fin)
+                                             : "a parameter or an Adam moment is not finite (or a second moment is "
+                                               "negative): not a state a learner can train from");
+    return fin < 0 ? fin : LEARNER_ECORRUPT;
+  }
+  return LEARNER_OK;
 }
 
 int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_t **out, char *err,

@@ -920,6 +920,38 @@ START_TEST(test_optional_section_absent) {
 }
 END_TEST
 
+/* A parameter or Adam moment that is not finite, or a negative second
+ * moment, with the section's CRC recomputed: refused by name, never a
+ * learner that cannot train (found by tests/fuzz: such states loaded) */
+START_TEST(test_nonfinite_state_refused) {
+  const uint32_t tags[4] = {SEC_ONLINE, SEC_TARGET, SEC_ADAM_M, SEC_ADAM_V};
+  const float vals[4] = {NAN, INFINITY, -INFINITY, -1.0f};
+  for (int t = 0; t < 4; t++) {
+    membuf_t m = {0};
+    tiny_state(&m, 0);
+    size_t off = 24;
+    for (;;) {
+      uint32_t tag = (uint32_t)le(m.p + off, 4);
+      size_t len = (size_t)le(m.p + off + 8, 8);
+      if (tag == tags[t]) {
+        unsigned char *d = m.p + off + 16;
+        float v = vals[t];
+        memcpy(d + 4 * (len / 8), &v, 4); /* an element in the middle */
+        uint32_t crc = learner_crc32c(0, d, len);
+        for (int i = 0; i < 4; i++) d[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
+        break;
+      }
+      ck_assert(tag != SEC_END);
+      off += 16 + len + 4;
+    }
+    char err[256];
+    ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+    ck_assert_msg(strstr(err, "not finite") != NULL, "section %u: %s", tags[t], err);
+    free(m.p);
+  }
+}
+END_TEST
+
 START_TEST(test_config_nul) {
   membuf_t m = {0};
   tiny_state(&m, 0);
@@ -1047,6 +1079,7 @@ int main(void) {
   tcase_add_test(tc, test_corruption);
   tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_nul);
+  tcase_add_test(tc, test_nonfinite_state_refused);
   tcase_add_test(tc, test_optional_section_absent);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
