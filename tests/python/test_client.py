@@ -24,11 +24,11 @@ SMALL = {"state_dim": 6, "trunk_h1": 16, "trunk_h2": 12, "value_hidden": 8, "adv
 
 
 class Daemon:
-    def __init__(self):
+    def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="dqnd-py-")
         self.url = f"ipc://{self.dir}/d.sock"
         self.proc = subprocess.Popen([DQND_BIN, "--listen", self.url, "--state-dir", self.dir + "/state",
-                                      "--backend", "cpu", "--log-file", self.dir + "/dqnd.log"],
+                                      "--backend", "cpu", "--log-file", self.dir + "/dqnd.log", *extra],
                                      env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
         for _ in range(250):
             if self.proc.poll() is not None:
@@ -215,6 +215,61 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(c.health()["serving"])
         c.close()
         self.code(14, c.health, needle="closed")
+
+
+def make_certs(d):
+    """openssl at test time: a CA, a server certificate for localhost and a
+    client certificate signed by it, and another CA (tests/harness.c's recipe)"""
+    k = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
+    run("req", "-x509", *k, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
+    run("req", "-x509", *k, "-keyout", "other.key", "-out", "other.pem", "-days", "2", "-subj", "/CN=other CA")
+    with open(os.path.join(d, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost\n")
+    for who, cn, ext in (("server", "localhost", ["-extfile", "san.ext"]), ("client", "a client", [])):
+        run("req", *k, "-keyout", who + ".key", "-out", who + ".csr", "-subj", "/CN=" + cn)
+        run("x509", "-req", "-in", who + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", who + ".pem", "-days", "2", *ext)
+
+
+class TlsTest(unittest.TestCase):
+    """tls_ca / tls_cert / tls_key: the Python package over tls+tcp:// with
+    mutual TLS and a token, as libdqnd and dqnctl (tests/test-security.c)"""
+
+    def test_mutual_tls(self):
+        certs = tempfile.mkdtemp(prefix="dqnd-py-tls-")
+        try:
+            make_certs(certs)
+            import socket
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            p = lambda f: os.path.join(certs, f)
+            d = Daemon(["--listen", f"tls+tcp://127.0.0.1:{port}", "--tls-cert", p("server.pem"),
+                        "--tls-key", p("server.key"), "--tls-ca", p("ca.pem"), "--tls-verify-clients"])
+            try:
+                url = f"tls+tcp://localhost:{port}"
+                with dqnd.Client(url, timeout=5, tls_ca=p("ca.pem"), tls_cert=p("client.pem"),
+                                 tls_key=p("client.key")) as c:
+                    self.assertTrue(c.health()["serving"])
+                    c.create_trainer("overtls", SMALL)
+                    self.assertEqual(c.submit("overtls", **batch(16, 1)), 16)
+                with self.assertRaises(dqnd.DqndError) as e:  # no client certificate
+                    dqnd.Client(url, timeout=3, tls_ca=p("ca.pem")).health()
+                self.assertEqual(e.exception.code, 14)
+                with self.assertRaises(dqnd.DqndError) as e:  # a CA that did not sign the daemon's
+                    dqnd.Client(url, timeout=3, tls_ca=p("other.pem"), tls_cert=p("client.pem"),
+                                tls_key=p("client.key"))
+                self.assertEqual(e.exception.code, 14)
+                self.assertIn("TLS", str(e.exception))
+                with self.assertRaises(dqnd.DqndError) as e:  # no CA at all: named, before any connection
+                    dqnd.Client(url, timeout=3, tls_ca="")
+                self.assertEqual(e.exception.code, 3)
+                self.assertIn("tls_ca", str(e.exception))
+            finally:
+                self.assertEqual(d.stop(), 0)
+        finally:
+            shutil.rmtree(certs, ignore_errors=True)
 
 
 class EnvTest(unittest.TestCase):
