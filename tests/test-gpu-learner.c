@@ -91,28 +91,6 @@ static learner_t *make_n(const learner_config_t *c, learner_backend_t be, int n)
 
 static learner_t *make(const learner_config_t *c, learner_backend_t be) { return make_n(c, be, 3000); }
 
-typedef struct {
-  unsigned char *p;
-  size_t n, cap, pos;
-} membuf_t;
-static int mw(void *ctx, const void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->n + n > m->cap) {
-    m->cap = (m->cap + n) * 2;
-    m->p = realloc(m->p, m->cap);
-  }
-  memcpy(m->p + m->n, buf, n);
-  m->n += n;
-  return 0;
-}
-static int mr(void *ctx, void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->pos + n > m->n) return -1;
-  memcpy(buf, m->p + m->pos, n);
-  m->pos += n;
-  return 0;
-}
-
 static double param_err(learner_t *a, learner_t *b, int which) {
   int64_t P = learner_config_num_params(learner_config(a));
   float *x = malloc(sizeof(float) * (size_t)P), *y = malloc(sizeof(float) * (size_t)P);
@@ -288,10 +266,10 @@ START_TEST(test_ensemble_rerun_and_act) {
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_step(cpu, 30, &s, err, sizeof err), 0);
   membuf_t mb = {0};
-  ck_assert_msg(learner_save(cpu, 1, mw, &mb, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_save(cpu, 1, mem_write, &mb, err, sizeof err) == 0, "%s", err);
   mb.pos = 0;
   learner_t *gpu = NULL;
-  ck_assert_msg(learner_load(mr, &mb, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
   const int n = 33, S = c.state_dim, qw = learner_config_q_width(&c);
   float *x = malloc(sizeof(float) * (size_t)n * S), *q1 = malloc(sizeof(float) * (size_t)n * qw * 4);
   float *q2 = q1 + (size_t)n * qw, *v1 = q2 + (size_t)n * qw, *v2 = v1 + (size_t)n * qw;
@@ -488,9 +466,9 @@ START_TEST(test_act_and_cross_backend_checkpoint) {
   ck_assert_msg(learner_act(gpu, st, 32, 1, ag, NULL, err, sizeof err) == 0, "%s", err); /* noisy path runs */
   /* GPU state -> CPU learner: it continues like the GPU one */
   membuf_t m = {0};
-  ck_assert_int_eq(learner_save(gpu, 1, mw, &m, err, sizeof err), 0);
+  ck_assert_int_eq(learner_save(gpu, 1, mem_write, &m, err, sizeof err), 0);
   learner_t *back;
-  ck_assert_msg(learner_load(mr, &m, LEARNER_BACKEND_CPU, &back, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &back, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(param_err(back, gpu, 0) == 0, "weights changed in transit");
   ck_assert_int_eq(learner_step(gpu, 1, &b, err, sizeof err), 0);
   ck_assert_int_eq(learner_step(back, 1, &a, err, sizeof err), 0);
@@ -499,9 +477,9 @@ START_TEST(test_act_and_cross_backend_checkpoint) {
   /* ... and back: the CPU learner's state on the GPU continues like the CPU one */
   ck_assert_int_eq(learner_step(back, 5, &a, err, sizeof err), 0);
   membuf_t m2 = {0};
-  ck_assert_int_eq(learner_save(back, 1, mw, &m2, err, sizeof err), 0);
+  ck_assert_int_eq(learner_save(back, 1, mem_write, &m2, err, sizeof err), 0);
   learner_t *again;
-  ck_assert_msg(learner_load(mr, &m2, LEARNER_BACKEND_CUDA, &again, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_load(mem_read, &m2, LEARNER_BACKEND_CUDA, &again, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_backend(again), LEARNER_BACKEND_CUDA);
   ck_assert_msg(param_err(again, back, 0) == 0 && param_err(again, back, 1) == 0, "weights changed in transit back");
   learner_stats_t sa, sg;

@@ -268,28 +268,6 @@ END_TEST
 
 /* learner-level: a HER + n-step + PER learner's step is deterministic and
  * survives save and load (a ring that never wrapped rebuilds the same bounds) */
-typedef struct membuf {
-  unsigned char *p;
-  size_t n, cap, pos;
-} membuf_t;
-static int mw(void *ctx, const void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->n + n > m->cap) {
-    m->cap = (m->n + n) * 2;
-    m->p = realloc(m->p, m->cap);
-  }
-  memcpy(m->p + m->n, buf, n);
-  m->n += n;
-  return 0;
-}
-static int mr(void *ctx, void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->pos + n > m->n) return -1;
-  memcpy(buf, m->p + m->pos, n);
-  m->pos += n;
-  return 0;
-}
-
 static learner_config_t her_config(void) {
   learner_config_t c;
   learner_config_default(&c);
@@ -327,8 +305,8 @@ START_TEST(test_learner_save_load) {
   learner_stats_t st;
   ck_assert_int_eq(learner_step(a, 5, &st, err, sizeof err), 0);
   membuf_t m = {0};
-  ck_assert_int_eq(learner_save(a, 1, mw, &m, err, sizeof err), 0);
-  ck_assert_msg(learner_load(mr, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_save(a, 1, mem_write, &m, err, sizeof err), 0);
+  ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &b, err, sizeof err) == 0, "%s", err);
   learner_stats_t sa, sb;
   ck_assert_int_eq(learner_step(a, 20, &sa, err, sizeof err), 0);
   ck_assert_int_eq(learner_step(b, 20, &sb, err, sizeof err), 0);

@@ -36,32 +36,6 @@
 #include "replay.h"
 #include "testutil.h"
 
-typedef struct {
-  unsigned char *p;
-  size_t n, cap, pos;
-} membuf_t;
-
-static int mem_write(void *ctx, const void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->n + n > m->cap) {
-    size_t c = (m->cap + n) * 2;
-    unsigned char *q = realloc(m->p, c);
-    if (!q) return -1;
-    m->p = q;
-    m->cap = c;
-  }
-  memcpy(m->p + m->n, buf, n);
-  m->n += n;
-  return 0;
-}
-static int mem_read(void *ctx, void *buf, size_t n) {
-  membuf_t *m = ctx;
-  if (m->pos + n > m->n) return -1;
-  memcpy(buf, m->p + m->pos, n);
-  m->pos += n;
-  return 0;
-}
-
 static learner_config_t small_config(int noisy, int per) {
   learner_config_t c;
   learner_config_default(&c);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <check.h>
 
@@ -58,6 +59,33 @@ static inline double tu_rel_err(const double *a, const double *b, int64_t n, int
   }
   if (den == 0) return sqrt(num);
   return sqrt(num / den);
+}
+
+/* A growing byte buffer behind learner_save / learner_load's callbacks. */
+typedef struct {
+  unsigned char *p;
+  size_t n, cap, pos;
+} membuf_t;
+
+static inline int mem_write(void *ctx, const void *buf, size_t n) {
+  membuf_t *m = ctx;
+  if (m->n + n > m->cap) {
+    size_t c = (m->cap + n) * 2;
+    unsigned char *q = realloc(m->p, c);
+    if (!q) return -1;
+    m->p = q;
+    m->cap = c;
+  }
+  memcpy(m->p + m->n, buf, n);
+  m->n += n;
+  return 0;
+}
+static inline int mem_read(void *ctx, void *buf, size_t n) {
+  membuf_t *m = ctx;
+  if (m->pos + n > m->n) return -1;
+  memcpy(buf, m->p + m->pos, n);
+  m->pos += n;
+  return 0;
 }
 
 #endif
