@@ -44,6 +44,9 @@ float demo_env_reward(const demo_env_t *e, int32_t action);
 int32_t demo_env_optimal_action(const demo_env_t *e);
 /* The learner config the demo trains with (small net, gamma 0.9, support [-10, 10]). */
 void demo_env_learner_config(learner_config_t *c);
+/* Applies "name=value" strings onto c, then validates it: 0, or
+ * LEARNER_EINVAL with err naming the field (the demos' and benches' fields). */
+int demo_config_set_fields(learner_config_t *c, const char *const *fields, int n, char *err, size_t errlen);
 
 /* The training loop, written once against callbacks so the same code drives
  * an in-process learner (tests) and a remote trainer (dqnctl demo). Each

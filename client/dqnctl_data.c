@@ -418,14 +418,8 @@ static void demo_progress(void *p, const demo_point_t *pt) {
 
 int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c) {
   char err[300];
-  for (int i = 0; i < a->nfields; i++) {
-    char k[128];
-    size_t kl = strcspn(a->fields[i], "=");
-    snprintf(k, sizeof k, "%.*s", (int)kl, a->fields[i]);
-    if (learner_config_set(c, k, a->fields[i] + kl + 1, err, sizeof err))
-      return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  }
-  if (learner_config_validate(c, err, sizeof err)) return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
+  if (demo_config_set_fields(c, a->fields, a->nfields, err, sizeof err))
+    return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
   return 0;
 }
 

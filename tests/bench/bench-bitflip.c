@@ -35,13 +35,7 @@ static double run(int n, long long episodes, uint64_t seed, int her, learner_bac
   snprintf(sd, sizeof sd, "%llu", (unsigned long long)seed);
   learner_config_set(&c, "seed", sd, NULL, 0);
   if (!her) learner_config_set(&c, "her_goal_dim", "0", NULL, 0);
-  for (int i = 0; i < nf; i++) {
-    char k[128];
-    size_t kl = strcspn(fields[i], "=");
-    snprintf(k, sizeof k, "%.*s", (int)kl, fields[i]);
-    if (fields[i][kl] != '=' || learner_config_set(&c, k, fields[i] + kl + 1, err, sizeof err))
-      return fprintf(stderr, "%s: %s\n", fields[i], err), -1;
-  }
+  if (demo_config_set_fields(&c, (const char *const *)fields, nf, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
   learner_t *l;
   if (learner_create(&c, be, &l, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
   demo_driver_t drv;
