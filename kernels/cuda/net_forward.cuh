@@ -23,7 +23,7 @@ typedef struct cuda_attn_acts {
 } cuda_attn_acts_t;
 /* its backward's scratch, [B, H2] each */
 typedef struct cuda_attn_grads {
-  float *dte, *dto, *dtq, *dtk, *dtv, *dtx;
+  float *dte, *dtq, *dtk, *dtv, *dtx;
 } cuda_attn_grads_t;
 
 typedef struct cuda_acts {
@@ -68,19 +68,18 @@ int cuda_net_forward(const net_layout_t *L, const float *params, const float *X,
  * into A (A->hatt = h', the heads' input) */
 int cuda_attn_forward(const net_layout_t *L, const float *P, const float *h, int rows, cuda_attn_acts_t *A,
                       cudaStream_t st);
+/* the same in one launch for rows whose first rows0 use P0 and the rest P1
+ * (the step's online and target rows); rows below keep write every
+ * activation the backward reads, the rest h' alone */
+int cuda_attn_forward2(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h, int rows,
+                       int keep, const cuda_attn_acts_t *A, cudaStream_t st);
+/* attn.cu: 1 when its row kernels hold this layout's attention in shared memory */
+int cuda_attn_fits(const net_layout_t *L);
 /* attn.cu: dy = dL/dh' [B, H2] of A's first B rows -> gh = dL/d(trunk-2
  * pre-activation) [B, H2] (h: trunk 2's output, for lrelu'); the attention
  * parameters' gradients into grad (overwritten) */
 int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G,
                        int B, const float *dy, const float *h, float slope, float *gh, float *grad, cudaStream_t st);
-/* a view of A from row r0 on (rows of width H2) */
-static inline cuda_attn_acts_t cuda_attn_rows(const net_layout_t *L, const cuda_attn_acts_t *A, long long r0) {
-  cuda_attn_acts_t v = *A;
-  const long long w = r0 * L->H2, T = L->attn.T;
-  v.tx += w, v.tq += w, v.tk += w, v.tv += w, v.to += w, v.tu += w, v.xhat += w, v.hatt += w;
-  v.alpha += r0 * L->attn.nh * T * T, v.rstd += r0 * T;
-  return v;
-}
 /* floats of A for `rows` rows (0 with attention off), and their placement */
 static inline size_t cuda_attn_acts_floats(const net_layout_t *L, size_t rows) {
   if (!L->attn.T) return 0;

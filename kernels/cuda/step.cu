@@ -83,16 +83,15 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   /* the generic kernels when the loss kernel cannot stage the shapes (they
    * have one head set: an ensemble needs the phases) */
   if ((f->K == 1 ? !cuda_loss_fits(L) : !cuda_loss_ens_fits(L)) || L->Z > LEARNER_MAX_ATOMS) return 0;
-  /* attn.cu stages a (row, head)'s six [T, d_h] slices in 48 KB, a block of T threads */
-  if (L->attn.T && (sizeof(float) * (6 * (size_t)L->H2 / L->attn.nh + L->attn.T) > 48 * 1024 || L->attn.T > 1024))
-    return 0;
+  /* attn.cu holds a row's attention in one block's shared memory */
+  if (!cuda_attn_fits(L)) return 0;
   f->tc = tensor_cores ? 1 : 0;
   int rc0;
   cuda_pack_layout(L, f);
   /* packs, then every activation of the 3B rows, then the B rows' gradients */
   const size_t b = (size_t)B;
   f->attn = L->attn.T > 0;
-  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 7 * b * L->H2 : 0;
+  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 : 0;
   /* the ensemble loss's scratch: m [B,K,D,Z], ce and q [B,K,D], masks [B,K], ce_mean [B] */
   const size_t ens = f->K > 1 || f->pr ? b * f->K * L->D * ((size_t)L->Z + 2) + b * f->K + b : 0;
   size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
@@ -120,7 +119,6 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     p = cuda_attn_acts_place(L, &f->at, 3 * b, p);
     const size_t w = b * L->H2;
     f->ag.dte = p, p += w;
-    f->ag.dto = p, p += w;
     f->ag.dtq = p, p += w;
     f->ag.dtk = p, p += w;
     f->ag.dtv = p, p += w;

@@ -36,10 +36,11 @@ int main(int argc, char **argv) {
    * same with attention (8 tokens, 2 heads: issue 15's full configuration),
    * 5 mode 1 with HER (8-wide goals, future, ratio 0.8) and 3-step returns,
    * 6 mode 1 with 3-step returns alone (issue 16's speed check);
-   * BENCH_PROFILE_MODE=k runs only mode k, BENCH_HER=1 modes 1, 5 and 6 */
+   * BENCH_PROFILE_MODE=k runs only mode k, BENCH_HER=1 modes 1, 5 and 6;
+   * BENCH_TF32=1 runs every mode with tensor_cores=1 */
   const char *pm = getenv("BENCH_PROFILE_MODE"), *cg = getenv("BENCH_CUDA_GRAPH"), *oc = getenv("BENCH_GEMM_OCC");
   int m0 = pm ? atoi(pm) : 0, m1 = pm ? atoi(pm) + 1 : 3;
-  const char *her = getenv("BENCH_HER");
+  const char *her = getenv("BENCH_HER"), *tf = getenv("BENCH_TF32");
   if (her && atoi(her)) m0 = 1, m1 = 7;
   if (cg || oc) printf("cuda_graph %s, cuda_gemm_occupancy %s\n", cg ? cg : "default", oc ? oc : "default");
   for (int mode = m0; mode < m1; mode++) {
@@ -54,7 +55,7 @@ int main(int argc, char **argv) {
       c.noisy = mode == 1 || mode >= 5;
       if (mode == 5) c.her_goal_dim = 8, c.hp.her_ratio = 0.8f;
       if (mode >= 5) c.hp.n_step = 3;
-      c.tensor_cores = mode == 2;
+      c.tensor_cores = mode == 2 || (tf && atoi(tf));
       if (mode == 4) c.attn_tokens = 8, c.attn_heads = 2;
       if (mode == 3 || mode == 4) c.ensemble_k = 5, c.ensemble_prior_scale = 1, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
       if (cg) c.cuda_graph = atoi(cg);
@@ -98,8 +99,10 @@ int main(int argc, char **argv) {
       }
       double med = bench_median(ts, 5);
       static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn", "p+n+her+n3", "p+n+nstep3"};
-      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, mn[mode],
-             med * 1e6, 1 / med, st.loss_last);
+      char label[32];
+      snprintf(label, sizeof label, "%s%s", mn[mode], c.tensor_cores && mode != 2 ? "-tf32" : "");
+      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, label, med * 1e6, 1 / med,
+             st.loss_last);
       fflush(stdout);
       learner_destroy(l);
     }

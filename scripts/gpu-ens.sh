@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (after scripts/gpu-prepare.sh here): issue 15's call
+# in one script — the gpu suite, the ensemble (+ attention) step at both
+# batches in fp32 and TF32 beside the plain step, per-kernel times under
+# Nsight Compute, and the PyTorch peer with the same flags, each part chosen
+# by a variable so one call does what it needs:
+#   SUITE=1             the gpu suite (scripts/gpu-run.sh's loop)
+#   BATCHES=64,256      the bench's batches
+#   MODES="0 3 4"       bench-gpu-step modes (3 ensemble, 4 ensemble + attention)
+#   TF32=1              the same modes with tensor_cores=1 as well
+#   NCU="4:64:1 4:256:1" per-kernel times, mode:batch:tf32 each
+#   PEER=64             the peer at this batch (one: its compile takes minutes),
+#   PEER_TF32=1         with --tf32; PEER_ATTN=0 drops attention
+# Logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-logs}; mkdir -p "$out"
+[ -f .devcarry/bin.tar.xz ] && rm -rf .devcarry/bin && tar -C .devcarry -xJf .devcarry/bin.tar.xz
+bin=.devcarry/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench.log"
+fail=0
+if [ "${SUITE:-1}" = 1 ]; then
+  for t in $bin/test-gpu-*; do
+    name=$(basename "$t")
+    s0=$(date +%s)
+    "$t" > "$out/$name.log" 2>&1; rc=$?
+    echo "$name: rc $rc ($(( $(date +%s) - s0 )) s)"; [ $rc = 0 ] || { fail=1; tail -8 "$out/$name.log"; }
+  done
+fi
+B=${BATCHES:-64,256}
+for m in ${MODES:-0 3 4}; do
+  BENCH_PROFILE_MODE=$m $bin/bench-gpu-step "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
+  [ "${TF32:-1}" = 1 ] && [ "$m" != 0 ] &&
+    BENCH_TF32=1 BENCH_PROFILE_MODE=$m $bin/bench-gpu-step "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
+done
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+for spec in ${NCU:-}; do
+  IFS=: read -r m b tf <<< "$spec"
+  echo "== ncu mode $m batch $b tf32 $tf (one step's kernels, un-captured)" | tee -a "$out/ncu.log"
+  BENCH_TF32=$tf BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=$m "$ncu" --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum --launch-skip ${SKIP:-600} --launch-count ${COUNT:-60} $bin/bench-gpu-step "$b" 3 2>&1 |
+    awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%-44s %10s %s\n", substr(k,1,44), $NF, $(NF-1)}' |
+    tee -a "$out/ncu.log"
+done
+if [ -n "${PEER:-}" ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
+  fl="--ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1"
+  [ "${PEER_ATTN:-1}" = 1 ] && fl="$fl --attn-tokens 8 --attn-heads 2"
+  [ "${PEER_TF32:-0}" = 1 ] && fl="$fl --tf32"
+  echo "peer: $fl at batch $PEER" | tee -a "$out/bench.log"
+  PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-400} python3 .devcarry/anchor_torch_bdq.py --steps "${PEER_STEPS:-100}" \
+    --batches "$PEER" --modes ${PEER_MODES:-graph,compile_graph} $fl --json "$out/peer.json" 2>&1 |
+    tee "$out/peer.log" | grep -E '^B=|rror' | tee -a "$out/bench.log"
+fi
+exit $fail
