@@ -34,14 +34,32 @@ for m in ${MODES:-0 3 4}; do
   [ "${TF32:-1}" = 1 ] && [ "$m" != 0 ] &&
     BENCH_TF32=1 BENCH_PROFILE_MODE=$m $bin/bench-gpu-step "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
 done
+# the plain TF32 step at every batch (PLAIN_TF32=1): the large TF32 tiles' regression check
+[ "${PLAIN_TF32:-0}" = 1 ] && BENCH_PROFILE_MODE=2 $bin/bench-gpu-step 64,256,1024,4096 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 for spec in ${NCU:-}; do
   IFS=: read -r m b tf <<< "$spec"
   echo "== ncu mode $m batch $b tf32 $tf (one step's kernels, un-captured)" | tee -a "$out/ncu.log"
   BENCH_TF32=$tf BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=$m "$ncu" --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum --launch-skip ${SKIP:-600} --launch-count ${COUNT:-60} $bin/bench-gpu-step "$b" 3 2>&1 |
-    awk '/^  [a-zA-Z_].*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%-44s %10s %s\n", substr(k,1,44), $NF, $(NF-1)}' |
+    awk '/^  [a-zA-Z_].*\(/ {k=$0; sub(/^ +(void )?/, "", k)} /gpu__time_duration.sum/ {printf "%-56s %10s %s\n", substr(k,1,56), $NF, $(NF-1)}' |
     tee -a "$out/ncu.log"
+done
+# NCU_DETAIL="mode:batch:tf32:kernel-regex:skip:count": throughput, occupancy
+# and the top stall reasons of the matching launches (after skip of them)
+mt="gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed"
+mt="$mt,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+mt="$mt,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
+mt="$mt,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"
+mt="$mt,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+for spec in ${NCU_DETAIL:-}; do
+  IFS=: read -r m b tf kre sk cn <<< "$spec"
+  echo "== ncu detail mode $m batch $b tf32 $tf kernels $kre" | tee -a "$out/ncu-detail.log"
+  BENCH_TF32=$tf BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=$m "$ncu" --clock-control none --cache-control none -k "regex:$kre" \
+    --launch-skip "$sk" --launch-count "$cn" --metrics "$mt" $bin/bench-gpu-step "$b" 3 2>&1 |
+    grep -E "^  [a-zA-Z_]|duration|grid_size|registers|throughput|warps_active|issue_active|hmma|pipe_lsu|stalled" |
+    awk '{ if ($NF+0 > 0.5 || $0 !~ /stalled/) print }' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' |
+    cut -c1-150 >> "$out/ncu-detail.log"
 done
 if [ -n "${PEER:-}" ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   fl="--ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1"

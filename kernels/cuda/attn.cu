@@ -11,75 +11,93 @@
  * one thread block's work held in shared memory, so the forward is one
  * launch for every row of the step (online s and s' with the online
  * parameters, target s' with the target's) and the backward's data
- * gradients one launch for the B online rows; a third launch sums the
- * parameter gradients over the tokens. The first version ran each operation
- * as its own launch (the projections through the generic cuda_gemm, the
- * LayerNorm a thread per token): 32 dependent launches cost ~240 us of a
- * 450 us step at batch 64 (kernels/dev/DEVICE_NOTES.md items 56 and 60).
+ * gradients one launch for the B online rows; a third launch (on the step's
+ * side stream, beside B3) sums the parameter gradients over the tokens. The
+ * first version ran each operation as its own launch (the projections
+ * through the generic cuda_gemm, the LayerNorm a thread per token): 32
+ * dependent launches cost ~240 us of a 450 us step at batch 64
+ * (kernels/dev/DEVICE_NOTES.md items 56 and 60).
  *
- * A projection streams its weight matrix through shared memory EC input
- * channels at a time (att_linear_t, transposed, padded so both the staging
- * and the reads are free of bank conflicts) or EC output rows at a time
- * (att_linear_n, for the backward's products with W). Every sum runs in a
- * fixed order and the parameter gradients are fixed trees over fixed row
- * groups: no atomics, bit-identical reruns.
+ * Where they fit (att_plan: d up to ~60 in 200 KB), the row kernels copy
+ * every attention parameter they read into shared memory at once with
+ * cp.async, with the row's own inputs, so a block waits out one L2 round
+ * trip instead of one per projection and per bias: the forward's W
+ * transposed ([in][out], row stride d + 1, so a warp's 32 outputs read 32
+ * banks), the backward's as stored ([out][in]: a warp's 32 inputs). Wider
+ * tokens read the parameters from global memory (L1/L2) in the same order.
+ * Every sum runs in a fixed order and the parameter gradients are fixed
+ * trees over fixed row groups: no atomics, bit-identical reruns.
  */
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "cp_async.cuh"
 #include "cuda_check.h"
 #include "net_forward.cuh"
 #include "step.cuh"
 
 #define ATT_NT 256        /* threads of the row kernels */
-#define ATT_EC 32         /* weight channels staged per chunk */
-#define ATT_SMEM_MAX 200 * 1024
-#define ATT_WG_WARPS 32   /* row groups of the parameter-gradient kernel (a power of 2) */
+#define ATT_SMEM_MAX (200 * 1024)
 
 // kernels
 
-/* y [T, d] = x [T, d] W^T + b (nn.Linear; W [d, d] row-major [out][in]),
- * x and y in shared memory, W staged ec input channels at a time as
- * sw[e][c] (row stride d + 1). The caller syncs before y is read. */
-__device__ void att_linear_t(const float *sx, const float *__restrict__ W, const float *__restrict__ b, float *sy,
-                             float *sw, int T, int d, int ec) {
-  const int n = T * d, ws = d + 1;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sy[i] = 0.0f;
-  for (int e0 = 0; e0 < d; e0 += ec) {
-    const int w = min(ec, d - e0);
-    __syncthreads();
-    for (int j = threadIdx.x; j < d * w; j += blockDim.x) sw[(j % w) * ws + j / w] = W[(size_t)(j / w) * d + e0 + j % w];
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float *xt = sx + (i / d) * d + e0, *wc = sw + i % d;
-      float acc = 0.0f;
-      for (int e = 0; e < w; e++) acc += xt[e] * wc[e * ws];
-      sy[i] += acc;
-    }
+/* W [d][d] (nn.Linear, [out c][in e]) read as w[c sc + e se]: global memory
+ * (sc d, se 1) or a copy in shared memory (transposed: sc 1, se d + 1) */
+typedef struct att_w {
+  const float *w;
+  int sc, se;
+} att_w_t;
+
+/* y [T, d] = x [T, d] W^T + b (nn.Linear), x and y in shared memory, a
+ * thread per output, sums over e in order. The caller syncs before y is read. */
+__device__ __forceinline__ void att_linear_t(const float *sx, att_w_t W, const float *b, float *sy, int T, int d) {
+  for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
+    const int c = i % d;
+    const float *xt = sx + (i / d) * d, *wc = W.w + (size_t)c * W.sc;
+    float acc = 0.0f;
+    for (int e = 0; e < d; e++) acc += xt[e] * wc[(size_t)e * W.se];
+    sy[i] = acc + b[c];
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sy[i] += b[i % d];
 }
 
-/* y [T, d] (+)= g [T, d] W (the input gradient of nn.Linear: y[t][e] =
- * sum_c g[t][c] W[c][e]), W staged ec rows at a time as sw[c][e]. acc 0:
- * y is overwritten. The caller syncs before y is read. */
-__device__ void att_linear_n(const float *sg, const float *__restrict__ W, float *sy, float *sw, int T, int d, int ec,
-                             int acc0) {
-  const int n = T * d;
-  if (!acc0)
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sy[i] = 0.0f;
-  for (int c0 = 0; c0 < d; c0 += ec) {
-    const int w = min(ec, d - c0);
-    __syncthreads();
-    for (int j = threadIdx.x; j < d * w; j += blockDim.x) sw[j] = W[(size_t)c0 * d + j];
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float *gt = sg + (i / d) * d + c0, *we = sw + i % d;
-      float acc = 0.0f;
-      for (int c = 0; c < w; c++) acc += gt[c] * we[c * d];
-      sy[i] += acc;
+/* q, k, v [T, d] = x W_m^T + b_m for m = q, k, v at once: one load of x per
+ * three products (att_linear_t's sums, in its order) */
+__device__ __forceinline__ void att_linear_qkv(const float *sx, const att_w_t *W, const float *const *b, float *sq,
+                                               float *sk, float *sv, int T, int d) {
+  for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
+    const int c = i % d;
+    const float *xt = sx + (i / d) * d, *w0 = W[0].w + (size_t)c * W[0].sc, *w1 = W[1].w + (size_t)c * W[1].sc,
+                *w2 = W[2].w + (size_t)c * W[2].sc;
+    const size_t se = (size_t)W[0].se;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f;
+    for (int e = 0; e < d; e++) {
+      const float x = xt[e];
+      a0 += x * w0[e * se], a1 += x * w1[e * se], a2 += x * w2[e * se];
     }
+    sq[i] = a0 + b[0][c], sk[i] = a1 + b[1][c], sv[i] = a2 + b[2][c];
   }
+}
+
+/* y [T, d] = g [T, d] W (nn.Linear's input gradient: y[t][e] = sum_c
+ * g[t][c] W[c][e]), a thread per output, sums over c in order. The caller
+ * syncs before y is read. */
+__device__ __forceinline__ void att_linear_n(const float *sg, att_w_t W, float *sy, int T, int d) {
+  for (int i = threadIdx.x; i < T * d; i += blockDim.x) {
+    const int e = i % d;
+    const float *gt = sg + (i / d) * d, *we = W.w + (size_t)e * W.se;
+    float acc = 0.0f;
+    for (int c = 0; c < d; c++) acc += gt[c] * we[(size_t)c * W.sc];
+    sy[i] = acc;
+  }
+}
+
+/* n floats from global src into shared dst (4-byte cp.async, not committed) */
+__device__ __forceinline__ void att_copy(float *dst, const float *src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) cp_async4(dst + i, src + i);
+}
+/* W [d][d] into shared dst transposed, row stride d + 1 */
+__device__ __forceinline__ void att_copy_t(float *dst, const float *W, int d) {
+  for (int j = threadIdx.x; j < d * d; j += blockDim.x) cp_async4(dst + (j % d) * (d + 1) + j / d, W + j);
 }
 
 /* a warp's sum over its lanes in a fixed tree */
@@ -90,22 +108,44 @@ __device__ __forceinline__ float att_warp_sum(float v) {
 
 /* The forward of one row per block. Rows below rows0 use P0 (the online
  * parameters), the rest P1 (the target's). Rows below keep write every
- * activation the backward reads; the others only h'. */
+ * activation the backward reads; the others only h'. res: the parameters
+ * are copied into shared memory (att_plan). */
 __global__ void __launch_bounds__(ATT_NT) attn_forward_kernel(const float *__restrict__ P0, const float *__restrict__ P1,
                                                               int rows0, net_attn_t at, const float *__restrict__ h,
-                                                              cuda_attn_acts_t A, int keep, int ec) {
+                                                              cuda_attn_acts_t A, int keep, int res) {
   extern __shared__ float fsm[];
-  const int r = blockIdx.x, T = at.T, nh = at.nh, d = at.d, dh = d / nh, H2 = T * d;
+  const int r = blockIdx.x, T = at.T, nh = at.nh, d = at.d, dh = d / nh, H2 = T * d, dd = d * (d + 1);
   const float *P = r < rows0 ? P0 : P1;
-  float *sx = fsm, *sq = sx + H2, *sk = sq + H2, *sv = sk + H2, *sal = sv + H2, *sw = sal + nh * T * T;
+  float *sx = fsm, *sq = sx + H2, *sk = sq + H2, *sv = sk + H2, *sal = sv + H2, *sp = sal + nh * T * T;
   const bool all = r < keep;
   const size_t ro = (size_t)r * H2;
+  /* the row and, when resident, the parameters: W_q, W_k, W_v, W_o
+   * transposed, then b_q .. b_o, pos, gamma, beta */
+  att_w_t W[4];
+  const float *bias[4], *pos = P + at.off_pos, *gam = P + at.off_ln_w, *bet = P + at.off_ln_b;
+  att_copy(sx, h + ro, H2);
+  if (res) {
+    float *q = sp + 4 * dd;
+    for (int m = 0; m < 4; m++) {
+      att_copy_t(sp + m * dd, P + at.off_w[m], d);
+      W[m] = {sp + m * dd, 1, d + 1};
+      att_copy(q, P + at.off_b[m], d), bias[m] = q, q += d;
+    }
+    att_copy(q, pos, H2), pos = q, q += H2;
+    att_copy(q, gam, d), gam = q, q += d;
+    att_copy(q, bet, d), bet = q;
+  } else {
+    for (int m = 0; m < 4; m++) W[m] = {P + at.off_w[m], d, 1}, bias[m] = P + at.off_b[m];
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
   for (int i = threadIdx.x; i < H2; i += blockDim.x) {
-    sx[i] = h[ro + i] + P[at.off_pos + i];
+    sx[i] += pos[i];
     if (all) A.tx[ro + i] = sx[i];
   }
-  float *proj[3] = {sq, sk, sv};
-  for (int m = 0; m < 3; m++) att_linear_t(sx, P + at.off_w[m], P + at.off_b[m], proj[m], sw, T, d, ec);
+  __syncthreads();
+  att_linear_qkv(sx, W, bias, sq, sk, sv, T, d);
   __syncthreads();
   if (all)
     for (int i = threadIdx.x; i < H2; i += blockDim.x) A.tq[ro + i] = sq[i], A.tk[ro + i] = sk[i], A.tv[ro + i] = sv[i];
@@ -138,11 +178,11 @@ __global__ void __launch_bounds__(ATT_NT) attn_forward_kernel(const float *__res
     sq[i] = o;
     if (all) A.to[ro + i] = o;
   }
-  att_linear_t(sq, P + at.off_w[NET_ATTN_O], P + at.off_b[NET_ATTN_O], sk, sw, T, d, ec); /* u into sk */
+  __syncthreads();
+  att_linear_t(sq, W[NET_ATTN_O], bias[NET_ATTN_O], sk, T, d); /* u into sk */
   __syncthreads();
   /* LayerNorm of e = u + x, a warp per token */
   const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const float *gam = P + at.off_ln_w, *bet = P + at.off_ln_b;
   for (int t = threadIdx.x >> 5; t < T; t += nw) {
     float *e = sk + t * d;
     float s1 = 0.0f;
@@ -164,27 +204,37 @@ __global__ void __launch_bounds__(ATT_NT) attn_forward_kernel(const float *__res
  * -> de (the LayerNorm's), do = de W_o, the attention's dq, dk, dv (dk and
  * dv summed over the query tokens in order), dx = de + dq W_q + dk W_k +
  * dv W_v and gh = dx lrelu'(h). de, dq, dk, dv and dx go to global memory
- * for the parameter gradients. */
+ * for the parameter gradients. res: W_o, W_q, W_k, W_v (as stored) and gamma
+ * copied into shared memory. */
 __global__ void __launch_bounds__(ATT_NT) attn_backward_kernel(const float *__restrict__ P, net_attn_t at,
                                                                cuda_attn_acts_t A, cuda_attn_grads_t G,
                                                                const float *__restrict__ dy,
                                                                const float *__restrict__ h, float slope,
-                                                               float *__restrict__ gh, int ec) {
+                                                               float *__restrict__ gh, int res) {
   extern __shared__ float bsm[];
   const int r = blockIdx.x, T = at.T, nh = at.nh, d = at.d, dh = d / nh, H2 = T * d, na = nh * T * T;
   float *sde = bsm, *sdo = sde + H2, *sq = sdo + H2, *sk = sq + H2, *sv = sk + H2, *sdq = sv + H2, *sdk = sdq + H2,
-        *sdv = sdk + H2, *sal = sdv + H2, *sgs = sal + na, *sw = sgs + na;
+        *sdv = sdk + H2, *sal = sdv + H2, *sgs = sal + na, *sp = sgs + na;
   const size_t ro = (size_t)r * H2;
-  for (int i = threadIdx.x; i < H2; i += blockDim.x) {
-    sde[i] = dy[ro + i];
-    sdq[i] = A.xhat[ro + i]; /* xhat, until dq */
-    sq[i] = A.tq[ro + i], sk[i] = A.tk[ro + i], sv[i] = A.tv[ro + i];
+  att_copy(sde, dy + ro, H2);
+  att_copy(sdq, A.xhat + ro, H2); /* xhat, until dq */
+  att_copy(sq, A.tq + ro, H2);
+  att_copy(sk, A.tk + ro, H2);
+  att_copy(sv, A.tv + ro, H2);
+  att_copy(sal, A.alpha + (size_t)r * na, na);
+  att_w_t W[4];
+  const float *gam = P + at.off_ln_w;
+  if (res) {
+    for (int m = 0; m < 4; m++) att_copy(sp + m * d * d, P + at.off_w[m], d * d), W[m] = {sp + m * d * d, d, 1};
+    att_copy(sp + 4 * d * d, gam, d), gam = sp + 4 * d * d;
+  } else {
+    for (int m = 0; m < 4; m++) W[m] = {P + at.off_w[m], d, 1};
   }
-  for (int i = threadIdx.x; i < na; i += blockDim.x) sal[i] = A.alpha[(size_t)r * na + i];
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   /* LayerNorm: de = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)), a warp per token */
   const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const float *gam = P + at.off_ln_w;
   for (int t = threadIdx.x >> 5; t < T; t += nw) {
     float *g = sde + t * d;
     const float *xh = sdq + t * d;
@@ -201,8 +251,9 @@ __global__ void __launch_bounds__(ATT_NT) attn_backward_kernel(const float *__re
       G.dte[ro + t * d + c] = g[c];
     }
   }
+  __syncthreads();
   /* do = de W_o */
-  att_linear_n(sde, P + at.off_w[NET_ATTN_O], sdo, sw, T, d, ec, 0);
+  att_linear_n(sde, W[NET_ATTN_O], sdo, T, d);
   __syncthreads();
   /* dalpha_ts = do_t . v_s per head, then dscore = alpha (dalpha - sum alpha dalpha) / sqrt(d_h) */
   for (int i = threadIdx.x; i < na; i += blockDim.x) {
@@ -235,115 +286,125 @@ __global__ void __launch_bounds__(ATT_NT) attn_backward_kernel(const float *__re
     G.dtq[ro + i] = dq, G.dtk[ro + i] = dk, G.dtv[ro + i] = dv;
   }
   __syncthreads();
-  /* dx = de + dq W_q + dk W_k + dv W_v, into sdo */
-  for (int i = threadIdx.x; i < H2; i += blockDim.x) sdo[i] = sde[i];
-  const float *dp[3] = {sdq, sdk, sdv};
-  for (int m = 0; m < 3; m++) att_linear_n(dp[m], P + at.off_w[m], sdo, sw, T, d, ec, 1);
-  __syncthreads();
+  /* dx = ((de + dq W_q) + dk W_k) + dv W_v, the three products in one pass over c */
   for (int i = threadIdx.x; i < H2; i += blockDim.x) {
-    G.dtx[ro + i] = sdo[i];
-    gh[ro + i] = sdo[i] * (h[ro + i] > 0.0f ? 1.0f : slope);
+    const int e = i % d;
+    const float *gq = sdq + (i / d) * d, *gk = sdk + (i / d) * d, *gv = sdv + (i / d) * d;
+    const float *w0 = W[0].w + (size_t)e * W[0].se, *w1 = W[1].w + (size_t)e * W[1].se,
+                *w2 = W[2].w + (size_t)e * W[2].se;
+    const size_t sc = (size_t)W[0].sc;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f;
+    for (int c = 0; c < d; c++) a0 += gq[c] * w0[c * sc], a1 += gk[c] * w1[c * sc], a2 += gv[c] * w2[c * sc];
+    const float dx = ((sde[i] + a0) + a1) + a2;
+    G.dtx[ro + i] = dx;
+    gh[ro + i] = dx * (h[ro + i] > 0.0f ? 1.0f : slope);
   }
 }
 
-/* The parameter gradients, summed over the n = B T tokens (B rows for pos):
- * blocks [0, 4 d) are (matrix m, output row c): dW_m[c][e] = sum_i g[i][c]
- * x[i][e] and db_m[c] = sum_i g[i][c] (m = q, k, v: g = dq, dk, dv, x = tx;
- * m = o: g = de, x = to); then blocks of 32 LayerNorm columns (dgamma = sum
- * dy xhat, dbeta = sum dy) and of 32 pos columns (dpos = sum over rows of
- * dx). A lane per column, a warp per group of rows (row i to warp i mod
- * ATT_WG_WARPS, in order), then the warps' sums in a fixed tree. */
-__device__ __forceinline__ float att_tree(float v, float (*red)[33]) {
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  red[w][lane] = v;
-  __syncthreads();
-  for (int h = ATT_WG_WARPS / 2; h > 0; h >>= 1) {
-    if (w < h) red[w][lane] += red[w + h][lane];
-    __syncthreads();
-  }
-  return red[0][lane];
-}
+/* The parameter gradients, summed over the n = B T tokens (B rows for
+ * pos), split over row slices like a split-K GEMM: block (slice j, part y)
+ * copies its slice's rows into shared memory (one L2 round trip) and writes
+ * its partial sums; the part's last block to arrive (an arrival counter, the
+ * layer GEMM's pattern) adds the partials in slice order. Parts y = 0..3:
+ * dW_m[c][e] = sum_i g[i][c] x[i][e], db_m[c] = sum_i g[i][c] (m = q, k, v:
+ * g = dq, dk, dv, x = tx; m = o: g = de, x = to); 4: dgamma = sum dy xhat,
+ * dbeta = sum dy; 5: dpos = sum over rows of dx. The first version, a block
+ * per output row looping over every token, took 29 us at batch 256. */
+typedef struct att_wg {
+  int R, S, SP;     /* token rows per slice, slices (of the n tokens; pos: of the B rows), partial floats per slice */
+  float *part;      /* [6][S][SP] */
+  int *cnt;         /* [6] arrival counters, zero between launches */
+} att_wg_t;
 
-__global__ void __launch_bounds__(32 * ATT_WG_WARPS) attn_wgrad_kernel(net_attn_t at, cuda_attn_acts_t A,
-                                                                       cuda_attn_grads_t G, const float *__restrict__ dy,
-                                                                       int B, float *__restrict__ grad) {
-  __shared__ float red[ATT_WG_WARPS][33];
-  const int T = at.T, d = at.d, H2 = T * d, n = B * T, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  int b = blockIdx.x;
-  if (b < 4 * d) {
-    const int m = b / d, c = b % d;
-    const float *g = m == 0 ? G.dtq : m == 1 ? G.dtk : m == 2 ? G.dtv : G.dte;
-    const float *x = m == NET_ATTN_O ? A.to : A.tx;
-    float *dW = grad + at.off_w[m] + (size_t)c * d;
-    for (int e0 = 0; e0 < d; e0 += 32) { /* the bias with the first columns */
-      const int e = e0 + lane;
-      float s = 0.0f, sb = 0.0f;
-#pragma unroll 4
-      for (int i = w; i < n; i += ATT_WG_WARPS) {
-        const float gi = g[(size_t)i * d + c];
-        s += e < d ? gi * x[(size_t)i * d + e] : 0.0f;
-        sb += gi;
-      }
-      s = att_tree(s, red);
-      if (w == 0 && e < d) dW[e] = s;
-      if (e0 == 0) {
-        sb = att_tree(sb, red);
-        if (threadIdx.x == 0) grad[at.off_b[m] + c] = sb;
-      }
+__global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_attn_acts_t A, cuda_attn_grads_t G,
+                                                            const float *__restrict__ dy, int B, att_wg_t wg,
+                                                            float *__restrict__ grad) {
+  extern __shared__ float wsm[];
+  __shared__ int last;
+  const int T = at.T, d = at.d, H2 = T * d, y = blockIdx.y, j = blockIdx.x;
+  const int W = y == 5 ? H2 : d; /* row width */
+  const int nrows = y == 5 ? B : B * T, rpb = y == 5 ? (B + wg.S - 1) / wg.S : wg.R;
+  const int r0 = j * rpb, nr = max(0, min(rpb, nrows - r0));
+  const float *ga, *xa;
+  if (y < 4) {
+    ga = y == 0 ? G.dtq : y == 1 ? G.dtk : y == 2 ? G.dtv : G.dte;
+    xa = y == NET_ATTN_O ? A.to : A.tx;
+  } else if (y == 4) {
+    ga = dy, xa = A.xhat;
+  } else {
+    ga = G.dtx, xa = NULL;
+  }
+  float *sg = wsm, *sx = wsm + (size_t)rpb * W;
+  att_copy(sg, ga + (size_t)r0 * W, nr * W);
+  if (xa) att_copy(sx, xa + (size_t)r0 * W, nr * W);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  /* this slice's partial sums: outputs [0, no) */
+  const int no = y < 4 ? d * d + d : y == 4 ? 2 * d : H2;
+  float *pp = wg.part + ((size_t)y * wg.S + j) * wg.SP;
+  for (int o = threadIdx.x; o < no; o += blockDim.x) {
+    float acc = 0.0f;
+    if (y < 4 && o < d * d) {
+      const int c = o / d, e = o % d;
+      for (int i = 0; i < nr; i++) acc += sg[i * d + c] * sx[i * d + e];
+    } else if (y < 4) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o - d * d];
+    } else if (y == 4 && o < d) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o] * sx[i * d + o];
+    } else if (y == 4) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o - d];
+    } else {
+      for (int i = 0; i < nr; i++) acc += sg[i * H2 + o];
     }
-    return;
+    pp[o] = acc;
   }
-  b -= 4 * d;
-  const int nl = (d + 31) / 32;
-  if (b < nl) {
-    const int c = b * 32 + lane;
-    float sg = 0.0f, sb = 0.0f;
-    if (c < d)
-#pragma unroll 4
-      for (int i = w; i < n; i += ATT_WG_WARPS) {
-        const float gy = dy[(size_t)i * d + c];
-        sg += gy * A.xhat[(size_t)i * d + c], sb += gy;
-      }
-    sg = att_tree(sg, red);
-    if (w == 0 && c < d) grad[at.off_ln_w + c] = sg;
-    sb = att_tree(sb, red);
-    if (w == 0 && c < d) grad[at.off_ln_b + c] = sb;
-    return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(wg.cnt + y, 1) == wg.S - 1;
+    if (last) {
+      wg.cnt[y] = 0; /* ready for the next launch */
+      __threadfence();
+    }
   }
-  b -= nl;
-  const int k = b * 32 + lane;
-  float s = 0.0f;
-  if (k < H2)
-    for (int r = w; r < B; r += ATT_WG_WARPS) s += G.dtx[(size_t)r * H2 + k];
-  s = att_tree(s, red);
-  if (w == 0 && k < H2) grad[at.off_pos + k] = s;
+  __syncthreads();
+  if (!last) return;
+  const float *p0 = wg.part + (size_t)y * wg.S * wg.SP;
+  for (int o = threadIdx.x; o < no; o += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < wg.S; s++) acc += __ldcg(p0 + (size_t)s * wg.SP + o);
+    long long dst;
+    if (y < 4) dst = o < d * d ? at.off_w[y] + o : at.off_b[y] + o - d * d;
+    else if (y == 4) dst = o < d ? at.off_ln_w + o : at.off_ln_b + o - d;
+    else dst = at.off_pos + o;
+    grad[dst] = acc;
+  }
 }
 
 // launchers
 
-static size_t attn_fwd_floats(const net_attn_t *at, int ec) {
-  const size_t H2 = (size_t)at->T * at->d;
-  return 4 * H2 + (size_t)at->nh * at->T * at->T + (size_t)ec * (at->d + 1);
+/* shared floats of the row kernels: the row's buffers, plus the parameters when resident */
+static size_t attn_fwd_floats(const net_attn_t *at, int res) {
+  const size_t H2 = (size_t)at->T * at->d, d = (size_t)at->d;
+  return 4 * H2 + (size_t)at->nh * at->T * at->T + (res ? 4 * d * (d + 1) + 6 * d + H2 : 0);
 }
-static size_t attn_bwd_floats(const net_attn_t *at, int ec) {
-  const size_t H2 = (size_t)at->T * at->d;
-  return 8 * H2 + 2 * (size_t)at->nh * at->T * at->T + (size_t)ec * (at->d + 1);
+static size_t attn_bwd_floats(const net_attn_t *at, int res) {
+  const size_t H2 = (size_t)at->T * at->d, d = (size_t)at->d;
+  return 8 * H2 + 2 * (size_t)at->nh * at->T * at->T + (res ? 4 * d * d + d : 0);
 }
-
-/* the widest staging chunk whose kernels fit in shared memory; 0: none does */
-static int attn_chunk(const net_attn_t *at) {
-  for (int ec = ATT_EC; ec >= 1; ec /= 2)
-    if (sizeof(float) * attn_bwd_floats(at, ec) <= ATT_SMEM_MAX && sizeof(float) * attn_fwd_floats(at, ec) <= ATT_SMEM_MAX)
-      return ec;
-  return 0;
+static int attn_fits_smem(const net_attn_t *at, int res) {
+  return sizeof(float) * attn_fwd_floats(at, res) <= ATT_SMEM_MAX &&
+         sizeof(float) * attn_bwd_floats(at, res) <= ATT_SMEM_MAX;
 }
+/* 1: the parameters resident in shared memory, 0: read from global memory, -1: the rows do not fit */
+static int att_plan(const net_attn_t *at) { return attn_fits_smem(at, 1) ? 1 : attn_fits_smem(at, 0) ? 0 : -1; }
 
-extern "C" int cuda_attn_fits(const net_layout_t *L) { return !L->attn.T || attn_chunk(&L->attn) > 0; }
+extern "C" int cuda_attn_fits(const net_layout_t *L) { return !L->attn.T || att_plan(&L->attn) >= 0; }
 
-/* the row kernels' shared memory above the default 48 KB (once per process is enough; idempotent) */
-static int attn_smem_setup(const net_attn_t *at, int ec) {
-  const int fb = (int)(sizeof(float) * attn_fwd_floats(at, ec)), bb = (int)(sizeof(float) * attn_bwd_floats(at, ec));
+/* the row kernels' shared memory above the default 48 KB (idempotent) */
+static int attn_smem_setup(const net_attn_t *at, int res) {
+  const int fb = (int)(sizeof(float) * attn_fwd_floats(at, res)), bb = (int)(sizeof(float) * attn_bwd_floats(at, res));
   cudaError_t e;
   if (fb > 48 * 1024 &&
       (e = cudaFuncSetAttribute(attn_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fb)) != cudaSuccess)
@@ -357,12 +418,12 @@ static int attn_smem_setup(const net_attn_t *at, int ec) {
 extern "C" int cuda_attn_forward2(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h,
                                   int rows, int keep, const cuda_attn_acts_t *A, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
-  const int ec = attn_chunk(at);
-  if (!ec) return (int)cudaErrorInvalidConfiguration;
-  int rc = attn_smem_setup(at, ec);
+  const int res = att_plan(at);
+  if (res < 0) return (int)cudaErrorInvalidConfiguration;
+  int rc = attn_smem_setup(at, res);
   if (rc) return rc;
-  attn_forward_kernel<<<(unsigned)rows, ATT_NT, sizeof(float) * attn_fwd_floats(at, ec), st>>>(P0, P1, rows0, *at, h,
-                                                                                                 *A, keep, ec);
+  attn_forward_kernel<<<(unsigned)rows, ATT_NT, sizeof(float) * attn_fwd_floats(at, res), st>>>(P0, P1, rows0, *at, h,
+                                                                                                  *A, keep, res);
   return (int)cudaGetLastError();
 }
 
@@ -371,21 +432,51 @@ extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P, const fl
   return cuda_attn_forward2(L, P, P, rows, h, rows, rows, A, st);
 }
 
-/* dy [B, H2] = dL/dh' of the first B rows of A -> gh [B, H2] = dL/d(trunk-2
- * pre-activation); the attention parameters' gradients into grad */
 extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A,
                                   const cuda_attn_grads_t *G, int B, const float *dy, const float *h, float slope,
-                                  float *gh, float *grad, cudaStream_t st) {
+                                  float *gh, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
-  const int ec = attn_chunk(at), d = at->d, H2 = L->H2;
-  if (!ec) return (int)cudaErrorInvalidConfiguration;
-  int rc = attn_smem_setup(at, ec);
+  const int res = att_plan(at);
+  if (res < 0) return (int)cudaErrorInvalidConfiguration;
+  int rc = attn_smem_setup(at, res);
   if (rc) return rc;
-  attn_backward_kernel<<<(unsigned)B, ATT_NT, sizeof(float) * attn_bwd_floats(at, ec), st>>>(P, *at, *A, *G, dy, h,
-                                                                                              slope, gh, ec);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return (int)e;
-  const unsigned blocks = (unsigned)(4 * d + (d + 31) / 32 + (H2 + 31) / 32);
-  attn_wgrad_kernel<<<blocks, 32 * ATT_WG_WARPS, 0, st>>>(*at, *A, *G, dy, B, grad);
+  attn_backward_kernel<<<(unsigned)B, ATT_NT, sizeof(float) * attn_bwd_floats(at, res), st>>>(P, *at, *A, *G, dy, h,
+                                                                                               slope, gh, res);
+  return (int)cudaGetLastError();
+}
+
+/* the parameter-gradient kernel's slices for batch B: rows per slice so a
+ * slice's two inputs take 32 KB at most */
+static att_wg_t attn_wg_plan(const net_attn_t *at, int B) {
+  att_wg_t w = {0, 0, 0, NULL, NULL};
+  const int d = at->d, H2 = at->T * at->d;
+  w.R = 4096 / d < 1 ? 1 : 4096 / d > 128 ? 128 : 4096 / d;
+  w.S = (B * at->T + w.R - 1) / w.R;
+  /* pos: the same number of slices over B rows, H2 wide (8192 / H2 rows each at most) */
+  const int rp = 8192 / H2 < 1 ? 1 : 8192 / H2;
+  while ((B + w.S - 1) / w.S > rp) w.S++;
+  w.SP = d * d + d > H2 ? d * d + d : H2;
+  return w;
+}
+
+extern "C" size_t cuda_attn_wgrad_floats(const net_layout_t *L, int B) {
+  if (!L->attn.T) return 0;
+  const att_wg_t w = attn_wg_plan(&L->attn, B);
+  return (size_t)6 * w.S * w.SP + 8;
+}
+
+extern "C" int cuda_attn_wgrad(const net_layout_t *L, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G, int B,
+                               const float *dy, float *scratch, float *grad, cudaStream_t st) {
+  const net_attn_t *at = &L->attn;
+  att_wg_t w = attn_wg_plan(at, B);
+  w.part = scratch, w.cnt = (int *)(scratch + (size_t)6 * w.S * w.SP);
+  const int H2 = L->H2, rp = (B + w.S - 1) / w.S;
+  const size_t fl = 2 * (size_t)w.R * at->d > (size_t)rp * H2 ? 2 * (size_t)w.R * at->d : (size_t)rp * H2;
+  if (sizeof(float) * fl > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(attn_wgrad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)(sizeof(float) * fl));
+    if (e != cudaSuccess) return (int)e;
+  }
+  attn_wgrad_kernel<<<dim3((unsigned)w.S, 6), ATT_NT, sizeof(float) * fl, st>>>(*at, *A, *G, dy, B, w, grad);
   return (int)cudaGetLastError();
 }

@@ -19,10 +19,12 @@
  * hidden AHp = 2 AH), and its second layers more input columns of set k's
  * second layers, times beta_p, whose biases add beta_p x the prior's. The
  * set's outputs are then V + beta_p Vp and A_d + beta_p Ap_d, and dueling is
- * linear: the logits of DESIGN.md §6.2. Priors pack with the sets' kernel
- * (fused_pack_sets_kernel: a thread per element, its layer by binary search;
- * the priors once, cuda_pack_priors, as they never change); one head set
- * without priors keeps the flat kernel.
+ * linear: the logits of DESIGN.md §6.2. One kernel packs every layout
+ * (fused_pack_sets_kernel: a block per job of a layer's rows, from a job
+ * table built at alloc); the trained layers every step, the priors once
+ * (cuda_pack_priors), as they never change. With tensor_cores the weights
+ * are rounded to TF32 here, once, instead of in every GEMM tile that reads
+ * them (the same values: the GEMM rounds with the same cvt.rna).
  *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
@@ -34,95 +36,77 @@
 #include "cuda_check.h"
 #include "dqn_loss.cuh"
 
-typedef struct pack_layer {
-  long long src_w, src_b, src_sw, src_sb; /* params; sw/sb -1 unless noisy */
-  long long fi, fo;                       /* noise offsets (fn), -1 unless noisy */
-  long long w_dst, w_ld, b_dst;           /* in the pack: weight row 0, row stride, bias */
-  long long begin;                        /* first flat element of this layer */
-  int in, out;
-} pack_layer_t;
-
-typedef struct pack_args {
-  pack_layer_t l[NET_MAX_LAYERS];
-  int n_layers;
-  long long total;
-} pack_args_t;
-
-/* one layer of the sets' pack (fused_pack_sets_kernel), in device memory */
+/* One block's copy job of the pack (fused_pack_sets_kernel): rows [r0, r1)
+ * of one layer's weight, and its bias with the job at r0 = 0; in device
+ * memory, a job per block, so a block reads one descriptor and every thread
+ * knows its layer (the first version found each element's layer by a binary
+ * search over the table in global memory and divided 64-bit integers: 22.5
+ * us for the K = 5 ensemble's 2 x 1.3M elements, on the critical path). */
 typedef struct pack_entry {
-  long long begin;                                /* first element of this layer among the table's */
   long long src_w, src_b, src_sw, src_sb, src_pb; /* src_b -1: no bias here; src_pb: prior bias, x beta, or -1 */
   long long fi, fo;
   long long w_dst, w_ld, b_dst;
-  int in, out;
+  int in, out, r0, r1;
   int prior;  /* 1: the weights and bias come from the prior vector */
   int wbeta;  /* 1: the weights are times beta (a prior's second layer) */
 } pack_entry_t;
 
+#define PACK_JOB_ELEMS 4096 /* weight elements per job, about */
+#define PACK_U 16           /* loads in flight per thread */
+
 // kernels
 
-/* Effective weights of every layer into the packs: block row y = 0 online,
- * y = 1 target. Element e of the flat parameter order (each layer's weight
- * then bias) goes to its place in the pack. */
-__global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
-                                  float *__restrict__ w_on, const float *__restrict__ p_tg,
-                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg) {
-  const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
-  float *W = blockIdx.y ? w_tg : w_on;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
-       e += (long long)gridDim.x * blockDim.x) {
-    int li = 0;
-    while (li + 1 < a.n_layers && e >= a.l[li + 1].begin) li++;
-    const pack_layer_t *l = &a.l[li];
-    long long k = e - l->begin, nw = (long long)l->in * l->out;
-    if (k < nw) {
-      int o = (int)(k / l->in), i = (int)(k % l->in);
-      float v = P[l->src_w + k];
-      if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
-      W[l->w_dst + (long long)o * l->w_ld + i] = v;
-    } else {
-      int o = (int)(k - nw);
-      float v = P[l->src_b + o];
-      if (l->src_sb >= 0) v = v + P[l->src_sb + o] * fn[l->fo + o];
-      W[l->b_dst + o] = v;
-    }
-  }
+/* x rounded to TF32 (10 mantissa bits, to nearest, ties away: cvt.rna, as
+ * the layer GEMM rounds its other operand) */
+__device__ __forceinline__ float round_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
 }
 
-/* The same with K head sets and priors, over table entries [e0, e1) (the
- * trained layers every step; the priors once): a thread per element, its
- * layer found by binary search over the entries' first elements; block row
- * y = network (0 online, 1 target); the priors are shared by both. */
-__global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int e0, int e1, long long total,
-                                       const float *__restrict__ p_on, const float *__restrict__ fn_on,
-                                       float *__restrict__ w_on, const float *__restrict__ p_tg,
-                                       const float *__restrict__ fn_tg, float *__restrict__ w_tg,
-                                       const float *__restrict__ prior, float beta, int noisy) {
-  const long long g = tab[e0].begin + (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= tab[e0].begin + total) return;
-  int lo = e0, hi = e1 - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tab[mid].begin <= g) lo = mid;
-    else hi = mid - 1;
+/* Every layer's effective weights into both packs, over jobs [j0, j0 +
+ * gridDim.x): a block per job, block row y = network (0 online, 1 target);
+ * the priors are shared by both. */
+__global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int j0, const float *__restrict__ p_on,
+                                       const float *__restrict__ fn_on, float *__restrict__ w_on,
+                                       const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
+                                       float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
+                                       int noisy, int tf32) {
+  const pack_entry_t l = tab[j0 + blockIdx.x];
+  const float *__restrict__ P = l.prior ? prior : (blockIdx.y ? p_tg : p_on);
+  const float *__restrict__ fn = blockIdx.y ? fn_tg : fn_on;
+  float *__restrict__ W = blockIdx.y ? w_tg : w_on;
+  const bool nz = noisy && l.src_sw >= 0;
+  const int n = (l.r1 - l.r0) * l.in;
+  const float *src = P + l.src_w + (size_t)l.r0 * l.in;
+  /* PACK_U loads in flight before their stores (a load then its store per
+   * iteration waited out one L2 round trip each: 18.7 us instead of ~5) */
+  for (int k0 = threadIdx.x; k0 < n; k0 += PACK_U * blockDim.x) {
+    float v[PACK_U];
+#pragma unroll
+    for (int u = 0; u < PACK_U; u++) {
+      const int k = k0 + u * (int)blockDim.x;
+      v[u] = k < n ? src[k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < PACK_U; u++) {
+      const int k = k0 + u * (int)blockDim.x;
+      if (k >= n) break;
+      const int o = l.r0 + k / l.in, i = k % l.in;
+      float x = v[u];
+      if (nz) x = x + P[l.src_sw + (size_t)o * l.in + i] * (fn[l.fo + o] * fn[l.fi + i]);
+      if (l.wbeta) x = beta * x;
+      if (tf32) x = round_tf32(x);
+      W[l.w_dst + (long long)o * l.w_ld + i] = x;
+    }
   }
-  const pack_entry_t &l = tab[lo];
-  const float *P = l.prior ? prior : (blockIdx.y ? p_tg : p_on), *fn = blockIdx.y ? fn_tg : fn_on;
-  float *W = blockIdx.y ? w_tg : w_on;
-  const long long nw = (long long)l.in * l.out, k = g - l.begin;
-  if (k < nw) {
-    int o = (int)(k / l.in), i = (int)(k % l.in);
-    float v = P[l.src_w + k];
-    if (noisy && l.src_sw >= 0) v = v + P[l.src_sw + k] * (fn[l.fo + o] * fn[l.fi + i]);
-    if (l.wbeta) v = beta * v;
-    W[l.w_dst + (long long)o * l.w_ld + i] = v;
-  } else {
-    int o = (int)(k - nw);
-    float v = P[l.src_b + o];
-    if (noisy && l.src_sb >= 0) v = v + P[l.src_sb + o] * fn[l.fo + o];
-    if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
-    W[l.b_dst + o] = v;
-  }
+  if (l.r0 == 0 && l.src_b >= 0)
+    for (int o = threadIdx.x; o < l.out; o += blockDim.x) {
+      float v = P[l.src_b + o];
+      if (noisy && l.src_sb >= 0) v = v + P[l.src_sb + o] * fn[l.fo + o];
+      if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
+      W[l.b_dst + o] = v;
+    }
 }
 
 /* W = mu + sigma * (f(eps_out) f(eps_in)^T), b = mu_b + sigma_b f(eps_out) for one layer */
@@ -190,15 +174,15 @@ static void set_dst(const net_layout_t *L, const cuda_fused_t *f, int k, int j, 
   }
 }
 
-/* The sets' pack table: the trunk, every head set's layers, every prior
- * layer; into f->pack_tab (device). 0 or a cudaError_t. */
+/* The pack's job table: the trunk, every head set's layers, then every
+ * prior layer, each split into jobs of about PACK_JOB_ELEMS weight elements;
+ * into f->pack_tab (device). 0 or a cudaError_t. */
 extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
   const int HL = NET_HEAD_LAYERS(L->D);
   const int n = L->n_layers + (f->pr ? f->K * HL : 0);
   pack_entry_t *t = (pack_entry_t *)calloc((size_t)n, sizeof *t);
   if (!t) return (int)cudaErrorMemoryAllocation;
   int e = 0;
-  long long begin = 0;
   for (int li = 0; li < L->n_layers; li++, e++) {
     const net_layer_t *l = &L->layer[li];
     pack_entry_t *p = &t[e];
@@ -216,9 +200,8 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
       /* a second layer's bias carries beta x its prior's */
       if (f->pr && (j == 1 || (j >= 2 && (j - 2) % 2 == 1))) p->src_pb = L->prior_off_b[li];
     }
-    p->begin = begin, begin += (long long)p->in * p->out + (p->src_b >= 0 ? p->out : 0);
   }
-  f->pack_train = e, f->pack_train_elems = begin;
+  const int trained = e;
   for (int k = 0; f->pr && k < f->K; k++)
     for (int j = 0; j < HL; j++, e++) {
       const int li = NET_HEAD_LAYER(L, k, j);
@@ -232,68 +215,38 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
       long long bd;
       set_dst(L, f, k, j, 1, &p->w_dst, &p->w_ld, &bd);
       p->b_dst = second ? -1 : bd;
-      p->begin = begin, begin += (long long)p->in * p->out + (p->src_b >= 0 ? p->out : 0);
     }
-  f->pack_elems = begin;
-  cudaError_t err = cudaMalloc(&f->pack_tab, sizeof(pack_entry_t) * (size_t)n);
-  if (err == cudaSuccess) err = cudaMemcpy(f->pack_tab, t, sizeof(pack_entry_t) * (size_t)n, cudaMemcpyHostToDevice);
-  f->pack_n = n;
-  free(t);
-  return (int)err;
-}
-
-/* where each layer's elements go in the pack */
-static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t *a) {
-  memset(a, 0, sizeof *a);
-  long long begin = 0;
-  for (int li = 0; li < L->n_layers; li++) {
-    const net_layer_t *l = &L->layer[li];
-    pack_layer_t *p = &a->l[li];
-    p->src_w = l->off_w, p->src_b = l->off_b;
-    p->src_sw = l->noisy ? l->off_sw : -1, p->src_sb = l->noisy ? l->off_sb : -1;
-    p->fi = l->noisy ? l->noise_off : -1, p->fo = l->noisy ? l->noise_off + l->in : -1;
-    p->in = l->in, p->out = l->out;
-    p->begin = begin;
-    begin += (long long)l->in * l->out + l->out;
-    if (li == NET_TRUNK1) {
-      p->w_dst = f->pw.t1, p->w_ld = L->S, p->b_dst = f->pw.bt1;
-    } else if (li == NET_TRUNK2) {
-      p->w_dst = f->pw.t2, p->w_ld = L->H1, p->b_dst = f->pw.bt2;
-    } else if (li == NET_VALUE1) {
-      p->w_dst = f->pw.hc1, p->w_ld = L->H2, p->b_dst = f->pw.bhc1;
-    } else if (li == NET_VALUE2) {
-      p->w_dst = f->pw.hc2, p->w_ld = L->VH, p->b_dst = f->pw.bhc2;
-    } else {
-      int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
-      if (k == 1) {
-        long long row = L->VH + (long long)d * L->AH;
-        p->w_dst = f->pw.hc1 + row * L->H2, p->w_ld = L->H2, p->b_dst = f->pw.bhc1 + row;
-      } else {
-        p->w_dst = f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->aoff[d] * L->AH, p->w_ld = L->AH;
-        p->b_dst = f->pw.bhc2 + L->Z + f->aoff[d];
-      }
+  /* the jobs: each layer's rows in runs of about PACK_JOB_ELEMS elements */
+  int nj = 0, nj_train = 0;
+  for (int i = 0; i < n; i++) {
+    const int rows = t[i].in >= PACK_JOB_ELEMS ? 1 : PACK_JOB_ELEMS / t[i].in;
+    nj += (t[i].out + rows - 1) / rows;
+    if (i + 1 == trained) nj_train = nj;
+  }
+  pack_entry_t *jobs = (pack_entry_t *)calloc((size_t)nj, sizeof *jobs);
+  if (!jobs) return free(t), (int)cudaErrorMemoryAllocation;
+  for (int i = 0, j = 0; i < n; i++) {
+    const int rows = t[i].in >= PACK_JOB_ELEMS ? 1 : PACK_JOB_ELEMS / t[i].in;
+    for (int r = 0; r < t[i].out; r += rows, j++) {
+      jobs[j] = t[i];
+      jobs[j].r0 = r, jobs[j].r1 = r + rows < t[i].out ? r + rows : t[i].out;
     }
   }
-  a->n_layers = L->n_layers;
-  a->total = begin;
+  free(t);
+  cudaError_t err = cudaMalloc(&f->pack_tab, sizeof(pack_entry_t) * (size_t)nj);
+  if (err == cudaSuccess) err = cudaMemcpy(f->pack_tab, jobs, sizeof(pack_entry_t) * (size_t)nj, cudaMemcpyHostToDevice);
+  f->pack_n = nj, f->pack_train = nj_train;
+  free(jobs);
+  return (int)err;
 }
 
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
                                  cudaStream_t st) {
-  if (f->pack_tab) { /* K head sets or priors: the trained layers (the priors are packed once) */
-    dim3 g((unsigned)((f->pack_train_elems + 255) / 256), 2);
-    fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, 0, f->pack_train,
-                                              f->pack_train_elems, online, fn_on, f->w_on, target, fn_tg, f->w_tg,
-                                              f->prior, f->beta, noisy);
-    return (int)cudaGetLastError();
-  }
-  pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
-  pack_args(L, f, &pa);
-  if (!noisy)
-    for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
-  dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
-  fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg);
+  (void)L; /* the trained layers (the priors are packed once); noise composed when noisy */
+  fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2), 256, 0, st>>>(
+      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy,
+      f->tc);
   return (int)cudaGetLastError();
 }
 
@@ -326,9 +279,8 @@ extern "C" int cuda_noise(const unsigned long long *step, unsigned long long see
 /* the fixed priors' part of both packs (after the priors are set or loaded) */
 extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
   if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
-  const long long total = f->pack_elems - f->pack_train_elems;
-  dim3 g((unsigned)((total + 255) / 256), 2);
-  fused_pack_sets_kernel<<<g, 256, 0, st>>>((const pack_entry_t *)f->pack_tab, f->pack_train, f->pack_n, total, NULL,
-                                            NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0);
+  fused_pack_sets_kernel<<<dim3((unsigned)(f->pack_n - f->pack_train), 2), 256, 0, st>>>(
+      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0,
+      f->tc);
   return (int)cudaGetLastError();
 }

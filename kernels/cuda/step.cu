@@ -91,7 +91,8 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   /* packs, then every activation of the 3B rows, then the B rows' gradients */
   const size_t b = (size_t)B;
   f->attn = L->attn.T > 0;
-  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 : 0;
+  const size_t awg = cuda_attn_wgrad_floats(L, B);
+  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 + awg : 0;
   /* the ensemble loss's scratch: m [B,K,D,Z], ce and q [B,K,D], masks [B,K], ce_mean [B] */
   const size_t ens = f->K > 1 || f->pr ? b * f->K * L->D * ((size_t)L->Z + 2) + b * f->K + b : 0;
   size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
@@ -123,9 +124,11 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     f->ag.dtk = p, p += w;
     f->ag.dtv = p, p += w;
     f->ag.dtx = p, p += w;
-    f->gatt = p;
+    f->gatt = p, p += w;
+    f->awg = p; /* its last floats are the split arrival counters: zero */
+    if ((e = cudaMemset(f->awg, 0, sizeof(float) * awg)) != cudaSuccess) return (int)e;
   }
-  if ((f->K > 1 || f->pr) && (rc0 = cuda_pack_table(L, f))) return rc0;
+  if ((rc0 = cuda_pack_table(L, f))) return rc0;
   /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
   gemm_table_t *t = (gemm_table_t *)calloc(1, sizeof *t);
   if (!t) return (int)cudaErrorMemoryAllocation;
@@ -196,7 +199,7 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   for (int k = 1; k <= 3; k++) {
     CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));
     if (k == 2 && f->attn) /* B2 gave dL/dh': the attention's backward gives trunk 2's gh */
-      CUDA_RET(cuda_attn_backward(L, f->p_on, &f->at, &f->ag, B, f->gatt, f->h, sl, f->gh, grad, st));
+      CUDA_RET(cuda_attn_backward(L, f->p_on, &f->at, &f->ag, B, f->gatt, f->h, sl, f->gh, st));
     if (k == 3 && m) {
       CUDA_RET(norm_part(m, 0, sd));
       CUDA_RET(cuda_weight_grads(f, 3, sl, grad, fn, st));
@@ -205,6 +208,8 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
     }
     CUDA_RET(cudaEventRecord(f->ev[k], st));
     CUDA_RET(cudaStreamWaitEvent(sd, f->ev[k], 0));
+    if (k == 2 && f->attn) /* the attention's parameter gradients, beside B3 */
+      CUDA_RET(cuda_attn_wgrad(L, &f->at, &f->ag, B, f->gatt, f->awg, grad, sd));
     CUDA_RET(cuda_weight_grads(f, k, sl, grad, fn, sd));
   }
   CUDA_RET(cudaEventRecord(f->ev[4], sd));

@@ -91,9 +91,8 @@ typedef struct cuda_fused {
   int ens;                    /* 1: the ensemble loss (loss_ens.cu): K > 1 or bootstrap masks */
   const float *prior;         /* the prior vector (device, the caller's) and beta_p */
   float beta;
-  void *pack_tab;             /* the sets' pack table (pack.cu; NULL: the plain pack) */
-  int pack_n, pack_train;      /* entries; the trained layers' come first */
-  long long pack_elems, pack_train_elems;
+  void *pack_tab;             /* the pack's copy jobs (pack.cu) */
+  int pack_n, pack_train;     /* jobs; the trained layers' come first */
   float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
   /* bootstrap masks (loss_ens.cu): given [B, K] (mask_in, device: tests), or
    * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
@@ -113,6 +112,7 @@ typedef struct cuda_fused {
   cuda_attn_acts_t at;
   cuda_attn_grads_t ag;
   float *gatt;
+  float *awg;                 /* the attention parameter gradients' split scratch (attn.cu) */
   const float *p_on, *p_tg;
   int aoff[LEARNER_MAX_BRANCHES]; /* branch d's first advantage output: sum_{e<d} n_e Z */
   fused_pack_layout_t pw;     /* the W [out][in] packs */
@@ -154,7 +154,7 @@ void cuda_fused_free(cuda_fused_t *f);
 
 /* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff, the sets' set) */
 void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
-/* pack.cu: the sets' pack table (K > 1 or priors) into f->pack_tab */
+/* pack.cu: the pack's job table into f->pack_tab */
 int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
 int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
