@@ -10,7 +10,7 @@
 #   TF32=1              the same modes with tensor_cores=1 as well
 #   NCU="4:64:1 4:256:1" per-kernel times, mode:batch:tf32 each
 #   PEER=64             the peer at this batch (one: its compile takes minutes),
-#   PEER_TF32=1         with --tf32; PEER_ATTN=0 drops attention
+#   PEER_PREC="tf32 fp32" its precisions (--tf32 or not); PEER_ATTN=0 drops attention
 # Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,13 @@ for m in ${MODES:-0 3 4}; do
   [ "${TF32:-1}" = 1 ] && [ "$m" != 0 ] &&
     BENCH_TF32=1 BENCH_PROFILE_MODE=$m $bin/bench-gpu-step "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
 done
+# ALT_BENCH=path: a variant build's bench (an A/B of a compile-time choice), the same modes, same call
+if [ -n "${ALT_BENCH:-}" ] && [ -x "${ALT_BENCH}" ]; then
+  echo "variant build ($ALT_BENCH):" | tee -a "$out/bench.log"
+  for m in ${MODES:-0 3 4}; do
+    [ "$m" != 0 ] && BENCH_TF32=1 BENCH_PROFILE_MODE=$m "$ALT_BENCH" "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
+  done
+fi
 # the plain TF32 step at every batch (PLAIN_TF32=1): the large TF32 tiles' regression check
 [ "${PLAIN_TF32:-0}" = 1 ] && BENCH_PROFILE_MODE=2 $bin/bench-gpu-step 64,256,1024,4096 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
@@ -62,12 +69,16 @@ for spec in ${NCU_DETAIL:-}; do
     cut -c1-150 >> "$out/ncu-detail.log"
 done
 if [ -n "${PEER:-}" ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
-  fl="--ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1"
-  [ "${PEER_ATTN:-1}" = 1 ] && fl="$fl --attn-tokens 8 --attn-heads 2"
-  [ "${PEER_TF32:-0}" = 1 ] && fl="$fl --tf32"
-  echo "peer: $fl at batch $PEER" | tee -a "$out/bench.log"
-  PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-400} python3 .devcarry/anchor_torch_bdq.py --steps "${PEER_STEPS:-100}" \
-    --batches "$PEER" --modes ${PEER_MODES:-graph,compile_graph} $fl --json "$out/peer.json" 2>&1 |
-    tee "$out/peer.log" | grep -E '^B=|rror' | tee -a "$out/bench.log"
+  for prec in ${PEER_PREC:-fp32}; do
+    fl="--ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1"
+    [ "${PEER_ATTN:-1}" = 1 ] && fl="$fl --attn-tokens 8 --attn-heads 2"
+    [ "$prec" = tf32 ] && fl="$fl --tf32"
+    echo "peer ($prec): $fl at batch $PEER" | tee -a "$out/bench.log"
+    s0=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-400} python3 .devcarry/anchor_torch_bdq.py --steps "${PEER_STEPS:-100}" \
+      --batches "$PEER" --modes ${PEER_MODES:-graph,compile_graph} $fl --json "$out/peer_$prec.json" 2>&1 |
+      tee "$out/peer_$prec.log" | grep -E '^B=|rror' | tee -a "$out/bench.log"
+    echo "peer ($prec) took $(( $(date +%s) - s0 )) s" | tee -a "$out/bench.log"
+  done
 fi
 exit $fail

@@ -95,9 +95,17 @@ __device__ __forceinline__ void att_linear_n(const float *sg, att_w_t W, float *
 __device__ __forceinline__ void att_copy(float *dst, const float *src, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) cp_async4(dst + i, src + i);
 }
-/* W [d][d] into shared dst transposed, row stride d + 1 */
+/* W [d][d] into shared dst transposed, row stride d + 1; element j = c d + e
+ * goes to e (d + 1) + c, its (c, e) stepped without a division per element
+ * (dividing by the run-time d per element: 25.4 -> 20.9 us at batch 256) */
 __device__ __forceinline__ void att_copy_t(float *dst, const float *W, int d) {
-  for (int j = threadIdx.x; j < d * d; j += blockDim.x) cp_async4(dst + (j % d) * (d + 1) + j / d, W + j);
+  const int step = blockDim.x, sc = step / d, se = step % d;
+  int c = threadIdx.x / d, e = threadIdx.x % d;
+  for (int j = threadIdx.x; j < d * d; j += step) {
+    cp_async4(dst + e * (d + 1) + c, W + j);
+    c += sc, e += se;
+    if (e >= d) e -= d, c++;
+  }
 }
 
 /* a warp's sum over its lanes in a fixed tree */

@@ -15,8 +15,7 @@
  * tile to arrive adds the splits' partial sums in split order, so every sum
  * has one fixed order and reruns are bit-identical. The weight gradients are
  * the same kernel with A = dY^T (TA = 1). Phases with two 64 x 128 tiles per
- * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K), or with
- * tensor_cores fused_gemm_big_tc_kernel (TF32 mma.sync, no split-K).
+ * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K).
  *
  * Shapes: a problem is C [M][N] = A [M][K] W [K][N] (gemm.cuh's gprob_t);
  * tiles GBM x GBN (GBM2 x GBN2 big), k chunks of GBK. Every output is
@@ -350,8 +349,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
           const int n = 16 * wq + 8 * ni + gq;
           const float y0 = TW == 0 ? w[(k8 + tq) * GSW + n] : w[n * GSA0 + k8 + tq];
           const float y1 = TW == 0 ? w[(k8 + tq + 4) * GSW + n] : w[n * GSA0 + k8 + tq + 4];
-          /* forward and backward: W is the pack, already TF32 (pack.cu) */
-          bh[ni][0] = TA == 0 ? __float_as_uint(y0) : f2tf32(y0), bh[ni][1] = TA == 0 ? __float_as_uint(y1) : f2tf32(y1);
+          bh[ni][0] = f2tf32(y0), bh[ni][1] = f2tf32(y1);
         }
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -468,17 +466,17 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
 #define GW2_FLOATS (GBN2 * GSA0 > GBK * (GBN2 + 8) ? GBN2 * GSA0 : GBK * (GBN2 + 8)) /* W [n][GSA0] or [k][GBN2 + 8] */
 #define GSMEM2 (sizeof(float) * GNS2 * (GA2_FLOATS + GW2_FLOATS))
 
-template <int TW, int SK = GSA0, int SN = GBN2 + 8> /* row strides of [.][k] and [k][n] tiles */
+template <int TW>
 __device__ __forceinline__ void g2_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
                                          int n0, int k0, int kend) {
-  if (g.al & 1) cp_rows_k<GBM2, true>(sa, SK, g.A, g.lda, m0, g.M, k0, kend);
-  else cp_rows_k<GBM2, false>(sa, SK, g.A, g.lda, m0, g.M, k0, kend);
-  if (TW == 1) { /* W [n][k] -> sw [n][SK] */
-    if (g.al & 2) cp_rows_k<GBN2, true>(sw, SK, g.W, g.ldw, n0, g.N, k0, kend);
-    else cp_rows_k<GBN2, false>(sw, SK, g.W, g.ldw, n0, g.N, k0, kend);
-  } else { /* W [k][n] -> sw [k][SN] */
-    if (g.al & 2) cp_k_cols<GBN2, true>(sw, SN, g.W, g.ldw, n0, g.N, k0, kend);
-    else cp_k_cols<GBN2, false>(sw, SN, g.W, g.ldw, n0, g.N, k0, kend);
+  if (g.al & 1) cp_rows_k<GBM2, true>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
+  else cp_rows_k<GBM2, false>(sa, GSA0, g.A, g.lda, m0, g.M, k0, kend);
+  if (TW == 1) { /* W [n][k] -> sw [n][GSA0] */
+    if (g.al & 2) cp_rows_k<GBN2, true>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_rows_k<GBN2, false>(sw, GSA0, g.W, g.ldw, n0, g.N, k0, kend);
+  } else { /* W [k][n] -> sw [k][GBN2 + 8] */
+    if (g.al & 2) cp_k_cols<GBN2, true>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
+    else cp_k_cols<GBN2, false>(sw, GBN2 + 8, g.W, g.ldw, n0, g.N, k0, kend);
   }
 }
 
@@ -569,100 +567,6 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
       if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
       C[(size_t)m * g.ldc + n] = v;
     }
-}
-
-/* The same 64 x 128 tiles on the tensor cores (tensor_cores: TF32 operands,
- * fp32 accumulation): four warps as 2 x 2, each 32 rows x 64 outputs as 2 x 8
- * m16n8k8 accumulators. A thread's two k slots of a fragment (t and t + 4
- * in the PTX layout) hold the adjacent k 2t and 2t + 1 of A and W alike (the
- * product sums over k either way), so each pair is one 64-bit shared load;
- * rows are padded (GSK2 floats for [.][k] tiles, GSN2 for [k][n]) so those
- * loads hit every bank once per half warp. The W operand is the pack,
- * already rounded to TF32 (pack.cu), so only A is converted. The 32 x 64
- * tiles re-read each weight tile once per 32 rows; at batch 256 with K = 5
- * head sets their scalar fragment loads and conversions kept the tensor pipe
- * 7% busy (kernels/dev/DEVICE_NOTES.md item 61). */
-#define GSK2 (GBK + 8)
-#define GSN2 (GBN2 + 4)
-#define GA2T_FLOATS (GBM2 * GSK2)
-#define GW2T_FLOATS (GBN2 * GSK2 > GBK * GSN2 ? GBN2 * GSK2 : GBK * GSN2)
-#define GSMEM2T (sizeof(float) * GNS2 * (GA2T_FLOATS + GW2T_FLOATS))
-template <int TW>
-__global__ void __launch_bounds__(GNT) fused_gemm_big_tc_kernel(const gprob_t *__restrict__ probs,
-                                                                const __grid_constant__ gidx_t ix, float slope) {
-  extern __shared__ float4 gsh4[];
-  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2T_FLOATS;
-  const gprob_t g = probs[g_find(ix, probs)];
-  const int tile = (int)blockIdx.x - g.blk0;
-  const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
-  const int tid = threadIdx.x, wq = tid / 32, gq = (tid % 32) / 4, tq = tid % 4;
-  const int wm = 32 * (wq / 2), wn = 64 * (wq % 2); /* the warp's rows and outputs within the tile */
-  float acc[2][8][4];
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-      for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
-  const int nk = (g.K + GBK - 1) / GBK;
-#pragma unroll
-  for (int q = 0; q < GNS2 - 1; q++) {
-    if (q < nk) g2_issue<TW, GSK2, GSN2>(sA + q * GA2T_FLOATS, sW + q * GW2T_FLOATS, g, m0, n0, q * GBK, g.K);
-    cp_async_commit();
-  }
-  for (int c = 0; c < nk; c++) {
-    cp_async_wait<GNS2 - 2>();
-    __syncthreads();
-    const int nx = c + GNS2 - 1;
-    if (nx < nk)
-      g2_issue<TW, GSK2, GSN2>(sA + (nx % GNS2) * GA2T_FLOATS, sW + (nx % GNS2) * GW2T_FLOATS, g, m0, n0, nx * GBK,
-                               g.K);
-    cp_async_commit();
-    const float *__restrict__ a = sA + (c % GNS2) * GA2T_FLOATS;
-    const float *__restrict__ w = sW + (c % GNS2) * GW2T_FLOATS;
-#pragma unroll
-    for (int k8 = 0; k8 < GBK; k8 += 8) {
-      unsigned ah[2][4], bh[8][2];
-#pragma unroll
-      for (int mi = 0; mi < 2; mi++) {
-        const float *ar = a + (wm + 16 * mi + gq) * GSK2 + k8 + 2 * tq;
-        const float2 lo = *reinterpret_cast<const float2 *>(ar), hi = *reinterpret_cast<const float2 *>(ar + 8 * GSK2);
-        ah[mi][0] = f2tf32(lo.x), ah[mi][2] = f2tf32(lo.y), ah[mi][1] = f2tf32(hi.x), ah[mi][3] = f2tf32(hi.y);
-      }
-#pragma unroll
-      for (int ni = 0; ni < 8; ni++) {
-        const int n = wn + 8 * ni + gq;
-        if (TW == 1) {
-          const float2 v = *reinterpret_cast<const float2 *>(w + n * GSK2 + k8 + 2 * tq);
-          bh[ni][0] = __float_as_uint(v.x), bh[ni][1] = __float_as_uint(v.y);
-        } else {
-          bh[ni][0] = __float_as_uint(w[(k8 + 2 * tq) * GSN2 + n]);
-          bh[ni][1] = __float_as_uint(w[(k8 + 2 * tq + 1) * GSN2 + n]);
-        }
-      }
-#pragma unroll
-      for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 8; ni++) mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
-    }
-  }
-  cp_async_wait<0>();
-  const float *__restrict__ bias = g.bias;
-  const float *__restrict__ mask = g.mask;
-  float *__restrict__ C = g.C;
-#pragma unroll
-  for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-    for (int ni = 0; ni < 8; ni++)
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const int m = m0 + wm + 16 * mi + gq + 8 * (q >> 1), n = n0 + wn + 8 * ni + 2 * tq + (q & 1);
-        if (m >= g.M || n >= g.N) continue;
-        float v = acc[mi][ni][q] + (bias ? bias[n] : 0.0f);
-        if (g.act) v = v > 0.0f ? v : slope * v;
-        if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
-        C[(size_t)m * g.ldc + n] = v;
-      }
 }
 
 
@@ -781,10 +685,10 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within the config's bounds */
     for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
       if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
-    /* large tiles (forward and backward phases; FFMA, or TF32 for
-     * tensor_cores) when they give every SM BIG_PER_SM blocks at least */
+    /* large tiles (fp32 FFMA forward and backward phases) when they give
+     * every SM BIG_PER_SM blocks at least */
     int big = 0;
-    if (ph < PH_WG) {
+    if (f->tc == 0 && ph < PH_WG) {
       int bt = 0;
       for (int i = p0; i < p1; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
       big = bt >= BIG_PER_SM * nsm;
@@ -827,10 +731,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_tc_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2T);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_tc_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2T);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
   return (int)e;
@@ -850,10 +750,7 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC) \
   fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
-  if (f->ph_big[ph] && f->tc) {
-    if (ph < PH_B1) fused_gemm_big_tc_kernel<1><<<nb, GNT, GSMEM2T, st>>>(probs, ix, slope);
-    else fused_gemm_big_tc_kernel<0><<<nb, GNT, GSMEM2T, st>>>(probs, ix, slope);
-  } else if (f->ph_big[ph]) {
+  if (f->ph_big[ph]) {
     if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
     else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
   } else if (ph < PH_B1) { /* forward: W pack rows [out][in] */

@@ -19,12 +19,11 @@
  * hidden AHp = 2 AH), and its second layers more input columns of set k's
  * second layers, times beta_p, whose biases add beta_p x the prior's. The
  * set's outputs are then V + beta_p Vp and A_d + beta_p Ap_d, and dueling is
- * linear: the logits of DESIGN.md §6.2. One kernel packs every layout
- * (fused_pack_sets_kernel: a block per job of a layer's rows, from a job
- * table built at alloc); the trained layers every step, the priors once
- * (cuda_pack_priors), as they never change. With tensor_cores the weights
- * are rounded to TF32 here, once, instead of in every GEMM tile that reads
- * them (the same values: the GEMM rounds with the same cvt.rna).
+ * linear: the logits of DESIGN.md §6.2. The sets pack with
+ * fused_pack_sets_kernel (a block per job of a layer's rows, from a job
+ * table built at alloc): the trained layers every step, the priors once
+ * (cuda_pack_priors), as they never change. One head set without priors
+ * keeps the flat kernel (fused_pack_kernel).
  *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
@@ -35,6 +34,20 @@
 #include "../philox.h"
 #include "cuda_check.h"
 #include "dqn_loss.cuh"
+
+typedef struct pack_layer {
+  long long src_w, src_b, src_sw, src_sb; /* params; sw/sb -1 unless noisy */
+  long long fi, fo;                       /* noise offsets (fn), -1 unless noisy */
+  long long w_dst, w_ld, b_dst;           /* in the pack: weight row 0, row stride, bias */
+  long long begin;                        /* first flat element of this layer */
+  int in, out;
+} pack_layer_t;
+
+typedef struct pack_args {
+  pack_layer_t l[NET_MAX_LAYERS];
+  int n_layers;
+  long long total;
+} pack_args_t;
 
 /* One block's copy job of the pack (fused_pack_sets_kernel): rows [r0, r1)
  * of one layer's weight, and its bias with the job at r0 = 0; in device
@@ -56,12 +69,32 @@ typedef struct pack_entry {
 
 // kernels
 
-/* x rounded to TF32 (10 mantissa bits, to nearest, ties away: cvt.rna, as
- * the layer GEMM rounds its other operand) */
-__device__ __forceinline__ float round_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
+/* Effective weights of every layer into the packs: block row y = 0 online,
+ * y = 1 target. Element e of the flat parameter order (each layer's weight
+ * then bias) goes to its place in the pack. */
+__global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
+                                  float *__restrict__ w_on, const float *__restrict__ p_tg,
+                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg) {
+  const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
+  float *W = blockIdx.y ? w_tg : w_on;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
+       e += (long long)gridDim.x * blockDim.x) {
+    int li = 0;
+    while (li + 1 < a.n_layers && e >= a.l[li + 1].begin) li++;
+    const pack_layer_t *l = &a.l[li];
+    long long k = e - l->begin, nw = (long long)l->in * l->out;
+    if (k < nw) {
+      int o = (int)(k / l->in), i = (int)(k % l->in);
+      float v = P[l->src_w + k];
+      if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
+      W[l->w_dst + (long long)o * l->w_ld + i] = v;
+    } else {
+      int o = (int)(k - nw);
+      float v = P[l->src_b + o];
+      if (l->src_sb >= 0) v = v + P[l->src_sb + o] * fn[l->fo + o];
+      W[l->b_dst + o] = v;
+    }
+  }
 }
 
 /* Every layer's effective weights into both packs, over jobs [j0, j0 +
@@ -71,7 +104,7 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
                                        const float *__restrict__ fn_on, float *__restrict__ w_on,
                                        const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
                                        float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
-                                       int noisy, int tf32) {
+                                       int noisy) {
   const pack_entry_t l = tab[j0 + blockIdx.x];
   const float *__restrict__ P = l.prior ? prior : (blockIdx.y ? p_tg : p_on);
   const float *__restrict__ fn = blockIdx.y ? fn_tg : fn_on;
@@ -80,7 +113,7 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
   const int n = (l.r1 - l.r0) * l.in;
   const float *src = P + l.src_w + (size_t)l.r0 * l.in;
   /* PACK_U loads in flight before their stores (a load then its store per
-   * iteration waited out one L2 round trip each: 18.7 us instead of ~5) */
+   * iteration waited out one L2 round trip each: 18.7 us; so 10.5 us) */
   for (int k0 = threadIdx.x; k0 < n; k0 += PACK_U * blockDim.x) {
     float v[PACK_U];
 #pragma unroll
@@ -96,7 +129,6 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
       float x = v[u];
       if (nz) x = x + P[l.src_sw + (size_t)o * l.in + i] * (fn[l.fo + o] * fn[l.fi + i]);
       if (l.wbeta) x = beta * x;
-      if (tf32) x = round_tf32(x);
       W[l.w_dst + (long long)o * l.w_ld + i] = x;
     }
   }
@@ -174,9 +206,10 @@ static void set_dst(const net_layout_t *L, const cuda_fused_t *f, int k, int j, 
   }
 }
 
-/* The pack's job table: the trunk, every head set's layers, then every
- * prior layer, each split into jobs of about PACK_JOB_ELEMS weight elements;
- * into f->pack_tab (device). 0 or a cudaError_t. */
+/* The sets' pack job table (K > 1 or priors): the trunk, every head set's
+ * layers, then every prior layer, each split into jobs of about
+ * PACK_JOB_ELEMS weight elements; into f->pack_tab (device). 0 or a
+ * cudaError_t. */
 extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
   const int HL = NET_HEAD_LAYERS(L->D);
   const int n = L->n_layers + (f->pr ? f->K * HL : 0);
@@ -240,13 +273,57 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
   return (int)err;
 }
 
+/* where each layer's elements go in the pack */
+static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t *a) {
+  memset(a, 0, sizeof *a);
+  long long begin = 0;
+  for (int li = 0; li < L->n_layers; li++) {
+    const net_layer_t *l = &L->layer[li];
+    pack_layer_t *p = &a->l[li];
+    p->src_w = l->off_w, p->src_b = l->off_b;
+    p->src_sw = l->noisy ? l->off_sw : -1, p->src_sb = l->noisy ? l->off_sb : -1;
+    p->fi = l->noisy ? l->noise_off : -1, p->fo = l->noisy ? l->noise_off + l->in : -1;
+    p->in = l->in, p->out = l->out;
+    p->begin = begin;
+    begin += (long long)l->in * l->out + l->out;
+    if (li == NET_TRUNK1) {
+      p->w_dst = f->pw.t1, p->w_ld = L->S, p->b_dst = f->pw.bt1;
+    } else if (li == NET_TRUNK2) {
+      p->w_dst = f->pw.t2, p->w_ld = L->H1, p->b_dst = f->pw.bt2;
+    } else if (li == NET_VALUE1) {
+      p->w_dst = f->pw.hc1, p->w_ld = L->H2, p->b_dst = f->pw.bhc1;
+    } else if (li == NET_VALUE2) {
+      p->w_dst = f->pw.hc2, p->w_ld = L->VH, p->b_dst = f->pw.bhc2;
+    } else {
+      int d = (li - NET_BRANCH0) / 2, k = (li - NET_BRANCH0) % 2 + 1;
+      if (k == 1) {
+        long long row = L->VH + (long long)d * L->AH;
+        p->w_dst = f->pw.hc1 + row * L->H2, p->w_ld = L->H2, p->b_dst = f->pw.bhc1 + row;
+      } else {
+        p->w_dst = f->pw.hc2 + (long long)L->Z * L->VH + (long long)f->aoff[d] * L->AH, p->w_ld = L->AH;
+        p->b_dst = f->pw.bhc2 + L->Z + f->aoff[d];
+      }
+    }
+  }
+  a->n_layers = L->n_layers;
+  a->total = begin;
+}
+
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
                                  cudaStream_t st) {
-  (void)L; /* the trained layers (the priors are packed once); noise composed when noisy */
+  if (!f->pack_tab) { /* one head set without priors: the flat kernel */
+    pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
+    pack_args(L, f, &pa);
+    if (!noisy)
+      for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
+    dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg);
+    return (int)cudaGetLastError();
+  }
+  /* K head sets or priors: the trained layers (the priors are packed once); noise composed when noisy */
   fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy,
-      f->tc);
+      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy);
   return (int)cudaGetLastError();
 }
 
@@ -280,7 +357,6 @@ extern "C" int cuda_noise(const unsigned long long *step, unsigned long long see
 extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
   if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
   fused_pack_sets_kernel<<<dim3((unsigned)(f->pack_n - f->pack_train), 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0,
-      f->tc);
+      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0);
   return (int)cudaGetLastError();
 }

@@ -91,7 +91,7 @@ typedef struct cuda_fused {
   int ens;                    /* 1: the ensemble loss (loss_ens.cu): K > 1 or bootstrap masks */
   const float *prior;         /* the prior vector (device, the caller's) and beta_p */
   float beta;
-  void *pack_tab;             /* the pack's copy jobs (pack.cu) */
+  void *pack_tab;             /* the sets' pack jobs (pack.cu; NULL: the plain pack) */
   int pack_n, pack_train;     /* jobs; the trained layers' come first */
   float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
   /* bootstrap masks (loss_ens.cu): given [B, K] (mask_in, device: tests), or
@@ -154,7 +154,7 @@ void cuda_fused_free(cuda_fused_t *f);
 
 /* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff, the sets' set) */
 void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
-/* pack.cu: the pack's job table into f->pack_tab */
+/* pack.cu: the sets' pack job table (K > 1 or priors) into f->pack_tab */
 int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
 int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
