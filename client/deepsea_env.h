@@ -72,8 +72,8 @@ struct demo_driver;
 struct learner_config;
 /* The learner config the demo and the learning test start from: state_dim
  * N*N, one branch of 2, two atoms on [-1, 1] (deepsea_env.c says why), a
- * small net, uniform replay, and an ensemble of 10 thompson heads with priors
- * (scale 10) and bootstrap masks (p 0.5). */
+ * small net, lr 1e-4, uniform replay, and an ensemble of 10 thompson heads
+ * with priors (scale 10) and bootstrap masks (p 0.5); deepsea_env.c says why. */
 void deepsea_learner_config(struct learner_config *c, int n);
 typedef void (*deepsea_progress_cb)(void *ctx, const deepsea_point_t *p);
 /* 0, the first driver error, or -1 when out of memory or o->n is out of range. */

@@ -7,6 +7,13 @@
  * (future, ratio 0.8) at least 90% of episodes 401-500 reach their goal
  * (at most 5,000 environment steps), on seeds 1, 2 and 3; without HER, on
  * the same budget, seed 1 stays below 50% (the test can fail).
+ * And bsuite's deep sea at N = 20 (client/deepsea_env.h, issue 15): the
+ * ensemble of deepsea_learner_config (K = 10 thompson heads, priors, masks)
+ * reaches the reward in at least 80% of episodes 1,901-2,000 on seeds 1, 2
+ * and 3; the single head without noise (epsilon-greedy), on the same budget,
+ * stays below 50% on seed 1. The oracle is the environment: its reward
+ * needs N - 1 moves right in N steps, which a random walk finds with
+ * probability ~2^-19 per episode.
  */
 #include <check.h>
 #include <math.h>
@@ -15,6 +22,7 @@
 #include <string.h>
 
 #include "bitflip_env.h"
+#include "deepsea_env.h"
 #include "demo_env.h"
 #include "learner.h"
 #include "testutil.h"
@@ -108,6 +116,55 @@ START_TEST(test_bitflip_without_her) {
 }
 END_TEST
 
+static void deepsea_window(void *ctx, const deepsea_point_t *p) {
+  deepsea_point_t *last = ctx;
+  *last = *p;
+  if (p->episodes % 500 == 0 || p->success > 0)
+    printf("  episodes %5lld: the reward in %5.1f%%, mean return %.4f\n", p->episodes, 100 * p->success,
+           p->mean_return);
+  fflush(stdout);
+}
+
+/* the share of episodes 1,901-2,000 that reached the reward */
+static double deepsea_run(uint64_t seed, int single) {
+  learner_config_t c;
+  deepsea_learner_config(&c, 20);
+  c.seed = seed;
+  if (single) c.ensemble_k = 1, c.ensemble_prior_scale = 0;
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  demo_driver_t drv;
+  demo_driver_learner(&drv, l);
+  deepsea_opts_t o = {20, 2000, seed, 0, single, 0, 20.0f};
+  printf("deepsea N=20 seed %llu, %s\n", (unsigned long long)seed,
+         single ? "one head, epsilon-greedy" : "K = 10 thompson heads, priors, masks");
+  deepsea_point_t last;
+  memset(&last, 0, sizeof last);
+  ck_assert_int_eq(deepsea_train(&drv, &o, deepsea_window, &last), 0);
+  ck_assert_msg(last.episodes == 2000 && last.window == 100, "last window: %d episodes ending at %lld", last.window,
+                last.episodes);
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  ck_assert_int_eq(st.replay_total, 2000 * 20);
+  learner_destroy(l);
+  return last.success;
+}
+
+START_TEST(test_deepsea_ensemble) {
+  uint64_t seed = (uint64_t)_i + 1;
+  double s = deepsea_run(seed, 0);
+  ck_assert_msg(s >= 0.8, "seed %llu: the ensemble reached the reward in %.0f%% of episodes 1901-2000",
+                (unsigned long long)seed, 100 * s);
+}
+END_TEST
+
+START_TEST(test_deepsea_single_head) {
+  double s = deepsea_run(1, 1);
+  ck_assert_msg(s < 0.5, "one epsilon-greedy head reached the reward in %.0f%% of episodes 1901-2000", 100 * s);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("learning");
   TCase *tc = tcase_create("meanrev");
@@ -119,5 +176,10 @@ int main(void) {
   tcase_add_loop_test(bf, test_bitflip_her, 0, 3);
   tcase_add_test(bf, test_bitflip_without_her);
   suite_add_tcase(s, bf);
+  TCase *ds = tcase_create("deepsea");
+  tcase_set_timeout(ds, 400);
+  tcase_add_loop_test(ds, test_deepsea_ensemble, 0, 3);
+  tcase_add_test(ds, test_deepsea_single_head);
+  suite_add_tcase(s, ds);
   return tu_run(s);
 }
