@@ -49,28 +49,8 @@ fi
 if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && [ -f "$out/peer_fp32.json" ]; then
   python3 scripts/gpu-summary.py "$out" | tee "$out/summary.md"
 fi
-# issue 15: the ensemble step (K = 5, priors 1, masks 0.5, diversity 0.1)
-# beside the PyTorch peer with the same flags, at PEER_BATCHES (one batch per
-# call: its compile takes minutes)
-if [ "${1:-}" = --ensemble ] && [ -x "$bench" ]; then
-  echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/bench-ens.log"
-  BENCH_PROFILE_MODE=0 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"
-  BENCH_PROFILE_MODE=3 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"
-  BENCH_PROFILE_MODE=4 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"
-  if [ "${ENS_TF32:-0}" = 1 ]; then  # the same two modes with tensor_cores=1 (TF32)
-    echo "tensor_cores=1:" | tee -a "$out/bench-ens.log"
-    for m in 3 4; do BENCH_TF32=1 BENCH_PROFILE_MODE=$m "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"; done
-  fi
-  for occ in ${ENS_OCC:-}; do BENCH_GEMM_OCC=$occ BENCH_PROFILE_MODE=3 "$bench" "${PEER_BATCHES:-64}" 300 2>&1 | tee -a "$out/bench-ens.log"; done
-  # the peer with the same flags: PEER_ATTN=1 adds attention (8 tokens, 2 heads), the issue's full configuration
-  attn=""; [ "${PEER_ATTN:-0}" = 1 ] && attn="--attn-tokens 8 --attn-heads 2"
-  [ "${PEER_TF32:-0}" = 1 ] && attn="$attn --tf32"
-  if [ -f .devcarry/anchor_torch_bdq.py ]; then
-    PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "${PEER_STEPS:-100}" --batches "${PEER_BATCHES:-64}" \
-      --modes graph,compile_graph --ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1 $attn \
-      --json "$out/peer_ens.json" 2>&1 | tee "$out/peer_ens.log" | grep -E '^B=|Error|error'
-  fi
-fi
+# issue 15's ensemble and attention step beside the peer with the same flags:
+# scripts/gpu-ens.sh
 if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then
   # issue 4: the daemon trains the demo environment on the GPU (auto backend)
   # to the same result as on the CPU; and the in-process demo on cuda and cpu

@@ -423,7 +423,7 @@ static int attn_smem_setup(const net_attn_t *at, int res) {
   return 0;
 }
 
-extern "C" int cuda_attn_forward2(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h,
+extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h,
                                   int rows, int keep, const cuda_attn_acts_t *A, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
   const int res = att_plan(at);
@@ -433,11 +433,6 @@ extern "C" int cuda_attn_forward2(const net_layout_t *L, const float *P0, const 
   attn_forward_kernel<<<(unsigned)rows, ATT_NT, sizeof(float) * attn_fwd_floats(at, res), st>>>(P0, P1, rows0, *at, h,
                                                                                                   *A, keep, res);
   return (int)cudaGetLastError();
-}
-
-extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P, const float *h, int rows, cuda_attn_acts_t *A,
-                                 cudaStream_t st) {
-  return cuda_attn_forward2(L, P, P, rows, h, rows, rows, A, st);
 }
 
 extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A,

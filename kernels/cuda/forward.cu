@@ -172,7 +172,7 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
                             const float *fn, cudaStream_t st) {
   for (int ph = PH_F1; ph < PH_F1 + 4; ph++) {
     if (ph == PH_F1 + 2 && f->attn) { /* the attention on h: online s and s' (2B rows), target s' (B rows) */
-      CUDA_RET(cuda_attn_forward2(L, f->p_on, f->p_tg, 2 * B, f->h, 3 * B, B, &f->at, st));
+      CUDA_RET(cuda_attn_forward(L, f->p_on, f->p_tg, 2 * B, f->h, 3 * B, B, &f->at, st));
     }
     CUDA_RET(cuda_gemm_phase(f, ph, slope, grad, fn, st));
   }

@@ -304,7 +304,7 @@ extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, con
   TRY(linear(A->h1, P + t2->off_w, P + t2->off_b, A->a2, A->h, slope, rows, L->H1, L->H2, st));
   const float *hh = A->h; /* the heads' input: h, or the attention's h' */
   if (L->attn.T) {
-    TRY((cudaError_t)cuda_attn_forward(L, P, A->h, rows, &A->att, st));
+    TRY((cudaError_t)cuda_attn_forward(L, P, P, rows, A->h, rows, rows, &A->att, st));
     hh = A->att.hatt;
   }
   float dz = (vmax - vmin) / (float)(L->Z - 1);

@@ -19,7 +19,7 @@ extern "C" {
  * names): tx .. hatt [rows, H2] = [rows T, d], alpha [rows, n_h, T, T], rstd
  * [rows T] */
 typedef struct cuda_attn_acts {
-  float *tx, *tq, *tk, *tv, *to, *tu, *xhat, *hatt, *alpha, *rstd;
+  float *tx, *tq, *tk, *tv, *to, *xhat, *hatt, *alpha, *rstd;
 } cuda_attn_acts_t;
 /* its backward's scratch, [B, H2] each */
 typedef struct cuda_attn_grads {
@@ -64,15 +64,13 @@ void cuda_acts_free(cuda_acts_t *A);
 int cuda_net_forward(const net_layout_t *L, const float *params, const float *X, int rows, float slope, float vmin,
                      float vmax, cuda_acts_t *A, cudaStream_t stream);
 
-/* attn.cu: the attention block on h [rows, H2] with the parameter vector P
- * into A (A->hatt = h', the heads' input) */
-int cuda_attn_forward(const net_layout_t *L, const float *P, const float *h, int rows, cuda_attn_acts_t *A,
-                      cudaStream_t st);
-/* the same in one launch for rows whose first rows0 use P0 and the rest P1
- * (the step's online and target rows); rows below keep write every
- * activation the backward reads, the rest h' alone */
-int cuda_attn_forward2(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h, int rows,
-                       int keep, const cuda_attn_acts_t *A, cudaStream_t st);
+/* attn.cu: the attention block on h [rows, H2] into A (A->hatt = h', the
+ * heads' input), in one launch: rows below rows0 with the parameter vector
+ * P0, the rest with P1 (the step's online and target rows; Act: P0 = P1);
+ * rows below keep write every activation the backward reads, the rest h'
+ * alone */
+int cuda_attn_forward(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h, int rows,
+                      int keep, const cuda_attn_acts_t *A, cudaStream_t st);
 /* attn.cu: 1 when its row kernels hold this layout's attention in shared memory */
 int cuda_attn_fits(const net_layout_t *L);
 /* attn.cu: dy = dL/dh' [B, H2] of A's first B rows -> gh = dL/d(trunk-2
@@ -90,7 +88,7 @@ size_t cuda_attn_wgrad_floats(const net_layout_t *L, int B);
 /* floats of A for `rows` rows (0 with attention off), and their placement */
 static inline size_t cuda_attn_acts_floats(const net_layout_t *L, size_t rows) {
   if (!L->attn.T) return 0;
-  return rows * (8 * (size_t)L->H2 + (size_t)L->attn.nh * L->attn.T * L->attn.T + (size_t)L->attn.T);
+  return rows * (7 * (size_t)L->H2 + (size_t)L->attn.nh * L->attn.T * L->attn.T + (size_t)L->attn.T);
 }
 static inline float *cuda_attn_acts_place(const net_layout_t *L, cuda_attn_acts_t *A, size_t rows, float *p) {
   if (!L->attn.T) return p;
@@ -100,7 +98,6 @@ static inline float *cuda_attn_acts_place(const net_layout_t *L, cuda_attn_acts_
   A->tk = p, p += w;
   A->tv = p, p += w;
   A->to = p, p += w;
-  A->tu = p, p += w;
   A->xhat = p, p += w;
   A->hatt = p, p += w;
   A->alpha = p, p += rows * (size_t)L->attn.nh * L->attn.T * L->attn.T;
