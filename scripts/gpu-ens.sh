@@ -34,6 +34,19 @@ for m in ${MODES:-0 3 4}; do
   [ "${TF32:-1}" = 1 ] && [ "$m" != 0 ] &&
     BENCH_TF32=1 BENCH_PROFILE_MODE=$m $bin/bench-gpu-step "$B" 300 2>&1 | grep -E '^B=|rror' | tee -a "$out/bench.log"
 done
+# ALT=1: a variant build (gpu-prepare's .devcarry/alt.tar.xz: its gpu tests and
+# bench, e.g. a patch from kernels/dev/patches applied), its suite with ALT_SUITE=1
+if [ "${ALT:-0}" = 1 ] && [ -f .devcarry/alt.tar.xz ]; then
+  rm -rf .devcarry/alt && tar -C .devcarry -xJf .devcarry/alt.tar.xz
+  ALT_BENCH=.devcarry/alt/bench-gpu-step
+  if [ "${ALT_SUITE:-1}" = 1 ]; then
+    for t in .devcarry/alt/test-gpu-*; do
+      name=alt-$(basename "$t")
+      "$t" > "$out/$name.log" 2>&1; rc=$?
+      echo "$name: rc $rc"; [ $rc = 0 ] || { fail=1; tail -8 "$out/$name.log"; }
+    done
+  fi
+fi
 # ALT_BENCH=path: a variant build's bench (an A/B of a compile-time choice), the same modes, same call
 if [ -n "${ALT_BENCH:-}" ] && [ -x "${ALT_BENCH}" ]; then
   echo "variant build ($ALT_BENCH):" | tee -a "$out/bench.log"

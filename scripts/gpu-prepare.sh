@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 export PATH=/usr/local/cuda/bin:$PATH
-[ -f build/build.ninja ] || meson setup build -Dcuda=enabled -Dgpu_arch=90
+[ -f build/build.ninja ] || meson setup build -Dcuda=enabled -Dgpu_arch=90a
 # meson does not track the headers a .cu file includes (no nvcc depfiles), so
 # a changed .cuh would leave objects built against an old struct layout:
 # rebuild every CUDA object whenever any CUDA header is newer than it.

@@ -27,6 +27,7 @@
 
 #include "cp_async.cuh"
 #include "gemm.cuh"
+#include "gemm_dev.cuh"
 
 #define GBM 32  /* tile rows */
 #define GBN 64  /* tile outputs */
@@ -47,38 +48,6 @@
 #define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
 
 // kernels
-
-/* A launch's lookup from block to problem, passed as a grid constant: the
- * first-block offsets are compared all at once (independent loads from the
- * constant cache) instead of walking the problem table in global memory, one
- * dependent L2 round trip per problem passed. */
-typedef struct gidx {
-  int nix;    /* entries in blk0 */
-  int stride; /* problems per entry: entry e is problem e * stride's first block */
-  int np;     /* problems */
-  int blk0[GEMM_IX];
-} gidx_t;
-
-/* The block's problem: with stride 1 (every phase of one head set) a count
- * over the first blocks; with K head sets the count finds the group of
- * `stride` problems, and a second count over their first blocks in the
- * problem table (independent loads, so one round trip) the problem. */
-__device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restrict__ probs) {
-  int p = 0;
-#pragma unroll 8
-  for (int i = 1; i < ix.nix; i++) p += (int)blockIdx.x >= ix.blk0[i];
-  if (ix.stride == 1) return p;
-  const int base = p * ix.stride, end = min(ix.np, base + ix.stride);
-  int q = base;
-  for (int j = base + 1; j < end; j++) q += (int)blockIdx.x >= probs[j].blk0;
-  return q;
-}
-
-__device__ __forceinline__ unsigned f2tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
 
 /* D += A B, A 16 x 8 (rows x k), B 8 x 8 (k x outputs), TF32 operands, fp32
  * accumulation. Fragments (PTX ISA, m16n8k8 .tf32): lane = 4 g + t4;
@@ -615,7 +584,7 @@ static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 
 static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, int *blocks, int *ntiles,
                        size_t *part_floats) {
   int tiles = 0;
-  const int bm = big ? GBM2 : GBM, bn = big ? GBN2 : GBN;
+  const int bm = big == 2 ? WG_BM : big ? GBM2 : GBM, bn = big == 2 ? WG_BN : big ? GBN2 : GBN;
   for (int i = p0; i < p1; i++) {
     gprob_t *g = &pr[i];
     g->tn = (g->N + bn - 1) / bn;
@@ -677,7 +646,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   int dev = 0, nsm = 132;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return (int)cudaGetLastError();
-  const int occ = occupancy >= 1 ? occupancy : 2;
+  const int occ = occupancy >= 1 ? occupancy : 2, wgmma = gemm_wgmma_usable();
   size_t part = 0, part_side = 0, part_t1 = 0;
   int cnt = 0, cnt_side = 0, cnt_t1 = 0;
   for (int ph = 0; ph < GEMM_PHASES; ph++) {
@@ -692,6 +661,17 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       int bt = 0;
       for (int i = p0; i < p1; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
       big = bt >= BIG_PER_SM * nsm;
+    }
+    /* TF32 forward phases on wgmma's 128 x 128 tiles (gemm_wgmma.cu) when
+     * every problem fits them and they give half the SMs a tile at least;
+     * the rest (F1, F2 at small batches) keep the split-K tiles */
+    if (f->tc && ph < PH_B1 && wgmma) {
+      int bt = 0, fit = 1;
+      for (int i = p0; i < p1; i++) {
+        bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
+        fit &= gemm_wgmma_fits(&pr[i]);
+      }
+      if (fit && 2 * bt >= nsm) big = 2;
     }
     int blocks, tiles;
     size_t pf;
@@ -733,6 +713,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
+  if (e == cudaSuccess && wgmma) e = gemm_wgmma_setup();
   return (int)e;
 }
 
@@ -750,7 +731,9 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC) \
   fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
-  if (f->ph_big[ph]) {
+  if (f->ph_big[ph] == 2) {
+    gemm_wgmma_launch(probs, ix, nb, slope, st);
+  } else if (f->ph_big[ph]) {
     if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
     else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
   } else if (ph < PH_B1) { /* forward: W pack rows [out][in] */

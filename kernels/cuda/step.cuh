@@ -125,7 +125,7 @@ typedef struct cuda_fused {
   void *probs;                /* device array of every phase's matrix products (gemm.cu) */
   int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
   int ph_blocks[GEMM_PHASES]; /* blocks per phase */
-  int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 tiles */
+  int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 FFMA tiles, 2: 128 x 128 wgmma ones (gemm_wgmma.cu) */
   int ph_blk0[GEMM_PHASES][GEMM_IX]; /* the launch's lookup table (gemm.cu's gidx_t) */
   int ph_stride[GEMM_PHASES];         /* problems per lookup entry (1: every problem's first block) */
   float *gpart;               /* split-K partial sums */

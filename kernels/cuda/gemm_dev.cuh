@@ -1,0 +1,57 @@
+/*
+ * gemm_dev.cuh — what the layer GEMM's kernels share (gemm.cu's mma.sync and
+ * FFMA tiles, gemm_wgmma.cu's warpgroup tiles): the launch's block-to-problem
+ * lookup and the TF32 rounding; and the wgmma launcher gemm.cu calls. Included
+ * by .cu files only.
+ */
+#ifndef DQN_CUDA_GEMM_DEV_CUH
+#define DQN_CUDA_GEMM_DEV_CUH
+
+#include <cuda_runtime.h>
+
+#include "gemm.cuh"
+
+/* A launch's lookup from block to problem, passed as a grid constant: the
+ * first-block offsets are compared all at once (independent loads from the
+ * constant cache) instead of walking the problem table in global memory, one
+ * dependent L2 round trip per problem passed. */
+typedef struct gidx {
+  int nix;    /* entries in blk0 */
+  int stride; /* problems per entry: entry e is problem e * stride's first block */
+  int np;     /* problems */
+  int blk0[GEMM_IX];
+} gidx_t;
+
+/* The block's problem: with stride 1 (every phase of one head set) a count
+ * over the first blocks; with K head sets the count finds the group of
+ * `stride` problems, and a second count over their first blocks in the
+ * problem table (independent loads, so one round trip) the problem. */
+__device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restrict__ probs) {
+  int p = 0;
+#pragma unroll 8
+  for (int i = 1; i < ix.nix; i++) p += (int)blockIdx.x >= ix.blk0[i];
+  if (ix.stride == 1) return p;
+  const int base = p * ix.stride, end = min(ix.np, base + ix.stride);
+  int q = base;
+  for (int j = base + 1; j < end; j++) q += (int)blockIdx.x >= probs[j].blk0;
+  return q;
+}
+
+__device__ __forceinline__ unsigned f2tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+/* ---- gemm_wgmma.cu: forward phases (C = act(A W^T + b), A [m][k], W [n][k])
+ * on 128 x 128 tiles of wgmma (sm_90a), TF32 operands rounded like f2tf32 */
+#define WG_BM 128 /* tile rows: two warpgroups of 64 */
+#define WG_BN 128 /* tile outputs */
+/* 1 when this build has the wgmma kernel and the current device runs it */
+int gemm_wgmma_usable(void);
+/* a problem it takes: rows of A and W 16-byte aligned, k a multiple of 4 */
+int gemm_wgmma_fits(const gprob_t *g);
+cudaError_t gemm_wgmma_setup(void);
+void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, unsigned blocks, float slope, cudaStream_t st);
+
+#endif
