@@ -23,6 +23,7 @@
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cp_async.cuh"
@@ -714,6 +715,14 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
   if (e == cudaSuccess && wgmma) e = gemm_wgmma_setup();
+  /* the wgmma phases' TMA descriptors, two per problem of the table */
+  int *use = e == cudaSuccess ? (int *)calloc((size_t)np, sizeof(int)) : NULL, any = 0;
+  if (e == cudaSuccess && !use) e = cudaErrorMemoryAllocation;
+  for (int ph = 0; use && ph < GEMM_PHASES; ph++)
+    for (int i = f->ph[ph][0]; f->ph_big[ph] == 2 && i < f->ph[ph][0] + f->ph[ph][1]; i++) use[i] = 1, any = 1;
+  if (e == cudaSuccess && any) e = cudaMalloc(&f->wg_maps, gemm_wgmma_map_bytes() * 2 * (size_t)np);
+  if (e == cudaSuccess && any) e = gemm_wgmma_maps(pr, np, use, f->wg_maps);
+  free(use);
   return (int)e;
 }
 
@@ -732,7 +741,8 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
 #define GEMM_LAUNCH(TA, TW, TC) \
   fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
   if (f->ph_big[ph] == 2) {
-    gemm_wgmma_launch(probs, ix, nb, slope, st);
+    gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,
+                      slope, st);
   } else if (f->ph_big[ph]) {
     if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
     else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);

@@ -12,20 +12,26 @@
  *
  * A chunk of 32 k (128 bytes a row) is one row of the 128-byte swizzle
  * pattern wgmma reads K-major operands in: 16-byte piece c of row r sits at
- * r 128 + 16 (c ^ r % 8), 8-row groups 1,024 bytes apart. cp.async fills the
- * chunks (WG_NS stages, WG_NS - 1 in flight); each thread then rounds the
- * pieces it copied to TF32 (round to nearest, as gemm.cu's f2tf32: wgmma
- * alone would truncate) and fences them for the async proxy before the
- * block's barrier. Each warpgroup multiplies its 64 rows by the 128 outputs
- * in four k8 steps per chunk (one wgmma each: the descriptor's start moves 32
- * bytes). No split-K, no atomics: every output is one fixed sum, so reruns
- * are bit-identical. sm_90a only: the build defines DQN_SM90A when it
- * compiles for it, and gemm_wgmma_usable() checks the device.
+ * r 128 + 16 (c ^ r % 8), 8-row groups 1,024 bytes apart. The tensor memory
+ * accelerator (TMA) writes it so: one thread issues each chunk's two boxes
+ * (32 k x 128 rows of A and of W, zeros outside the matrices, so partial
+ * tiles and any K need no bounds code) against an mbarrier, WG_NS - 1
+ * chunks ahead. (The first version copied with cp.async, 16 bytes a thread:
+ * loads alone took 26.5 of F3's 29 us, DEVICE_NOTES.md item 62.) The pack
+ * rounds W to TF32 once; each thread rounds its share of the A tile (round
+ * to nearest, as gemm.cu's f2tf32: wgmma alone would truncate) and fences it
+ * for the async proxy before the block's barrier. Each warpgroup multiplies
+ * its 64 rows by the 128 outputs in four k8 steps per chunk (one wgmma each:
+ * the descriptor's start moves 32 bytes). No split-K, no atomics: every
+ * output is one fixed sum, so reruns are bit-identical. sm_90a only: the
+ * build defines DQN_SM90A when it compiles for it, and gemm_wgmma_usable()
+ * checks the device.
  */
+#include <cuda.h> /* CUtensorMap and its encoder's types (the encoder from the runtime's driver entry point) */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
-#include "cp_async.cuh"
 #include "dqnd_build_config.h"
 #include "gemm_dev.cuh"
 
@@ -35,8 +41,8 @@
 #define WG_NT 256 /* two warpgroups */
 #define WG_A_BYTES (WG_BM * 128)
 #define WG_STAGE (WG_A_BYTES + WG_BN * 128)
-#define WG_SMEM (WG_NS * WG_STAGE + 1024) /* + the slack to align the stages to 1,024 bytes */
-#define WG_CP 4 /* 16-byte pieces per thread per operand per chunk: 128 rows x 8 / 256 */
+#define WG_SMEM (WG_NS * WG_STAGE + 1024 + 8 * WG_NS) /* + the slack to align the stages to 1,024 bytes, the mbarriers */
+#define WG_CP 4 /* 16-byte pieces of A per thread per chunk: 128 rows x 8 / 256 */
 
 // kernels
 
@@ -71,24 +77,42 @@ __device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned lo
       : "l"(da), "l"(db));
 }
 
-/* this thread's pieces of chunk k0 into stage s: rows r0 + 32 l of A and of
- * W, piece cc of each, zeros past M, N and K (K is a multiple of 4) */
-__device__ __forceinline__ void wg_issue(unsigned char *st, const gprob_t &g, const float *const (&pa)[WG_CP],
-                                         const float *const (&pw)[WG_CP], int r0, int sw, int k0, int kin) {
-#pragma unroll
-  for (int l = 0; l < WG_CP; l++) {
-    const int o = (r0 + 32 * l) * 128 + sw;
-    const bool a = pa[l] && kin > 0, w = pw[l] && kin > 0;
-    cp_async16z(reinterpret_cast<float *>(st + o), a ? pa[l] + k0 : g.A, a ? 16 : 0);
-    cp_async16z(reinterpret_cast<float *>(st + WG_A_BYTES + o), w ? pw[l] + k0 : g.W, w ? 16 : 0);
-  }
+/* mbarriers and the tensor memory accelerator (TMA), by PTX */
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(uint32_t bar, unsigned parity) {
+  uint32_t ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+/* box {32 k, 128 rows} at (k0, r0) of the map's tensor into shared dst (zeros
+ * outside the tensor), counted on bar */
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(r0), "r"(bar)
+               : "memory");
 }
 
-/* round this thread's pieces of stage st to TF32 */
+/* chunk q (k from q WG_BK) of A and W into stage st, by one thread */
+__device__ __forceinline__ void wg_issue(uint32_t st, uint32_t bar, const CUtensorMap *maps, int q, int m0, int n0) {
+  mbar_expect_tx(bar, WG_STAGE);
+  tma_load(st, maps, q * WG_BK, m0, bar);
+  tma_load(st + WG_A_BYTES, maps + 1, q * WG_BK, n0, bar);
+}
+
+/* round this thread's pieces of stage st's A tile to TF32 (W comes rounded
+ * from the pack): rows r0 + 32 l, piece cc, at the swizzled offset sw */
 __device__ __forceinline__ void wg_round(unsigned char *st, int r0, int sw) {
 #pragma unroll
-  for (int l = 0; l < 2 * WG_CP; l++) {
-    float4 *p = reinterpret_cast<float4 *>(st + (l >= WG_CP ? WG_A_BYTES : 0) + (r0 + 32 * (l % WG_CP)) * 128 + sw);
+  for (int l = 0; l < WG_CP; l++) {
+    float4 *p = reinterpret_cast<float4 *>(st + (r0 + 32 * l) * 128 + sw);
     float4 v = *p;
     v.x = __uint_as_float(f2tf32(v.x)), v.y = __uint_as_float(f2tf32(v.y));
     v.z = __uint_as_float(f2tf32(v.z)), v.w = __uint_as_float(f2tf32(v.w));
@@ -97,42 +121,45 @@ __device__ __forceinline__ void wg_round(unsigned char *st, int r0, int sw) {
 }
 #endif
 
-__global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const gprob_t *__restrict__ probs,
-                                                                    const __grid_constant__ gidx_t ix, float slope) {
+/* maps: the phase's tensor maps, A then W for each of its problems */
+__global__ void __launch_bounds__(WG_NT, 2) fused_gemm_wgmma_kernel(const gprob_t *__restrict__ probs,
+                                                                    const __grid_constant__ gidx_t ix,
+                                                                    const CUtensorMap *__restrict__ maps, float slope) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 wsh4[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wsh4), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(wsh4) + (base - raw);
-  const gprob_t g = probs[g_find(ix, probs)];
+  const uint32_t bars = base + WG_NS * WG_STAGE; /* WG_NS mbarriers: stage s's chunk has landed */
+  const int p = g_find(ix, probs);
+  const gprob_t g = probs[p];
+  const CUtensorMap *pm = maps + 2 * p;
   const int tile = (int)blockIdx.x - g.blk0;
   const int m0 = (tile / g.tn) * WG_BM, n0 = (tile % g.tn) * WG_BN;
   const int tid = threadIdx.x, wg = tid / 128, w = (tid / 32) % 4, lane = tid % 32;
   const int cc = tid % 8, r0 = tid / 8, sw = (cc ^ (r0 & 7)) << 4;
-  const float *pa[WG_CP], *pw[WG_CP]; /* NULL: the row is past M (N) */
-#pragma unroll
-  for (int l = 0; l < WG_CP; l++) {
-    const int ra = m0 + r0 + 32 * l, rw = n0 + r0 + 32 * l;
-    pa[l] = ra < g.M ? g.A + (size_t)ra * g.lda + 4 * cc : NULL;
-    pw[l] = rw < g.N ? g.W + (size_t)rw * g.ldw + 4 * cc : NULL;
+  const int nk = (g.K + WG_BK - 1) / WG_BK;
+  if (tid == 0) {
+    for (int s = 0; s < WG_NS; s++) mbar_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(pm)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(pm + 1)) : "memory");
   }
+  __syncthreads();
+  if (tid == 0)
+    for (int q = 0; q < WG_NS - 1 && q < nk; q++) wg_issue(base + q * WG_STAGE, bars + 8 * q, pm, q, m0, n0);
   float d[64];
 #pragma unroll
   for (int i = 0; i < 64; i++) d[i] = 0.0f;
-  const int nk = (g.K + WG_BK - 1) / WG_BK;
-#pragma unroll
-  for (int q = 0; q < WG_NS - 1; q++) {
-    if (q < nk) wg_issue(sm + q * WG_STAGE, g, pa, pw, r0, sw, q * WG_BK, g.K - (q * WG_BK + 4 * cc));
-    cp_async_commit();
-  }
   for (int c = 0; c < nk; c++) {
-    cp_async_wait<WG_NS - 2>(); /* this thread's pieces of chunk c have landed */
-    wg_round(sm + (c % WG_NS) * WG_STAGE, r0, sw);
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* visible to wgmma */
+    const int s = c % WG_NS;
+    while (!mbar_try(bars + 8 * s, (unsigned)(c / WG_NS) & 1u)) {
+    }
+    wg_round(sm + s * WG_STAGE, r0, sw);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the rounded A visible to wgmma */
     __syncthreads(); /* everyone's; and chunk c - 1's wgmma are done (waited below), so its stage is free */
     const int nx = c + WG_NS - 1;
-    if (nx < nk) wg_issue(sm + (nx % WG_NS) * WG_STAGE, g, pa, pw, r0, sw, nx * WG_BK, g.K - (nx * WG_BK + 4 * cc));
-    cp_async_commit();
-    const uint32_t sa = base + (uint32_t)((c % WG_NS) * WG_STAGE);
+    if (tid == 0 && nx < nk) wg_issue(base + (nx % WG_NS) * WG_STAGE, bars + 8 * (nx % WG_NS), pm, nx, m0, n0);
+    const uint32_t sa = base + (uint32_t)(s * WG_STAGE);
     const unsigned long long da = wg_desc(sa + (uint32_t)(wg * 64 * 128)), db = wg_desc(sa + WG_A_BYTES);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -140,7 +167,6 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   }
-  cp_async_wait<0>();
   /* the epilogue: bias, LeakyReLU (act), as fused_gemm_kernel's */
   const int mr = m0 + 64 * wg + 16 * w + lane / 4;
 #pragma unroll
@@ -161,7 +187,7 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
     }
   }
 #else
-  (void)probs, (void)ix, (void)slope;
+  (void)probs, (void)ix, (void)maps, (void)slope;
   __trap(); /* never launched: gemm_wgmma_usable() is 0 without sm_90a code */
 #endif
 }
@@ -190,6 +216,41 @@ cudaError_t gemm_wgmma_setup(void) {
   return cudaFuncSetAttribute(fused_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM);
 }
 
-void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, unsigned blocks, float slope, cudaStream_t st) {
-  fused_gemm_wgmma_kernel<<<blocks, WG_NT, WG_SMEM, st>>>(probs, ix, slope);
+typedef CUresult (*wg_encode_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* a K-contiguous [rows][K] fp32 matrix (row stride ld) as TMA boxes of 32 k x
+ * 128 rows in the 128-byte swizzle; reads outside it are zeros */
+static int wg_map(wg_encode_t enc, CUtensorMap *m, const float *p, int K, int rows, int ld) {
+  const cuuint64_t dim[2] = {(cuuint64_t)K, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)ld * sizeof(float)};
+  const cuuint32_t box[2] = {WG_BK, 128}, es[2] = {1, 1};
+  return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)p, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
+
+cudaError_t gemm_wgmma_maps(const gprob_t *pr, int n, const int *use, void *dev) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) return e != cudaSuccess ? e : cudaErrorNotSupported;
+  CUtensorMap *m = (CUtensorMap *)calloc(2 * (size_t)n, sizeof(CUtensorMap));
+  if (!m) return cudaErrorMemoryAllocation;
+  for (int i = 0; i < n && e == cudaSuccess; i++) {
+    if (!use[i]) continue;
+    if (!wg_map((wg_encode_t)fn, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
+        !wg_map((wg_encode_t)fn, &m[2 * i + 1], pr[i].W, pr[i].K, pr[i].N, pr[i].ldw))
+      e = cudaErrorInvalidValue;
+  }
+  if (e == cudaSuccess) e = cudaMemcpy(dev, m, sizeof(CUtensorMap) * 2 * (size_t)n, cudaMemcpyHostToDevice);
+  free(m);
+  return e;
+}
+
+size_t gemm_wgmma_map_bytes(void) { return sizeof(CUtensorMap); }
+
+void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, unsigned blocks, float slope,
+                       cudaStream_t st) {
+  fused_gemm_wgmma_kernel<<<blocks, WG_NT, WG_SMEM, st>>>(probs, ix, (const CUtensorMap *)maps, slope);
 }

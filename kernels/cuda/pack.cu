@@ -23,7 +23,10 @@
  * fused_pack_sets_kernel (a block per job of a layer's rows, from a job
  * table built at alloc): the trained layers every step, the priors once
  * (cuda_pack_priors), as they never change. One head set without priors
- * keeps the flat kernel (fused_pack_kernel).
+ * keeps the flat kernel (fused_pack_kernel). With tensor_cores (f->tc) the
+ * weights, not the biases, are rounded to TF32 here, once, as every layer
+ * GEMM would round them (f2tf32): the wgmma tiles (gemm_wgmma.cu) read them
+ * as they are.
  *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
@@ -34,6 +37,7 @@
 #include "../philox.h"
 #include "cuda_check.h"
 #include "dqn_loss.cuh"
+#include "gemm_dev.cuh"
 
 typedef struct pack_layer {
   long long src_w, src_b, src_sw, src_sb; /* params; sw/sb -1 unless noisy */
@@ -74,7 +78,7 @@ typedef struct pack_entry {
  * then bias) goes to its place in the pack. */
 __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
                                   float *__restrict__ w_on, const float *__restrict__ p_tg,
-                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg) {
+                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, int tf32) {
   const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
   float *W = blockIdx.y ? w_tg : w_on;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
@@ -87,7 +91,7 @@ __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on,
       int o = (int)(k / l->in), i = (int)(k % l->in);
       float v = P[l->src_w + k];
       if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
-      W[l->w_dst + (long long)o * l->w_ld + i] = v;
+      W[l->w_dst + (long long)o * l->w_ld + i] = tf32 ? __uint_as_float(f2tf32(v)) : v;
     } else {
       int o = (int)(k - nw);
       float v = P[l->src_b + o];
@@ -104,7 +108,7 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
                                        const float *__restrict__ fn_on, float *__restrict__ w_on,
                                        const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
                                        float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
-                                       int noisy) {
+                                       int noisy, int tf32) {
   const pack_entry_t l = tab[j0 + blockIdx.x];
   const float *__restrict__ P = l.prior ? prior : (blockIdx.y ? p_tg : p_on);
   const float *__restrict__ fn = blockIdx.y ? fn_tg : fn_on;
@@ -129,7 +133,7 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
       float x = v[u];
       if (nz) x = x + P[l.src_sw + (size_t)o * l.in + i] * (fn[l.fo + o] * fn[l.fi + i]);
       if (l.wbeta) x = beta * x;
-      W[l.w_dst + (long long)o * l.w_ld + i] = x;
+      W[l.w_dst + (long long)o * l.w_ld + i] = tf32 ? __uint_as_float(f2tf32(x)) : x;
     }
   }
   if (l.r0 == 0 && l.src_b >= 0)
@@ -318,12 +322,12 @@ extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, c
     if (!noisy)
       for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
     dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
-    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg);
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->tc);
     return (int)cudaGetLastError();
   }
   /* K head sets or priors: the trained layers (the priors are packed once); noise composed when noisy */
   fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy);
+      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy, f->tc);
   return (int)cudaGetLastError();
 }
 
@@ -357,6 +361,6 @@ extern "C" int cuda_noise(const unsigned long long *step, unsigned long long see
 extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
   if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
   fused_pack_sets_kernel<<<dim3((unsigned)(f->pack_n - f->pack_train), 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0);
+      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0, f->tc);
   return (int)cudaGetLastError();
 }

@@ -148,6 +148,7 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   cudaFree(f->mem);
   cudaFree(f->pack_tab);
   cudaFree(f->probs);
+  cudaFree(f->wg_maps);
   cudaFree(f->gpart);
   cudaFree(f->gcnt);
   for (int i = 0; i < 7; i++)

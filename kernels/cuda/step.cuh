@@ -123,6 +123,7 @@ typedef struct cuda_fused {
   float *O;                   /* [3B, O2] second head layers' outputs */
   float *g2, *g1, *gh, *gt1;  /* pre-activation gradients [B,O2], [B,HC], [B,H2], [B,H1] */
   void *probs;                /* device array of every phase's matrix products (gemm.cu) */
+  void *wg_maps;              /* their TMA descriptors where a phase runs wgmma tiles (gemm_wgmma.cu), or NULL */
   int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
   int ph_blocks[GEMM_PHASES]; /* blocks per phase */
   int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 FFMA tiles, 2: 128 x 128 wgmma ones (gemm_wgmma.cu) */
