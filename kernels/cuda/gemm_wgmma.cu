@@ -43,6 +43,9 @@
 #define WG_STAGE (WG_A_BYTES + WG_BN * 128)
 #define WG_SMEM (WG_NS * WG_STAGE + 1024 + 8 * WG_NS) /* + the slack to align the stages to 1,024 bytes, the mbarriers */
 #define WG_CP 4 /* 16-byte pieces of A per thread per chunk: 128 rows x 8 / 256 */
+#define WG_EST (WG_BN + 8) /* the epilogue's row stride in shared memory: its float2 stores free of bank conflicts */
+
+static_assert(WG_BM * WG_EST * sizeof(float) <= WG_NS * WG_STAGE, "the epilogue's tile fits in the stages");
 
 // kernels
 
@@ -167,23 +170,40 @@ __global__ void __launch_bounds__(WG_NT, 2) fused_gemm_wgmma_kernel(const gprob_
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   }
-  /* the epilogue: bias, LeakyReLU (act), as fused_gemm_kernel's */
-  const int mr = m0 + 64 * wg + 16 * w + lane / 4;
+  /* the epilogue through shared memory (the stages are free once every
+   * warpgroup is past its last wgmma): the accumulators as they lie, then
+   * each warp 16 whole rows, lane L columns L + 32 q, so every store writes
+   * 32 consecutive floats whatever the alignment of C (the accumulators'
+   * own layout put 8 rows x 8 bytes in a store: 9-10 us of F3's 28) */
+  __syncthreads();
+  float *st = reinterpret_cast<float *>(sm);
+  const int rl = 64 * wg + 16 * w + lane / 4;
 #pragma unroll
-  for (int j = 0; j < WG_BN / 8; j++) {
-    const int n = n0 + 8 * j + 2 * (lane % 4);
-    if (n >= g.N) continue;
-    const bool two = n + 1 < g.N;
-    const float b0 = g.bias ? g.bias[n] : 0.0f, b1 = g.bias && two ? g.bias[n + 1] : 0.0f;
+  for (int j = 0; j < WG_BN / 8; j++)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int m = mr + 8 * h;
-      if (m >= g.M) continue;
-      float v0 = d[4 * j + 2 * h] + b0, v1 = d[4 * j + 2 * h + 1] + b1;
-      if (g.act) v0 = v0 > 0.0f ? v0 : slope * v0, v1 = v1 > 0.0f ? v1 : slope * v1;
-      float *cr = g.C + (size_t)m * g.ldc + n;
-      cr[0] = v0;
-      if (two) cr[1] = v1;
+    for (int h = 0; h < 2; h++)
+      *reinterpret_cast<float2 *>(st + (rl + 8 * h) * WG_EST + 8 * j + 2 * (lane % 4)) =
+          make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  __syncthreads();
+  float bq[WG_BN / 32];
+#pragma unroll
+  for (int q = 0; q < WG_BN / 32; q++) {
+    const int n = n0 + lane + 32 * q;
+    bq[q] = g.bias && n < g.N ? g.bias[n] : 0.0f;
+  }
+  const int wr = tid / 32;
+#pragma unroll 4
+  for (int r = 0; r < WG_BM / 8; r++) {
+    const int ml = wr * (WG_BM / 8) + r, m = m0 + ml;
+    if (m >= g.M) break;
+    float *cr = g.C + (size_t)m * g.ldc;
+#pragma unroll
+    for (int q = 0; q < WG_BN / 32; q++) {
+      const int nl = lane + 32 * q;
+      if (n0 + nl >= g.N) break;
+      float v = st[ml * WG_EST + nl] + bq[q];
+      if (g.act) v = v > 0.0f ? v : slope * v;
+      cr[n0 + nl] = v;
     }
   }
 #else
