@@ -647,14 +647,24 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   int dev = 0, nsm = 132;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return (int)cudaGetLastError();
-  const int occ = occupancy >= 1 ? occupancy : 2, wgmma = gemm_wgmma_usable();
-  size_t part = 0, part_side = 0, part_t1 = 0;
-  int cnt = 0, cnt_side = 0, cnt_t1 = 0;
   for (int ph = 0; ph < GEMM_PHASES; ph++) {
     const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
     if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within the config's bounds */
     for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
       if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
+  }
+  const int occ = occupancy >= 1 ? occupancy : 2, wgmma = f->tc && gemm_wgmma_usable();
+  /* the wgmma phases' TMA descriptors (A, W per problem), encoded here as
+   * each phase is planned: a phase whose descriptors the driver refuses
+   * keeps the mma.sync tiles */
+  const size_t mb = gemm_wgmma_map_bytes();
+  char *maps = wgmma ? (char *)aligned_alloc(64, 2 * (size_t)np * mb) : NULL; /* CUtensorMap is 64-byte aligned */
+  if (maps) memset(maps, 0, 2 * (size_t)np * mb);
+  int any = 0;
+  size_t part = 0, part_side = 0, part_t1 = 0;
+  int cnt = 0, cnt_side = 0, cnt_t1 = 0;
+  for (int ph = 0; ph < GEMM_PHASES; ph++) {
+    const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
     /* large tiles (fp32 FFMA forward and backward phases) when they give
      * every SM BIG_PER_SM blocks at least */
     int big = 0;
@@ -666,13 +676,14 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     /* TF32 forward phases on wgmma's 128 x 128 tiles (gemm_wgmma.cu) when
      * every problem fits them and they give half the SMs a tile at least;
      * the rest (F1, F2 at small batches) keep the split-K tiles */
-    if (f->tc && ph < PH_B1 && wgmma) {
+    if (ph < PH_B1 && maps) {
       int bt = 0, fit = 1;
       for (int i = p0; i < p1; i++) {
         bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
         fit &= gemm_wgmma_fits(&pr[i]);
       }
-      if (fit && 2 * bt >= nsm) big = 2;
+      if (fit && 2 * bt >= nsm && gemm_wgmma_encode(pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb) == cudaSuccess)
+        big = 2, any = 1;
     }
     int blocks, tiles;
     size_t pf;
@@ -714,15 +725,10 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
-  if (e == cudaSuccess && wgmma) e = gemm_wgmma_setup();
-  /* the wgmma phases' TMA descriptors, two per problem of the table */
-  int *use = e == cudaSuccess ? (int *)calloc((size_t)np, sizeof(int)) : NULL, any = 0;
-  if (e == cudaSuccess && !use) e = cudaErrorMemoryAllocation;
-  for (int ph = 0; use && ph < GEMM_PHASES; ph++)
-    for (int i = f->ph[ph][0]; f->ph_big[ph] == 2 && i < f->ph[ph][0] + f->ph[ph][1]; i++) use[i] = 1, any = 1;
-  if (e == cudaSuccess && any) e = cudaMalloc(&f->wg_maps, gemm_wgmma_map_bytes() * 2 * (size_t)np);
-  if (e == cudaSuccess && any) e = gemm_wgmma_maps(pr, np, use, f->wg_maps);
-  free(use);
+  if (e == cudaSuccess && any) e = gemm_wgmma_setup();
+  if (e == cudaSuccess && any) e = cudaMalloc(&f->wg_maps, 2 * (size_t)np * mb);
+  if (e == cudaSuccess && any) e = cudaMemcpy(f->wg_maps, maps, 2 * (size_t)np * mb, cudaMemcpyHostToDevice);
+  free(maps);
   return (int)e;
 }
 

@@ -52,9 +52,9 @@ int gemm_wgmma_usable(void);
 /* a problem it takes: rows of A and W 16-byte aligned, k a multiple of 4 */
 int gemm_wgmma_fits(const gprob_t *g);
 cudaError_t gemm_wgmma_setup(void);
-/* the TMA descriptors (A, then W) of problems i < n with use[i] into dev (2 n
- * of gemm_wgmma_map_bytes() each, device memory) */
-cudaError_t gemm_wgmma_maps(const gprob_t *pr, int n, const int *use, void *dev);
+/* the TMA descriptors (A, then W) of problems pr[0..n) into host memory (2 n
+ * of gemm_wgmma_map_bytes() each, 64-byte aligned) */
+cudaError_t gemm_wgmma_encode(const gprob_t *pr, int n, void *host);
 size_t gemm_wgmma_map_bytes(void);
 /* maps: the phase's first problem's descriptors */
 void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, unsigned blocks, float slope,

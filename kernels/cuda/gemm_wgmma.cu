@@ -5,10 +5,10 @@
  * sums). gemm.cu's mma.sync tiles (32 x 64, four warps) stream 98 KB of
  * operands through L2 per 1 MFLOP tile: the ensemble's head layers (F3, F4 at
  * batch 256: 1,800-1,920 tiles) ran at 65-71% of L2 throughput with the
- * tensor pipe 13% busy (DEVICE_NOTES.md item 62: here 29 and 39 us). Here a block of two
- * warpgroups computes 128 x 128 outputs: a third of the L2 traffic per FLOP,
- * and the operands go from shared memory to the tensor cores with no
- * register fragments.
+ * tensor pipe 13% busy, 48 us each. Here a block of two warpgroups computes
+ * 128 x 128 outputs: a third of the L2 traffic per FLOP, the operands from
+ * shared memory straight to the tensor cores: 17.3 and 24.8 us
+ * (DEVICE_NOTES.md item 62 has each step and what lost).
  *
  * A chunk of 32 k (128 bytes a row) is one row of the 128-byte swizzle
  * pattern wgmma reads K-major operands in: 16-byte piece c of row r sits at
@@ -16,16 +16,19 @@
  * accelerator (TMA) writes it so: one thread issues each chunk's two boxes
  * (32 k x 128 rows of A and of W, zeros outside the matrices, so partial
  * tiles and any K need no bounds code) against an mbarrier, WG_NS - 1
- * chunks ahead. (The first version copied with cp.async, 16 bytes a thread:
- * loads alone took 26.5 of F3's 29 us, DEVICE_NOTES.md item 62.) The pack
+ * chunks ahead. (The first version copied with cp.async, 16 bytes a thread,
+ * at about the same speed; TMA needs no per-thread copy plan: 99 registers
+ * instead of 128.) The pack
  * rounds W to TF32 once; each thread rounds its share of the A tile (round
  * to nearest, as gemm.cu's f2tf32: wgmma alone would truncate) and fences it
  * for the async proxy before the block's barrier. Each warpgroup multiplies
  * its 64 rows by the 128 outputs in four k8 steps per chunk (one wgmma each:
- * the descriptor's start moves 32 bytes). No split-K, no atomics: every
- * output is one fixed sum, so reruns are bit-identical. sm_90a only: the
- * build defines DQN_SM90A when it compiles for it, and gemm_wgmma_usable()
- * checks the device.
+ * the descriptor's start moves 32 bytes). The epilogue goes through shared
+ * memory so that each store writes 32 consecutive floats of a row (the
+ * accumulators' own layout spreads a store over 8 rows: 9-10 us more in
+ * F3). No split-K, no atomics: every output is one fixed sum, so reruns
+ * are bit-identical. sm_90a only: the build defines DQN_SM90A when it
+ * compiles for it, and gemm_wgmma_usable() checks the device.
  */
 #include <cuda.h> /* CUtensorMap and its encoder's types (the encoder from the runtime's driver entry point) */
 #include <cuda_runtime.h>
@@ -36,7 +39,7 @@
 #include "gemm_dev.cuh"
 
 #define WG_BK 32  /* k per chunk: one 128-byte swizzle row */
-#define WG_NS 3   /* stages: 3 x 32 KB, two blocks per SM (four stages, one block: 25% slower) */
+#define WG_NS 3   /* stages: 3 x 32 KB, two blocks per SM (four stages at one block per SM: 25-30% slower) */
 #define WG_MINB 2
 #define WG_NT 256 /* two warpgroups */
 #define WG_A_BYTES (WG_BM * 128)
@@ -250,22 +253,17 @@ static int wg_map(wg_encode_t enc, CUtensorMap *m, const float *p, int K, int ro
          CUDA_SUCCESS;
 }
 
-cudaError_t gemm_wgmma_maps(const gprob_t *pr, int n, const int *use, void *dev) {
+cudaError_t gemm_wgmma_encode(const gprob_t *pr, int n, void *host) {
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
   cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) return e != cudaSuccess ? e : cudaErrorNotSupported;
-  CUtensorMap *m = (CUtensorMap *)calloc(2 * (size_t)n, sizeof(CUtensorMap));
-  if (!m) return cudaErrorMemoryAllocation;
-  for (int i = 0; i < n && e == cudaSuccess; i++) {
-    if (!use[i]) continue;
+  CUtensorMap *m = (CUtensorMap *)host;
+  for (int i = 0; i < n; i++)
     if (!wg_map((wg_encode_t)fn, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
         !wg_map((wg_encode_t)fn, &m[2 * i + 1], pr[i].W, pr[i].K, pr[i].N, pr[i].ldw))
-      e = cudaErrorInvalidValue;
-  }
-  if (e == cudaSuccess) e = cudaMemcpy(dev, m, sizeof(CUtensorMap) * 2 * (size_t)n, cudaMemcpyHostToDevice);
-  free(m);
-  return e;
+      return cudaErrorInvalidValue;
+  return cudaSuccess;
 }
 
 size_t gemm_wgmma_map_bytes(void) { return sizeof(CUtensorMap); }
