@@ -653,7 +653,10 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
       if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
   }
-  const int occ = occupancy >= 1 ? occupancy : 2, wgmma = f->tc && gemm_wgmma_usable();
+  const int occ = occupancy >= 1 ? occupancy : 2;
+  int wgmma = f->tc && gemm_wgmma_usable();
+  if (wgmma && gemm_wgmma_setup() != cudaSuccess) /* its shared memory refused: the mma.sync tiles */
+    wgmma = 0, (void)cudaGetLastError();
   /* the wgmma phases' TMA descriptors (A, W per problem), encoded here as
    * each phase is planned: a phase whose descriptors the driver refuses
    * keeps the mma.sync tiles */
@@ -725,7 +728,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
-  if (e == cudaSuccess && any) e = gemm_wgmma_setup();
   if (e == cudaSuccess && any) e = cudaMalloc(&f->wg_maps, 2 * (size_t)np * mb);
   if (e == cudaSuccess && any) e = cudaMemcpy(f->wg_maps, maps, 2 * (size_t)np * mb, cudaMemcpyHostToDevice);
   free(maps);

@@ -40,7 +40,7 @@
 
 #define WG_BK 32  /* k per chunk: one 128-byte swizzle row */
 #define WG_NS 3   /* stages: 3 x 32 KB, two blocks per SM (four stages at one block per SM: 25-30% slower) */
-#define WG_MINB 2
+#define WG_MINB 2 /* blocks per SM (__launch_bounds__) */
 #define WG_NT 256 /* two warpgroups */
 #define WG_A_BYTES (WG_BM * 128)
 #define WG_STAGE (WG_A_BYTES + WG_BN * 128)
@@ -128,7 +128,7 @@ __device__ __forceinline__ void wg_round(unsigned char *st, int r0, int sw) {
 #endif
 
 /* maps: the phase's tensor maps, A then W for each of its problems */
-__global__ void __launch_bounds__(WG_NT, 2) fused_gemm_wgmma_kernel(const gprob_t *__restrict__ probs,
+__global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const gprob_t *__restrict__ probs,
                                                                     const __grid_constant__ gidx_t ix,
                                                                     const CUtensorMap *__restrict__ maps, float slope) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -257,7 +257,10 @@ cudaError_t gemm_wgmma_encode(const gprob_t *pr, int n, void *host) {
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
   cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) return e != cudaSuccess ? e : cudaErrorNotSupported;
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+    (void)cudaGetLastError(); /* the caller falls back: no error left pending for the step's launch checks */
+    return e != cudaSuccess ? e : cudaErrorNotSupported;
+  }
   CUtensorMap *m = (CUtensorMap *)host;
   for (int i = 0; i < n; i++)
     if (!wg_map((wg_encode_t)fn, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
