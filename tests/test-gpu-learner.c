@@ -414,8 +414,8 @@ END_TEST
  * learner within TF32's precision (per-step loss within 1e-2 for 30 steps;
  * the loss test holds single kernels to their bounds), reruns bit-identical.
  * _i 1: issue 15's configuration (K 5, priors, masks, diversity, attention 8
- * tokens / 2 heads) at batch 256, whose head layers (F3, F4) run the wgmma
- * tiles on an sm_90 device */
+ * tokens / 2 heads) at the same batch (64), whose head layers (F3, F4: 80
+ * and 90 tiles of 128 x 128) run the wgmma tiles on an sm_90 device */
 START_TEST(test_tensor_cores) {
   learner_config_t c = config(0, 0, 0);
   if (_i == 1) ensemble(&c), c.attn_tokens = 8, c.attn_heads = 2;

@@ -654,14 +654,12 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
   }
   const int occ = occupancy >= 1 ? occupancy : 2;
-  int wgmma = f->tc && gemm_wgmma_usable();
-  if (wgmma && gemm_wgmma_setup() != cudaSuccess) /* its shared memory refused: the mma.sync tiles */
-    wgmma = 0, (void)cudaGetLastError();
-  /* the wgmma phases' TMA descriptors (A, W per problem), encoded here as
-   * each phase is planned: a phase whose descriptors the driver refuses
-   * keeps the mma.sync tiles */
+  /* the wgmma phases' TMA descriptors (A, W per problem), encoded as each
+   * phase is planned: without the kernel's setup or the driver's encoder, or
+   * for a phase whose descriptors the driver refuses, the mma.sync tiles */
+  void *enc = f->tc && gemm_wgmma_usable() ? gemm_wgmma_setup() : NULL;
   const size_t mb = gemm_wgmma_map_bytes();
-  char *maps = wgmma ? (char *)aligned_alloc(64, 2 * (size_t)np * mb) : NULL; /* CUtensorMap is 64-byte aligned */
+  char *maps = enc ? (char *)aligned_alloc(64, 2 * (size_t)np * mb) : NULL; /* CUtensorMap is 64-byte aligned */
   if (maps) memset(maps, 0, 2 * (size_t)np * mb);
   int any = 0;
   size_t part = 0, part_side = 0, part_t1 = 0;
@@ -685,7 +683,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
         bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
         fit &= gemm_wgmma_fits(&pr[i]);
       }
-      if (fit && 2 * bt >= nsm && gemm_wgmma_encode(pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb) == cudaSuccess)
+      if (fit && 2 * bt >= nsm && gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb))
         big = 2, any = 1;
     }
     int blocks, tiles;

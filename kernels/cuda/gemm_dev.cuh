@@ -49,12 +49,16 @@ __device__ __forceinline__ unsigned f2tf32(float x) {
 #define WG_BN 128 /* tile outputs */
 /* 1 when this build has the wgmma kernel and the current device runs it */
 int gemm_wgmma_usable(void);
-/* a problem it takes: rows of A and W 16-byte aligned, k a multiple of 4 */
+/* a problem it takes: rows of A and W 16-byte aligned (TMA's rule for the
+ * descriptors' base and strides), k a multiple of 4 (the shapes it is tested on) */
 int gemm_wgmma_fits(const gprob_t *g);
-cudaError_t gemm_wgmma_setup(void);
-/* the TMA descriptors (A, then W) of problems pr[0..n) into host memory (2 n
- * of gemm_wgmma_map_bytes() each, 64-byte aligned) */
-cudaError_t gemm_wgmma_encode(const gprob_t *pr, int n, void *host);
+/* once per plan: the kernel's shared memory set, and the driver's descriptor
+ * encoder; NULL (no error left pending) when either is refused */
+void *gemm_wgmma_setup(void);
+/* the TMA descriptors (A, then W) of problems pr[0..n) by the encoder enc into
+ * host memory (2 n of gemm_wgmma_map_bytes() each, 64-byte aligned); 0 when
+ * the driver refuses one */
+int gemm_wgmma_encode(void *enc, const gprob_t *pr, int n, void *host);
 size_t gemm_wgmma_map_bytes(void);
 /* maps: the phase's first problem's descriptors */
 void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, unsigned blocks, float slope,

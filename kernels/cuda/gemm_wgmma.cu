@@ -33,7 +33,6 @@
 #include <cuda.h> /* CUtensorMap and its encoder's types (the encoder from the runtime's driver entry point) */
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "dqnd_build_config.h"
 #include "gemm_dev.cuh"
@@ -235,8 +234,17 @@ int gemm_wgmma_fits(const gprob_t *g) {
   return al && g->K % 4 == 0 && !g->mask;
 }
 
-cudaError_t gemm_wgmma_setup(void) {
-  return cudaFuncSetAttribute(fused_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM);
+void *gemm_wgmma_setup(void) {
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaFuncSetAttribute(fused_gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM) !=
+          cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError(); /* the caller falls back: no error left pending for the step's launch checks */
+    return NULL;
+  }
+  return fn;
 }
 
 typedef CUresult (*wg_encode_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
@@ -253,20 +261,13 @@ static int wg_map(wg_encode_t enc, CUtensorMap *m, const float *p, int K, int ro
          CUDA_SUCCESS;
 }
 
-cudaError_t gemm_wgmma_encode(const gprob_t *pr, int n, void *host) {
-  void *fn = NULL;
-  cudaDriverEntryPointQueryResult q;
-  cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-    (void)cudaGetLastError(); /* the caller falls back: no error left pending for the step's launch checks */
-    return e != cudaSuccess ? e : cudaErrorNotSupported;
-  }
+int gemm_wgmma_encode(void *enc, const gprob_t *pr, int n, void *host) {
   CUtensorMap *m = (CUtensorMap *)host;
   for (int i = 0; i < n; i++)
-    if (!wg_map((wg_encode_t)fn, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
-        !wg_map((wg_encode_t)fn, &m[2 * i + 1], pr[i].W, pr[i].K, pr[i].N, pr[i].ldw))
-      return cudaErrorInvalidValue;
-  return cudaSuccess;
+    if (!wg_map((wg_encode_t)enc, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
+        !wg_map((wg_encode_t)enc, &m[2 * i + 1], pr[i].W, pr[i].K, pr[i].N, pr[i].ldw))
+      return 0;
+  return 1;
 }
 
 size_t gemm_wgmma_map_bytes(void) { return sizeof(CUtensorMap); }
