@@ -142,7 +142,7 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
   int has_path = m->path && m->path[0];
   if (has_path == (m->data.len > 0 || m->total > 0))
     return snprintf(err, errlen, "path: give either path or data chunks, not %s", has_path ? "both" : "neither"), 3;
-  if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset + m->data.len > m->total))
+  if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset > m->total || m->data.len > m->total - m->offset))
     return snprintf(err, errlen, "total: %llu bytes (chunk at %llu + %zu) is inconsistent or too large",
                     (unsigned long long)m->total, (unsigned long long)m->offset, m->data.len),
            3;
@@ -202,7 +202,9 @@ void dispatch_run_load(trainer_job_t *j0) {
                       (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
       return;
     }
-    memcpy(u->data + u->n, m->data.data, m->data.len);
+    /* an empty chunk (offset 0, total > 0, no data) arrives with data.data NULL: memcpy's
+       arguments must not be NULL even for zero bytes (a fuzz find) */
+    if (m->data.len) memcpy(u->data + u->n, m->data.data, m->data.len);
     u->n += m->data.len;
     if (!m->last) {
       pthread_mutex_unlock(&s->up_mu);

@@ -397,8 +397,12 @@ START_TEST(test_bad_input) {
   /* damage in transit: the whole-file CRC-32 sent with the last chunk catches it */
   {
     FILE *cf = fopen(ck.path, "rb");
-    static uint8_t data[1 << 20];
-    size_t len = fread(data, 1, sizeof data, cf);
+    ck_assert_ptr_nonnull(cf);
+    fseek(cf, 0, SEEK_END);
+    size_t len = (size_t)ftell(cf);
+    rewind(cf);
+    uint8_t *data = malloc(len);
+    ck_assert(data && fread(data, 1, len, cf) == len);
     fclose(cf);
     Dqnd__V1__LoadCheckpoint up = DQND__V1__LOAD_CHECKPOINT__INIT;
     up.name = "victim";
@@ -411,6 +415,35 @@ START_TEST(test_bad_input) {
     lr.load_checkpoint = &up;
     expect(c, dqnd_call(c, &lr, &rep), 15, "crc32", "upload with a wrong CRC-32");
     dqnd_reply_free(rep);
+    /* empty chunks (no data: protobuf-c leaves data.data NULL) are legal anywhere in an upload
+       (a fuzz find: the daemon passed that NULL to memcpy) */
+    up.crc32 = learner_crc32(0, data, len);
+    up.name = "fromchunks";
+    up.create = 1;
+    size_t cut = len / 3;
+    const struct { size_t off, n; int last; } chunk[] = {{0, 0, 0}, {0, cut, 0}, {cut, 0, 0}, {cut, len - cut, 1}};
+    for (int k = 0; k < 4; k++) {
+      up.offset = chunk[k].off;
+      up.data = (ProtobufCBinaryData){chunk[k].n, chunk[k].n ? data + chunk[k].off : NULL};
+      up.last = chunk[k].last;
+      ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "chunk %d: %s", k, dqnd_last_error(c));
+      dqnd_reply_free(rep);
+    }
+    learner_stats_t fs;
+    ck_assert_int_eq(dqnd_get_stats(c, "fromchunks", &fs), 0);
+    ck_assert_int_eq(dqnd_destroy_trainer(c, "fromchunks", 0, NULL), 0);
+    /* an empty last chunk that ends an upload short of its total */
+    up.offset = 0;
+    up.data = (ProtobufCBinaryData){0, NULL};
+    up.last = 1;
+    expect(c, dqnd_call(c, &lr, &rep), 15, "received 0 of", "empty upload");
+    dqnd_reply_free(rep);
+    /* an offset past the total, even one whose sum with the chunk wraps around */
+    up.offset = UINT64_MAX;
+    up.data = (ProtobufCBinaryData){2, data};
+    expect(c, dqnd_call(c, &lr, &rep), 3, "total", "chunk offset past the total");
+    dqnd_reply_free(rep);
+    free(data);
   }
   same_state(c, "checkpoints");
 
