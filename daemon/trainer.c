@@ -1,6 +1,7 @@
 /* trainer.c — see trainer.h. */
 #include "trainer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "rpc.h"
+
+/* the most steps continuous training runs after one submit: learner_step's limit */
+#define TRAIN_MAX_OWED 1000000
 
 double now_s(void) {
   struct timespec ts;
@@ -302,9 +306,18 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   int batch = t->cfg.batch;
   if (replay_size < batch || replay_size < hp.min_replay) return;
   t->train_credit += (double)hp.samples_per_insert * inserted / batch;
-  int n = (int)t->train_credit;
+  /* one learner_step call takes at most TRAIN_MAX_OWED steps: a backlog past
+   * that (samples_per_insert 1e6 at batch 1, say) is dropped with a warning,
+   * not cast to an int that overflows (a review find) nor left to grow */
+  int n = t->train_credit >= TRAIN_MAX_OWED ? TRAIN_MAX_OWED : (int)t->train_credit;
   if (n <= 0) return;
   t->train_credit -= n;
+  if (t->train_credit >= 1.0) {
+    log_warn(t->name, "continuous training: %.0f owed steps dropped (samples_per_insert %g x %u inserted / batch %d "
+             "owes more than %d a submit)", floor(t->train_credit), (double)hp.samples_per_insert, inserted, batch,
+             TRAIN_MAX_OWED);
+    t->train_credit -= floor(t->train_credit);
+  }
   char err[512];
   learner_stats_t st = {0};
   double t0 = now_s();

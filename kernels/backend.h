@@ -18,6 +18,13 @@
 extern "C" {
 #endif
 
+/* A sum-tree leaf (priority^alpha) is kept in [REPLAY_LEAF_MIN,
+ * REPLAY_LEAF_MAX] on both backends: per_alpha up to 10 could make it 0 or
+ * infinite (a saved state with such a leaf is refused on load), and the
+ * largest leaf times the largest capacity (2^31) must stay a finite sum. */
+#define REPLAY_LEAF_MIN 1e-30f
+#define REPLAY_LEAF_MAX 1e28f
+
 enum learner_section {
   SEC_END = 0,
   SEC_CONFIG = 1,   /* canonical config text (learner.c) */

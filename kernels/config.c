@@ -335,6 +335,15 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     seterr(err, errlen, "v_min: %g must be below v_max %g", (double)c->v_min, (double)c->v_max);
     return LEARNER_EINVAL;
   }
+  /* the C51 projection divides by the atoms' spacing and casts the quotient
+   * to an int: a spacing that is 0 or subnormal in float would
+   * make it NaN or infinite (undefined behaviour, a review find) */
+  const float span = c->v_max - c->v_min, dz = span / (float)(c->atoms - 1);
+  if (!isfinite(span) || !(dz >= FLT_MIN)) {
+    seterr(err, errlen, "v_max: the support [%g, %g] over %d atoms has a spacing of %g, not a normal float",
+           (double)c->v_min, (double)c->v_max, c->atoms, (double)dz);
+    return LEARNER_EINVAL;
+  }
   if (c->batch > c->replay_capacity) {
     seterr(err, errlen, "batch: %d exceeds replay_capacity %lld", c->batch, (long long)c->replay_capacity);
     return LEARNER_EINVAL;

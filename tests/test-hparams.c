@@ -175,6 +175,18 @@ START_TEST(test_continuous_training) {
   ck_assert_int_eq(submit(c, "stream", &b), 0);
   ck_assert_int_eq(dqnd_get_stats(c, "stream", &st), 0);
   ck_assert_int_eq(st.step, 67);
+  /* a backlog past one learner_step call's limit (1e6 steps): those run, the
+   * rest is dropped (it was cast to an int that overflowed) */
+  const char *huge[] = {"state_dim=1", "trunk_h1=2", "trunk_h2=2", "value_hidden=2", "adv_hidden=2", "atoms=2",
+                        "branches=2", "batch=1", "replay_capacity=100", "min_replay=1", "samples_per_insert=1e6"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "owed", huge, 11, NULL, NULL), 0);
+  float s3[3] = {0.1f, 0.2f, 0.3f}, r3[3] = {1, 0, 1};
+  uint8_t d3[3] = {0, 0, 1};
+  int32_t a3[3] = {0, 1, 0};
+  learner_transitions_t tr = {3, s3, a3, r3, s3, d3, NULL, NULL};
+  ck_assert_int_eq(dqnd_submit(c, "owed", 1, &tr, NULL), 0); /* 1e6 x 3 / 1 owed */
+  ck_assert_int_eq(dqnd_get_stats(c, "owed", &st), 0);
+  ck_assert_int_eq(st.step, 1000000);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);

@@ -975,6 +975,25 @@ START_TEST(test_config_validation) {
     ck_assert_msg(strstr(err, bad[i].needle) != NULL, "%s=%s: message '%s' does not name the field", bad[i].field,
                   bad[i].value, err);
   }
+  /* a support whose atom spacing is no normal float (the projection's
+   * quotient would be NaN or infinite); adam_beta2 1 as a float */
+  const char *support[][2] = {{"0", "1e-45"}, {"0", "1e-37"}, {"-1e-37", "0"}};
+  for (int i = 0; i < 3; i++) {
+    learner_config_default(&c);
+    ck_assert_int_eq(learner_config_set(&c, "v_min", support[i][0], err, sizeof err), 0);
+    ck_assert_int_eq(learner_config_set(&c, "v_max", support[i][1], err, sizeof err), 0);
+    ck_assert_msg(learner_config_validate(&c, err, sizeof err) == LEARNER_EINVAL && strstr(err, "v_max: the support"),
+                  "[%s, %s]: %s", support[i][0], support[i][1], err);
+  }
+  learner_config_default(&c);
+  ck_assert_int_eq(learner_config_set(&c, "v_min", "0", err, sizeof err), 0);
+  ck_assert_int_eq(learner_config_set(&c, "v_max", "1e-30", err, sizeof err), 0);
+  ck_assert_msg(learner_config_validate(&c, err, sizeof err) == 0, "a tiny but normal spacing: %s", err);
+  learner_config_default(&c);
+  ck_assert_int_eq(learner_config_set(&c, "adam_beta2", "0.99999999", err, sizeof err), LEARNER_EINVAL);
+  ck_assert(strstr(err, "adam_beta2") != NULL);
+  ck_assert_int_eq(learner_config_set(&c, "adam_beta2", "0.9999999", err, sizeof err), 0);
+  ck_assert(c.hp.adam_beta2 < 1.0f);
   /* batch > capacity */
   learner_config_default(&c);
   c.replay_capacity = 100;

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "replay.h"
 #include "testutil.h"
 
@@ -201,6 +202,30 @@ START_TEST(test_max_priority_and_ring) {
 }
 END_TEST
 
+/* per_alpha up to 10: leaves that would underflow to 0 or overflow to inf
+ * stay in [REPLAY_LEAF_MIN, REPLAY_LEAF_MAX], the sums finite, sampling and
+ * the weights defined (a saved state with a 0 or infinite leaf is refused) */
+START_TEST(test_leaf_clamp) {
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, 4, 1, 1, 10.0f), 0);
+  fill(&rp, 4);
+  int64_t idx[4] = {0, 1, 2, 3};
+  float pr[4] = {1e-12f, 1e5f, 0.5f, 1e-6f};
+  replay_update_priorities(&rp, idx, pr, 4);
+  ck_assert(rp.sum[rp.T + 0] == REPLAY_LEAF_MIN && rp.sum[rp.T + 3] == REPLAY_LEAF_MIN); /* 1e-120, 1e-60 */
+  ck_assert(rp.sum[rp.T + 1] == REPLAY_LEAF_MAX);                                         /* 1e50 */
+  ck_assert(rp.sum[rp.T + 2] == powf(0.5f, 10.0f));
+  ck_assert(rp.max_leaf == REPLAY_LEAF_MAX && isfinite(rp.sum[1]));
+  int64_t j[4];
+  float w[4];
+  replay_sample(&rp, 5, 0, 4, 1.0f, j, w);
+  for (int i = 0; i < 4; i++) ck_assert(j[i] >= 0 && j[i] < 4 && isfinite(w[i]) && w[i] >= 0 && w[i] <= 1);
+  fill(&rp, 1); /* a new item gets the (finite) max */
+  ck_assert(rp.sum[rp.T + 0] == REPLAY_LEAF_MAX);
+  replay_free(&rp);
+}
+END_TEST
+
 START_TEST(test_tree_against_brute_force) {
   replay_t rp;
   const int C = 1000;
@@ -261,6 +286,7 @@ int main(void) {
   tcase_add_test(tc, test_max_priority_and_ring);
   tcase_add_test(tc, test_tree_against_brute_force);
   tcase_add_test(tc, test_beta_anneal);
+  tcase_add_test(tc, test_leaf_clamp);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

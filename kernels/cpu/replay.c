@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend.h"
 #include "../her.h"
 #include "../philox.h"
 
@@ -187,7 +188,7 @@ void replay_sample(const replay_t *rp, uint64_t seed, uint64_t step, int B, floa
 
 void replay_update_priorities(replay_t *rp, const int64_t *idx, const float *prio, int B) {
   for (int i = 0; i < B; i++) {
-    float v = powf(prio[i], rp->alpha);
+    float v = fminf(fmaxf(powf(prio[i], rp->alpha), REPLAY_LEAF_MIN), REPLAY_LEAF_MAX); /* backend.h */
     if (v > rp->max_leaf) rp->max_leaf = v;
     replay_tree_set(rp, idx[i], v);
   }

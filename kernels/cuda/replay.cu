@@ -131,7 +131,7 @@ __global__ void priorities_kernel(const long long *idx, const float *loss_i, int
   __syncthreads();
   for (int i = threadIdx.x; i < B; i += blockDim.x) {
     long long j = idx[i];
-    float v = powf(loss_i[i] + hp->per_eps, alpha);
+    float v = fminf(fmaxf(powf(loss_i[i] + hp->per_eps, alpha), REPLAY_LEAF_MIN), REPLAY_LEAF_MAX); /* backend.h */
     mx = fmaxf(mx, v);
     if (own[j] == i) sum[T + j] = mn[T + j] = v;
   }
