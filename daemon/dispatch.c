@@ -124,6 +124,11 @@ learner_backend_t dispatch_parse_backend(const char *b, int *ok) {
 
 /* A field named twice in one request is refused, not "last wins". */
 static int fields_unique(Dqnd__V1__Field **f, size_t n, const char *what, char *err, size_t errlen) {
+  /* first, so that the pairwise check stays small: a million names would
+   * hold this thread for ~10^11 comparisons (a review find) */
+  if (n > (size_t)learner_num_fields)
+    return snprintf(err, errlen, "%s: %zu fields given, more than the %d there are", what, n, learner_num_fields),
+           DQND__V1__CODE__INVALID_ARGUMENT;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < i; j++)
       if (!strcmp(f[i]->name, f[j]->name))

@@ -211,10 +211,12 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
   const learner_config_t *cfg = &l->cfg;
   if (c.replay_size < 0 || c.replay_size > cfg->replay_capacity || c.replay_head < 0 ||
       c.replay_head >= cfg->replay_capacity || c.replay_total < c.replay_size ||
+      c.replay_total > ((int64_t)1 << 62) || /* room to count on: insertion counts are int64 sums */
       (c.replay_size < cfg->replay_capacity && c.replay_head != c.replay_size) || !(c.max_leaf > 0) ||
       !isfinite(c.max_leaf) || (!with_replay && c.replay_size)) {
-    seterr(err, errlen, "state: counters are inconsistent (replay size %lld, head %lld, capacity %lld)",
-           (long long)c.replay_size, (long long)c.replay_head, (long long)cfg->replay_capacity);
+    seterr(err, errlen, "state: counters are inconsistent (replay size %lld, head %lld, total %lld, capacity %lld)",
+           (long long)c.replay_size, (long long)c.replay_head, (long long)c.replay_total,
+           (long long)cfg->replay_capacity);
     return LEARNER_ECORRUPT;
   }
   if (!with_replay) c.replay_head = 0;

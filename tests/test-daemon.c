@@ -322,6 +322,17 @@ START_TEST(test_bad_input) {
   expect(c, dqnd_set_hparams(c, "victim", h7, 1), 3, "lrr: unknown config field (did you mean 'lr'?)",
          "set a misspelt field");
   expect(c, dqnd_set_hparams(c, "victim", NULL, 0), 3, "hparams: no fields", "set nothing");
+  {
+    /* more names than there are fields: refused before the pairwise check */
+    enum { MANY = 5000 };
+    static char names[MANY][16];
+    static const char *many[MANY];
+    for (int i = 0; i < MANY; i++) snprintf(names[i], sizeof names[i], "f%d=1", i), many[i] = names[i];
+    expect(c, dqnd_set_hparams(c, "victim", many, MANY), 3, "hparams: 5000 fields given, more than the",
+           "set too many fields");
+    expect(c, dqnd_create_trainer(c, "new", many, MANY, NULL, NULL), 3, "config: 5000 fields given",
+           "create with too many fields");
+  }
   same_state(c, "SetHyperparams");
 
   /* CreateTrainer */

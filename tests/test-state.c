@@ -926,6 +926,32 @@ START_TEST(test_nonfinite_state_refused) {
 }
 END_TEST
 
+/* an insertion count near INT64_MAX (the next submit's sums would overflow),
+ * with the section's CRC recomputed: refused (a review find) */
+START_TEST(test_counters_total_refused) {
+  membuf_t m = {0};
+  tiny_state(&m, 0);
+  size_t off = 24;
+  for (;;) {
+    uint32_t tag = (uint32_t)le(m.p + off, 4);
+    size_t len = (size_t)le(m.p + off + 8, 8);
+    if (tag == SEC_COUNTERS) {
+      unsigned char *d = m.p + off + 16;
+      for (int i = 0; i < 8; i++) d[32 + i] = (unsigned char)(INT64_MAX >> (8 * i)); /* replay_total */
+      uint32_t crc = learner_crc32c(0, d, len);
+      for (int i = 0; i < 4; i++) d[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
+      break;
+    }
+    ck_assert(tag != SEC_END);
+    off += 16 + len + 4;
+  }
+  char err[256];
+  ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "counters are inconsistent") != NULL, "%s", err);
+  free(m.p);
+}
+END_TEST
+
 START_TEST(test_config_nul) {
   membuf_t m = {0};
   tiny_state(&m, 0);
@@ -1073,6 +1099,7 @@ int main(void) {
   tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_nul);
   tcase_add_test(tc, test_nonfinite_state_refused);
+  tcase_add_test(tc, test_counters_total_refused);
   tcase_add_test(tc, test_optional_section_absent);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
