@@ -254,6 +254,23 @@ denied:
          CKPT_EACCES;
 }
 
+int64_t ckpt_memory_available(void) {
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
+}
+
+/* 0, or CKPT_ENOMEM when the CPU backend could not hold config c (the CUDA
+ * backend checks free GPU memory itself when it creates the learner) */
+static int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
+  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
+  if (be != LEARNER_BACKEND_CPU) return 0;
+  const int64_t need = learner_memory_estimate(c), avail = ckpt_memory_available();
+  if (need <= avail) return 0;
+  fail(err, errlen, "replay_capacity: the checkpoint's trainer needs ~%lld MiB, %lld MiB are available",
+       (long long)(need >> 20), (long long)(avail >> 20));
+  return CKPT_ENOMEM;
+}
+
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
   /* O_NONBLOCK: a FIFO (or a device) must not block the admin worker in
    * open(); only a regular file is read */
@@ -275,7 +292,14 @@ int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char
     close(fd);
     return fail(err, errlen, "path: cannot read %s: %s", path, strerror(errno));
   }
-  int rc = learner_load(file_read, f, be, out, err, errlen);
+  learner_config_t cfg;
+  int wr, rc = learner_peek_config(file_read, f, &cfg, &wr, err, errlen);
+  if (!rc && ckpt_fits(&cfg, be, err, errlen)) {
+    fclose(f);
+    return CKPT_ENOMEM;
+  }
+  if (!rc && fseek(f, 0, SEEK_SET)) rc = fail(err, errlen, "path: cannot rewind %s: %s", path, strerror(errno));
+  if (!rc) rc = learner_load(file_read, f, be, out, err, errlen);
   if (!rc && fgetc(f) != EOF) { /* bytes after the end section: not a file this daemon wrote */
     learner_destroy(*out);
     *out = NULL;
@@ -301,7 +325,12 @@ static int mem_read(void *ctx, void *buf, size_t n) {
 
 int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
   mctx_t m = {data, n, 0};
-  int rc = learner_load(mem_read, &m, be, out, err, errlen);
+  learner_config_t cfg;
+  int wr, rc = learner_peek_config(mem_read, &m, &cfg, &wr, err, errlen);
+  if (rc) return -1;
+  if (ckpt_fits(&cfg, be, err, errlen)) return CKPT_ENOMEM;
+  m.pos = 0;
+  rc = learner_load(mem_read, &m, be, out, err, errlen);
   if (!rc && m.pos != n) {
     learner_destroy(*out);
     *out = NULL;

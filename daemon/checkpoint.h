@@ -26,7 +26,7 @@ typedef struct ckpt_info {
   int64_t mtime;
 } ckpt_info_t;
 
-enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4 };
+enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5 };
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
 int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
@@ -48,6 +48,11 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
  * files it may not read); CKPT_ENOENT for a missing file inside. */
 int ckpt_path_confine(const char *path, const char *state_dir, const char *allowed, char *out, size_t n, char *err,
                       size_t errlen);
+/* Bytes of memory available to a new learner (host memory, for the CPU backend). */
+int64_t ckpt_memory_available(void);
+/* The loaders read the config first: a learner on the CPU backend that would
+ * need more than ckpt_memory_available() is refused (CKPT_ENOMEM, naming
+ * replay_capacity) before anything is allocated, as CreateTrainer refuses it. */
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 /* Removes leftover temporary files of an interrupted write. */

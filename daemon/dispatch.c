@@ -150,11 +150,6 @@ static int config_from_fields(Dqnd__V1__Field **f, size_t n, learner_config_t *c
   return 0;
 }
 
-/* Bytes of memory available to a new learner (host memory for the CPU backend). */
-static int64_t memory_available(void) {
-  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  return pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
-}
 
 /* ------------------------------------------------------------ accessors */
 
@@ -292,7 +287,7 @@ static void run_create(trainer_job_t *j) {
   learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
   /* the CPU backend holds everything in host memory; the CUDA backend checks
    * free GPU memory itself when it creates the learner */
-  int64_t need = learner_memory_estimate(cfg), avail = memory_available();
+  int64_t need = learner_memory_estimate(cfg), avail = ckpt_memory_available();
   if ((be == LEARNER_BACKEND_CPU || (be == LEARNER_BACKEND_AUTO && learner_backend_default() == LEARNER_BACKEND_CPU)) &&
       need > avail) {
     rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,

@@ -166,6 +166,7 @@ void dispatch_run_load(trainer_job_t *j0) {
     if (lrc) {
       rpc_reply_error(c,
                       lrc == CKPT_ENOENT    ? DQND__V1__CODE__NOT_FOUND
+                      : lrc == CKPT_ENOMEM  ? DQND__V1__CODE__RESOURCE_EXHAUSTED
                       : lrc == CKPT_EACCES  ? DQND__V1__CODE__PERMISSION_DENIED
                       : lrc == CKPT_ENOTREG ? DQND__V1__CODE__INVALID_ARGUMENT
                                             : DQND__V1__CODE__DATA_LOSS,
@@ -220,12 +221,14 @@ void dispatch_run_load(trainer_job_t *j0) {
     else if (learner_crc32(0, u->data, u->n) != m->crc32) {
       bad = 1;
       snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
-    } else if (ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err))
-      bad = 1;
+    } else {
+      int lrc = ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err);
+      if (lrc) bad = lrc == CKPT_ENOMEM ? 2 : 1;
+    }
     free(u->data);
     free(u);
     if (bad) {
-      rpc_reply_error(c, DQND__V1__CODE__DATA_LOSS, "%s", err);
+      rpc_reply_error(c, bad == 2 ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__DATA_LOSS, "%s", err);
       return;
     }
   }

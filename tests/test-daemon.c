@@ -138,6 +138,15 @@ END_TEST
 /* ------------------------------------------------------------- bad input */
 
 /* Sends a prepared request and expects `code` with `needle` in the message. */
+static uint64_t le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static void expect(dqnd_client_t *c, int rc, int code, const char *needle, const char *what) {
   ck_assert_msg(rc == code, "%s: got %s (%s), expected %s", what, dqnd_strerror(rc), dqnd_last_error(c),
                 dqnd_strerror(code));
@@ -449,6 +458,50 @@ START_TEST(test_bad_input) {
     up.last = 1;
     expect(c, dqnd_call(c, &lr, &rep), 15, "received 0 of", "empty upload");
     dqnd_reply_free(rep);
+    /* a checkpoint whose config asks for more memory than the machine has (its
+       config section rewritten and resealed): refused before anything is
+       allocated, as CreateTrainer refuses it (it built the replay first) */
+    {
+      size_t clen = (size_t)le64(data + 32), big_n = 0;
+      ck_assert_uint_eq(le32(data + 24), 1); /* SEC_CONFIG first */
+      char *text = malloc(clen + 64), *o = text;
+      const char *p = (const char *)data + 40, *end = p + clen;
+      while (p < end) { /* line by line: state_dim and replay_capacity replaced */
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = (size_t)(nl - p) + 1;
+        if (!strncmp(p, "state_dim=", 10)) o += sprintf(o, "state_dim=65536\n");
+        else if (!strncmp(p, "replay_capacity=", 16)) o += sprintf(o, "replay_capacity=2147483648\n");
+        else memcpy(o, p, ll), o += ll;
+        p += ll;
+      }
+      big_n = (size_t)(o - text);
+      const size_t rest = 40 + clen + 4;
+      uint8_t *big = malloc(len - rest + 44 + big_n);
+      memcpy(big, data, 24);
+      uint64_t h = 1469598103934665603ULL; /* the header's FNV-1a of the config text */
+      for (size_t i = 0; i < big_n; i++) h = (h ^ (uint8_t)text[i]) * 1099511628211ULL;
+      for (int i = 0; i < 8; i++) big[16 + i] = (uint8_t)(h >> (8 * i));
+      memcpy(big + 24, data + 24, 8);
+      for (int i = 0; i < 8; i++) big[32 + i] = (uint8_t)((uint64_t)big_n >> (8 * i));
+      memcpy(big + 40, text, big_n);
+      uint32_t cc = learner_crc32c(0, text, big_n);
+      for (int i = 0; i < 4; i++) big[40 + big_n + (size_t)i] = (uint8_t)(cc >> (8 * i));
+      memcpy(big + 44 + big_n, data + rest, len - rest);
+      const size_t bn = len - rest + 44 + big_n;
+      Dqnd__V1__LoadCheckpoint bu = DQND__V1__LOAD_CHECKPOINT__INIT;
+      bu.name = "huge", bu.create = 1, bu.data = (ProtobufCBinaryData){bn, big}, bu.total = bn, bu.last = 1;
+      bu.crc32 = learner_crc32(0, big, bn);
+      lr.load_checkpoint = &bu;
+      expect(c, dqnd_call(c, &lr, &rep), 8, "replay_capacity: the checkpoint's trainer needs", "upload of a huge trainer");
+      dqnd_reply_free(rep);
+      lr.load_checkpoint = &up;
+      /* the same bytes where the daemon reads a path (over its own checkpoint of "other") */
+      FILE *hf = fopen(ck.path, "wb");
+      ck_assert(hf && fwrite(big, 1, bn, hf) == bn && fclose(hf) == 0);
+      expect(c, dqnd_load_checkpoint_path(c, "huge", ck.path, 1, NULL), 8, "replay_capacity", "load a huge trainer");
+      free(big);
+      free(text);
+    }
     /* an offset past the total, even one whose sum with the chunk wraps around */
     up.offset = UINT64_MAX;
     up.data = (ProtobufCBinaryData){2, data};
