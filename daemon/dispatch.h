@@ -16,5 +16,7 @@ void dispatch(server_t *s, rpc_call_t *c);
 /* The command's name in the table ("Step"), or NULL for a Request oneof case
  * this daemon does not serve. */
 const char *dispatch_command_name(int command_case);
+/* Frees the unfinished checkpoint uploads (at exit, once no request runs). */
+void dispatch_free_uploads(server_t *s);
 
 #endif

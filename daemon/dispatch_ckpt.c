@@ -125,12 +125,35 @@ void dispatch_run_fetch(trainer_job_t *j) {
 
 /* --------------------------------------------------------- LoadCheckpoint */
 
+/* An upload in progress: its bytes grow as chunks arrive (not `total` up
+ * front: a first chunk claiming 8 GiB held that much), at most UPLOAD_MAX_OPEN
+ * at once whose totals sum to at most the largest one upload may have; one
+ * left idle UPLOAD_IDLE_S is dropped when another begins. Unfinished ones are
+ * freed at exit (dispatch_free_uploads). */
+#define UPLOAD_MAX_OPEN 16
+#define UPLOAD_IDLE_S 600.0
 struct upload {
   upload_t *next;
   char name[65];
   uint8_t *data;
-  uint64_t n, total;
+  uint64_t n, cap, total;
+  double touched;
 };
+
+static void upload_free(upload_t *u) {
+  free(u->data);
+  free(u);
+}
+
+void dispatch_free_uploads(server_t *s) {
+  pthread_mutex_lock(&s->up_mu);
+  while (s->uploads) {
+    upload_t *u = s->uploads;
+    s->uploads = u->next;
+    upload_free(u);
+  }
+  pthread_mutex_unlock(&s->up_mu);
+}
 
 /* the backend goes to j->backend */
 int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
@@ -175,38 +198,76 @@ void dispatch_run_load(trainer_job_t *j0) {
     }
   } else {
     pthread_mutex_lock(&s->up_mu);
-    upload_t **pp = &s->uploads, *u;
-    while (*pp && strcmp((*pp)->name, m->name)) pp = &(*pp)->next;
-    u = *pp;
-    if (m->offset == 0) { /* a new upload replaces an unfinished one */
-      if (u) {
-        *pp = u->next;
-        free(u->data);
-        free(u);
+    const double now = now_s();
+    upload_t **pp, *u = NULL;
+    uint64_t open_bytes = 0; /* of the other uploads */
+    int n_open = 0;
+    for (pp = &s->uploads; *pp;) {
+      upload_t *x = *pp;
+      if (!strcmp(x->name, m->name)) {
+        u = x;
+      } else if (m->offset == 0 && now - x->touched > UPLOAD_IDLE_S) {
+        log_warn(x->name, "an unfinished checkpoint upload (%llu of %llu bytes) idle for %.0f s dropped",
+                 (unsigned long long)x->n, (unsigned long long)x->total, now - x->touched);
+        *pp = x->next;
+        upload_free(x);
+        continue;
+      } else {
+        open_bytes += x->total;
+        n_open++;
       }
-      u = calloc(1, sizeof *u);
-      if (u) u->data = malloc(m->total ? m->total : 1);
-      if (!u || !u->data) {
-        if (u) free(u);
+      pp = &x->next;
+    }
+    const uint64_t most = (uint64_t)s->opts.decode_budget * 16; /* dispatch_check_load's bound on one */
+    if (m->offset == 0) { /* a new upload replaces an unfinished one of the name */
+      const char *why = n_open >= UPLOAD_MAX_OPEN ? "uploads" : open_bytes + m->total > most ? "bytes" : NULL;
+      upload_t *nu = why ? NULL : calloc(1, sizeof *nu);
+      if (!nu) {
         pthread_mutex_unlock(&s->up_mu);
-        rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "total: cannot hold %llu bytes",
-                        (unsigned long long)m->total);
+        if (why && !strcmp(why, "uploads"))
+          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
+                          "name: %d other checkpoint uploads are unfinished (at most %d at once)", n_open,
+                          UPLOAD_MAX_OPEN);
+        else
+          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
+                          "total: %llu bytes beside the %llu of unfinished uploads exceed %llu",
+                          (unsigned long long)m->total, (unsigned long long)open_bytes, (unsigned long long)most);
         return;
       }
-      snprintf(u->name, sizeof u->name, "%s", m->name);
-      u->total = m->total;
-      u->next = s->uploads;
-      s->uploads = u;
+      snprintf(nu->name, sizeof nu->name, "%s", m->name);
+      nu->total = m->total;
+      nu->touched = now;
+      if (u) { /* only now: a refusal above leaves it as it was */
+        for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
+        *pp = u->next;
+        upload_free(u);
+      }
+      nu->next = s->uploads;
+      s->uploads = u = nu;
     } else if (!u || u->n != m->offset || u->total != m->total) {
       pthread_mutex_unlock(&s->up_mu);
       rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
                       (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
       return;
     }
+    if (u->n + m->data.len > u->cap) { /* doubling, up to the total (dispatch_check_load: n + len <= total) */
+      uint64_t cap = u->cap ? 2 * u->cap : 1u << 20;
+      if (cap < u->n + m->data.len) cap = u->n + m->data.len;
+      if (cap > u->total) cap = u->total;
+      uint8_t *d = realloc(u->data, (size_t)cap);
+      if (!d) {
+        pthread_mutex_unlock(&s->up_mu);
+        rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "data: cannot hold %llu bytes (the chunk may be sent again)",
+                        (unsigned long long)cap);
+        return;
+      }
+      u->data = d, u->cap = cap;
+    }
     /* an empty chunk (offset 0, total > 0, no data) arrives with data.data NULL: memcpy's
        arguments must not be NULL even for zero bytes (a fuzz find) */
     if (m->data.len) memcpy(u->data + u->n, m->data.data, m->data.len);
     u->n += m->data.len;
+    u->touched = now;
     if (!m->last) {
       pthread_mutex_unlock(&s->up_mu);
       dispatch_reply_done(c);
@@ -225,8 +286,7 @@ void dispatch_run_load(trainer_job_t *j0) {
       int lrc = ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err);
       if (lrc) bad = lrc == CKPT_ENOMEM ? 2 : 1;
     }
-    free(u->data);
-    free(u);
+    upload_free(u);
     if (bad) {
       rpc_reply_error(c, bad == 2 ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__DATA_LOSS, "%s", err);
       return;

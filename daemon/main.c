@@ -225,6 +225,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 5; i++) uv_close((uv_handle_t *)timers[i], NULL);
   uv_run(a->loop, UV_RUN_DEFAULT);
   uv_loop_close(a->loop);
+  dispatch_free_uploads(s);
   free(s->trainers);
   return 0;
 }

@@ -502,6 +502,54 @@ START_TEST(test_bad_input) {
       free(big);
       free(text);
     }
+    /* bounded uploads: at most 16 unfinished at once, their totals summing to
+       at most 16 x decode-budget (8 GiB by default), a refused one changing
+       nothing; bytes held as they arrive, not the claimed total up front */
+    {
+      char un[20][16];
+      Dqnd__V1__LoadCheckpoint o = DQND__V1__LOAD_CHECKPOINT__INIT;
+      lr.load_checkpoint = &o;
+      uint8_t one = 7;
+      for (int k = 0; k <= 16; k++) {
+        snprintf(un[k], sizeof un[k], "up%d", k);
+        o.name = un[k], o.total = 100, o.offset = 0, o.data = (ProtobufCBinaryData){1, &one}, o.last = 0;
+        if (k < 16) {
+          ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "upload %d: %s", k, dqnd_last_error(c));
+        } else
+          expect(c, dqnd_call(c, &lr, &rep), 8, "name: 16 other checkpoint uploads are unfinished", "a 17th upload");
+        dqnd_reply_free(rep);
+      }
+      o.name = un[0]; /* restarting one of the 16 is no 17th */
+      ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "restart up0: %s", dqnd_last_error(c));
+      dqnd_reply_free(rep);
+      for (int k = 0; k < 16; k++) { /* an empty last chunk ends each (short of its total) */
+        o.name = un[k], o.offset = 1, o.data = (ProtobufCBinaryData){0, NULL}, o.last = 1;
+        expect(c, dqnd_call(c, &lr, &rep), 15, "received 1 of 100", "end an upload");
+        dqnd_reply_free(rep);
+      }
+      const uint64_t most = 16ull * (512ull << 20);
+      o.name = "big1", o.total = most - 10, o.offset = 0, o.data = (ProtobufCBinaryData){1, &one}, o.last = 0;
+      ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "big1: %s", dqnd_last_error(c));
+      dqnd_reply_free(rep);
+      o.name = "big2", o.total = 11;
+      expect(c, dqnd_call(c, &lr, &rep), 8, "total: 11 bytes beside the 8589934582 of unfinished uploads",
+             "uploads past the bound");
+      dqnd_reply_free(rep);
+      o.total = 10;
+      ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "big2: %s", dqnd_last_error(c));
+      dqnd_reply_free(rep);
+      o.name = "big1", o.offset = 1, o.data = (ProtobufCBinaryData){1, &one}, o.total = most - 10;
+      ck_assert_msg(dqnd_call(c, &lr, &rep) == 0, "big1 continues: %s", dqnd_last_error(c)); /* intact */
+      dqnd_reply_free(rep);
+      const char *bn[2] = {"big1", "big2"};
+      const uint64_t at[2] = {2, 1}, tot[2] = {most - 10, 10};
+      for (int k = 0; k < 2; k++) {
+        o.name = (char *)bn[k], o.offset = at[k], o.total = tot[k], o.data = (ProtobufCBinaryData){0, NULL}, o.last = 1;
+        expect(c, dqnd_call(c, &lr, &rep), 15, "total: received", "end a big upload");
+        dqnd_reply_free(rep);
+      }
+      lr.load_checkpoint = &up;
+    }
     /* an offset past the total, even one whose sum with the chunk wraps around */
     up.offset = UINT64_MAX;
     up.data = (ProtobufCBinaryData){2, data};
