@@ -464,6 +464,37 @@ static int argmax_d(const double *v, int n) {
   return b;
 }
 
+/* An Act of more states than the CPU forward takes at once (4096, run in
+ * pieces so its activations stay bounded) answers every state as Acts of
+ * fewer states do, bit for bit: the rows are independent. With K = 2 heads
+ * and attention, so every block of the forward is in it. */
+START_TEST(test_act_many_states) {
+  enum { N = 9000, W = 7, PIECE = 1500 };
+  learner_config_t c = small_config(1, 0);
+  c.ensemble_k = 2;
+  c.attn_tokens = 2;
+  c.attn_heads = 2;
+  char err[256];
+  learner_t *l;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  feed(l, 40, 5);
+  ck_assert_int_eq(learner_step(l, 3, NULL, err, sizeof err), 0);
+  float *s = malloc(sizeof(float) * N * 6), *q = malloc(sizeof(float) * N * W), *q2 = malloc(sizeof(float) * N * W);
+  int32_t *a = malloc(sizeof(int32_t) * N), *a2 = malloc(sizeof(int32_t) * N);
+  for (int i = 0; i < N * 6; i++) s[i] = (float)((i * 7919 % 1013) - 506) / 97.0f;
+  ck_assert_msg(learner_act(l, s, N, 0, a, q, err, sizeof err) == 0, "%s", err);
+  for (int i0 = 0; i0 < N; i0 += PIECE)
+    ck_assert_int_eq(learner_act(l, s + (size_t)i0 * 6, PIECE, 0, a2 + i0, q2 + (size_t)i0 * W, err, sizeof err), 0);
+  ck_assert(memcmp(a, a2, sizeof(int32_t) * N) == 0);
+  ck_assert(memcmp(q, q2, sizeof(float) * N * W) == 0);
+  int distinct = 0;
+  for (int i = 1; i < N; i++) distinct += a[i] != a[0];
+  ck_assert_msg(distinct > 0, "every state got the same action: the comparison would not see a shifted row");
+  free(s), free(q), free(q2), free(a), free(a2);
+  learner_destroy(l);
+}
+END_TEST
+
 START_TEST(test_ensemble_act_select) {
   enum { K = 3, N = 16, W = 7 };
   learner_config_t c = small_config(0, 1), c1;
@@ -1108,6 +1139,7 @@ int main(void) {
   tcase_add_test(tc, test_ensemble_k1_identical);
   tcase_add_test(tc, test_ensemble_learner);
   tcase_add_test(tc, test_ensemble_act_select);
+  tcase_add_test(tc, test_act_many_states);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -297,6 +297,9 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
   return LEARNER_OK;
 }
 
+/* the most states Act's forward takes at once (cpu_act) */
+#define ACT_ROWS 4096
+
 /* Act (DESIGN.md §6.2): per branch the Q values of each head, their mean
  * (head 0 plus heads 1..K-1 in order, then / K: K = 1 is the plain network
  * exactly) and their variance over heads (/ K); the action per branch is the
@@ -306,10 +309,15 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
                    char *err, size_t errlen) {
   cpu_learner_t *m = impl;
   const net_layout_t *L = &m->L;
-  if (m->act_acts.rows < n) {
+  /* the forward runs ACT_ROWS states at a time (rows are independent), so
+   * the kept activations hold at most ACT_ROWS rows (they grew to the
+   * largest request: a million states held gigabytes for the trainer's life,
+   * a review find) */
+  const int rows = n < ACT_ROWS ? n : ACT_ROWS;
+  if (m->act_acts.rows < rows) {
     net_acts_free_f32(&m->act_acts);
-    if (net_acts_alloc_f32(&m->act_acts, L, n)) {
-      snprintf(err, errlen, "out of memory for %d states", n);
+    if (net_acts_alloc_f32(&m->act_acts, L, rows)) {
+      snprintf(err, errlen, "out of memory for %d states", rows);
       return LEARNER_ENOMEM;
     }
   }
@@ -321,24 +329,28 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
   net_weights_f32_t w;
   net_weights_f32(L, m->online, fn, m->act_weff, &w);
   net_weights_priors_f32(L, m->prior, m->cfg.ensemble_prior_scale, &w);
-  net_forward_f32(L, &w, s, n, m->cfg.leaky_slope, &m->act_acts);
   const int K = L->K, qw = L->q_width;
   const int head = learner_act_head(&m->cfg, episode);
   float support[LEARNER_MAX_ATOMS];
   for (int z = 0; z < L->Z; z++) support[z] = m->cfg.v_min + (m->cfg.v_max - m->cfg.v_min) * z / (L->Z - 1);
   float *qh = m->qheads; /* [K][qw]: each head's Q for this state */
   float *qrow = m->qrow, *var = m->qacc;
-  for (int i = 0; i < n; i++) {
-    for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
-      int nz = L->n[d] * L->Z, nd = L->n[d];
-      for (int k = 0; k < K; k++)
-        c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)i * nz, nd, L->Z, support,
-                         qh + (size_t)k * qw + off);
+  for (int i0 = 0; i0 < n; i0 += rows) {
+    const int nr = n - i0 < rows ? n - i0 : rows;
+    net_forward_f32(L, &w, s + (size_t)i0 * L->S, nr, m->cfg.leaky_slope, &m->act_acts);
+    for (int r = 0; r < nr; r++) {
+      const size_t i = (size_t)i0 + (size_t)r;
+      for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
+        int nz = L->n[d] * L->Z, nd = L->n[d];
+        for (int k = 0; k < K; k++)
+          c51_q_values_f32(m->act_acts.logp[d] + k * m->act_acts.hstride + (size_t)r * nz, nd, L->Z, support,
+                           qh + (size_t)k * qw + off);
+      }
+      int32_t flat = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, qh, (size_t)qw, qrow, var);
+      a[i] = flat;
+      if (q) memcpy(q + i * qw, qrow, sizeof(float) * (size_t)qw);
+      if (q_var) memcpy(q_var + i * qw, var, sizeof(float) * (size_t)qw);
     }
-    int32_t flat = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, qh, (size_t)qw, qrow, var);
-    a[i] = flat;
-    if (q) memcpy(q + (size_t)i * qw, qrow, sizeof(float) * (size_t)qw);
-    if (q_var) memcpy(q_var + (size_t)i * qw, var, sizeof(float) * (size_t)qw);
   }
   return LEARNER_OK;
 }
