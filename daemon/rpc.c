@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "metrics.h"
+#include "utf8.h"
 #include "wire.h"
 
 /* Messages up to this multiple of max_message_bytes are received and answered
@@ -83,6 +84,7 @@ void rpc_reply_error(rpc_call_t *c, int code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  utf8_sanitize(msg);
   Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
   st.code = (Dqnd__V1__Code)code;
   st.message = msg;

@@ -27,7 +27,8 @@ void rpc_stop(server_t *s);
 Dqnd__V1__Request *rpc_request(rpc_call_t *c);
 /* Packs and sends; fills request_id; frees the request. */
 void rpc_reply(rpc_call_t *c, Dqnd__V1__Reply *r);
-/* An error reply: code (gRPC numbers) and a message naming the field. */
+/* An error reply: code (gRPC numbers) and a message naming the field (made
+ * well-formed UTF-8: utf8.h). */
 void rpc_reply_error(rpc_call_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

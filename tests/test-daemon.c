@@ -354,6 +354,10 @@ START_TEST(test_bad_input) {
          "create with a field twice");
   expect(c, dqnd_destroy_trainer(c, "nosuch", 0, NULL), 5, "name: no trainer 'nosuch'", "destroy unknown");
   expect(c, dqnd_create_trainer(c, "", small_fields, N_SMALL, NULL, NULL), 3, "name", "create empty name");
+  /* a name that is no UTF-8 comes back in the message as '?'s: a reply's
+     strings must be UTF-8 (Python's and Go's protobuf refuse it otherwise) */
+  expect(c, dqnd_create_trainer(c, "a\xff\xc3", small_fields, N_SMALL, NULL, NULL), 3, "name: 'a?" "?' is not",
+         "create with a name that is no UTF-8");
   expect(c, dqnd_create_trainer(c, "new", small_fields, N_SMALL, "tpu", NULL), 3, "backend", "create bad backend");
   const char *huge[] = {"replay_capacity=2000000000", "state_dim=4096"};
   expect(c, dqnd_create_trainer(c, "new", huge, 2, NULL, NULL), 8, "replay_capacity", "create too big for memory");

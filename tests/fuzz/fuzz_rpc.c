@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "utf8.h"
+
 struct rpc_call {
   Dqnd__V1__Request *req;
   wire_budget_t budget;
@@ -57,6 +59,7 @@ void rpc_reply_error(rpc_call_t *c, int code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  utf8_sanitize(msg); /* as rpc.c */
   Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
   st.code = (Dqnd__V1__Code)code;
   st.message = msg;
