@@ -149,7 +149,7 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
   }
   double v;
   if (f->type == LCF_UINT64) {
-    if (value[0] == '-') goto bad;
+    if (value[0] < '0' || value[0] > '9') goto bad; /* strtoull takes " -1" as 2^64 - 1 */
     unsigned long long u = strtoull(value, &end, 0);
     if (end == value || *end || errno) goto bad;
     *(uint64_t *)p = u;

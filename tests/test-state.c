@@ -1021,7 +1021,7 @@ START_TEST(test_config_validation) {
       {"atoms", "1", "atoms"},           {"v_min", "10", "v_min"},      {"branches", "", "branches"},
       {"branches", "9,0,3", "branches"}, {"state_dim", "0", "state_dim"}, {"batch", "2000000", "batch"},
       {"lr", "nan", "lr"},               {"gamma", "1.5", "gamma"},     {"branches", "1024,1024,1024,1024", "branches"},
-      {"noisy", "maybe", "noisy"},       {"seed", "-3", "seed"},        {"nosuch", "1", "nosuch"},
+      {"noisy", "maybe", "noisy"},       {"seed", "-3", "seed"},        {"seed", " -1", "seed"},        {"nosuch", "1", "nosuch"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     learner_config_default(&c);
