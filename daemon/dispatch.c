@@ -320,8 +320,10 @@ static void run_destroy(trainer_job_t *j) {
   const Dqnd__V1__DestroyTrainer *m = rpc_request(c)->destroy_trainer;
   ckpt_info_t info;
   char err[512], moved[1300];
-  if (m->save_final && trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err)) {
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "save_final: %s (trainer kept)", err);
+  int src = m->save_final ? trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err) : 0;
+  if (src) {
+    rpc_reply_error(c, src == TRAINER_SAVE_NOT_FINITE ? DQND__V1__CODE__FAILED_PRECONDITION : DQND__V1__CODE__INTERNAL,
+                    "save_final: %s (trainer kept)", err);
     return;
   }
   if (trainer_retire(t, "destroyed", moved, sizeof moved)) {

@@ -32,8 +32,10 @@ void dispatch_run_save(trainer_job_t *j) {
   rpc_call_t *c = j->c;
   ckpt_info_t info;
   char err[512];
-  if (trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err))
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "%s", err);
+  int rc = trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err);
+  if (rc)
+    rpc_reply_error(c, rc == TRAINER_SAVE_NOT_FINITE ? DQND__V1__CODE__FAILED_PRECONDITION : DQND__V1__CODE__INTERNAL,
+                    "%s", err);
   else dispatch_reply_checkpoint(c, &info);
 }
 

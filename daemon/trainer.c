@@ -240,6 +240,20 @@ static void job_run(void *owner, void *arg) {
 int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->s->admin, job_run, j); }
 
 int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen) {
+  /* a state that would not load again (a diverged trainer's Adam moments can
+   * overflow while its parameters stay finite) is not written: each save
+   * prunes the oldest checkpoint, so periodic saves would replace every good
+   * one by files that cannot be loaded (a review find) */
+  const int fin = learner_state_finite(t->l);
+  if (fin != 1) {
+    snprintf(err, errlen,
+             fin == 0 ? "state: trainer '%s''s parameters or Adam moments are not finite (it diverged), so it was not "
+                        "saved and its earlier checkpoints are kept: load one"
+                      : "state: cannot read trainer '%s''s state to check it",
+             t->name);
+    log_error(t->name, "checkpoint not written: %s", err);
+    return fin == 0 ? TRAINER_SAVE_NOT_FINITE : -1;
+  }
   int rc = ckpt_write(t->dir, t->l, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
   if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
   else log_error(t->name, "checkpoint failed: %s", err);
@@ -278,7 +292,7 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
 }
 
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
-  int fin = learner_params_finite(t->l);
+  int fin = learner_state_finite(t->l);
   ckpt_info_t info;
   char serr[512], where[1400];
   if (fin == 1 && trainer_save(t, t->srv->opts.checkpoint_replay, &info, serr, sizeof serr) == 0)
@@ -287,8 +301,8 @@ void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
     snprintf(where, sizeof where, "its last good state is kept, but saving it failed: %.300s", serr);
   else
     snprintf(where, sizeof where,
-             "its kept parameters are not finite either (an update overflowed before the loss did), so nothing "
-             "was saved: load an earlier checkpoint");
+             "its kept parameters or Adam moments are not finite either (an update overflowed before the loss "
+             "did), so nothing was saved: load an earlier checkpoint");
   snprintf(msg, n, "%.300s; %s", err, where);
   pthread_mutex_lock(&t->mu);
   snprintf(t->error, sizeof t->error, "diverged: %.450s", err);

@@ -96,7 +96,10 @@ void trainer_job_free(trainer_job_t *j);
 int trainer_enqueue(trainer_job_t *j);
 
 /* Worker only, for handlers: */
-/* A checkpoint now (logged); 0 or a ckpt/learner error with err set. */
+/* A checkpoint now (logged): 0, -1 (a ckpt/learner error, err says why), or
+ * TRAINER_SAVE_NOT_FINITE: the state is not finite (a diverged trainer),
+ * nothing written, the earlier checkpoints kept. */
+#define TRAINER_SAVE_NOT_FINITE 1
 int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen);
 /* Moves the trainer's directory to STATE/.retired/ (before trainer_stop: the
  * name is not free yet, so a new trainer of that name cannot race for the

@@ -287,6 +287,62 @@ START_TEST(test_divergence) {
 }
 END_TEST
 
+/* A diverged trainer whose kept Adam moments overflowed (its parameters
+ * still finite: batch 1, no gradient clip, lr 10, weight decay 10) has no
+ * state that loads again: nothing is saved, not at the divergence, nor by
+ * SaveCheckpoint, DestroyTrainer's save_final or the final save at shutdown,
+ * and the checkpoint from before it is kept and still loads (saving such
+ * states pruned the good ones: a review find). */
+START_TEST(test_divergence_moments) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  const char *f[] = {"state_dim=1", "trunk_h1=2", "trunk_h2=2", "value_hidden=2", "adv_hidden=2", "atoms=2",
+                     "branches=2", "batch=1", "replay_capacity=10", "noisy=0", "grad_clip=0"};
+  ck_assert_int_eq(dqnd_create_trainer(c, "adam", f, 11, NULL, NULL), 0);
+  float s3[3] = {0.1f, 0.2f, 0.3f}, r3[3] = {1, 0, 1};
+  uint8_t d3[3] = {0, 0, 1};
+  int32_t a3[3] = {0, 1, 0};
+  learner_transitions_t tr = {3, s3, a3, r3, s3, d3, NULL, NULL};
+  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0);
+  dqnd_checkpoint_t early;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "adam", 0, &early), 0);
+  const char *absurd[] = {"lr=10", "weight_decay=10"};
+  ck_assert_int_eq(dqnd_set_hparams(c, "adam", absurd, 2), 0);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_step(c, "adam", 200, &st), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "Adam moments are not finite either") &&
+                    strstr(dqnd_last_error(c), "nothing was saved"),
+                "%s", dqnd_last_error(c));
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "adam", 0, &ck), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "not finite (it diverged), so it was not saved"), "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_destroy_trainer(c, "adam", 1, &ck), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "save_final: state:") && strstr(dqnd_last_error(c), "trainer kept"), "%s",
+                dqnd_last_error(c));
+  dqnd_checkpoint_t *cks;
+  int nck;
+  ck_assert_int_eq(dqnd_list_checkpoints(c, "adam", &cks, &nck), 0);
+  ck_assert_int_eq(nck, 1);
+  ck_assert_str_eq(cks[0].id, early.id);
+  free(cks);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0); /* its final save is refused too */
+  ck_assert_msg(log_has(&d, "checkpoint not written"), "the log says so");
+  /* a restart brings the trainer back from the early checkpoint */
+  start_daemon(&d);
+  c = connect_to(&d);
+  dqnd_trainer_info_t ti;
+  ck_assert_int_eq(dqnd_trainer_info(c, "adam", &ti), 0);
+  ck_assert_int_eq((long long)ti.stats.step, 0);
+  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0); /* the checkpoint holds no replay */
+  ck_assert_msg(dqnd_step(c, "adam", 2, &st) == 0, "%s", dqnd_last_error(c));
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("hparams");
@@ -295,6 +351,7 @@ int main(void) {
   tcase_add_test(tc, test_sync_and_hparams_take_effect);
   tcase_add_test(tc, test_continuous_training);
   tcase_add_test(tc, test_divergence);
+  tcase_add_test(tc, test_divergence_moments);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
