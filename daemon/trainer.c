@@ -67,6 +67,12 @@ static int name_free(server_t *s, const char *name, char *err, size_t errlen) {
 
 int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
                      trainer_t **out, char *err, size_t errlen) {
+  /* once shutdown began, no new trainer: the drain queued a final save for
+   * the ones it found and waits for them alone, so one registered later kept
+   * the daemon from exiting until systemd killed it (a review find). Checked
+   * again under reg_mu below, where the drain's trainer_list cannot miss it. */
+  if (atomic_load(&s->draining))
+    return snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name), 14;
   pthread_mutex_lock(&s->reg_mu);
   int code = name_free(s, name, err, errlen);
   pthread_mutex_unlock(&s->reg_mu);
@@ -115,6 +121,10 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   learner_get_hparams(l, &t->hp);
   pthread_mutex_lock(&s->reg_mu);
   code = name_free(s, name, err, errlen);
+  if (!code && atomic_load(&s->draining)) {
+    snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name);
+    code = 14;
+  }
   if (!code) {
     atomic_fetch_add(&s->live_trainers, 1);
     if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
