@@ -113,7 +113,21 @@ int npy_read(const char *path, npy_array_t *a, char *err, size_t errlen) {
     a->count *= v;
     p = e;
   }
-  size_t es = npy_dtype_size(a->dtype), nbytes = (size_t)a->count * es;
+  /* the data must be in the file: bounding the count by the bytes left keeps
+   * count * es (and the conversions' count * 8) from overflowing, which a
+   * header claiming 2^62 elements made a small allocation written past (a
+   * review find) */
+  size_t es = npy_dtype_size(a->dtype);
+  long here = ftell(f);
+  if (here < 0 || fseek(f, 0, SEEK_END)) goto trunc;
+  long end = ftell(f);
+  if (end < here || fseek(f, here, SEEK_SET)) goto trunc;
+  if ((uint64_t)a->count > (uint64_t)(end - here) / es) {
+    fail(err, errlen, "%s: truncated (the header's shape needs %lld elements, the file holds %lld)", path,
+         (long long)a->count, (long long)((end - here) / (long)es));
+    goto out;
+  }
+  size_t nbytes = (size_t)a->count * es;
   a->data = malloc(nbytes ? nbytes : 1);
   if (!a->data) {
     fail(err, errlen, "%s: out of memory for %lld elements", path, (long long)a->count);

@@ -505,6 +505,41 @@ END_TEST
 
 /* ---------------------------------------------------- help, version, fields */
 
+/* A .npy header whose shape claims more elements than the file holds
+ * (2^62 float64s: count x 8 wrapped around to a small allocation that the
+ * read and the conversions wrote past) is refused as truncated; the same
+ * header with its data whole reads. */
+START_TEST(test_npy_shape_beyond_the_file) {
+  char path[] = "/tmp/dqnd-npy-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *shapes[2] = {"(4611686018427387904, 1)", "(2, 1)"};
+  for (int k = 0; k < 2; k++) {
+    char dict[128];
+    int w = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shapes[k]);
+    while ((10 + w + 1) % 64) dict[w++] = ' ';
+    dict[w++] = '\n';
+    FILE *f = fopen(path, "wb");
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(w & 0xff), (unsigned char)(w >> 8)};
+    double data[2] = {1.5, -2.5};
+    ck_assert(f && fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)w, f) == (size_t)w &&
+              fwrite(data, 8, 2, f) == 2 && fclose(f) == 0);
+    npy_array_t a;
+    char err[256] = "";
+    int rc = npy_read(path, &a, err, sizeof err);
+    if (k == 0) {
+      ck_assert_msg(rc != 0 && strstr(err, "truncated"), "rc %d: %s", rc, err);
+    } else {
+      ck_assert_msg(rc == 0, "%s", err);
+      ck_assert(a.count == 2 && ((double *)a.data)[1] == -2.5);
+      npy_free(&a);
+    }
+  }
+  unlink(path);
+}
+END_TEST
+
 START_TEST(test_help_version_fields) {
   daemon_t d = {0};
   snprintf(d.url, sizeof d.url, "ipc:///nonexistent/dqnd.sock"); /* none of these needs the daemon */
@@ -551,6 +586,7 @@ int main(void) {
   tcase_add_test(tc, test_checkpoints_and_inspect);
   tcase_add_test(tc, test_submit_formats);
   tcase_add_test(tc, test_help_version_fields);
+  tcase_add_test(tc, test_npy_shape_beyond_the_file);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
