@@ -25,11 +25,12 @@ static char *read_pem(const char *opt, const char *path, char *err, size_t errle
   int bad = ferror(f);
   fclose(f);
   if (!buf) return fail(err, errlen, opt, path, "out of memory"), NULL;
+  if (!bad && n <= PEM_MAX) buf[n] = 0; /* before strstr reads it (it ran past the bytes read: a review find) */
   if (bad || n > PEM_MAX || !strstr(buf, "-----BEGIN ")) {
+    explicit_bzero(buf, n < PEM_MAX + 1 ? n : PEM_MAX + 1); /* a key file's bytes */
     free(buf);
     return fail(err, errlen, opt, path, bad ? "read error" : n > PEM_MAX ? "larger than 1 MiB" : "not a PEM file"), NULL;
   }
-  buf[n] = 0;
   return buf;
 }
 
@@ -76,6 +77,7 @@ int dqnd_tls_config(int server, const dqnd_tls_opts_t *o, struct nng_tls_config 
   rc = 0;
 out:
   free(cert);
+  if (key) explicit_bzero(key, strlen(key)); /* the private key's bytes do not linger in freed memory */
   free(key);
   if (rc) nng_tls_config_free(cfg);
   else *out = cfg;
