@@ -108,6 +108,11 @@ int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls
     *out = c;
     return DQND_OK;
   }
+  if (dqnd_ipc_dir_check(url, err, errlen)) { /* a socket another user may have put there */
+    nng_close(c->sock);
+    free(c);
+    return DQND_ETRANSPORT;
+  }
   rv = nng_dial(c->sock, url, NULL, 0);
   if (rv) {
     nng_close(c->sock);

@@ -13,6 +13,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 
+#include "dqnd/default_url.h"
 #include "dqnd/tls.h"
 
 #include "checkpoint.h"
@@ -130,11 +131,10 @@ static void call_cb(void *arg) {
 
 static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
   const char *url = r->srv->opts.listen[i];
-  nng_listener l;
-  int rv = nng_listener_create(&l, r->sock, url);
-  if (!rv && !strncmp(url, "ipc://", 6)) {
-    /* make the directory, and let only our user in (the socket is 0600) */
-    char dir[600];
+  if (!strncmp(url, "ipc://", 6)) {
+    /* make the directory, and let only our user in (the socket is 0600);
+     * one in a world-writable directory (/tmp) must be ours alone */
+    char dir[600], why[1400];
     snprintf(dir, sizeof dir, "%s", url + 6);
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
@@ -142,8 +142,14 @@ static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
       char mk_err[256];
       if (ckpt_mkdirs(dir, mk_err, sizeof mk_err)) log_warn(NULL, "%s", mk_err);
     }
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, opts_socket_mode(&r->srv->opts));
+    if (dqnd_ipc_dir_check(url, why, sizeof why)) {
+      snprintf(err, errlen, "listen %s: %s", url, why);
+      return -1;
+    }
   }
+  nng_listener l;
+  int rv = nng_listener_create(&l, r->sock, url);
+  if (!rv && !strncmp(url, "ipc://", 6)) rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, opts_socket_mode(&r->srv->opts));
   if (!rv && !strncmp(url, "tls+tcp://", 10)) rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, r->tls);
   if (!rv) rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)r->srv->opts.max_message_bytes * OVERSIZE_FACTOR);
   if (!rv) rv = nng_listener_start(l, 0);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,7 +168,7 @@ START_TEST(tls_mutual) {
 END_TEST
 
 /* dqnd with these options must refuse to start (exit 2) and say `needle` */
-static void refuses(const char *const *opts, const char *needle) {
+static void refuses_with(const char *const *opts, const char *needle, int code) {
   char dir[] = "/tmp/dqnd-sec-XXXXXX", out[400];
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(out, sizeof out, "%s/err", dir);
@@ -182,7 +183,7 @@ static void refuses(const char *const *opts, const char *needle) {
     _exit(127);
   }
   int st = wait_exit(p, 20);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "dqnd should exit 2 with %s ...", opts[0]);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == code, "dqnd should exit %d with %s ...", code, opts[0]);
   char msg[1000] = "";
   FILE *f = fopen(out, "r");
   size_t n = fread(msg, 1, sizeof msg - 1, f);
@@ -191,6 +192,48 @@ static void refuses(const char *const *opts, const char *needle) {
   ck_assert_msg(strstr(msg, needle), "'%s' lacks '%s'", msg, needle);
   rm_rf(dir);
 }
+
+static void refuses(const char *const *opts, const char *needle) { refuses_with(opts, needle, 2); }
+
+/* An ipc socket's directory inside a world-writable one (as /tmp, where the
+ * last default URL lives) must be a real directory of this user's that only
+ * it may write, for the daemon to listen there and for a client to connect:
+ * another user could have made it first, to catch the uploads and the token. */
+START_TEST(ipc_dir_in_world_writable_refused) {
+  char pub[] = "/tmp/dqnd-pub-XXXXXX", sub[300], url[400], real[300], link[300], mine[300];
+  ck_assert_ptr_nonnull(mkdtemp(pub));
+  ck_assert_int_eq(chmod(pub, 01777), 0);
+  snprintf(sub, sizeof sub, "%s/open", pub);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  ck_assert_int_eq(chmod(sub, 0777), 0);
+  snprintf(url, sizeof url, "ipc://%s/dqnd.sock", sub);
+  const char *a[] = {"--listen", url, NULL};
+  refuses_with(a, "writable by others", 1);
+  dqnd_client_t *c;
+  char err[1400];
+  ck_assert_int_ne(dqnd_connect(url, 1000, &c, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "writable by others") != NULL, "%s", err);
+  snprintf(real, sizeof real, "%s/real", pub);
+  ck_assert_int_eq(mkdir(real, 0700), 0);
+  snprintf(link, sizeof link, "%s/link", pub);
+  ck_assert_int_eq(symlink(real, link), 0);
+  snprintf(url, sizeof url, "ipc://%s/dqnd.sock", link);
+  const char *b[] = {"--listen", url, NULL};
+  refuses_with(b, "a symbolic link", 1);
+  /* one of ours, made by the daemon itself (0750): it listens there */
+  snprintf(mine, sizeof mine, "%s/mine", pub);
+  snprintf(url, sizeof url, "ipc://%s/dqnd.sock", mine);
+  daemon_t d = {0};
+  const char *e[] = {"--listen", url, NULL};
+  start_daemon_argv(&d, e);
+  ck_assert_int_eq(dqnd_connect(url, 5000, &c, err, sizeof err), 0);
+  ck_assert_int_eq(dqnd_health(c, NULL, NULL), 0);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+  rm_rf(pub);
+}
+END_TEST
 
 START_TEST(open_listeners_refused) {
   char port[40];
@@ -300,6 +343,7 @@ int main(void) {
   tcase_add_test(tc, tls_mutual);
   tcase_add_test(tc, tls_config_file);
   tcase_add_test(tc, open_listeners_refused);
+  tcase_add_test(tc, ipc_dir_in_world_writable_refused);
   tcase_add_test(tc, checkpoint_dirs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
