@@ -134,6 +134,11 @@ static int cmd_info(ctx_t *x, const cli_args_t *a) {
     dqnd_reply_free(rep);
     return fail_rc(x, rc);
   }
+  if (rep->result_case != DQND__V1__REPLY__RESULT_SERVER_INFO) { /* not a dqnd of this protocol */
+    dqnd_reply_free(rep);
+    fprintf(stderr, "dqnctl: the reply to ServerInfo carries no server info\n");
+    return EXIT_TRANSPORT;
+  }
   Dqnd__V1__ServerInfoResult *i = rep->server_info;
   if (x->json)
     print_json(json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:I, s:i, s:s}", "version", i->version, "protocol",
@@ -160,6 +165,11 @@ static int cmd_list(ctx_t *x, const cli_args_t *a) {
   if (rc) {
     dqnd_reply_free(rep);
     return fail_rc(x, rc);
+  }
+  if (rep->result_case != DQND__V1__REPLY__RESULT_LIST) {
+    dqnd_reply_free(rep);
+    fprintf(stderr, "dqnctl: the reply to ListTrainers carries no list\n");
+    return EXIT_TRANSPORT;
   }
   json_t *arr = json_array();
   for (size_t i = 0; i < rep->list->n_trainers; i++) {

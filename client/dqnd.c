@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -329,7 +330,13 @@ int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *o
       snprintf(out->state, sizeof out->state, "%s", t->state);
       out->state_dim = (int)t->state_dim;
       out->n_branches = (int)t->n_branches;
-      for (size_t d = 0; d < t->n_branches; d++) out->branches[d] = (int)t->branches[d];
+      for (size_t d = 0; d < t->n_branches; d++) {
+        if (t->branches[d] < 1 || t->branches[d] > 65536) { /* the config's bounds: sums of them cannot overflow */
+          rc = seterr(c, DQND_EPROTO, "GetStats reply with a branch of %u actions", t->branches[d]);
+          break;
+        }
+        out->branches[d] = (int)t->branches[d];
+      }
       for (size_t i = 0; i < t->n_config; i++)
         if (!strcmp(t->config[i]->name, "noisy")) out->noisy = !strcmp(t->config[i]->value, "1");
       stats_from_pb(t->stats, &out->stats);
@@ -425,13 +432,21 @@ int dqnd_act_episode(dqnd_client_t *c, const char *name, const float *states, in
   Dqnd__V1__Reply *rep;
   int rc = dqnd_call(c, &req, &rep);
   if (!rc) {
+    /* a reply is checked before it is copied (a daemon that is not dqnd, or
+     * a buggy one, must not make the copies read or write out of bounds):
+     * q is n rows of a whole number of floats, within q_cap */
+    const size_t qn = rep->result_case == DQND__V1__REPLY__RESULT_ACT ? rep->act->q.len : 0;
     if (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != (size_t)n * 4 ||
-        (q && rep->act->q.len > q_cap * 4) || (q_var && rep->act->q_var.len != rep->act->q.len))
+        (q && (qn == 0 || qn % ((size_t)n * 4) || qn > q_cap * 4)) || (q_var && rep->act->q_var.len != qn))
       rc = seterr(c, DQND_EPROTO, "Act reply of unexpected size");
     else {
       memcpy(actions, rep->act->actions.data, (size_t)n * 4);
-      if (q) memcpy(q, rep->act->q.data, rep->act->q.len);
-      if (q_var) memcpy(q_var, rep->act->q_var.data, rep->act->q_var.len);
+      if (q) memcpy(q, rep->act->q.data, qn);
+      if (q_var) memcpy(q_var, rep->act->q_var.data, qn);
+      for (size_t i = qn / 4; q && i < q_cap; i++) { /* past the reply's width: NaN, not stale memory */
+        q[i] = NAN;
+        if (q_var) q_var[i] = NAN;
+      }
     }
   }
   dqnd_reply_free(rep);
@@ -491,8 +506,12 @@ int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dq
   req.command_case = DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT;
   req.save_checkpoint = &m;
   Dqnd__V1__Reply *rep;
+  if (out) memset(out, 0, sizeof *out);
   int rc = dqnd_call(c, &req, &rep);
-  if (!rc && out && rep->result_case == DQND__V1__REPLY__RESULT_CHECKPOINT) ckpt_from_pb(rep->checkpoint, out);
+  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_CHECKPOINT)
+    rc = seterr(c, DQND_EPROTO, "SaveCheckpoint reply without the checkpoint");
+  else if (!rc && out)
+    ckpt_from_pb(rep->checkpoint, out);
   dqnd_reply_free(rep);
   return rc;
 }
@@ -533,14 +552,24 @@ static int fetch_into(dqnd_client_t *c, const char *name, const char *id, FILE *
       rc = seterr(c, DQND_EPROTO, "FetchCheckpoint reply out of order");
     if (!rc) {
       Dqnd__V1__CheckpointChunk *ch = rep->chunk;
-      snprintf(ckid, sizeof ckid, "%s", ch->checkpoint);
-      total = ch->total;
-      want_crc = ch->crc32;
-      if (ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
-      else if (fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len)
+      /* the first chunk fixes the file (its id, size and CRC); every later
+       * one must agree and stay within it, so a daemon that is not dqnd (or
+       * a buggy one) cannot make the fetch write without end */
+      if (off == 0) {
+        snprintf(ckid, sizeof ckid, "%s", ch->checkpoint);
+        total = ch->total, want_crc = ch->crc32;
+      } else if (strcmp(ckid, ch->checkpoint) || total != ch->total || want_crc != ch->crc32)
+        rc = seterr(c, DQND_EPROTO, "FetchCheckpoint chunk at %llu is of another file", (unsigned long long)off);
+      if (!rc && (ch->data.len > total - off || (chunk_bytes && ch->data.len > chunk_bytes)))
+        rc = seterr(c, DQND_EPROTO, "FetchCheckpoint chunk of %zu bytes at %llu of %llu", ch->data.len,
+                    (unsigned long long)off, (unsigned long long)total);
+      if (!rc && ch->data.len == 0 && off < total) rc = seterr(c, DQND_EPROTO, "empty chunk before the end");
+      if (!rc && ch->data.len && fwrite(ch->data.data, 1, ch->data.len, f) != ch->data.len)
         rc = seterr(c, DQND_EIO, "write %s: %s", what, strerror(errno));
-      crc = learner_crc32(crc, ch->data.data, ch->data.len);
-      off += ch->data.len;
+      if (!rc) {
+        crc = learner_crc32(crc, ch->data.data, ch->data.len);
+        off += ch->data.len;
+      }
     }
     dqnd_reply_free(rep);
   } while (!rc && off < total);

@@ -339,7 +339,12 @@ class Client:
                                                                           max_bytes=chunk_bytes)).chunk
                     if c.offset != off or (not c.data and off < c.total):
                         raise DqndError(13, "FetchCheckpoint reply out of order")
-                    ck, total, want = c.checkpoint, c.total, c.crc32
+                    if total is None:  # the first chunk fixes the file; later ones must agree and fit in it
+                        ck, total, want = c.checkpoint, c.total, c.crc32
+                    elif (c.checkpoint, c.total, c.crc32) != (ck, total, want):
+                        raise DqndError(13, f"FetchCheckpoint chunk at {off} is of another file")
+                    if len(c.data) > total - off or (chunk_bytes and len(c.data) > chunk_bytes):
+                        raise DqndError(13, f"FetchCheckpoint chunk of {len(c.data)} bytes at {off} of {total}")
                     f.write(c.data)
                     crc = zlib.crc32(c.data, crc)
                     off += len(c.data)

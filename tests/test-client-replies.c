@@ -1,0 +1,155 @@
+/*
+ * test-client-replies.c — the C client library against a peer that is not
+ * dqnd (or a buggy one): a REP socket here answers each request with a
+ * crafted reply, and every call must fail with DQND_EPROTO (or succeed
+ * within its buffers) instead of reading or writing out of bounds:
+ * SaveCheckpoint without its checkpoint, Act replies whose q is short, ragged
+ * or too long, a GetStats reply with an empty branch, and FetchCheckpoint
+ * chunks that change files, grow the total or overrun it.
+ */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "dqnd.h"
+
+static nng_socket srv;
+static char url[200], dir[64];
+/* what the fake daemon answers: set by the test before each call */
+static int scenario;
+static uint8_t payload[64];
+
+static void answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Status *st) {
+  static Dqnd__V1__ActResult act;
+  static Dqnd__V1__TrainerInfo ti;
+  static Dqnd__V1__CheckpointChunk ch;
+  static uint32_t br[2];
+  r->request_id = q->request_id;
+  r->status = st;
+  switch (scenario) {
+  case 0: break; /* OK, no result */
+  case 1: case 2: case 3: /* Act, 2 states, q of 2 x 7 wanted */
+    dqnd__v1__act_result__init(&act);
+    act.actions = (ProtobufCBinaryData){8, payload};
+    act.q = (ProtobufCBinaryData){scenario == 1 ? 4 * 13 : scenario == 2 ? 4 * 16 : 4 * 10, payload};
+    r->result_case = DQND__V1__REPLY__RESULT_ACT;
+    r->act = &act;
+    break;
+  case 4: /* GetStats with a branch of 0 actions */
+    dqnd__v1__trainer_info__init(&ti);
+    ti.name = "t", ti.state_dim = 3, ti.n_branches = 2, ti.branches = br, br[0] = 4, br[1] = 0;
+    r->result_case = DQND__V1__REPLY__RESULT_TRAINER;
+    r->trainer = &ti;
+    break;
+  case 5: case 6: case 7: /* FetchCheckpoint: 6 bytes of 10 first, then a chunk that breaks the file */
+    dqnd__v1__checkpoint_chunk__init(&ch);
+    ch.checkpoint = "ckpt-00000001-000000000000-00000000.dqnd";
+    ch.offset = q->fetch_checkpoint->offset;
+    ch.total = 10;
+    ch.data = (ProtobufCBinaryData){6, payload};
+    if (ch.offset) {
+      if (scenario == 5) ch.total = 1u << 30;                    /* the total grows */
+      if (scenario == 6) ch.checkpoint = "ckpt-00000002-000000000000-00000000.dqnd"; /* another file */
+      if (scenario == 7) ch.data.len = 6;                        /* past the total (6 + 6 > 10) */
+    }
+    r->result_case = DQND__V1__REPLY__RESULT_CHUNK;
+    r->chunk = &ch;
+    break;
+  }
+}
+
+static void *serve(void *arg) {
+  (void)arg;
+  for (;;) {
+    nng_msg *m;
+    if (nng_recvmsg(srv, &m, 0)) return NULL;
+    Dqnd__V1__Request *q = dqnd__v1__request__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+    nng_msg_free(m);
+    if (!q) return NULL;
+    Dqnd__V1__Reply r = DQND__V1__REPLY__INIT;
+    Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
+    st.message = "";
+    answer(q, &r, &st);
+    size_t n = dqnd__v1__reply__get_packed_size(&r);
+    nng_msg *o;
+    if (nng_msg_alloc(&o, n)) return NULL;
+    dqnd__v1__reply__pack(&r, nng_msg_body(o));
+    dqnd__v1__request__free_unpacked(q, NULL);
+    if (nng_sendmsg(srv, o, 0)) nng_msg_free(o);
+  }
+}
+
+START_TEST(test_bad_replies) {
+  snprintf(dir, sizeof dir, "/tmp/dqnd-fake-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(url, sizeof url, "ipc://%s/s.sock", dir);
+  ck_assert_int_eq(nng_rep0_open(&srv), 0);
+  ck_assert_int_eq(nng_listen(srv, url, NULL, 0), 0);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, serve, NULL), 0);
+  for (int i = 0; i < 64; i++) payload[i] = (uint8_t)i;
+  dqnd_client_t *c;
+  char err[512];
+  ck_assert_int_eq(dqnd_connect(url, 5000, &c, err, sizeof err), 0);
+
+  scenario = 0;
+  dqnd_checkpoint_t ck;
+  memset(&ck, 0x5a, sizeof ck);
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "t", 0, &ck), DQND_EPROTO);
+  ck_assert(ck.id[0] == 0 && ck.bytes == 0); /* zeroed, never stale */
+
+  float s[6] = {0}, q[14];
+  int32_t a[2];
+  scenario = 1; /* 13 floats: not whole rows */
+  ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), DQND_EPROTO);
+  scenario = 2; /* 16 floats: more than q holds */
+  ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), DQND_EPROTO);
+  scenario = 3; /* 10 floats (rows of 5): copied, the rest NaN */
+  ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), 0);
+  ck_assert(memcmp(q, payload, 40) == 0);
+  for (int i = 10; i < 14; i++) ck_assert(isnan(q[i]));
+
+  scenario = 4;
+  dqnd_trainer_info_t ti;
+  ck_assert_int_eq(dqnd_trainer_info(c, "t", &ti), DQND_EPROTO);
+  ck_assert_msg(strstr(dqnd_last_error(c), "branch of 0 actions"), "%s", dqnd_last_error(c));
+
+  char local[300];
+  snprintf(local, sizeof local, "%s/fetched.dqnd", dir);
+  const char *why[3] = {"another file", "another file", "6 bytes at 6 of 10"};
+  for (int k = 0; k < 3; k++) {
+    scenario = 5 + k;
+    ck_assert_int_eq(dqnd_fetch_checkpoint(c, "t", NULL, local, 6, NULL), DQND_EPROTO);
+    ck_assert_msg(strstr(dqnd_last_error(c), why[k]), "scenario %d: %s", scenario, dqnd_last_error(c));
+    struct stat sb;
+    ck_assert_msg(stat(local, &sb) != 0, "a failed fetch left %s", local);
+  }
+  dqnd_close(c);
+  nng_close(srv);
+  pthread_join(th, NULL);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("client-replies");
+  TCase *tc = tcase_create("fake daemon");
+  tcase_add_test(tc, test_bad_replies);
+  suite_add_tcase(su, tc);
+  SRunner *sr = srunner_create(su);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int nf = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return nf ? 1 : 0;
+}
