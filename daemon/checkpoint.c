@@ -193,7 +193,7 @@ int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size
 
 int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got) {
   *got = 0;
-  int fd = open(c->path, O_RDONLY | O_CLOEXEC);
+  int fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* as the loaders: never through a link */
   if (fd < 0) return -1;
   while (*got < n) {
     ssize_t k = pread(fd, (char *)buf + *got, n - *got, (off_t)(off + *got));

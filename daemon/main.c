@@ -113,7 +113,7 @@ static void on_signal(uv_signal_t *h, int sig) {
   }
   if (a->stopping) {
     log_warn(NULL, "second signal: exiting now");
-    exit(1);
+    _exit(1); /* not exit(): atexit handlers and CUDA's teardown would race the workers still running */
   }
   a->stopping = 1;
   log_info(NULL, "signal %d: draining queues and writing final checkpoints", sig);
@@ -155,6 +155,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  /* until the loop's handler is installed (after the restore, which can take
+   * minutes): a log rotation's SIGHUP must not end the daemon (its default
+   * action; a review find) */
+  signal(SIGHUP, SIG_IGN);
   s->start_time = now_s();
   s->backend = !strcmp(s->opts.backend, "cpu")    ? LEARNER_BACKEND_CPU
                : !strcmp(s->opts.backend, "cuda") ? LEARNER_BACKEND_CUDA
