@@ -117,7 +117,7 @@ static int probe(server_t *srv, const char *url) {
 
 static void *guard(void *arg) {
   server_t *s = arg;
-  int misses[OPTS_MAX_LISTEN] = {0};
+  int misses[OPTS_MAX_LISTEN] = {0}, down[OPTS_MAX_LISTEN] = {0};
   pthread_mutex_lock(&G.mu);
   while (!G.stop) {
     struct timespec ts;
@@ -131,6 +131,13 @@ static void *guard(void *arg) {
       listen_guard_probe_url(s->opts.listen[i], url, sizeof url);
       size_t ul = strlen(url);
       if (strncmp(url, "ipc://", 6) && ul > 2 && !strcmp(url + ul - 2, ":0")) continue; /* an ephemeral port */
+      if (down[i]) { /* a restart that failed: its probes cannot connect, so retry it every check instead */
+        if (rpc_relisten(s, i, err, sizeof err) == 0) {
+          down[i] = 0;
+          log_info(NULL, "%s is listening again", s->opts.listen[i]);
+        }
+        continue;
+      }
       int pr = probe(s, url);
       log_debug(NULL, "listener-check %s: %s", url,
                 pr == 1 ? "answered" : pr == 0 ? "its connection was not taken" : "probe did not connect");
@@ -139,7 +146,10 @@ static void *guard(void *arg) {
       misses[i] = 0;
       log_warn(NULL, "%s stopped accepting connections (a peer left during the handshake: nng#1518); "
                "starting it again", s->opts.listen[i]);
-      if (rpc_relisten(s, i, err, sizeof err)) log_error(NULL, "%s", err);
+      if (rpc_relisten(s, i, err, sizeof err)) {
+        log_error(NULL, "%s (tried again at every listener check)", err);
+        down[i] = 1;
+      }
     }
     pthread_mutex_lock(&G.mu);
   }
