@@ -255,6 +255,18 @@ denied:
 }
 
 int64_t ckpt_memory_available(void) {
+  /* the kernel's MemAvailable (free memory plus the page cache it can
+   * reclaim): free pages alone (_SC_AVPHYS_PAGES) refused trainers that fit
+   * once reading checkpoints had filled the cache */
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    long long kb = -1;
+    while (kb < 0 && fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kb) != 1) kb = -1;
+    fclose(f);
+    if (kb >= 0) return (int64_t)kb * 1024;
+  }
   long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   return pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
 }

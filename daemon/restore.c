@@ -41,11 +41,17 @@ static int restore_one(server_t *s, const char *name) {
     return 0;
   }
   learner_backend_t be = backend_of(s, dir, name);
-  int ok = 0;
+  int ok = 0, said = 0;
   for (int i = n - 1; i >= 0 && !ok; i--) {
     sd_notifyf(0, "STATUS=restoring %s from %s\nEXTEND_TIMEOUT_USEC=%llu", name, all[i].id, 120000000ULL);
     learner_t *l;
-    if (ckpt_load_file(all[i].path, be, &l, err, sizeof err)) {
+    int lrc = ckpt_load_file(all[i].path, be, &l, err, sizeof err);
+    if (lrc == CKPT_ENOMEM) { /* an older checkpoint of the same trainer needs as much: not tried */
+      log_error(name, "not restored: %s (its checkpoints are kept in %s)", err, dir);
+      said = 1;
+      break;
+    }
+    if (lrc) {
       log_warn(name, "skipping checkpoint %s: %s%s", all[i].id, err, i ? " (trying the next-newest)" : "");
       continue;
     }
@@ -55,6 +61,7 @@ static int restore_one(server_t *s, const char *name) {
     if (code) {
       learner_destroy(l);
       log_error(name, "not restored: %s", err);
+      said = 1;
       break;
     }
     log_info(name, "restored from %s: step %llu, %s backend%s", all[i].id, (unsigned long long)t->stats.step,
@@ -62,7 +69,7 @@ static int restore_one(server_t *s, const char *name) {
     trainer_put(t);
     ok = 1;
   }
-  if (!ok) log_error(name, "not restored: none of its %d checkpoints loads (files kept in %s)", n, dir);
+  if (!ok && !said) log_error(name, "not restored: none of its %d checkpoints loads (files kept in %s)", n, dir);
   free(all);
   return ok;
 }

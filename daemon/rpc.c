@@ -147,13 +147,14 @@ static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
       return -1;
     }
   }
-  nng_listener l;
+  nng_listener l = NNG_LISTENER_INITIALIZER;
   int rv = nng_listener_create(&l, r->sock, url);
   if (!rv && !strncmp(url, "ipc://", 6)) rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, opts_socket_mode(&r->srv->opts));
   if (!rv && !strncmp(url, "tls+tcp://", 10)) rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, r->tls);
   if (!rv) rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)r->srv->opts.max_message_bytes * OVERSIZE_FACTOR);
   if (!rv) rv = nng_listener_start(l, 0);
   if (rv) {
+    if (nng_listener_id(l) > 0) nng_listener_close(l); /* created, then refused: not leaked (the guard retries) */
     snprintf(err, errlen, "listen %s: %s", url, nng_strerror(rv));
     return -1;
   }

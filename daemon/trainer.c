@@ -378,11 +378,15 @@ static void run_unload(trainer_job_t *j) {
   trainer_t *t = j->t;
   ckpt_info_t info;
   char err[512], moved[1300];
-  if (trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err) ||
-      trainer_retire(t, "unloaded", moved, sizeof moved)) {
+  /* a state that is not finite (it diverged) has nothing to save: unloaded
+   * all the same, its earlier checkpoints moved aside with it (kept loaded,
+   * it failed the save at every idle check for good) */
+  const int rc = trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  if ((rc && rc != TRAINER_SAVE_NOT_FINITE) || trainer_retire(t, "unloaded", moved, sizeof moved)) {
     log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
     return;
   }
+  if (rc) log_warn(t->name, "idle: unloaded with no new checkpoint (its state is not finite; the earlier ones are in %s)", moved);
   trainer_stop(t, "unloaded");
 }
 

@@ -18,10 +18,12 @@
 extern "C" {
 #endif
 
-/* A sum-tree leaf (priority^alpha) is kept in [REPLAY_LEAF_MIN,
- * REPLAY_LEAF_MAX] on both backends: per_alpha up to 10 could make it 0 or
- * infinite (a saved state with such a leaf is refused on load), and the
- * largest leaf times the largest capacity (2^31) must stay a finite sum. */
+/* A sum-tree leaf (priority^alpha) that a step sets is kept in
+ * [REPLAY_LEAF_MIN, REPLAY_LEAF_MAX] on both backends: per_alpha up to 10
+ * could make it 0 or infinite (a saved state with such a leaf is refused on
+ * load), and the largest leaf times the largest capacity (2^31) stays a
+ * finite sum. (Leaves loaded from a state are only checked to be positive
+ * and finite: states of earlier builds keep loading.) */
 #define REPLAY_LEAF_MIN 1e-30f
 #define REPLAY_LEAF_MAX 1e28f
 

@@ -149,8 +149,10 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
   }
   double v;
   if (f->type == LCF_UINT64) {
-    if (value[0] < '0' || value[0] > '9') goto bad; /* strtoull takes " -1" as 2^64 - 1 */
-    unsigned long long u = strtoull(value, &end, 0);
+    const char *v0 = value;
+    while (*v0 == ' ' || *v0 == '\t') v0++; /* leading blanks, as the other numbers allow */
+    if (*v0 < '0' || *v0 > '9') goto bad;     /* strtoull takes " -1" as 2^64 - 1 */
+    unsigned long long u = strtoull(v0, &end, 0);
     if (end == value || *end || errno) goto bad;
     *(uint64_t *)p = u;
     return LEARNER_OK;

@@ -94,7 +94,7 @@
   R("weight_decay", LCF_FLOAT, HF(weight_decay), 0, 10, 1, "0", "AdamW decoupled weight decay")                  \
   R("grad_clip", LCF_FLOAT, HF(grad_clip), 0, 1e9, 1, "10", "global grad-norm clip (0 = off)")                   \
   R("adam_beta1", LCF_FLOAT, HF(adam_beta1), 0, 0.999999, 1, "0.9", "Adam beta1")                                \
-  R("adam_beta2", LCF_FLOAT, HF(adam_beta2), 0, 0.9999999, 1, "0.999", "Adam beta2 (below 1 as a float)")        \
+  R("adam_beta2", LCF_FLOAT, HF(adam_beta2), 0, 0.99999994, 1, "0.999", "Adam beta2 (below 1 as a float)")       \
   R("adam_eps", LCF_FLOAT, HF(adam_eps), 1e-12, 1, 1, "1e-08", "Adam epsilon")
 
 /* randomness and the backends' arithmetic (the CUDA step: cuda/step_graph) */

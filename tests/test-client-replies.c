@@ -58,7 +58,7 @@ static void answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Sta
     if (ch.offset) {
       if (scenario == 5) ch.total = 1u << 30;                    /* the total grows */
       if (scenario == 6) ch.checkpoint = "ckpt-00000002-000000000000-00000000.dqnd"; /* another file */
-      if (scenario == 7) ch.data.len = 6;                        /* past the total (6 + 6 > 10) */
+      /* scenario 7: the same file, but its second 6 bytes pass the total (6 + 6 > 10) */
     }
     r->result_case = DQND__V1__REPLY__RESULT_CHUNK;
     r->chunk = &ch;

@@ -187,6 +187,7 @@ START_TEST(test_continuous_training) {
   ck_assert_int_eq(dqnd_submit(c, "owed", 1, &tr, NULL), 0); /* 1e6 x 3 / 1 owed */
   ck_assert_int_eq(dqnd_get_stats(c, "owed", &st), 0);
   ck_assert_int_eq(st.step, 1000000);
+  ck_assert_msg(log_has(&d, "continuous training: 2000000 owed steps dropped"), "the log says what was dropped");
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
@@ -337,6 +338,29 @@ START_TEST(test_divergence_moments) {
   ck_assert_int_eq((long long)ti.stats.step, 0);
   ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0); /* the checkpoint holds no replay */
   ck_assert_msg(dqnd_step(c, "adam", 2, &st) == 0, "%s", dqnd_last_error(c));
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  /* idle, such a trainer is unloaded all the same (it stayed loaded, failing
+   * its save at every idle check) */
+  start_daemon_args(&d, "--idle-timeout=2", NULL);
+  c = connect_to(&d);
+  ck_assert_int_eq(dqnd_set_hparams(c, "adam", absurd, 2), 0);
+  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0);
+  ck_assert_int_eq(dqnd_step(c, "adam", 200, &st), 9);
+  int gone = 0;
+  for (int i = 0; i < 100 && !gone; i++) {
+    usleep(100000);
+    Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT; /* it does not touch the trainer (GetStats would) */
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
+    req.server_info = &si;
+    Dqnd__V1__Reply *rep;
+    ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
+    gone = rep->server_info->trainers == 0;
+    dqnd_reply_free(rep);
+  }
+  ck_assert_msg(gone, "the diverged trainer was not unloaded");
+  ck_assert_msg(log_has(&d, "unloaded with no new checkpoint"), "the log says so");
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
