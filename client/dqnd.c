@@ -109,7 +109,9 @@ int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls
     *out = c;
     return DQND_OK;
   }
-  if (dqnd_ipc_dir_check(url, err, errlen)) { /* a socket another user may have put there */
+  char own[600];
+  dqnd_default_url(own, sizeof own); /* its own default (/tmp/dqnd-UID): that directory must be its user's */
+  if (dqnd_ipc_dir_check(url, !strcmp(url, own), err, errlen)) { /* a socket another user may have put there */
     nng_close(c->sock);
     free(c);
     return DQND_ETRANSPORT;

@@ -142,7 +142,7 @@ static int listen_one(rpc_t *r, int i, char *err, size_t errlen) {
       char mk_err[256];
       if (ckpt_mkdirs(dir, mk_err, sizeof mk_err)) log_warn(NULL, "%s", mk_err);
     }
-    if (dqnd_ipc_dir_check(url, why, sizeof why)) {
+    if (dqnd_ipc_dir_check(url, 1, why, sizeof why)) {
       snprintf(err, errlen, "listen %s: %s", url, why);
       return -1;
     }

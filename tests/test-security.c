@@ -220,6 +220,16 @@ START_TEST(ipc_dir_in_world_writable_refused) {
   snprintf(url, sizeof url, "ipc://%s/dqnd.sock", link);
   const char *b[] = {"--listen", url, NULL};
   refuses_with(b, "a symbolic link", 1);
+  /* a directory further up that others may write (not sticky): refused too */
+  char up[300], in[320];
+  snprintf(up, sizeof up, "%s/up", pub);
+  ck_assert_int_eq(mkdir(up, 0700), 0);
+  ck_assert_int_eq(chmod(up, 0777), 0);
+  snprintf(in, sizeof in, "%s/in", up);
+  ck_assert_int_eq(mkdir(in, 0700), 0);
+  snprintf(url, sizeof url, "ipc://%s/dqnd.sock", in);
+  const char *u[] = {"--listen", url, NULL};
+  refuses_with(u, "/up (on the way to the socket", 1);
   /* one of ours, made by the daemon itself (0750): it listens there */
   snprintf(mine, sizeof mine, "%s/mine", pub);
   snprintf(url, sizeof url, "ipc://%s/dqnd.sock", mine);

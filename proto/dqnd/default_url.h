@@ -13,11 +13,15 @@
 void dqnd_default_url(char *buf, size_t n);
 
 /* For an ipc:// URL: 0 when its socket's directory is safe to use, -1 (err
- * says why) when that directory sits in one that every user may write (as
- * /tmp, where the last default lives) and is not a real directory of this
- * user's that only it may write: another user could have made it first and
- * put a socket of theirs in it, to receive the uploads and the auth token
- * (a review find). A directory that does not exist yet is safe. Other URLs: 0. */
-int dqnd_ipc_dir_check(const char *url, char *err, size_t n);
+ * says why) when it, or a directory above it, sits in a directory every user
+ * may write (as /tmp, where the last default lives) and is a symbolic link,
+ * not a directory, writable by group or others, or (strict_owner) owned by a
+ * user other than this one or root: another user could have made it first
+ * and put a socket of theirs in it, to receive the uploads and the auth token
+ * (a review find). The daemon is strict; a client is strict for its own
+ * default URL, and may otherwise use a directory of the daemon's user (its
+ * group's members connect so). A directory that does not exist yet is safe.
+ * Other URLs: 0. */
+int dqnd_ipc_dir_check(const char *url, int strict_owner, char *err, size_t n);
 
 #endif

@@ -215,6 +215,20 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(c.health()["serving"])
         c.close()
         self.code(14, c.health, needle="closed")
+        # a socket directory in a world-writable one (as /tmp) that others may write, or a link: refused before
+        # the dial (the C library's rule, proto/dqnd/default_url.c)
+        pub = tempfile.mkdtemp(prefix="dqnd-pub-")
+        try:
+            os.chmod(pub, 0o1777)
+            os.mkdir(os.path.join(pub, "open"))
+            os.chmod(os.path.join(pub, "open"), 0o777)
+            e = self.code(14, dqnd.Client, f"ipc://{pub}/open/dqnd.sock")
+            self.assertIn("writable by others", e.message)
+            os.symlink(self.d.dir, os.path.join(pub, "link"))
+            e = self.code(14, dqnd.Client, f"ipc://{pub}/link/dqnd.sock")
+            self.assertIn("a symbolic link", e.message)
+        finally:
+            shutil.rmtree(pub)
 
 
 def make_certs(d):

@@ -8,6 +8,7 @@ be reached raises DqndError with code UNAVAILABLE (DEADLINE_EXCEEDED on a
 timeout). One Client is one nng REQ socket: use it from one thread at a time.
 """
 import os
+import stat
 import tempfile
 import zlib
 
@@ -34,21 +35,25 @@ class DqndError(Exception):
         super().__init__(f"{self.name}: {message}")
 
 
+def default_url_own():
+    """The per-user socket's path, the rule dqnd listens by (proto/dqnd/default_url.c)."""
+    rd, xdg = os.environ.get("RUNTIME_DIRECTORY"), os.environ.get("XDG_RUNTIME_DIR")
+    if rd:
+        return f"{rd.split(':')[0]}/dqnd.sock"
+    if xdg:
+        return f"{xdg}/dqnd.sock"
+    if os.geteuid() == 0:
+        return "/run/dqnd/dqnd.sock"
+    return f"/tmp/dqnd-{os.geteuid()}/dqnd.sock"
+
+
 def default_url():
     """The daemon's embedded default socket, as dqnd and dqnctl find it:
     $DQND_URL, else the per-user socket, else the system service's."""
     env = os.environ.get("DQND_URL")
     if env:
         return env
-    rd, xdg = os.environ.get("RUNTIME_DIRECTORY"), os.environ.get("XDG_RUNTIME_DIR")
-    if rd:
-        own = f"{rd.split(':')[0]}/dqnd.sock"
-    elif xdg:
-        own = f"{xdg}/dqnd.sock"
-    elif os.geteuid() == 0:
-        own = "/run/dqnd/dqnd.sock"
-    else:
-        own = f"/tmp/dqnd-{os.geteuid()}/dqnd.sock"
+    own = default_url_own()
     for path in (own, "/run/dqnd/dqnd.sock", "/run/dqnd/0/dqnd.sock"):
         try:
             os.stat(path)
@@ -58,6 +63,44 @@ def default_url():
         except OSError:
             continue
     return "ipc://" + own
+
+
+def ipc_dir_check(url, strict_owner):
+    """None when an ipc:// socket's directory is safe to use, else why not:
+    the C library's dqnd_ipc_dir_check (proto/dqnd/default_url.c), the same
+    rule. It, or a directory above it, sits in one every user may write (as
+    /tmp) and is a symbolic link, not a directory, writable by others (a
+    directory above may be sticky and ours, as /tmp is), or (strict_owner)
+    not this user's or root's: another user could have put a socket there."""
+    if not url.startswith("ipc://"):
+        return None
+    d = os.path.dirname(os.path.join(os.getcwd(), url[6:]))
+    top = True
+    while d:
+        parent = os.path.dirname(d) or "/"
+        try:
+            world = os.stat(parent).st_mode & stat.S_IWOTH
+        except OSError:
+            world = 0
+        if world:
+            try:
+                st = os.lstat(d)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                return f"{d}: {e.strerror}"
+            ours = st.st_uid in (os.geteuid(), 0)
+            shared_ok = not top and st.st_mode & stat.S_ISVTX and ours
+            why = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory" if not stat.S_ISDIR(st.st_mode)
+                   else "writable by others" if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not shared_ok
+                   else "owned by another user" if strict_owner and not ours else None)
+            if why:
+                return (f"{d} (on the way to the socket, in {parent}, which every user may write) is {why}: another "
+                        "user could have made it to catch this socket; remove it, or use a directory of yours")
+        if parent == "/" or parent == d:
+            return None
+        d, top = parent, False
+    return None
 
 
 def _bad(arg, msg):
@@ -120,6 +163,9 @@ class Client:
         self.token = token if token is not None else os.environ.get("DQND_TOKEN", "")
         self._next_id = 1
         self._shapes = {}
+        why = ipc_dir_check(self.url, strict_owner=self.url == "ipc://" + default_url_own())
+        if why:
+            raise DqndError(UNAVAILABLE, f"connect {self.url}: {why}")
         try:
             tls = {"ca": tls_ca or os.environ.get("DQND_TLS_CA"), "cert": tls_cert or os.environ.get("DQND_TLS_CERT"),
                    "key": tls_key or os.environ.get("DQND_TLS_KEY"), "server_name": tls_server_name}
