@@ -194,7 +194,18 @@ int opts_url_is_loopback(const char *url) {
   const char *h = strstr(url, "://");
   if (!h) return 0;
   h += 3;
-  return !strncmp(h, "127.", 4) || !strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6);
+  if (!strncmp(h, "localhost:", 10) || !strncmp(h, "[::1]:", 6)) return 1;
+  /* 127.a.b.c numerically, all of it: "127.evil.example" is a host name
+   * that may resolve anywhere (a review find) */
+  if (strncmp(h, "127.", 4)) return 0;
+  int parts = 0;
+  for (const char *p = h; *p && *p != ':'; parts++) {
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') p++, digits++;
+    if (digits < 1 || digits > 3 || (*p != '.' && *p != ':')) return 0;
+    if (*p == '.') p++;
+  }
+  return parts == 4;
 }
 
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) {

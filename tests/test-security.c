@@ -250,6 +250,8 @@ START_TEST(open_listeners_refused) {
   snprintf(port, sizeof port, "tcp://0.0.0.0:%d", free_port());
   const char *a[] = {"--listen", port, NULL};
   refuses(a, "nothing checks who connects");
+  const char *a2[] = {"--listen", "tcp://127.evil.example:7411", NULL}; /* a host name, not loopback */
+  refuses(a2, "nothing checks who connects");
   const char *b[] = {"--listen", "tls+tcp://127.0.0.1:1", NULL};
   refuses(b, "tls-cert: a tls+tcp:// listener needs tls-cert and tls-key");
   const char *c[] = {"--tls-verify-clients", "--listen", "ipc:///tmp/x.sock", NULL};
