@@ -10,6 +10,7 @@
  * A second signal during shutdown exits at once (status 1).
  */
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +108,7 @@ static void final_one(trainer_t *t, void *ctx) {
 static void on_signal(uv_signal_t *h, int sig) {
   app_t *a = h->data;
   if (sig == SIGHUP) {
-    if (log_reopen()) log_error(NULL, "SIGHUP: cannot reopen %s", a->srv.opts.log_file);
+    if (log_reopen()) log_error(NULL, "SIGHUP: cannot reopen %s: %s", a->srv.opts.log_file, strerror(errno));
     else log_info(NULL, "SIGHUP: log reopened");
     return;
   }
@@ -151,7 +152,7 @@ int main(int argc, char **argv) {
   }
   log_level = log_parse_level(s->opts.log_level);
   if (s->opts.log_file[0] && log_open(s->opts.log_file)) {
-    fprintf(stderr, "dqnd: log-file: cannot open %s\n", s->opts.log_file);
+    fprintf(stderr, "dqnd: log-file: cannot open %s: %s\n", s->opts.log_file, strerror(errno));
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
