@@ -209,7 +209,12 @@ class Client:
             code = DEADLINE_EXCEEDED if e.rv == _nng.NNG_ETIMEDOUT else UNAVAILABLE
             raise DqndError(code, f"{self.url}: {e}") from None
         rep = pb.Reply()
-        rep.ParseFromString(raw)
+        try:
+            rep.ParseFromString(raw)
+        except Exception as e:  # protobuf's DecodeError (not a dqnd.v1.Reply): this client's error, not the caller's
+            raise DqndError(13, f"{self.url}: the reply is not a dqnd.v1.Reply ({e})") from None
+        if not rep.HasField("status"):
+            raise DqndError(13, f"{self.url}: reply without a status")
         if rep.request_id != req.request_id:
             raise DqndError(13, f"reply for request {rep.request_id}, expected {req.request_id}")
         if rep.status.code:
