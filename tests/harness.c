@@ -211,3 +211,16 @@ int free_port(void) {
   return ntohs(a.sin_port);
 }
 
+
+int trainers_loaded(dqnd_client_t *c) {
+  Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
+  req.server_info = &si;
+  Dqnd__V1__Reply *rep;
+  ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
+  ck_assert_int_eq(rep->result_case, DQND__V1__REPLY__RESULT_SERVER_INFO);
+  int n = (int)rep->server_info->trainers;
+  dqnd_reply_free(rep);
+  return n;
+}

@@ -65,6 +65,9 @@ dqnd_client_t *start_with_trainer(daemon_t *d, const char *name, batch_t *b, uin
 void make_certs(const char *dir);
 /* a loopback TCP port nothing listens on now */
 int free_port(void);
+/* the trainers the daemon has loaded, by ServerInfo (which touches no
+ * trainer: GetStats would count as activity for the idle timeout) */
+int trainers_loaded(dqnd_client_t *c);
 /* dqnctl --url <daemon> ARGS, stdout and stderr into out; its exit status */
 int run_ctl(const daemon_t *d, const char *args, char *out, size_t n);
 

@@ -149,6 +149,20 @@ END_TEST
 
 /* ------------------------------------------------- continuous training */
 
+/* the smallest trainer (state_dim 1, two actions, batch 1) with fields
+ * `more` besides, and three transitions submitted to it (one terminal) */
+static const float tiny_s[3] = {0.1f, 0.2f, 0.3f}, tiny_r[3] = {1, 0, 1};
+static const uint8_t tiny_d[3] = {0, 0, 1};
+static const int32_t tiny_a[3] = {0, 1, 0};
+static const learner_transitions_t tiny_tr = {3, tiny_s, tiny_a, tiny_r, tiny_s, tiny_d, NULL, NULL};
+
+static void tiny_trainer(dqnd_client_t *c, const char *name, const char *m1, const char *m2, const char *m3) {
+  const char *f[] = {"state_dim=1", "trunk_h1=2", "trunk_h2=2", "value_hidden=2", "adv_hidden=2", "atoms=2",
+                     "branches=2", "batch=1", m1, m2, m3};
+  ck_assert_msg(dqnd_create_trainer(c, name, f, 11, NULL, NULL) == 0, "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_submit(c, name, 1, &tiny_tr, NULL), 0);
+}
+
 START_TEST(test_continuous_training) {
   daemon_t d = {0};
   start_daemon(&d);
@@ -177,14 +191,7 @@ START_TEST(test_continuous_training) {
   ck_assert_int_eq(st.step, 67);
   /* a backlog past one learner_step call's limit (1e6 steps): those run, the
    * rest is dropped (it was cast to an int that overflowed) */
-  const char *huge[] = {"state_dim=1", "trunk_h1=2", "trunk_h2=2", "value_hidden=2", "adv_hidden=2", "atoms=2",
-                        "branches=2", "batch=1", "replay_capacity=100", "min_replay=1", "samples_per_insert=1e6"};
-  ck_assert_int_eq(dqnd_create_trainer(c, "owed", huge, 11, NULL, NULL), 0);
-  float s3[3] = {0.1f, 0.2f, 0.3f}, r3[3] = {1, 0, 1};
-  uint8_t d3[3] = {0, 0, 1};
-  int32_t a3[3] = {0, 1, 0};
-  learner_transitions_t tr = {3, s3, a3, r3, s3, d3, NULL, NULL};
-  ck_assert_int_eq(dqnd_submit(c, "owed", 1, &tr, NULL), 0); /* 1e6 x 3 / 1 owed */
+  tiny_trainer(c, "owed", "replay_capacity=100", "min_replay=1", "samples_per_insert=1e6"); /* 1e6 x 3 / 1 owed */
   ck_assert_int_eq(dqnd_get_stats(c, "owed", &st), 0);
   ck_assert_int_eq(st.step, 1000000);
   ck_assert_msg(log_has(&d, "continuous training: 2000000 owed steps dropped"), "the log says what was dropped");
@@ -298,14 +305,7 @@ START_TEST(test_divergence_moments) {
   daemon_t d = {0};
   start_daemon(&d);
   dqnd_client_t *c = connect_to(&d);
-  const char *f[] = {"state_dim=1", "trunk_h1=2", "trunk_h2=2", "value_hidden=2", "adv_hidden=2", "atoms=2",
-                     "branches=2", "batch=1", "replay_capacity=10", "noisy=0", "grad_clip=0"};
-  ck_assert_int_eq(dqnd_create_trainer(c, "adam", f, 11, NULL, NULL), 0);
-  float s3[3] = {0.1f, 0.2f, 0.3f}, r3[3] = {1, 0, 1};
-  uint8_t d3[3] = {0, 0, 1};
-  int32_t a3[3] = {0, 1, 0};
-  learner_transitions_t tr = {3, s3, a3, r3, s3, d3, NULL, NULL};
-  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0);
+  tiny_trainer(c, "adam", "replay_capacity=10", "noisy=0", "grad_clip=0");
   dqnd_checkpoint_t early;
   ck_assert_int_eq(dqnd_save_checkpoint(c, "adam", 0, &early), 0);
   const char *absurd[] = {"lr=10", "weight_decay=10"};
@@ -336,7 +336,7 @@ START_TEST(test_divergence_moments) {
   dqnd_trainer_info_t ti;
   ck_assert_int_eq(dqnd_trainer_info(c, "adam", &ti), 0);
   ck_assert_int_eq((long long)ti.stats.step, 0);
-  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0); /* the checkpoint holds no replay */
+  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tiny_tr, NULL), 0); /* the checkpoint holds no replay */
   ck_assert_msg(dqnd_step(c, "adam", 2, &st) == 0, "%s", dqnd_last_error(c));
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
@@ -345,19 +345,12 @@ START_TEST(test_divergence_moments) {
   start_daemon_args(&d, "--idle-timeout=2", NULL);
   c = connect_to(&d);
   ck_assert_int_eq(dqnd_set_hparams(c, "adam", absurd, 2), 0);
-  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tr, NULL), 0);
+  ck_assert_int_eq(dqnd_submit(c, "adam", 1, &tiny_tr, NULL), 0);
   ck_assert_int_eq(dqnd_step(c, "adam", 200, &st), 9);
   int gone = 0;
   for (int i = 0; i < 100 && !gone; i++) {
     usleep(100000);
-    Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT; /* it does not touch the trainer (GetStats would) */
-    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-    req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
-    req.server_info = &si;
-    Dqnd__V1__Reply *rep;
-    ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
-    gone = rep->server_info->trainers == 0;
-    dqnd_reply_free(rep);
+    gone = trainers_loaded(c) == 0;
   }
   ck_assert_msg(gone, "the diverged trainer was not unloaded");
   ck_assert_msg(log_has(&d, "unloaded with no new checkpoint"), "the log says so");

@@ -926,6 +926,23 @@ START_TEST(test_optional_section_absent) {
 }
 END_TEST
 
+/* the data of section `tag` of state m (its length in *len), and the
+ * section's CRC32C recomputed after a test changed that data */
+static unsigned char *section_of(membuf_t *m, uint32_t tag, size_t *len) {
+  for (size_t off = 24;;) {
+    uint32_t t = (uint32_t)le(m->p + off, 4);
+    *len = (size_t)le(m->p + off + 8, 8);
+    if (t == tag) return m->p + off + 16;
+    ck_assert(t != SEC_END);
+    off += 16 + *len + 4;
+  }
+}
+
+static void reseal(unsigned char *d, size_t len) {
+  uint32_t crc = learner_crc32c(0, d, len);
+  for (int i = 0; i < 4; i++) d[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
+}
+
 /* A parameter or Adam moment that is not finite, or a negative second
  * moment, with the section's CRC recomputed: refused by name, never a
  * learner that cannot train (found by tests/fuzz: such states loaded) */
@@ -935,21 +952,11 @@ START_TEST(test_nonfinite_state_refused) {
   for (int t = 0; t < 4; t++) {
     membuf_t m = {0};
     tiny_state(&m, 0);
-    size_t off = 24;
-    for (;;) {
-      uint32_t tag = (uint32_t)le(m.p + off, 4);
-      size_t len = (size_t)le(m.p + off + 8, 8);
-      if (tag == tags[t]) {
-        unsigned char *d = m.p + off + 16;
-        float v = vals[t];
-        memcpy(d + 4 * (len / 8), &v, 4); /* an element in the middle */
-        uint32_t crc = learner_crc32c(0, d, len);
-        for (int i = 0; i < 4; i++) d[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
-        break;
-      }
-      ck_assert(tag != SEC_END);
-      off += 16 + len + 4;
-    }
+    size_t len;
+    unsigned char *d = section_of(&m, tags[t], &len);
+    float v = vals[t];
+    memcpy(d + 4 * (len / 8), &v, 4); /* an element in the middle */
+    reseal(d, len);
     char err[256];
     ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
     ck_assert_msg(strstr(err, "not finite") != NULL, "section %u: %s", tags[t], err);
@@ -963,20 +970,10 @@ END_TEST
 START_TEST(test_counters_total_refused) {
   membuf_t m = {0};
   tiny_state(&m, 0);
-  size_t off = 24;
-  for (;;) {
-    uint32_t tag = (uint32_t)le(m.p + off, 4);
-    size_t len = (size_t)le(m.p + off + 8, 8);
-    if (tag == SEC_COUNTERS) {
-      unsigned char *d = m.p + off + 16;
-      for (int i = 0; i < 8; i++) d[32 + i] = (unsigned char)(INT64_MAX >> (8 * i)); /* replay_total */
-      uint32_t crc = learner_crc32c(0, d, len);
-      for (int i = 0; i < 4; i++) d[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
-      break;
-    }
-    ck_assert(tag != SEC_END);
-    off += 16 + len + 4;
-  }
+  size_t len;
+  unsigned char *d = section_of(&m, SEC_COUNTERS, &len);
+  for (int i = 0; i < 8; i++) d[32 + i] = (unsigned char)(INT64_MAX >> (8 * i)); /* replay_total */
+  reseal(d, len);
   char err[256];
   ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
   ck_assert_msg(strstr(err, "counters are inconsistent") != NULL, "%s", err);
