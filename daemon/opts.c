@@ -2,10 +2,12 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dqnd/default_url.h"
@@ -43,6 +45,8 @@ static const opt_t opts_table[] = {
     {"socket-mode", OT_STR, O(socket_mode), 0, 0,
      "permissions of ipc sockets, octal (0660 lets the daemon's group connect)"},
     {"auth-token", OT_STR, O(auth_token), 0, 0, "require this token in every request"},
+    {"auth-token-file", OT_STR, O(auth_token_file), 0, 0,
+     "read auth-token from this file (its first line; only its owner may read it), not from argv where ps shows it"},
     {"insecure", OT_FLAG, O(insecure), 0, 1,
      "allow plain tcp:// on a non-loopback address with no auth-token (0/1; traffic and commands are open)"},
     {"tls-cert", OT_STR, O(tls_cert), 0, 0, "PEM certificate (chain) that tls+tcp:// listeners present"},
@@ -156,6 +160,32 @@ static int check(dqnd_opts_t *o, char *err, size_t errlen) {
   if (strcmp(o->log_level, "error") && strcmp(o->log_level, "warn") && strcmp(o->log_level, "info") &&
       strcmp(o->log_level, "debug"))
     return fail(err, errlen, "log-level: '%s' is not error, warn, info or debug", o->log_level);
+  if (o->auth_token_file[0]) {
+    if (o->auth_token[0]) return fail(err, errlen, "auth-token-file: give it or auth-token, not both");
+    int fd = open(o->auth_token_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+      int e = errno;
+      if (fd >= 0) close(fd);
+      return fail(err, errlen, "auth-token-file: cannot read %s: %s", o->auth_token_file, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & (S_IRWXG | S_IRWXO))) {
+      close(fd);
+      return fail(err, errlen, "auth-token-file: %s is %s (chmod 600 it)", o->auth_token_file,
+                  S_ISREG(st.st_mode) ? "readable or writable by group or others" : "not a regular file");
+    }
+    char buf[sizeof o->auth_token + 1];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) return fail(err, errlen, "auth-token-file: cannot read %s: %s", o->auth_token_file, strerror(errno));
+    buf[n] = 0;
+    buf[strcspn(buf, "\r\n")] = 0;
+    if (!buf[0] || strlen(buf) >= sizeof o->auth_token)
+      return fail(err, errlen, "auth-token-file: %s's first line is %s", o->auth_token_file,
+                  buf[0] ? "longer than 255 bytes" : "empty");
+    snprintf(o->auth_token, sizeof o->auth_token, "%s", buf);
+    explicit_bzero(buf, sizeof buf);
+  }
   if (o->n_listen == 0) {
     dqnd_default_url(o->listen[0], sizeof o->listen[0]);
     o->n_listen = 1;

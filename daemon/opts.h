@@ -31,6 +31,7 @@ typedef struct dqnd_opts {
   int32_t listener_check;    /* seconds between listener probes (listen_guard.h); 0 = off */
   char socket_mode[8];       /* ipc listeners' permissions, octal: 0600, or 0660 for a group */
   char auth_token[256];
+  char auth_token_file[1024]; /* the token read from this file (not in argv, where ps shows it) */
   int32_t insecure;          /* plain tcp:// on a non-loopback address without a token */
   char tls_cert[1024];       /* PEM: the certificate tls+tcp:// listeners present */
   char tls_key[1024];        /* PEM: its private key */
