@@ -226,7 +226,9 @@ void dispatch_run_load(trainer_job_t *j0) {
       upload_t *nu = why ? NULL : calloc(1, sizeof *nu);
       if (!nu) {
         pthread_mutex_unlock(&s->up_mu);
-        if (why && !strcmp(why, "uploads"))
+        if (!why)
+          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "name: out of memory for a new upload");
+        else if (!strcmp(why, "uploads"))
           rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
                           "name: %d other checkpoint uploads are unfinished (at most %d at once)", n_open,
                           UPLOAD_MAX_OPEN);
