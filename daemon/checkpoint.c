@@ -145,7 +145,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
   if (fclose(w.f) && !rc) rc = fail(err, errlen, "close %s: %s", tmp, strerror(errno));
   if (rc) {
     unlink(tmp);
-    return -1;
+    return rc == LEARNER_EDIVERGED ? CKPT_ENONFINITE : -1;
   }
   learner_stats_t st;
   learner_get_stats(l, &st);
@@ -271,15 +271,13 @@ int64_t ckpt_memory_available(void) {
   return pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
 }
 
-/* 0, or CKPT_ENOMEM when the CPU backend could not hold config c (the CUDA
- * backend checks free GPU memory itself when it creates the learner) */
-static int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
+int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
   if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
   if (be != LEARNER_BACKEND_CPU) return 0;
   const int64_t need = learner_memory_estimate(c), avail = ckpt_memory_available();
   if (need <= avail) return 0;
-  fail(err, errlen, "replay_capacity: the checkpoint's trainer needs ~%lld MiB, %lld MiB are available",
-       (long long)(need >> 20), (long long)(avail >> 20));
+  fail(err, errlen, "replay_capacity: the trainer needs ~%lld MiB, %lld MiB are available", (long long)(need >> 20),
+       (long long)(avail >> 20));
   return CKPT_ENOMEM;
 }
 

@@ -26,9 +26,11 @@ typedef struct ckpt_info {
   int64_t mtime;
 } ckpt_info_t;
 
-enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5 };
+enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5, CKPT_ENONFINITE = -6 };
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
+/* 0; CKPT_ENONFINITE when the learner's state is not finite (learner_save
+ * refuses it: it would not load), nothing written or pruned; else -1. */
 int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
 /* id "" = newest; else the file name or the short id (the sequence number,
  * leading zeros optional). 0 or -1 (err: NOT_FOUND-style message). */
@@ -50,6 +52,10 @@ int ckpt_path_confine(const char *path, const char *state_dir, const char *allow
                       size_t errlen);
 /* Bytes of memory available to a new learner (host memory, for the CPU backend). */
 int64_t ckpt_memory_available(void);
+/* 0, or CKPT_ENOMEM (err names replay_capacity) when a CPU learner of config
+ * c would need more than that; the CUDA backend checks free GPU memory itself
+ * when it creates the learner. CreateTrainer and the loaders below ask it. */
+int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen);
 /* The loaders read the config first: a learner on the CPU backend that would
  * need more than ckpt_memory_available() is refused (CKPT_ENOMEM, naming
  * replay_capacity) before anything is allocated, as CreateTrainer refuses it. */

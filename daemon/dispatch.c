@@ -285,14 +285,8 @@ static void run_create(trainer_job_t *j) {
     return;
   }
   learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
-  /* the CPU backend holds everything in host memory; the CUDA backend checks
-   * free GPU memory itself when it creates the learner */
-  int64_t need = learner_memory_estimate(cfg), avail = ckpt_memory_available();
-  if ((be == LEARNER_BACKEND_CPU || (be == LEARNER_BACKEND_AUTO && learner_backend_default() == LEARNER_BACKEND_CPU)) &&
-      need > avail) {
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
-                    "replay_capacity: this trainer needs ~%lld MiB, %lld MiB are available", (long long)(need >> 20),
-                    (long long)(avail >> 20));
+  if (ckpt_fits(cfg, be, err, sizeof err)) {
+    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "%s", err);
     return;
   }
   learner_t *l;

@@ -65,14 +65,20 @@ static int name_free(server_t *s, const char *name, char *err, size_t errlen) {
   return 0;
 }
 
+/* once shutdown began, no new trainer: the drain queued a final save for the
+ * ones it found and waits for them alone, so one registered later kept the
+ * daemon from exiting until systemd killed it. 0, or UNAVAILABLE (14). */
+static int refuse_when_draining(server_t *s, const char *name, char *err, size_t errlen) {
+  if (!atomic_load(&s->draining)) return 0;
+  snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name);
+  return 14;
+}
+
 int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
                      trainer_t **out, char *err, size_t errlen) {
-  /* once shutdown began, no new trainer: the drain queued a final save for
-   * the ones it found and waits for them alone, so one registered later kept
-   * the daemon from exiting until systemd killed it (a review find). Checked
-   * again under reg_mu below, where the drain's trainer_list cannot miss it. */
-  if (atomic_load(&s->draining))
-    return snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name), 14;
+  /* before the trainer's files are written; again under reg_mu below, where
+   * the drain's trainer_list cannot miss it */
+  if (refuse_when_draining(s, name, err, errlen)) return 14;
   pthread_mutex_lock(&s->reg_mu);
   int code = name_free(s, name, err, errlen);
   pthread_mutex_unlock(&s->reg_mu);
@@ -121,10 +127,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   learner_get_hparams(l, &t->hp);
   pthread_mutex_lock(&s->reg_mu);
   code = name_free(s, name, err, errlen);
-  if (!code && atomic_load(&s->draining)) {
-    snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name);
-    code = 14;
-  }
+  if (!code) code = refuse_when_draining(s, name, err, errlen);
   if (!code) {
     atomic_fetch_add(&s->live_trainers, 1);
     if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
@@ -251,23 +254,21 @@ int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->
 
 int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen) {
   /* a state that would not load again (a diverged trainer's Adam moments can
-   * overflow while its parameters stay finite) is not written: each save
-   * prunes the oldest checkpoint, so periodic saves would replace every good
-   * one by files that cannot be loaded (a review find) */
-  const int fin = learner_state_finite(t->l);
-  if (fin != 1) {
-    snprintf(err, errlen,
-             fin == 0 ? "state: trainer '%s''s parameters or Adam moments are not finite (it diverged), so it was not "
-                        "saved and its earlier checkpoints are kept: load one"
-                      : "state: cannot read trainer '%s''s state to check it",
-             t->name);
-    log_error(t->name, "checkpoint not written: %s", err);
-    return fin == 0 ? TRAINER_SAVE_NOT_FINITE : -1;
-  }
+   * overflow while its parameters stay finite) is not written (learner_save
+   * refuses it): each save prunes the oldest checkpoint, so periodic saves
+   * would have replaced every good one by files that cannot be loaded */
   int rc = ckpt_write(t->dir, t->l, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
   if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
-  else log_error(t->name, "checkpoint failed: %s", err);
-  return rc;
+  else if (rc == CKPT_ENONFINITE) {
+    snprintf(err, errlen,
+             "state: trainer '%s''s parameters or Adam moments are not finite (it diverged), so it was not saved and "
+             "its earlier checkpoints are kept: load one",
+             t->name);
+    log_error(t->name, "checkpoint not written: %s", err);
+    return TRAINER_SAVE_NOT_FINITE;
+  } else
+    log_error(t->name, "checkpoint failed: %s", err);
+  return rc ? -1 : 0;
 }
 
 int trainer_retire(trainer_t *t, const char *why, char *moved, size_t n) {
@@ -302,12 +303,12 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
 }
 
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
-  int fin = learner_state_finite(t->l);
   ckpt_info_t info;
   char serr[512], where[1400];
-  if (fin == 1 && trainer_save(t, t->srv->opts.checkpoint_replay, &info, serr, sizeof serr) == 0)
+  const int rc = trainer_save(t, t->srv->opts.checkpoint_replay, &info, serr, sizeof serr);
+  if (rc == 0)
     snprintf(where, sizeof where, "its last good state is saved as checkpoint %s", info.path);
-  else if (fin == 1)
+  else if (rc != TRAINER_SAVE_NOT_FINITE)
     snprintf(where, sizeof where, "its last good state is kept, but saving it failed: %.300s", serr);
   else
     snprintf(where, sizeof where,

@@ -283,6 +283,9 @@ int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, i
  * and returns the error: nothing else is touched. */
 typedef int (*learner_write_fn)(void *ctx, const void *buf, size_t n);  /* 0 = ok */
 typedef int (*learner_read_fn)(void *ctx, void *buf, size_t n);         /* 0 = ok, all n bytes */
+/* learner_save returns LEARNER_EDIVERGED, with nothing after the bad chunk
+ * written, for a state learner_load would refuse: a parameter or an Adam
+ * moment that is not finite, or a negative second moment. */
 int learner_save(learner_t *l, int with_replay, learner_write_fn w, void *ctx, char *err, size_t errlen);
 int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_t **out,
                  char *err, size_t errlen);

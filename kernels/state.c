@@ -82,6 +82,18 @@ static int write_section_backend(learner_t *l, learner_write_fn w, void *ctx, in
       seterr(err, errlen, "reading section %d from the backend failed", sec);
       return rc;
     }
+    /* what learner_load refuses is not written: a parameter or an Adam
+     * moment that is not finite, or a negative second moment (a diverged
+     * trainer's moments can overflow while its parameters stay finite) */
+    const int moments = sec == SEC_ADAM_V, checked = sec == SEC_ONLINE || sec == SEC_TARGET || sec == SEC_ADAM_M || moments;
+    for (int64_t i = 0; checked && i + 4 <= k; i += 4) {
+      const float v = get_f32(bounce + i);
+      if (!isfinite(v) || (moments && v < 0)) {
+        seterr(err, errlen, "state: section %d holds %g, not a state a learner can train from: not written", sec,
+               (double)v);
+        return LEARNER_EDIVERGED;
+      }
+    }
     crc = learner_crc32c(crc, bounce, (size_t)k);
     rc = write_all(w, ctx, bounce, (size_t)k, err, errlen);
   }

@@ -65,6 +65,9 @@ dqnd_client_t *start_with_trainer(daemon_t *d, const char *name, batch_t *b, uin
 void make_certs(const char *dir);
 /* a loopback TCP port nothing listens on now */
 int free_port(void);
+/* dqnd with these options (NULL-terminated; a fresh state dir, cpu backend)
+ * must exit with `code` and say `needle` on stderr */
+void refuses_with(const char *const *opts, const char *needle, int code);
 /* the trainers the daemon has loaded, by ServerInfo (which touches no
  * trainer: GetStats would count as activity for the idle timeout) */
 int trainers_loaded(dqnd_client_t *c);

@@ -168,31 +168,6 @@ START_TEST(tls_mutual) {
 END_TEST
 
 /* dqnd with these options must refuse to start (exit 2) and say `needle` */
-static void refuses_with(const char *const *opts, const char *needle, int code) {
-  char dir[] = "/tmp/dqnd-sec-XXXXXX", out[400];
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(out, sizeof out, "%s/err", dir);
-  pid_t p = fork();
-  if (p == 0) {
-    char *argv[24] = {dqnd_bin, "--state-dir", dir, "--backend", "cpu"};
-    int k = 5;
-    for (int i = 0; opts[i] && k < 23; i++) argv[k++] = (char *)opts[i];
-    argv[k] = NULL;
-    freopen(out, "w", stderr);
-    execv(dqnd_bin, argv);
-    _exit(127);
-  }
-  int st = wait_exit(p, 20);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == code, "dqnd should exit %d with %s ...", code, opts[0]);
-  char msg[1000] = "";
-  FILE *f = fopen(out, "r");
-  size_t n = fread(msg, 1, sizeof msg - 1, f);
-  msg[n] = 0;
-  fclose(f);
-  ck_assert_msg(strstr(msg, needle), "'%s' lacks '%s'", msg, needle);
-  rm_rf(dir);
-}
-
 static void refuses(const char *const *opts, const char *needle) { refuses_with(opts, needle, 2); }
 
 /* An ipc socket's directory inside a world-writable one (as /tmp, where the

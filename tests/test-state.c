@@ -981,6 +981,44 @@ START_TEST(test_counters_total_refused) {
 }
 END_TEST
 
+/* learner_save refuses what learner_load refuses: a learner whose Adam
+ * moments overflowed (batch 1, no gradient clip, lr 10, weight decay 10: its
+ * parameters stay finite, learner_state_finite says 0) is not saved, and
+ * one that is finite saves and loads. */
+START_TEST(test_save_refuses_nonfinite) {
+  const char *sets[][2] = {{"state_dim", "1"}, {"trunk_h1", "2"}, {"trunk_h2", "2"}, {"value_hidden", "2"},
+                           {"adv_hidden", "2"}, {"atoms", "2"}, {"branches", "2"}, {"batch", "1"},
+                           {"replay_capacity", "10"}, {"noisy", "0"}, {"grad_clip", "0"}, {"lr", "10"},
+                           {"weight_decay", "10"}};
+  learner_config_t c;
+  char err[256];
+  learner_config_default(&c);
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    ck_assert_int_eq(learner_config_set(&c, sets[i][0], sets[i][1], err, sizeof err), 0);
+  learner_t *l;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  const float st[3] = {0.1f, 0.2f, 0.3f}, r[3] = {1, 0, 1};
+  const int32_t a[3] = {0, 1, 0};
+  const uint8_t d[3] = {0, 0, 1};
+  const learner_transitions_t t = {3, st, a, r, st, d, NULL, NULL};
+  ck_assert_int_eq(learner_submit(l, &t, err, sizeof err), 0);
+  membuf_t m = {0};
+  save_to(l, 0, &m); /* finite: it saves */
+  free(m.p);
+  int rc = 0;
+  for (int k = 0; k < 200 && rc == 0; k++) rc = learner_step(l, 1, NULL, err, sizeof err);
+  ck_assert_int_eq(rc, LEARNER_EDIVERGED);
+  ck_assert_int_eq(learner_params_finite(l), 1);
+  ck_assert_int_eq(learner_state_finite(l), 0);
+  membuf_t m2 = {0};
+  err[0] = 0;
+  ck_assert_int_eq(learner_save(l, 0, mem_write, &m2, err, sizeof err), LEARNER_EDIVERGED);
+  ck_assert_msg(strstr(err, "not a state a learner can train from"), "%s", err);
+  free(m2.p);
+  learner_destroy(l);
+}
+END_TEST
+
 START_TEST(test_config_nul) {
   membuf_t m = {0};
   tiny_state(&m, 0);
@@ -1129,6 +1167,7 @@ int main(void) {
   tcase_add_test(tc, test_config_nul);
   tcase_add_test(tc, test_nonfinite_state_refused);
   tcase_add_test(tc, test_counters_total_refused);
+  tcase_add_test(tc, test_save_refuses_nonfinite);
   tcase_add_test(tc, test_optional_section_absent);
   tcase_add_test(tc, test_config_validation);
   tcase_add_test(tc, test_crc_check_values);
