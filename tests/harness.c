@@ -212,7 +212,7 @@ int free_port(void) {
 }
 
 
-int trainers_loaded(dqnd_client_t *c) {
+Dqnd__V1__Reply *server_info(dqnd_client_t *c) {
   Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
@@ -220,6 +220,11 @@ int trainers_loaded(dqnd_client_t *c) {
   Dqnd__V1__Reply *rep;
   ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
   ck_assert_int_eq(rep->result_case, DQND__V1__REPLY__RESULT_SERVER_INFO);
+  return rep;
+}
+
+int trainers_loaded(dqnd_client_t *c) {
+  Dqnd__V1__Reply *rep = server_info(c);
   int n = (int)rep->server_info->trainers;
   dqnd_reply_free(rep);
   return n;

@@ -68,6 +68,8 @@ int free_port(void);
 /* dqnd with these options (NULL-terminated; a fresh state dir, cpu backend)
  * must exit with `code` and say `needle` on stderr */
 void refuses_with(const char *const *opts, const char *needle, int code);
+/* ServerInfo's reply (asserted OK; dqnd_reply_free it) */
+Dqnd__V1__Reply *server_info(dqnd_client_t *c);
 /* the trainers the daemon has loaded, by ServerInfo (which touches no
  * trainer: GetStats would count as activity for the idle timeout) */
 int trainers_loaded(dqnd_client_t *c);

@@ -42,12 +42,7 @@ START_TEST(test_every_command) {
   ck_assert_int_eq(dqnd_health(c, &serving, NULL), 0);
   ck_assert(serving);
   /* ServerInfo through the raw call */
-  Dqnd__V1__ServerInfo si = DQND__V1__SERVER_INFO__INIT;
-  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-  req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
-  req.server_info = &si;
-  Dqnd__V1__Reply *rep;
-  ck_assert_int_eq(dqnd_call(c, &req, &rep), 0);
+  Dqnd__V1__Reply *rep = server_info(c);
   ck_assert_str_eq(rep->server_info->default_backend, "cpu");
   ck_assert_uint_eq(rep->server_info->protocol, 1);
   dqnd_reply_free(rep);
