@@ -11,7 +11,10 @@
  *  - SetHyperparams between graph replays takes effect (no stale capture);
  *  - a shape the fused loss kernel cannot stage trains on the generic
  *    kernels like the CPU;
- *  - Act agrees with the CPU; a GPU checkpoint continues on the CPU.
+ *  - Act agrees with the CPU; a GPU checkpoint continues on the CPU;
+ *  - Act is independent of the other states in the request, bit for bit
+ *    (act_rows.h: one Act of 5000 states against uneven pieces and single
+ *    states), plain and with K 3, priors, attention and NoisyNet layers.
  * Shapes include odd ones (batch 37, branches 4,7, 21 atoms, state 13).
  *
  * Tolerances, as measured on the H200 (kernels/dev/DEVICE_NOTES.md): the
@@ -35,6 +38,7 @@
 #include "learner.h"
 #include "gpu_testutil.h"
 #include "testutil.h"
+#include "act_rows.h"
 
 /* tensor_cores=1 against the fp32 CPU after 30 steps: measured 1.64e-2 on the H200
  * (DEVICE_NOTES 48); the bound leaves 3x for TF32's rounding */
@@ -621,6 +625,29 @@ START_TEST(test_her_parity) {
 }
 END_TEST
 
+/* Act answers a state alone as it does among 5000 others (act_rows.h): the
+ * ref net (K 1, PER, NoisyNet's mean weights) and with K 3, priors 1 and
+ * attention (8 tokens, 2 heads); episode 3 selects by the mean */
+START_TEST(test_act_rows) {
+  learner_config_t c = config(0, 1, 1);
+  if (_i) {
+    c.ensemble_k = 3;
+    c.ensemble_prior_scale = 1.0f;
+    c.attn_tokens = 8;
+    c.attn_heads = 2;
+  }
+  learner_t *gpu = make(&c, LEARNER_BACKEND_CUDA);
+  char err[256];
+  ck_assert_msg(learner_step(gpu, 5, NULL, err, sizeof err) == 0, "%s", err);
+  const int n = 5000;
+  float *s = malloc(sizeof(float) * (size_t)n * c.state_dim);
+  tu_fill_uniform_f32(s, (int64_t)n * c.state_dim, -2, 2, 31, (uint64_t)_i);
+  ck_assert_msg(tu_check_act_rows(gpu, s, n, 3) > 0, "every state got the same action");
+  free(s);
+  learner_destroy(gpu);
+}
+END_TEST
+
 START_TEST(test_her_reruns) { check_reruns(her_config(), 60, "HER + n-step + PER + NoisyNet"); }
 END_TEST
 
@@ -648,6 +675,7 @@ int main(void) {
   tcase_add_test(tc, test_generic_kernels);
   tcase_add_test(tc, test_hparams_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);
+  tcase_add_loop_test(tc, test_act_rows, 0, 2);
   tcase_add_loop_test(tc, test_tensor_cores, 0, 2);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -72,7 +72,8 @@ static R *SFX(attn_ws_place)(TY(dqn_ws) *ws, const net_layout_t *L, size_t B, R 
 /* --------------------------------------------------------------- forward */
 
 /* h [rows, H2] -> A->hatt [rows, H2] (and A->hh = A->hatt); P: the parameter vector */
-HOT static void SFX(attn_forward)(const net_layout_t *L, const R *P, const R *h, int rows, TY(net_acts) *A) {
+HOT static void SFX(attn_forward)(const net_layout_t *L, const R *P, const R *h, int rows, int rows_exact,
+                                  TY(net_acts) *A) {
   const net_attn_t *at = &L->attn;
   const int T = at->T, nh = at->nh, d = at->d, dh = d / nh, H2 = L->H2, n = rows * T;
   const R *pos = P + at->off_pos;
@@ -80,7 +81,7 @@ HOT static void SFX(attn_forward)(const net_layout_t *L, const R *P, const R *h,
     for (int k = 0; k < H2; k++) A->tx[(size_t)r * H2 + k] = h[(size_t)r * H2 + k] + pos[k];
   R *proj[3] = {A->tq, A->tk, A->tv};
   for (int m = 0; m < 3; m++)
-    SFX(linear_forward)(A->tx, P + at->off_w[m], P + at->off_b[m], proj[m], NULL, 0, n, d, d);
+    SFX(linear_forward)(A->tx, P + at->off_w[m], P + at->off_b[m], proj[m], NULL, 0, n, d, d, rows_exact);
   const R scale = 1 / SQRT((R)dh);
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < nh; j++)
@@ -106,7 +107,7 @@ HOT static void SFX(attn_forward)(const net_layout_t *L, const R *P, const R *h,
           for (int c = 0; c < dh; c++) ot[c] += al[s] * vs[c];
         }
       }
-  SFX(linear_forward)(A->to, P + at->off_w[NET_ATTN_O], P + at->off_b[NET_ATTN_O], A->tu, NULL, 0, n, d, d);
+  SFX(linear_forward)(A->to, P + at->off_w[NET_ATTN_O], P + at->off_b[NET_ATTN_O], A->tu, NULL, 0, n, d, d, rows_exact);
   const R *gam = P + at->off_ln_w, *bet = P + at->off_ln_b;
   for (int i = 0; i < n; i++) {
     R *e = A->tu + (size_t)i * d, *xh = A->xhat + (size_t)i * d, *y = A->hatt + (size_t)i * d;

@@ -16,6 +16,7 @@
     const R *pW[NET_MAX_LAYERS_ALL], *pb[NET_MAX_LAYERS_ALL];                                        \
     R prior_scale;                                                                                   \
     const R *attn; /* the parameter vector (attention, never noisy; L->attn offsets) or NULL */     \
+    int rows_exact; /* 1: each row's outputs summed in one fixed order (gemm_rows; Act), else BLAS */ \
   } net_weights_##S##_t;                                                                             \
   typedef struct net_acts_##S {                                                                      \
     int rows;                                                                                        \

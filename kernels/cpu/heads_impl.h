@@ -94,9 +94,9 @@ HOT static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n,
  * dueling(V, A) + beta_p dueling(Vp, Ap)). */
 HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const R *X, int rows, R slope,
                       TY(net_acts) *A) {
-  SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1);
-  SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2);
-  if (L->attn.T) SFX(attn_forward)(L, w->attn, A->h, rows, A); /* h -> h' = A->hh */
+  SFX(linear_forward)(X, w->W[NET_TRUNK1], w->b[NET_TRUNK1], A->a1, A->h1, slope, rows, L->S, L->H1, w->rows_exact);
+  SFX(linear_forward)(A->h1, w->W[NET_TRUNK2], w->b[NET_TRUNK2], A->a2, A->h, slope, rows, L->H1, L->H2, w->rows_exact);
+  if (L->attn.T) SFX(attn_forward)(L, w->attn, A->h, rows, w->rows_exact, A); /* h -> h' = A->hh */
   const int K = L->K < 1 ? 1 : L->K;
   for (int k = 0; k < K; k++) {
     const int lv1 = NET_HEAD_LAYER(L, k, 0), lv2 = NET_HEAD_LAYER(L, k, 1);
@@ -104,13 +104,13 @@ HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const
     const R beta = w->prior_scale;
     R *V = HEADK(A, A->V, k);
     SFX(linear_forward)(A->hh, w->W[lv1], w->b[lv1], HEADK(A, A->av, k), HEADK(A, A->hv, k), slope, rows, L->H2,
-                        L->VH);
-    SFX(linear_forward)(HEADK(A, A->hv, k), w->W[lv2], w->b[lv2], V, NULL, slope, rows, L->VH, L->Z);
+                        L->VH, w->rows_exact);
+    SFX(linear_forward)(HEADK(A, A->hv, k), w->W[lv2], w->b[lv2], V, NULL, slope, rows, L->VH, L->Z, w->rows_exact);
     if (prior) {
       R *pV = PRIORX(A, A->V);
       SFX(linear_forward)(A->hh, w->pW[lv1], w->pb[lv1], PRIORX(A, A->av), PRIORX(A, A->hv), slope, rows, L->H2,
-                          L->VH);
-      SFX(linear_forward)(PRIORX(A, A->hv), w->pW[lv2], w->pb[lv2], pV, NULL, slope, rows, L->VH, L->Z);
+                          L->VH, w->rows_exact);
+      SFX(linear_forward)(PRIORX(A, A->hv), w->pW[lv2], w->pb[lv2], pV, NULL, slope, rows, L->VH, L->Z, w->rows_exact);
       for (size_t j = 0; j < (size_t)rows * L->Z; j++) V[j] += beta * pV[j];
     }
     for (int d = 0; d < L->D; d++) {
@@ -118,13 +118,13 @@ HOT void SFX(net_forward)(const net_layout_t *L, const TY(net_weights) *w, const
       const int l1 = NET_HEAD_LAYER(L, k, 2 + 2 * d), l2 = NET_HEAD_LAYER(L, k, 3 + 2 * d);
       R *Ad = HEADK(A, A->A[d], k), *lp = HEADK(A, A->logp[d], k);
       SFX(linear_forward)(A->hh, w->W[l1], w->b[l1], HEADK(A, A->ab[d], k), HEADK(A, A->hb[d], k), slope, rows,
-                          L->H2, L->AH);
-      SFX(linear_forward)(HEADK(A, A->hb[d], k), w->W[l2], w->b[l2], Ad, NULL, slope, rows, L->AH, nz);
+                          L->H2, L->AH, w->rows_exact);
+      SFX(linear_forward)(HEADK(A, A->hb[d], k), w->W[l2], w->b[l2], Ad, NULL, slope, rows, L->AH, nz, w->rows_exact);
       if (prior) {
         R *pA = PRIORX(A, A->A[d]);
         SFX(linear_forward)(A->hh, w->pW[l1], w->pb[l1], PRIORX(A, A->ab[d]), PRIORX(A, A->hb[d]), slope, rows,
-                            L->H2, L->AH);
-        SFX(linear_forward)(PRIORX(A, A->hb[d]), w->pW[l2], w->pb[l2], pA, NULL, slope, rows, L->AH, nz);
+                            L->H2, L->AH, w->rows_exact);
+        SFX(linear_forward)(PRIORX(A, A->hb[d]), w->pW[l2], w->pb[l2], pA, NULL, slope, rows, L->AH, nz, w->rows_exact);
         for (size_t j = 0; j < (size_t)rows * nz; j++) Ad[j] += beta * pA[j];
       }
       for (int i = 0; i < rows; i++)

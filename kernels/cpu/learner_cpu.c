@@ -309,7 +309,8 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
                    char *err, size_t errlen) {
   cpu_learner_t *m = impl;
   const net_layout_t *L = &m->L;
-  /* the forward runs ACT_ROWS states at a time (rows are independent), so
+  /* the forward runs ACT_ROWS states at a time (rows are independent, bit
+   * for bit: w.rows_exact below), so
    * the kept activations hold at most ACT_ROWS rows (they grew to the
    * largest request: a million states held gigabytes for the trainer's life,
    * a review find) */
@@ -329,6 +330,7 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
   net_weights_f32_t w;
   net_weights_f32(L, m->online, fn, m->act_weff, &w);
   net_weights_priors_f32(L, m->prior, m->cfg.ensemble_prior_scale, &w);
+  w.rows_exact = 1; /* a state's Q never depends on the other states asked with it */
   const int K = L->K, qw = L->q_width;
   const int head = learner_act_head(&m->cfg, episode);
   float support[LEARNER_MAX_ATOMS];

@@ -10,14 +10,55 @@
  */
 /* ----------------------------------------------------------------- helpers */
 
+/* Y[rows,out] = X[rows,in] . W[out,in]^T with every element summed in one
+ * order that depends on `in` alone: eight lanes (lane l sums the products of
+ * inputs i = l mod 8, in increasing i), then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+ * A row's outputs therefore never depend on how many rows came with it, nor
+ * on the processor: BLAS picks its blocking, and so its summation order, by
+ * the matrix shape and the CPU's kernels, and a row of a 9000-row GEMM need
+ * not equal the same row alone (docs/learner.md, "Act"). Without FMA
+ * contraction (ISO C mode) the vector and scalar clones give the same bits.
+ * Four outputs share each load of x; an output past `out` reads the last
+ * row of W again and is dropped. */
+HOT static void SFX(gemm_rows)(const R *restrict X, const R *restrict W, R *restrict Y, int rows, int in,
+                               int out) {
+  enum { LN = 8, NO = 4 };
+  const int in8 = in - in % LN;
+  for (int r = 0; r < rows; r++) {
+    const R *x = X + (size_t)r * in;
+    for (int o0 = 0; o0 < out; o0 += NO) {
+      R acc[NO][LN];
+      const R *w[NO];
+      for (int j = 0; j < NO; j++) {
+        w[j] = W + (size_t)(o0 + j < out ? o0 + j : out - 1) * in;
+        for (int l = 0; l < LN; l++) acc[j][l] = 0;
+      }
+      for (int i = 0; i < in8; i += LN)
+        for (int j = 0; j < NO; j++)
+          for (int l = 0; l < LN; l++) acc[j][l] += x[i + l] * w[j][i + l];
+      for (int i = in8; i < in; i++)
+        for (int j = 0; j < NO; j++) acc[j][i - in8] += x[i] * w[j][i];
+      for (int j = 0; j < NO && o0 + j < out; j++) {
+        const R *a = acc[j];
+        Y[(size_t)r * out + o0 + j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+      }
+    }
+  }
+}
+
 /* Y[rows,out] = X[rows,in] . W[out,in]^T + b[out], and when H is not NULL
- * H = LeakyReLU(Y) in the same pass over Y. The activation is an arithmetic
+ * H = LeakyReLU(Y) in the same pass over Y. rows_exact: the product by
+ * gemm_rows (each row on its own, in a fixed order: Act), else by BLAS (the
+ * training step, whose shapes are fixed). The activation is an arithmetic
  * select (y*pos + slope*y*(1-pos), pos = [y > 0]): equal to the branch form
  * bit for bit, and it vectorises; the branch form stayed a scalar loop whose
  * random signs mispredict half the time. */
 static void SFX(linear_forward)(const R *X, const R *W, const R *b, R *Y, R *H, R slope, int rows, int in,
-                                int out) {
-  GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1, X, in, W, in, 0, Y, out);
+                                int out, int rows_exact) {
+  if (rows_exact)
+    SFX(gemm_rows)(X, W, Y, rows, in, out);
+  else
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1, X, in, W, in, 0, Y, out);
   for (int r = 0; r < rows; r++) {
     R *restrict y = Y + (size_t)r * out;
     if (H) {
@@ -75,6 +116,7 @@ HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnois
                       TY(net_weights) *w) {
   w->attn = L->attn.T ? params : NULL;
   w->prior_scale = 0;
+  w->rows_exact = 0;
   for (int li = 0; li < L->n_layers; li++) w->pW[li] = w->pb[li] = NULL;
   for (int li = 0; li < L->n_layers; li++) {
     const net_layer_t *l = &L->layer[li];

@@ -258,11 +258,11 @@ HOT R SFX(dqn_loss_grad)(const net_layout_t *L, const TY(dqn_hp) *hp, const R *o
     if (prior) {
       const int pv1 = NET_HEAD_LAYER(L, k, 0);
       SFX(linear_forward)(A->hh, won.pW[pv1], won.pb[pv1], PRIORX(Am, Am->av), PRIORX(Am, Am->hv), slope, B, L->H2,
-                          L->VH);
+                          L->VH, 0);
       for (int d = 0; d < D; d++) {
         const int p1 = NET_HEAD_LAYER(L, k, 2 + 2 * d);
         SFX(linear_forward)(A->hh, won.pW[p1], won.pb[p1], PRIORX(Am, Am->ab[d]), PRIORX(Am, Am->hb[d]), slope, B,
-                            L->H2, L->AH);
+                            L->H2, L->AH, 0);
       }
     }
     memset(ws->dV, 0, sizeof(R) * b * Z);
