@@ -130,6 +130,35 @@ int load_file(const char *path, learner_t **l, char *err, size_t errlen) {
   return rc;
 }
 
+char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t cap = 0, len = 0;
+  int bad = 0;
+  for (;;) {
+    if (len == cap) {
+      char *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
+      if (!nb) {
+        bad = 1;
+        break;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  bad |= ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  *n = len;
+  return buf;
+}
+
 dqnd_client_t *connect_to(daemon_t *d) {
   dqnd_client_t *c;
   char err[256];

@@ -34,6 +34,8 @@ int wait_exit(pid_t pid, int seconds);
 int stop_daemon(daemon_t *d, int sig);
 void rm_rf(const char *dir);
 int load_file(const char *path, learner_t **l, char *err, size_t errlen);
+/* the whole file, malloc'd (NULL when it cannot be read); its size in *n */
+char *read_file(const char *path, size_t *n);
 dqnd_client_t *connect_to(daemon_t *d);
 /* 1 when the daemon's log holds `needle` */
 int log_has(const daemon_t *d, const char *needle);

@@ -242,7 +242,10 @@ START_TEST(test_divergence) {
   ck_assert_msg(strstr(msg, "diverged") && strstr(msg, "saved as checkpoint"), "%s", msg);
   unsigned long long bad = 0;
   ck_assert_msg(sscanf(strstr(msg, "step "), "step %llu diverged", &bad) == 1, "%s", msg);
-  ck_assert_msg(bad > 6 && bad < 1005, "diverged at step %llu", bad);
+  /* x (1 - lr wd) = x -99 a step from step 6 on: the forward of step 11
+   * overflows, whatever order the GEMMs sum in (measured under every OpenBLAS
+   * kernel set the test machine can run) */
+  ck_assert_msg(bad == 11, "diverged at step %llu, not 11", bad);
   /* stopped: training commands answer FAILED_PRECONDITION; reads still work */
   ck_assert_int_eq(dqnd_step(c, "wild", 1, &st), 9);
   ck_assert_msg(strstr(dqnd_last_error(c), "stopped training"), "%s", dqnd_last_error(c));
@@ -273,6 +276,13 @@ START_TEST(test_divergence) {
   ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)n1) == 0, "the kept state is not the twin's after step %llu",
                 bad - 1);
   free(p1), free(p2);
+  /* and the whole file, byte for byte: moments, counters, RNG keys, config */
+  size_t f1, f2;
+  char *b1 = read_file(good.path, &f1), *b2 = read_file(tw.path, &f2);
+  ck_assert_msg(b1 && b2, "reading %s and %s", good.path, tw.path);
+  ck_assert_msg(f1 == f2 && memcmp(b1, b2, f1) == 0, "the saved file (%zu bytes) differs from the twin's (%zu bytes)",
+                f1, f2);
+  free(b1), free(b2);
   /* the twin's next step diverges the same way: the guard's verdict is the step's, not luck */
   ck_assert_int_eq(dqnd_step(c, "twin", 1, &st), 9);
   ck_assert_msg(strstr(dqnd_last_error(c), "diverged"), "%s", dqnd_last_error(c));
