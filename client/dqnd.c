@@ -52,7 +52,8 @@ int dqnd_connect(const char *url, int timeout_ms, dqnd_client_t **out, char *err
 }
 
 /* tls+tcp://: a dialer carrying the TLS configuration (tls.h) */
-static int dial_tls(nng_socket s, const char *url, const dqnd_tls_opts_t *tls, char *err, size_t errlen) {
+static int dial_tls(nng_socket s, const char *url, const dqnd_tls_opts_t *tls, int timeout_ms, char *err,
+                    size_t errlen) {
   dqnd_tls_opts_t o = tls ? *tls : (dqnd_tls_opts_t){0};
   char host[256];
   if (!o.server_name || !*o.server_name) {
@@ -66,17 +67,19 @@ static int dial_tls(nng_socket s, const char *url, const dqnd_tls_opts_t *tls, c
   if (!rv) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
   if (!rv) rv = nng_dialer_start(d, 0);
   nng_tls_config_free(cfg); /* the dialer holds its own reference */
-  if (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO)
-    snprintf(err, errlen,
-             "connect %s: TLS handshake failed: %s (is the daemon's certificate signed by tls-ca %s and issued to "
-             "'%s' by DNS name — mbed TLS does not match IP addresses, so give --tls-server-name for one? does the "
-             "daemon require a client certificate, tls-cert/tls-key?)",
-             url, nng_strerror(rv), o.ca ? o.ca : "", o.server_name);
-  else if (rv)
+  if (rv == NNG_EPEERAUTH || rv == NNG_ECRYPTO || rv == NNG_ECLOSED || rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT) {
+    /* nng gives one code for every cause: a second look names it (tls_diag.c) */
+    char why[900];
+    if (dqnd_tls_diagnose(url, &o, timeout_ms, why, sizeof why))
+      snprintf(why, sizeof why, "%s (tls-ca, tls-cert or tls-key could not be read to find the cause)",
+               nng_strerror(rv));
+    snprintf(err, errlen, "connect %s: TLS handshake failed: %s", url, why);
+  } else if (rv == NNG_ETIMEDOUT) {
+    snprintf(err, errlen, "connect %s: timed out (no TLS handshake within the time allowed)", url);
+  } else if (rv) {
     snprintf(err, errlen, "connect %s: %s%s", url, nng_strerror(rv),
-             rv == NNG_ECLOSED || rv == NNG_ECONNRESET || rv == NNG_ECONNSHUT
-                 ? " (the daemon closed the TLS handshake: does it require a client certificate, tls-cert/tls-key?)"
-                 : "");
+             rv == NNG_ECONNREFUSED ? " (is dqnd listening there?)" : "");
+  }
   return rv;
 }
 
@@ -100,11 +103,11 @@ int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls
   nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, c->timeout_ms);
   int is_tls = !strncmp(url, "tls+tcp://", 10);
   if (is_tls) {
-    rv = dial_tls(c->sock, url, tls, err, errlen);
+    rv = dial_tls(c->sock, url, tls, c->timeout_ms, err, errlen);
     if (rv) {
       nng_close(c->sock);
       free(c);
-      return rv == NNG_EINVAL ? DQND_EINVAL : DQND_ETRANSPORT;
+      return rv == NNG_EINVAL ? DQND_EINVAL : rv == NNG_ETIMEDOUT ? DQND_ETIMEDOUT : DQND_ETRANSPORT;
     }
     *out = c;
     return DQND_OK;

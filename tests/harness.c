@@ -211,19 +211,24 @@ int run_ctl(const daemon_t *d, const char *args, char *out, size_t n) {
  * certificate signed by it, and a second CA with its own "client"
  * certificate: everything under dir. */
 void make_certs(const char *dir) {
+  /* the README's recipe (scripts/tls-certs.sh) for the CA, server and client,
+   * then what only the tests need: another CA with a certificate of its own, a
+   * server certificate valid for no time at all (expired a second later) and
+   * a file that is not PEM */
+  const char *script = getenv("DQND_CERTS");
+  ck_assert_msg(script && *script, "DQND_CERTS (scripts/tls-certs.sh) is not set");
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
-           "set -e; cd '%s'; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
-           "openssl req -x509 $K -keyout ca.key -out ca.pem -days 2 -subj '/CN=dqnd test CA';"
+           "set -e; '%s' --days 2 --client 'a client' '%s' localhost; cd '%s';"
+           "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
            "openssl req -x509 $K -keyout other.key -out other.pem -days 2 -subj '/CN=another CA';"
-           "openssl req $K -keyout server.key -out server.csr -subj '/CN=localhost';"
-           "printf 'subjectAltName=DNS:localhost\\n' > san.ext;"
-           "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext;"
-           "openssl req $K -keyout client.key -out client.csr -subj '/CN=a client';"
-           "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2;"
            "openssl req $K -keyout stranger.key -out stranger.csr -subj '/CN=a stranger';"
-           "openssl x509 -req -in stranger.csr -CA other.pem -CAkey other.key -CAcreateserial -out stranger.pem -days 2",
-           dir);
+           "openssl x509 -req -in stranger.csr -CA other.pem -CAkey other.key -CAcreateserial -out stranger.pem -days 2;"
+           "printf 'subjectAltName=DNS:localhost\\n' > san.ext;"
+           "openssl req $K -keyout old.key -out old.csr -subj '/CN=localhost';"
+           "openssl x509 -req -in old.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out old.pem -days 0 -extfile san.ext;"
+           "printf 'not a certificate\\n' > notpem.txt",
+           script, dir, dir);
   char full[4200];
   snprintf(full, sizeof full, "(%s) >/dev/null 2>&1", cmd);
   ck_assert_msg(system(full) == 0, "openssl could not make the test certificates (is openssl installed?)");

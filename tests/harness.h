@@ -61,9 +61,11 @@ int submit(dqnd_client_t *c, const char *name, const batch_t *b);
 /* start_daemon, connect, create trainer `name` from small_fields and submit
  * make_batch(b, 64, tag) to it: the opening of most integration tests */
 dqnd_client_t *start_with_trainer(daemon_t *d, const char *name, batch_t *b, uint64_t tag);
-/* openssl, under dir: ca.pem/key (CN "dqnd test CA"), server.pem/key for
- * DNS:localhost signed by it, client.pem/key signed by it, and another CA
- * (other.pem) with its own stranger.pem/key */
+/* openssl, under dir (scripts/tls-certs.sh, path in $DQND_CERTS, then the
+ * tests' own): ca.pem/key, server.pem/key for DNS:localhost and client.pem/key
+ * signed by it; another CA (other.pem) with its own stranger.pem/key; old.pem/key
+ * for DNS:localhost, signed by ca.pem and valid for no time (expired one
+ * second after it was made); notpem.txt, a file that is not PEM */
 void make_certs(const char *dir);
 /* a loopback TCP port nothing listens on now */
 int free_port(void);

@@ -29,6 +29,13 @@ typedef struct dqnd_tls_opts {
 struct nng_tls_config;
 /* 0, or -1 with a message naming the option (tls-cert, tls-key, tls-ca). */
 int dqnd_tls_config(int server, const dqnd_tls_opts_t *o, struct nng_tls_config **out, char *err, size_t errlen);
+/* Why a handshake with the daemon at tls+tcp:// `url` failed, in words, into
+ * why (tls_diag.c): a second connection verifies the daemon's certificate in
+ * OPTIONAL mode and reads how the handshake ended. Names an expired or not
+ * yet valid certificate, a host name mismatch, a certificate from another
+ * CA than tls-ca, a client certificate the daemon requires or refused, and a
+ * timeout. 0 with why filled, -1 when the URL or the files cannot be read. */
+int dqnd_tls_diagnose(const char *url, const dqnd_tls_opts_t *o, int timeout_ms, char *why, size_t n);
 /* The host part of a tls+tcp://host:port URL (brackets of an IPv6 address removed). */
 void dqnd_tls_url_host(const char *url, char *out, size_t n);
 

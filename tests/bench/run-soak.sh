@@ -10,5 +10,5 @@ cd "$(dirname "$0")/../.."
 build=${1:-build}; secs=${2:-600}
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p') x$(nproc), commit $(git rev-parse --short HEAD), ${secs} s"
 mkdir -p tests/bench/results
-DQND_BIN=$build/daemon/dqnd DQNCTL_BIN=$build/client/dqnctl OPENBLAS_NUM_THREADS=1 CK_DEFAULT_TIMEOUT=$((secs + 300)) \
+DQND_BIN=$build/daemon/dqnd DQNCTL_BIN=$build/client/dqnctl DQND_CERTS=$PWD/scripts/tls-certs.sh OPENBLAS_NUM_THREADS=1 CK_DEFAULT_TIMEOUT=$((secs + 300)) \
   "$build/tests/test-soak" --seconds "$secs" --json tests/bench/results/soak.json
