@@ -36,6 +36,7 @@
 #include "replay.h"
 #include "testutil.h"
 #include "act_rows.h"
+#include "k1_pin.h"
 
 static learner_config_t small_config(int noisy, int per) {
   learner_config_t c;
@@ -452,6 +453,54 @@ START_TEST(test_ensemble_k1_identical) {
   free(m0.p), free(p0), free(p1);
   learner_destroy(l0);
   learner_destroy(l1);
+}
+END_TEST
+
+/* K = 1 with attention off is the step the learner had before the ensemble
+ * and its sharing of the head code existed: 50 steps of each k1_pin.h
+ * configuration against the parameters that commit (cc56e22) computed
+ * (tests/golden/k1pin). Not bit for bit: BLAS sums in the order of the
+ * kernels OpenBLAS picks for the processor, and the twelve kernel sets this
+ * was measured under differ by up to 1.3e-7 (relative norm) and 1e-6 (an
+ * element) after 50 steps; a changed step moves them by 1e-3 or more.
+ * Under the kernels that computed the files (Cooperlake), bit for bit. */
+#define K1_PIN_TOL 1e-6
+#define K1_PIN_ABS 1e-5
+/* the kernels that computed the files: under them, the same bits */
+#define K1_PIN_CORE "Cooperlake"
+extern char *openblas_get_corename(void) __attribute__((weak)); /* OpenBLAS only */
+START_TEST(test_k1_pinned_to_before_ensemble) {
+  char err[256], path[1200];
+  float *p;
+  int64_t P;
+  ck_assert_msg(k1_pin_train(_i, &p, &P, err, sizeof err) == 0, "%s", err);
+  const char *gd = getenv("DQND_GOLDEN_DIR");
+  ck_assert_msg(gd && *gd, "DQND_GOLDEN_DIR is not set");
+  snprintf(path, sizeof path, "%s/k1pin/%s.f32", gd, k1_pin_names[_i]);
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f, "cannot open %s", path);
+  float *ref = malloc(sizeof(float) * 2 * (size_t)P);
+  ck_assert_msg(fread(ref, sizeof(float), 2 * (size_t)P, f) == 2 * (size_t)P && fgetc(f) == EOF,
+                "%s does not hold 2 x %lld floats: the parameter count changed", path, (long long)P);
+  fclose(f);
+  double num = 0, den = 0, worst = 0;
+  for (int64_t i = 0; i < 2 * P; i++) {
+    double e = (double)p[i] - ref[i];
+    num += e * e, den += (double)ref[i] * ref[i];
+    worst = fabs(e) > worst ? fabs(e) : worst;
+  }
+  const double rel = sqrt(num / den);
+  printf("K = 1 pinned (%s, %lld parameters x 2): relative %.3g, largest element %.3g against cc56e22\n",
+         k1_pin_names[_i], (long long)P, rel, worst);
+  const char *core = openblas_get_corename ? openblas_get_corename() : "";
+  if (core && !strcmp(core, K1_PIN_CORE))
+    ck_assert_msg(memcmp(p, ref, sizeof(float) * 2 * (size_t)P) == 0,
+                  "%s: under the %s kernels that computed it the step must give the same bits (relative %.3g)",
+                  k1_pin_names[_i], K1_PIN_CORE, rel);
+  ck_assert_msg(rel <= K1_PIN_TOL && worst <= K1_PIN_ABS,
+                "%s: today's K = 1 step moved from cc56e22's: relative %.3g (bound %.0e), element %.3g (bound %.0e)",
+                k1_pin_names[_i], rel, K1_PIN_TOL, worst, K1_PIN_ABS);
+  free(p), free(ref);
 }
 END_TEST
 
@@ -1179,6 +1228,7 @@ int main(void) {
   tcase_add_test(tc, test_attention_learner);
   tcase_add_test(tc, test_ensemble_masks);
   tcase_add_test(tc, test_ensemble_k1_identical);
+  tcase_add_loop_test(tc, test_k1_pinned_to_before_ensemble, 0, K1_PIN_CONFIGS);
   tcase_add_test(tc, test_ensemble_learner);
   tcase_add_test(tc, test_ensemble_act_select);
   tcase_add_loop_test(tc, test_act_many_states, 0, 3);
