@@ -5,7 +5,10 @@ set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc libnng-dev protobuf-c-compiler libprotobuf-c-dev
       libuv1-dev check libjansson-dev libopenblas-dev libsystemd-dev valgrind
       protobuf-compiler python3-protobuf python3-numpy python3-optuna python3-sqlalchemy python3-psycopg2
-      postgresql openssl python3-prometheus-client clang-14 libclang-rt-14-dev llvm-14)
+      postgresql openssl python3-prometheus-client clang-14 libclang-rt-14-dev llvm-14
+      systemd util-linux)
+# --list: the packages, one line (.ci/run installs them with apt-get itself)
+[ "${1:-}" = --list ] && { echo "${pkgs[*]}"; exit 0; }
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
