@@ -1,13 +1,17 @@
 /*
  * test-her.c — the replay's episodes, hindsight relabelling and n-step
- * returns (DESIGN.md §6.3; kernels/her.h, kernels/cpu/her.c) against brute
- * force: episode bounds and eligibility through the ring's wrap-around
- * (unfinished and overwritten episodes are never relabelled), each
- * strategy's donor distribution by chi-square (future includes the row
- * itself), the reward and done rules in both norms, n-step targets against a
- * double-precision sum over the stored episode, a restore that rebuilds the
- * bounds, and the learner: n_step = 1 with HER off is today's step, a HER
- * learner's step survives save and load bit for bit.
+ * returns (docs/learner.md, "HER and n-step"; kernels/her.h,
+ * kernels/cpu/her_cpu.c) against brute force: episode bounds and eligibility
+ * through the ring's wrap-around (unfinished and overwritten episodes are
+ * never relabelled); each strategy's donor distribution for a stored episode
+ * whose slots cross the wrap, by a chi-square test at p >= 1e-4 (the tail
+ * computed exactly, and checked against published critical values); the
+ * reward and done rules in both norms; n-step targets against a
+ * double-precision sum over the stored episode; HER with n-step on one batch
+ * (her_ratio 0.75: relabelled rows take their own reward rule and m = 1, the
+ * others the truncated n-step return) and every one of K = 3 heads' target
+ * distributions from it; a restore that rebuilds the bounds; and the
+ * learner: a HER learner's step survives save and load bit for bit.
  */
 #include <check.h>
 #include <math.h>
@@ -15,7 +19,9 @@
 #include <string.h>
 
 #include "her.h"
+#include "dqn_math.h"
 #include "her_cpu.h"
+#include "net_layout.h"
 #include "replay.h"
 #include "testutil.h"
 
@@ -108,11 +114,33 @@ static double chi2_uniform(const int64_t *cnt, int n, int64_t draws) {
   for (int i = 0; i < n; i++) x += (cnt[i] - e) * (cnt[i] - e) / e;
   return x;
 }
-/* a loose p ~ 1e-4 bound for df degrees of freedom */
-static double chi2_bound(int df) { return df + 5 * sqrt(2.0 * df) + 10; }
 
+/* the p-value below which a distribution test fails */
+#define CHI2_P_MIN 1e-4
+
+/* the oracle's own check: published chi-square critical values */
+START_TEST(test_chi2_pvalue) {
+  static const struct { int df; double x, p; } t[] = {
+      {1, 3.841459, 0.05}, {3, 16.266236, 0.001}, {6, 22.457744, 0.001}, {10, 23.209251, 0.01},
+      {60, 79.081945, 0.05}, {63, 82.528727, 0.05}, {11, 31.264134, 0.001}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    double p = tu_chi2_pvalue(t[i].x, t[i].df);
+    ck_assert_msg(fabs(p - t[i].p) <= 1e-5 * t[i].p + 1e-9, "df %d x %g: p %.9g, the table says %g", t[i].df, t[i].x,
+                  p, t[i].p);
+  }
+}
+END_TEST
+
+/* Each strategy's donors for a row of an episode that is still stored and
+ * whose slots cross the ring's wrap (counts 124..135 in a full ring of 64
+ * whose head is 12: slots 60..63 then 0..7), 120,000 draws: future uniform on
+ * [c, last] with c itself, episode on [first, last], final always last,
+ * random on every slot; none outside, and the counts pass a chi-square test
+ * of uniformity at p >= CHI2_P_MIN (the upper tail computed exactly). */
 START_TEST(test_donor_distributions) {
-  const int64_t first = 20, last = 31, c = 25, size = 64, total = 100, head = 36, cap = 64;
+  const int64_t first = 124, last = 135, c = 126, size = 64, total = 140, cap = 64, head = total % cap;
+  ck_assert(her_eligible(first, last, total, size)); /* stored: its first count is >= total - size */
+  ck_assert(her_slot(first, head, total, cap) > her_slot(last, head, total, cap)); /* and it wraps */
   const int draws = 120000;
   int64_t cnt[64];
   for (int strat = 0; strat < 4; strat++) {
@@ -136,8 +164,9 @@ START_TEST(test_donor_distributions) {
       for (int64_t x = lo; x <= hi; x++) v[n++] = cnt[her_slot(x, head, total, cap)], in += v[n - 1];
       ck_assert_msg(in == draws, "strategy %d drew outside [%lld, %lld]", strat, (long long)lo, (long long)hi);
     }
-    double x2 = chi2_uniform(v, n, draws);
-    ck_assert_msg(x2 < chi2_bound(n - 1), "strategy %d: chi-square %.1f over %d cells", strat, x2, n);
+    double x2 = chi2_uniform(v, n, draws), p = tu_chi2_pvalue(x2, n - 1);
+    ck_assert_msg(p >= CHI2_P_MIN, "strategy %d: chi-square %.1f over %d cells, p %.2g < %g", strat, x2, n, p,
+                  CHI2_P_MIN);
     if (strat == LEARNER_HER_FUTURE) ck_assert_msg(cnt[her_slot(c, head, total, cap)] > 0, "future must include the row itself");
   }
   /* the rows' draws are independent of each other: row 3 and row 4 differ */
@@ -266,6 +295,179 @@ START_TEST(test_nstep_brute_force) {
 }
 END_TEST
 
+/* HER and n-step together on one gathered batch (her_batch_cpu), then that
+ * batch through the spec's loss with K = 3 head sets and priors, each
+ * against brute force:
+ *  - rows i < floor(her_ratio B) = 12 of an eligible episode are relabelled
+ *    (her_ratio 0.75, below 1): the donor's achieved goal in s and s', the
+ *    goal reward (inf norm, eps 0.5, scale 2) and done = success, discount
+ *    gamma (m = 1) and their own s'; rows of open or overwritten episodes and
+ *    rows >= 8 are not, and take the n-step return (n 3, truncated at their
+ *    episode's end), the m-th transition's s' and done, and gamma^m;
+ *  - every head's target distribution (ws.m [K, D, B, Z]) is the projection
+ *    of r_i + gdisc_i (1 - done_i) z onto the support, under head k's target
+ *    distribution at the action head k of the online net picks at s'_i. */
+START_TEST(test_her_nstep_heads) {
+  enum { CAP = 40, B = 16, K = 3 };
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, CAP, S, 0, 0.5f), 0);
+  uint8_t ends[200] = {0}, dn[200] = {0};
+  float rew[200];
+  int64_t n_total = 0;
+  /* episodes of 5, 3 (truncated), 9, 1, 4 (truncated), 6, ... wrapping the ring; the last one open */
+  static const int lens[] = {5, 3, 9, 1, 4, 6, 7, 2, 8, 5, 3, 6, 4};
+  for (size_t e = 0; e < sizeof lens / sizeof lens[0]; e++)
+    for (int k = 0; k < lens[e]; k++, n_total++) {
+      const int last = k == lens[e] - 1 && e + 1 < sizeof lens / sizeof lens[0], trunc = e % 3 == 1;
+      ends[n_total] = (uint8_t)last;
+      dn[n_total] = (uint8_t)(last && !trunc);
+      add1(&rp, dn[n_total], last && trunc);
+      rew[n_total] = rp.r[her_slot(n_total, rp.head, rp.total, rp.cap)];
+    }
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = S, c.her_goal_dim = G, c.batch = B, c.seed = 9;
+  c.trunk_h1 = 8, c.trunk_h2 = 8, c.value_hidden = 6, c.adv_hidden = 6, c.atoms = 11;
+  c.n_branches = 2, c.branch_sizes[0] = 3, c.branch_sizes[1] = 2, c.v_min = -4, c.v_max = 16;
+  c.ensemble_k = K, c.ensemble_prior_scale = 0.5f;
+  c.hp.gamma = 0.9f, c.hp.n_step = 3, c.hp.her_ratio = 0.75f, c.hp.her_strategy = LEARNER_HER_FUTURE;
+  c.hp.her_eps = 0.5f, c.hp.her_norm = LEARNER_HER_NORM_INF, c.hp.her_reward_scale = 2, c.hp.her_done_on_success = 1;
+  char verr[256];
+  ck_assert_msg(learner_config_validate(&c, verr, sizeof verr) == 0, "%s", verr);
+  /* the batch: rows 0..11 (floor(0.75 B)) eligible but for rows 1, 4, 7 and
+   * 10, rows 12..15 eligible only; the eligible rows taken from the newest
+   * slot back, so episodes of several steps come in */
+  static const int el_rows[8] = {0, 2, 3, 5, 6, 8, 9, 11};
+  int64_t idx[B];
+  int ne = 0, nn = 0;
+  for (int64_t x = rp.total - 1; x >= rp.total - rp.size && (ne < 12 || nn < 4); x--) {
+    const int64_t j = her_slot(x, rp.head, rp.total, rp.cap);
+    const int el = her_eligible(rp.ep_first[j], rp.ep_last[j], rp.total, rp.size);
+    if (el && ne < 12) {
+      idx[ne < 8 ? el_rows[ne] : ne + 4] = j, ne++;
+    } else if (!el && nn < 4) {
+      idx[3 * nn + 1] = j, nn++;
+    }
+  }
+  ck_assert_msg(ne == 12 && nn == 4, "the ring holds %d eligible and %d ineligible rows of the 12 and 4 needed", ne, nn);
+  float x[2 * B * S], r[B], done[B], gd[B];
+  for (int i = 0; i < B; i++) {
+    memcpy(x + i * S, rp.s + idx[i] * S, sizeof(float) * S);
+    memcpy(x + (B + i) * S, rp.s2 + idx[i] * S, sizeof(float) * S);
+    r[i] = rp.r[idx[i]], done[i] = rp.done[idx[i]];
+  }
+  const uint64_t step = 5;
+  ck_assert_int_eq(her_batch_cpu(&rp, &c, step, B, idx, x, r, done, gd), 1);
+  int relabelled = 0, successes = 0, nstep_rows = 0, tail_eligible = 0;
+  for (int i = 0; i < B; i++) {
+    const int64_t j = idx[i], cnt = replay_insertion_count(&rp, j);
+    const int el = her_eligible(rp.ep_first[j], rp.ep_last[j], rp.total, rp.size);
+    const float *xs = x + i * S, *xs2 = x + (B + i) * S;
+    if (i < 12 && el) { /* relabelled */
+      relabelled++;
+      int64_t dsl = her_donor_slot(c.seed, step, i, LEARNER_HER_FUTURE, cnt, rp.ep_first[j], rp.ep_last[j], rp.head,
+                                   rp.total, rp.size, rp.cap);
+      const float *g = rp.s2 + dsl * S + O;
+      double dist = 0;
+      for (int k = 0; k < G; k++) {
+        double e = fabs((double)rp.s2[j * S + O + k] - g[k]);
+        dist = e > dist ? e : dist;
+        ck_assert_float_eq(xs[O + G + k], g[k]);  /* the goal in s */
+        ck_assert_float_eq(xs2[O + G + k], g[k]); /* and in s' */
+        ck_assert_float_eq(xs2[O + k], rp.s2[j * S + O + k]); /* its own s' (m = 1) */
+      }
+      const int ok = dist <= 0.5;
+      successes += ok;
+      ck_assert_msg(r[i] == (ok ? 0.0f : -2.0f), "row %d: reward %g, expected %g", i, (double)r[i], ok ? 0.0 : -2.0);
+      ck_assert_float_eq(done[i], (float)ok);
+      ck_assert_float_eq(gd[i], 0.9f);
+      continue;
+    }
+    tail_eligible += i >= 12 && el;
+    /* n-step by brute force over the insertion sequence */
+    double R = 0, gg = 1;
+    int64_t k = cnt;
+    for (int m = 0; m < 3 && k < n_total; m++, k++) {
+      R += gg * rew[k];
+      gg *= 0.9;
+      if (ends[k]) {
+        k++;
+        break;
+      }
+    }
+    const int64_t lastc = k - 1, lslot = her_slot(lastc, rp.head, rp.total, rp.cap);
+    nstep_rows += lastc > cnt;
+    ck_assert_msg(fabs(r[i] - R) <= 1e-5 * (1 + fabs(R)), "row %d: return %.7g, brute force %.7g", i, (double)r[i], R);
+    ck_assert_msg(fabs(gd[i] - gg) <= 1e-6, "row %d: discount %.7g, expected %.7g", i, (double)gd[i], gg);
+    ck_assert_float_eq(done[i], (float)dn[lastc]);
+    ck_assert(!memcmp(xs2, rp.s2 + lslot * S, sizeof(float) * S)); /* the m-th s', goal untouched */
+    ck_assert(!memcmp(xs, rp.s + j * S, sizeof(float) * S));
+  }
+  ck_assert_msg(relabelled == 8 && tail_eligible == 4, "relabelled %d, eligible rows past the ratio %d", relabelled,
+                tail_eligible);
+  ck_assert_msg(successes > 0 && successes < relabelled, "%d of %d relabelled rows succeed: both rules must show",
+                successes, relabelled);
+  ck_assert_msg(nstep_rows >= 4, "only %d rows took more than one step", nstep_rows);
+
+  /* the batch through the loss, K = 3 with priors, in double */
+  net_layout_t L;
+  net_layout_init(&L, &c);
+  const int64_t P = L.n_params;
+  double *on = malloc(sizeof(double) * (size_t)P), *tg = malloc(sizeof(double) * (size_t)P);
+  double *prior = malloc(sizeof(double) * (size_t)L.n_prior);
+  tu_fill_uniform_f64(on, P, -0.6, 0.6, 4, 1);
+  tu_fill_uniform_f64(tg, P, -0.6, 0.6, 4, 2);
+  tu_fill_uniform_f64(prior, L.n_prior, -0.6, 0.6, 4, 3);
+  dqn_ws_f64_t ws;
+  ck_assert_int_eq(dqn_ws_alloc_f64(&ws, &L, B), 0);
+  double gdd[B];
+  for (int i = 0; i < 2 * B * S; i++) ws.x[i] = x[i];
+  for (int i = 0; i < B; i++) ws.a[i] = i % 6, ws.r[i] = r[i], ws.done[i] = done[i], ws.w[i] = 1, gdd[i] = gd[i];
+  ws.gdisc = gdd;
+  dqn_hp_f64_t hp = {0.9, c.v_min, c.v_max, 0.01, 1, 0.1, c.ensemble_prior_scale, prior};
+  double qm;
+  dqn_loss_grad_f64(&L, &hp, on, tg, NULL, NULL, &ws, NULL, &qm);
+  const int Z = L.Z, D = L.D;
+  const double dz = (c.v_max - c.v_min) / (Z - 1.0);
+  double worst = 0;
+  for (int k = 0; k < K; k++)
+    for (int d = 0; d < D; d++) {
+      const int n = L.n[d], nz = n * Z;
+      for (int i = 0; i < B; i++) {
+        /* head k of the online net picks a' at s'_i (its rows B..2B) */
+        const double *lo = ws.on.logp[d] + k * ws.on.hstride + (size_t)(B + i) * nz;
+        int best = 0;
+        double qb = -INFINITY;
+        for (int a = 0; a < n; a++) {
+          double q = 0;
+          for (int z = 0; z < Z; z++) q += exp(lo[a * Z + z]) * (c.v_min + z * dz);
+          if (q > qb) qb = q, best = a;
+        }
+        const size_t kd = (size_t)k * D + d;
+        ck_assert_int_eq(ws.best[kd * B + i], best);
+        /* head k of the target net scores it; the projection by brute force */
+        const double *lt = ws.tg.logp[d] + k * ws.tg.hstride + (size_t)i * nz + (size_t)best * Z;
+        double m[64] = {0};
+        for (int z = 0; z < Z; z++) {
+          double tz = gdd[i] * (1 - ws.done[i]) * (c.v_min + z * dz) + ws.r[i];
+          tz = tz < c.v_min ? c.v_min : tz > c.v_max ? c.v_max : tz;
+          double bb = (tz - c.v_min) / dz, lw = floor(bb), up = ceil(bb), pz = exp(lt[z]);
+          if (lw == up) m[(int)lw] += pz;
+          else m[(int)lw] += pz * (up - bb), m[(int)up] += pz * (bb - lw);
+        }
+        for (int z = 0; z < Z; z++) {
+          double e = fabs(ws.m[(kd * B + i) * Z + z] - m[z]);
+          worst = e > worst ? e : worst;
+        }
+      }
+    }
+  ck_assert_msg(worst <= 1e-12, "a head's target distribution differs from the brute-force projection by %.3g", worst);
+  dqn_ws_free_f64(&ws);
+  free(on), free(tg), free(prior);
+  replay_free(&rp);
+}
+END_TEST
+
 /* learner-level: a HER + n-step + PER learner's step is deterministic and
  * survives save and load (a ring that never wrapped rebuilds the same bounds) */
 static learner_config_t her_config(void) {
@@ -373,9 +575,11 @@ int main(void) {
   TCase *tc = tcase_create("her");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_bounds_and_eligibility);
+  tcase_add_test(tc, test_chi2_pvalue);
   tcase_add_test(tc, test_donor_distributions);
   tcase_add_test(tc, test_reward_rules);
   tcase_add_test(tc, test_nstep_brute_force);
+  tcase_add_test(tc, test_her_nstep_heads);
   tcase_add_test(tc, test_learner_save_load);
   tcase_add_test(tc, test_learner_ensemble);
   tcase_add_test(tc, test_config_checks);
