@@ -6,12 +6,14 @@
  * And bit flipping with n = 10 (client/bitflip_env.h, issue 16): with HER
  * (future, ratio 0.8) at least 90% of episodes 401-500 reach their goal
  * (at most 5,000 environment steps), on seeds 1, 2 and 3; without HER, on
- * the same budget, seed 1 stays below 50% (the test can fail).
+ * the same budget, seed 1 reaches it in at most 5% (measured 0%).
  * And bsuite's deep sea at N = 20 (client/deepsea_env.h, issue 15): the
  * ensemble of deepsea_learner_config (K = 10 thompson heads, priors, masks)
  * reaches the reward in at least 80% of episodes 1,901-2,000 on seeds 1, 2
  * and 3; the single head without noise (epsilon-greedy), on the same budget,
- * stays below 50% on seed 1. The oracle is the environment: its reward
+ * reaches it in at most 5% on seed 1 (measured 0%). Each bar keeps a margin
+ * under every OpenBLAS kernel set (BENCHMARKS.md, "Learning", has the
+ * figures per kernel set). The oracle is the environment: its reward
  * needs N - 1 moves right in N steps, which a random walk finds with
  * probability ~2^-19 per episode.
  */
@@ -112,7 +114,8 @@ END_TEST
 
 START_TEST(test_bitflip_without_her) {
   double s = bitflip_run(1, 0);
-  ck_assert_msg(s < 0.5, "without HER %.0f%% of episodes 401-500 reached the goal", 100 * s);
+  /* measured 0% under every OpenBLAS kernel set (BENCHMARKS.md, "Learning") */
+  ck_assert_msg(s <= 0.05, "without HER %.0f%% of episodes 401-500 reached the goal (at most 5%%)", 100 * s);
 }
 END_TEST
 
@@ -161,7 +164,9 @@ END_TEST
 
 START_TEST(test_deepsea_single_head) {
   double s = deepsea_run(1, 1);
-  ck_assert_msg(s < 0.5, "one epsilon-greedy head reached the reward in %.0f%% of episodes 1901-2000", 100 * s);
+  /* measured 0% under every OpenBLAS kernel set (BENCHMARKS.md, "Learning") */
+  ck_assert_msg(s <= 0.05, "one epsilon-greedy head reached the reward in %.0f%% of episodes 1901-2000 (at most 5%%)",
+                100 * s);
 }
 END_TEST
 
