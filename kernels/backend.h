@@ -55,12 +55,25 @@ typedef struct learner_counters {
   learner_stats_t last; /* the last step call's stats, for GetStats */
 } learner_counters_t;
 
+/* What a step op checks between steps: the learner's stop flag and the
+ * deadline (learner.h, learner_step_until). */
+typedef struct learner_stop_ctl {
+  const volatile int *flag;
+  double deadline; /* 0: none */
+  int why;         /* out: LEARNER_STOP_* */
+} learner_stop_ctl_t;
+
+/* LEARNER_STOP_FLAG or LEARNER_STOP_DEADLINE when the step must stop now
+ * (and s->why set), else 0 */
+int learner_should_stop(learner_stop_ctl_t *s);
+
 typedef struct learner_backend_ops {
   const char *name;
   int (*create)(const learner_config_t *c, void **impl, char *err, size_t errlen);
   void (*destroy)(void *impl);
   int (*submit)(void *impl, const learner_transitions_t *t, char *err, size_t errlen);
-  int (*step)(void *impl, int n, learner_stats_t *st, char *err, size_t errlen);
+  /* stop: learner.c's checks (learner_should_stop), made between steps */
+  int (*step)(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t *st, char *err, size_t errlen);
   int (*act)(void *impl, const float *s, int n, int noisy, int64_t episode, int32_t *a, float *q, float *q_var, char *err,
              size_t errlen);
   int (*sync_target)(void *impl, float tau);

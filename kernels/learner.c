@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dqnd_build_config.h"
 #include "learner_impl.h"
@@ -30,6 +31,7 @@ const char *learner_strerror(int s) {
   case LEARNER_EUNSUPPORTED: return "backend not available";
   case LEARNER_EEMPTY: return "not enough transitions in replay";
   case LEARNER_EDIVERGED: return "training diverged (a non-finite gradient)";
+  case LEARNER_ESTOPPED: return "stopped early (its stop flag or deadline)";
   default: return "unknown error";
   }
 }
@@ -210,12 +212,33 @@ int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *e
   return t->n == 0 ? LEARNER_OK : l->ops->submit(l->impl, t, err, errlen);
 }
 
-int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen) {
+double learner_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+volatile int *learner_stop_flag(learner_t *l) { return &l->stop; }
+
+int learner_should_stop(learner_stop_ctl_t *s) {
+  if (s->flag && *s->flag) return s->why = LEARNER_STOP_FLAG;
+  if (s->deadline > 0 && learner_now() >= s->deadline) return s->why = LEARNER_STOP_DEADLINE;
+  return 0;
+}
+
+int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen) {
   if (n < 0 || n > 1000000) {
     seterr(err, errlen, "n: %d is outside [0, 1000000]", n);
     return LEARNER_EINVAL;
   }
-  return l->ops->step(l->impl, n, st, err, errlen);
+  learner_stop_ctl_t ctl = {&l->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  int rc = l->ops->step(l->impl, n, &ctl, st, err, errlen);
+  if (stop) stop->why = ctl.why;
+  return rc;
+}
+
+int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen) {
+  return learner_step_until(l, n, NULL, st, err, errlen);
 }
 
 int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *actions, float *q, char *err,

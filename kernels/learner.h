@@ -44,6 +44,8 @@ enum learner_status {
   LEARNER_EEMPTY = -7,      /* step with fewer transitions than needed */
   LEARNER_EDIVERGED = -8,   /* a step's gradient (or loss) was not finite: it and the rest of the
                                call were not applied; the state is the last good step's */
+  LEARNER_ESTOPPED = -9,    /* learner_step_until stopped early (its flag or deadline): the steps
+                               that ran are whole, st counts them */
 };
 const char *learner_strerror(int status);
 
@@ -236,6 +238,28 @@ int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *e
  * that overflows, which makes the next forward non-finite: the guard stops
  * there (the daemon then checks the kept parameters, dispatch.c). */
 int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen);
+
+/* Stopping a long step early (the daemon's Cancel, request deadlines and
+ * shutdown). Between steps, learner_step_until looks at the learner's stop
+ * flag (learner_stop_flag: any thread may set it to nonzero at any time; the
+ * caller clears it before a step it wants to run) and at the deadline; once
+ * either fires it runs no further step and returns LEARNER_ESTOPPED, st
+ * covering the steps that ran (steps_run < n) and stop->why saying which.
+ * The state is always that of a whole number of steps: on the CPU the check
+ * comes before each step; on CUDA before each graph replay is launched (at
+ * most two groups of 16 are in flight), and the replays already queued read a
+ * halt word in the gradient-norm stage and, halted, change nothing (as a
+ * diverged step changes nothing). learner_step is learner_step_until with no
+ * deadline: it too stops on the flag. */
+enum { LEARNER_STOP_NONE = 0, LEARNER_STOP_FLAG = 1, LEARNER_STOP_DEADLINE = 2 };
+typedef struct learner_stop {
+  double deadline; /* learner_now() seconds; 0 = none */
+  int why;         /* out: LEARNER_STOP_* (NONE when every step ran) */
+} learner_stop_t;
+int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen);
+volatile int *learner_stop_flag(learner_t *l);
+/* The clock of deadlines: CLOCK_MONOTONIC, in seconds. */
+double learner_now(void);
 /* Actions for n states. noisy = 0: greedy with the mean weights; noisy = 1:
  * fresh NoisyNet noise (one draw per call). q (optional) receives [n, sum n_d]
  * per-branch Q values, branch after branch. */

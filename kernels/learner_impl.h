@@ -11,6 +11,7 @@ struct learner {
   void *impl;
   learner_config_t cfg; /* .hp kept current by learner_set_hparams */
   learner_backend_t backend;
+  volatile int stop; /* learner_stop_flag */
 };
 
 #endif

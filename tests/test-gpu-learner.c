@@ -39,6 +39,7 @@
 #include "gpu_testutil.h"
 #include "testutil.h"
 #include "act_rows.h"
+#include "stop_check.h"
 
 /* tensor_cores=1 against the fp32 CPU after 30 steps: measured 1.64e-2 on the H200
  * (DEVICE_NOTES 48); the bound leaves 3x for TF32's rounding */
@@ -648,6 +649,21 @@ START_TEST(test_act_rows) {
 }
 END_TEST
 
+/* learner_step_until on the GPU (stop_check.h): stopped by its deadline and
+ * by its flag mid-call, the state is a twin's after as many steps, bit for
+ * bit: the replays already queued when the stop came applied nothing. The
+ * graph (PER, NoisyNet), the plain launches, and the ensemble with attention. */
+START_TEST(test_step_stops_whole) {
+  learner_config_t c = config(0, 1, 1);
+  if (_i == 1) c.cuda_graph = 0;
+  if (_i == 2) c.ensemble_k = 3, c.ensemble_prior_scale = 1.0f, c.attn_tokens = 8, c.attn_heads = 2;
+  learner_t *a = make(&c, LEARNER_BACKEND_CUDA), *b = make(&c, LEARNER_BACKEND_CUDA);
+  tu_check_stop(a, b, _i == 0 ? "cuda graph" : _i == 1 ? "cuda launches" : "cuda K 3 + attention");
+  learner_destroy(a);
+  learner_destroy(b);
+}
+END_TEST
+
 START_TEST(test_her_reruns) { check_reruns(her_config(), 60, "HER + n-step + PER + NoisyNet"); }
 END_TEST
 
@@ -676,6 +692,7 @@ int main(void) {
   tcase_add_test(tc, test_hparams_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);
   tcase_add_loop_test(tc, test_act_rows, 0, 2);
+  tcase_add_loop_test(tc, test_step_stops_whole, 0, 3);
   tcase_add_loop_test(tc, test_tensor_cores, 0, 2);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -37,6 +37,7 @@
 #include "testutil.h"
 #include "act_rows.h"
 #include "k1_pin.h"
+#include "stop_check.h"
 
 static learner_config_t small_config(int noisy, int per) {
   learner_config_t c;
@@ -501,6 +502,25 @@ START_TEST(test_k1_pinned_to_before_ensemble) {
                 "%s: today's K = 1 step moved from cc56e22's: relative %.3g (bound %.0e), element %.3g (bound %.0e)",
                 k1_pin_names[_i], rel, K1_PIN_TOL, worst, K1_PIN_ABS);
   free(p), free(ref);
+}
+END_TEST
+
+/* learner_step_until stops between whole steps, by deadline and by flag
+ * (stop_check.h): the state then equals a twin's after as many steps; with
+ * PER, NoisyNet, K 2 heads and n-step returns in the step */
+START_TEST(test_step_stops_whole) {
+  learner_config_t c = small_config(1, 1);
+  c.ensemble_k = 2;
+  c.hp.n_step = 3;
+  char err[256];
+  learner_t *l, *twin;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &twin, err, sizeof err) == 0, "%s", err);
+  feed(l, 200, 9);
+  feed(twin, 200, 9);
+  tu_check_stop(l, twin, "cpu");
+  learner_destroy(l);
+  learner_destroy(twin);
 }
 END_TEST
 
@@ -1229,6 +1249,7 @@ int main(void) {
   tcase_add_test(tc, test_ensemble_masks);
   tcase_add_test(tc, test_ensemble_k1_identical);
   tcase_add_loop_test(tc, test_k1_pinned_to_before_ensemble, 0, K1_PIN_CONFIGS);
+  tcase_add_test(tc, test_step_stops_whole);
   tcase_add_test(tc, test_ensemble_learner);
   tcase_add_test(tc, test_ensemble_act_select);
   tcase_add_loop_test(tc, test_act_many_states, 0, 3);

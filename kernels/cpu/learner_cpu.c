@@ -253,7 +253,7 @@ static int cpu_step_one(cpu_learner_t *m, float *loss_out, float *gn, float *q, 
   return 0;
 }
 
-static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen) {
+static int cpu_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t *st, char *err, size_t errlen) {
   cpu_learner_t *m = impl;
   if (m->rp.size < m->cfg.batch) {
     snprintf(err, errlen, "replay holds %lld transitions, a step needs batch = %d",
@@ -262,9 +262,10 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
   }
   double lsum = 0, gsum = 0, qsum = 0;
   float loss = 0, gn = 0, q = 0, beta = 0, bad_loss = 0, bad_gn = 0;
-  int ran = 0, diverged = 0;
+  int ran = 0, diverged = 0, stopped = 0;
   for (; ran < n; ran++) {
     float l1, g1;
+    if ((stopped = learner_should_stop(stop))) break; /* between steps: the state is whole */
     if ((diverged = cpu_step_one(m, &l1, &g1, &q, &beta))) {
       bad_loss = l1, bad_gn = g1;
       break;
@@ -274,6 +275,7 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
     gsum += gn;
     qsum += q;
   }
+  const int wanted = n;
   n = ran;
   learner_stats_t *s = &m->ctr.last;
   s->step = m->ctr.step;
@@ -293,6 +295,11 @@ static int cpu_step(void *impl, int n, learner_stats_t *st, char *err, size_t er
              "after %d of this call's steps)",
              (unsigned long long)m->ctr.step + 1, (double)bad_loss, (double)bad_gn, (unsigned long long)m->ctr.step, ran);
     return LEARNER_EDIVERGED;
+  }
+  if (stopped) {
+    snprintf(err, errlen, "stopped after %d of %d steps (%s)", ran, wanted,
+             stopped == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
+    return LEARNER_ESTOPPED;
   }
   return LEARNER_OK;
 }

@@ -24,6 +24,7 @@ typedef struct dev_state {
   float grad_norm, loss_last, beta_last, q_last;
   double loss_sum, gn_sum, q_sum;
   double applied; /* steps of this call that were applied (the divergence guard skips the others) */
+  double halted;  /* replays of this call that a stop halted (their norm CUDA_HALT_BITS: nothing applied) */
 } dev_state_t;
 
 typedef struct cuda_learner {
@@ -56,6 +57,9 @@ typedef struct cuda_learner {
   size_t staging_bytes;
   cudaGraph_t graph;                 /* step.cu: the captured training step */
   cudaGraphExec_t exec;
+  volatile int *halt;                /* mapped pinned word the graph's norm stage reads (learner_step_until) */
+  volatile int *halt_dev;            /* its device address */
+  cudaEvent_t group_done[2];         /* step.cu: the ends of the last two groups of replays in flight */
   /* host mirrors */
   long long size, head, total;
   long long open_first;              /* the insertion count the open episode began at */
@@ -78,7 +82,7 @@ extern "C" {
 /* step.cu: the backend's step op (n training steps: the graph captured on
  * the first call, replayed after; cfg.cuda_graph = 0 launches each step's
  * kernels instead), and the graph's release */
-int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen);
+int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t *st, char *err, size_t errlen);
 void cuda_step_free(cuda_learner_t *m);
 
 /* replay.cu (the twins of kernels/cpu/replay.c) */

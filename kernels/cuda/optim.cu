@@ -41,7 +41,8 @@ static __device__ __forceinline__ float norm_of_parts(const double *part, int np
  * slots, writes the norm and, at fin + 1, the clip scale, and zeroes *fin
  * for the next step. Every thread of the block calls it. */
 static __device__ __forceinline__ void norm_arrive(double s, double *part, int slot, unsigned *fin, unsigned total,
-                                                   float *norm, float grad_clip, double *wsum, int *last) {
+                                                   float *norm, float grad_clip, const volatile int *halt,
+                                                   double *wsum, int *last) {
   if (threadIdx.x == 0) {
     part[slot] = s;
     __threadfence(); /* the release of this block's partial sum */
@@ -53,8 +54,10 @@ static __device__ __forceinline__ void norm_arrive(double s, double *part, int s
   }
   __syncthreads();
   if (!*last) return;
-  const float nrm = norm_of_parts(part, (int)total, wsum);
+  float nrm = norm_of_parts(part, (int)total, wsum);
   if (threadIdx.x == 0) {
+    /* a stop requested (learner_step_until): this replay applies nothing */
+    if (halt && *halt) nrm = __uint_as_float(CUDA_HALT_BITS);
     *norm = nrm;
     ((float *)(fin + 1))[0] = clip_scale(nrm, grad_clip);
   }
@@ -72,7 +75,8 @@ __device__ float norm_final(const double *part_in, double *wsum) { return norm_o
 __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long n, double *__restrict__ part_out,
                                          unsigned *fin, float *__restrict__ norm,
                                          const unsigned long long *__restrict__ step,
-                                         const learner_hparams_t *__restrict__ hp, int slot0, unsigned total) {
+                                         const learner_hparams_t *__restrict__ hp, int slot0, unsigned total,
+                                         const volatile int *halt) {
   __shared__ double wsum[32];
   __shared__ int last;
   double s = 0;
@@ -83,7 +87,7 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
     if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = s;
     return;
   }
-  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, wsum, &last);
+  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, halt, wsum, &last);
 }
 
 /* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
@@ -169,7 +173,7 @@ __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ 
 // launchers
 
 extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st) {
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL, 0, NORM_BLOCKS);
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL, 0, NORM_BLOCKS, NULL);
   grad_norm_final_kernel<<<1, NORM_BLOCKS, 0, st>>>(scratch, norm_dev);
   return (int)cudaGetLastError();
 }
@@ -198,12 +202,12 @@ extern "C" int cuda_adam_prep(double *scratch, const unsigned long long *step_de
 extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                       float *norm_dev, double *scratch, const unsigned long long *step_dev,
                                       const learner_hparams_t *hp_dev, int prepped, cudaEvent_t norm_done,
-                                      cudaStream_t st) {
+                                      const volatile int *halt, cudaStream_t st) {
   unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
   if (!prepped) adam_prep_kernel<<<1, 1, 0, st>>>(fin, step_dev, hp_dev);
   if (prepped != 2)
     grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev, 0,
-                                                          NORM_BLOCKS);
+                                                          NORM_BLOCKS, halt);
   if (norm_done) {
     cudaError_t e = cudaEventRecord(norm_done, st);
     if (e != cudaSuccess) return (int)e;
@@ -214,10 +218,11 @@ extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float 
 }
 
 extern "C" int cuda_norm_partial(const float *g, long long n, double *scratch, int slot0, int nblk, float *norm_dev,
-                                 const unsigned long long *step_dev, const learner_hparams_t *hp_dev, cudaStream_t st) {
+                                 const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
+                                 const volatile int *halt, cudaStream_t st) {
   if (slot0 < 0 || nblk < 1 || slot0 + nblk > NORM_BLOCKS) return (int)cudaErrorInvalidValue;
   grad_norm_partial_kernel<<<nblk, 256, 0, st>>>(g, n, scratch, (unsigned *)(scratch + NORM_BLOCKS), norm_dev,
-                                                 step_dev, hp_dev, slot0, NORM_BLOCKS);
+                                                 step_dev, hp_dev, slot0, NORM_BLOCKS, halt);
   return (int)cudaGetLastError();
 }
 

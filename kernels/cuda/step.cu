@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../philox.h"
 #include "cuda_check.h"
@@ -49,7 +50,10 @@
 __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
                               int prioritized) {
   if (threadIdx.x || blockIdx.x) return;
-  if (!isfinite(ds->grad_norm)) return; /* the divergence guard: this step was not applied */
+  if (!isfinite(ds->grad_norm)) { /* the divergence guard, or a halt: this step was not applied */
+    if (__float_as_uint(ds->grad_norm) == CUDA_HALT_BITS) ds->halted += 1;
+    return;
+  }
   ds->applied += 1;
   ds->loss_last = *loss;
   ds->q_last = *q;
@@ -166,9 +170,9 @@ static int norm_part(cuda_learner_t *m, int part, cudaStream_t st) {
   const long long n0 = m->L.layer[1].off_w, P = m->L.n_params;
   if (part == 0)
     return cuda_norm_partial(m->grad + n0, P - n0, m->norm_scratch, 0, CUDA_NORM_PARTS - NORM_T1_BLOCKS,
-                             &m->ds->grad_norm, &m->ds->step, m->hp, st);
+                             &m->ds->grad_norm, &m->ds->step, m->hp, m->halt_dev, st);
   return cuda_norm_partial(m->grad, n0, m->norm_scratch, CUDA_NORM_PARTS - NORM_T1_BLOCKS, NORM_T1_BLOCKS,
-                           &m->ds->grad_norm, &m->ds->step, m->hp, st);
+                           &m->ds->grad_norm, &m->ds->step, m->hp, m->halt_dev, st);
 }
 
 /* Loss and gradient of the batch in ws on the phases: forward and loss on
@@ -252,7 +256,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
     int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
     if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                             &m->ds->step, m->hp, 0, NULL, m->st));
+                                             &m->ds->step, m->hp, 0, NULL, m->halt_dev, m->st));
     if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
     finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
     LAUNCHED();
@@ -276,7 +280,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   /* the norm is done (both parts ordered before this call): AdamW and the
    * target update; the statistics need the norm, not the update: beside it */
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, 2, f->ev[5], m->st));
+                                           &m->ds->step, m->hp, 2, f->ev[5], m->halt_dev, m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
   finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
   LAUNCHED();
@@ -285,16 +289,43 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   return 0;
 }
 
-extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size_t errlen) {
+/* Replays run in groups of STEP_GROUP with at most two groups in flight: the
+ * host looks at the stop (learner_step_until) before each group and, while
+ * it waits for the older group, every STOP_POLL_NS; once the stop fires it
+ * launches nothing more and sets the halt word, which the replays already
+ * queued read in their norm stage: they apply nothing. */
+#define STEP_GROUP 16
+#define STOP_POLL_NS 50000
+
+/* waits for ev; meanwhile a stop that fires sets the halt word (1 returned
+ * through *stopped). 0 or a CUDA error. */
+static cudaError_t wait_or_halt(cuda_learner_t *m, cudaEvent_t ev, learner_stop_ctl_t *stop, int *stopped) {
+  for (;;) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e != cudaErrorNotReady) return e;
+    if (!*stopped && learner_should_stop(stop)) {
+      *stopped = 1;
+      *m->halt = 1;
+      __sync_synchronize();
+    }
+    struct timespec ts = {0, STOP_POLL_NS};
+    nanosleep(&ts, NULL);
+  }
+}
+
+extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t *st, char *err,
+                         size_t errlen) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (m->size < m->cfg.batch) {
     snprintf(err, errlen, "replay holds %lld transitions, a step needs batch = %d", m->size, m->cfg.batch);
     return LEARNER_EEMPTY;
   }
   const int use_graph = m->cfg.cuda_graph != 0;
-  /* zero the per-call sums: loss_sum, gn_sum, q_sum, applied */
-  double zero[4] = {0, 0, 0, 0};
+  /* zero the per-call sums: loss_sum, gn_sum, q_sum, applied, halted */
+  double zero[5] = {0, 0, 0, 0, 0};
   DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
+  *m->halt = 0;
+  __sync_synchronize(); /* before any replay of this call can read it */
   if (use_graph && !m->exec && n > 0) {
     DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue_step(m, err, errlen);
@@ -305,17 +336,31 @@ extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size
     m->graph = g;
     DEV(cudaGraphInstantiate(&m->exec, g, 0));
   }
+  int launched = 0, stopped = 0;
   for (int k = 0; k < n; k++) {
+    if (k % STEP_GROUP == 0) {
+      if (k >= 2 * STEP_GROUP) DEV(wait_or_halt(m, m->group_done[(k / STEP_GROUP) % 2], stop, &stopped));
+      if (stopped || learner_should_stop(stop)) {
+        stopped = 1;
+        *m->halt = 1; /* the replays still queued apply nothing */
+        __sync_synchronize();
+        break;
+      }
+    }
     if (use_graph) {
       DEV(cudaGraphLaunch(m->exec, m->st));
     } else if (enqueue_step(m, err, errlen)) {
       return LEARNER_EDEVICE;
     }
+    launched++;
+    if (k % STEP_GROUP == STEP_GROUP - 1 || k == n - 1)
+      DEV(cudaEventRecord(m->group_done[(k / STEP_GROUP) % 2], m->st));
   }
+  if (launched) DEV(wait_or_halt(m, m->group_done[((launched - 1) / STEP_GROUP) % 2], stop, &stopped));
   dev_state_t ds;
   DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
   DEV(cudaStreamSynchronize(m->st));
-  const int ran = (int)ds.applied; /* < n: the divergence guard stopped the call (learner.h) */
+  const int ran = (int)ds.applied, halted = (int)ds.halted;
   const int wanted = n;
   n = ran;
   learner_stats_t *s = &m->last;
@@ -330,13 +375,19 @@ extern "C" int cuda_step(void *impl, int n, learner_stats_t *st, char *err, size
   s->q_mean = n ? (float)(ds.q_sum / n) : 0;
   s->per_beta = ds.beta_last;
   if (st) *st = *s;
-  if (ran < wanted) {
+  if (ran + halted < launched) { /* the divergence guard stopped the call (learner.h) */
     snprintf(err, errlen,
              "step %llu diverged: gradient norm %g; it was not applied (the state is step %llu's, after %d of this "
              "call's steps)",
              ds.step + 1, (double)ds.grad_norm, ds.step, ran);
     return LEARNER_EDIVERGED;
   }
+  if (ran < wanted) {
+    snprintf(err, errlen, "stopped after %d of %d steps (%s)", ran, wanted,
+             stop->why == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
+    return LEARNER_ESTOPPED;
+  }
+  stop->why = LEARNER_STOP_NONE; /* the stop came after the last step: every one ran */
   return LEARNER_OK;
 }
 
