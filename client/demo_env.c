@@ -101,7 +101,7 @@ void demo_env_learner_config(learner_config_t *c) {
 }
 
 void demo_opts_default(demo_opts_t *o) {
-  o->iterations = 450;
+  o->iterations = DEMO_ITERATIONS;
   o->envs = 64;
   o->collect_steps = 4;
   o->train_steps = 16;

@@ -85,6 +85,10 @@ typedef struct demo_point {
 
 typedef void (*demo_progress_cb)(void *ctx, const demo_point_t *p);
 
+/* the default number of rounds (demo_opts_default; the help texts print it) */
+#define DEMO_ITERATIONS 450
+#define DEMO_STR_(x) #x
+#define DEMO_STR(x) DEMO_STR_(x)
 void demo_opts_default(demo_opts_t *o);
 /* Mean episode return of the greedy policy (via drv->act, noisy = 0), of the
  * optimal policy and of a uniform random policy on the same evaluation

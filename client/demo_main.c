@@ -28,7 +28,7 @@ static void usage(FILE *f) {
           "Trains a branching dueling C51 Double-DQN on the built-in meanrev environment\n"
           "(9 exposure x 3 order-type x 3 urgency actions, optimal policy known) and prints\n"
           "the greedy policy's return against the optimal and a random policy.\n\n"
-          "  -i, --iterations N   collect+train rounds (default 450)\n"
+          "  -i, --iterations N   collect+train rounds (default " DEMO_STR(DEMO_ITERATIONS) ")\n"
           "  -e, --eval-every N   rounds between evaluations (default 25)\n"
           "  -b, --backend B      cpu or auto (default cpu)\n"
           "  -h, --help           this text\n"

@@ -11,6 +11,9 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +35,7 @@ static const char *usage_text =
     "  create NAME [field=value ...] [--backend cpu|cuda|auto]\n"
     "  destroy NAME [--save]               (--save writes a final checkpoint first and prints where)\n"
     "  submit NAME --states S.npy --actions A.npy --rewards R.npy --next-states S2.npy --dones D.npy\n"
-    "              [--episode-ids E.npy]   (dqnctl submit --help: dtypes and shapes)\n"
+    "              [--episode-ids E.npy] [--episode-ends T.npy]   (dqnctl submit --help: dtypes, shapes)\n"
     "  step NAME N                         N training steps\n"
     "  act NAME --states S.npy [--noisy] [--q] [--q-out Q.npy] [-o ACTIONS.npy]\n"
     "  sync NAME [--tau T]                 target update (hard copy without --tau)\n"
@@ -260,14 +263,89 @@ static int cmd_destroy(ctx_t *x, const cli_args_t *a) {
   return EXIT_OK;
 }
 
+/* Ctrl-C (SIGINT) or SIGTERM during a Step: a thread of its own (the signals
+ * are blocked everywhere else, since before nng started its threads: main)
+ * cancels the Step on a second connection; the Step then answers with the
+ * steps that ran, which are printed, and dqnctl exits 130. */
+typedef struct step_watch {
+  ctx_t *x;
+  const char *name;
+  sigset_t set;
+  atomic_int done, sig;
+} step_watch_t;
+
+static void *step_watch(void *arg) {
+  step_watch_t *w = arg;
+  int sig = 0;
+  sigwait(&w->set, &sig);
+  if (atomic_load(&w->done)) return NULL;
+  atomic_store(&w->sig, sig);
+  uint64_t rid = dqnd_pending_request_id(w->x->c);
+  dqnd_client_t *c2;
+  char err[700], found[32] = "";
+  int rc = dqnd_connect_tls(w->x->url, 5000, &w->x->tls, &c2, err, sizeof err);
+  if (!rc) {
+    if (w->x->token) dqnd_set_token(c2, w->x->token);
+    rc = dqnd_cancel(c2, w->name, rid, found, sizeof found);
+    if (rc) snprintf(err, sizeof err, "%s", dqnd_last_error(c2));
+    dqnd_close(c2);
+  }
+  if (rc) fprintf(stderr, "dqnctl: interrupted, and the Step could not be cancelled: %s\n", err);
+  else fprintf(stderr, "dqnctl: interrupted: the Step is cancelled on the daemon (it was %s)\n", found);
+  /* the Step's own reply says how many steps ran; if it does not come, leave anyway */
+  for (int k = 0; k < 100 && !atomic_load(&w->done); k++) {
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+  }
+  if (!atomic_load(&w->done)) {
+    fprintf(stderr, "dqnctl: no answer from the daemon after the Cancel: exiting\n");
+    _exit(130);
+  }
+  return NULL;
+}
+
+/* before the nng threads exist (main): SIGINT and SIGTERM go to step_watch */
+static void block_stop_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGUSR1); /* step_watch's own wake-up when the Step is over */
+  pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
 static int cmd_step(ctx_t *x, const cli_args_t *a) {
   long long n;
   if (cli_int("dqnctl step", "N", a->pos[1], 1, 1000000, &n)) return EXIT_USAGE;
   learner_stats_t st;
+  step_watch_t w = {x, a->pos[0], {{0}}, 0, 0};
+  sigemptyset(&w.set);
+  sigaddset(&w.set, SIGINT);
+  sigaddset(&w.set, SIGTERM);
+  sigaddset(&w.set, SIGUSR1);
+  pthread_t th;
+  int watching = pthread_create(&th, NULL, step_watch, &w) == 0;
   int rc = dqnd_step(x->c, a->pos[0], (int)n, &st);
-  if (rc) return fail_rc(x, rc);
-  print_stats(x, a->pos[0], &st);
-  return EXIT_OK;
+  atomic_store(&w.done, 1);
+  if (watching) {
+    pthread_kill(th, SIGUSR1);
+    pthread_join(th, NULL);
+  }
+  const int interrupted = atomic_load(&w.sig) != 0;
+  if (rc) return interrupted ? (fail_rc(x, rc), 130) : fail_rc(x, rc);
+  const char *stop = dqnd_last_stop(x->c);
+  if (x->json) {
+    json_t *j = stats_json(&st);
+    json_object_set_new(j, "name", json_string(a->pos[0]));
+    json_object_set_new(j, "stopped", json_boolean(*stop != 0));
+    if (*stop) json_object_set_new(j, "stop_reason", json_string(stop));
+    print_json(j);
+  } else {
+    print_stats(x, a->pos[0], &st);
+    if (*stop)
+      printf("%s: stopped after %u of %lld steps (%s)%s\n", a->pos[0], st.steps_run, n, stop,
+             !strcmp(stop, "deadline") ? ": raise --timeout for longer Steps" : "");
+  }
+  return interrupted ? 130 : EXIT_OK;
 }
 
 static int cmd_sync(ctx_t *x, const cli_args_t *a) {
@@ -401,6 +479,7 @@ static const cli_opt_t o_submit[] = {{"--states", "S.npy", "[n, state_dim] float
                                      {"--next-states", "S2.npy", "[n, state_dim] float"},
                                      {"--dones", "D.npy", "[n] 0/1 (bool, integer or float)"},
                                      {"--episode-ids", "E.npy", "[n] integer (optional)"},
+                                     {"--episode-ends", "T.npy", "[n] 0/1: 1 where an episode ends truncated (optional)"},
                                      {NULL, NULL, NULL}};
 static const cli_opt_t o_act[] = {{"--states", "S.npy", "[n, state_dim] float"},
                                   {"--noisy", NULL, "fresh NoisyNet noise (trainers created with noisy=1)"},
@@ -422,7 +501,7 @@ static const cli_opt_t o_load[] = {{"--path", "DAEMON_PATH", "a checkpoint file 
                                    {NULL, NULL, NULL}};
 static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (default: demo, demo-2, ...: the first free one)"},
                                    {"--env", "ENV", "meanrev (default), deepsea or bitflip"},
-                                   {"--iterations", "N", "meanrev: rounds of collection and training (default 60)"},
+                                   {"--iterations", "N", "meanrev: rounds of collection and training (default " DEMO_STR(DEMO_ITERATIONS) ")"},
                                    {"--size", "N", "deepsea: the grid's size (default 10)"},
                                    {"--episodes", "N", "deepsea, bitflip: episodes to play (default 1000, 500)"},
                                    {"--bits", "N", "bitflip: the number of bits (default 10)"},
@@ -440,6 +519,10 @@ static const char h_submit[] =
     "  --rewards                [n]              float\n"
     "  --dones                  [n]              0 or 1 (bool, uint8, integer or float): 1 = terminal\n"
     "  --episode-ids            [n]              integer (optional; default 0)\n"
+    "  --episode-ends           [n]              0 or 1 (optional): 1 where an episode ends without being\n"
+    "                                            terminal (a time limit); an episode also ends where dones\n"
+    "                                            is 1. HER and n-step returns read episodes from these:\n"
+    "                                            send whole episodes, one environment's at a time\n"
     "The trainer's state_dim and branches are read from the daemon first; a file of the wrong\n"
     "dtype or shape is a data error (exit 4) naming the file and the shape it has.\n";
 static const char h_act[] =
@@ -494,15 +577,41 @@ static void cmd_help(const cmd_t *c, FILE *f) {
   if (c->help) fprintf(f, "\n%s", c->help);
 }
 
-int main(int argc, char **argv) {
+/* The options that apply to every command; accepted before the command and
+ * after it (`dqnctl stats t1 --json`). 1: argv[*i] was one (its value taken
+ * too), 0: it is not one, -1: a usage error (printed). */
+typedef struct globals {
   char url[600];
-  dqnd_client_default_url(url, sizeof url);
+  long long timeout;
+  int json;
+  const char *token;
+  dqnd_tls_opts_t tls;
+} globals_t;
+
+static int global_opt(int argc, char **argv, int *i, globals_t *g) {
+  const char *o = argv[*i];
+  if (!strcmp(o, "--json")) return g->json = 1, 1;
+  if (strcmp(o, "--url") && strcmp(o, "--timeout") && strcmp(o, "--token") && strcmp(o, "--tls-ca") &&
+      strcmp(o, "--tls-cert") && strcmp(o, "--tls-key") && strcmp(o, "--tls-server-name"))
+    return 0;
+  if (*i + 1 >= argc) return fprintf(stderr, "dqnctl: %s needs a value (dqnctl --help)\n", o), -1;
+  const char *v = argv[++*i];
+  if (!strcmp(o, "--url")) snprintf(g->url, sizeof g->url, "%s", v);
+  else if (!strcmp(o, "--token")) g->token = v;
+  else if (!strcmp(o, "--tls-ca")) g->tls.ca = v;
+  else if (!strcmp(o, "--tls-cert")) g->tls.cert = v;
+  else if (!strcmp(o, "--tls-key")) g->tls.key = v;
+  else if (!strcmp(o, "--tls-server-name")) g->tls.server_name = v;
+  else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &g->timeout)) return -1;
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  globals_t g = {.timeout = 60000, .token = getenv("DQND_TOKEN"),
+                 .tls = {.ca = getenv("DQND_TLS_CA"), .cert = getenv("DQND_TLS_CERT"), .key = getenv("DQND_TLS_KEY")}};
+  dqnd_client_default_url(g.url, sizeof g.url);
   const char *env_url = getenv("DQND_URL");
-  if (env_url && *env_url) snprintf(url, sizeof url, "%s", env_url);
-  long long timeout = 60000;
-  int json = 0;
-  const char *token = getenv("DQND_TOKEN");
-  dqnd_tls_opts_t tls = {.ca = getenv("DQND_TLS_CA"), .cert = getenv("DQND_TLS_CERT"), .key = getenv("DQND_TLS_KEY")};
+  if (env_url && *env_url) snprintf(g.url, sizeof g.url, "%s", env_url);
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *o = argv[i];
@@ -512,20 +621,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(o, "--version")) {
       printf("dqnctl %s (protocol 1)\n", DQND_VERSION);
       return EXIT_OK;
-    } else if (!strcmp(o, "--json"))
-      json = 1;
-    else if (!strcmp(o, "--url") || !strcmp(o, "--timeout") || !strcmp(o, "--token") || !strncmp(o, "--tls-", 6)) {
-      if (i + 1 >= argc) return fprintf(stderr, "dqnctl: %s needs a value (dqnctl --help)\n", o), EXIT_USAGE;
-      const char *v = argv[++i];
-      if (!strcmp(o, "--url")) snprintf(url, sizeof url, "%s", v);
-      else if (!strcmp(o, "--token")) token = v;
-      else if (!strcmp(o, "--tls-ca")) tls.ca = v;
-      else if (!strcmp(o, "--tls-cert")) tls.cert = v;
-      else if (!strcmp(o, "--tls-key")) tls.key = v;
-      else if (!strcmp(o, "--tls-server-name")) tls.server_name = v;
-      else if (strcmp(o, "--timeout")) return fprintf(stderr, "dqnctl: unknown option '%s' (dqnctl --help)\n", o), EXIT_USAGE;
-      else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &timeout)) return EXIT_USAGE;
-    } else {
+    }
+    int k = global_opt(argc, argv, &i, &g);
+    if (k < 0) return EXIT_USAGE;
+    if (k == 0) {
       fprintf(stderr, "dqnctl: unknown option '%s' (dqnctl --help)\n", o);
       return EXIT_USAGE;
     }
@@ -558,19 +657,36 @@ int main(int argc, char **argv) {
   char cmdname[64];
   snprintf(cmdname, sizeof cmdname, "dqnctl %s", cur_cmd->name);
   cur_spec = (cli_spec_t){cmdname, cur_cmd->min_pos, cur_cmd->max_pos, cur_cmd->pos_names, cur_cmd->fields, cur_cmd->opts};
+  /* the global options after the command, taken out of its arguments (up to
+   * a "--", after which everything is the command's) */
+  char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+  if (!rest) return fprintf(stderr, "dqnctl: out of memory\n"), EXIT_LOCAL;
+  int nrest = 0, dashes = 0;
+  for (int k = i + 1; k < argc; k++) {
+    if (!dashes && !strcmp(argv[k], "--")) dashes = 1;
+    int gk = dashes ? 0 : global_opt(argc, argv, &k, &g);
+    if (gk < 0) return free(rest), EXIT_USAGE;
+    if (!gk) rest[nrest++] = argv[k];
+  }
+  rest[nrest] = NULL;
   cli_args_t args;
-  if (cli_parse(&cur_spec, argc - i - 1, argv + i + 1, &args)) return EXIT_USAGE;
-  ctx_t x = {NULL, json};
+  int prc = cli_parse(&cur_spec, nrest, rest, &args);
+  if (prc) return free(rest), EXIT_USAGE;
+  ctx_t x = {NULL, g.json, g.url, (int)g.timeout, g.token, g.tls};
+  sigset_t stop_sigs;
+  if (cur_cmd->fn == cmd_step) block_stop_signals(&stop_sigs); /* before nng's threads: they inherit it */
   if (cur_cmd->needs_daemon) {
     char err[700];
-    int rc = dqnd_connect_tls(url, (int)timeout, &tls, &x.c, err, sizeof err);
+    int rc = dqnd_connect_tls(g.url, (int)g.timeout, &g.tls, &x.c, err, sizeof err);
     if (rc) {
       fprintf(stderr, "dqnctl: %s\n", err);
-      return EXIT_TRANSPORT;
+      free(rest);
+      return rc == DQND_EINVAL ? EXIT_USAGE : EXIT_TRANSPORT; /* EINVAL: the URL or a TLS option */
     }
-    if (token) dqnd_set_token(x.c, token);
+    if (g.token) dqnd_set_token(x.c, g.token);
   }
   int rc = cur_cmd->fn(&x, &args);
   dqnd_close(x.c);
+  free(rest); /* args point into it */
   return rc;
 }

@@ -16,6 +16,11 @@ enum { EXIT_OK = 0, EXIT_SERVER = 1, EXIT_USAGE = 2, EXIT_TRANSPORT = 3, EXIT_LO
 typedef struct ctx {
   dqnd_client_t *c;
   int json;
+  /* how c was connected: a second connection (the Ctrl-C Cancel) is made alike */
+  const char *url;
+  int timeout_ms;
+  const char *token;
+  dqnd_tls_opts_t tls;
 } ctx_t;
 
 typedef struct cmd {

@@ -108,9 +108,11 @@ static int episode_ids(const char *cmd, const char *path, const npy_array_t *e, 
 
 int cmd_submit(ctx_t *x, const cli_args_t *a) {
   static const char *cmd = "dqnctl submit";
-  static const char *flags[6] = {"--states", "--next-states", "--actions", "--rewards", "--dones", "--episode-ids"};
-  const char *path[6];
-  for (int k = 0; k < 6; k++) {
+  enum { NF = 7 };
+  static const char *flags[NF] = {"--states", "--next-states", "--actions", "--rewards", "--dones", "--episode-ids",
+                                  "--episode-ends"};
+  const char *path[NF];
+  for (int k = 0; k < NF; k++) {
     path[k] = opt(x, a, flags[k]);
     if (!path[k] && k < 5) {
       fprintf(stderr, "%s: %s FILE.npy is required (dqnctl submit --help)\n", cmd, flags[k]);
@@ -120,15 +122,15 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
   dqnd_trainer_info_t ti;
   int rc = trainer_shapes(x, a->pos[0], &ti);
   if (rc) return rc;
-  npy_array_t arr[6];
+  npy_array_t arr[NF];
   memset(arr, 0, sizeof arr);
-  for (int k = 0; k < 6 && !rc; k++)
+  for (int k = 0; k < NF && !rc; k++)
     if (path[k]) rc = read_npy(cmd, path[k], &arr[k]);
   float *fs = NULL, *fs2 = NULL, *fr = NULL;
   int32_t *ia = NULL;
-  uint8_t *ud = NULL;
+  uint8_t *ud = NULL, *ue = NULL;
   int64_t *ie = NULL;
-  double *dd = NULL;
+  double *dd = NULL, *de = NULL;
   char want[160];
   if (rc) goto out;
   npy_array_t *s = &arr[0], *s2 = &arr[1], *ac = &arr[2], *r = &arr[3], *d = &arr[4], *e = &arr[5];
@@ -151,7 +153,7 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
     rc = shape_error(cmd, path[2], ac, want);
     goto out;
   }
-  for (int k = 3; k < 6; k++)
+  for (int k = 3; k < NF; k++)
     if (path[k] && vec_len(&arr[k]) != n) {
       snprintf(want, sizeof want, "(%lld,) like the %lld rows of %s", (long long)n, (long long)n, path[0]);
       rc = shape_error(cmd, path[k], &arr[k], want);
@@ -161,7 +163,8 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
   ia = malloc(sizeof(int32_t) * (size_t)n);
   ud = malloc((size_t)n);
   if (path[5]) ie = malloc(sizeof(int64_t) * (size_t)n);
-  if (!fs || !fs2 || !fr || !dd || !ia || !ud || (path[5] && !ie)) {
+  if (path[6]) de = npy_to_f64(&arr[6]), ue = malloc((size_t)n);
+  if (!fs || !fs2 || !fr || !dd || !ia || !ud || (path[5] && !ie) || (path[6] && (!de || !ue))) {
     fprintf(stderr, "%s: out of memory\n", cmd);
     rc = EXIT_LOCAL;
     goto out;
@@ -173,24 +176,28 @@ int cmd_submit(ctx_t *x, const cli_args_t *a) {
     rc = EXIT_LOCAL;
     goto out;
   }
-  for (int64_t i = 0; i < n; i++) {
-    if (dd[i] != 0 && dd[i] != 1) {
-      fprintf(stderr, "%s: %s[%lld]: %g is not 0 or 1\n", cmd, path[4], (long long)i, dd[i]);
-      rc = EXIT_LOCAL;
-      goto out;
+  for (int k = 0; k < 2; k++) { /* dones, and episode ends when given: 0 or 1 */
+    const double *v = k ? de : dd;
+    uint8_t *u = k ? ue : ud;
+    for (int64_t i = 0; v && i < n; i++) {
+      if (v[i] != 0 && v[i] != 1) {
+        fprintf(stderr, "%s: %s[%lld]: %g is not 0 or 1\n", cmd, path[k ? 6 : 4], (long long)i, v[i]);
+        rc = EXIT_LOCAL;
+        goto out;
+      }
+      u[i] = v[i] == 1;
     }
-    ud[i] = dd[i] == 1;
   }
   if (ie && (rc = episode_ids(cmd, path[5], e, ie))) goto out;
-  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie, NULL};
+  learner_transitions_t t = {n, fs, ia, fr, fs2, ud, ie, ue};
   int64_t size = 0;
   int crc = dqnd_submit(x->c, a->pos[0], S, &t, &size);
   if (crc) rc = fail_rc(x, crc);
   else if (x->json) print_json(json_pack("{s:I, s:I}", "accepted", (json_int_t)n, "replay_size", (json_int_t)size));
   else printf("%s: %lld transitions accepted, replay holds %lld\n", a->pos[0], (long long)n, (long long)size);
 out:
-  for (int k = 0; k < 6; k++) npy_free(&arr[k]);
-  free(fs), free(fs2), free(fr), free(ia), free(ud), free(ie), free(dd);
+  for (int k = 0; k < NF; k++) npy_free(&arr[k]);
+  free(fs), free(fs2), free(fr), free(ia), free(ud), free(ue), free(ie), free(dd), free(de);
   return rc;
 }
 

@@ -4,9 +4,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,8 +21,10 @@ struct dqnd_client {
   nng_socket sock;
   int timeout_ms;
   uint64_t next_id;
+  _Atomic uint64_t pending_id; /* the request in flight (or the last sent): dqnd_pending_request_id */
   char token[256];
   char err[1024];
+  char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
 };
 
 static int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
@@ -83,13 +88,33 @@ static int dial_tls(nng_socket s, const char *url, const dqnd_tls_opts_t *tls, i
   return rv;
 }
 
+/* 0 when url has a scheme dqnd listens on; else -1 with a message naming them */
+static int url_scheme_ok(const char *url, char *err, size_t errlen) {
+  static const char *const schemes[] = {"ipc", "tcp", "tcp4", "tcp6", "tls+tcp", "tls+tcp4", "tls+tcp6"};
+  const char *sep = strstr(url, "://");
+  for (size_t i = 0; sep && i < sizeof schemes / sizeof schemes[0]; i++)
+    if ((size_t)(sep - url) == strlen(schemes[i]) && !strncmp(url, schemes[i], (size_t)(sep - url))) return 0;
+  if (!sep)
+    snprintf(err, errlen, "url: '%s' has no scheme: give ipc:///path/to/dqnd.sock, tcp://host:port or "
+             "tls+tcp://host:port", url);
+  else
+    snprintf(err, errlen, "url: '%s': the scheme '%.*s' is not one dqnd listens on (ipc://, tcp://, tls+tcp://)", url,
+             (int)(sep - url < 32 ? sep - url : 32), url);
+  return -1;
+}
+
 int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls, dqnd_client_t **out, char *err,
                      size_t errlen) {
   *out = NULL;
+  if (url_scheme_ok(url, err, errlen)) return DQND_EINVAL;
   dqnd_client_t *c = calloc(1, sizeof *c);
   if (!c) return snprintf(err, errlen, "out of memory"), DQND_ENOMEM;
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
-  c->next_id = 1;
+  /* request ids start at a random value, so that a Cancel naming one finds
+   * this client's Step and not another client's of the same number */
+  uint64_t r0 = 0;
+  if (getentropy(&r0, sizeof r0)) r0 = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)getpid() << 32;
+  c->next_id = (r0 >> 2) | 1;
   int rv = nng_req0_open(&c->sock);
   if (rv) {
     free(c);
@@ -184,10 +209,20 @@ static int roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, int check_id, Dq
   return DQND_OK;
 }
 
+/* The deadline a request carries (Request.timeout_ms): a little inside the
+ * client's own timeout, so that a Step stopped by it can still answer, with
+ * the steps that ran, before the client gives up waiting. */
+static uint32_t request_timeout(const dqnd_client_t *c) {
+  int margin = c->timeout_ms / 10 < 1000 ? c->timeout_ms / 10 : 1000;
+  return (uint32_t)(c->timeout_ms - margin > 1 ? c->timeout_ms - margin : 1);
+}
+
 int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) {
   req->version = 1;
   req->request_id = c->next_id++;
   req->auth_token = c->token;
+  req->timeout_ms = request_timeout(c);
+  atomic_store(&c->pending_id, req->request_id);
   size_t n = dqnd__v1__request__get_packed_size(req);
   nng_msg *m;
   if (nng_msg_alloc(&m, n)) return seterr(c, DQND_ENOMEM, "out of memory for a %zu-byte request", n);
@@ -401,6 +436,7 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
 }
 
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
+  c->stop[0] = 0;
   if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
   Dqnd__V1__Step m = DQND__V1__STEP__INIT;
   m.name = (char *)name;
@@ -410,7 +446,44 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   req.step = &m;
   Dqnd__V1__Reply *rep;
   int rc = dqnd_call(c, &req, &rep);
-  if (!rc && st && rep->result_case == DQND__V1__REPLY__RESULT_STEP) stats_from_pb(rep->step->stats, st);
+  if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_STEP) {
+    if (st) stats_from_pb(rep->step->stats, st);
+    if (rep->step->stopped)
+      snprintf(c->stop, sizeof c->stop, "%s", rep->step->stop_reason && *rep->step->stop_reason
+                                                  ? rep->step->stop_reason : "stopped");
+  }
+  dqnd_reply_free(rep);
+  if (rc == DQND_ETIMEDOUT || rc == DQND_ETRANSPORT) {
+    /* no reply: the Step may still run (or wait in the queue) on the daemon,
+     * so it is cancelled there, by its request_id, before we report */
+    char saved[sizeof c->err], found[32] = "";
+    snprintf(saved, sizeof saved, "%s", c->err);
+    const int keep = c->timeout_ms;
+    dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
+    int crc = dqnd_cancel(c, name, req.request_id, found, sizeof found);
+    dqnd_set_timeout(c, keep);
+    seterr(c, rc, "%s (the Step was %s)", saved,
+           crc ? "left as it was: the Cancel did not get through either"
+               : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon");
+  }
+  return rc;
+}
+
+const char *dqnd_last_stop(const dqnd_client_t *c) { return c->stop; }
+
+uint64_t dqnd_pending_request_id(const dqnd_client_t *c) { return atomic_load(&c->pending_id); }
+
+int dqnd_cancel(dqnd_client_t *c, const char *name, uint64_t request_id, char *found, size_t n) {
+  Dqnd__V1__Cancel m = DQND__V1__CANCEL__INIT;
+  m.name = (char *)name;
+  m.request_id = request_id;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_CANCEL;
+  req.cancel = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_CANCEL) rc = seterr(c, DQND_EPROTO, "Cancel: no CancelResult");
+  if (!rc && found) snprintf(found, n, "%s", rep->cancel->found ? rep->cancel->found : "");
   dqnd_reply_free(rep);
   return rc;
 }

@@ -95,7 +95,21 @@ int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *o
 int dqnd_list_checkpoints(dqnd_client_t *c, const char *name, dqnd_checkpoint_t **out, int *n);
 int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner_transitions_t *t,
                 int64_t *replay_size);
+/* Runs n steps. The request carries a deadline a little inside the client's
+ * timeout (Request.timeout_ms): a Step still running then stops between
+ * whole steps and answers OK with st->steps_run < n, dqnd_last_stop() saying
+ * why ("deadline", "cancelled", "shutdown"; "" when every step ran). When no
+ * reply comes (ETIMEDOUT, ETRANSPORT) the Step is cancelled on the daemon
+ * before the call returns, and dqnd_last_error() says so. */
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
+const char *dqnd_last_stop(const dqnd_client_t *c);
+/* Stops trainer `name`'s Step of request_id (running or queued; 0: whatever
+ * long command runs now). found (optional): "running", "queued" or "none". */
+int dqnd_cancel(dqnd_client_t *c, const char *name, uint64_t request_id, char *found, size_t n);
+/* The request_id of the request this client has in flight, or sent last. Safe
+ * to read from another thread (a Ctrl-C handler cancelling the Step on a
+ * connection of its own). */
+uint64_t dqnd_pending_request_id(const dqnd_client_t *c);
 /* q (optional) receives n * sum(branches) floats; q_cap is its length. */
 int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
              int32_t *actions, float *q, size_t q_cap);

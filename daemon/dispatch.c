@@ -9,6 +9,8 @@
  *             Health, ServerInfo, List)
  *   F_QUEUE   on the trainer's worker, in order with its other commands
  *   F_ADMIN   on the admin worker (blocking work with no trainer yet)
+ *   F_DIRECT  on the nng thread after the lookup and check, never queued
+ *             (Cancel: it must not wait behind the Step it stops)
  * F_TRAINER: the request names an existing trainer (looked up centrally).
  * F_ANY_STATE: runs on a trainer in an error state too.
  * The queues, workers and internal jobs are the trainer module's (trainer.c).
@@ -159,6 +161,7 @@ NAME_GETTER(name_create, create_trainer)
 NAME_GETTER(name_destroy, destroy_trainer)
 NAME_GETTER(name_submit, submit_transitions)
 NAME_GETTER(name_step, step)
+NAME_GETTER(name_cancel, cancel)
 NAME_GETTER(name_act, act)
 NAME_GETTER(name_sync, sync_target)
 NAME_GETTER(name_hparams, set_hyperparams)
@@ -394,8 +397,15 @@ static void run_step(trainer_job_t *j) {
   rpc_call_t *c = j->c;
   char err[512];
   learner_stats_t st = {0};
+  int code = trainer_long_begin(t, rpc_request(c)->request_id, j->deadline, err, sizeof err);
+  if (code) { /* cancelled or expired while queued, or shutdown: nothing ran */
+    rpc_reply_error(c, code, "Step: %s", err);
+    return;
+  }
   double t0 = now_s();
-  int rc = learner_step(t->l, (int)rpc_request(c)->step->n, &st, err, sizeof err);
+  learner_stop_t stop = {j->deadline, 0};
+  int rc = learner_step_until(t->l, (int)rpc_request(c)->step->n, &stop, &st, err, sizeof err);
+  const int why = trainer_long_end(t);
   metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc == LEARNER_EDIVERGED) {
     char msg[1600];
@@ -403,7 +413,7 @@ static void run_step(trainer_job_t *j) {
     rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "trainer '%s' %s", t->name, msg);
     return;
   }
-  if (rc) {
+  if (rc && rc != LEARNER_ESTOPPED) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
@@ -412,10 +422,30 @@ static void run_step(trainer_job_t *j) {
   stats_to_pb(&st, &ps);
   Dqnd__V1__StepResult sr = DQND__V1__STEP_RESULT__INIT;
   sr.stats = &ps;
+  if (rc == LEARNER_ESTOPPED) { /* OK: the steps that ran are whole and kept */
+    sr.stopped = 1;
+    sr.stop_reason = stop.why == LEARNER_STOP_DEADLINE ? "deadline"
+                     : why == TRAINER_STOP_SHUTDOWN    ? "shutdown"
+                                                       : "cancelled";
+    log_info(t->name, "Step %s: %s", sr.stop_reason, err);
+  }
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_STEP;
   r.step = &sr;
   dispatch_reply_ok(c, &r);
+}
+
+/* Cancel: answered on the nng thread (F_DIRECT), never queued behind the
+ * Step it stops */
+static void run_cancel(trainer_job_t *j) {
+  const Dqnd__V1__Cancel *m = rpc_request(j->c)->cancel;
+  Dqnd__V1__CancelResult cr = DQND__V1__CANCEL_RESULT__INIT;
+  cr.found = (char *)trainer_cancel(j->t, m->request_id);
+  log_info(j->t->name, "Cancel (request %llu): %s", (unsigned long long)m->request_id, cr.found);
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_CANCEL;
+  r.cancel = &cr;
+  dispatch_reply_ok(j->c, &r);
 }
 
 static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
@@ -572,6 +602,7 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, NULL, run_stats},
     [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_list_ckpt, NULL,
                                                      dispatch_run_list_checkpoints},
+    [DQND__V1__REQUEST__COMMAND_CANCEL] = {"Cancel", F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -628,11 +659,17 @@ void dispatch(server_t *s, rpc_call_t *c) {
   }
   j->any_state = (cmd->flags & F_ANY_STATE) != 0;
   j->diverged_ok = (cmd->flags & F_DIVERGED_OK) != 0;
+  if (r->timeout_ms) j->deadline = now_s() + r->timeout_ms / 1000.0; /* the client waits no longer */
   char err[512] = "";
   int code = cmd->check ? cmd->check(r, j, err, sizeof err) : 0;
   if (code) {
     trainer_job_free(j);
     rpc_reply_error(c, code, "%s", err);
+    return;
+  }
+  if (cmd->flags & F_DIRECT) { /* here, now: not behind the trainer's queue */
+    cmd->run(j);
+    trainer_job_free(j);
     return;
   }
   int rc = trainer_enqueue(j);

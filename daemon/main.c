@@ -3,10 +3,12 @@
  * shutdown. See server.h for the threads and rpc.c / dispatch.c / trainer.c
  * for the request path (main.c hands dispatch() to rpc_start).
  *
- * Shutdown (SIGTERM/SIGINT): new requests are answered UNAVAILABLE; every
- * trainer gets a final job behind the commands already queued, so everything
- * in flight is answered, then the final checkpoint is written and the worker
- * exits; once all workers are gone the sockets close and the process exits 0.
+ * Shutdown (SIGTERM/SIGINT): new requests are answered UNAVAILABLE; a Step
+ * running now stops between whole steps (its reply says how many ran) and
+ * queued Steps answer UNAVAILABLE without running; every trainer gets a
+ * final job behind the commands already queued, so everything in flight is
+ * answered, then the final checkpoint is written and the worker exits; once
+ * all workers are gone the sockets close and the process exits 0.
  * A second signal during shutdown exits at once (status 1).
  */
 #include <pthread.h>
@@ -100,8 +102,11 @@ static void on_drain_timer(uv_timer_t *h) {
   uv_stop(a->loop);
 }
 
+/* shutdown, per trainer: stop what runs now (between whole steps), then the
+ * final save behind whatever is queued (queued Steps answer UNAVAILABLE) */
 static void final_one(trainer_t *t, void *ctx) {
   (void)ctx;
+  trainer_stop_running(t);
   trainer_enqueue_final(t);
 }
 

@@ -36,6 +36,7 @@ static void trainer_free(trainer_t *t) {
   learner_destroy(t->l);
   workq_free(&t->q);
   pthread_mutex_destroy(&t->mu);
+  pthread_mutex_destroy(&t->run_mu);
   free(t);
 }
 
@@ -121,6 +122,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   t->cfg = *learner_config(l);
   t->cfg_hash = hash;
   pthread_mutex_init(&t->mu, NULL);
+  pthread_mutex_init(&t->run_mu, NULL);
   t->last_active = now_s();
   atomic_store(&t->refs, 2); /* registry + worker */
   learner_get_stats(l, &t->stats);
@@ -139,6 +141,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   if (code) {
     pthread_mutex_unlock(&s->reg_mu);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->run_mu);
     free(t);
     return code;
   }
@@ -345,16 +348,102 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   }
   char err[512];
   learner_stats_t st = {0};
+  if (trainer_long_begin(t, 0, 0, err, sizeof err)) return; /* shutting down: the final save comes next */
   double t0 = now_s();
   int rc = learner_step(t->l, n, &st, err, sizeof err);
+  const int why = trainer_long_end(t);
   metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc == LEARNER_EDIVERGED) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
+  } else if (rc == LEARNER_ESTOPPED) {
+    log_info(t->name, "continuous training: %s (%s)", err, why == TRAINER_STOP_SHUTDOWN ? "shutdown" : "cancelled");
   } else if (rc) {
     trainer_note_error(t, rc, err);
     log_warn(t->name, "continuous training: %s", err);
   }
+}
+
+/* --------------------------------------------------- stopping long work */
+
+/* run_mu orders the worker's begin and end against Cancel and shutdown: a
+ * stop asked while nothing runs is either seen by the next begin (draining,
+ * a cancelled request_id) or has nothing to stop; the learner's flag is only
+ * set while the worker, which alone swaps t->l, is inside a long command. */
+int trainer_long_begin(trainer_t *t, uint64_t rid, double deadline, char *err, size_t errlen) {
+  int code = 0;
+  pthread_mutex_lock(&t->run_mu);
+  if (atomic_load(&t->srv->draining)) {
+    snprintf(err, errlen, "name: trainer '%s': the daemon is shutting down (nothing ran)", t->name);
+    code = 14; /* UNAVAILABLE */
+  }
+  for (int i = 0; !code && rid && i < t->n_cancelled; i++)
+    if (t->cancelled[i] == rid) {
+      t->cancelled[i] = t->cancelled[--t->n_cancelled];
+      snprintf(err, errlen, "name: trainer '%s': cancelled while it was queued (nothing ran)", t->name);
+      code = 1; /* CANCELLED */
+    }
+  if (!code && deadline > 0 && now_s() >= deadline) {
+    snprintf(err, errlen, "name: trainer '%s': its deadline (the request's timeout_ms) passed while it was queued "
+             "(nothing ran)", t->name);
+    code = 4; /* DEADLINE_EXCEEDED */
+  }
+  if (!code) {
+    t->running = 1;
+    t->running_rid = rid;
+    t->stop_reason = 0;
+    *learner_stop_flag(t->l) = 0;
+  }
+  pthread_mutex_unlock(&t->run_mu);
+  return code;
+}
+
+int trainer_long_end(trainer_t *t) {
+  pthread_mutex_lock(&t->run_mu);
+  const int why = t->stop_reason;
+  t->running = 0;
+  t->running_rid = 0;
+  t->stop_reason = 0;
+  *learner_stop_flag(t->l) = 0;
+  pthread_mutex_unlock(&t->run_mu);
+  return why;
+}
+
+/* a queued job of request rid (workq_find) */
+static int job_is_request(void *arg, void *ctx) {
+  const trainer_job_t *j = arg;
+  return j->c && rpc_request(j->c)->request_id == *(const uint64_t *)ctx;
+}
+
+const char *trainer_cancel(trainer_t *t, uint64_t rid) {
+  const char *found = "none";
+  pthread_mutex_lock(&t->run_mu);
+  if (t->running && (rid == 0 || rid == t->running_rid)) {
+    t->stop_reason = TRAINER_STOP_CANCEL;
+    *learner_stop_flag(t->l) = 1;
+    found = "running";
+  } else if (rid) {
+    /* noted whether or not it is still in the queue: the worker may have
+     * taken it off an instant ago and not yet reached trainer_long_begin */
+    const int cap = (int)(sizeof t->cancelled / sizeof t->cancelled[0]);
+    if (t->n_cancelled == cap) { /* the oldest goes */
+      memmove(t->cancelled, t->cancelled + 1, sizeof t->cancelled[0] * (size_t)(cap - 1));
+      t->n_cancelled--;
+    }
+    t->cancelled[t->n_cancelled++] = rid;
+    if (workq_find(&t->q, job_is_request, &rid)) found = "queued";
+  }
+  pthread_mutex_unlock(&t->run_mu);
+  return found;
+}
+
+void trainer_stop_running(trainer_t *t) {
+  pthread_mutex_lock(&t->run_mu);
+  if (t->running) {
+    t->stop_reason = TRAINER_STOP_SHUTDOWN;
+    *learner_stop_flag(t->l) = 1;
+  }
+  pthread_mutex_unlock(&t->run_mu);
 }
 
 /* ------------------------------------------------------- internal jobs */

@@ -32,6 +32,13 @@ struct trainer {
   double last_active;
   int removed;
   double train_credit; /* continuous training: steps owed (worker only) */
+  /* stopping long work (trainer_long_begin .. trainer_cancel): under run_mu */
+  pthread_mutex_t run_mu;
+  int running;           /* a Step or continuous training runs now */
+  uint64_t running_rid;  /* its request_id (0: continuous training) */
+  int stop_reason;       /* TRAINER_STOP_* asked of it, 0 none */
+  uint64_t cancelled[32]; /* request_ids a Cancel named before they ran (a ring) */
+  int n_cancelled;
 };
 
 /* ----------------------------------------------------------- registry */
@@ -76,6 +83,7 @@ struct trainer_job {
   server_t *s;
   trainer_t *t;           /* the job's reference; NULL on the admin queue */
   rpc_call_t *c;          /* the call run answers; NULL for internal jobs */
+  double deadline;        /* the request's: receipt + timeout_ms (now_s() seconds), 0 none */
   learner_t *loaded;      /* LoadCheckpoint: the state to swap in; run takes it (sets NULL) */
   /* What the central check parsed (dispatch.c fills these; the trainer
    * module only carries them), so a request is validated once: */
@@ -123,6 +131,26 @@ void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n);
 /* Continuous training after a submit: steps owed accrue as
  * samples_per_insert x inserted / batch and are paid now, on the worker. */
 void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size);
+
+/* --------------------------------------------------- stopping long work
+ * A Step (and continuous training) runs learner_step_until between
+ * trainer_long_begin and trainer_long_end; Cancel, a request's deadline and
+ * shutdown stop it between whole steps through the learner's stop flag. */
+enum { TRAINER_STOP_CANCEL = 1, TRAINER_STOP_SHUTDOWN = 2 };
+/* Worker, before a long command of request rid (0: internal) with this
+ * deadline (now_s() seconds, 0 none): 0 to run it (the learner's stop flag
+ * cleared, the trainer marked running), else the gRPC code to answer it with,
+ * nothing run (err says why): CANCELLED (a Cancel named it while it was
+ * queued), UNAVAILABLE (the daemon is shutting down), DEADLINE_EXCEEDED. */
+int trainer_long_begin(trainer_t *t, uint64_t rid, double deadline, char *err, size_t errlen);
+/* Worker, after it: what a stop was asked for (0 or TRAINER_STOP_*). */
+int trainer_long_end(trainer_t *t);
+/* Any thread (the Cancel command): rid 0 stops whatever long command runs;
+ * else the Step of that request_id, running or still queued (it then answers
+ * CANCELLED when its turn comes). "running", "queued" or "none". */
+const char *trainer_cancel(trainer_t *t, uint64_t rid);
+/* Shutdown (the loop, after setting draining): stops what runs now. */
+void trainer_stop_running(trainer_t *t);
 
 /* Internal jobs (the loop's timers and shutdown); 0 or a WORKQ_* code. */
 int trainer_enqueue_save(trainer_t *t);   /* periodic checkpoint */

@@ -98,3 +98,11 @@ int workq_drain(workq_t *q, workq_job_t *out, int max) {
   pthread_mutex_unlock(&q->mu);
   return k;
 }
+
+int workq_find(workq_t *q, int (*match)(void *arg, void *ctx), void *ctx) {
+  pthread_mutex_lock(&q->mu);
+  int found = 0;
+  for (int k = 0; k < q->n && !found; k++) found = match(q->ring[(q->head + k) % q->cap].arg, ctx);
+  pthread_mutex_unlock(&q->mu);
+  return found;
+}
