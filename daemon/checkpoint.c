@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +34,32 @@ int ckpt_mkdirs(const char *dir, char *err, size_t errlen) {
   }
   if (mkdir(p, 0750) && errno != EEXIST) return fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
   return 0;
+}
+
+int ckpt_lock_state_dir(const char *dir, char *err, size_t errlen) {
+  char path[1300];
+  snprintf(path, sizeof path, "%.1200s/dqnd.lock", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+  if (fd < 0) return fail(err, errlen, "%s: cannot open %s: %s", dir, path, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB)) {
+    const int e = errno;
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    close(fd);
+    if (n > 0) pid[n] = 0, pid[strcspn(pid, "\n")] = 0;
+    if (e == EWOULDBLOCK)
+      return fail(err, errlen, "%s is in use by another dqnd (pid %s): one daemon per state directory; stop it, or "
+                  "give this one another --state-dir", dir, pid[0] ? pid : "unknown");
+    return fail(err, errlen, "%s: cannot lock %s: %s", dir, path, strerror(e));
+  }
+  char pid[32];
+  int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)len, 0) != len) {
+    const int e = errno;
+    close(fd);
+    return fail(err, errlen, "%s: cannot write %s: %s", dir, path, strerror(e));
+  }
+  return 0; /* fd stays open: the lock lasts as long as the process */
 }
 
 static int parse_name(const char *name, ckpt_info_t *c) {

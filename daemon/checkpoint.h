@@ -29,6 +29,11 @@ typedef struct ckpt_info {
 enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5, CKPT_ENONFINITE = -6 };
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
+/* One daemon per state directory: an exclusive flock on STATE_DIR/dqnd.lock,
+ * which holds the owner's pid, kept for the process's life (the descriptor is
+ * never closed). 0, or -1 with err naming the directory and, when another
+ * dqnd holds it, that daemon's pid. */
+int ckpt_lock_state_dir(const char *dir, char *err, size_t errlen);
 /* 0; CKPT_ENONFINITE when the learner's state is not finite (learner_save
  * refuses it: it would not load), nothing written or pruned; else -1. */
 int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);

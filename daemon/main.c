@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&s->reg_mu, NULL);
   pthread_mutex_init(&s->up_mu, NULL);
   s->trainers = calloc((size_t)s->opts.max_trainers, sizeof *s->trainers);
-  if (!s->trainers || ckpt_mkdirs(s->opts.state_dir, err, sizeof err)) {
+  if (!s->trainers || ckpt_mkdirs(s->opts.state_dir, err, sizeof err) ||
+      ckpt_lock_state_dir(s->opts.state_dir, err, sizeof err)) {
     fprintf(stderr, "dqnd: state-dir: %s\n", s->trainers ? err : "out of memory");
     return 1;
   }

@@ -28,6 +28,9 @@ typedef struct {
 static const opt_t opts_table[] = {
     {"listen", OT_LISTEN, O(listen), 0, 0, "URL to serve (repeatable): ipc:///path, tcp://host:port, tls+tcp://host:port"},
     {"state-dir", OT_STR, O(state_dir), 0, 0, "checkpoints go to STATE_DIR/<trainer>/"},
+    {"system", OT_FLAG, O(system), 0, 1,
+     "the system service's paths where listen and state-dir are not given: " DQND_SYSTEM_URL " and "
+     DQND_SYSTEM_STATE_DIR " (0/1; without it root gets a user's defaults, as anyone)"},
     {"backend", OT_STR, O(backend), 0, 0, "default learner backend: auto, cpu, cuda"},
     {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31, "largest request accepted"},
     {"decode-budget", OT_INT64, O(decode_budget), 1024, 1LL << 32, "bytes a request may decode into"},
@@ -78,12 +81,15 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
   return -1;
 }
 
-static void default_state_dir(char *buf, size_t n) {
+/* $STATE_DIRECTORY (systemd), else the system service's with --system, else
+ * the user's (root's too: a daemon run by hand never restores the service's
+ * trainers, nor adds its own to them) */
+static void default_state_dir(char *buf, size_t n, int system) {
   const char *sd = getenv("STATE_DIRECTORY"), *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
   if (sd && *sd)
     snprintf(buf, n, "%.*s", (int)strcspn(sd, ":"), sd);
-  else if (geteuid() == 0)
-    snprintf(buf, n, "/var/lib/dqnd");
+  else if (system)
+    snprintf(buf, n, "%s", DQND_SYSTEM_STATE_DIR);
   else if (xdg && *xdg)
     snprintf(buf, n, "%s/dqnd", xdg);
   else if (home && *home)
@@ -93,8 +99,7 @@ static void default_state_dir(char *buf, size_t n) {
 }
 
 void opts_default(dqnd_opts_t *o) {
-  memset(o, 0, sizeof *o);
-  default_state_dir(o->state_dir, sizeof o->state_dir);
+  memset(o, 0, sizeof *o); /* state_dir and listen stay empty: check() fills their defaults */
   snprintf(o->backend, sizeof o->backend, "auto");
   o->max_message_bytes = 256LL << 20;
   o->decode_budget = 512LL << 20;
@@ -187,9 +192,11 @@ static int check(dqnd_opts_t *o, char *err, size_t errlen) {
     explicit_bzero(buf, sizeof buf);
   }
   if (o->n_listen == 0) {
-    dqnd_default_url(o->listen[0], sizeof o->listen[0]);
+    if (o->system) snprintf(o->listen[0], sizeof o->listen[0], "%s", DQND_SYSTEM_URL);
+    else dqnd_default_url(o->listen[0], sizeof o->listen[0]);
     o->n_listen = 1;
   }
+  if (!o->state_dir[0]) default_state_dir(o->state_dir, sizeof o->state_dir, o->system);
   int tls = 0;
   for (int i = 0; i < o->n_listen; i++) {
     const char *u = o->listen[i];
@@ -281,30 +288,56 @@ void opts_usage(FILE *f) {
           "listens on a local ipc socket and keeps checkpoints in a local state directory.\n\n"
           "  --config FILE           read 'option = value' lines (command line wins)\n"
           "  --config-optional FILE  the same when FILE exists; nothing when it does not\n"
+          "  --print-config          print the options in effect (defaults filled in) and exit\n"
           "  --help, --version\n");
   char url[600], sd[1024];
   dqnd_default_url(url, sizeof url);
-  default_state_dir(sd, sizeof sd);
+  default_state_dir(sd, sizeof sd, 0);
   dqnd_opts_t d;
   opts_default(&d);
   for (int i = 0; i < N_OPTS; i++) {
     const opt_t *t = &opts_table[i];
-    char def[700];
+    char def[1100];
     const char *p = (const char *)&d + t->offset;
     if (t->type == OT_LISTEN) snprintf(def, sizeof def, "%s", url);
+    else if (t->offset == offsetof(dqnd_opts_t, state_dir)) snprintf(def, sizeof def, "%s", sd);
     else if (t->type == OT_STR) snprintf(def, sizeof def, "%s", p);
     else if (t->type == OT_INT32 || t->type == OT_FLAG) snprintf(def, sizeof def, "%d", *(const int32_t *)p);
     else snprintf(def, sizeof def, "%lld", (long long)*(const int64_t *)p);
     fprintf(f, "  --%-22s %s%s%s%s\n", t->name, t->help, *def ? " (default: " : "", def, *def ? ")" : "");
   }
   fprintf(f,
-          "\nsignals: SIGTERM/SIGINT stop accepting, answer what is queued, write final\n"
-          "checkpoints and exit 0; SIGHUP reopens the log file.\n"
+          "\nsignals: SIGTERM/SIGINT stop accepting, stop a running Step between steps (its\n"
+          "reply says how many ran), answer what is queued, write final checkpoints and\n"
+          "exit 0; SIGHUP reopens the log file.\n"
+          "One daemon per state directory: a second one on the same STATE_DIR refuses to\n"
+          "start, naming the pid that holds it (STATE_DIR/dqnd.lock).\n"
           "exit status: 0 clean shutdown, 1 runtime failure, 2 bad options.\n");
+}
+
+/* --print-config: the options in effect, as a config file takes them (the
+ * auth token hidden); scripts read listen and state-dir from it */
+static void opts_print(const dqnd_opts_t *o, FILE *f) {
+  for (int i = 0; i < N_OPTS; i++) {
+    const opt_t *t = &opts_table[i];
+    const char *p = (const char *)o + t->offset;
+    if (t->type == OT_LISTEN) {
+      for (int k = 0; k < o->n_listen; k++) fprintf(f, "listen = %s\n", o->listen[k]);
+    } else if (t->offset == offsetof(dqnd_opts_t, auth_token)) {
+      fprintf(f, "auth-token = %s\n", *p ? "(set, not shown)" : "");
+    } else if (t->type == OT_STR) {
+      fprintf(f, "%s = %s\n", t->name, p);
+    } else if (t->type == OT_INT32 || t->type == OT_FLAG) {
+      fprintf(f, "%s = %d\n", t->name, *(const int32_t *)p);
+    } else {
+      fprintf(f, "%s = %lld\n", t->name, (long long)*(const int64_t *)p);
+    }
+  }
 }
 
 int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t errlen) {
   opts_default(o);
+  int print = 0;
   /* the config file first, so the command line overrides it */
   for (int i = 0; i < argc; i++) {
     int optional = !strcmp(argv[i], "--config-optional") || !strncmp(argv[i], "--config-optional=", 18);
@@ -328,6 +361,10 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
       printf("dqnd %s (protocol 1)\n", DQND_VERSION);
       return 1;
     }
+    if (!strcmp(a, "--print-config")) {
+      print = 1;
+      continue;
+    }
     if (strncmp(a, "--", 2)) return fail(err, errlen, "unexpected argument '%s' (see --help)", a);
     char name[128];
     const char *val;
@@ -345,5 +382,10 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
     if (!strcmp(name, "config") || !strcmp(name, "config-optional")) continue;
     if (opts_set(o, name, val, err, errlen)) return -1;
   }
-  return check(o, err, errlen);
+  if (check(o, err, errlen)) return -1;
+  if (print) {
+    opts_print(o, stdout);
+    return 1;
+  }
+  return 0;
 }

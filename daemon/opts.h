@@ -17,6 +17,7 @@ typedef struct dqnd_opts {
   char listen[OPTS_MAX_LISTEN][512];
   int n_listen;
   char state_dir[1024];
+  int32_t system;            /* --system: the service's default paths (DQND_SYSTEM_URL, DQND_SYSTEM_STATE_DIR) */
   char backend[16];          /* auto, cpu, cuda */
   int64_t max_message_bytes; /* per message, every listener */
   int64_t decode_budget;     /* bytes protobuf-c may allocate per request */

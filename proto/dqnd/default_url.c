@@ -14,9 +14,7 @@ void dqnd_default_url(char *buf, size_t n) {
     snprintf(buf, n, "ipc://%.*s/dqnd.sock", (int)strcspn(rd, ":"), rd); /* systemd may list several */
   else if (xdg && *xdg)
     snprintf(buf, n, "ipc://%s/dqnd.sock", xdg);
-  else if (geteuid() == 0)
-    snprintf(buf, n, "ipc:///run/dqnd/dqnd.sock");
-  else
+  else /* root too: the system service's socket is dqnd --system's (DQND_SYSTEM_URL) */
     snprintf(buf, n, "ipc:///tmp/dqnd-%u/dqnd.sock", (unsigned)geteuid());
 }
 

@@ -8,9 +8,13 @@
 #include <stddef.h>
 
 /* ipc://$RUNTIME_DIRECTORY/dqnd.sock (systemd), else
- * ipc://$XDG_RUNTIME_DIR/dqnd.sock, else ipc:///run/dqnd/dqnd.sock as root,
- * else ipc:///tmp/dqnd-$UID/dqnd.sock. */
+ * ipc://$XDG_RUNTIME_DIR/dqnd.sock, else ipc:///tmp/dqnd-$UID/dqnd.sock: the
+ * same rule for root as for any user, so a daemon started by hand never
+ * takes the system service's socket. */
 void dqnd_default_url(char *buf, size_t n);
+/* the system service's socket (dqnd --system, the systemd units) */
+#define DQND_SYSTEM_URL "ipc:///run/dqnd/dqnd.sock"
+#define DQND_SYSTEM_STATE_DIR "/var/lib/dqnd"
 
 /* For an ipc:// URL: 0 when its socket's directory is safe to use, -1 (err
  * says why) when it, or a directory above it, sits in a directory every user
