@@ -1,12 +1,28 @@
 """The slice of libnng (Debian's libnng1) the client needs, through ctypes:
-a REQ socket, dial, send, receive with a timeout. No Python binding of nng is
-packaged for Debian, so this is the binding; it holds no global state beyond
-the loaded library."""
+a REQ socket, dial, and one request and its reply with a timeout. No Python
+binding of nng is packaged for Debian, so this is the binding; it holds no
+global state beyond the loaded libraries.
+
+The wait for a reply must not block Ctrl-C, and nng 1.5.2's REQ socket
+cannot wait in short slices: a receive that times out resets the request
+(req0_ctx_cancel_recv), so the next receive never gets its reply. Each
+socket therefore sends and receives through an nng aio whose completion
+callback is libc's sem_post on a semaphore of the socket's own (no Python
+code runs on nng's threads), and the calling thread waits on that semaphore
+in slices of WAIT_SLICE_S: between two slices Python runs its signal
+handlers, so a KeyboardInterrupt comes within a fraction of a second (a
+signal also ends the slice at once: sem_clockwait returns EINTR). An
+interrupted call cancels its operation and leaves the socket ready for the
+next request."""
 import ctypes
 import ctypes.util
+import errno
 import os
+import time
 
 _lib = None
+_libc = None
+WAIT_SLICE_S = 0.1
 
 
 class _Socket(ctypes.Structure):
@@ -15,6 +31,10 @@ class _Socket(ctypes.Structure):
 
 class _Dialer(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint32)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
 NNG_FLAG_ALLOC = 1
@@ -29,6 +49,7 @@ NNG_ECRYPTO = 26
 NNG_EPEERAUTH = 27
 NNG_TLS_MODE_CLIENT = 0
 NNG_TLS_AUTH_MODE_REQUIRED = 2
+CLOCK_MONOTONIC = 1
 
 
 def lib():
@@ -37,17 +58,37 @@ def lib():
     if _lib is None:
         name = ctypes.util.find_library("nng") or "libnng.so.1"
         L = ctypes.CDLL(name)
+        vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
         L.nng_req0_open.argtypes = [ctypes.POINTER(_Socket)]
-        L.nng_dial.argtypes = [_Socket, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
-        L.nng_socket_set_ms.argtypes = [_Socket, ctypes.c_char_p, ctypes.c_int32]
-        L.nng_socket_set_size.argtypes = [_Socket, ctypes.c_char_p, ctypes.c_size_t]
-        L.nng_send.argtypes = [_Socket, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        L.nng_recv.argtypes = [_Socket, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
-        L.nng_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        L.nng_dial.argtypes = [_Socket, cp, vp, ctypes.c_int]
+        L.nng_socket_set_ms.argtypes = [_Socket, cp, ctypes.c_int32]
+        L.nng_socket_set_size.argtypes = [_Socket, cp, sz]
         L.nng_close.argtypes = [_Socket]
         L.nng_strerror.argtypes = [ctypes.c_int]
-        L.nng_strerror.restype = ctypes.c_char_p
-        vp, cp = ctypes.c_void_p, ctypes.c_char_p
+        L.nng_strerror.restype = cp
+        L.nng_aio_alloc.argtypes = [ctypes.POINTER(vp), vp, vp]
+        for f in ("nng_aio_free", "nng_aio_stop", "nng_aio_cancel", "nng_aio_wait"):
+            getattr(L, f).argtypes = [vp]
+            getattr(L, f).restype = None
+        L.nng_aio_result.argtypes = [vp]
+        L.nng_aio_result.restype = ctypes.c_int
+        L.nng_aio_set_timeout.argtypes = [vp, ctypes.c_int32]
+        L.nng_aio_set_timeout.restype = None
+        L.nng_aio_set_msg.argtypes = [vp, vp]
+        L.nng_aio_set_msg.restype = None
+        L.nng_aio_get_msg.argtypes = [vp]
+        L.nng_aio_get_msg.restype = vp
+        L.nng_send_aio.argtypes = [_Socket, vp]
+        L.nng_send_aio.restype = None
+        L.nng_recv_aio.argtypes = [_Socket, vp]
+        L.nng_recv_aio.restype = None
+        L.nng_msg_alloc.argtypes = [ctypes.POINTER(vp), sz]
+        L.nng_msg_body.argtypes = [vp]
+        L.nng_msg_body.restype = vp
+        L.nng_msg_len.argtypes = [vp]
+        L.nng_msg_len.restype = sz
+        L.nng_msg_free.argtypes = [vp]
+        L.nng_msg_free.restype = None
         L.nng_dialer_create.argtypes = [ctypes.POINTER(_Dialer), _Socket, cp]
         L.nng_dialer_set_ptr.argtypes = [_Dialer, cp, vp]
         L.nng_dialer_start.argtypes = [_Dialer, ctypes.c_int]
@@ -61,6 +102,25 @@ def lib():
     return _lib
 
 
+def libc():
+    """libc's POSIX semaphores: sem_post is the aios' completion callback."""
+    global _libc
+    if _libc is None:
+        C = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        vp = ctypes.c_void_p
+        C.sem_init.argtypes = [vp, ctypes.c_int, ctypes.c_uint]
+        C.sem_destroy.argtypes = [vp]
+        C.sem_trywait.argtypes = [vp]
+        C.sem_timedwait.argtypes = [vp, ctypes.POINTER(_Timespec)]
+        try:  # glibc 2.30: the monotonic clock, so a change of the wall clock cannot stretch a slice
+            C.sem_clockwait.argtypes = [vp, ctypes.c_int, ctypes.POINTER(_Timespec)]
+            C.has_clockwait = True
+        except AttributeError:
+            C.has_clockwait = False
+        _libc = C
+    return _libc
+
+
 class NngError(Exception):
     def __init__(self, rv, what):
         self.rv = rv
@@ -69,19 +129,35 @@ class NngError(Exception):
 
 class ReqSocket:
     """One nng REQ socket dialled to `url`; `timeout_ms` bounds each send and
-    receive. Never resends on its own (a resent Step would train twice)."""
+    each receive (as libdqnd's socket timeouts). Never resends on its own (a
+    resent Step would train twice). call() may be interrupted (Ctrl-C) at any
+    time; the socket stays usable. One call at a time."""
 
     def __init__(self, url, timeout_ms, tls=None):
         L = lib()
         self._s = _Socket()
+        self._aio = ctypes.c_void_p()
+        # a sem_t is 32 bytes on every glibc target; room and alignment to spare
+        self._sem = (ctypes.c_uint64 * 8)()
         rv = L.nng_req0_open(ctypes.byref(self._s))
         if rv:
             raise NngError(rv, "nng_req0_open")
         self._open = True
+        if libc().sem_init(self._sem, 0, 0):
+            e = ctypes.get_errno()
+            self.close()
+            raise OSError(e, "sem_init: " + os.strerror(e))
+        self._sem_ok = True
+        post = ctypes.cast(libc().sem_post, ctypes.c_void_p)
+        rv = L.nng_aio_alloc(ctypes.byref(self._aio), post, ctypes.cast(self._sem, ctypes.c_void_p))
+        if rv:
+            self._aio = ctypes.c_void_p()
+            self.close()
+            raise NngError(rv, "nng_aio_alloc")
         L.nng_socket_set_ms(self._s, b"req:resend-time", NNG_DURATION_INFINITE)
         L.nng_socket_set_size(self._s, b"recv-size-max", 0)
         self.set_timeout(timeout_ms)
-        if url.startswith("tls+tcp://"):
+        if url.startswith("tls+"):
             try:
                 self._dial_tls(url, tls or {})
             except BaseException:
@@ -103,7 +179,7 @@ class ReqSocket:
             raise ValueError("tls_ca: a TLS client needs the CA that signed the daemon's certificate")
         if bool(cert) != bool(key):
             raise ValueError("tls_cert and tls_key: give both or neither")
-        host = url[len("tls+tcp://"):]
+        host = url.split("://", 1)[1]
         host = host[1:host.index("]")] if host.startswith("[") else host.split(":")[0].split("/")[0]
         cfg = ctypes.c_void_p()
         rv = L.nng_tls_config_alloc(ctypes.byref(cfg), NNG_TLS_MODE_CLIENT)
@@ -136,29 +212,99 @@ class ReqSocket:
             L.nng_tls_config_free(cfg)
 
     def set_timeout(self, timeout_ms):
+        self.timeout_ms = int(timeout_ms)
         L = lib()
-        L.nng_socket_set_ms(self._s, b"recv-timeout", int(timeout_ms))
-        L.nng_socket_set_ms(self._s, b"send-timeout", int(timeout_ms))
+        L.nng_socket_set_ms(self._s, b"recv-timeout", self.timeout_ms)  # the TLS dial's handshake
+        L.nng_socket_set_ms(self._s, b"send-timeout", self.timeout_ms)
 
-    def call(self, data: bytes) -> bytes:
+    def _wait(self):
+        """Until the aio's callback has posted the semaphore, in slices: Python
+        runs signal handlers (KeyboardInterrupt) between them."""
+        C = libc()
+        ts = _Timespec()
+        while True:
+            if C.has_clockwait:
+                t = time.clock_gettime(time.CLOCK_MONOTONIC) + WAIT_SLICE_S
+            else:
+                t = time.time() + WAIT_SLICE_S
+            ts.tv_sec, ts.tv_nsec = int(t), int((t - int(t)) * 1e9)
+            if C.has_clockwait:
+                rv = C.sem_clockwait(self._sem, CLOCK_MONOTONIC, ctypes.byref(ts))
+            else:
+                rv = C.sem_timedwait(self._sem, ctypes.byref(ts))
+            if rv == 0:
+                lib().nng_aio_wait(self._aio)  # the callback has returned: the aio may start again
+                return
+            e = ctypes.get_errno()
+            if e not in (errno.ETIMEDOUT, errno.EINTR):
+                raise OSError(e, "sem_clockwait: " + os.strerror(e))
+
+    def _abort(self):
+        """Cancels the aio's operation (a request in flight is abandoned: its
+        reply, if one comes, is dropped) and frees a message left in it."""
         L = lib()
-        buf = ctypes.create_string_buffer(data, len(data))
-        rv = L.nng_send(self._s, buf, len(data), 0)
+        L.nng_aio_cancel(self._aio)
+        L.nng_aio_wait(self._aio)
+        while libc().sem_trywait(self._sem) == 0:  # the cancelled operation's post
+            pass
+        m = L.nng_aio_get_msg(self._aio)
+        if m:
+            L.nng_aio_set_msg(self._aio, None)
+            L.nng_msg_free(m)
+
+    def call(self, data: bytes, timeout_ms=None) -> bytes:
+        """Sends one request and returns its reply; timeout_ms (default the
+        socket's) bounds the send and the receive each."""
+        if not self._open:
+            raise NngError(NNG_ECLOSED, "send")
+        L = lib()
+        t = self.timeout_ms if timeout_ms is None else int(timeout_ms)
+        m = ctypes.c_void_p()
+        rv = L.nng_msg_alloc(ctypes.byref(m), len(data))
         if rv:
             raise NngError(rv, "send")
-        ptr = ctypes.c_void_p()
-        size = ctypes.c_size_t()
-        rv = L.nng_recv(self._s, ctypes.byref(ptr), ctypes.byref(size), NNG_FLAG_ALLOC)
+        ctypes.memmove(L.nng_msg_body(m), data, len(data))
+        aio = self._aio
+        try:
+            L.nng_aio_set_msg(aio, m)
+            L.nng_aio_set_timeout(aio, t)
+            L.nng_send_aio(self._s, aio)
+            self._wait()
+            rv = L.nng_aio_result(aio)
+            if rv:  # the message stays ours when the send fails
+                m = L.nng_aio_get_msg(aio)
+                L.nng_aio_set_msg(aio, None)
+                if m:
+                    L.nng_msg_free(m)
+                raise NngError(rv, "send")
+            L.nng_aio_set_timeout(aio, t)
+            L.nng_recv_aio(self._s, aio)
+            self._wait()
+        except BaseException:  # KeyboardInterrupt (or another signal handler's exception) during a wait
+            self._abort()
+            raise
+        rv = L.nng_aio_result(aio)
         if rv:
             raise NngError(rv, "receive")
+        r = L.nng_aio_get_msg(aio)
+        L.nng_aio_set_msg(aio, None)
         try:
-            return ctypes.string_at(ptr, size.value)
+            return ctypes.string_at(L.nng_msg_body(r), L.nng_msg_len(r))
         finally:
-            L.nng_free(ptr, size)
+            L.nng_msg_free(r)
 
     def close(self):
         if getattr(self, "_open", False):
-            lib().nng_close(self._s)
+            L = lib()
+            if self._aio:
+                L.nng_aio_stop(self._aio)  # waits out an operation in flight (none, used as documented)
+            L.nng_close(self._s)
+            if self._aio:
+                L.nng_aio_free(self._aio)
+                self._aio = ctypes.c_void_p()
+            if getattr(self, "_sem_ok", False):
+                libc().sem_destroy(self._sem)
+                self._sem_ok = False
             self._open = False
 
     def __del__(self):
