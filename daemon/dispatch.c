@@ -29,6 +29,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "trainer.h"
+#include "wire.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -48,14 +49,14 @@ void dispatch_reply_done(rpc_call_t *c) {
 
 int dispatch_learner_code(int rc) {
   switch (rc) {
-  case LEARNER_EINVAL: return DQND__V1__CODE__INVALID_ARGUMENT;
-  case LEARNER_ENOMEM: return DQND__V1__CODE__RESOURCE_EXHAUSTED;
-  case LEARNER_EEMPTY: return DQND__V1__CODE__FAILED_PRECONDITION;
-  case LEARNER_EDIVERGED: return DQND__V1__CODE__FAILED_PRECONDITION;
-  case LEARNER_ECORRUPT: return DQND__V1__CODE__DATA_LOSS;
-  case LEARNER_EUNSUPPORTED: return DQND__V1__CODE__FAILED_PRECONDITION;
-  case LEARNER_EDEVICE: return DQND__V1__CODE__UNAVAILABLE;
-  default: return DQND__V1__CODE__INTERNAL;
+  case LEARNER_EINVAL: return CODE_INVALID_ARGUMENT;
+  case LEARNER_ENOMEM: return CODE_RESOURCE_EXHAUSTED;
+  case LEARNER_EEMPTY: return CODE_FAILED_PRECONDITION;
+  case LEARNER_EDIVERGED: return CODE_FAILED_PRECONDITION;
+  case LEARNER_ECORRUPT: return CODE_DATA_LOSS;
+  case LEARNER_EUNSUPPORTED: return CODE_FAILED_PRECONDITION;
+  case LEARNER_EDEVICE: return CODE_UNAVAILABLE;
+  default: return CODE_INTERNAL;
   }
 }
 
@@ -130,13 +131,13 @@ static int fields_unique(Dqnd__V1__Field **f, size_t n, const char *what, char *
    * hold this thread for ~10^11 comparisons (a review find) */
   if (n > (size_t)learner_num_fields)
     return snprintf(err, errlen, "%s: %zu fields given, more than the %d there are", what, n, learner_num_fields),
-           DQND__V1__CODE__INVALID_ARGUMENT;
+           CODE_INVALID_ARGUMENT;
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < i; j++)
       if (!strcmp(f[i]->name, f[j]->name))
         return snprintf(err, errlen, "%s: field '%s' is given twice (%s[%zu] and %s[%zu])", what, f[i]->name, what, j,
                         what, i),
-               DQND__V1__CODE__INVALID_ARGUMENT;
+               CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -144,11 +145,11 @@ static int fields_unique(Dqnd__V1__Field **f, size_t n, const char *what, char *
  * 0 or INVALID_ARGUMENT. */
 static int config_from_fields(Dqnd__V1__Field **f, size_t n, learner_config_t *cfg, char *err, size_t errlen) {
   learner_config_default(cfg);
-  if (fields_unique(f, n, "config", err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
+  if (fields_unique(f, n, "config", err, errlen)) return CODE_INVALID_ARGUMENT;
   for (size_t i = 0; i < n; i++) {
-    if (learner_config_set(cfg, f[i]->name, f[i]->value, err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
+    if (learner_config_set(cfg, f[i]->name, f[i]->value, err, errlen)) return CODE_INVALID_ARGUMENT;
   }
-  if (learner_config_validate(cfg, err, errlen)) return DQND__V1__CODE__INVALID_ARGUMENT;
+  if (learner_config_validate(cfg, err, errlen)) return CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -213,7 +214,7 @@ static void run_list(trainer_job_t *j) {
   if (!ti || !ptr) {
     for (int i = 0; i < n; i++) trainer_put(ts[i]);
     free(ts), free(ti), free(ptr);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   for (int i = 0; i < n; i++) {
@@ -241,7 +242,7 @@ static void run_list(trainer_job_t *j) {
 void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   tinfo_t *ti = calloc(1, sizeof *ti);
   if (!ti) {
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   learner_stats_t st;
@@ -265,7 +266,7 @@ static int check_create(const req_t *r, trainer_job_t *j, char *err, size_t errl
   const Dqnd__V1__CreateTrainer *m = r->create_trainer;
   int ok;
   j->backend = dispatch_parse_backend(m->backend, &ok);
-  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
+  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), CODE_INVALID_ARGUMENT;
   return config_from_fields(m->config, m->n_config, &j->cfg, err, errlen);
 }
 
@@ -282,14 +283,14 @@ static void run_create(trainer_job_t *j) {
     if (same)
       dispatch_reply_trainer(c, t, 0);
     else
-      rpc_reply_error(c, DQND__V1__CODE__ALREADY_EXISTS,
+      rpc_reply_error(c, CODE_ALREADY_EXISTS,
                       "name: trainer '%s' exists with a different config (hash %016" PRIx64 ")", m->name, t->cfg_hash);
     trainer_put(t);
     return;
   }
   learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
   if (ckpt_fits(cfg, be, err, sizeof err)) {
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "%s", err);
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "%s", err);
     return;
   }
   learner_t *l;
@@ -319,12 +320,12 @@ static void run_destroy(trainer_job_t *j) {
   char err[512], moved[1300];
   int src = m->save_final ? trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err) : 0;
   if (src) {
-    rpc_reply_error(c, src == TRAINER_SAVE_NOT_FINITE ? DQND__V1__CODE__FAILED_PRECONDITION : DQND__V1__CODE__INTERNAL,
+    rpc_reply_error(c, src == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "save_final: %s (trainer kept)", err);
     return;
   }
   if (trainer_retire(t, "destroyed", moved, sizeof moved)) {
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot move trainer '%s''s directory aside (trainer kept; "
+    rpc_reply_error(c, CODE_INTERNAL, "name: cannot move trainer '%s''s directory aside (trainer kept; "
                     "see the daemon's log)", t->name);
     return;
   }
@@ -341,7 +342,7 @@ static void run_destroy(trainer_job_t *j) {
 static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SubmitTransitions *m = r->submit_transitions;
   uint64_t n = m->count, S = (uint64_t)j->t->cfg.state_dim;
-  if (n == 0) return snprintf(err, errlen, "count: must be >= 1"), 3;
+  if (n == 0) return snprintf(err, errlen, "count: must be >= 1"), CODE_INVALID_ARGUMENT;
 #define LEN(f, want)                                                                                              \
   if ((uint64_t)m->f.len != (want))                                                                              \
     return snprintf(err, errlen, #f ": %zu bytes, expected %llu (count %llu)", m->f.len,                         \
@@ -359,7 +360,7 @@ static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errl
                                   (const float *)m->rewards.data, (const float *)m->next_states.data, m->dones.data,
                                   m->episode_ids.len ? (const int64_t *)m->episode_ids.data : NULL,
                                   m->episode_ends.len ? m->episode_ends.data : NULL};
-  return learner_transitions_validate(&j->t->cfg, &j->tr, err, errlen) ? 3 : 0;
+  return learner_transitions_validate(&j->t->cfg, &j->tr, err, errlen) ? CODE_INVALID_ARGUMENT : 0;
 }
 
 static void run_submit(trainer_job_t *j) {
@@ -388,7 +389,7 @@ static void run_submit(trainer_job_t *j) {
 
 static int check_step(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   uint32_t n = r->step->n;
-  if (n < 1 || n > 1000000) return snprintf(err, errlen, "n: %u is outside [1, 1000000]", n), 3;
+  if (n < 1 || n > 1000000) return snprintf(err, errlen, "n: %u is outside [1, 1000000]", n), CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -410,7 +411,7 @@ static void run_step(trainer_job_t *j) {
   if (rc == LEARNER_EDIVERGED) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
-    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "trainer '%s' %s", t->name, msg);
+    rpc_reply_error(c, CODE_FAILED_PRECONDITION, "trainer '%s' %s", t->name, msg);
     return;
   }
   if (rc && rc != LEARNER_ESTOPPED) {
@@ -452,9 +453,9 @@ static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen)
   const trainer_t *t = j->t;
   const Dqnd__V1__Act *m = r->act;
   if (m->noisy && !t->cfg.noisy)
-    return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), 3;
+    return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), CODE_INVALID_ARGUMENT;
   if (m->count < 1 || m->count > ACT_MAX_STATES)
-    return snprintf(err, errlen, "count: %u is outside [1, %d]", m->count, ACT_MAX_STATES), 3;
+    return snprintf(err, errlen, "count: %u is outside [1, %d]", m->count, ACT_MAX_STATES), CODE_INVALID_ARGUMENT;
   uint64_t want = (uint64_t)m->count * (uint64_t)t->cfg.state_dim * 4;
   if (m->states.len != want)
     return snprintf(err, errlen, "states: %zu bytes, expected count*state_dim*4 = %llu", m->states.len,
@@ -479,7 +480,7 @@ static void run_act(trainer_job_t *j) {
   float *qv = q ? q + (size_t)n * (size_t)qw : NULL;
   if (!a || (m->want_q && !q)) {
     free(a), free(q);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "count: out of memory for %d states", n);
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "count: out of memory for %d states", n);
     return;
   }
   char err[512];
@@ -510,7 +511,7 @@ static void run_act(trainer_job_t *j) {
 
 static int check_sync(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   float tau = r->sync_target->tau;
-  if (!(tau >= 0 && tau <= 1)) return snprintf(err, errlen, "tau: %g is outside [0, 1]", (double)tau), 3;
+  if (!(tau >= 0 && tau <= 1)) return snprintf(err, errlen, "tau: %g is outside [0, 1]", (double)tau), CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -527,24 +528,24 @@ static void run_sync(trainer_job_t *j) {
  * have changed those), where the learner checks the combination again. */
 static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SetHyperparams *m = r->set_hyperparams;
-  if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), 3;
-  if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return 3;
+  if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), CODE_INVALID_ARGUMENT;
+  if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return CODE_INVALID_ARGUMENT;
   learner_config_default(&j->cfg);
   j->cfg.hp = j->t->cfg.hp;
   for (size_t i = 0; i < m->n_hparams; i++) {
     const learner_field_t *f = learner_field_find(m->hparams[i]->name);
     if (!f) {
       learner_config_set(&j->cfg, m->hparams[i]->name, "", err, errlen); /* names it, with the nearest field */
-      return 3;
+      return CODE_INVALID_ARGUMENT;
     }
     if (!f->hparam)
       return snprintf(err, errlen, "%s: fixed at creation (changes a shape or the replay); not a hyperparameter", f->name),
              3;
-    if (learner_config_set(&j->cfg, f->name, m->hparams[i]->value, err, errlen)) return 3;
-    if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), 3;
+    if (learner_config_set(&j->cfg, f->name, m->hparams[i]->value, err, errlen)) return CODE_INVALID_ARGUMENT;
+    if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), CODE_INVALID_ARGUMENT;
     j->fields[j->n_fields++] = f;
   }
-  return learner_hparams_validate(&j->cfg.hp, err, errlen) ? 3 : 0;
+  return learner_hparams_validate(&j->cfg.hp, err, errlen) ? CODE_INVALID_ARGUMENT : 0;
 }
 
 /* a field's value from one config into another (hyperparameters are scalars) */
@@ -582,53 +583,54 @@ static void run_stats(trainer_job_t *j) { dispatch_reply_trainer(j->c, j->t, 0);
 /* ------------------------------------------------------------------ table */
 
 static const cmd_t commands[] = {
-    [DQND__V1__REQUEST__COMMAND_HEALTH] = {"Health", F_NOW, NULL, NULL, run_health},
-    [DQND__V1__REQUEST__COMMAND_SERVER_INFO] = {"ServerInfo", F_NOW, NULL, NULL, run_server_info},
-    [DQND__V1__REQUEST__COMMAND_LIST_TRAINERS] = {"ListTrainers", F_NOW, NULL, NULL, run_list},
-    [DQND__V1__REQUEST__COMMAND_CREATE_TRAINER] = {"CreateTrainer", F_ADMIN, name_create, check_create, run_create},
-    [DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER] = {"DestroyTrainer", F_QUEUE | F_TRAINER | F_ANY_STATE, name_destroy,
+    [DQND__V1__REQUEST__COMMAND_HEALTH] = {F_NOW, NULL, NULL, run_health},
+    [DQND__V1__REQUEST__COMMAND_SERVER_INFO] = {F_NOW, NULL, NULL, run_server_info},
+    [DQND__V1__REQUEST__COMMAND_LIST_TRAINERS] = {F_NOW, NULL, NULL, run_list},
+    [DQND__V1__REQUEST__COMMAND_CREATE_TRAINER] = {F_ADMIN, name_create, check_create, run_create},
+    [DQND__V1__REQUEST__COMMAND_DESTROY_TRAINER] = {F_QUEUE | F_TRAINER | F_ANY_STATE, name_destroy,
                                                     NULL, run_destroy},
-    [DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS] = {"SubmitTransitions", F_QUEUE | F_TRAINER, name_submit, check_submit,
+    [DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS] = {F_QUEUE | F_TRAINER, name_submit, check_submit,
                                                        run_submit},
-    [DQND__V1__REQUEST__COMMAND_STEP] = {"Step", F_QUEUE | F_TRAINER, name_step, check_step, run_step},
-    [DQND__V1__REQUEST__COMMAND_ACT] = {"Act", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_act, check_act, run_act},
-    [DQND__V1__REQUEST__COMMAND_SYNC_TARGET] = {"SyncTarget", F_QUEUE | F_TRAINER, name_sync, check_sync, run_sync},
-    [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {"SetHyperparams", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_hparams, check_hparams,
+    [DQND__V1__REQUEST__COMMAND_STEP] = {F_QUEUE | F_TRAINER, name_step, check_step, run_step},
+    [DQND__V1__REQUEST__COMMAND_ACT] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_act, check_act, run_act},
+    [DQND__V1__REQUEST__COMMAND_SYNC_TARGET] = {F_QUEUE | F_TRAINER, name_sync, check_sync, run_sync},
+    [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_hparams, check_hparams,
                                                     run_hparams},
-    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {"SaveCheckpoint", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_save, NULL, dispatch_run_save},
-    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {"FetchCheckpoint", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_fetch, dispatch_check_fetch,
+    [DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_save, NULL, dispatch_run_save},
+    [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_fetch, dispatch_check_fetch,
                                                      dispatch_run_fetch},
-    [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {"LoadCheckpoint", F_ADMIN, name_load, dispatch_check_load, dispatch_run_load},
-    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {"GetStats", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, NULL, run_stats},
-    [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {"ListCheckpoints", F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_list_ckpt, NULL,
+    [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {F_ADMIN, name_load, dispatch_check_load, dispatch_run_load},
+    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, NULL, run_stats},
+    [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_list_ckpt, NULL,
                                                      dispatch_run_list_checkpoints},
-    [DQND__V1__REQUEST__COMMAND_CANCEL] = {"Cancel", F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
+    [DQND__V1__REQUEST__COMMAND_CANCEL] = {F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
-const char *dispatch_command_name(int cs) { return cs > 0 && cs < N_COMMANDS && commands[cs].run ? commands[cs].name : NULL; }
 
 /* --------------------------------------------------------------- routing */
+
+void dispatch_refuse(rpc_call_t *c, int code, const char *msg) { rpc_reply_error(c, code, "%s", msg); }
 
 void dispatch(server_t *s, rpc_call_t *c) {
   const req_t *r = rpc_request(c);
   if (r->version != PROTOCOL_VERSION) {
-    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "version: %u is not supported (this daemon speaks %u)",
+    rpc_reply_error(c, CODE_FAILED_PRECONDITION, "version: %u is not supported (this daemon speaks %u)",
                     r->version, PROTOCOL_VERSION);
     return;
   }
   if (s->opts.auth_token[0] && strcmp(r->auth_token, s->opts.auth_token)) {
-    rpc_reply_error(c, DQND__V1__CODE__UNAUTHENTICATED, "auth_token: %s", r->auth_token[0] ? "wrong" : "missing");
+    rpc_reply_error(c, CODE_UNAUTHENTICATED, "auth_token: %s", r->auth_token[0] ? "wrong" : "missing");
     return;
   }
   int cs = (int)r->command_case;
   if (cs <= 0 || cs >= N_COMMANDS || !commands[cs].run) {
-    rpc_reply_error(c, DQND__V1__CODE__UNIMPLEMENTED, "command: %s", cs ? "unknown to this daemon" : "not set (or unknown to this daemon)");
+    rpc_reply_error(c, CODE_UNIMPLEMENTED, "command: %s", cs ? "unknown to this daemon" : "not set (or unknown to this daemon)");
     return;
   }
   const cmd_t *cmd = &commands[cs];
   if (atomic_load(&s->draining) && !(cmd->flags & F_NOW)) {
-    rpc_reply_error(c, DQND__V1__CODE__UNAVAILABLE, "%s: the daemon is shutting down", cmd->name);
+    rpc_reply_error(c, CODE_UNAVAILABLE, "%s: the daemon is shutting down", wire_command_name(cs));
     return;
   }
   if (cmd->flags & F_NOW) { /* no trainer, no check: answered here */
@@ -640,21 +642,22 @@ void dispatch(server_t *s, rpc_call_t *c) {
   if (cmd->get_name) {
     const char *name = cmd->get_name(r);
     if (!name || !trainer_name_ok(name)) {
-      rpc_reply_error(c, DQND__V1__CODE__INVALID_ARGUMENT, "name: '%s' is not 1-64 of [A-Za-z0-9_.-]", name ? name : "");
+      rpc_reply_error(c, CODE_INVALID_ARGUMENT, "name: '%s' is not 1-64 of [A-Za-z0-9_.-]", name ? name : "");
       return;
     }
     if (cmd->flags & F_TRAINER) {
       t = trainer_get(s, name);
       if (!t) {
-        rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "name: no trainer '%s'", name);
+        rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s'", name);
         return;
       }
     }
   }
   trainer_job_t *j = trainer_job_new(s, t, c, cmd->run); /* t's reference is the job's from here */
+  if (j) j->request_id = r->request_id;
   if (!j) {
     if (t) trainer_put(t);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   j->any_state = (cmd->flags & F_ANY_STATE) != 0;
@@ -676,9 +679,9 @@ void dispatch(server_t *s, rpc_call_t *c) {
   if (rc) {
     trainer_job_free(j);
     if (rc == WORKQ_FULL)
-      rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "%s: the queue is full (%d); retry later", cmd->name,
+      rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "%s: the queue is full (%d); retry later", wire_command_name(cs),
                       s->opts.queue_depth);
     else
-      rpc_reply_error(c, DQND__V1__CODE__UNAVAILABLE, "%s: the trainer is shutting down", cmd->name);
+      rpc_reply_error(c, CODE_UNAVAILABLE, "%s: the trainer is shutting down", wire_command_name(cs));
   }
 }

@@ -13,9 +13,9 @@
 
 /* The request handler given to rpc_start (an rpc_request_cb). */
 void dispatch(server_t *s, rpc_call_t *c);
-/* The command's name in the table ("Step"), or NULL for a Request oneof case
- * this daemon does not serve. */
-const char *dispatch_command_name(int command_case);
+/* The server's refuse hook (server.h): an error reply for a call the
+ * trainer module turns away. */
+void dispatch_refuse(rpc_call_t *c, int code, const char *msg);
 /* Frees the unfinished checkpoint uploads (at exit, once no request runs). */
 void dispatch_free_uploads(server_t *s);
 

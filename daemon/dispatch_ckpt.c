@@ -34,7 +34,7 @@ void dispatch_run_save(trainer_job_t *j) {
   char err[512];
   int rc = trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err);
   if (rc)
-    rpc_reply_error(c, rc == TRAINER_SAVE_NOT_FINITE ? DQND__V1__CODE__FAILED_PRECONDITION : DQND__V1__CODE__INTERNAL,
+    rpc_reply_error(c, rc == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "%s", err);
   else dispatch_reply_checkpoint(c, &info);
 }
@@ -45,14 +45,14 @@ void dispatch_run_list_checkpoints(trainer_job_t *j) {
   ckpt_info_t *all;
   int n;
   if (ckpt_list(t->dir, &all, &n)) {
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "name: cannot read trainer '%s''s checkpoint directory", t->name);
+    rpc_reply_error(c, CODE_INTERNAL, "name: cannot read trainer '%s''s checkpoint directory", t->name);
     return;
   }
   Dqnd__V1__CheckpointInfo *ci = calloc((size_t)(n ? n : 1), sizeof *ci);
   Dqnd__V1__CheckpointInfo **ptr = calloc((size_t)(n ? n : 1), sizeof *ptr);
   if (!ci || !ptr) {
     free(all), free(ci), free(ptr);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   for (int i = 0; i < n; i++) {
@@ -78,7 +78,7 @@ void dispatch_run_list_checkpoints(trainer_job_t *j) {
 
 int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const char *id = r->fetch_checkpoint->checkpoint;
-  if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), 3;
+  if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -90,11 +90,11 @@ void dispatch_run_fetch(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
   if (ckpt_find(t->dir, m->checkpoint, &info, err, sizeof err)) {
-    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "%s", err);
+    rpc_reply_error(c, CODE_NOT_FOUND, "%s", err);
     return;
   }
   if (m->offset > info.bytes) {
-    rpc_reply_error(c, DQND__V1__CODE__OUT_OF_RANGE, "offset: %llu is past the end (%llu bytes)",
+    rpc_reply_error(c, CODE_OUT_OF_RANGE, "offset: %llu is past the end (%llu bytes)",
                     (unsigned long long)m->offset, (unsigned long long)info.bytes);
     return;
   }
@@ -108,7 +108,7 @@ void dispatch_run_fetch(trainer_job_t *j) {
   size_t got = 0;
   if (!buf || ckpt_read_chunk(&info, m->offset, buf, want, &got) || got != want) {
     free(buf);
-    rpc_reply_error(c, DQND__V1__CODE__INTERNAL, "checkpoint: reading %s failed", info.id);
+    rpc_reply_error(c, CODE_INTERNAL, "checkpoint: reading %s failed", info.id);
     return;
   }
   Dqnd__V1__CheckpointChunk ch = DQND__V1__CHECKPOINT_CHUNK__INIT;
@@ -163,10 +163,10 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
   const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
   int ok;
   j->backend = dispatch_parse_backend(m->backend, &ok);
-  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), 3;
+  if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), CODE_INVALID_ARGUMENT;
   int has_path = m->path && m->path[0];
   if (has_path == (m->data.len > 0 || m->total > 0))
-    return snprintf(err, errlen, "path: give either path or data chunks, not %s", has_path ? "both" : "neither"), 3;
+    return snprintf(err, errlen, "path: give either path or data chunks, not %s", has_path ? "both" : "neither"), CODE_INVALID_ARGUMENT;
   if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset > m->total || m->data.len > m->total - m->offset))
     return snprintf(err, errlen, "total: %llu bytes (chunk at %llu + %zu) is inconsistent or too large",
                     (unsigned long long)m->total, (unsigned long long)m->offset, m->data.len),
@@ -190,11 +190,11 @@ void dispatch_run_load(trainer_job_t *j0) {
     if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
     if (lrc) {
       rpc_reply_error(c,
-                      lrc == CKPT_ENOENT    ? DQND__V1__CODE__NOT_FOUND
-                      : lrc == CKPT_ENOMEM  ? DQND__V1__CODE__RESOURCE_EXHAUSTED
-                      : lrc == CKPT_EACCES  ? DQND__V1__CODE__PERMISSION_DENIED
-                      : lrc == CKPT_ENOTREG ? DQND__V1__CODE__INVALID_ARGUMENT
-                                            : DQND__V1__CODE__DATA_LOSS,
+                      lrc == CKPT_ENOENT    ? CODE_NOT_FOUND
+                      : lrc == CKPT_ENOMEM  ? CODE_RESOURCE_EXHAUSTED
+                      : lrc == CKPT_EACCES  ? CODE_PERMISSION_DENIED
+                      : lrc == CKPT_ENOTREG ? CODE_INVALID_ARGUMENT
+                                            : CODE_DATA_LOSS,
                       "%s", err);
       return;
     }
@@ -227,13 +227,13 @@ void dispatch_run_load(trainer_job_t *j0) {
       if (!nu) {
         pthread_mutex_unlock(&s->up_mu);
         if (!why)
-          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "name: out of memory for a new upload");
+          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "name: out of memory for a new upload");
         else if (!strcmp(why, "uploads"))
-          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
+          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
                           "name: %d other checkpoint uploads are unfinished (at most %d at once)", n_open,
                           UPLOAD_MAX_OPEN);
         else
-          rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED,
+          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
                           "total: %llu bytes beside the %llu of unfinished uploads exceed %llu",
                           (unsigned long long)m->total, (unsigned long long)open_bytes, (unsigned long long)most);
         return;
@@ -250,7 +250,7 @@ void dispatch_run_load(trainer_job_t *j0) {
       s->uploads = u = nu;
     } else if (!u || u->n != m->offset || u->total != m->total) {
       pthread_mutex_unlock(&s->up_mu);
-      rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
+      rpc_reply_error(c, CODE_FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
                       (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
       return;
     }
@@ -261,7 +261,7 @@ void dispatch_run_load(trainer_job_t *j0) {
       uint8_t *d = realloc(u->data, (size_t)cap);
       if (!d) {
         pthread_mutex_unlock(&s->up_mu);
-        rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "data: cannot hold %llu bytes (the chunk may be sent again)",
+        rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "data: cannot hold %llu bytes (the chunk may be sent again)",
                         (unsigned long long)cap);
         return;
       }
@@ -292,7 +292,7 @@ void dispatch_run_load(trainer_job_t *j0) {
     }
     upload_free(u);
     if (bad) {
-      rpc_reply_error(c, bad == 2 ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__DATA_LOSS, "%s", err);
+      rpc_reply_error(c, bad == 2 ? CODE_RESOURCE_EXHAUSTED : CODE_DATA_LOSS, "%s", err);
       return;
     }
   }
@@ -313,12 +313,12 @@ void dispatch_run_load(trainer_job_t *j0) {
   trainer_t *t = trainer_get(s, m->name);
   if (!t) {
     learner_destroy(l);
-    rpc_reply_error(c, DQND__V1__CODE__NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
+    rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
     return;
   }
   if (!learner_config_same_shape(&t->cfg, learner_config(l))) {
     learner_destroy(l);
-    rpc_reply_error(c, DQND__V1__CODE__FAILED_PRECONDITION,
+    rpc_reply_error(c, CODE_FAILED_PRECONDITION,
                     "path: the checkpoint's shapes differ from trainer '%s' (create a new trainer from it instead)", m->name);
     trainer_put(t);
     return;
@@ -327,7 +327,7 @@ void dispatch_run_load(trainer_job_t *j0) {
   if (!j) {
     learner_destroy(l);
     trainer_put(t);
-    rpc_reply_error(c, DQND__V1__CODE__RESOURCE_EXHAUSTED, "out of memory");
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   j->loaded = l;
@@ -335,7 +335,7 @@ void dispatch_run_load(trainer_job_t *j0) {
   int rc = trainer_enqueue(j);
   if (rc) {
     trainer_job_free(j); /* the learner and the reference */
-    rpc_reply_error(c, rc == WORKQ_FULL ? DQND__V1__CODE__RESOURCE_EXHAUSTED : DQND__V1__CODE__UNAVAILABLE,
+    rpc_reply_error(c, rc == WORKQ_FULL ? CODE_RESOURCE_EXHAUSTED : CODE_UNAVAILABLE,
                     "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
   }
 }

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "dispatch.h"
 #include "trainer.h"
+#include "wire.h"
 
 #define PROTOCOL_VERSION 1u
 #define ACT_MAX_STATES (1 << 20)
@@ -21,8 +22,8 @@ typedef Dqnd__V1__Reply rep_t;
  * up and checked, then run on the nng thread, never queued (Cancel) */
 enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16, F_DIVERGED_OK = 32, F_DIRECT = 64 };
 
+/* a command's name is its message's (wire_command_name) */
 typedef struct cmd {
-  const char *name;
   int flags;
   const char *(*get_name)(const req_t *r); /* trainer name, or NULL */
   /* 0, or a code with err set; runs on the nng thread; j->t is the trainer

@@ -173,6 +173,8 @@ int main(int argc, char **argv) {
     log_info(NULL, "no usable CUDA device (%s)", s->device);
     snprintf(s->device, sizeof s->device, "none");
   }
+  s->refuse = dispatch_refuse;
+  metrics_set_trainer_source(trainer_metrics_list);
   pthread_mutex_init(&s->reg_mu, NULL);
   pthread_mutex_init(&s->up_mu, NULL);
   s->trainers = calloc((size_t)s->opts.max_trainers, sizeof *s->trainers);

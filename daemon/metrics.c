@@ -27,9 +27,8 @@
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>
 
-#include "dispatch.h"
+#include "wire.h"
 #include "log.h"
-#include "trainer.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -79,7 +78,7 @@ static void hist_observe(hist_t *h, const double *le, int nb, double v, uint64_t
   h->sum += sum;
 }
 
-static int cmd_index(int cs) { return cs > 0 && cs < N_CMDS && dispatch_command_name(cs) ? cs : 0; }
+static int cmd_index(int cs) { return cs > 0 && cs < N_CMDS && wire_command_name(cs) ? cs : 0; }
 
 void metrics_request(int command_case, int code, double seconds) {
   int i = cmd_index(command_case);
@@ -162,13 +161,12 @@ static void hist_out(buf_t *b, const char *name, const char *labels, const hist_
   out(b, "%s_count%s%.*s%s %" PRIu64 "\n", name, ln ? "{" : "", ln, labels, ln ? "}" : "", h->count);
 }
 
-static const char *cmd_name(int i) { return i ? dispatch_command_name(i) : "unknown"; }
+static const char *cmd_name(int i) { return i ? wire_command_name(i) : "unknown"; }
 
-typedef struct tsnap {
-  char name[65];
-  int64_t queued, replay_size, memory;
-  uint64_t step;
-} tsnap_t;
+typedef metrics_trainer_t tsnap_t;
+
+static int (*trainer_source)(server_t *s, metrics_trainer_t **out);
+void metrics_set_trainer_source(int (*list)(server_t *s, metrics_trainer_t **out)) { trainer_source = list; }
 
 static void render(server_t *s, buf_t *b) {
   counters_t *c = malloc(sizeof *c);
@@ -202,25 +200,11 @@ static void render(server_t *s, buf_t *b) {
          "Seconds per optimiser step (each learner call's mean, counted once per step).");
   hist_out(b, "dqnd_step_duration_seconds", "", &c->step_dur, step_le, STEP_NB);
 
-  /* the trainers: the registry's list (reg_mu, briefly), then each one's
-   * snapshot under its own mutex; the worker is never waited for */
-  trainer_t **ts;
-  int n = trainer_list(s, &ts);
-  tsnap_t *t = calloc((size_t)(n ? n : 1), sizeof *t);
-  for (int i = 0; i < n; i++) {
-    if (t) {
-      snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
-      t[i].queued = workq_pending(&ts[i]->q);
-      t[i].memory = learner_memory_estimate(&ts[i]->cfg); /* cfg's shapes are immutable */
-      pthread_mutex_lock(&ts[i]->mu);
-      t[i].replay_size = ts[i]->stats.replay_size;
-      t[i].step = ts[i]->stats.step;
-      pthread_mutex_unlock(&ts[i]->mu);
-    }
-    trainer_put(ts[i]);
-  }
-  free(ts);
-  if (!t) n = 0, b->oom = 1;
+  /* the trainers, as the source main.c registered lists them (trainer.c:
+   * each one's snapshot, never waiting for its worker) */
+  tsnap_t *t = NULL;
+  int n = trainer_source ? trainer_source(s, &t) : 0;
+  if (n < 0) n = 0, b->oom = 1;
   family(b, "dqnd_trainers", "gauge", "Trainers loaded.");
   out(b, "dqnd_trainers %d\n", n);
   /* trainer names are [A-Za-z0-9_.-] (trainer_name_ok): no label escaping needed */

@@ -7,9 +7,9 @@
  * Threads: the record functions take one mutex for a few additions, from any
  * thread (nng's, the workers'); recording happens whether or not the server
  * runs. The HTTP handler runs on an nng thread: it copies the counters under
- * that mutex and reads each trainer's snapshot under t->mu (held only for
- * copies by the workers), so a scrape never waits for a learner and never
- * calls CUDA. GPU memory comes from metrics_gpu_memory(), which main.c's
+ * that mutex and has the trainer source (trainer.c) read each trainer's
+ * snapshot under t->mu (held only for copies by the workers), so a scrape
+ * never waits for a learner and never calls CUDA. GPU memory comes from metrics_gpu_memory(), which main.c's
  * loop calls (see there).
  */
 #ifndef DQND_METRICS_H
@@ -32,6 +32,16 @@ void metrics_request(int command_case, int code, double seconds);
 void metrics_transitions(uint64_t n);
 /* n optimiser steps that took `seconds` in all (one learner_step call). */
 void metrics_steps(int n, double seconds);
+/* One trainer's gauges at scrape time. */
+typedef struct metrics_trainer {
+  char name[65];
+  int64_t queued, replay_size, memory;
+  uint64_t step;
+} metrics_trainer_t;
+/* Who lists the trainers at scrape time: n rows into *out (malloc'd; the
+ * caller frees), or -1 out of memory. main.c registers trainer.c's
+ * trainer_metrics_list, so metrics.c needs nothing above it. */
+void metrics_set_trainer_source(int (*list)(server_t *s, metrics_trainer_t **out));
 /* The CUDA device's memory in use and in total (device-wide); used < 0: not
  * known (the gauges are left out). */
 void metrics_gpu_memory(int64_t used, int64_t total);

@@ -25,6 +25,7 @@
 
 #include "learner.h"
 #include "opts.h"
+#include "clock.h"
 #include "workq.h"
 
 typedef struct trainer trainer_t;
@@ -46,8 +47,11 @@ typedef struct server {
   rpc_t *rpc;
   pthread_mutex_t up_mu;     /* chunked checkpoint uploads by trainer name */
   upload_t *uploads;
+  /* Answers a call with an error: the way the trainer module (below the
+   * request path) turns a job away without knowing rpc.c; main.c sets it to
+   * dispatch's. */
+  void (*refuse)(rpc_call_t *c, int code, const char *msg);
 } server_t;
 
-double now_s(void);
 
 #endif

@@ -2,6 +2,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,16 +10,22 @@
 
 #include "log.h"
 #include "metrics.h"
-#include "rpc.h"
+#include "wire.h"
+
+/* a job turned away: its call answered through the server's refuse hook */
+static void refuse(trainer_job_t *j, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse(trainer_job_t *j, int code, const char *fmt, ...) {
+  if (!j->c) return;
+  char msg[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  j->s->refuse(j->c, code, msg);
+}
 
 /* the most steps continuous training runs after one submit: learner_step's limit */
 #define TRAIN_MAX_OWED 1000000
-
-double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int trainer_name_ok(const char *name) {
   size_t n = strlen(name);
@@ -57,11 +64,11 @@ static int name_free(server_t *s, const char *name, char *err, size_t errlen) {
   for (int i = 0; i < s->n_trainers; i++)
     if (!strcmp(s->trainers[i]->name, name)) {
       snprintf(err, errlen, "name: trainer '%s' already exists", name);
-      return 6; /* ALREADY_EXISTS */
+      return CODE_ALREADY_EXISTS;
     }
   if (s->n_trainers >= s->opts.max_trainers) {
     snprintf(err, errlen, "name: the daemon holds its maximum of %d trainers", s->opts.max_trainers);
-    return 8; /* RESOURCE_EXHAUSTED */
+    return CODE_RESOURCE_EXHAUSTED;
   }
   return 0;
 }
@@ -72,14 +79,14 @@ static int name_free(server_t *s, const char *name, char *err, size_t errlen) {
 static int refuse_when_draining(server_t *s, const char *name, char *err, size_t errlen) {
   if (!atomic_load(&s->draining)) return 0;
   snprintf(err, errlen, "name: the daemon is shutting down; create or load '%s' after it restarts", name);
-  return 14;
+  return CODE_UNAVAILABLE;
 }
 
 int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
                      trainer_t **out, char *err, size_t errlen) {
   /* before the trainer's files are written; again under reg_mu below, where
    * the drain's trainer_list cannot miss it */
-  if (refuse_when_draining(s, name, err, errlen)) return 14;
+  if (refuse_when_draining(s, name, err, errlen)) return CODE_UNAVAILABLE;
   pthread_mutex_lock(&s->reg_mu);
   int code = name_free(s, name, err, errlen);
   pthread_mutex_unlock(&s->reg_mu);
@@ -95,14 +102,14 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
     char moved[1300];
     if (ckpt_retire(s->opts.state_dir, name, "replaced", moved, sizeof moved, cerr, sizeof cerr)) {
       snprintf(err, errlen, "state-dir: %s", cerr);
-      return 13;
+      return CODE_INTERNAL;
     }
     if (moved[0]) log_warn(name, "a directory left under this name moved to %s", moved);
     snprintf(hash_text, sizeof hash_text, "%016llx", (unsigned long long)hash);
     if (ckpt_write_meta(dir, "backend", learner_backend_name(learner_backend(l)), cerr, sizeof cerr) ||
         ckpt_write_meta(dir, "config_hash", hash_text, cerr, sizeof cerr)) {
       snprintf(err, errlen, "state-dir: %s", cerr);
-      return 13;
+      return CODE_INTERNAL;
     }
   } else if (ckpt_read_meta(dir, "config_hash", hash_text, sizeof hash_text) == 0) {
     /* the hash of the config it was created with: its checkpoint holds the
@@ -112,7 +119,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   trainer_t *t = calloc(1, sizeof *t);
   if (!t) {
     snprintf(err, errlen, "out of memory");
-    return 13;
+    return CODE_INTERNAL;
   }
   t->srv = s;
   snprintf(t->name, sizeof t->name, "%s", name);
@@ -135,7 +142,7 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
     if (workq_init(&t->q, s->opts.queue_depth, t, worker_exit)) {
       atomic_fetch_sub(&s->live_trainers, 1);
       snprintf(err, errlen, "cannot start the trainer's worker thread");
-      code = 13;
+      code = CODE_INTERNAL;
     }
   }
   if (code) {
@@ -239,11 +246,11 @@ static void job_run(void *owner, void *arg) {
     if (why[0] && diverged && j->diverged_ok) why[0] = 0;
     if (why[0]) {
       if (diverged)
-        rpc_reply_error(j->c, DQND__V1__CODE__FAILED_PRECONDITION,
+        refuse(j, CODE_FAILED_PRECONDITION,
                         "name: trainer '%s' stopped training: %s (SetHyperparams resumes it, LoadCheckpoint replaces it)",
                         t->name, why);
       else
-        rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
+        refuse(j, CODE_UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
       trainer_job_free(j);
       return;
     }
@@ -292,7 +299,7 @@ void trainer_stop(trainer_t *t, const char *why) {
   while ((n = workq_drain(&t->q, jobs, 64)) > 0)
     for (int i = 0; i < n; i++) {
       trainer_job_t *j = jobs[i].arg;
-      if (j->c) rpc_reply_error(j->c, DQND__V1__CODE__UNAVAILABLE, "name: trainer '%s' was %s", t->name, why);
+      refuse(j, CODE_UNAVAILABLE, "name: trainer '%s' was %s", t->name, why);
       trainer_job_free(j);
     }
 }
@@ -364,6 +371,29 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   }
 }
 
+/* the metrics' trainer source (metrics.h): the registry's list (reg_mu,
+ * briefly), then each one's snapshot under its own mutex */
+int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
+  trainer_t **ts;
+  int n = trainer_list(s, &ts);
+  metrics_trainer_t *t = calloc((size_t)(n ? n : 1), sizeof *t);
+  for (int i = 0; i < n; i++) {
+    if (t) {
+      snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
+      t[i].queued = workq_pending(&ts[i]->q);
+      t[i].memory = learner_memory_estimate(&ts[i]->cfg); /* cfg's shapes are immutable */
+      pthread_mutex_lock(&ts[i]->mu);
+      t[i].replay_size = ts[i]->stats.replay_size;
+      t[i].step = ts[i]->stats.step;
+      pthread_mutex_unlock(&ts[i]->mu);
+    }
+    trainer_put(ts[i]);
+  }
+  free(ts);
+  *out = t;
+  return t ? n : -1;
+}
+
 /* --------------------------------------------------- stopping long work */
 
 /* run_mu orders the worker's begin and end against Cancel and shutdown: a
@@ -375,18 +405,18 @@ int trainer_long_begin(trainer_t *t, uint64_t rid, double deadline, char *err, s
   pthread_mutex_lock(&t->run_mu);
   if (atomic_load(&t->srv->draining)) {
     snprintf(err, errlen, "name: trainer '%s': the daemon is shutting down (nothing ran)", t->name);
-    code = 14; /* UNAVAILABLE */
+    code = CODE_UNAVAILABLE;
   }
   for (int i = 0; !code && rid && i < t->n_cancelled; i++)
     if (t->cancelled[i] == rid) {
       t->cancelled[i] = t->cancelled[--t->n_cancelled];
       snprintf(err, errlen, "name: trainer '%s': cancelled while it was queued (nothing ran)", t->name);
-      code = 1; /* CANCELLED */
+      code = CODE_CANCELLED;
     }
   if (!code && deadline > 0 && now_s() >= deadline) {
     snprintf(err, errlen, "name: trainer '%s': its deadline (the request's timeout_ms) passed while it was queued "
              "(nothing ran)", t->name);
-    code = 4; /* DEADLINE_EXCEEDED */
+    code = CODE_DEADLINE_EXCEEDED;
   }
   if (!code) {
     t->running = 1;
@@ -412,7 +442,7 @@ int trainer_long_end(trainer_t *t) {
 /* a queued job of request rid (workq_find) */
 static int job_is_request(void *arg, void *ctx) {
   const trainer_job_t *j = arg;
-  return j->c && rpc_request(j->c)->request_id == *(const uint64_t *)ctx;
+  return j->c && j->request_id == *(const uint64_t *)ctx;
 }
 
 const char *trainer_cancel(trainer_t *t, uint64_t rid) {

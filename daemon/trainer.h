@@ -12,6 +12,7 @@
 #define DQND_TRAINER_H
 
 #include "checkpoint.h"
+#include "metrics.h"
 #include "server.h"
 
 struct trainer {
@@ -58,6 +59,8 @@ trainer_t *trainer_get(server_t *s, const char *name);
 void trainer_put(trainer_t *t);
 /* Every registered trainer, each with a reference (trainer_put each, free the array). */
 int trainer_list(server_t *s, trainer_t ***out);
+/* The trainers' gauges for metrics.c (its trainer source; main.c registers it). */
+int trainer_metrics_list(server_t *s, metrics_trainer_t **out);
 /* Copies the learner's stats into the snapshot (worker only); a client's
  * command also counts as activity for the idle timeout, internal jobs
  * (periodic checkpoints) do not. */
@@ -83,6 +86,7 @@ struct trainer_job {
   server_t *s;
   trainer_t *t;           /* the job's reference; NULL on the admin queue */
   rpc_call_t *c;          /* the call run answers; NULL for internal jobs */
+  uint64_t request_id;    /* c's request_id (a Cancel finds a queued Step by it) */
   double deadline;        /* the request's: receipt + timeout_ms (now_s() seconds), 0 none */
   learner_t *loaded;      /* LoadCheckpoint: the state to swap in; run takes it (sets NULL) */
   /* What the central check parsed (dispatch.c fills these; the trainer

@@ -83,7 +83,7 @@ Dqnd__V1__Request *wire_decode_request(wire_budget_t *b, const uint8_t *buf, siz
                                        int64_t decode_budget, int *code, uint64_t *request_id, char *msg, size_t n) {
   *request_id = 0;
   if ((int64_t)len > max_message_bytes) {
-    *code = DQND__V1__CODE__RESOURCE_EXHAUSTED;
+    *code = CODE_RESOURCE_EXHAUSTED;
     snprintf(msg, n, "message: %zu bytes exceeds max_message_bytes %lld", len, (long long)max_message_bytes);
     return NULL;
   }
@@ -92,10 +92,10 @@ Dqnd__V1__Request *wire_decode_request(wire_budget_t *b, const uint8_t *buf, siz
   Dqnd__V1__Request *req = dqnd__v1__request__unpack(&b->a, len, buf);
   if (!req) {
     if (b->used >= b->limit || b->limit - b->used < len) {
-      *code = DQND__V1__CODE__RESOURCE_EXHAUSTED;
+      *code = CODE_RESOURCE_EXHAUSTED;
       snprintf(msg, n, "message: decoding needs more than decode_budget %lld bytes", (long long)decode_budget);
     } else {
-      *code = DQND__V1__CODE__INVALID_ARGUMENT;
+      *code = CODE_INVALID_ARGUMENT;
       snprintf(msg, n, "message: %zu bytes are not a dqnd.v1.Request", len);
     }
     return NULL;
@@ -104,9 +104,17 @@ Dqnd__V1__Request *wire_decode_request(wire_budget_t *b, const uint8_t *buf, siz
   if (wire_find_nul(&dqnd__v1__request__descriptor, buf, len, field, sizeof field)) {
     *request_id = req->request_id;
     protobuf_c_message_free_unpacked(&req->base, &b->a);
-    *code = DQND__V1__CODE__INVALID_ARGUMENT;
+    *code = CODE_INVALID_ARGUMENT;
     snprintf(msg, n, "%s: contains a NUL byte", field);
     return NULL;
   }
   return req;
+}
+
+const char *wire_command_name(int command_case) {
+  if (command_case <= 0) return NULL;
+  const ProtobufCFieldDescriptor *f =
+      protobuf_c_message_descriptor_get_field(&dqnd__v1__request__descriptor, (unsigned)command_case);
+  if (!f || !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) || f->type != PROTOBUF_C_TYPE_MESSAGE) return NULL;
+  return ((const ProtobufCMessageDescriptor *)f->descriptor)->short_name;
 }

@@ -196,6 +196,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (!verbose) log_open("/dev/null");
   log_level = LOG_ERROR;
   s->start_time = now_s();
+  s->refuse = dispatch_refuse;
   s->backend = LEARNER_BACKEND_CPU;
   snprintf(s->device, sizeof s->device, "none");
   pthread_mutex_init(&s->reg_mu, NULL);

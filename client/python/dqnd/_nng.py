@@ -38,6 +38,8 @@ class _Timespec(ctypes.Structure):
 
 
 NNG_FLAG_ALLOC = 1
+NNG_FLAG_NONBLOCK = 2
+NNG_EAGAIN = 8
 NNG_ETIMEDOUT = 5
 NNG_ECONNREFUSED = 6
 NNG_ECLOSED = 7
@@ -64,6 +66,7 @@ def lib():
         L.nng_socket_set_ms.argtypes = [_Socket, cp, ctypes.c_int32]
         L.nng_socket_set_size.argtypes = [_Socket, cp, sz]
         L.nng_close.argtypes = [_Socket]
+        L.nng_send.argtypes = [_Socket, vp, sz, ctypes.c_int]
         L.nng_strerror.argtypes = [ctypes.c_int]
         L.nng_strerror.restype = cp
         L.nng_aio_alloc.argtypes = [ctypes.POINTER(vp), vp, vp]
@@ -216,19 +219,18 @@ class ReqSocket:
         L = lib()
         L.nng_socket_set_ms(self._s, b"recv-timeout", self.timeout_ms)  # the TLS dial's handshake
         L.nng_socket_set_ms(self._s, b"send-timeout", self.timeout_ms)
+        L.nng_aio_set_timeout(self._aio, self.timeout_ms)  # each operation on the aio (it keeps it)
 
     def _wait(self):
         """Until the aio's callback has posted the semaphore, in slices: Python
         runs signal handlers (KeyboardInterrupt) between them."""
         C = libc()
         ts = _Timespec()
+        clockwait = C.has_clockwait
         while True:
-            if C.has_clockwait:
-                t = time.clock_gettime(time.CLOCK_MONOTONIC) + WAIT_SLICE_S
-            else:
-                t = time.time() + WAIT_SLICE_S
-            ts.tv_sec, ts.tv_nsec = int(t), int((t - int(t)) * 1e9)
-            if C.has_clockwait:
+            t = (time.clock_gettime(time.CLOCK_MONOTONIC) if clockwait else time.time()) + WAIT_SLICE_S
+            ts.tv_sec, ts.tv_nsec = int(t), int((t % 1) * 1e9)
+            if clockwait:
                 rv = C.sem_clockwait(self._sem, CLOCK_MONOTONIC, ctypes.byref(ts))
             else:
                 rv = C.sem_timedwait(self._sem, ctypes.byref(ts))
@@ -252,32 +254,42 @@ class ReqSocket:
             L.nng_aio_set_msg(self._aio, None)
             L.nng_msg_free(m)
 
-    def call(self, data: bytes, timeout_ms=None) -> bytes:
-        """Sends one request and returns its reply; timeout_ms (default the
-        socket's) bounds the send and the receive each."""
-        if not self._open:
-            raise NngError(NNG_ECLOSED, "send")
+    def _send_waiting(self, data):
+        """Sends when no connection takes the request at once (the daemon
+        restarting, a dial still under way): on the aio, so it can be
+        interrupted; the message stays ours when it fails."""
         L = lib()
-        t = self.timeout_ms if timeout_ms is None else int(timeout_ms)
         m = ctypes.c_void_p()
         rv = L.nng_msg_alloc(ctypes.byref(m), len(data))
         if rv:
             raise NngError(rv, "send")
         ctypes.memmove(L.nng_msg_body(m), data, len(data))
+        L.nng_aio_set_msg(self._aio, m)
+        L.nng_send_aio(self._s, self._aio)
+        self._wait()
+        rv = L.nng_aio_result(self._aio)
+        if rv:
+            m = L.nng_aio_get_msg(self._aio)
+            L.nng_aio_set_msg(self._aio, None)
+            if m:
+                L.nng_msg_free(m)
+            raise NngError(rv, "send")
+
+    def call(self, data: bytes) -> bytes:
+        """Sends one request and returns its reply; the socket's timeout bounds
+        the send and the receive each. A KeyboardInterrupt while it waits
+        abandons the request and propagates; the socket stays usable."""
+        if not self._open:
+            raise NngError(NNG_ECLOSED, "send")
+        L = lib()
         aio = self._aio
         try:
-            L.nng_aio_set_msg(aio, m)
-            L.nng_aio_set_timeout(aio, t)
-            L.nng_send_aio(self._s, aio)
-            self._wait()
-            rv = L.nng_aio_result(aio)
-            if rv:  # the message stays ours when the send fails
-                m = L.nng_aio_get_msg(aio)
-                L.nng_aio_set_msg(aio, None)
-                if m:
-                    L.nng_msg_free(m)
+            # the usual case: a connection takes it now (req0 fails a non-blocking send only when none is ready)
+            rv = L.nng_send(self._s, data, len(data), NNG_FLAG_NONBLOCK)
+            if rv == NNG_EAGAIN:
+                self._send_waiting(data)
+            elif rv:
                 raise NngError(rv, "send")
-            L.nng_aio_set_timeout(aio, t)
             L.nng_recv_aio(self._s, aio)
             self._wait()
         except BaseException:  # KeyboardInterrupt (or another signal handler's exception) during a wait

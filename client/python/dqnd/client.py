@@ -5,9 +5,21 @@ against the trainer's shapes before anything is sent (a wrong one raises
 DqndError with code INVALID_ARGUMENT, naming the argument). The daemon's
 errors raise DqndError with its gRPC code and message; a daemon that cannot
 be reached raises DqndError with code UNAVAILABLE (DEADLINE_EXCEEDED on a
-timeout). One Client is one nng REQ socket: use it from one thread at a time.
+timeout). One Client is one nng REQ socket: use it from one thread at a time
+(another Client may cancel its Step: cancel() with its pending_request_id).
+
+Every request carries a deadline a little inside the client's timeout
+(Request.timeout_ms = timeout - min(timeout/10, 1 s), as libdqnd): a Step
+still running then stops between whole steps and answers with the steps that
+ran (step()["stopped"], ["stop_reason"] "deadline"). Waiting for a reply
+does not block Ctrl-C: a KeyboardInterrupt during step() cancels that Step on
+the daemon (through a second connection) before it propagates, and a Step
+that gets no reply in time is cancelled there before DEADLINE_EXCEEDED is
+raised. Request ids start at a random value, so that a Cancel naming one
+finds this client's Step and not another client's.
 """
 import os
+import secrets
 import stat
 import tempfile
 import zlib
@@ -21,18 +33,41 @@ CODES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADL
          6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
          10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
          15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
-INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, UNAVAILABLE = 3, 4, 5, 14
+CANCELLED, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, UNAVAILABLE = 1, 3, 4, 5, 14
+SCHEMES = ("ipc", "tcp", "tcp4", "tcp6", "tls+tcp", "tls+tcp4", "tls+tcp6")
+CANCEL_TIMEOUT_S = 2.0  # the most a Cancel sent on the client's behalf waits (Ctrl-C, a Step's timeout)
 
 
 class DqndError(Exception):
     """code: the gRPC code (int); name: its name; message: the daemon's (or
     this client's) message, which names the offending field."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, transport=False):
         self.code = int(code)
         self.name = CODES.get(self.code, str(code))
         self.message = message
+        self.transport = bool(transport)  # no reply came (timeout, connection lost): not the daemon's answer
         super().__init__(f"{self.name}: {message}")
+
+
+def url_scheme_error(url):
+    """None when url has a scheme dqnd listens on, else why not (libdqnd's
+    url_scheme_ok, client/dqnd.c: the same message)."""
+    scheme, sep, _ = str(url).partition("://")
+    if sep and scheme in SCHEMES:
+        return None
+    if not sep:
+        return (f"url: '{url}' has no scheme: give ipc:///path/to/dqnd.sock, tcp://host:port or "
+                "tls+tcp://host:port")
+    return f"url: '{url}': the scheme '{scheme[:32]}' is not one dqnd listens on (ipc://, tcp://, tls+tcp://)"
+
+
+def request_timeout_ms(timeout_ms):
+    """Request.timeout_ms for a client waiting timeout_ms: a little inside it,
+    so that a Step stopped by that deadline can still answer, with the steps
+    that ran, before the client gives up (libdqnd's request_timeout)."""
+    timeout_ms = int(timeout_ms)
+    return max(timeout_ms - min(timeout_ms // 10, 1000), 1)
 
 
 def default_url_own():
@@ -154,18 +189,29 @@ class Client:
     client's certificate for a daemon with tls-verify-clients (default
     $DQND_TLS_CERT, $DQND_TLS_KEY); the daemon's certificate must carry
     tls_server_name (default: the url's host; mbed TLS matches DNS names, so
-    give it for an IP address)."""
+    give it for an IP address). A url without a scheme dqnd listens on
+    (ipc://, tcp://, tls+tcp://) raises INVALID_ARGUMENT before any dial.
+
+    pending_request_id: the id of the request in flight (or the last one
+    sent), for another Client's cancel(name, request_id)."""
 
     def __init__(self, url=None, timeout=60.0, token=None, tls_ca=None, tls_cert=None, tls_key=None,
                  tls_server_name=None):
         self.url = url or default_url()
         self.timeout = float(timeout)
         self.token = token if token is not None else os.environ.get("DQND_TOKEN", "")
-        self._next_id = 1
+        self._next_id = secrets.randbits(62) | 1
+        self.pending_request_id = 0
         self._shapes = {}
+        self._sock = None
+        why = url_scheme_error(self.url)
+        if why:
+            raise DqndError(INVALID_ARGUMENT, why)
         why = ipc_dir_check(self.url, strict_owner=self.url == "ipc://" + default_url_own())
         if why:
             raise DqndError(UNAVAILABLE, f"connect {self.url}: {why}")
+        self._tls_args = {"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key,
+                          "tls_server_name": tls_server_name}
         try:
             tls = {"ca": tls_ca or os.environ.get("DQND_TLS_CA"), "cert": tls_cert or os.environ.get("DQND_TLS_CERT"),
                    "key": tls_key or os.environ.get("DQND_TLS_KEY"), "server_name": tls_server_name}
@@ -197,17 +243,24 @@ class Client:
 
     # ---------------------------------------------------------------- plumbing
 
-    def _call(self, field, msg):
-        req = pb.Request(version=1, request_id=self._next_id, auth_token=self.token)
-        self._next_id += 1
+    def _new_id(self):
+        rid = self._next_id
+        self._next_id = self._next_id + 1 if self._next_id < (1 << 64) - 1 else 1
+        return rid
+
+    def _call(self, field, msg, request_id=None):
+        timeout_ms = int(self.timeout * 1000)
+        req = pb.Request(version=1, request_id=request_id or self._new_id(), auth_token=self.token,
+                         timeout_ms=request_timeout_ms(timeout_ms))
         getattr(req, field).CopyFrom(msg)
         if self._sock is None:
             raise DqndError(UNAVAILABLE, "the client is closed")
+        self.pending_request_id = req.request_id
         try:
             raw = self._sock.call(req.SerializeToString())
         except _nng.NngError as e:
             code = DEADLINE_EXCEEDED if e.rv == _nng.NNG_ETIMEDOUT else UNAVAILABLE
-            raise DqndError(code, f"{self.url}: {e}") from None
+            raise DqndError(code, f"{self.url}: {e}", transport=True) from None
         rep = pb.Reply()
         try:
             rep.ParseFromString(raw)
@@ -320,8 +373,56 @@ class Client:
         return self._call("submit_transitions", m).submit.replay_size
 
     def step(self, name, n=1):
-        """n training steps; the stats of this call."""
-        return _stats(self._call("step", pb.Step(name=name, n=int(n))).step.stats)
+        """n training steps (1..1,000,000); the stats of this call, and
+        "stopped" (bool) and "stop_reason" ("" when all n ran, else
+        "deadline", "cancelled" or "shutdown"): a Step stopped early ran
+        stats["steps_run"] steps, and the trainer holds the state after
+        exactly those. A Step that could not begin raises DEADLINE_EXCEEDED,
+        CANCELLED or UNAVAILABLE. With no reply in time (or the connection
+        lost) the Step is cancelled on the daemon before DqndError is raised,
+        its message saying how that went; a KeyboardInterrupt while waiting
+        cancels it too before it propagates."""
+        rid = self._new_id()
+        try:
+            r = self._call("step", pb.Step(name=name, n=int(n)), request_id=rid).step
+        except KeyboardInterrupt as e:
+            how = self._cancel_abandoned(name, rid)
+            if hasattr(e, "add_note"):
+                e.add_note(f"dqnd: the Step (request {rid}) of trainer '{name}' was {how}")
+            raise
+        except DqndError as e:
+            if not e.transport:
+                raise
+            raise DqndError(e.code, f"{e.message} (the Step was {self._cancel_abandoned(name, rid)})",
+                            transport=True) from None
+        out = _stats(r.stats)
+        out["stopped"] = bool(r.stopped)
+        out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""
+        return out
+
+    def cancel(self, name, request_id=0):
+        """Stops trainer `name`'s Step of that request_id (another Client's
+        pending_request_id), running or queued; request_id 0: whatever long
+        command runs on the trainer now. Returns what was found: "running"
+        (it stops between steps and answers its own client, stopped),
+        "queued" (it answers CANCELLED without running) or "none"."""
+        rep = self._call("cancel", pb.Cancel(name=name, request_id=int(request_id)))
+        if rep.WhichOneof("result") != "cancel":
+            raise DqndError(13, f"{self.url}: Cancel answered without a CancelResult")
+        return rep.cancel.found
+
+    def _cancel_abandoned(self, name, request_id):
+        """Cancels a Step whose reply this client no longer waits for, through
+        a second connection (fails fast where the daemon is gone; this socket
+        may wait for a reconnection), waiting at most CANCEL_TIMEOUT_S; says
+        how it went, in words for a message."""
+        try:
+            with Client(self.url, timeout=min(self.timeout, CANCEL_TIMEOUT_S), token=self.token,
+                        **self._tls_args) as c:
+                found = c.cancel(name, request_id)
+        except DqndError as e:
+            return f"left as it was: the Cancel did not get through either ({e})"
+        return "already over on the daemon" if found == "none" else "cancelled on the daemon"
 
     def act(self, name, states, noisy=False, q=False, episode=0, q_var=False):
         """Greedy (or noisy) flat joint actions for states [n, state_dim]:
