@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo_env.h"
+#include "demo_driver.h"
 #include "philox.h"
 
 #define STREAM_BITFLIP_RESET 50 /* Philox stream of starts and goals: step = episode */

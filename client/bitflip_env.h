@@ -35,7 +35,7 @@ void bitflip_observe(const bitflip_env_t *e, float *obs); /* 2n floats */
 float bitflip_step(bitflip_env_t *e, int32_t action, int *done, int *truncated);
 
 /* The training loop of `dqnctl demo --env bitflip` and the learning test,
- * against demo_env.h's driver. Each episode: act greedily on every step (the
+ * against meanrev_env.h's driver. Each episode: act greedily on every step (the
  * trainer's Act), epsilon-greedy with epsilon from 1 down to eps_final over
  * the first eps_episodes episodes, submit the episode's transitions (its end
  * marked: terminal on success, truncated after n steps), then train one

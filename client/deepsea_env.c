@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo_env.h"
+#include "demo_driver.h"
 #include "philox.h"
 
 #define STREAM_DEEPSEA_MAP 40 /* Philox stream of the per-cell action map */

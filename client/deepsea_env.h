@@ -44,7 +44,7 @@ int32_t deepsea_right_action(const deepsea_env_t *e);
 float deepsea_optimal_return(int n);
 
 /* The training loop of `dqnctl demo --env deepsea` and the learning test,
- * written once against demo_env.h's driver. Each episode: act on every step
+ * written once against meanrev_env.h's driver. Each episode: act on every step
  * (naming the episode, so an ensemble's thompson keeps one head all episode;
  * fresh noise when noisy; epsilon-greedy from 1 to 0.05 over the first half
  * of the episodes when epsilon is set), submit the episode's N transitions

@@ -1,10 +1,10 @@
-/* demo_learner.c — demo_driver_learner (demo_env.h): the demo's training loop
- * over an in-process learner (dqn-demo, the learning test). Its own file, and
- * its own library, because it links the learner's backends: dqnctl drives a
- * remote trainer and links only the environment (demo_env.c). */
+/* demo_learner.c — demo_driver_learner (demo_driver.h): the environments'
+ * training loops over an in-process learner (dqn-demo, the learning test).
+ * Its own file, and its own library, because it links the learner's
+ * backends: dqnctl drives a remote trainer and links only the environments. */
 #include <stdio.h>
 
-#include "demo_env.h"
+#include "demo_driver.h"
 
 static int local_submit(void *ctx, const learner_transitions_t *t) {
   char err[256];

@@ -1,6 +1,6 @@
 /*
  * dqn-demo — trains the learner in-process on the built-in meanrev
- * environment (demo_env.h) and prints the learning curve. Until the daemon
+ * environment (meanrev_env.h) and prints the learning curve. Until the daemon
  * lands this is the README's "run" command; `dqnctl demo` will run the same
  * loop against a live daemon.
  */
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo_env.h"
+#include "meanrev_env.h"
 #include "learner.h"
 
-static void progress(void *ctx, const demo_point_t *p) {
+static void progress(void *ctx, const meanrev_point_t *p) {
   (void)ctx;
   double frac = p->optimal_return != 0 ? p->policy_return / p->optimal_return : 0;
   int bar = frac < 0 ? 0 : (frac > 1 ? 40 : (int)(40 * frac));
@@ -28,7 +28,7 @@ static void usage(FILE *f) {
           "Trains a branching dueling C51 Double-DQN on the built-in meanrev environment\n"
           "(9 exposure x 3 order-type x 3 urgency actions, optimal policy known) and prints\n"
           "the greedy policy's return against the optimal and a random policy.\n\n"
-          "  -i, --iterations N   collect+train rounds (default " DEMO_STR(DEMO_ITERATIONS) ")\n"
+          "  -i, --iterations N   collect+train rounds (default " MEANREV_STR(MEANREV_ITERATIONS) ")\n"
           "  -e, --eval-every N   rounds between evaluations (default 25)\n"
           "  -b, --backend B      cpu or auto (default cpu)\n"
           "  -h, --help           this text\n"
@@ -38,10 +38,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  demo_opts_t o;
-  demo_opts_default(&o);
+  meanrev_opts_t o;
+  meanrev_opts_default(&o);
   learner_config_t c;
-  demo_env_learner_config(&c);
+  meanrev_learner_config(&c);
   learner_backend_t be = LEARNER_BACKEND_CPU;
   static const struct option lo[] = {{"iterations", 1, 0, 'i'}, {"eval-every", 1, 0, 'e'},
                                      {"backend", 1, 0, 'b'},    {"help", 0, 0, 'h'},
@@ -81,8 +81,8 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (c.state_dim != DEMO_ENV_STATE_DIM || learner_config_joint_actions(&c) != DEMO_ENV_ACTIONS) {
-    fprintf(stderr, "dqn-demo: state_dim must stay %d and branches 9,3,3 for this environment\n", DEMO_ENV_STATE_DIM);
+  if (c.state_dim != MEANREV_STATE_DIM || learner_config_joint_actions(&c) != MEANREV_ACTIONS) {
+    fprintf(stderr, "dqn-demo: state_dim must stay %d and branches 9,3,3 for this environment\n", MEANREV_STATE_DIM);
     return 2;
   }
   learner_t *l;
@@ -95,8 +95,8 @@ int main(int argc, char **argv) {
          o.envs * o.collect_steps, o.train_steps);
   demo_driver_t drv;
   demo_driver_learner(&drv, l);
-  demo_point_t fin;
-  int rc = demo_train(&drv, &o, progress, NULL, &fin);
+  meanrev_point_t fin;
+  int rc = meanrev_train(&drv, &o, progress, NULL, &fin);
   learner_destroy(l);
   if (rc) return 3;
   double frac = fin.policy_return / fin.optimal_return;

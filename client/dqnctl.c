@@ -21,6 +21,9 @@
 
 #include "cli.h"
 #include "dqnctl.h"
+#include "dqnctl_arrays.h"
+#include "dqnctl_demo.h"
+#include "meanrev_env.h"
 #include "dqnd_build_config.h"
 
 static const char *usage_text =
@@ -66,53 +69,6 @@ static const char *usage_text =
     "exit status: 0 ok, 1 the daemon answered an error (its message, naming the field, on\n"
     "stderr), 2 usage, 3 cannot reach the daemon or timed out, 4 local file or data error,\n"
     "5 demo finished below 90% of the optimal return.\n";
-
-int fail_rc(ctx_t *x, int rc) {
-  fprintf(stderr, "dqnctl: %s: %s\n", dqnd_strerror(rc), dqnd_last_error(x->c));
-  return rc > 0 ? EXIT_SERVER : (rc == DQND_EIO ? EXIT_LOCAL : EXIT_TRANSPORT);
-}
-
-void print_json(json_t *j) {
-  char *s = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
-  if (s) puts(s);
-  free(s);
-  json_decref(j);
-}
-
-/* Every stats field (LEARNER_STATS_FIELDS), by its own name, in JSON and text. */
-#define STATS_JSON_U64(v) json_integer((json_int_t)(v))
-#define STATS_JSON_I64(v) json_integer((json_int_t)(v))
-#define STATS_JSON_I32(v) json_integer((json_int_t)(v))
-#define STATS_JSON_F32(v) json_real((double)(v))
-static json_t *stats_json(const learner_stats_t *st) {
-  json_t *j = json_object();
-#define STATS_JSON(type, name, kind) json_object_set_new(j, #name, STATS_JSON_##kind(st->name));
-  LEARNER_STATS_FIELDS(STATS_JSON)
-#undef STATS_JSON
-  return j;
-}
-
-#define STATS_TEXT_U64(v) printf("%llu", (unsigned long long)(v))
-#define STATS_TEXT_I64(v) printf("%lld", (long long)(v))
-#define STATS_TEXT_I32(v) printf("%d", (int)(v))
-#define STATS_TEXT_F32(v) printf("%.6g", (double)(v))
-static void print_stats(ctx_t *x, const char *name, const learner_stats_t *st) {
-  if (x->json) {
-    json_t *j = stats_json(st);
-    json_object_set_new(j, "name", json_string(name));
-    print_json(j);
-    return;
-  }
-  printf("%s:", name); /* "t1: step 1000  replay_size 5000  ...  per_beta 0.4" */
-  const char *sep = " ";
-#define STATS_TEXT(type, name, kind)                                                                              \
-  printf("%s" #name " ", sep);                                                                                    \
-  STATS_TEXT_##kind(st->name);                                                                                    \
-  sep = "  ";
-  LEARNER_STATS_FIELDS(STATS_TEXT)
-#undef STATS_TEXT
-  putchar('\n');
-}
 
 /* ------------------------------------------------------------ commands */
 
@@ -501,7 +457,7 @@ static const cli_opt_t o_load[] = {{"--path", "DAEMON_PATH", "a checkpoint file 
                                    {NULL, NULL, NULL}};
 static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (default: demo, demo-2, ...: the first free one)"},
                                    {"--env", "ENV", "meanrev (default), deepsea or bitflip"},
-                                   {"--iterations", "N", "meanrev: rounds of collection and training (default " DEMO_STR(DEMO_ITERATIONS) ")"},
+                                   {"--iterations", "N", "meanrev: rounds of collection and training (default " MEANREV_STR(MEANREV_ITERATIONS) ")"},
                                    {"--size", "N", "deepsea: the grid's size (default 10)"},
                                    {"--episodes", "N", "deepsea, bitflip: episodes to play (default 1000, 500)"},
                                    {"--bits", "N", "bitflip: the number of bits (default 10)"},
@@ -566,8 +522,6 @@ static const cmd_t cmds[] = {
 
 static const cmd_t *cur_cmd;
 static cli_spec_t cur_spec;
-
-const char *opt(ctx_t *x, const cli_args_t *a, const char *name) { return cli_get(&cur_spec, a, name); }
 
 static void cmd_help(const cmd_t *c, FILE *f) {
   fprintf(f, "usage: dqnctl %s%s%s%s%s\n", c->name, c->pos_names[0] ? " " : "", c->pos_names,
@@ -672,7 +626,7 @@ int main(int argc, char **argv) {
   cli_args_t args;
   int prc = cli_parse(&cur_spec, nrest, rest, &args);
   if (prc) return free(rest), EXIT_USAGE;
-  ctx_t x = {NULL, g.json, g.url, (int)g.timeout, g.token, g.tls};
+  ctx_t x = {NULL, g.json, g.url, (int)g.timeout, g.token, g.tls, &cur_spec};
   sigset_t stop_sigs;
   if (cur_cmd->fn == cmd_step) block_stop_signals(&stop_sigs); /* before nng's threads: they inherit it */
   if (cur_cmd->needs_daemon) {

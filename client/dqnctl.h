@@ -1,13 +1,16 @@
-/* dqnctl.h — what dqnctl's command files share (dqnctl.c: the table, main
- * and the plain commands; dqnctl_data.c: the commands that read or write
- * arrays and files, and the demo). */
+/* dqnctl.h — what every dqnctl command file shares (dqnctl_common.c): the
+ * context, exit codes, errors, JSON and stats output, the running command's
+ * options. The files above it: dqnctl_arrays.c (submit, act, inspect),
+ * dqnctl_remote.c (the demos' driver over the daemon), dqnctl_meanrev.c,
+ * dqnctl_deepsea.c and dqnctl_bitflip.c (one environment each),
+ * dqnctl_demo.c (their table), and dqnctl.c (main, the command table, the
+ * plain commands). Each includes only what is below it. */
 #ifndef DQND_DQNCTL_H
 #define DQND_DQNCTL_H
 
 #include <jansson.h>
 
 #include "cli.h"
-#include "demo_env.h"
 #include "dqnd.h"
 #include "suggest.h"
 
@@ -21,6 +24,7 @@ typedef struct ctx {
   int timeout_ms;
   const char *token;
   dqnd_tls_opts_t tls;
+  const cli_spec_t *spec; /* the running command's arguments (opt) */
 } ctx_t;
 
 typedef struct cmd {
@@ -40,31 +44,8 @@ const char *opt(ctx_t *x, const cli_args_t *a, const char *name);
 int fail_rc(ctx_t *x, int rc);
 void print_json(json_t *j);
 
-int cmd_submit(ctx_t *x, const cli_args_t *a);
-int cmd_act(ctx_t *x, const cli_args_t *a);
-int cmd_inspect(ctx_t *x, const cli_args_t *a);
-int cmd_demo(ctx_t *x, const cli_args_t *a);
-/* a fresh demo trainer (demo, demo-2, ... or the given name, never one that exists); 0 or the exit status */
-/* The demos' config: the user's field=value words applied to c, then
- * validated (EXIT_USAGE naming the field); and a new trainer with all of c
- * (every field, so the daemon's defaults do not matter), named into name. */
-int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c);
-int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n);
-int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
-                     const char *backend, char *name, size_t n);
-/* dqnctl demo --env deepsea (dqnctl_deepsea.c) */
-int demo_deepsea(ctx_t *x, const cli_args_t *a);
-/* dqnctl demo --env bitflip (dqnctl_bitflip.c) */
-int demo_bitflip(ctx_t *x, const cli_args_t *a);
-
-/* The demo loops' driver (demo_env.h) over a trainer on the daemon. */
-typedef struct remote {
-  ctx_t *x;
-  const char *name;
-  int state_dim;
-  int noisy; /* the trainer has NoisyNet layers: collect with fresh noise */
-  int rc;    /* the last call's DQND code */
-} remote_t;
-void remote_driver(demo_driver_t *d, remote_t *r);
+/* Every stats field by its own name: a JSON object, or one text line (JSON with --json). */
+json_t *stats_json(const learner_stats_t *st);
+void print_stats(ctx_t *x, const char *name, const learner_stats_t *st);
 
 #endif

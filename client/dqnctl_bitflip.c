@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "bitflip_env.h"
-#include "dqnctl.h"
+#include "dqnctl_bitflip.h"
+#include "dqnctl_remote.h"
 
 static void bf_progress(void *p, const bitflip_point_t *pt) {
   ctx_t *x = p;
@@ -33,8 +34,6 @@ int demo_bitflip(ctx_t *x, const cli_args_t *a) {
   const char *v;
   if ((v = opt(x, a, "--bits")) && cli_int(cmd, "--bits", v, 2, BITFLIP_MAX_N, &bits)) return EXIT_USAGE;
   if ((v = opt(x, a, "--episodes")) && cli_int(cmd, "--episodes", v, 1, 1000000, &episodes)) return EXIT_USAGE;
-  if (opt(x, a, "--iterations") || opt(x, a, "--size") || opt(x, a, "--obs-scale"))
-    return fprintf(stderr, "%s: --iterations, --size and --obs-scale are other environments'\n", cmd), EXIT_USAGE;
   int N = (int)bits;
   learner_config_t c;
   bitflip_learner_config(&c, N);

@@ -15,7 +15,8 @@
 #include <string.h>
 
 #include "deepsea_env.h"
-#include "dqnctl.h"
+#include "dqnctl_deepsea.h"
+#include "dqnctl_remote.h"
 #include "philox.h"
 
 typedef struct {
@@ -42,7 +43,6 @@ int demo_deepsea(ctx_t *x, const cli_args_t *a) {
   if ((v = opt(x, a, "--episodes")) && cli_int(cmd, "--episodes", v, 1, 1000000, &episodes)) return EXIT_USAGE;
   double obs_scale = 0;
   if ((v = opt(x, a, "--obs-scale")) && cli_float(cmd, "--obs-scale", v, 1e-3, 1e3, &obs_scale)) return EXIT_USAGE;
-  if (opt(x, a, "--iterations")) return fprintf(stderr, "%s: --iterations is meanrev's\n", cmd), EXIT_USAGE;
   int N = (int)size, S = N * N;
   /* the demo's learner config (deepsea_learner_config), then the user's fields */
   learner_config_t c;

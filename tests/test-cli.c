@@ -319,7 +319,10 @@ START_TEST(test_demo_never_replaces_a_trainer) {
   ck_assert_msg(strstr(out, "deepsea N=5") && strstr(out, "episodes    200  reached the reward in"), "%s", out);
   ck_assert_int_eq(run_ctl(&d, "demo --env deepsea --iterations 3", out, sizeof out), 2);
   ck_assert_int_eq(run_ctl(&d, "demo --env nope", out, sizeof out), 2);
-  ck_assert_msg(strstr(out, "--env: 'nope' is not meanrev, deepsea or bitflip"), "%s", out);
+  ck_assert_msg(strstr(out, "--env: 'nope' is not one of meanrev deepsea bitflip"), "%s", out);
+  /* an option of another environment is refused, naming whose it is */
+  ck_assert_int_eq(run_ctl(&d, "demo --bits 3", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "--bits is for --env bitflip, not meanrev"), "%s", out);
   /* bit flipping with HER through the daemon (episode ends travel in SubmitTransitions) */
   ck_assert_int_eq(run_ctl(&d, "demo --name flips --env bitflip --bits 4 --episodes 100 batch=32", out, sizeof out), 0);
   ck_assert_msg(strstr(out, "bitflip n=4 (HER: future, ratio 0.8)") && strstr(out, "episodes    100  reached the goal in"),

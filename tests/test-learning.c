@@ -1,6 +1,6 @@
 /*
  * test-learning.c — the CPU learner must solve the built-in meanrev
- * environment (client/demo_env.h): its greedy policy reaches >= 90% of the
+ * environment (client/meanrev_env.h): its greedy policy reaches >= 90% of the
  * optimal policy's return on held-out episodes within a fixed step budget.
  * The oracle is the closed-form optimal policy of the environment.
  * And bit flipping with n = 10 (client/bitflip_env.h, issue 16): with HER
@@ -25,12 +25,12 @@
 
 #include "bitflip_env.h"
 #include "deepsea_env.h"
-#include "demo_env.h"
+#include "meanrev_env.h"
 #include "learner.h"
 #include "testutil.h"
 
 /* iteration 0 is the untrained net: no training loss exists yet, so none is printed */
-static void progress(void *ctx, const demo_point_t *p) {
+static void progress(void *ctx, const meanrev_point_t *p) {
   (void)ctx;
   char loss[32];
   if (p->iteration > 0)
@@ -45,17 +45,17 @@ static void progress(void *ctx, const demo_point_t *p) {
 
 START_TEST(test_meanrev_solved) {
   learner_config_t c;
-  demo_env_learner_config(&c);
+  meanrev_learner_config(&c);
   learner_t *l;
   char err[256];
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
   demo_driver_t drv;
   demo_driver_learner(&drv, l);
-  demo_opts_t o;
-  demo_opts_default(&o);
-  /* demo_evaluate fills only the three returns; the rest of the point is ours
+  meanrev_opts_t o;
+  meanrev_opts_default(&o);
+  /* meanrev_evaluate fills only the three returns; the rest of the point is ours
    * (iteration, learner_step and loss were printed uninitialised before) */
-  demo_point_t before, fin;
+  meanrev_point_t before, fin;
   memset(&before, 0, sizeof before);
   memset(&fin, 0, sizeof fin);
   learner_stats_t st0;
@@ -63,9 +63,9 @@ START_TEST(test_meanrev_solved) {
   before.iteration = 0;
   before.learner_step = st0.step; /* 0: nothing trained yet */
   before.loss = NAN;              /* no training loss before the first step (not printed) */
-  ck_assert_int_eq(demo_evaluate(&drv, o.seed, o.eval_episodes, &before), 0);
+  ck_assert_int_eq(meanrev_evaluate(&drv, o.seed, o.eval_episodes, &before), 0);
   progress(NULL, &before);
-  ck_assert_int_eq(demo_train(&drv, &o, progress, NULL, &fin), 0);
+  ck_assert_int_eq(meanrev_train(&drv, &o, progress, NULL, &fin), 0);
   /* the untrained net must not already be good, or the test proves nothing */
   ck_assert_msg(before.policy_return < 0.5 * before.optimal_return, "untrained policy already at %.3f",
                 before.policy_return);

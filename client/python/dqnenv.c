@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "deepsea_env.h"
-#include "demo_env.h"
+#include "meanrev_env.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -28,37 +28,37 @@ API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs);
 API int32_t dqnenv_deepsea_right_action(const void *e);
 API float dqnenv_deepsea_optimal_return(int n);
 
-API size_t dqnenv_meanrev_size(void) { return sizeof(demo_env_t); }
+API size_t dqnenv_meanrev_size(void) { return sizeof(meanrev_env_t); }
 
 /* state_dim, flat actions, steps per episode, and the branch sizes (3 of them) */
 API void dqnenv_meanrev_spec(int *state_dim, int *actions, int *horizon, int32_t *branches) {
-  *state_dim = DEMO_ENV_STATE_DIM;
-  *actions = DEMO_ENV_ACTIONS;
-  *horizon = DEMO_ENV_T;
+  *state_dim = MEANREV_STATE_DIM;
+  *actions = MEANREV_ACTIONS;
+  *horizon = MEANREV_T;
   branches[0] = 9, branches[1] = 3, branches[2] = 3;
 }
 
 API void dqnenv_meanrev_reset(void *e, uint64_t seed, uint64_t episode, float *obs) {
-  demo_env_reset(e, seed, episode);
-  demo_env_observe(e, obs);
+  meanrev_reset(e, seed, episode);
+  meanrev_observe(e, obs);
 }
 
 /* -1 (and nothing changes) for an action outside [0, 81) */
 API int dqnenv_meanrev_step(void *e, int32_t action, float *reward, float *obs) {
-  if (action < 0 || action >= DEMO_ENV_ACTIONS) return -1;
+  if (action < 0 || action >= MEANREV_ACTIONS) return -1;
   int done = 0;
-  *reward = demo_env_step(e, action, &done);
-  demo_env_observe(e, obs);
+  *reward = meanrev_step(e, action, &done);
+  meanrev_observe(e, obs);
   return done;
 }
 
-API int32_t dqnenv_meanrev_optimal_action(const void *e) { return demo_env_optimal_action(e); }
-API float dqnenv_meanrev_reward(const void *e, int32_t action) { return demo_env_reward(e, action); }
+API int32_t dqnenv_meanrev_optimal_action(const void *e) { return meanrev_optimal_action(e); }
+API float dqnenv_meanrev_reward(const void *e, int32_t action) { return meanrev_reward(e, action); }
 
 /* the learner config the demo trains with, as canonical "name=value\n" text */
 API size_t dqnenv_meanrev_config(char *buf, size_t n) {
   learner_config_t c;
-  demo_env_learner_config(&c);
+  meanrev_learner_config(&c);
   return learner_config_to_text(&c, buf, n);
 }
 

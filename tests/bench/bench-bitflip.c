@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "bitflip_env.h"
-#include "demo_env.h"
+#include "meanrev_env.h"
 #include "learner.h"
 
 static void print_window(void *ctx, const bitflip_point_t *p) {

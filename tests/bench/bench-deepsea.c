@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "deepsea_env.h"
-#include "demo_env.h"
+#include "meanrev_env.h"
 #include "learner.h"
 
 static void print_window(void *ctx, const deepsea_point_t *p) {

@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import threading
 import time
 
 _lib = None
@@ -134,11 +135,13 @@ class ReqSocket:
     """One nng REQ socket dialled to `url`; `timeout_ms` bounds each send and
     each receive (as libdqnd's socket timeouts). Never resends on its own (a
     resent Step would train twice). call() may be interrupted (Ctrl-C) at any
-    time; the socket stays usable. One call at a time."""
+    time; the socket stays usable. Calls from several threads take turns;
+    close() from another thread ends a call in flight (ECLOSED)."""
 
     def __init__(self, url, timeout_ms, tls=None):
         L = lib()
         self._s = _Socket()
+        self._lock = threading.Lock()  # held by call(): close() frees the aio only once no call uses it
         self._aio = ctypes.c_void_p()
         # a sem_t is 32 bytes on every glibc target; room and alignment to spare
         self._sem = (ctypes.c_uint64 * 8)()
@@ -279,8 +282,12 @@ class ReqSocket:
         """Sends one request and returns its reply; the socket's timeout bounds
         the send and the receive each. A KeyboardInterrupt while it waits
         abandons the request and propagates; the socket stays usable."""
-        if not self._open:
-            raise NngError(NNG_ECLOSED, "send")
+        with self._lock:
+            if not self._open:
+                raise NngError(NNG_ECLOSED, "send")
+            return self._call(data)
+
+    def _call(self, data):
         L = lib()
         aio = self._aio
         try:
@@ -306,18 +313,24 @@ class ReqSocket:
             L.nng_msg_free(r)
 
     def close(self):
-        if getattr(self, "_open", False):
-            L = lib()
-            if self._aio:
-                L.nng_aio_stop(self._aio)  # waits out an operation in flight (none, used as documented)
-            L.nng_close(self._s)
-            if self._aio:
-                L.nng_aio_free(self._aio)
+        if not getattr(self, "_open", False):
+            return
+        self._open = False
+        L = lib()
+        L.nng_close(self._s)  # a call in flight in another thread ends now, with ECLOSED
+        if not self._aio:
+            return
+        # the aio and the semaphore go once no call uses them; a call that does
+        # not leave (close() from a signal handler inside it) keeps them: leaked, never freed under it
+        if self._lock.acquire(timeout=5):
+            try:
+                L.nng_aio_free(self._aio)  # stops it first
                 self._aio = ctypes.c_void_p()
-            if getattr(self, "_sem_ok", False):
-                libc().sem_destroy(self._sem)
-                self._sem_ok = False
-            self._open = False
+                if getattr(self, "_sem_ok", False):
+                    libc().sem_destroy(self._sem)
+                    self._sem_ok = False
+            finally:
+                self._lock.release()
 
     def __del__(self):
         self.close()

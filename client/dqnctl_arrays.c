@@ -1,8 +1,8 @@
 /*
- * dqnctl_data.c — the dqnctl commands that read or write arrays and files:
- * submit (.npy transitions, checked against the trainer's shapes first),
- * act (actions and Q values), inspect (a checkpoint file's header and
- * sections) and demo (the meanrev environment on a new trainer).
+ * dqnctl_arrays.c — the dqnctl commands that read or write arrays and files:
+ * submit (.npy transitions, checked against the trainer's shapes first), act
+ * (actions and Q values) and inspect (a checkpoint file's header and
+ * sections, locally).
  *
  * A file with the wrong dtype or shape is a data error (EXIT_LOCAL) whose
  * message names the file and the shape it has, never a usage error.
@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demo_env.h"
-#include "dqnctl.h"
+#include "dqnctl_arrays.h"
 #include "npy.h"
 
 static void shape_str(const npy_array_t *a, char *buf, size_t n) {
@@ -383,131 +382,4 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
   }
   if (!x->json) printf("every check passed\n");
   return EXIT_OK;
-}
-
-/* ------------------------------------------------------------------ demo */
-
-static int r_submit(void *p, const learner_transitions_t *t) {
-  remote_t *r = p;
-  return r->rc = dqnd_submit(r->x->c, r->name, r->state_dim, t, NULL);
-}
-static int r_step(void *p, int n, learner_stats_t *st) {
-  remote_t *r = p;
-  r->rc = dqnd_step(r->x->c, r->name, n, st);
-  return r->rc == 9 /* FAILED_PRECONDITION: not a batch yet */ ? (r->rc = 0) : r->rc;
-}
-static int r_act(void *p, const float *s, int n, int noisy, uint64_t episode, int32_t *a) {
-  remote_t *r = p;
-  return r->rc = dqnd_act_episode(r->x->c, r->name, s, n, r->state_dim, noisy && r->noisy, episode, a, NULL, NULL, 0);
-}
-
-void remote_driver(demo_driver_t *d, remote_t *r) {
-  d->ctx = r;
-  d->submit = r_submit;
-  d->step = r_step;
-  d->act = r_act;
-}
-
-static void demo_progress(void *p, const demo_point_t *pt) {
-  ctx_t *x = p;
-  double frac = pt->optimal_return != 0 ? pt->policy_return / pt->optimal_return : 0;
-  if (x->json) {
-    print_json(json_pack("{s:i, s:I, s:f, s:f, s:f, s:f}", "iteration", pt->iteration, "step",
-                         (json_int_t)pt->learner_step, "loss", (double)pt->loss, "return", pt->policy_return,
-                         "optimal", pt->optimal_return, "random", pt->random_return));
-    return;
-  }
-  int bar = frac < 0 ? 0 : (frac > 1 ? 40 : (int)(40 * frac));
-  printf("iter %4d  step %6llu  loss %7.4f  return %7.3f  optimal %7.3f  %5.1f%% |%.*s%*s|\n", pt->iteration,
-         (unsigned long long)pt->learner_step, pt->loss, pt->policy_return, pt->optimal_return, 100 * frac, bar,
-         "########################################", 40 - bar, "");
-  fflush(stdout);
-}
-
-int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c) {
-  char err[300];
-  if (demo_config_set_fields(c, a->fields, a->nfields, err, sizeof err))
-    return fprintf(stderr, "%s: %s\n", cmd, err), EXIT_USAGE;
-  return 0;
-}
-
-int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n) {
-  /* the whole config travels as fields, so the daemon's defaults do not matter */
-  const char **fields = malloc(sizeof(char *) * (size_t)learner_num_fields);
-  char (*store)[160] = malloc(sizeof *store * (size_t)learner_num_fields);
-  if (!fields || !store) {
-    free(fields), free(store);
-    return fprintf(stderr, "%s: out of memory\n", cmd), EXIT_LOCAL;
-  }
-  for (int i = 0; i < learner_num_fields; i++) {
-    char v[128];
-    learner_config_get(c, &learner_fields[i], v, sizeof v);
-    snprintf(store[i], sizeof store[i], "%s=%s", learner_fields[i].name, v);
-    fields[i] = store[i];
-  }
-  int rc = demo_new_trainer(x, cmd, opt(x, a, "--name"), fields, learner_num_fields, opt(x, a, "--backend"), name, n);
-  free(fields), free(store);
-  return rc;
-}
-
-/* A new trainer, never one that was there: CreateTrainer answers "created"
- * only for a name it made now, so a name that exists (with this config or
- * another) is refused when given, or skipped for the next free one. */
-int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
-                     const char *backend, char *name, size_t n) {
-  int created = 0;
-  for (int k = 1; k <= 100 && !created; k++) {
-    if (given) snprintf(name, n, "%s", given);
-    else if (k == 1) snprintf(name, n, "demo");
-    else snprintf(name, n, "demo-%d", k);
-    int rc = dqnd_create_trainer(x->c, name, fields, nf, backend, &created);
-    if (rc && rc != 6 /* ALREADY_EXISTS: another config under that name */) return fail_rc(x, rc);
-    if (!created && given) {
-      fprintf(stderr, "%s: trainer '%s' already exists; the demo never trains or replaces a trainer it did not "
-                      "create: pick another --name, or `dqnctl destroy %s` first\n", cmd, name, name);
-      return EXIT_SERVER;
-    }
-  }
-  if (!created) return fprintf(stderr, "%s: demo .. demo-100 all exist; give --name\n", cmd), EXIT_SERVER;
-  return 0;
-}
-
-int cmd_demo(ctx_t *x, const cli_args_t *a) {
-  static const char *cmd = "dqnctl demo";
-  const char *env = opt(x, a, "--env");
-  if (env && !strcmp(env, "deepsea")) return demo_deepsea(x, a);
-  if (env && !strcmp(env, "bitflip")) return demo_bitflip(x, a);
-  if (env && strcmp(env, "meanrev"))
-    return fprintf(stderr, "%s: --env: '%s' is not meanrev, deepsea or bitflip\n", cmd, env), EXIT_USAGE;
-  if (opt(x, a, "--size") || opt(x, a, "--episodes") || opt(x, a, "--bits"))
-    return fprintf(stderr, "%s: --size, --bits and --episodes are deepsea's and bitflip's (--env)\n", cmd), EXIT_USAGE;
-  demo_opts_t o;
-  demo_opts_default(&o);
-  const char *it = opt(x, a, "--iterations");
-  long long iters;
-  if (it) {
-    if (cli_int(cmd, "--iterations", it, 1, 100000, &iters)) return EXIT_USAGE;
-    o.iterations = (int)iters;
-  }
-  learner_config_t c;
-  demo_env_learner_config(&c);
-  char name[72];
-  int rc = demo_apply_fields(cmd, a, &c);
-  if (!rc) rc = demo_create(x, cmd, a, &c, name, sizeof name);
-  if (rc) return rc;
-  if (!x->json)
-    printf("dqnctl demo: new trainer '%s' on the daemon, meanrev (9x3x3 actions), %d rounds of %d env steps + %d "
-           "train steps\n",
-           name, o.iterations, o.envs * o.collect_steps, o.train_steps);
-  remote_t r = {x, name, DEMO_ENV_STATE_DIM, c.noisy, 0};
-  demo_driver_t drv;
-  remote_driver(&drv, &r);
-  demo_point_t fin;
-  if (demo_train(&drv, &o, demo_progress, x, &fin)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
-  double frac = fin.policy_return / fin.optimal_return;
-  if (!x->json)
-    printf("dqnctl demo: greedy policy reaches %.1f%% of the optimal return (random: %.1f%%); trainer '%s' stays "
-           "on the daemon (dqnctl destroy %s)\n",
-           100 * frac, 100 * fin.random_return / fin.optimal_return, name, name);
-  return frac >= 0.9 ? EXIT_OK : EXIT_UNLEARNED;
 }

@@ -1,6 +1,6 @@
-/* demo_env.c — see demo_env.h. Randomness is Philox (kernels/philox.h) keyed
+/* meanrev_env.c — see meanrev_env.h. Randomness is Philox (kernels/philox.h) keyed
  * by (seed, stream, episode, step), so every episode is reproducible alone. */
-#include "demo_env.h"
+#include "meanrev_env.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #define STREAM_ENV 100u
 #define STREAM_CLIENT 101u
 
-static void draw_exogenous(demo_env_t *e, float *eps) {
+static void draw_exogenous(meanrev_env_t *e, float *eps) {
   float g[4];
   philox4_t d = philox_draw(e->seed, STREAM_ENV, e->episode, (uint32_t)e->t);
   philox_normal4(d, g);
@@ -25,7 +25,7 @@ static void draw_exogenous(demo_env_t *e, float *eps) {
   e->v = philox_uniform(d2.v[1]);
 }
 
-void demo_env_reset(demo_env_t *e, uint64_t seed, uint64_t episode) {
+void meanrev_reset(meanrev_env_t *e, uint64_t seed, uint64_t episode) {
   memset(e, 0, sizeof *e);
   e->seed = seed;
   e->episode = episode;
@@ -34,23 +34,23 @@ void demo_env_reset(demo_env_t *e, uint64_t seed, uint64_t episode) {
   e->x = eps * SIGMA / sqrtf(1.0f - RHO * RHO); /* stationary start */
 }
 
-void demo_env_observe(const demo_env_t *e, float *obs) {
+void meanrev_observe(const meanrev_env_t *e, float *obs) {
   obs[0] = e->x;
   obs[1] = e->s;
   obs[2] = e->v;
-  obs[3] = 1.0f - (float)e->t / DEMO_ENV_T;
+  obs[3] = 1.0f - (float)e->t / MEANREV_T;
 }
 
 static float order_cost(int o, float s) { return o == 0 ? 0.3f * s : (o == 1 ? 0.1f : 0.3f * (1.0f - s)); }
 static float urgency_cost(int u, float v) { return u == 0 ? 0.3f * v : (u == 1 ? 0.1f : 0.3f * (1.0f - v)); }
 
-float demo_env_reward(const demo_env_t *e, int32_t a) {
+float meanrev_reward(const meanrev_env_t *e, int32_t a) {
   int ex = a / 9, o = (a % 9) / 3, u = a % 3;
   float p = (float)(ex - 4) / 4.0f;
   return -p * e->x - LAMBDA * p * p - order_cost(o, e->s) - urgency_cost(u, e->v);
 }
 
-int32_t demo_env_optimal_action(const demo_env_t *e) {
+int32_t meanrev_optimal_action(const meanrev_env_t *e) {
   int best[3] = {0, 0, 0};
   float bv = INFINITY;
   for (int ex = 0; ex < 9; ex++) {
@@ -66,20 +66,20 @@ int32_t demo_env_optimal_action(const demo_env_t *e) {
   return best[0] * 9 + best[1] * 3 + best[2];
 }
 
-float demo_env_step(demo_env_t *e, int32_t a, int *done) {
-  float r = demo_env_reward(e, a);
+float meanrev_step(meanrev_env_t *e, int32_t a, int *done) {
+  float r = meanrev_reward(e, a);
   e->t++;
   float eps;
   float x = e->x;
   draw_exogenous(e, &eps);
   e->x = RHO * x + SIGMA * eps;
-  *done = e->t >= DEMO_ENV_T;
+  *done = e->t >= MEANREV_T;
   return r;
 }
 
-void demo_env_learner_config(learner_config_t *c) {
+void meanrev_learner_config(learner_config_t *c) {
   learner_config_default(c);
-  c->state_dim = DEMO_ENV_STATE_DIM;
+  c->state_dim = MEANREV_STATE_DIM;
   c->trunk_h1 = 64;
   c->trunk_h2 = 64;
   c->value_hidden = 32;
@@ -100,8 +100,8 @@ void demo_env_learner_config(learner_config_t *c) {
   c->hp.per_beta_steps = 4000;
 }
 
-void demo_opts_default(demo_opts_t *o) {
-  o->iterations = DEMO_ITERATIONS;
+void meanrev_opts_default(meanrev_opts_t *o) {
+  o->iterations = MEANREV_ITERATIONS;
   o->envs = 64;
   o->collect_steps = 4;
   o->train_steps = 16;
@@ -112,24 +112,24 @@ void demo_opts_default(demo_opts_t *o) {
   o->seed = 2026;
 }
 
-int demo_evaluate(const demo_driver_t *drv, uint64_t seed, int episodes, demo_point_t *p) {
+int meanrev_evaluate(const demo_driver_t *drv, uint64_t seed, int episodes, meanrev_point_t *p) {
   /* all evaluation episodes step in lockstep: one act call per time step */
-  demo_env_t *env = calloc((size_t)episodes, sizeof *env);
-  float *obs = calloc((size_t)episodes * DEMO_ENV_STATE_DIM, sizeof(float));
+  meanrev_env_t *env = calloc((size_t)episodes, sizeof *env);
+  float *obs = calloc((size_t)episodes * MEANREV_STATE_DIM, sizeof(float));
   int32_t *act = calloc((size_t)episodes, sizeof(int32_t));
   int rc = -1;
   if (!env || !obs || !act) goto out;
   double ret = 0, opt = 0, rnd = 0;
-  for (int i = 0; i < episodes; i++) demo_env_reset(&env[i], seed, (1ULL << 40) + (uint64_t)i);
-  for (int t = 0; t < DEMO_ENV_T; t++) {
-    for (int i = 0; i < episodes; i++) demo_env_observe(&env[i], obs + i * DEMO_ENV_STATE_DIM);
+  for (int i = 0; i < episodes; i++) meanrev_reset(&env[i], seed, (1ULL << 40) + (uint64_t)i);
+  for (int t = 0; t < MEANREV_T; t++) {
+    for (int i = 0; i < episodes; i++) meanrev_observe(&env[i], obs + i * MEANREV_STATE_DIM);
     if ((rc = drv->act(drv->ctx, obs, episodes, 0, 0, act))) goto out;
     for (int i = 0; i < episodes; i++) {
       philox4_t d = philox_draw(seed, STREAM_CLIENT + 1, (uint64_t)t, (uint32_t)i);
-      opt += demo_env_reward(&env[i], demo_env_optimal_action(&env[i]));
-      rnd += demo_env_reward(&env[i], (int32_t)philox_below(d.v[0], DEMO_ENV_ACTIONS));
+      opt += meanrev_reward(&env[i], meanrev_optimal_action(&env[i]));
+      rnd += meanrev_reward(&env[i], (int32_t)philox_below(d.v[0], MEANREV_ACTIONS));
       int done;
-      ret += demo_env_step(&env[i], act[i], &done);
+      ret += meanrev_step(&env[i], act[i], &done);
     }
   }
   p->policy_return = ret / episodes;
@@ -143,10 +143,10 @@ out:
   return rc;
 }
 
-int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb cb, void *cb_ctx,
-               demo_point_t *final) {
-  const int E = o->envs, K = o->collect_steps, S = DEMO_ENV_STATE_DIM, N = E * K;
-  demo_env_t *env = calloc((size_t)E, sizeof *env);
+int meanrev_train(const demo_driver_t *drv, const meanrev_opts_t *o, meanrev_progress_cb cb, void *cb_ctx,
+               meanrev_point_t *final) {
+  const int E = o->envs, K = o->collect_steps, S = MEANREV_STATE_DIM, N = E * K;
+  meanrev_env_t *env = calloc((size_t)E, sizeof *env);
   float *obs = calloc((size_t)E * S, sizeof(float));
   int32_t *act = calloc((size_t)E, sizeof(int32_t));
   float *s = calloc((size_t)N * S, sizeof(float)), *s2 = calloc((size_t)N * S, sizeof(float));
@@ -157,10 +157,10 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
   int rc = -1;
   if (!env || !obs || !act || !s || !s2 || !r || !a || !dn || !ep) goto out;
   uint64_t next_episode = 0;
-  for (int i = 0; i < E; i++) demo_env_reset(&env[i], o->seed, next_episode++);
+  for (int i = 0; i < E; i++) meanrev_reset(&env[i], o->seed, next_episode++);
   learner_stats_t st;
   memset(&st, 0, sizeof st);
-  demo_point_t pt;
+  meanrev_point_t pt;
   memset(&pt, 0, sizeof pt);
   uint64_t draws = 0;
   for (int it = 0; it < o->iterations; it++) {
@@ -168,7 +168,7 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
     float eps = o->eps_start + (o->eps_end - o->eps_start) * frac;
     int n = 0;
     for (int k = 0; k < K; k++) {
-      for (int i = 0; i < E; i++) demo_env_observe(&env[i], obs + i * S);
+      for (int i = 0; i < E; i++) meanrev_observe(&env[i], obs + i * S);
       if ((rc = drv->act(drv->ctx, obs, E, 1, (uint64_t)it, act))) goto out;
       for (int i = 0; i < E; i++, n++) {
         /* epsilon-greedy per branch: each sub-action is replaced by a random
@@ -185,11 +185,11 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
         a[n] = act[i];
         ep[n] = (int64_t)env[i].episode;
         int done;
-        r[n] = demo_env_step(&env[i], act[i], &done);
-        demo_env_observe(&env[i], s2 + n * S);
+        r[n] = meanrev_step(&env[i], act[i], &done);
+        meanrev_observe(&env[i], s2 + n * S);
         /* the episode end is a time limit, not a terminal state: bootstrap through it */
         dn[n] = 0;
-        if (done) demo_env_reset(&env[i], o->seed, next_episode++);
+        if (done) meanrev_reset(&env[i], o->seed, next_episode++);
       }
     }
     learner_transitions_t t = {N, s, a, r, s2, dn, ep, NULL};
@@ -197,7 +197,7 @@ int demo_train(const demo_driver_t *drv, const demo_opts_t *o, demo_progress_cb 
     if ((rc = drv->step(drv->ctx, o->train_steps, &st))) goto out;
     int last = it + 1 == o->iterations;
     if (last || (o->eval_every > 0 && (it + 1) % o->eval_every == 0)) {
-      if ((rc = demo_evaluate(drv, o->seed, o->eval_episodes, &pt))) goto out;
+      if ((rc = meanrev_evaluate(drv, o->seed, o->eval_episodes, &pt))) goto out;
       pt.iteration = it + 1;
       pt.learner_step = st.step;
       pt.loss = st.loss_mean;
@@ -217,16 +217,4 @@ out:
   free(dn);
   free(ep);
   return rc;
-}
-
-int demo_config_set_fields(learner_config_t *c, const char *const *fields, int n, char *err, size_t errlen) {
-  for (int i = 0; i < n; i++) {
-    char k[128];
-    size_t kl = strcspn(fields[i], "=");
-    if (fields[i][kl] != '=') return snprintf(err, errlen, "%s: not name=value", fields[i]), LEARNER_EINVAL;
-    snprintf(k, sizeof k, "%.*s", (int)kl, fields[i]);
-    int rc = learner_config_set(c, k, fields[i] + kl + 1, err, errlen);
-    if (rc) return rc;
-  }
-  return learner_config_validate(c, err, errlen);
 }
