@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner.h"
+#include "learner_types.h"
 #include "suggest.h"
 
 static int usage_err(const cli_spec_t *sp, const char *fmt, const char *a, const char *b) {

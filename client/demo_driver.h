@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "learner.h"
+#include "learner_types.h"
 
 /* The training loop, written once against callbacks so the same code drives
  * an in-process learner (tests) and a remote trainer (dqnctl demo). Each
@@ -27,7 +27,8 @@ typedef struct demo_driver {
 /* A driver over an in-process learner (tests, dqn-demo). Errors go to stderr;
  * a step before the replay holds a batch counts as warm-up, not an error.
  * Defined in demo_learner.c (dqnutil_dep, which links the learner). */
-void demo_driver_learner(demo_driver_t *d, learner_t *l);
+struct learner; /* learner.h: only demo_learner.c, which links the learner, needs its API */
+void demo_driver_learner(demo_driver_t *d, struct learner *l);
 
 /* Applies "name=value" strings onto c, then validates it: 0, or
  * LEARNER_EINVAL with err naming the field (the demos' and benches' fields). */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "demo_driver.h"
+#include "learner.h"
 
 static int local_submit(void *ctx, const learner_transitions_t *t) {
   char err[256];

@@ -271,7 +271,7 @@ static void block_stop_signals(sigset_t *set) {
 
 static int cmd_step(ctx_t *x, const cli_args_t *a) {
   long long n;
-  if (cli_int("dqnctl step", "N", a->pos[1], 1, 1000000, &n)) return EXIT_USAGE;
+  if (cli_int("dqnctl step", "N", a->pos[1], 1, LEARNER_MAX_STEPS, &n)) return EXIT_USAGE;
   learner_stats_t st;
   step_watch_t w = {x, a->pos[0], {{0}}, 0, 0};
   sigemptyset(&w.set);

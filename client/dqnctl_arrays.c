@@ -215,10 +215,10 @@ int cmd_act(ctx_t *x, const cli_args_t *a) {
   if (rc) return rc;
   npy_array_t s = {0};
   if ((rc = read_npy(cmd, sp, &s))) return rc;
-  if (s.ndim != 2 || s.shape[1] != ti.state_dim || s.shape[0] < 1 || s.shape[0] > (1 << 20)) {
+  if (s.ndim != 2 || s.shape[1] != ti.state_dim || s.shape[0] < 1 || s.shape[0] > LEARNER_MAX_ACT_STATES) {
     char want[160];
-    snprintf(want, sizeof want, "(n, %d), n at most 1048576 (Act's limit): trainer '%s' has state_dim %d",
-             ti.state_dim, a->pos[0], ti.state_dim);
+    snprintf(want, sizeof want, "(n, %d), n at most %d (Act's limit): trainer '%s' has state_dim %d",
+             ti.state_dim, LEARNER_MAX_ACT_STATES, a->pos[0], ti.state_dim);
     rc = shape_error(cmd, sp, &s, want);
     npy_free(&s);
     return rc;

@@ -21,7 +21,7 @@
 #include "dqnd.pb-c.h"
 #include "dqnd/default_url.h"
 #include "dqnd/tls.h"
-#include "learner.h"
+#include "learner_types.h"
 
 enum dqnd_status {
   DQND_OK = 0,

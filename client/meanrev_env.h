@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "demo_driver.h"
-#include "learner.h"
+#include "learner_types.h"
 
 #define MEANREV_STATE_DIM 4
 #define MEANREV_ACTIONS 81

@@ -389,7 +389,8 @@ static void run_submit(trainer_job_t *j) {
 
 static int check_step(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   uint32_t n = r->step->n;
-  if (n < 1 || n > 1000000) return snprintf(err, errlen, "n: %u is outside [1, 1000000]", n), CODE_INVALID_ARGUMENT;
+  if (n < 1 || n > LEARNER_MAX_STEPS)
+    return snprintf(err, errlen, "n: %u is outside [1, %d]", n, LEARNER_MAX_STEPS), CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -454,8 +455,8 @@ static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen)
   const Dqnd__V1__Act *m = r->act;
   if (m->noisy && !t->cfg.noisy)
     return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), CODE_INVALID_ARGUMENT;
-  if (m->count < 1 || m->count > ACT_MAX_STATES)
-    return snprintf(err, errlen, "count: %u is outside [1, %d]", m->count, ACT_MAX_STATES), CODE_INVALID_ARGUMENT;
+  if (m->count < 1 || m->count > LEARNER_MAX_ACT_STATES)
+    return snprintf(err, errlen, "count: %u is outside [1, %d]", m->count, LEARNER_MAX_ACT_STATES), CODE_INVALID_ARGUMENT;
   uint64_t want = (uint64_t)m->count * (uint64_t)t->cfg.state_dim * 4;
   if (m->states.len != want)
     return snprintf(err, errlen, "states: %zu bytes, expected count*state_dim*4 = %llu", m->states.len,

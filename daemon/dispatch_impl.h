@@ -12,7 +12,6 @@
 #include "wire.h"
 
 #define PROTOCOL_VERSION 1u
-#define ACT_MAX_STATES (1 << 20)
 #define FETCH_DEFAULT_BYTES (4u << 20)
 
 typedef Dqnd__V1__Request req_t;

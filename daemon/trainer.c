@@ -24,8 +24,6 @@ static void refuse(trainer_job_t *j, int code, const char *fmt, ...) {
   j->s->refuse(j->c, code, msg);
 }
 
-/* the most steps continuous training runs after one submit: learner_step's limit */
-#define TRAIN_MAX_OWED 1000000
 
 int trainer_name_ok(const char *name) {
   size_t n = strlen(name);
@@ -341,16 +339,16 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
   int batch = t->cfg.batch;
   if (replay_size < batch || replay_size < hp.min_replay) return;
   t->train_credit += (double)hp.samples_per_insert * inserted / batch;
-  /* one learner_step call takes at most TRAIN_MAX_OWED steps: a backlog past
+  /* one learner_step call takes at most LEARNER_MAX_STEPS steps: a backlog past
    * that (samples_per_insert 1e6 at batch 1, say) is dropped with a warning,
    * not cast to an int that overflows (a review find) nor left to grow */
-  int n = t->train_credit >= TRAIN_MAX_OWED ? TRAIN_MAX_OWED : (int)t->train_credit;
+  int n = t->train_credit >= LEARNER_MAX_STEPS ? LEARNER_MAX_STEPS : (int)t->train_credit;
   if (n <= 0) return;
   t->train_credit -= n;
   if (t->train_credit >= 1.0) {
     log_warn(t->name, "continuous training: %.0f owed steps dropped (samples_per_insert %g x %u inserted / batch %d "
              "owes more than %d a submit)", floor(t->train_credit), (double)hp.samples_per_insert, inserted, batch,
-             TRAIN_MAX_OWED);
+             LEARNER_MAX_STEPS);
     t->train_credit -= floor(t->train_credit);
   }
   char err[512];

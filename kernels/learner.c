@@ -227,8 +227,8 @@ int learner_should_stop(learner_stop_ctl_t *s) {
 }
 
 int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen) {
-  if (n < 0 || n > 1000000) {
-    seterr(err, errlen, "n: %d is outside [0, 1000000]", n);
+  if (n < 0 || n > LEARNER_MAX_STEPS) {
+    seterr(err, errlen, "n: %d is outside [0, %d]", n, LEARNER_MAX_STEPS);
     return LEARNER_EINVAL;
   }
   learner_stop_ctl_t ctl = {&l->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
@@ -248,8 +248,8 @@ int learner_act(learner_t *l, const float *states, int n, int noisy, int32_t *ac
 
 int learner_act_episode(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
                         float *q, float *q_var, char *err, size_t errlen) {
-  if (n < 1 || n > (1 << 20)) {
-    seterr(err, errlen, "count: %d states is outside [1, 1048576]", n);
+  if (n < 1 || n > LEARNER_MAX_ACT_STATES) {
+    seterr(err, errlen, "count: %d states is outside [1, %d]", n, LEARNER_MAX_ACT_STATES);
     return LEARNER_EINVAL;
   }
   int64_t S = l->cfg.state_dim;

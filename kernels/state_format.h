@@ -4,7 +4,7 @@
  * registry. Each section is registered by the module that owns it (name,
  * owner, whether it belongs to the replay, whether only PER has it); the
  * writer (state.c), the loader's checks and `dqnctl inspect`
- * (state_inspect.c) walk this registry, so a module adds a section (HER's goal
+ * (state_sections.c) walk this registry, so a module adds a section (HER's goal
  * and episode columns, the Decision Transformer's parameters) by adding a row
  * here and its bytes in its backend, not by touching the format code.
  */
@@ -59,7 +59,7 @@ typedef struct state_section {
 
 /* Each module's sections: S(tag, name, replay, per_only, row_s, row_c). A
  * module with state of its own adds its list here and names it in
- * state_inspect.c's table. */
+ * state_sections.c's table. */
 #define NETWORK_SECTIONS(S)                                                                                      \
   S(SEC_ONLINE, "online parameters", 0, 0, 0, 0)                                                                 \
   S(SEC_TARGET, "target parameters", 0, 0, 0, 0)

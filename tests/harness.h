@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "dqnd.h"
+#include "learner.h" /* the tests load checkpoints into learners of their own */
 
 extern char dqnd_bin[1024], dqnctl_bin[1024];
 

@@ -1103,7 +1103,7 @@ START_TEST(test_config_nul) {
   ck_assert(len > 1 && text[len - 1] == '\n');
   text[len - 1] = 0; /* the last line's value now ends in a NUL */
   uint32_t crc = learner_crc32c(0, text, len);
-  uint64_t h = 1469598103934665603ULL; /* the header's hash of the text (FNV-1a, state_inspect.c) */
+  uint64_t h = 1469598103934665603ULL; /* the header's hash of the text (FNV-1a, state_sections.c) */
   for (size_t i = 0; i < len; i++) h = (h ^ text[i]) * 1099511628211ULL;
   for (int i = 0; i < 4; i++) text[len + (size_t)i] = (unsigned char)(crc >> (8 * i));
   for (int i = 0; i < 8; i++) m.p[16 + i] = (unsigned char)(h >> (8 * i));

@@ -22,6 +22,7 @@
 
 #include "benchutil.h"
 #include "dqnd.h"
+#include "learner.h"
 #include "philox.h"
 
 /* ------------------------------------------------ raw nng echo (the peer) */

@@ -5,9 +5,15 @@ temporary ipc socket and state directory:
 
   - a 6-trial search over two daemons (sqlite storage) finishes in time and
     finds a config better than its worst;
-  - a daemon SIGKILLed while one of its trials runs: that trial FAILs, the
-    search finishes on the other daemon, a rerun resumes the stored study
-    (journal storage), and a rerun with no daemon left exits 1;
+  - a daemon SIGKILLed while one of its trials runs and not back within
+    --daemon-retry: that trial FAILs, the search finishes on the other
+    daemon, a rerun resumes the stored study (journal storage), and a rerun
+    with no daemon left exits 1;
+  - a daemon SIGKILLed during a trial and restarted 2 s later (as systemd
+    does) on the same state directory and URL: the trial resumes from its
+    last evaluation's checkpoint, the learner exactly where it was, and no
+    trial FAILs;
+  - --plot without matplotlib is a usage error (exit 2) before anything runs;
   - two drivers share one study through a PostgreSQL server this test starts
     in its own data directory (skipped when PostgreSQL is not installed or
     the postgres user cannot be become).
@@ -52,7 +58,11 @@ class Daemon:
         self.sock = os.path.join(self.dir, "d.sock")
         self.url = "ipc://" + self.sock
         self.log = os.path.join(self.dir, "dqnd.log")
-        with open(os.path.join(self.dir, "stderr"), "wb") as err:
+        self.start()
+
+    def start(self):
+        """(Again, after kill(): the same state directory, socket and log, as systemd restarts it.)"""
+        with open(os.path.join(self.dir, "stderr"), "ab") as err:
             self.proc = subprocess.Popen(
                 [DQND_BIN, "--listen", self.url, "--state-dir", os.path.join(self.dir, "state"), "--backend", "cpu",
                  "--log-file", self.log, "--checkpoint-interval", "0"],
@@ -102,9 +112,10 @@ def search_cmd(*args):
     return [sys.executable, SCRIPT, *[str(a) for a in args]]
 
 
-def run_search(*args, timeout=150):
+def run_search(*args, timeout=150, env=None):
     t = time.monotonic()
-    p = subprocess.run(search_cmd(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(search_cmd(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                       env=env)
     return p, time.monotonic() - t
 
 
@@ -144,8 +155,13 @@ class SearchTest(unittest.TestCase):
         a, b = self.daemon("a"), self.daemon("b")
         db = os.path.join(self.tmp, "search.db")
         png = os.path.join(self.tmp, "curves.png")
+        try:  # --plot needs it (test_plot_without_matplotlib: a usage error without)
+            import matplotlib  # noqa: F401
+            plot = ["--plot", png]
+        except ImportError:
+            plot = []
         p, secs = run_search("--daemons", f"{a.url},{b.url}", "--storage", f"sqlite:///{db}", "--study", "two",
-                             "--trials", 6, "--seed", 1, "--plot", png)
+                             "--trials", 6, "--seed", 1, *plot)
         self.check(p)
         print(f"\n6 trials over two daemons: {secs:.1f} s\n{p.stdout[p.stdout.index('best'):]}", file=sys.stderr)
         self.assertLess(secs, 90)
@@ -162,11 +178,7 @@ class SearchTest(unittest.TestCase):
         self.assertIn("trials by state: RUNNING 0, COMPLETE", p.stdout)
         self.assertEqual(set(started(p.stdout)), {t.number for t in trials})
         self.assertEqual(a.trainers() + b.trainers(), [], "every trial destroyed its trainer")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:  # the plot is optional: the script says so and writes nothing
-            self.assertIn("matplotlib", p.stdout + p.stderr)
-            self.assertFalse(os.path.exists(png))
+        if not plot:
             return
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
@@ -176,8 +188,9 @@ class SearchTest(unittest.TestCase):
         path = os.path.join(self.tmp, "search.journal")
         storage = f"journal:{path}"
         # longer trials than the default, so the kill lands well inside one
+        # --daemon-retry 2: daemon a does not come back, and its trial FAILs 2 s after the kill
         proc = subprocess.Popen(search_cmd("--daemons", f"{a.url},{b.url}", "--storage", storage, "--study", "kill",
-                                           "--trials", 6, "--rounds", 80, "--timeout", 5),
+                                           "--trials", 6, "--rounds", 80, "--timeout", 5, "--daemon-retry", 2),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         watchdog = threading.Timer(150, proc.kill)
         watchdog.start()
@@ -205,6 +218,7 @@ class SearchTest(unittest.TestCase):
               file=sys.stderr)
         self.assertNotRegex(out.split("---- SIGKILL")[0], rf"trial {victim} (COMPLETE|PRUNED|FAIL)",
                             "the trial was still running when its daemon was killed")
+        self.assertRegex(out, rf"daemon {re.escape(a.url)} does not answer \(.*\); trying again for up to 2 s")
         self.assertRegex(out, rf"daemon {re.escape(a.url)} dropped \((UNAVAILABLE|DEADLINE_EXCEEDED)")
         study = optuna.load_study(study_name="kill", storage=journal(path))
         first = {t.number: (t.state, t.value, t.params) for t in study.get_trials()}
@@ -230,11 +244,79 @@ class SearchTest(unittest.TestCase):
         self.assertEqual({t.number: (t.state, t.value, t.params) for t in trials if t.number < 6}, first)
         self.assertEqual(set(started(p.stdout)), {6, 7})
 
-        # no daemon left: exit 1 with a message, and no trial taken from the study
-        p, _ = run_search("--daemons", a.url, "--storage", storage, "--study", "kill", "--trials", 10, "--timeout", 5)
+        # no daemon left (tried for 1 s): exit 1 with a message, and no trial taken from the study
+        p, _ = run_search("--daemons", a.url, "--storage", storage, "--study", "kill", "--trials", 10, "--timeout", 5,
+                          "--daemon-retry", 1)
         self.check(p, rc=1)
         self.assertIn("no daemon left", p.stderr)
         self.assertEqual(len(optuna.load_study(study_name="kill", storage=journal(path)).trials), 8)
+
+    def test_daemon_restart_resumes(self):
+        """SIGKILL during trial 0, after its round-10 evaluation; the daemon
+        comes back 2 s later (systemd's RestartSec) on the same state
+        directory and URL and restores the trainer from its newest
+        checkpoint, the one the trial saved at round 10: the trial resumes
+        there (learner step 160 = 10 rounds x 16 steps), its round 20 shows
+        exactly 10 rounds more (step 320), and it COMPLETEs, as does the
+        other trial; no round is reported twice."""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "search.db")
+        proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "restart",
+                                           "--trials", 2, "--rounds", 40, "--timeout", 5, "--daemon-retry", 30),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        watchdog = threading.Timer(90, proc.kill)
+        watchdog.start()
+        out, restarter = [], None
+        with proc:
+            try:
+                for line in proc.stdout:
+                    out.append(line)
+                    if restarter is None and re.search(r"trial 0 round 10/40: value", line):
+                        a.kill()  # the trial saved its resume point before it printed this line
+                        out.append("---- SIGKILL to daemon a; restarted in 2 s\n")
+                        restarter = threading.Timer(2.0, a.start)
+                        restarter.start()
+            finally:
+                watchdog.cancel()
+                if restarter:
+                    restarter.join()
+        out = "".join(out)
+        self.check(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+        self.assertIsNotNone(restarter, f"trial 0 never reached round 10:\n{out}")
+        print("\n" + "".join(line for line in out.splitlines(True) if "trial 0" in line or "daemon" in line
+                             or "----" in line), file=sys.stderr)
+        self.assertRegex(out, rf"trial 0: daemon {re.escape(a.url)} lost \(UNAVAILABLE")
+        self.assertIn(f"daemon {a.url} answers again", out)
+        self.assertIn(f"trial 0 resumes on {a.url} from round 10 (learner step 160)", out)
+        self.assertRegex(out, r"trial 0 round 20/40: value \S+ \(learner step 320,",
+                         "the learner went on from the checkpoint: 10 rounds of 16 steps more")
+        self.assertNotIn("dropped", out)
+        with open(a.log) as f:
+            self.assertRegex(f.read(), r"\[restart-0\] restored from .*: step 160", "the daemon restored it")
+        trials = optuna.load_study(study_name="restart", storage=f"sqlite:///{db}").get_trials()
+        self.assertEqual([t.state for t in trials], [TS.COMPLETE, TS.COMPLETE])  # the first two are never pruned
+        self.assertEqual(trials[0].user_attrs.get("resumes"), 1)
+        self.assertNotIn("resumes", trials[1].user_attrs)
+        self.assertEqual(sorted(trials[0].intermediate_values), [10, 20, 30, 40])
+        self.assertEqual(a.trainers(), [], "both trials destroyed their trainers")
+
+    def test_plot_without_matplotlib(self):
+        """--plot where matplotlib cannot be imported: exit 2 at the argument
+        check, saying what to install, before a daemon or the storage is touched."""
+        fake = os.path.join(self.tmp, "nomatplotlib", "matplotlib")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "__init__.py"), "w") as f:
+            f.write('raise ImportError("No module named \'matplotlib\' (this test hides it)")\n')
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(fake)] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
+        db = os.path.join(self.tmp, "search.db")
+        p, secs = run_search("--daemons", f"ipc://{self.tmp}/nothing.sock", "--storage", f"sqlite:///{db}",
+                             "--plot", os.path.join(self.tmp, "curves.png"), timeout=60, env=env)
+        self.check(p, rc=2)
+        self.assertIn("--plot needs matplotlib", p.stderr)
+        self.assertIn("apt-get install python3-matplotlib", p.stderr)
+        self.assertFalse(os.path.exists(db), "nothing ran: the study was not even opened")
+        self.assertEqual(p.stdout, "")
 
     def test_two_drivers_share_postgres(self):
         pg = Postgres.start_or_skip(self)

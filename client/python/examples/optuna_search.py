@@ -6,8 +6,19 @@ Each trial creates a trainer on one daemon, streams meanrev transitions to it
 decayed over the rounds, a Step after each round), evaluates the greedy
 policy every few rounds and reports the fraction of the optimal return it
 reaches over fixed evaluation episodes; MedianPruner stops poor trials early.
-One worker thread per daemon, each with its own Client. A daemon that stops
-answering fails its running trial and is dropped; the others go on.
+One worker thread per daemon, each with its own Client; a trial runs on one
+daemon, as trainer STUDY-NUMBER.
+
+After each evaluation a trial saves a checkpoint of its trainer (with the
+replay) and keeps its own side (the environments, the random state) in
+memory: its resume point. A daemon that stops answering (connection refused,
+unavailable, a timeout) is tried again with back-off, 0.5 s doubling to 5 s,
+for --daemon-retry seconds. When it answers again (systemd restarts a crashed
+dqnd 2 s later, and it restores its trainers from their newest checkpoints)
+the trial loads its resume point's checkpoint into the trainer and goes on
+from the round after it, so it neither FAILs nor reports a round twice. A
+daemon that does not come back in time fails its running trial and is
+dropped; the others go on.
 
     dqnd --listen ipc:///tmp/a.sock --state-dir /tmp/a --backend cpu &
     dqnd --listen ipc:///tmp/b.sock --state-dir /tmp/b --backend cpu &
@@ -19,6 +30,7 @@ study holds). Drivers on several machines share a study through PostgreSQL.
 """
 import argparse
 import collections
+import copy
 import re
 import signal
 import sys
@@ -38,7 +50,10 @@ try:
 except ImportError:
     dqnd = None
 
-UNREACHABLE = (4, 14)  # DEADLINE_EXCEEDED, UNAVAILABLE: the daemon is gone (or stuck)
+UNREACHABLE = (4, 14)  # DEADLINE_EXCEEDED, UNAVAILABLE: the daemon is gone (or stuck, or restarting)
+NOT_FOUND, ALREADY_EXISTS = 5, 6
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # the back-off between attempts to reach a daemon
+MAX_RESUMES = 3  # a trial resumed this often from the same point without getting past it FAILs
 EVAL_EPISODE0 = 1 << 40  # evaluation episodes never meet training ones (as in demo_evaluate)
 
 
@@ -79,14 +94,25 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="", help="learner backend, cpu or cuda (default: the daemon's)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds to wait for a reply before the daemon counts as gone (default: %(default)s)")
+    p.add_argument("--daemon-retry", type=float, default=60.0, metavar="S",
+                   help="how long a daemon that stops answering (refused, unavailable, timed out; also at the "
+                   "start) is tried again, with back-off from 0.5 s doubling to 5 s; back in time, its trial "
+                   "resumes from its last evaluation, else it FAILs and the daemon is dropped; 0 = at once "
+                   "(default: %(default)s)")
     p.add_argument("--top", type=int, default=5, help="best trials listed at the end (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the learning curves (value against round) here")
     a = p.parse_args(argv)
     for k in ("trials", "rounds", "envs", "collect", "train_steps", "eval_every", "eval_episodes"):
         if getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be at least 1")
-    if a.timeout <= 0 or a.samples_per_insert < 0:
-        p.error("--timeout must be positive and --samples-per-insert at least 0")
+    if a.timeout <= 0 or a.samples_per_insert < 0 or a.daemon_retry < 0:
+        p.error("--timeout must be positive, --samples-per-insert and --daemon-retry at least 0")
+    if a.plot:  # now, not after an hour of search
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plot needs matplotlib, which is not installed: apt-get install python3-matplotlib "
+                    "(or leave --plot out)")
     if optuna is None or dqnd is None:
         p.exit(2, "optuna_search.py: needs " + " and ".join(
             ["optuna (Debian: python3-optuna)"] * (optuna is None) +
@@ -190,6 +216,29 @@ class Interrupted(Exception):
     pass
 
 
+class Link:
+    """A worker's connection to its daemon: the Client is replaced when the
+    daemon went away and came back."""
+
+    def __init__(self, url, client):
+        self.url, self.client = url, client
+
+
+class TrialRun:
+    """A running trial: its trainer, and its resume point (snap: the round,
+    the checkpoint saved then, copies of the collector and the random
+    generator; None: the start)."""
+
+    def __init__(self, trial, name, cfg):
+        self.trial, self.name, self.cfg = trial, name, cfg
+        self.snap = None
+        self.reported = set()  # rounds reported to Optuna
+        self.resumes_at = {}  # resume round -> how often
+
+    def resume_round(self):
+        return self.snap["round"] if self.snap else 0
+
+
 class Search:
     def __init__(self, args):
         self.a = args
@@ -208,54 +257,114 @@ class Search:
         return len(self.study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
 
+    def connect(self, url, err=None):
+        """A Client of url that answers Health. A daemon that does not
+        (refused, unavailable, timed out) is tried again, RETRY_FIRST_S
+        doubling to RETRY_MAX_S apart, for --daemon-retry seconds, then its
+        last error is raised; any other error (a bad URL, a wrong token) at
+        once. Interrupted when the search is stopped meanwhile."""
+        deadline = time.monotonic() + self.a.daemon_retry
+        delay, said = RETRY_FIRST_S, False
+        while True:
+            if self.stop.is_set():
+                raise Interrupted()
+            try:
+                client = dqnd.Client(url, timeout=self.a.timeout)
+                try:
+                    if not client.health()["serving"]:
+                        raise dqnd.DqndError(14, f"{url}: not serving")
+                except BaseException:
+                    client.close()
+                    raise
+                if said:
+                    self.log(f"daemon {url} answers again")
+                return client
+            except dqnd.DqndError as e:
+                if e.code not in UNREACHABLE:
+                    raise
+                err = e
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise err
+            if not said:
+                self.log(f"daemon {url} does not answer ({err}); trying again for up to {self.a.daemon_retry:g} s")
+                said = True
+            if self.stop.wait(min(delay, left)):
+                raise Interrupted()
+            delay = min(delay * 2, RETRY_MAX_S)
+
     def worker(self, url):
         try:
-            client = dqnd.Client(url, timeout=self.a.timeout)
+            link = Link(url, self.connect(url))
+        except Interrupted:
+            return
         except dqnd.DqndError as e:
             return self.drop(url, e)
-        with client:
+        try:
+            self.trials(link)
+        finally:
+            link.client.close()
+
+    def trials(self, link):
+        url = link.url
+        while not self.stop.is_set():
+            with self.lock:
+                if self.finished() + self.running >= self.a.trials:
+                    return
+                trial = self.study.ask()
+                cfg = sample_config(trial)
+                name = f"{self.trainer_prefix}-{trial.number}"
+                trial.set_user_attr("daemon", url)
+                trial.set_user_attr("trainer", name)
+                self.running += 1
+            params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                              for k, v in trial.params.items())
+            self.log(f"trial {trial.number} started on {url} as {name}: {params}")
+            t, value, err = time.monotonic(), None, None
             try:
-                client.health()
+                state, value = self.run_trial(link, trial, name, cfg)
             except dqnd.DqndError as e:
-                return self.drop(url, e)
-            while not self.stop.is_set():
-                with self.lock:
-                    if self.finished() + self.running >= self.a.trials:
-                        return
-                    trial = self.study.ask()
-                    cfg = sample_config(trial)
-                    name = f"{self.trainer_prefix}-{trial.number}"
-                    trial.set_user_attr("daemon", url)
-                    trial.set_user_attr("trainer", name)
-                    self.running += 1
-                params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                  for k, v in trial.params.items())
-                self.log(f"trial {trial.number} started on {url} as {name}: {params}")
-                t, value, err = time.monotonic(), None, None
+                state, err = TrialState.FAIL, e
+            except Interrupted:
+                state, err = TrialState.FAIL, "interrupted"
+            except Exception as e:  # noqa: BLE001 (a failed trial must not end the search)
+                state, err = TrialState.FAIL, repr(e)
+            gone = isinstance(err, dqnd.DqndError) and err.code in UNREACHABLE
+            if not gone:
                 try:
-                    state, value = self.run_trial(client, trial, name, cfg)
+                    self.resilient(link, lambda c: c.destroy_trainer(name))
                 except dqnd.DqndError as e:
-                    state, err = TrialState.FAIL, e
+                    gone = e.code in UNREACHABLE
+                    if gone:
+                        err = e
                 except Interrupted:
-                    state, err = TrialState.FAIL, "interrupted"
-                except Exception as e:  # noqa: BLE001 (a failed trial must not end the search)
-                    state, err = TrialState.FAIL, repr(e)
-                gone = isinstance(err, dqnd.DqndError) and err.code in UNREACHABLE
-                if not gone:
-                    try:
-                        client.destroy_trainer(name)
-                    except dqnd.DqndError as e:
-                        gone = e.code in UNREACHABLE
-                with self.lock:
-                    if state == TrialState.COMPLETE:
-                        self.study.tell(trial, value)
-                    else:
-                        self.study.tell(trial, state=state)
-                    self.running -= 1
-                how = f"{value:.4f}" if value is not None else err
-                self.log(f"trial {trial.number} {state.name}: {how} ({time.monotonic() - t:.1f} s)")
-                if gone:
-                    return self.drop(url, err)
+                    pass
+            with self.lock:
+                if state == TrialState.COMPLETE:
+                    self.study.tell(trial, value)
+                else:
+                    self.study.tell(trial, state=state)
+                self.running -= 1
+            how = f"{value:.4f}" if value is not None else err
+            self.log(f"trial {trial.number} {state.name}: {how} ({time.monotonic() - t:.1f} s)")
+            if gone:
+                return self.drop(url, err)
+
+    def reconnect(self, link, err):
+        """After an error that says the daemon is gone: a new Client once it
+        answers again (connect()); raises its last error when it does not."""
+        link.client.close()
+        link.client = self.connect(link.url, err)
+
+    def resilient(self, link, fn):
+        """fn(client), once more after the daemon came back when it was gone."""
+        try:
+            return fn(link.client)
+        except dqnd.DqndError as e:
+            if e.code not in UNREACHABLE:
+                raise
+            self.reconnect(link, e)
+            return fn(link.client)
 
     def drop(self, url, err):
         with self.lock:
@@ -263,24 +372,82 @@ class Search:
             left = len(self.a.daemons) - len(self.lost)
         self.log(f"daemon {url} dropped ({err}); {left} left")
 
-    def run_trial(self, client, trial, name, cfg):
+    def run_trial(self, link, trial, name, cfg):
+        """The trial's rounds; when its daemon goes away meanwhile and comes
+        back within --daemon-retry, again from its resume point (the last
+        evaluation's checkpoint and client state; the start before the first)."""
         a = self.a
         cfg["seed"] = a.seed * 1000 + trial.number
         if a.samples_per_insert > 0:
             cfg["samples_per_insert"], cfg["min_replay"] = a.samples_per_insert, cfg["batch"]
+        run = TrialRun(trial, name, cfg)
+        while True:
+            try:
+                return self.run_rounds(link.client, run)
+            except dqnd.DqndError as e:
+                if e.code not in UNREACHABLE:
+                    raise
+                at = run.resume_round()
+                run.resumes_at[at] = run.resumes_at.get(at, 0) + 1
+                if run.resumes_at[at] > MAX_RESUMES:
+                    raise
+                self.log(f"trial {trial.number}: daemon {link.url} lost ({e})")
+                self.reconnect(link, e)  # its error when the daemon does not come back: the trial FAILs
+                with self.lock:
+                    trial.set_user_attr("resumes", sum(run.resumes_at.values()))
+                self.log(f"trial {trial.number} resumes on {link.url} from round {at}"
+                         + (f" (learner step {run.snap['step']})" if run.snap else " (the start)"))
+
+    def fresh_trainer(self, client, run):
+        """Trainer `run.name` with `run.cfg`, new: a leftover of this very
+        trial (a daemon restarted before its first resume point) replaced."""
         try:
-            created = client.create_trainer(name, cfg, a.backend)["created"]
+            created = client.create_trainer(run.name, run.cfg, self.a.backend)["created"]
         except dqnd.DqndError as e:
-            if e.code != 6:  # ALREADY_EXISTS: there with another config
+            if e.code != ALREADY_EXISTS:  # there with another config
                 raise
             created = False
-        if not created:  # a leftover of this very trial (its daemon restarted): replace it
-            client.destroy_trainer(name)
-            client.create_trainer(name, cfg, a.backend)
-        collector = Collector(a.seed * 1000 + trial.number, a.envs)
+        if not created:
+            client.destroy_trainer(run.name)
+            client.create_trainer(run.name, run.cfg, self.a.backend)
+
+    def restore(self, client, run):
+        """The trainer as it was at the resume point: its checkpoint loaded
+        into it (the daemon restored the newest one on restart, but the
+        trainer may have gone on, or not come back). False when that
+        checkpoint cannot be loaded: the trial then starts over."""
+        try:
+            client.trainer_info(run.name)
+            exists = True
+        except dqnd.DqndError as e:
+            if e.code != NOT_FOUND:
+                raise
+            exists = False
+        try:
+            client.load_checkpoint(run.name, path=run.snap["path"], create=not exists, backend=self.a.backend)
+            return True
+        except dqnd.DqndError as e:
+            if e.code in UNREACHABLE:
+                raise
+            self.log(f"trial {run.trial.number}: cannot load its checkpoint {run.snap['path']} ({e}); "
+                     "starting over")
+            return False
+
+    def run_rounds(self, client, run):
+        a, trial, name = self.a, run.trial, run.name
+        if run.snap is not None and not self.restore(client, run):
+            run.snap = None
+        if run.snap is None:
+            self.fresh_trainer(client, run)
+            collector = Collector(a.seed * 1000 + trial.number, a.envs)
+            rng = np.random.default_rng([a.seed, trial.number])
+            first = 1
+        else:  # copies: a second resume from the same point starts from it again
+            collector, rng = copy.deepcopy(run.snap["collector"]), copy.deepcopy(run.snap["rng"])
+            first = run.snap["round"] + 1
         eval_envs = [dqnd.envs.make("meanrev", seed=a.seed) for _ in range(a.eval_episodes)]
-        rng = np.random.default_rng([a.seed, trial.number])
-        for rnd in range(1, a.rounds + 1):
+        value = None
+        for rnd in range(first, a.rounds + 1):
             if self.stop.is_set():
                 raise Interrupted()
             eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
@@ -291,9 +458,15 @@ class Search:
                 continue
             value = evaluate(client, name, eval_envs)
             with self.lock:
-                trial.report(value, rnd)
+                if rnd not in run.reported:  # a round reported before its daemon went away is not reported again
+                    trial.report(value, rnd)
+                    run.reported.add(rnd)
                 prune = rnd < a.rounds and trial.should_prune()
             st = client.stats(name)
+            if not prune and rnd < a.rounds:  # the resume point: the trainer's checkpoint, this side's state
+                ck = client.save_checkpoint(name, with_replay=True)
+                run.snap = {"round": rnd, "path": ck["path"], "step": ck["step"],
+                            "collector": copy.deepcopy(collector), "rng": copy.deepcopy(rng)}
             self.log(f"trial {trial.number} round {rnd}/{a.rounds}: value {value:.4f} "
                      f"(learner step {st['step']}, loss {st['loss_mean']:.4f}){' -> pruned' if prune else ''}")
             if prune:
@@ -348,12 +521,12 @@ class Search:
 
 
 def plot(trials, path, title):
-    try:
+    try:  # parse_args checked that matplotlib is there
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"--plot: matplotlib is not installed; {path} not written")
+    except ImportError as e:
+        print(f"--plot: {e}; {path} not written (apt-get install python3-matplotlib)", file=sys.stderr)
         return
     fig, ax = plt.subplots(figsize=(8, 5))
     for t in trials:

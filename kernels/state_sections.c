@@ -1,7 +1,7 @@
 /*
- * state_inspect.c — the state format's section registry, and a walk over a
- * serialised state that builds no learner (dqnctl inspect). No backend: the
- * client links it.
+ * state_sections.c — the state format's section registry (state_format.h),
+ * and a walk over a serialised state that builds no learner (dqnctl
+ * inspect). No backend: the client links it.
  */
 #include <stdlib.h>
 #include <string.h>
