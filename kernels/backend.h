@@ -13,6 +13,7 @@
 #include "dqnd_build_config.h"
 #include "learner.h"
 #include "net_layout.h"
+#include "state_format.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,10 +81,12 @@ typedef struct learner_backend_ops {
   int (*set_hparams)(void *impl, const learner_hparams_t *hp);
   int (*get_counters)(void *impl, learner_counters_t *c);
   int (*set_counters)(void *impl, const learner_counters_t *c);
-  /* Byte range [off, off+n) of a tensor section (SEC_ONLINE .. SEC_R_PRIO). */
-  int64_t (*section_bytes)(void *impl, int sec); /* 0 = absent */
-  int (*section_read)(void *impl, int sec, int64_t off, int64_t n, void *dst);
-  int (*section_write)(void *impl, int sec, int64_t off, int64_t n, const void *src);
+  /* Where the state's tensors live (state_format.h: the section registry
+   * names each section's buffer and length, so this is the backend's whole
+   * part in save and load), and a copy between them and host memory:
+   * to_backend 1: dst is the backend's, src the host's; 0: the reverse. */
+  void (*bufs)(void *impl, learner_bufs_t *b);
+  int (*copy)(void *impl, void *dst, const void *src, size_t n, int to_backend);
   /* After all sections are written: rebuild derived state (PER trees). */
   int (*load_done)(void *impl);
   int64_t (*memory_estimate)(const learner_config_t *c);

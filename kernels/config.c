@@ -286,6 +286,12 @@ int64_t learner_config_num_params(const learner_config_t *c) {
   return L.n_params;
 }
 
+int64_t learner_config_num_prior(const learner_config_t *c) {
+  net_layout_t L;
+  net_layout_init(&L, c);
+  return L.has_prior ? L.n_prior : 0;
+}
+
 int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errlen) {
   learner_config_t tmp;
   learner_config_default(&tmp);

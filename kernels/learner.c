@@ -292,10 +292,50 @@ int learner_get_stats(const learner_t *l, learner_stats_t *st) {
   return LEARNER_OK;
 }
 
+/* --------------------------------------------------------------- sections */
+
+/* the buffer of section `sec` in the backend's memory, and its length */
+static char *section_place(const learner_t *l, const state_section_t *sec, int64_t *bytes) {
+  learner_bufs_t b;
+  memset(&b, 0, sizeof b);
+  l->ops->bufs(l->impl, &b);
+  char *p = *(char **)((char *)&b + sec->buf);
+  const learner_config_t *c = &l->cfg;
+  int64_t n = 0;
+  if (sec->unit == STATE_UNIT_PARAMS) n = learner_config_num_params(c) * 4;
+  else if (sec->unit == STATE_UNIT_PRIOR) n = learner_config_num_prior(c) * 4;
+  else n = b.size * ((int64_t)sec->row_s * c->state_dim + sec->row_c);
+  *bytes = p ? n : 0;
+  return p;
+}
+
+int64_t learner_section_bytes(const learner_t *l, uint32_t tag) {
+  const state_section_t *sec = state_section_find(tag);
+  int64_t n = 0;
+  if (sec) section_place(l, sec, &n);
+  return n;
+}
+
+int learner_section_read(const learner_t *l, uint32_t tag, int64_t off, int64_t n, void *dst) {
+  const state_section_t *sec = state_section_find(tag);
+  int64_t b = 0;
+  char *p = sec ? section_place(l, sec, &b) : NULL;
+  if (!p || off < 0 || n < 0 || off + n > b) return LEARNER_EINVAL;
+  return l->ops->copy(l->impl, dst, p + off, (size_t)n, 0);
+}
+
+int learner_section_write(learner_t *l, uint32_t tag, int64_t off, int64_t n, const void *src) {
+  const state_section_t *sec = state_section_find(tag);
+  int64_t b = 0;
+  char *p = sec ? section_place(l, sec, &b) : NULL;
+  if (!p || off < 0 || n < 0 || off + n > b) return LEARNER_EINVAL;
+  return l->ops->copy(l->impl, p + off, src, (size_t)n, 1);
+}
+
 int learner_get_params(const learner_t *l, int which, float *dst, int64_t n) {
   int sec = which ? SEC_TARGET : SEC_ONLINE;
-  if (n * 4 != l->ops->section_bytes(l->impl, sec)) return LEARNER_EINVAL;
-  return l->ops->section_read(l->impl, sec, 0, n * 4, dst);
+  if (n * 4 != learner_section_bytes(l, (uint32_t)sec)) return LEARNER_EINVAL;
+  return learner_section_read(l, (uint32_t)sec, 0, n * 4, dst);
 }
 
 /* 1 when the first n_secs of online, target, Adam m, Adam v are finite (and v >= 0), 0 if not, or an error */
@@ -305,10 +345,10 @@ static int sections_finite(learner_t *l, int n_secs) {
   if (!buf) return LEARNER_ENOMEM;
   int ok = 1, rc = 0, secs[4] = {SEC_ONLINE, SEC_TARGET, SEC_ADAM_M, SEC_ADAM_V};
   for (int s = 0; s < n_secs && ok && !rc; s++) {
-    int64_t bytes = l->ops->section_bytes(l->impl, secs[s]);
+    int64_t bytes = learner_section_bytes(l, (uint32_t)secs[s]);
     for (int64_t off = 0; off < bytes && ok && !rc; off += (int64_t)sizeof(float) * CH) {
       int64_t k = bytes - off < (int64_t)sizeof(float) * CH ? bytes - off : (int64_t)sizeof(float) * CH;
-      rc = l->ops->section_read(l->impl, secs[s], off, k, buf);
+      rc = learner_section_read(l, (uint32_t)secs[s], off, k, buf);
       if (!rc) ok = all_finite(buf, k / 4);
       for (int64_t i = 0; !rc && ok && secs[s] == SEC_ADAM_V && i < k / 4; i++) ok = buf[i] >= 0;
     }
@@ -322,10 +362,10 @@ int learner_state_finite(learner_t *l) { return sections_finite(l, 4); }
 
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n) {
   int sec = which ? SEC_TARGET : SEC_ONLINE;
-  if (n * 4 != l->ops->section_bytes(l->impl, sec)) return LEARNER_EINVAL;
+  if (n * 4 != learner_section_bytes(l, (uint32_t)sec)) return LEARNER_EINVAL;
   for (int64_t i = 0; i < n; i++)
     if (!isfinite(src[i])) return LEARNER_EINVAL;
-  return l->ops->section_write(l->impl, sec, 0, n * 4, src);
+  return learner_section_write(l, (uint32_t)sec, 0, n * 4, src);
 }
 
 int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, int32_t *actions, float *rewards,
@@ -342,7 +382,7 @@ int learner_read_replay(learner_t *l, int64_t first, int64_t n, float *states, i
     const state_section_t *s = &state_sections[i];
     int64_t width = (int64_t)s->row_s * l->cfg.state_dim + s->row_c;
     if (s->replay && dst[s->tag] && n &&
-        (rc = l->ops->section_read(l->impl, (int)s->tag, first * width, n * width, dst[s->tag])))
+        (rc = learner_section_read(l, s->tag, first * width, n * width, dst[s->tag])))
       return rc;
   }
   return LEARNER_OK;

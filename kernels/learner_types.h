@@ -130,6 +130,7 @@ int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errl
 int learner_config_joint_actions(const learner_config_t *c); /* prod n_d */
 int learner_config_q_width(const learner_config_t *c);       /* sum n_d */
 int64_t learner_config_num_params(const learner_config_t *c);
+int64_t learner_config_num_prior(const learner_config_t *c); /* the fixed prior heads' floats; 0 without */
 
 /* The config table (Redis habit: one table feeds validation, defaults, the
  * command line and SetHyperparams), one list of rows per module

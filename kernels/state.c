@@ -68,7 +68,7 @@ static int write_section_mem(learner_write_fn w, void *ctx, uint32_t tag, const 
 
 static int write_section_backend(learner_t *l, learner_write_fn w, void *ctx, int sec, unsigned char *bounce,
                                  char *err, size_t errlen) {
-  int64_t n = l->ops->section_bytes(l->impl, sec);
+  int64_t n = learner_section_bytes(l, (uint32_t)sec);
   unsigned char h[16], t[4];
   put_u32(h, (uint32_t)sec);
   put_u32(h + 4, 0);
@@ -77,7 +77,7 @@ static int write_section_backend(learner_t *l, learner_write_fn w, void *ctx, in
   uint32_t crc = 0;
   for (int64_t off = 0; !rc && off < n; off += CHUNK) {
     int64_t k = n - off < CHUNK ? n - off : CHUNK;
-    rc = l->ops->section_read(l->impl, sec, off, k, bounce);
+    rc = learner_section_read(l, (uint32_t)sec, off, k, bounce);
     if (rc) {
       seterr(err, errlen, "reading section %d from the backend failed", sec);
       return rc;
@@ -85,7 +85,8 @@ static int write_section_backend(learner_t *l, learner_write_fn w, void *ctx, in
     /* what learner_load refuses is not written: a parameter or an Adam
      * moment that is not finite, or a negative second moment (a diverged
      * trainer's moments can overflow while its parameters stay finite) */
-    const int moments = sec == SEC_ADAM_V, checked = sec == SEC_ONLINE || sec == SEC_TARGET || sec == SEC_ADAM_M || moments;
+    const state_section_t *reg = state_section_find((uint32_t)sec);
+    const int moments = reg->check == STATE_FINITE_NONNEG, checked = reg->check != STATE_ANY;
     for (int64_t i = 0; checked && i + 4 <= k; i += 4) {
       const float v = get_f32(bounce + i);
       if (!isfinite(v) || (moments && v < 0)) {
@@ -259,7 +260,7 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
     }
     const state_section_t *sec = state_section_find(tag);
     int known = sec && section_wanted(sec, &l->cfg, with_replay);
-    int64_t want = known ? l->ops->section_bytes(l->impl, (int)tag) : -1;
+    int64_t want = known ? learner_section_bytes(l, tag) : -1;
     if (!known || seen[tag] || (int64_t)len != want) {
       seterr(err, errlen, "state: unexpected section %u of %llu bytes (expected %lld)", tag,
              (unsigned long long)len, (long long)want);
@@ -272,7 +273,7 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       size_t k = (size_t)(len - off < CHUNK ? len - off : CHUNK);
       if ((rc = read_all(r, ctx, bounce, k, err, errlen))) break;
       crc = learner_crc32c(crc, bounce, k);
-      rc = l->ops->section_write(l->impl, (int)tag, (int64_t)off, (int64_t)k, bounce);
+      rc = learner_section_write(l, tag, (int64_t)off, (int64_t)k, bounce);
     }
     if (rc) break;
     if ((rc = read_all(r, ctx, t, 4, err, errlen))) break;

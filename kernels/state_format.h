@@ -11,6 +11,7 @@
 #ifndef DQN_STATE_FORMAT_H
 #define DQN_STATE_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -46,40 +47,63 @@ static inline float get_f32(const unsigned char *p) {
   return f;
 }
 
+/* Where a learner's state lives, as its backend shows it (ops->bufs): host
+ * memory (CPU) or device memory (CUDA); ops->copy moves bytes either way.
+ * NULL: the learner has no such tensor (no priors, uniform replay). The
+ * registry below names each section's buffer by its offset in here, so
+ * save and load need no per-backend list of sections. */
+typedef struct learner_bufs {
+  void *online, *target, *adam_m, *adam_v, *prior;
+  void *s, *s2, *a, *r, *done, *ep, *epend, *prio; /* replay columns; prio: the sum tree's leaves */
+  int64_t size;                                     /* transitions the replay holds */
+} learner_bufs_t;
+
+/* a section's length: n_params floats, n_prior floats, or size rows */
+enum { STATE_UNIT_PARAMS = 0, STATE_UNIT_PRIOR = 1, STATE_UNIT_ROW = 2 };
+/* what a save refuses to write and a load refuses to take (a diverged
+ * learner's state): floats that are not finite, and negative ones */
+enum { STATE_ANY = 0, STATE_FINITE = 1, STATE_FINITE_NONNEG = 2 };
+
 typedef struct state_section {
   uint32_t tag;        /* enum learner_section (backend.h), below 256: never reused */
   const char *name;
   const char *owner;   /* the module that writes it */
+  size_t buf;          /* offsetof(learner_bufs_t, its buffer) */
+  int unit;            /* STATE_UNIT_*: how its length follows from the config and the replay */
   int replay;          /* 1: a replay column, only in states saved with the replay */
   int per_only;        /* 1: only when prioritized */
   int row_s, row_c;    /* a replay column's bytes per transition: row_s * state_dim + row_c */
+  int check;           /* STATE_ANY / STATE_FINITE / STATE_FINITE_NONNEG */
   int priors_only;     /* 1: only when the config has fixed prior heads (ensemble_prior_scale > 0) */
   int optional;        /* 1: a state written before the section existed loads without it */
 } state_section_t;
 
-/* Each module's sections: S(tag, name, replay, per_only, row_s, row_c). A
- * module with state of its own adds its list here and names it in
- * state_sections.c's table. */
+/* Each module's sections: S(tag, name, buffer, unit, replay, per_only,
+ * row_s, row_c, check). A module with state of its own adds its list here,
+ * names it in state_sections.c's table and shows its buffer in
+ * learner_bufs_t. */
+#define B_(f) offsetof(learner_bufs_t, f)
 #define NETWORK_SECTIONS(S)                                                                                      \
-  S(SEC_ONLINE, "online parameters", 0, 0, 0, 0)                                                                 \
-  S(SEC_TARGET, "target parameters", 0, 0, 0, 0)
-/* the ensemble's fixed prior heads (DESIGN.md §6.2), owner "priors": only
- * when ensemble_prior_scale > 0 (its rows carry priors_only = 1) */
-#define PRIORS_SECTIONS(S) S(SEC_PRIORS, "prior heads", 0, 0, 0, 0)
+  S(SEC_ONLINE, "online parameters", B_(online), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE)                   \
+  S(SEC_TARGET, "target parameters", B_(target), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE)
+/* the ensemble's fixed prior heads (docs/learner.md, "Ensemble heads"),
+ * owner "priors": only when ensemble_prior_scale > 0 (its rows carry
+ * priors_only = 1) */
+#define PRIORS_SECTIONS(S) S(SEC_PRIORS, "prior heads", B_(prior), STATE_UNIT_PRIOR, 0, 0, 0, 0, STATE_ANY)
 #define OPTIM_SECTIONS(S)                                                                                        \
-  S(SEC_ADAM_M, "adam first moments", 0, 0, 0, 0)                                                                \
-  S(SEC_ADAM_V, "adam second moments", 0, 0, 0, 0)
+  S(SEC_ADAM_M, "adam first moments", B_(adam_m), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE)                  \
+  S(SEC_ADAM_V, "adam second moments", B_(adam_v), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE_NONNEG)
 #define REPLAY_SECTIONS(S)                                                                                       \
-  S(SEC_R_S, "replay states", 1, 0, 4, 0)                                                                        \
-  S(SEC_R_S2, "replay next states", 1, 0, 4, 0)                                                                  \
-  S(SEC_R_A, "replay actions", 1, 0, 0, 4)                                                                       \
-  S(SEC_R_R, "replay rewards", 1, 0, 0, 4)                                                                       \
-  S(SEC_R_DONE, "replay dones", 1, 0, 0, 1)                                                                      \
-  S(SEC_R_EP, "replay episode ids", 1, 0, 0, 8)                                                                  \
-  S(SEC_R_PRIO, "replay priorities", 1, 1, 0, 4)
+  S(SEC_R_S, "replay states", B_(s), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_ANY)                                     \
+  S(SEC_R_S2, "replay next states", B_(s2), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_ANY)                              \
+  S(SEC_R_A, "replay actions", B_(a), STATE_UNIT_ROW, 1, 0, 0, 4, STATE_ANY)                                    \
+  S(SEC_R_R, "replay rewards", B_(r), STATE_UNIT_ROW, 1, 0, 0, 4, STATE_ANY)                                    \
+  S(SEC_R_DONE, "replay dones", B_(done), STATE_UNIT_ROW, 1, 0, 0, 1, STATE_ANY)                                \
+  S(SEC_R_EP, "replay episode ids", B_(ep), STATE_UNIT_ROW, 1, 0, 0, 8, STATE_ANY)                              \
+  S(SEC_R_PRIO, "replay priorities", B_(prio), STATE_UNIT_ROW, 1, 1, 0, 4, STATE_ANY)
 /* the replay's episode-end markers (her.h), owner "episodes"; optional: without
  * them (a state from before HER) episodes end where done is 1 */
-#define EPISODE_SECTIONS(S) S(SEC_R_EPEND, "replay episode ends", 1, 0, 0, 1)
+#define EPISODE_SECTIONS(S) S(SEC_R_EPEND, "replay episode ends", B_(epend), STATE_UNIT_ROW, 1, 0, 0, 1, STATE_ANY)
 
 /* whether a config has the sections marked priors_only */
 #define STATE_CONFIG_HAS_PRIORS(c) ((c)->ensemble_prior_scale > 0)

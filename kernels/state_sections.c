@@ -19,11 +19,11 @@ static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err
   return LEARNER_OK;
 }
 
-#define NETWORK_ROW(tag, name, rp, per, rs, rc) {tag, name, "network", rp, per, rs, rc, 0, 0},
-#define OPTIM_ROW(tag, name, rp, per, rs, rc) {tag, name, "optim", rp, per, rs, rc, 0, 0},
-#define REPLAY_ROW(tag, name, rp, per, rs, rc) {tag, name, "replay", rp, per, rs, rc, 0, 0},
-#define PRIORS_ROW(tag, name, rp, per, rs, rc) {tag, name, "priors", rp, per, rs, rc, 1, 0},
-#define EPISODE_ROW(tag, name, rp, per, rs, rc) {tag, name, "episodes", rp, per, rs, rc, 0, 1},
+#define NETWORK_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "network", buf, u, rp, per, rs, rc, ck, 0, 0},
+#define OPTIM_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "optim", buf, u, rp, per, rs, rc, ck, 0, 0},
+#define REPLAY_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "replay", buf, u, rp, per, rs, rc, ck, 0, 0},
+#define PRIORS_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "priors", buf, u, rp, per, rs, rc, ck, 1, 0},
+#define EPISODE_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "episodes", buf, u, rp, per, rs, rc, ck, 0, 1},
 const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) PRIORS_SECTIONS(PRIORS_ROW)
                                               OPTIM_SECTIONS(OPTIM_ROW) REPLAY_SECTIONS(REPLAY_ROW)
                                                   EPISODE_SECTIONS(EPISODE_ROW)};

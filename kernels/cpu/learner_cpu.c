@@ -396,48 +396,19 @@ static int cpu_set_counters(void *impl, const learner_counters_t *c) {
   return LEARNER_OK;
 }
 
-/* Where a section lives in host memory, and its current length in bytes. */
-static void *section_ptr(cpu_learner_t *m, int sec, int64_t *bytes) {
-  int64_t P = m->L.n_params, sz = m->rp.size, S = m->cfg.state_dim;
-  switch (sec) {
-  case SEC_ONLINE: *bytes = P * 4; return m->online;
-  case SEC_TARGET: *bytes = P * 4; return m->target;
-  case SEC_ADAM_M: *bytes = P * 4; return m->adam_m;
-  case SEC_ADAM_V: *bytes = P * 4; return m->adam_v;
-  case SEC_PRIORS: *bytes = m->L.n_prior * 4; return m->L.n_prior ? m->prior : NULL;
-  case SEC_R_S: *bytes = sz * S * 4; return m->rp.s;
-  case SEC_R_S2: *bytes = sz * S * 4; return m->rp.s2;
-  case SEC_R_A: *bytes = sz * 4; return m->rp.a;
-  case SEC_R_R: *bytes = sz * 4; return m->rp.r;
-  case SEC_R_DONE: *bytes = sz; return m->rp.done;
-  case SEC_R_EP: *bytes = sz * 8; return m->rp.ep;
-  case SEC_R_EPEND: *bytes = sz; return m->rp.epend;
-  case SEC_R_PRIO:
-    *bytes = m->cfg.prioritized ? sz * 4 : 0;
-    return m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL;
-  default: *bytes = 0; return NULL;
-  }
+/* Where the state's tensors live (state_format.h's registry says which
+ * section is which and how long) */
+static void cpu_bufs(void *impl, learner_bufs_t *b) {
+  cpu_learner_t *m = impl;
+  *b = (learner_bufs_t){.online = m->online, .target = m->target, .adam_m = m->adam_m, .adam_v = m->adam_v,
+                        .prior = m->L.n_prior ? m->prior : NULL, .s = m->rp.s, .s2 = m->rp.s2, .a = m->rp.a,
+                        .r = m->rp.r, .done = m->rp.done, .ep = m->rp.ep, .epend = m->rp.epend,
+                        .prio = m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL, .size = m->rp.size};
 }
 
-static int64_t cpu_section_bytes(void *impl, int sec) {
-  int64_t b;
-  section_ptr(impl, sec, &b);
-  return b;
-}
-
-static int cpu_section_read(void *impl, int sec, int64_t off, int64_t n, void *dst) {
-  int64_t b;
-  char *p = section_ptr(impl, sec, &b);
-  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
-  memcpy(dst, p + off, (size_t)n);
-  return LEARNER_OK;
-}
-
-static int cpu_section_write(void *impl, int sec, int64_t off, int64_t n, const void *src) {
-  int64_t b;
-  char *p = section_ptr(impl, sec, &b);
-  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
-  memcpy(p + off, src, (size_t)n);
+static int cpu_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
+  (void)impl, (void)to_backend;
+  memcpy(dst, src, n);
   return LEARNER_OK;
 }
 
@@ -493,9 +464,8 @@ const learner_backend_ops_t learner_cpu_ops = {
     .set_hparams = cpu_set_hparams,
     .get_counters = cpu_get_counters,
     .set_counters = cpu_set_counters,
-    .section_bytes = cpu_section_bytes,
-    .section_read = cpu_section_read,
-    .section_write = cpu_section_write,
+    .bufs = cpu_bufs,
+    .copy = cpu_copy,
     .load_done = cpu_load_done,
     .memory_estimate = cpu_memory_estimate,
 };

@@ -407,46 +407,22 @@ static int cuda_set_counters(void *impl, const learner_counters_t *c) {
   return cudaMemcpy(m->ds, &ds, sizeof ds, cudaMemcpyHostToDevice) ? LEARNER_EDEVICE : LEARNER_OK;
 }
 
-static void *section_ptr(cuda_learner_t *m, int sec, int64_t *bytes) {
-  int64_t P = m->L.n_params, sz = m->size, S = m->cfg.state_dim;
-  switch (sec) {
-  case SEC_ONLINE: *bytes = P * 4; return m->on;
-  case SEC_TARGET: *bytes = P * 4; return m->tg;
-  case SEC_ADAM_M: *bytes = P * 4; return m->m;
-  case SEC_ADAM_V: *bytes = P * 4; return m->v;
-  case SEC_PRIORS: *bytes = m->L.has_prior ? m->L.n_prior * 4 : 0; return m->prior;
-  case SEC_R_S: *bytes = sz * S * 4; return m->s;
-  case SEC_R_S2: *bytes = sz * S * 4; return m->s2;
-  case SEC_R_A: *bytes = sz * 4; return m->a;
-  case SEC_R_R: *bytes = sz * 4; return m->r;
-  case SEC_R_DONE: *bytes = sz; return m->done;
-  case SEC_R_EP: *bytes = sz * 8; return m->ep;
-  case SEC_R_EPEND: *bytes = sz; return m->epend;
-  case SEC_R_PRIO:
-    *bytes = m->cfg.prioritized ? sz * 4 : 0;
-    return m->cfg.prioritized ? m->sum + m->T : NULL;
-  default: *bytes = 0; return NULL;
-  }
+/* Where the state's tensors live, in device memory (state_format.h's
+ * registry says which section is which and how long) */
+static void cuda_bufs(void *impl, learner_bufs_t *b) {
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  memset(b, 0, sizeof *b);
+  b->online = m->on, b->target = m->tg, b->adam_m = m->m, b->adam_v = m->v;
+  b->prior = m->L.has_prior ? m->prior : NULL;
+  b->s = m->s, b->s2 = m->s2, b->a = m->a, b->r = m->r, b->done = m->done, b->ep = m->ep, b->epend = m->epend;
+  b->prio = m->cfg.prioritized ? m->sum + m->T : NULL;
+  b->size = m->size;
 }
 
-static int64_t cuda_section_bytes(void *impl, int sec) {
-  int64_t b;
-  section_ptr((cuda_learner_t *)impl, sec, &b);
-  return b;
-}
-
-static int cuda_section_read(void *impl, int sec, int64_t off, int64_t n, void *dst) {
-  int64_t b;
-  char *p = (char *)section_ptr((cuda_learner_t *)impl, sec, &b);
-  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
-  return cudaMemcpy(dst, p + off, (size_t)n, cudaMemcpyDeviceToHost) ? LEARNER_EDEVICE : LEARNER_OK;
-}
-
-static int cuda_section_write(void *impl, int sec, int64_t off, int64_t n, const void *src) {
-  int64_t b;
-  char *p = (char *)section_ptr((cuda_learner_t *)impl, sec, &b);
-  if (!p || off < 0 || off + n > b) return LEARNER_EINVAL;
-  return cudaMemcpy(p + off, src, (size_t)n, cudaMemcpyHostToDevice) ? LEARNER_EDEVICE : LEARNER_OK;
+static int cuda_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
+  (void)impl;
+  return cudaMemcpy(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ? LEARNER_EDEVICE
+                                                                                                : LEARNER_OK;
 }
 
 static int cuda_load_done(void *impl) {
@@ -504,9 +480,8 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_set_hparams,
     cuda_get_counters,
     cuda_set_counters,
-    cuda_section_bytes,
-    cuda_section_read,
-    cuda_section_write,
+    cuda_bufs,
+    cuda_copy,
     cuda_load_done,
     cuda_memory_estimate,
 };

@@ -2,13 +2,18 @@
 socket): every command, checked by its effect; bad inputs — wrong dtype,
 wrong shape, unknown trainer, a closed daemon — raise DqndError with the
 right code and a message naming the argument; the environments are the C
-code's (the same rewards as a closed form of client/demo_env.h).
+code's (the same rewards as a closed form of client/demo_env.h). Stopping a
+Step (CancelTest): by the request's deadline (the client's timeout), by a
+Cancel from another client while it runs or waits, by the client's own
+timeout and by Ctrl-C (a SIGINT to this process), each time checked on the
+trainer: the steps that ran, and nothing left running.
 Run by meson (suite integration) with DQND_BIN and PYTHONPATH set."""
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import zlib
@@ -229,6 +234,174 @@ class ClientTest(unittest.TestCase):
             self.assertIn("a symbolic link", e.message)
         finally:
             shutil.rmtree(pub)
+
+
+class Stepper:
+    """step(name, n) on a Client of its own in a thread; started() returns
+    once the request is sent (its request_id known)."""
+
+    def __init__(self, url, name, n, timeout=30):
+        self.c = dqnd.Client(url, timeout=timeout)
+        self.result = self.error = None
+        before = self.c.pending_request_id
+        self.t = threading.Thread(target=self._run, args=(name, n), daemon=True)
+        self.t.start()
+        for _ in range(2000):
+            if self.c.pending_request_id != before:
+                break
+            time.sleep(0.001)
+        self.rid = self.c.pending_request_id
+        assert self.rid != before, "the Step was not sent"
+
+    def _run(self, name, n):
+        try:
+            self.result = self.c.step(name, n)
+        except dqnd.DqndError as e:
+            self.error = e
+
+    def join(self):
+        self.t.join(60)
+        assert not self.t.is_alive(), "the Step did not answer"
+        self.c.close()
+        return self
+
+
+class CancelTest(unittest.TestCase):
+    """A Step of 10^6 steps (tens of seconds of SMALL's) stopped early."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0
+
+    def trainer(self, name):
+        with dqnd.Client(self.d.url, timeout=30) as c:
+            c.create_trainer(name, SMALL)
+            c.submit(name, **batch(60, 1))
+            c.step(name, 2)
+            return c.stats(name)["step"]
+
+    def test_request_ids_and_deadlines(self):
+        with dqnd.Client(self.d.url, timeout=5) as a, dqnd.Client(self.d.url, timeout=5) as b:
+            a.health()
+            b.health()
+            # random starts (62 bits, odd), one up per request: a Cancel naming one finds this client's Step
+            self.assertNotEqual(a.pending_request_id, b.pending_request_id)
+            self.assertTrue(a.pending_request_id > 1 << 32 and a.pending_request_id % 2 == 1, a.pending_request_id)
+            first = a.pending_request_id
+            a.health()
+            self.assertEqual(a.pending_request_id, first + 1)
+        # the deadline a request carries: the client's timeout less a tenth, at most 1 s (libdqnd's rule)
+        self.assertEqual([dqnd.client.request_timeout_ms(t) for t in (5, 2000, 30000, 60000)], [5, 1800, 29000, 59000])
+
+    def test_step_stopped_by_its_deadline(self):
+        """timeout 2 s: the request carries 1800 ms; the Step stops there and
+        answers with the steps that ran, before the client gives up."""
+        before = self.trainer("deadline")
+        with dqnd.Client(self.d.url, timeout=2) as c:
+            t0 = time.monotonic()
+            r = c.step("deadline", 1000000)
+            took = time.monotonic() - t0
+            self.assertTrue(r["stopped"], r)
+            self.assertEqual(r["stop_reason"], "deadline")
+            self.assertTrue(0 < r["steps_run"] < 1000000, r["steps_run"])
+            self.assertTrue(1.7 <= took < 2.0, f"answered after {took:.2f} s")
+            self.assertEqual(r["step"], before + r["steps_run"])
+            self.assertEqual(c.stats("deadline")["step"], before + r["steps_run"], "the trainer holds those steps")
+            # every step ran: stopped False, no reason
+            r = c.step("deadline", 3)
+            self.assertEqual((r["stopped"], r["stop_reason"], r["steps_run"]), (False, "", 3))
+        with open(os.path.join(self.d.dir, "dqnd.log")) as f:
+            self.assertIn("[deadline] Step deadline: stopped after", f.read())
+
+    def test_cancel_running_queued_and_timed_out(self):
+        """Three Steps on one trainer: the first runs; the second waits
+        behind it and is cancelled there by another client (CANCELLED, it
+        never runs); the third's client gives up after 1 s, and the client
+        cancels it on the daemon before it raises DEADLINE_EXCEEDED; then
+        the first is cancelled by its request_id while running."""
+        before = self.trainer("cancel")
+        running = Stepper(self.d.url, "cancel", 1000000)
+        time.sleep(0.3)  # it runs (a Cancel now would find it "running")
+        queued = Stepper(self.d.url, "cancel", 1000000)
+        time.sleep(0.2)
+        with dqnd.Client(self.d.url, timeout=1) as c:
+            t0 = time.monotonic()
+            e = self.code_of(c.step, "cancel", 5)
+            self.assertTrue(1.0 <= time.monotonic() - t0 < 3.5)
+            self.assertEqual(e.code, 4, str(e))
+            self.assertIn("(the Step was cancelled on the daemon)", e.message)
+        with dqnd.Client(self.d.url, timeout=5) as c:
+            self.assertEqual(c.cancel("cancel", queued.rid), "queued")
+            self.assertEqual(c.cancel("cancel", running.rid), "running")
+            running.join()
+            queued.join()
+            self.assertIsNone(running.error)
+            r = running.result
+            self.assertEqual((r["stopped"], r["stop_reason"]), (True, "cancelled"))
+            self.assertTrue(0 < r["steps_run"] < 1000000, r["steps_run"])
+            self.assertEqual(queued.error.code, 1, str(queued.error))  # CANCELLED, and it never ran:
+            self.assertEqual(c.stats("cancel")["step"], before + r["steps_run"], "only the first Step's steps")
+            # nothing to cancel: "none" (the trainer's current command, or an id it never saw);
+            # no such trainer: NOT_FOUND
+            self.assertEqual(c.cancel("cancel"), "none")
+            self.assertEqual(c.cancel("cancel", 12345), "none")
+            e = self.code_of(c.cancel, "nosuch", 1)
+            self.assertEqual(e.code, 5)
+
+    def test_ctrl_c_cancels_the_step(self):
+        """SIGINT to this process while step() waits: KeyboardInterrupt
+        within a fraction of a second (the wait is sliced), and the Step
+        stopped on the daemon (the trainer's counter stands still and a
+        short Step answers at once, not behind the long one)."""
+        self.trainer("ctrlc")
+        with dqnd.Client(self.d.url, timeout=30) as c:
+            before = c.pending_request_id
+            sent = []
+
+            def interrupt():
+                while c.pending_request_id == before:
+                    time.sleep(0.001)
+                time.sleep(0.3)  # the Step runs
+                sent.append(time.monotonic())
+                os.kill(os.getpid(), signal.SIGINT)
+
+            t = threading.Thread(target=interrupt, daemon=True)
+            t.start()
+            with self.assertRaises(KeyboardInterrupt) as cm:
+                c.step("ctrlc", 1000000)
+            late = time.monotonic() - sent[0]
+            t.join()
+            self.assertLess(late, 2.0, f"KeyboardInterrupt {late:.2f} s after SIGINT")
+            notes = " ".join(getattr(cm.exception, "__notes__", []))
+            self.assertIn("of trainer 'ctrlc' was cancelled on the daemon", notes)
+            # the client is usable, the trainer idle: its counter stands still and a short Step answers at once
+            s1 = c.stats("ctrlc")["step"]
+            time.sleep(0.3)
+            self.assertEqual(c.stats("ctrlc")["step"], s1, "the Step still runs on the daemon")
+            t0 = time.monotonic()
+            self.assertEqual(c.step("ctrlc", 2)["steps_run"], 2)
+            self.assertLess(time.monotonic() - t0, 1.0)
+        with open(os.path.join(self.d.dir, "dqnd.log")) as f:
+            log = f.read()
+        self.assertIn("[ctrlc] Step cancelled: stopped after", log)
+        self.assertIn(f"[ctrlc] Cancel (request {c.pending_request_id - 3}): running", log)
+
+    def test_url_without_a_scheme(self):
+        for url, needle in ((self.d.dir + "/d.sock", "has no scheme"), ("udp://localhost:5555", "the scheme 'udp'")):
+            e = self.code_of(dqnd.Client, url)
+            self.assertEqual(e.code, 3, str(e))  # INVALID_ARGUMENT, before any dial
+            self.assertIn(needle, e.message)
+            for scheme in ("ipc://", "tcp://", "tls+tcp://"):
+                self.assertIn(scheme, e.message)
+
+    def code_of(self, fn, *a):
+        with self.assertRaises(dqnd.DqndError) as cm:
+            fn(*a)
+        return cm.exception
 
 
 def make_certs(d):

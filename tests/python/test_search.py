@@ -285,7 +285,7 @@ class SearchTest(unittest.TestCase):
         self.assertIsNotNone(restarter, f"trial 0 never reached round 10:\n{out}")
         print("\n" + "".join(line for line in out.splitlines(True) if "trial 0" in line or "daemon" in line
                              or "----" in line), file=sys.stderr)
-        self.assertRegex(out, rf"trial 0: daemon {re.escape(a.url)} lost \(UNAVAILABLE")
+        self.assertRegex(out, rf"trial 0: daemon {re.escape(a.url)} lost \((UNAVAILABLE|DEADLINE_EXCEEDED)")
         self.assertIn(f"daemon {a.url} answers again", out)
         self.assertIn(f"trial 0 resumes on {a.url} from round 10 (learner step 160)", out)
         self.assertRegex(out, r"trial 0 round 20/40: value \S+ \(learner step 320,",

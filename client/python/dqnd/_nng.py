@@ -333,4 +333,7 @@ class ReqSocket:
                 self._lock.release()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (at interpreter exit the modules it needs may be gone)
+            pass

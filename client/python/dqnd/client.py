@@ -380,12 +380,13 @@ class Client:
         exactly those. A Step that could not begin raises DEADLINE_EXCEEDED,
         CANCELLED or UNAVAILABLE. With no reply in time (or the connection
         lost) the Step is cancelled on the daemon before DqndError is raised,
-        its message saying how that went; a KeyboardInterrupt while waiting
-        cancels it too before it propagates."""
+        its message saying how that went; a KeyboardInterrupt (or SystemExit
+        from a signal handler) while waiting cancels it too before it
+        propagates, with a note saying how that went."""
         rid = self._new_id()
         try:
             r = self._call("step", pb.Step(name=name, n=int(n)), request_id=rid).step
-        except KeyboardInterrupt as e:
+        except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
             how = self._cancel_abandoned(name, rid)
             if hasattr(e, "add_note"):
                 e.add_note(f"dqnd: the Step (request {rid}) of trainer '{name}' was {how}")
