@@ -281,31 +281,8 @@ denied:
          CKPT_EACCES;
 }
 
-int64_t ckpt_memory_available(void) {
-  /* the kernel's MemAvailable (free memory plus the page cache it can
-   * reclaim): free pages alone (_SC_AVPHYS_PAGES) refused trainers that fit
-   * once reading checkpoints had filled the cache */
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (f) {
-    char line[256];
-    long long kb = -1;
-    while (kb < 0 && fgets(line, sizeof line, f))
-      if (sscanf(line, "MemAvailable: %lld kB", &kb) != 1) kb = -1;
-    fclose(f);
-    if (kb >= 0) return (int64_t)kb * 1024;
-  }
-  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  return pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
-}
-
 int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
-  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
-  if (be != LEARNER_BACKEND_CPU) return 0;
-  const int64_t need = learner_memory_estimate(c), avail = ckpt_memory_available();
-  if (need <= avail) return 0;
-  fail(err, errlen, "replay_capacity: the trainer needs ~%lld MiB, %lld MiB are available", (long long)(need >> 20),
-       (long long)(avail >> 20));
-  return CKPT_ENOMEM;
+  return learner_memory_fits(c, be, err, errlen) ? CKPT_ENOMEM : 0;
 }
 
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {

@@ -55,15 +55,14 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
  * files it may not read); CKPT_ENOENT for a missing file inside. */
 int ckpt_path_confine(const char *path, const char *state_dir, const char *allowed, char *out, size_t n, char *err,
                       size_t errlen);
-/* Bytes of memory available to a new learner (host memory, for the CPU backend). */
-int64_t ckpt_memory_available(void);
-/* 0, or CKPT_ENOMEM (err names replay_capacity) when a CPU learner of config
- * c would need more than that; the CUDA backend checks free GPU memory itself
- * when it creates the learner. CreateTrainer and the loaders below ask it. */
+/* 0, or CKPT_ENOMEM (err names replay_capacity) when a learner of config c
+ * on backend be would need more memory than that backend has free: the one
+ * check (learner_memory_fits) that CreateTrainer, the loaders below and the
+ * restore make. */
 int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen);
-/* The loaders read the config first: a learner on the CPU backend that would
- * need more than ckpt_memory_available() is refused (CKPT_ENOMEM, naming
- * replay_capacity) before anything is allocated, as CreateTrainer refuses it. */
+/* The loaders read the config first: a learner that would not fit
+ * (ckpt_fits) is refused before anything is allocated, as CreateTrainer
+ * refuses it. */
 int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
 /* Removes leftover temporary files of an interrupted write. */

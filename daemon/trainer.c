@@ -379,7 +379,7 @@ int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
     if (t) {
       snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
       t[i].queued = workq_pending(&ts[i]->q);
-      t[i].memory = learner_memory_estimate(&ts[i]->cfg); /* cfg's shapes are immutable */
+      t[i].memory = learner_memory_estimate(&ts[i]->cfg, ts[i]->backend); /* cfg's shapes are immutable */
       pthread_mutex_lock(&ts[i]->mu);
       t[i].replay_size = ts[i]->stats.replay_size;
       t[i].step = ts[i]->stats.step;

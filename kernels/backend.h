@@ -89,7 +89,12 @@ typedef struct learner_backend_ops {
   int (*copy)(void *impl, void *dst, const void *src, size_t n, int to_backend);
   /* After all sections are written: rebuild derived state (PER trees). */
   int (*load_done)(void *impl);
-  int64_t (*memory_estimate)(const learner_config_t *c);
+  /* The backend's own bytes beyond the state's tensors (learner.c counts
+   * those from the registry): workspaces, activations, the PER tree. */
+  int64_t (*workspace_estimate)(const learner_config_t *c);
+  /* Bytes it may still allocate (host MemAvailable; the device's free
+   * memory), -1 when unknown. */
+  int64_t (*memory_free)(void);
 } learner_backend_ops_t;
 
 extern const learner_backend_ops_t learner_cpu_ops;

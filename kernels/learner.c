@@ -167,7 +167,46 @@ static const learner_backend_ops_t *pick_backend(const learner_config_t *c, lear
 #endif
 }
 
-int64_t learner_memory_estimate(const learner_config_t *c) { return learner_cpu_ops.memory_estimate(c); }
+/* ----------------------------------------------------------------- memory */
+
+static const learner_backend_ops_t *ops_of(learner_backend_t be) {
+  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
+#if DQN_HAVE_CUDA_LEARNER
+  if (be == LEARNER_BACKEND_CUDA) return &learner_cuda_ops;
+#endif
+  return &learner_cpu_ops;
+}
+
+/* What every backend holds, from the registries: the state's tensors as the
+ * section registry lists them (parameters, Adam moments, priors, the replay's
+ * columns: a row costs what it costs in a checkpoint), the gradient, and
+ * each slot's episode bounds (her.h: two int64). The PER tree, whose layout
+ * is a backend's, and the workspace are the backend's own estimate. */
+static int64_t state_bytes(const learner_config_t *c) {
+  const int64_t P = learner_config_num_params(c), pr = learner_config_num_prior(c), C = c->replay_capacity;
+  int64_t total = P * 4 /* the gradient */ + C * 16 /* episode bounds */;
+  for (int i = 0; i < state_num_sections; i++) {
+    const state_section_t *s = &state_sections[i];
+    if (s->per_only) continue; /* the leaves are part of the backend's tree */
+    if (s->unit == STATE_UNIT_PARAMS) total += P * 4;
+    else if (s->unit == STATE_UNIT_PRIOR) total += pr * 4;
+    else total += C * ((int64_t)s->row_s * c->state_dim + s->row_c);
+  }
+  return total;
+}
+
+int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be) {
+  return state_bytes(c) + ops_of(be)->workspace_estimate(c);
+}
+
+int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
+  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
+  const int64_t need = learner_memory_estimate(c, be), avail = ops_of(be)->memory_free();
+  if (avail < 0 || need <= avail) return LEARNER_OK;
+  seterr(err, errlen, "replay_capacity: the trainer needs ~%lld MiB of %s memory, %lld MiB are available",
+         (long long)(need >> 20), be == LEARNER_BACKEND_CUDA ? "GPU" : "host", (long long)(avail >> 20));
+  return LEARNER_ENOMEM;
+}
 
 int learner_create(const learner_config_t *c, learner_backend_t backend, learner_t **out, char *err,
                    size_t errlen) {
@@ -184,6 +223,10 @@ int learner_create(const learner_config_t *c, learner_backend_t backend, learner
   l->ops = ops;
   l->cfg = *c;
   l->backend = backend;
+  if ((rc = learner_memory_fits(c, backend, err, errlen))) {
+    free(l);
+    return rc;
+  }
   rc = ops->create(c, &l->impl, err, errlen);
   if (rc) {
     free(l);

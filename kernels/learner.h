@@ -43,8 +43,13 @@ int learner_create(const learner_config_t *c, learner_backend_t backend, learner
 void learner_destroy(learner_t *l);
 const learner_config_t *learner_config(const learner_t *l);
 learner_backend_t learner_backend(const learner_t *l);
-/* Bytes of device (or host) memory the learner of this config will hold. */
-int64_t learner_memory_estimate(const learner_config_t *c);
+/* Bytes of host (CPU) or device (CUDA) memory a learner of this config holds
+ * on that backend: the state's tensors from the section registry, plus the
+ * backend's workspace. learner_memory_fits compares it with what the backend
+ * has free (MemAvailable; the device's free memory): 0, or LEARNER_ENOMEM
+ * with err naming replay_capacity. learner_create checks it first. */
+int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be);
+int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen);
 
 /* Copies transitions into the replay ring (oldest overwritten when full). New
  * items get the current maximum priority. Validates first; on error nothing

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../backend.h"
 #include "../philox.h"
@@ -432,10 +433,12 @@ static int cpu_load_done(void *impl) {
   return LEARNER_OK;
 }
 
-static int64_t cpu_memory_estimate(const learner_config_t *c) {
+/* beyond the state's tensors (learner.c): the effective NoisyNet weights
+ * (2 P), the PER tree (double sums and mins over T leaves), the step's
+ * activations and workspace, attention's and the ensemble's */
+static int64_t cpu_workspace_estimate(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
-  int64_t per = (int64_t)c->state_dim * 8 + 4 + 4 + 1 + 8 + 1 + 16; /* ... ep id, end marker, episode bounds */
   int64_t tree = 0;
   if (c->prioritized) {
     int64_t T = 1;
@@ -446,11 +449,27 @@ static int64_t cpu_memory_estimate(const learner_config_t *c) {
   if (L.attn.T)
     attn = 3 * (int64_t)c->batch * (8 * (int64_t)L.H2 + (int64_t)L.attn.nh * L.attn.T * L.attn.T + L.attn.T) * 4 +
            6 * (int64_t)c->batch * L.H2 * 4;
-  /* the other K - 1 head sets' and the prior heads' activations, and the prior vector */
+  /* the other K - 1 head sets' and the prior heads' activations */
   int64_t hblock = 2 * (int64_t)L.VH + L.Z + (int64_t)L.D * 2 * L.AH + 2 * (int64_t)L.a_width;
-  int64_t ens = (int64_t)(L.K - 1 + L.has_prior) * 3 * c->batch * hblock * 4 + L.n_prior * 4 +
-                (int64_t)L.K * L.D * c->batch * L.Z * 8;
-  return L.n_params * 4 * 7 + ens + c->replay_capacity * per + tree + (int64_t)c->batch * 64 * 1024 + attn;
+  int64_t ens = (int64_t)(L.K - 1 + L.has_prior) * 3 * c->batch * hblock * 4 + (int64_t)L.K * L.D * c->batch * L.Z * 8;
+  return L.n_params * 4 * 2 + ens + tree + (int64_t)c->batch * 64 * 1024 + attn;
+}
+
+/* the kernel's MemAvailable (free memory plus the page cache it can reclaim):
+ * free pages alone refused learners that fit once reading checkpoints had
+ * filled the cache */
+static int64_t cpu_memory_free(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    long long kb = -1;
+    while (kb < 0 && fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kb) != 1) kb = -1;
+    fclose(f);
+    if (kb >= 0) return (int64_t)kb * 1024;
+  }
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? (int64_t)pages * psz : -1;
 }
 
 const learner_backend_ops_t learner_cpu_ops = {
@@ -467,5 +486,6 @@ const learner_backend_ops_t learner_cpu_ops = {
     .bufs = cpu_bufs,
     .copy = cpu_copy,
     .load_done = cpu_load_done,
-    .memory_estimate = cpu_memory_estimate,
+    .workspace_estimate = cpu_workspace_estimate,
+    .memory_free = cpu_memory_free,
 };

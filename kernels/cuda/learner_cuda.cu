@@ -72,23 +72,12 @@ static void cuda_destroy(void *impl) {
   free(m);
 }
 
-static int64_t cuda_memory_estimate(const learner_config_t *c);
 
 /* The CPU backend's initialisation, so both start from the same weights. */
 extern "C" void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
 
 static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-    snprintf(err, errlen, "cuda: cannot query device memory");
-    return LEARNER_EDEVICE;
-  }
-  int64_t need = cuda_memory_estimate(c);
-  if ((size_t)need > free_b) {
-    snprintf(err, errlen, "replay_capacity: needs ~%lld MiB of GPU memory, %zu MiB free", (long long)(need >> 20),
-             free_b >> 20);
-    return LEARNER_ENOMEM;
-  }
+  /* learner_create checked the memory it needs first (learner_memory_fits) */
   cuda_learner_t *m = (cuda_learner_t *)calloc(1, sizeof *m);
   if (!m) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   m->cfg = *c;
@@ -460,13 +449,22 @@ static int cuda_load_done(void *impl) {
   return LEARNER_OK;
 }
 
-static int64_t cuda_memory_estimate(const learner_config_t *c) {
+/* beyond the state's tensors (learner.c): the packs and the step's
+ * scratch (3 P), the PER trees (float sums and mins, the owner per leaf),
+ * the activations of 3B rows, and room for the graph and the launches */
+static int64_t cuda_workspace_estimate(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
-  int64_t per = (int64_t)c->state_dim * 8 + 4 + 4 + 1 + 8, T = 1;
+  int64_t T = 1;
   while (T < c->replay_capacity) T <<= 1;
   int64_t acts = (int64_t)3 * c->batch * (2 * L.H1 + 2 * L.H2 + 2 * L.VH + L.Z + 2 * L.D * L.AH + 2 * L.a_width);
-  return L.n_params * 4 * 8 + c->replay_capacity * per + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20);
+  return L.n_params * 4 * 3 + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20);
+}
+
+static int64_t cuda_memory_free(void) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+  return (int64_t)free_b;
 }
 
 extern "C" const learner_backend_ops_t learner_cuda_ops = {
@@ -483,5 +481,6 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_bufs,
     cuda_copy,
     cuda_load_done,
-    cuda_memory_estimate,
+    cuda_workspace_estimate,
+    cuda_memory_free,
 };

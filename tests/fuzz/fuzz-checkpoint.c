@@ -101,7 +101,7 @@ static int check(const uint8_t *data, size_t size) {
     if (!ckpt_load_mem(data, size, LEARNER_BACKEND_CPU, &l, err, sizeof err)) fail("a refused header loads", "");
     return 0;
   }
-  if (learner_memory_estimate(&c) > LEARNER_MAX_BYTES || learner_config_num_params(&c) > MAX_PARAMS) return -1;
+  if (learner_memory_estimate(&c, LEARNER_BACKEND_CPU) > LEARNER_MAX_BYTES || learner_config_num_params(&c) > MAX_PARAMS) return -1;
 
   /* 3. the loaders: memory, then a file of the same bytes */
   learner_t *lm = NULL, *lf = NULL;

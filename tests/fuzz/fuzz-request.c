@@ -234,7 +234,7 @@ static const char *too_costly(const Dqnd__V1__Request *r) {
     for (size_t i = 0; i < m->n_config; i++)
       if (learner_config_set(&c, m->config[i]->name, m->config[i]->value, err, sizeof err)) return NULL;
     if (learner_config_validate(&c, err, sizeof err)) return NULL; /* refused by the check */
-    return learner_memory_estimate(&c) > LEARNER_MAX_BYTES ? "create_trainer.config" : NULL;
+    return learner_memory_estimate(&c, LEARNER_BACKEND_CPU) > LEARNER_MAX_BYTES ? "create_trainer.config" : NULL;
   }
   case DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT: {
     const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
@@ -243,7 +243,7 @@ static const char *too_costly(const Dqnd__V1__Request *r) {
     int with_replay;
     fuzz_reader_t rd = {m->data.data, m->data.len, 0};
     if (m->offset == 0 && m->last && !learner_peek_config(fuzz_read, &rd, &c, &with_replay, err, sizeof err) &&
-        learner_memory_estimate(&c) > LEARNER_MAX_BYTES)
+        learner_memory_estimate(&c, LEARNER_BACKEND_CPU) > LEARNER_MAX_BYTES)
       return "load_checkpoint.data";
     return NULL;
   }

@@ -248,9 +248,9 @@ class Client:
         self._next_id = self._next_id + 1 if self._next_id < (1 << 64) - 1 else 1
         return rid
 
-    def _call(self, field, msg, request_id=None):
+    def _call(self, field, msg):
         timeout_ms = int(self.timeout * 1000)
-        req = pb.Request(version=1, request_id=request_id or self._new_id(), auth_token=self.token,
+        req = pb.Request(version=1, request_id=self._new_id(), auth_token=self.token,
                          timeout_ms=request_timeout_ms(timeout_ms))
         getattr(req, field).CopyFrom(msg)
         if self._sock is None:
@@ -383,19 +383,21 @@ class Client:
         its message saying how that went; a KeyboardInterrupt (or SystemExit
         from a signal handler) while waiting cancels it too before it
         propagates, with a note saying how that went."""
-        rid = self._new_id()
+        before = self.pending_request_id
         try:
-            r = self._call("step", pb.Step(name=name, n=int(n)), request_id=rid).step
+            r = self._call("step", pb.Step(name=name, n=int(n))).step
         except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
-            how = self._cancel_abandoned(name, rid)
-            if hasattr(e, "add_note"):
-                e.add_note(f"dqnd: the Step (request {rid}) of trainer '{name}' was {how}")
+            rid = self.pending_request_id
+            if rid != before:  # it was sent (or about to be): stop it there; its id is never used again
+                how = self._cancel_abandoned(name, rid)
+                if hasattr(e, "add_note"):
+                    e.add_note(f"dqnd: the Step (request {rid}) of trainer '{name}' was {how}")
             raise
         except DqndError as e:
             if not e.transport:
                 raise
-            raise DqndError(e.code, f"{e.message} (the Step was {self._cancel_abandoned(name, rid)})",
-                            transport=True) from None
+            how = self._cancel_abandoned(name, self.pending_request_id)
+            raise DqndError(e.code, f"{e.message} (the Step was {how})", transport=True) from None
         out = _stats(r.stats)
         out["stopped"] = bool(r.stopped)
         out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""

@@ -25,8 +25,10 @@ dropped; the others go on.
     PYTHONPATH=build/client/python python3 client/python/examples/optuna_search.py \\
         --daemons ipc:///tmp/a.sock,ipc:///tmp/b.sock --storage sqlite:///search.db --plot curves.png
 
-Rerun with the same --storage and --study to resume (--trials counts what the
-study holds). Drivers on several machines share a study through PostgreSQL.
+(--plot needs matplotlib: apt-get install python3-matplotlib; without it
+--plot is a usage error, exit 2, before anything runs.) Rerun with the same
+--storage and --study to resume (--trials counts what the study holds).
+Drivers on several machines share a study through PostgreSQL.
 """
 import argparse
 import collections
