@@ -126,7 +126,7 @@ int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls
   nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
   nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, c->timeout_ms);
   nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, c->timeout_ms);
-  int is_tls = !strncmp(url, "tls+tcp://", 10);
+  int is_tls = !strncmp(url, "tls+", 4); /* tls+tcp://, tls+tcp4://, tls+tcp6:// */
   if (is_tls) {
     rv = dial_tls(c->sock, url, tls, c->timeout_ms, err, errlen);
     if (rv) {

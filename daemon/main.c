@@ -165,6 +165,15 @@ int main(int argc, char **argv) {
    * minutes): a log rotation's SIGHUP must not end the daemon (its default
    * action; a review find) */
   signal(SIGHUP, SIG_IGN);
+  /* SIGTERM and SIGINT wait (pending) until the loop's handlers exist: the
+   * sockets open before them, and a stop asked in between killed the daemon
+   * with its default action. Every thread started meanwhile (nng's, the
+   * workers') keeps them blocked, so they reach the loop's thread alone. */
+  sigset_t stop_sigs;
+  sigemptyset(&stop_sigs);
+  sigaddset(&stop_sigs, SIGTERM);
+  sigaddset(&stop_sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
   s->start_time = now_s();
   s->backend = !strcmp(s->opts.backend, "cpu")    ? LEARNER_BACKEND_CPU
                : !strcmp(s->opts.backend, "cuda") ? LEARNER_BACKEND_CUDA
@@ -205,6 +214,7 @@ int main(int argc, char **argv) {
     sigs[i]->data = a;
     uv_signal_start(sigs[i], on_signal, signums[i]);
   }
+  pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
   uv_timer_t *timers[5] = {&a->ckpt_timer, &a->idle_timer, &a->wd_timer, &a->drain_timer, &a->gpu_timer};
   for (int i = 0; i < 5; i++) {
     uv_timer_init(a->loop, timers[i]);

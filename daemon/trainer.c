@@ -437,7 +437,7 @@ int trainer_long_end(trainer_t *t) {
   return why;
 }
 
-/* a queued job of request rid (workq_find) */
+/* a queued job of request rid (workq_take) */
 static int job_is_request(void *arg, void *ctx) {
   const trainer_job_t *j = arg;
   return j->c && j->request_id == *(const uint64_t *)ctx;
@@ -451,15 +451,22 @@ const char *trainer_cancel(trainer_t *t, uint64_t rid) {
     *learner_stop_flag(t->l) = 1;
     found = "running";
   } else if (rid) {
-    /* noted whether or not it is still in the queue: the worker may have
-     * taken it off an instant ago and not yet reached trainer_long_begin */
-    const int cap = (int)(sizeof t->cancelled / sizeof t->cancelled[0]);
-    if (t->n_cancelled == cap) { /* the oldest goes */
-      memmove(t->cancelled, t->cancelled + 1, sizeof t->cancelled[0] * (size_t)(cap - 1));
-      t->n_cancelled--;
+    trainer_job_t *j = workq_take(&t->q, job_is_request, &rid);
+    if (j) { /* still queued: answered now, never run */
+      refuse(j, CODE_CANCELLED, "name: trainer '%s': cancelled while it was queued (nothing ran)", t->name);
+      trainer_job_free(j);
+      found = "queued";
+    } else {
+      /* not queued (any more, or not yet): noted, for the worker may have
+       * taken it off an instant ago and not yet reached trainer_long_begin,
+       * or the Cancel overtook its Step on the way */
+      const int cap = (int)(sizeof t->cancelled / sizeof t->cancelled[0]);
+      if (t->n_cancelled == cap) { /* the oldest goes */
+        memmove(t->cancelled, t->cancelled + 1, sizeof t->cancelled[0] * (size_t)(cap - 1));
+        t->n_cancelled--;
+      }
+      t->cancelled[t->n_cancelled++] = rid;
     }
-    t->cancelled[t->n_cancelled++] = rid;
-    if (workq_find(&t->q, job_is_request, &rid)) found = "queued";
   }
   pthread_mutex_unlock(&t->run_mu);
   return found;

@@ -99,10 +99,17 @@ int workq_drain(workq_t *q, workq_job_t *out, int max) {
   return k;
 }
 
-int workq_find(workq_t *q, int (*match)(void *arg, void *ctx), void *ctx) {
+
+void *workq_take(workq_t *q, int (*match)(void *arg, void *ctx), void *ctx) {
   pthread_mutex_lock(&q->mu);
-  int found = 0;
-  for (int k = 0; k < q->n && !found; k++) found = match(q->ring[(q->head + k) % q->cap].arg, ctx);
+  void *found = NULL;
+  for (int k = 0; k < q->n && !found; k++) {
+    const int i = (q->head + k) % q->cap;
+    if (!match(q->ring[i].arg, ctx)) continue;
+    found = q->ring[i].arg;
+    for (int m = k; m + 1 < q->n; m++) q->ring[(q->head + m) % q->cap] = q->ring[(q->head + m + 1) % q->cap];
+    q->n--;
+  }
   pthread_mutex_unlock(&q->mu);
   return found;
 }

@@ -47,9 +47,10 @@ void workq_join(workq_t *q);
 /* Frees the ring and locks once the worker has exited. */
 void workq_free(workq_t *q);
 int workq_pending(workq_t *q); /* queued + running */
-/* 1 when match(arg, ctx) holds for a job still queued (not the running one);
- * match runs under the queue's lock and must only read. */
-int workq_find(workq_t *q, int (*match)(void *arg, void *ctx), void *ctx);
+/* Takes the first queued job (not the running one) whose arg match() holds
+ * for out of the queue, keeping the others' order: its arg, now the
+ * caller's, or NULL. match runs under the queue's lock and must only read. */
+void *workq_take(workq_t *q, int (*match)(void *arg, void *ctx), void *ctx);
 /* Pops every queued job not yet started (the caller answers them). */
 int workq_drain(workq_t *q, workq_job_t *out, int max);
 
