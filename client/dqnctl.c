@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 #include "dqnctl_arrays.h"
 #include "dqnctl_demo.h"
 #include "meanrev_env.h"

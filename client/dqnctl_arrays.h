@@ -2,7 +2,7 @@
 #ifndef DQND_DQNCTL_ARRAYS_H
 #define DQND_DQNCTL_ARRAYS_H
 
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 int cmd_submit(ctx_t *x, const cli_args_t *a);
 int cmd_act(ctx_t *x, const cli_args_t *a);

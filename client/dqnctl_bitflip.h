@@ -2,7 +2,7 @@
 #ifndef DQND_DQNCTL_BITFLIP_H
 #define DQND_DQNCTL_BITFLIP_H
 
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 int demo_bitflip(ctx_t *x, const cli_args_t *a);
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 const char *opt(ctx_t *x, const cli_args_t *a, const char *name) { return cli_get(x->spec, a, name); }
 

@@ -2,7 +2,7 @@
 #ifndef DQND_DQNCTL_DEEPSEA_H
 #define DQND_DQNCTL_DEEPSEA_H
 
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 int demo_deepsea(ctx_t *x, const cli_args_t *a);
 

@@ -2,7 +2,7 @@
 #ifndef DQND_DQNCTL_DEMO_H
 #define DQND_DQNCTL_DEMO_H
 
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 int cmd_demo(ctx_t *x, const cli_args_t *a);
 

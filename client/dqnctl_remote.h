@@ -3,7 +3,7 @@
 #define DQND_DQNCTL_REMOTE_H
 
 #include "demo_driver.h"
-#include "dqnctl.h"
+#include "dqnctl_common.h"
 
 /* The demo loops' driver (demo_driver.h) over a trainer on the daemon. */
 typedef struct remote {

@@ -15,6 +15,7 @@
  * F_ANY_STATE: runs on a trainer in an error state too.
  * The queues, workers and internal jobs are the trainer module's (trainer.c).
  */
+#include "dispatch.h"
 #include "dispatch_impl.h"
 
 #include <inttypes.h>

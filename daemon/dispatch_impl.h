@@ -7,7 +7,7 @@
 #define DQND_DISPATCH_IMPL_H
 
 #include "checkpoint.h"
-#include "dispatch.h"
+#include "rpc.h"
 #include "trainer.h"
 #include "wire.h"
 

@@ -11,9 +11,10 @@
 #define DQN_BACKEND_H
 
 #include "dqnd_build_config.h"
-#include "learner.h"
+#include "learner_types.h"
 #include "net_layout.h"
 #include "state_format.h"
+#include "stop.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,18 +56,6 @@ typedef struct learner_counters {
   float max_leaf;     /* PER: priority^alpha given to new items */
   learner_stats_t last; /* the last step call's stats, for GetStats */
 } learner_counters_t;
-
-/* What a step op checks between steps: the learner's stop flag and the
- * deadline (learner.h, learner_step_until). */
-typedef struct learner_stop_ctl {
-  const volatile int *flag;
-  double deadline; /* 0: none */
-  int why;         /* out: LEARNER_STOP_* */
-} learner_stop_ctl_t;
-
-/* LEARNER_STOP_FLAG or LEARNER_STOP_DEADLINE when the step must stop now
- * (and s->why set), else 0 */
-int learner_should_stop(learner_stop_ctl_t *s);
 
 typedef struct learner_backend_ops {
   const char *name;

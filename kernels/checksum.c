@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "learner.h"
+#include "learner_types.h"
 
 /* Two reflected CRC-32s share one slicing-by-8 implementation:
  * CRC-32C (Castagnoli, 0x82F63B78) for the sections, CRC-32 (IEEE, 0xEDB88320,

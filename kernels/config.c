@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "config_rows.h"
-#include "learner.h"
+#include "learner_types.h"
 #include "model.h"
 #include "net_layout.h"
 #include "seterr.h"

@@ -33,7 +33,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "learner.h"
+#include "learner_types.h"
 #include "philox.h"
 
 /* the ring slot holding insertion count cnt (cnt in [total - size, total),

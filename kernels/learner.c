@@ -255,19 +255,7 @@ int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *e
   return t->n == 0 ? LEARNER_OK : l->ops->submit(l->impl, t, err, errlen);
 }
 
-double learner_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 volatile int *learner_stop_flag(learner_t *l) { return &l->stop; }
-
-int learner_should_stop(learner_stop_ctl_t *s) {
-  if (s->flag && *s->flag) return s->why = LEARNER_STOP_FLAG;
-  if (s->deadline > 0 && learner_now() >= s->deadline) return s->why = LEARNER_STOP_DEADLINE;
-  return 0;
-}
 
 int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen) {
   if (n < 0 || n > LEARNER_MAX_STEPS) {

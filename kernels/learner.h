@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "learner_types.h"
+#include "stop.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,15 +83,8 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
  * halt word in the gradient-norm stage and, halted, change nothing (as a
  * diverged step changes nothing). learner_step is learner_step_until with no
  * deadline: it too stops on the flag. */
-enum { LEARNER_STOP_NONE = 0, LEARNER_STOP_FLAG = 1, LEARNER_STOP_DEADLINE = 2 };
-typedef struct learner_stop {
-  double deadline; /* learner_now() seconds; 0 = none */
-  int why;         /* out: LEARNER_STOP_* (NONE when every step ran) */
-} learner_stop_t;
 int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen);
 volatile int *learner_stop_flag(learner_t *l);
-/* The clock of deadlines: CLOCK_MONOTONIC, in seconds. */
-double learner_now(void);
 /* Actions for n states. noisy = 0: greedy with the mean weights; noisy = 1:
  * fresh NoisyNet noise (one draw per call). q (optional) receives [n, sum n_d]
  * per-branch Q values, branch after branch. */

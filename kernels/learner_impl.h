@@ -4,7 +4,8 @@
 #define DQN_LEARNER_IMPL_H
 
 #include "backend.h"
-#include "learner.h"
+#include "learner_types.h"
+#include "stop.h"
 
 struct learner {
   const learner_backend_ops_t *ops;
@@ -17,8 +18,8 @@ struct learner {
 /* A registered section of this learner, by the registry (state_format.h)
  * and the backend's buffers: its length in bytes (0: absent), and bytes
  * [off, off + n) of it read into or written from host memory. */
-int64_t learner_section_bytes(const learner_t *l, uint32_t tag);
-int learner_section_read(const learner_t *l, uint32_t tag, int64_t off, int64_t n, void *dst);
-int learner_section_write(learner_t *l, uint32_t tag, int64_t off, int64_t n, const void *src);
+int64_t learner_section_bytes(const struct learner *l, uint32_t tag);
+int learner_section_read(const struct learner *l, uint32_t tag, int64_t off, int64_t n, void *dst);
+int learner_section_write(struct learner *l, uint32_t tag, int64_t off, int64_t n, const void *src);
 
 #endif

@@ -15,7 +15,7 @@
 #ifndef DQN_MODEL_H
 #define DQN_MODEL_H
 
-#include "learner.h"
+#include "learner_types.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -26,7 +26,7 @@
 #ifndef DQN_NET_LAYOUT_H
 #define DQN_NET_LAYOUT_H
 
-#include "learner.h"
+#include "learner_types.h"
 
 #ifdef __cplusplus
 extern "C" {

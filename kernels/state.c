@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "learner.h"
 #include "learner_impl.h"
 #include "seterr.h"
 #include "state_format.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "learner.h"
+#include "learner_types.h"
 #include "seterr.h"
 #include "state_format.h"
 

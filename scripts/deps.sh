@@ -6,7 +6,7 @@ pkgs=(meson ninja-build pkg-config gcc libnng-dev protobuf-c-compiler libprotobu
       libuv1-dev check libjansson-dev libopenblas-dev libsystemd-dev valgrind
       protobuf-compiler python3-protobuf python3-numpy python3-optuna python3-sqlalchemy python3-psycopg2
       postgresql openssl python3-prometheus-client clang-14 libclang-rt-14-dev llvm-14
-      systemd util-linux)
+      systemd util-linux python3-matplotlib)
 # --list: the packages, one line (.ci/run installs them with apt-get itself)
 [ "${1:-}" = --list ] && { echo "${pkgs[*]}"; exit 0; }
 missing=()

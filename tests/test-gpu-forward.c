@@ -1,5 +1,5 @@
 /*
- * test-gpu-forward.c — the CUDA network forward (kernels/cuda/net_forward.cu)
+ * test-gpu-forward.c — the CUDA network forward (kernels/cuda/generic_forward.cu)
  * against the CPU reference (net_forward_f32) on fresh random inputs:
  * log-probabilities and Q values within 1e-5 relative (||gpu - cpu|| / ||cpu||
  * per branch), every output written (outputs poisoned with NaN first), and a
@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "dqn_math.h"
-#include "dqn_loss.cuh"
-#include "net_forward.cuh"
+#include "generic_loss.cuh"
+#include "generic_forward.cuh"
 #include "gpu_testutil.h"
 #include "testutil.h"
 

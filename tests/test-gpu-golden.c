@@ -1,6 +1,6 @@
 /*
  * test-gpu-golden.c — the CUDA loss and gradient (the step's phases,
- * kernels/cuda/step.cuh: the attention phase, the K head sets side by side
+ * kernels/cuda/step_phases.cuh: the attention phase, the K head sets side by side
  * with their merged priors, the ensemble loss) on the golden cases
  * themselves: PyTorch autograd in float64 (tests/golden/, README there), the
  * same oracle test-golden holds the CPU to. Loss and per-sample losses 1e-5
@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
-#include "dqn_loss.cuh"
+#include "generic_loss.cuh"
 #include "dqn_math.h"
 #include "golden_util.h"
 #include "gpu_testutil.h"

@@ -371,7 +371,7 @@ END_TEST
 
 /* A branch too wide for the fused loss kernel's shared memory (120 actions
  * of 51 atoms: ~50 KB per sample): the learner trains on the generic
- * kernels (kernels/cuda/dqn_loss.cu), one stream, and like the CPU. */
+ * kernels (kernels/cuda/generic_loss.cu), one stream, and like the CPU. */
 START_TEST(test_generic_kernels) {
   learner_config_t c;
   learner_config_default(&c);

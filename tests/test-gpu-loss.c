@@ -8,8 +8,8 @@
  * against the fp32 CPU (a nearly cancelling sum over thousands of rows), the
  * oracle becomes the double instance of the CPU code, and the GPU must be as
  * close to it as the fp32 CPU is (within 2x). Every case runs through the generic
- * kernels (kernels/cuda/dqn_loss.cu) and the step's phases
- * (kernels/cuda/step.cuh) in fp32 and in TF32 (tensor_cores, TF32
+ * kernels (kernels/cuda/generic_loss.cu) and the step's phases
+ * (kernels/cuda/step_phases.cuh) in fp32 and in TF32 (tensor_cores, TF32
  * tolerances); the two large-batch cases are the shapes whose phases run the
  * 64 x 128 tiles. Exits 77 with no usable GPU.
  */
@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
-#include "dqn_loss.cuh"
+#include "generic_loss.cuh"
 #include "dqnd_build_config.h"
 #include "dqn_math.h"
 #include "gpu_testutil.h"

@@ -6,7 +6,7 @@
 #ifndef DQN_CUDA_ADAM_SCALARS_CUH
 #define DQN_CUDA_ADAM_SCALARS_CUH
 
-#include "learner.h"
+#include "learner_types.h"
 
 /* the gradient's scale for a norm: grad_clip / (norm + 1e-6) when that is
  * below 1 and clipping is on (grad_clip > 0), else 1 (kernels/cpu/optim.c's

@@ -1,8 +1,8 @@
 /*
  * attn.cu — the attention block of DESIGN.md §6.1 on the GPU: the twin of
  * kernels/cpu/attn_impl.h (same names, the same sums in the same order per
- * token), between the trunk (F2) and the heads (F3) of the step (step.cuh),
- * and in Act's forward (net_forward.cu). Per row, T tokens of width
+ * token), between the trunk (F2) and the heads (F3) of the step (step_phases.cuh),
+ * and in Act's forward (generic_forward.cu). Per row, T tokens of width
  * d = H2 / T, n_h heads of width d_h = d / n_h, post-LN:
  *   x_t = h_t + pos_t;  q, k, v = W x + b;  alpha = softmax_s(q_t . k_s / sqrt(d_h))
  *   o_t = sum_s alpha_ts v_s;  u = W_o o + b_o;  y = LN(x + u)  ->  h'
@@ -33,8 +33,8 @@
 
 #include "cp_async.cuh"
 #include "cuda_check.h"
-#include "net_forward.cuh"
-#include "step.cuh"
+#include "generic_forward.cuh"
+#include "step_phases.cuh"
 
 #define ATT_NT 256        /* threads of the row kernels */
 #define ATT_SMEM_MAX (200 * 1024)

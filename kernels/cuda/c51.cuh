@@ -1,6 +1,6 @@
 /*
  * c51.cuh — the C51 projection's two device steps, shared by the generic
- * loss kernel (dqn_loss.cu) and the fused one (loss.cu); the CPU twin
+ * loss kernel (generic_loss.cu) and the fused one (step_loss.cu); the CPU twin
  * is c51_project in kernels/cpu/loss_impl.h. Included by .cu files only.
  */
 #ifndef DQN_CUDA_C51_CUH

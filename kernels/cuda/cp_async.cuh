@@ -1,6 +1,6 @@
 /*
  * cp_async.cuh — the asynchronous global-to-shared copies (sm_80+) the
- * layer GEMM (gemm.cu) and the loss kernel (loss.cu) stage their operands
+ * layer GEMM (gemm.cu) and the loss kernel (step_loss.cu) stage their operands
  * with. Included by .cu files only.
  */
 #ifndef DQN_CUDA_CP_ASYNC_CUH

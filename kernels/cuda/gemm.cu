@@ -1,5 +1,5 @@
 /*
- * gemm.cu — the layer GEMM every phase of the step runs on (step.cuh): the
+ * gemm.cu — the layer GEMM every phase of the step runs on (step_phases.cuh): the
  * twin of linear_forward / linear_backward (kernels/cpu/linear_impl.h) for
  * all rows and, where a layer is split into segments (the heads side by
  * side), all segments at once.
@@ -17,7 +17,7 @@
  * the same kernel with A = dY^T (TA = 1). Phases with two 64 x 128 tiles per
  * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K).
  *
- * Shapes: a problem is C [M][N] = A [M][K] W [K][N] (gemm.cuh's gprob_t);
+ * Shapes: a problem is C [M][N] = A [M][K] W [K][N] (gemm_table.cuh's gprob_t);
  * tiles GBM x GBN (GBM2 x GBN2 big), k chunks of GBK. Every output is
  * overwritten: C, or the gradients at grad + gw/gb/gsw/gsb (TA 1).
  */
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "cp_async.cuh"
-#include "gemm.cuh"
+#include "gemm_table.cuh"
 #include "gemm_dev.cuh"
 
 #define GBM 32  /* tile rows */
@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
 
 // launchers
 
-/* ---- the problem table (filled by the phase files, gemm.cuh) */
+/* ---- the problem table (filled by the phase files, gemm_table.cuh) */
 
 void gemm_begin_phase(gemm_table_t *t) { t->ph0[t->nph++] = t->np; }
 

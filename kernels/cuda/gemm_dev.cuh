@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "gemm.cuh"
+#include "gemm_table.cuh"
 
 /* A launch's lookup from block to problem, passed as a grid constant: the
  * first-block offsets are compared all at once (independent loads from the

@@ -4,13 +4,13 @@
  * moments, hyperparameters and counters all live on the device. A training
  * step —
  *   sample + gather (replay.cu) -> NoisyNet noise and weight packs (pack.cu)
- *   -> forward/loss/backward (step.cuh's phases) -> global norm, clip, AdamW,
+ *   -> forward/loss/backward (step_phases.cuh's phases) -> global norm, clip, AdamW,
  *   target update (optim.cu) -> new priorities (replay.cu) -> stats
  * — is captured once into a CUDA graph by step.cu and replayed by Step(n)
  * with no host work per step. Hyperparameters sit in device memory, so
  * SetHyperparams never re-captures; SubmitTransitions copies through pinned
  * staging on the trainer's stream, outside the graph, and never invalidates
- * it. Act runs the plain forward (net_forward.cu) on any number of states.
+ * it. Act runs the plain forward (generic_forward.cu) on any number of states.
  *
  * The RNG is the CPU's (kernels/philox.h, same streams and counters), so with
  * uniform replay both backends sample the same indices. Every reduction runs
@@ -124,7 +124,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
              m->L.attn.T ? "attn_tokens" : "ensemble_k");
     return LEARNER_EUNSUPPORTED;
   }
-  { /* the ensemble's loss (loss_ens.cu): masks from the sampled slots' insertion counts */
+  { /* the ensemble's loss (step_loss_ens.cu): masks from the sampled slots' insertion counts */
     cuda_fused_t *f = &m->ws.fused;
     f->ens = f->K > 1 || c->ensemble_mask_p < 1;
     f->prior = m->prior, f->beta = c->ensemble_prior_scale, f->lambda = c->hp.ensemble_diversity;

@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 
 #include "../backend.h"
-#include "dqn_loss.cuh"
-#include "net_forward.cuh"
+#include "generic_loss.cuh"
+#include "generic_forward.cuh"
 
 /* device-resident counters and per-call statistics */
 typedef struct dev_state {

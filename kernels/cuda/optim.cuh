@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "learner.h"
+#include "learner_types.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,7 +13,7 @@
  * element is overwritten.
  *
  * K head sets (DESIGN.md §6.2) repeat the head part set after set: bhc1 and
- * hc1 rows k SW1 .., bhc2 k SO .., hc2 k SH2 .. (step.cuh). Fixed priors are
+ * hc1 rows k SW1 .., bhc2 k SO .., hc2 k SH2 .. (step_phases.cuh). Fixed priors are
  * merged into their head set: prior k's first layers are VH (AH) more hidden
  * units of set k, beside the trained ones (value hidden VHp = 2 VH, branch
  * hidden AHp = 2 AH), and its second layers more input columns of set k's
@@ -36,7 +36,7 @@
 
 #include "../philox.h"
 #include "cuda_check.h"
-#include "dqn_loss.cuh"
+#include "generic_loss.cuh"
 #include "gemm_dev.cuh"
 
 typedef struct pack_layer {

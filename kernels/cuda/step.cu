@@ -3,15 +3,15 @@
  * (kernels/cpu/learner_cpu.c), as launches on two streams, captured once
  * into a CUDA graph and replayed by Step(n) with no host work per step.
  * This file owns the side stream, the events, the capture and the order of
- * the phases; each phase's kernels are in its own file (step.cuh).
+ * the phases; each phase's kernels are in its own file (step_phases.cuh).
  *
  *   main stream                         side stream
  *   ----------------------------------  -----------------------------------
  *   (fork: ev[5])                       noise, packs (pack.cu)  -> ev[6]
  *   sample + gather (replay.cu)
  *   (join ev[6])
- *   F1..F4, tail (forward.cu)
- *   loss (loss.cu)               ev[0] batch loss; weight grads group 0 (g2)
+ *   F1..F4, tail (step_forward.cu)
+ *   loss (step_loss.cu)               ev[0] batch loss; weight grads group 0 (g2)
  *   B1                           ev[1] group 1 (g1)
  *   B2                           ev[2] group 2 (gh)
  *   B3; group 3 (trunk 1);             gradient norm, all layers but trunk 1
@@ -26,7 +26,7 @@
  * after B3 on the main stream, then its part (the norm launch that followed
  * the join was ~5 µs on the critical path). The last of the norm's blocks
  * computes the clip scale for AdamW. Shapes whose loss the fused kernels
- * cannot stage (loss.cu) run the generic kernels (dqn_loss.cu) on the main
+ * cannot stage (step_loss.cu) run the generic kernels (generic_loss.cu) on the main
  * stream alone, in the CPU's order.
  *
  * Every reduction has one fixed order, so two runs with the same seed are
@@ -40,7 +40,7 @@
 
 #include "../philox.h"
 #include "cuda_check.h"
-#include "gemm.cuh"
+#include "gemm_table.cuh"
 #include "learner_cuda.cuh"
 #include "optim.cuh"
 

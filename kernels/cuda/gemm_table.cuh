@@ -1,12 +1,12 @@
 /*
- * gemm.cuh — the layer GEMM's problem table, as the phase files fill it
- * (forward.cu F1..F4, backward.cu B1..B3 and the weight gradients) and
+ * gemm_table.cuh — the layer GEMM's problem table, as the phase files fill it
+ * (step_forward.cu F1..F4, step_backward.cu B1..B3 and the weight gradients) and
  * gemm.cu plans and launches it. Host side; included by .cu files only.
  */
-#ifndef DQN_CUDA_GEMM_CUH
-#define DQN_CUDA_GEMM_CUH
+#ifndef DQN_CUDA_GEMM_TABLE_CUH
+#define DQN_CUDA_GEMM_TABLE_CUH
 
-#include "step.cuh"
+#include "step_phases.cuh"
 
 /* every phase's problems together: F4 and B1 (2 and 1 x K (1 + D)), the
  * weight gradients of K head sets (2 x K (1 + D)), the rest */
@@ -70,7 +70,7 @@ int gemm_add_wgrad(gemm_table_t *t, const float *dY, int ldy, const float *X, in
  * memory): occupancy blocks per SM aimed for */
 int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy);
 
-/* the phases' problems (forward.cu, backward.cu) */
+/* the phases' problems (step_forward.cu, step_backward.cu) */
 int forward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const float *x, gemm_table_t *t);
 int backward_problems(const net_layout_t *L, const cuda_fused_t *f, int B, const float *x, gemm_table_t *t);
 

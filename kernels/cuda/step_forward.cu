@@ -1,5 +1,5 @@
 /*
- * forward.cu — the step's forward (step.cuh): net_forward of
+ * step_forward.cu — the step's forward (step_phases.cuh): net_forward of
  * kernels/cpu/heads_impl.h for the online network on s and s' and the target
  * network on s', as four layer-GEMM phases, then the tail.
  *   F1  h1 = lrelu(x W_t1^T + b)           [rows, H1]
@@ -8,7 +8,7 @@
  *   F4  O  = hh W_hc2^T + b                [rows, O2]  value2 (V) then branch2_d (A_d), each
  *                                                      reading its own columns of hh
  *   tail  logp = log_softmax_z(V + A_d - mean_a A_d)  [rows, AW]
- * With K head sets (step.cuh, pack.cu) F3 is still one product (HC = K SW1
+ * With K head sets (step_phases.cuh, pack.cu) F3 is still one product (HC = K SW1
  * hidden units), F4 has K (1 + D) segments per network, and the tail a warp
  * per (row, set, branch): logp [rows, K AW].
  * Rows: online s then s' (2B, x rows 0..2B-1), then target s' (B, x rows
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
-#include "gemm.cuh"
+#include "gemm_table.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
 

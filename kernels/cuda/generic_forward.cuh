@@ -1,11 +1,11 @@
 /*
- * net_forward.cuh — the CUDA network forward (DESIGN.md §2), the GPU twin of
+ * generic_forward.cuh — the CUDA network forward (DESIGN.md §2), the GPU twin of
  * net_forward_f32 in kernels/cpu/heads_impl.h, same names and layouts:
  * activations a1,h1 [rows,H1], a2,h [rows,H2], av,hv [rows,VH], V [rows,Z],
  * per branch ab,hb [rows,AH], A,logp [rows, n_d*Z] (action-major).
  */
-#ifndef DQN_CUDA_NET_FORWARD_CUH
-#define DQN_CUDA_NET_FORWARD_CUH
+#ifndef DQN_CUDA_GENERIC_FORWARD_CUH
+#define DQN_CUDA_GENERIC_FORWARD_CUH
 
 #include <cuda_runtime.h>
 
@@ -41,7 +41,7 @@ typedef struct cuda_acts {
   cuda_attn_acts_t att; /* attention on (L->attn.T > 0) */
 } cuda_acts_t;
 
-/* C[M,N] (+)= A(m,k) B(k,n) with element strides (see net_forward.cu), then
+/* C[M,N] (+)= A(m,k) B(k,n) with element strides (see generic_forward.cu), then
  * + bias and H = LeakyReLU(C) when given. Deterministic. */
 int cuda_gemm(int M, int N, int K, const float *A, int sam, int sak, const float *B, int sbk, int sbn, float *C,
               int accumulate, const float *bias, float *H, float slope, cudaStream_t stream);

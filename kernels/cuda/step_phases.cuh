@@ -1,5 +1,5 @@
 /*
- * step.cuh — the CUDA training step's loss and gradient as phases (issues 4,
+ * step_phases.cuh — the CUDA training step's loss and gradient as phases (issues 4,
  * 5 and 13): the twin of dqn_loss_grad_f32 (kernels/cpu/loss_impl.h) in ~14
  * launches instead of ~60. One file per phase, step.cu ordering them:
  *
@@ -10,18 +10,18 @@
  *               cp.async ring, split-K for deep and narrow products (64 x 128
  *               tiles where a phase has two per SM); FFMA, or TF32 mma.sync
  *               for tensor_cores
- *   forward.cu  F1..F4, one launch per layer (trunk 1, trunk 2, all head-1
+ *   step_forward.cu  F1..F4, one launch per layer (trunk 1, trunk 2, all head-1
  *               layers side by side, all head-2 layers; online s and s',
  *               target s' as problems of one launch), then the tail: dueling
  *               combine and log-softmax, a warp per (row, branch)
  *   attn.cu     with attention (DESIGN.md §6.1) between F2 and F3: the block
  *               on h, the heads reading h'; its backward after B2
- *   loss.cu     one block per sample, all branches: Double-DQN action, C51
+ *   step_loss.cu     one block per sample, all branches: Double-DQN action, C51
  *               projection, cross-entropy, dlogits (dV and every dA_d); the
  *               batch loss
- *   loss_ens.cu the same with K head sets (DESIGN.md §6.2): masks, the
+ *   step_loss_ens.cu the same with K head sets (DESIGN.md §6.2): masks, the
  *               diversity term, priorities from mean_k CE
- *   backward.cu B1..B3, input gradients through head 2, head 1 and trunk 2
+ *   step_backward.cu B1..B3, input gradients through head 2, head 1 and trunk 2
  *               (pre-activation gradients kept), and every weight, bias and
  *               NoisyNet sigma gradient: the same GEMM with A = dY^T, in four
  *               groups by the gradient they read (g2, g1, gh, gt1)
@@ -45,12 +45,12 @@
  * advantage outputs), O2 = Z + AW (value then advantage outputs of the second
  * head layers).
  */
-#ifndef DQN_CUDA_STEP_CUH
-#define DQN_CUDA_STEP_CUH
+#ifndef DQN_CUDA_STEP_PHASES_CUH
+#define DQN_CUDA_STEP_PHASES_CUH
 
 #include <cuda_runtime.h>
 
-#include "net_forward.cuh"
+#include "generic_forward.cuh"
 #include "net_layout.h"
 
 #ifdef __cplusplus
@@ -88,13 +88,13 @@ typedef struct cuda_fused {
    * = K AW, a logp row. K = 1 without priors is the plain layout. */
   int K, pr, VHp, AHp, SW1, SO, LW;
   long long SH2;
-  int ens;                    /* 1: the ensemble loss (loss_ens.cu): K > 1 or bootstrap masks */
+  int ens;                    /* 1: the ensemble loss (step_loss_ens.cu): K > 1 or bootstrap masks */
   const float *prior;         /* the prior vector (device, the caller's) and beta_p */
   float beta;
   void *pack_tab;             /* the sets' pack jobs (pack.cu; NULL: the plain pack) */
   int pack_n, pack_train;     /* jobs; the trained layers' come first */
   float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
-  /* bootstrap masks (loss_ens.cu): given [B, K] (mask_in, device: tests), or
+  /* bootstrap masks (step_loss_ens.cu): given [B, K] (mask_in, device: tests), or
    * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
    * the sampled slots idx [B] and ring = {head, total} (device) of a ring of
    * cap slots; all 1 when mask_p >= 1 */
@@ -145,7 +145,7 @@ typedef struct cuda_dqn_hp {
 } cuda_dqn_hp_t;
 
 /* step.cu. Sets up the phases for batch B (f->ok = 0 when the loss kernel
- * cannot stage these shapes: the generic kernels of dqn_loss.cu run then); x
+ * cannot stage these shapes: the generic kernels of generic_loss.cu run then); x
  * is the workspace's [2B, S] input (s then s'). tensor_cores: TF32 arithmetic.
  * gemm_occupancy: blocks per SM the split-K planner aims for (the config's
  * cuda_gemm_occupancy). 0 or a cudaError_t. */
@@ -173,18 +173,18 @@ int cuda_noise(const unsigned long long *step, unsigned long long seed, unsigned
  * grad and fn: the weight gradients' output and NoisyNet noise */
 int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn, cudaStream_t st);
 
-/* forward.cu: F1..F4 and the tail, rows of x into f->logp */
+/* step_forward.cu: F1..F4 and the tail, rows of x into f->logp */
 int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B, float slope, float *grad, const float *fn,
                  cudaStream_t st);
 
-/* loss.cu: 1 when the loss kernel can stage L's shapes (48 KB of shared
+/* step_loss.cu: 1 when the loss kernel can stage L's shapes (48 KB of shared
  * memory per block) */
 int cuda_loss_fits(const net_layout_t *L);
 /* the loss of every sample from f->logp: loss_i [B] and the Q sums qsum_i
  * [B] (at loss_i + B), best [D, B], and dlogits into f->g2 */
 int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
               const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);
-/* loss_ens.cu: the same with K head sets (f->ens): loss_i and qsum_i [B] (at
+/* step_loss_ens.cu: the same with K head sets (f->ens): loss_i and qsum_i [B] (at
  * loss_i + B), f->ce_mean (the priority's loss), dlogits into f->g2 */
 int cuda_loss_ens_fits(const net_layout_t *L); /* 1: the rows fit the kernels' 48 KB */
 int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
@@ -193,7 +193,7 @@ int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fus
 int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
                     float *q_taken, cudaStream_t st);
 
-/* backward.cu: B_k (k = 1..3) and the weight-gradient group g (0..3: the
+/* step_backward.cu: B_k (k = 1..3) and the weight-gradient group g (0..3: the
  * layers whose output gradient is g2, g1, gh, gt1) */
 int cuda_backward(const cuda_fused_t *f, int k, float slope, float *grad, const float *fn, cudaStream_t st);
 int cuda_weight_grads(const cuda_fused_t *f, int g, float slope, float *grad, const float *fn, cudaStream_t st);

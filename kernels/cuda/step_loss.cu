@@ -1,5 +1,5 @@
 /*
- * loss.cu — the step's loss (step.cuh): dqn_loss_grad's target and loss
+ * step_loss.cu — the step's loss (step_phases.cuh): dqn_loss_grad's target and loss
  * (kernels/cpu/loss_impl.h) for every sample and branch at once, from the
  * forward's log-probabilities, with the dlogits the backward starts from.
  * Per sample i and branch d: the Double-DQN action a' (the online net on s'
@@ -19,7 +19,7 @@
 
 #include "c51.cuh"
 #include "cp_async.cuh"
-#include "step.cuh"
+#include "step_phases.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
 

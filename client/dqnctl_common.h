@@ -1,12 +1,12 @@
-/* dqnctl.h — what every dqnctl command file shares (dqnctl_common.c): the
+/* dqnctl_common.h — what every dqnctl command file shares (dqnctl_common.c): the
  * context, exit codes, errors, JSON and stats output, the running command's
  * options. The files above it: dqnctl_arrays.c (submit, act, inspect),
  * dqnctl_remote.c (the demos' driver over the daemon), dqnctl_meanrev.c,
  * dqnctl_deepsea.c and dqnctl_bitflip.c (one environment each),
  * dqnctl_demo.c (their table), and dqnctl.c (main, the command table, the
  * plain commands). Each includes only what is below it. */
-#ifndef DQND_DQNCTL_H
-#define DQND_DQNCTL_H
+#ifndef DQND_DQNCTL_COMMON_H
+#define DQND_DQNCTL_COMMON_H
 
 #include <jansson.h>
 

@@ -1,11 +1,11 @@
 /*
- * net_forward.cu — the network forward on the GPU, correct first: a tiled
+ * generic_forward.cu — the network forward on the GPU, correct first: a tiled
  * fp32 GEMM with the bias and LeakyReLU fused into its epilogue, the dueling
  * combine + log-softmax, and the C51 Q values. It mirrors net_forward_f32
  * (kernels/cpu/heads_impl.h) layer by layer; tests/test-gpu-forward.c holds
  * it to that reference. Act runs it (any number of states, Q values out),
- * and so do the generic loss kernels (dqn_loss.cu); the training step's own
- * forward is forward.cu's.
+ * and so do the generic loss kernels (generic_loss.cu); the training step's own
+ * forward is step_forward.cu's.
  *
  * Shapes: rows = batch rows, K = in features, N = out features; X [rows, K],
  * W [N, K] (nn.Linear layout), Y = X W^T + b [rows, N]; Z atoms, n actions.
@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "net_forward.cuh"
+#include "generic_forward.cuh"
 
 // kernels
 

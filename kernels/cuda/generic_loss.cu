@@ -1,12 +1,12 @@
 /*
- * dqn_loss.cu — the generic loss and gradient (dqn_loss.cuh): mirrors
+ * generic_loss.cu — the generic loss and gradient (generic_loss.cuh): mirrors
  * dqn_loss_grad_f32 (kernels/cpu/loss_impl.h) step by step with plain
  * kernels: effective weights -> forward online [s; s'] and target s'
- * (net_forward.cu) -> per-sample target distribution, cross-entropy and
+ * (generic_forward.cu) -> per-sample target distribution, cross-entropy and
  * dlogits, branch by branch -> backward through the heads and the trunk
  * (linear_backward, lrelu_backward) -> NoisyNet sigma gradients. The
  * training step runs it for the shapes the fused loss kernel cannot stage
- * (loss.cu: over 48 KB of shared memory per sample), and the tests hold it
+ * (step_loss.cu: over 48 KB of shared memory per sample), and the tests hold it
  * to the CPU beside the phases.
  *
  * Shapes: B batch, S state, Z atoms, D branches, n_d actions; dV [B, Z],
@@ -20,7 +20,7 @@
 
 #include "cuda_check.h"
 #include "c51.cuh"
-#include "dqn_loss.cuh"
+#include "generic_loss.cuh"
 
 // kernels
 

@@ -1,9 +1,9 @@
 /*
- * dqn_loss.cuh — the C51 Double-DQN loss and its exact backward on the GPU,
+ * generic_loss.cuh — the C51 Double-DQN loss and its exact backward on the GPU,
  * the twin of dqn_loss_grad_f32 (kernels/cpu/loss_impl.h): same inputs,
  * same outputs, same layouts. Two implementations behind one call: the
- * step's phases (step.cuh: layer-GEMM forward, fused loss, backward), and the
- * generic kernels of dqn_loss.cu (one plain GEMM per matrix product, the
+ * step's phases (step_phases.cuh: layer-GEMM forward, fused loss, backward), and the
+ * generic kernels of generic_loss.cu (one plain GEMM per matrix product, the
  * CPU's order), which run the shapes the fused loss kernel cannot stage;
  * tests/test-gpu-loss.c holds both to the CPU.
  *
@@ -14,11 +14,11 @@
  * Every output is overwritten; reductions run in a fixed order, so reruns are
  * bit-identical.
  */
-#ifndef DQN_CUDA_DQN_LOSS_CUH
-#define DQN_CUDA_DQN_LOSS_CUH
+#ifndef DQN_CUDA_GENERIC_LOSS_CUH
+#define DQN_CUDA_GENERIC_LOSS_CUH
 
-#include "net_forward.cuh"
-#include "step.cuh"
+#include "generic_forward.cuh"
+#include "step_phases.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,7 +38,7 @@ typedef struct cuda_dqn_ws {
   float *splitk;                  /* split-K partial sums of the weight gradients */
   size_t splitk_floats;
   float *mem;
-  cuda_fused_t fused; /* the phases' buffers and plan (step.cuh) */
+  cuda_fused_t fused; /* the phases' buffers and plan (step_phases.cuh) */
 } cuda_dqn_ws_t;
 
 /* weff = params with every NoisyNet layer composed from the noise fn (device; pack.cu). */
@@ -60,7 +60,7 @@ void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
 int cuda_dqn_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online, const float *target,
                        int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 
-/* The same on the generic kernels (dqn_loss.cu), whatever the shapes. */
+/* The same on the generic kernels (generic_loss.cu), whatever the shapes. */
 int cuda_dqn_loss_grad_generic(const net_layout_t *L, const cuda_dqn_hp_t *hp, const float *online,
                                const float *target, int noisy, cuda_dqn_ws_t *ws, float *grad, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
 /*
- * loss_ens.cu — the step's loss with K head sets (DESIGN.md §6.2; step.cuh):
+ * step_loss_ens.cu — the step's loss with K head sets (DESIGN.md §6.2; step_phases.cuh):
  * the twin of dqn_loss_grad's ensemble part in kernels/cpu/loss_impl.h, in
  * the CPU's order of operations, from the forward's log-probabilities
  * logp [3B, K AW] (online s, online s', target s'):
@@ -31,7 +31,7 @@
 
 #include "../philox.h"
 #include "c51.cuh"
-#include "step.cuh"
+#include "step_phases.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
 

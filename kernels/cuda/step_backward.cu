@@ -1,5 +1,5 @@
 /*
- * backward.cu — the step's backward (step.cuh): dqn_loss_grad's backward
+ * step_backward.cu — the step's backward (step_phases.cuh): dqn_loss_grad's backward
  * pass (kernels/cpu/loss_impl.h: linear_backward and lrelu_backward of
  * linear_impl.h) on the online-s rows, as layer-GEMM phases.
  *   B1  g1  = (g2 W_hc2) * lrelu'(hh)   [B, HC]  each head-1 unit from its own head's outputs
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.cuh"
+#include "gemm_table.cuh"
 
 // kernels: the layer GEMM's (gemm.cu), with the problems below
 
