@@ -22,6 +22,7 @@ API int32_t dqnenv_meanrev_optimal_action(const void *e);
 API float dqnenv_meanrev_reward(const void *e, int32_t action);
 API size_t dqnenv_meanrev_config(char *buf, size_t n);
 API size_t dqnenv_deepsea_size(void);
+API size_t dqnenv_deepsea_config(int n, char *buf, size_t len);
 API int dqnenv_deepsea_init(void *e, int n, uint64_t seed);
 API void dqnenv_deepsea_reset(void *e, float *obs);
 API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs);
@@ -78,4 +79,13 @@ API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs) 
   return done;
 }
 API int32_t dqnenv_deepsea_right_action(const void *e) { return deepsea_right_action(e); }
+
+/* the learner config deep sea of size n trains with (deepsea_learner_config:
+ * the ensemble the learning test holds to its bar), as canonical text: the
+ * Python environment takes it from here, so the two cannot drift */
+API size_t dqnenv_deepsea_config(int n, char *buf, size_t len) {
+  learner_config_t c;
+  deepsea_learner_config(&c, n);
+  return learner_config_to_text(&c, buf, len);
+}
 API float dqnenv_deepsea_optimal_return(int n) { return deepsea_optimal_return(n); }

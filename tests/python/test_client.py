@@ -520,6 +520,12 @@ class EnvTest(unittest.TestCase):
             d.step(2)
         cfg = envs.MeanRev.learner_config()
         self.assertEqual((cfg["state_dim"], cfg["branches"]), ("4", "9,3,3"))
+        # deep sea's settings are the C environment's (deepsea_learner_config):
+        # the ensemble the learning test holds to its bar, not a copy that drifts
+        ds = envs.DeepSea.learner_config(N)
+        self.assertEqual((ds["state_dim"], ds["branches"], ds["ensemble_k"], ds["act_select"]),
+                         (str(N * N), "2", "10", "thompson"))
+        self.assertEqual(np.float32(ds["lr"]), np.float32(1e-4))
         with self.assertRaises(KeyError):
             envs.make("nosuch")
 

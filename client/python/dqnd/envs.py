@@ -44,9 +44,16 @@ def _load():
                                           ctypes.c_void_p]
         L.dqnenv_deepsea_right_action.argtypes = [ctypes.c_void_p]
         L.dqnenv_deepsea_right_action.restype = ctypes.c_int32
+        L.dqnenv_deepsea_config.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        L.dqnenv_deepsea_config.restype = ctypes.c_size_t
         L.dqnenv_deepsea_optimal_return.argtypes = [ctypes.c_int]
         L.dqnenv_deepsea_optimal_return.restype = ctypes.c_float
     return _lib
+
+
+def _config_fields(text):
+    """canonical "name=value" lines (learner_config_to_text) -> {name: value}"""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 class MeanRev:
@@ -73,8 +80,7 @@ class MeanRev:
         """The learner config the demo trains with, {field: text}."""
         buf = ctypes.create_string_buffer(8192)
         n = _load().dqnenv_meanrev_config(buf, len(buf))
-        lines = buf.raw[:min(n, len(buf) - 1)].decode().splitlines()
-        return dict(line.split("=", 1) for line in lines if "=" in line)
+        return _config_fields(buf.raw[:min(n, len(buf) - 1)].decode())
 
     def _info(self):
         return {"optimal_action": int(_load().dqnenv_meanrev_optimal_action(self._buf))}
@@ -153,10 +159,13 @@ class DeepSea:
 
     @staticmethod
     def learner_config(size=10):
-        """A learner config for deep sea of this size (state N*N, one branch of 2)."""
-        return {"state_dim": size * size, "branches": "2", "v_min": -1, "v_max": 1, "atoms": 11, "gamma": 0.99,
-                "trunk_h1": 64, "trunk_h2": 64, "value_hidden": 32, "adv_hidden": 32, "batch": 64,
-                "replay_capacity": 100000, "prioritized": 0, "lr": 0.001, "target_period": 50}
+        """The learner config deep sea of this size trains with (state N*N,
+        one branch of 2): the C environment's (deepsea_learner_config, the
+        ensemble of K = 10 thompson heads with priors and masks that the
+        learning test holds to its bar), {field: text}."""
+        buf = ctypes.create_string_buffer(8192)
+        n = _load().dqnenv_deepsea_config(int(size), buf, len(buf))
+        return _config_fields(buf.raw[:min(n, len(buf) - 1)].decode())
 
 
 ENVS = {"meanrev": MeanRev, "deepsea": DeepSea}
