@@ -171,132 +171,140 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
   if (!has_path && (m->total > (uint64_t)s->opts.decode_budget * 16 || m->offset > m->total || m->data.len > m->total - m->offset))
     return snprintf(err, errlen, "total: %llu bytes (chunk at %llu + %zu) is inconsistent or too large",
                     (unsigned long long)m->total, (unsigned long long)m->offset, m->data.len),
-           3;
+           CODE_INVALID_ARGUMENT;
   return 0;
 }
 
 void dispatch_run_swap(trainer_job_t *j);
 
-/* admin worker: assemble uploads, build the learner, then create or hand it to the trainer */
-void dispatch_run_load(trainer_job_t *j0) {
-  server_t *s = j0->s;
-  rpc_call_t *c = j0->c;
-  const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
+/* LoadCheckpoint from a file on the daemon's side (confined to state_dir and
+ * checkpoint-dirs): the learner, or NULL with the call answered */
+static learner_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
+  char err[512], real[4200];
+  learner_t *l = NULL;
+  int lrc = ckpt_path_confine(m->path, s->opts.state_dir, s->opts.checkpoint_dirs, real, sizeof real, err, sizeof err);
+  if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
+  if (lrc)
+    rpc_reply_error(c,
+                    lrc == CKPT_ENOENT    ? CODE_NOT_FOUND
+                    : lrc == CKPT_ENOMEM  ? CODE_RESOURCE_EXHAUSTED
+                    : lrc == CKPT_EACCES  ? CODE_PERMISSION_DENIED
+                    : lrc == CKPT_ENOTREG ? CODE_INVALID_ARGUMENT
+                                          : CODE_DATA_LOSS,
+                    "%s", err);
+  return l;
+}
+
+/* One chunk of an upload into the bounded uploads (struct upload, above).
+ * Before the last chunk the call is answered Done and NULL returned; the
+ * last one's whole file (its length and CRC-32 checked) is loaded: the
+ * learner, or NULL with the call answered. */
+static learner_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
   char err[512];
   learner_t *l = NULL;
-  learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
-  if (m->path && m->path[0]) {
-    char real[4200];
-    int lrc = ckpt_path_confine(m->path, s->opts.state_dir, s->opts.checkpoint_dirs, real, sizeof real, err, sizeof err);
-    if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
-    if (lrc) {
-      rpc_reply_error(c,
-                      lrc == CKPT_ENOENT    ? CODE_NOT_FOUND
-                      : lrc == CKPT_ENOMEM  ? CODE_RESOURCE_EXHAUSTED
-                      : lrc == CKPT_EACCES  ? CODE_PERMISSION_DENIED
-                      : lrc == CKPT_ENOTREG ? CODE_INVALID_ARGUMENT
-                                            : CODE_DATA_LOSS,
-                      "%s", err);
-      return;
-    }
-  } else {
-    pthread_mutex_lock(&s->up_mu);
-    const double now = now_s();
-    upload_t **pp, *u = NULL;
-    uint64_t open_bytes = 0; /* of the other uploads */
-    int n_open = 0;
-    for (pp = &s->uploads; *pp;) {
-      upload_t *x = *pp;
-      if (!strcmp(x->name, m->name)) {
-        u = x;
-      } else if (m->offset == 0 && now - x->touched > UPLOAD_IDLE_S) {
-        log_warn(x->name, "an unfinished checkpoint upload (%llu of %llu bytes) idle for %.0f s dropped",
-                 (unsigned long long)x->n, (unsigned long long)x->total, now - x->touched);
-        *pp = x->next;
-        upload_free(x);
-        continue;
-      } else {
-        open_bytes += x->total;
-        n_open++;
-      }
-      pp = &x->next;
-    }
-    const uint64_t most = (uint64_t)s->opts.decode_budget * 16; /* dispatch_check_load's bound on one */
-    if (m->offset == 0) { /* a new upload replaces an unfinished one of the name */
-      const char *why = n_open >= UPLOAD_MAX_OPEN ? "uploads" : open_bytes + m->total > most ? "bytes" : NULL;
-      upload_t *nu = why ? NULL : calloc(1, sizeof *nu);
-      if (!nu) {
-        pthread_mutex_unlock(&s->up_mu);
-        if (!why)
-          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "name: out of memory for a new upload");
-        else if (!strcmp(why, "uploads"))
-          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
-                          "name: %d other checkpoint uploads are unfinished (at most %d at once)", n_open,
-                          UPLOAD_MAX_OPEN);
-        else
-          rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
-                          "total: %llu bytes beside the %llu of unfinished uploads exceed %llu",
-                          (unsigned long long)m->total, (unsigned long long)open_bytes, (unsigned long long)most);
-        return;
-      }
-      snprintf(nu->name, sizeof nu->name, "%s", m->name);
-      nu->total = m->total;
-      nu->touched = now;
-      if (u) { /* only now: a refusal above leaves it as it was */
-        for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
-        *pp = u->next;
-        upload_free(u);
-      }
-      nu->next = s->uploads;
-      s->uploads = u = nu;
-    } else if (!u || u->n != m->offset || u->total != m->total) {
-      pthread_mutex_unlock(&s->up_mu);
-      rpc_reply_error(c, CODE_FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
-                      (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
-      return;
-    }
-    if (u->n + m->data.len > u->cap) { /* doubling, up to the total (dispatch_check_load: n + len <= total) */
-      uint64_t cap = u->cap ? 2 * u->cap : 1u << 20;
-      if (cap < u->n + m->data.len) cap = u->n + m->data.len;
-      if (cap > u->total) cap = u->total;
-      uint8_t *d = realloc(u->data, (size_t)cap);
-      if (!d) {
-        pthread_mutex_unlock(&s->up_mu);
-        rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "data: cannot hold %llu bytes (the chunk may be sent again)",
-                        (unsigned long long)cap);
-        return;
-      }
-      u->data = d, u->cap = cap;
-    }
-    /* an empty chunk (offset 0, total > 0, no data) arrives with data.data NULL: memcpy's
-       arguments must not be NULL even for zero bytes (a fuzz find) */
-    if (m->data.len) memcpy(u->data + u->n, m->data.data, m->data.len);
-    u->n += m->data.len;
-    u->touched = now;
-    if (!m->last) {
-      pthread_mutex_unlock(&s->up_mu);
-      dispatch_reply_done(c);
-      return;
-    }
-    /* last chunk: detach the upload and load it */
-    for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
-    *pp = u->next;
-    pthread_mutex_unlock(&s->up_mu);
-    int bad = u->n != u->total;
-    if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
-    else if (learner_crc32(0, u->data, u->n) != m->crc32) {
-      bad = 1;
-      snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
+  pthread_mutex_lock(&s->up_mu);
+  const double now = now_s();
+  upload_t **pp, *u = NULL;
+  uint64_t open_bytes = 0; /* of the other uploads */
+  int n_open = 0;
+  for (pp = &s->uploads; *pp;) {
+    upload_t *x = *pp;
+    if (!strcmp(x->name, m->name)) {
+      u = x;
+    } else if (m->offset == 0 && now - x->touched > UPLOAD_IDLE_S) {
+      log_warn(x->name, "an unfinished checkpoint upload (%llu of %llu bytes) idle for %.0f s dropped",
+               (unsigned long long)x->n, (unsigned long long)x->total, now - x->touched);
+      *pp = x->next;
+      upload_free(x);
+      continue;
     } else {
-      int lrc = ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err);
-      if (lrc) bad = lrc == CKPT_ENOMEM ? 2 : 1;
+      open_bytes += x->total;
+      n_open++;
     }
-    upload_free(u);
-    if (bad) {
-      rpc_reply_error(c, bad == 2 ? CODE_RESOURCE_EXHAUSTED : CODE_DATA_LOSS, "%s", err);
-      return;
-    }
+    pp = &x->next;
   }
+  const uint64_t most = (uint64_t)s->opts.decode_budget * 16; /* dispatch_check_load's bound on one */
+  if (m->offset == 0) { /* a new upload replaces an unfinished one of the name */
+    const char *why = n_open >= UPLOAD_MAX_OPEN ? "uploads" : open_bytes + m->total > most ? "bytes" : NULL;
+    upload_t *nu = why ? NULL : calloc(1, sizeof *nu);
+    if (!nu) {
+      pthread_mutex_unlock(&s->up_mu);
+      if (!why)
+        rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "name: out of memory for a new upload");
+      else if (!strcmp(why, "uploads"))
+        rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
+                        "name: %d other checkpoint uploads are unfinished (at most %d at once)", n_open,
+                        UPLOAD_MAX_OPEN);
+      else
+        rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED,
+                        "total: %llu bytes beside the %llu of unfinished uploads exceed %llu",
+                        (unsigned long long)m->total, (unsigned long long)open_bytes, (unsigned long long)most);
+      return NULL;
+    }
+    snprintf(nu->name, sizeof nu->name, "%s", m->name);
+    nu->total = m->total;
+    nu->touched = now;
+    if (u) { /* only now: a refusal above leaves it as it was */
+      for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
+      *pp = u->next;
+      upload_free(u);
+    }
+    nu->next = s->uploads;
+    s->uploads = u = nu;
+  } else if (!u || u->n != m->offset || u->total != m->total) {
+    pthread_mutex_unlock(&s->up_mu);
+    rpc_reply_error(c, CODE_FAILED_PRECONDITION, "offset: %llu does not continue an upload for '%s' (at %llu)",
+                    (unsigned long long)m->offset, m->name, u ? (unsigned long long)u->n : 0ULL);
+    return NULL;
+  }
+  if (u->n + m->data.len > u->cap) { /* doubling, up to the total (dispatch_check_load: n + len <= total) */
+    uint64_t cap = u->cap ? 2 * u->cap : 1u << 20;
+    if (cap < u->n + m->data.len) cap = u->n + m->data.len;
+    if (cap > u->total) cap = u->total;
+    uint8_t *d = realloc(u->data, (size_t)cap);
+    if (!d) {
+      pthread_mutex_unlock(&s->up_mu);
+      rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "data: cannot hold %llu bytes (the chunk may be sent again)",
+                      (unsigned long long)cap);
+      return NULL;
+    }
+    u->data = d, u->cap = cap;
+  }
+  /* an empty chunk (offset 0, total > 0, no data) arrives with data.data NULL: memcpy's
+     arguments must not be NULL even for zero bytes (a fuzz find) */
+  if (m->data.len) memcpy(u->data + u->n, m->data.data, m->data.len);
+  u->n += m->data.len;
+  u->touched = now;
+  if (!m->last) {
+    pthread_mutex_unlock(&s->up_mu);
+    dispatch_reply_done(c);
+    return NULL;
+  }
+  /* last chunk: detach the upload and load it */
+  for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
+  *pp = u->next;
+  pthread_mutex_unlock(&s->up_mu);
+  int bad = u->n != u->total;
+  if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
+  else if (learner_crc32(0, u->data, u->n) != m->crc32) {
+    bad = 1;
+    snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
+  } else {
+    int lrc = ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err);
+    if (lrc) bad = lrc == CKPT_ENOMEM ? 2 : 1;
+  }
+  upload_free(u);
+  if (bad) {
+    rpc_reply_error(c, bad == 2 ? CODE_RESOURCE_EXHAUSTED : CODE_DATA_LOSS, "%s", err);
+    return NULL;
+  }
+  return l;
+}
+
+/* The loaded learner becomes trainer m->name: a new one (create), or the
+ * state the existing one swaps in on its worker (dispatch_run_swap) */
+static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_t *l) {
+  char err[512];
   if (m->create) {
     learner_config_t cfg = *learner_config(l);
     trainer_t *t;
@@ -339,6 +347,18 @@ void dispatch_run_load(trainer_job_t *j0) {
     rpc_reply_error(c, rc == WORKQ_FULL ? CODE_RESOURCE_EXHAUSTED : CODE_UNAVAILABLE,
                     "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
   }
+}
+
+
+/* admin worker: LoadCheckpoint: the learner from a path or an upload, then
+ * installed as a new trainer or into the existing one */
+void dispatch_run_load(trainer_job_t *j0) {
+  server_t *s = j0->s;
+  rpc_call_t *c = j0->c;
+  const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
+  const learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
+  learner_t *l = m->path && m->path[0] ? load_path(s, c, m, be) : load_chunk(s, c, m, be);
+  if (l) install_loaded(s, c, m, l);
 }
 
 /* trainer worker: swap in the learner the admin worker built */
