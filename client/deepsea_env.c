@@ -54,7 +54,7 @@ void deepsea_learner_config(learner_config_t *c, int n) {
   snprintf(sd, sizeof sd, "%d", n * n);
   /* Two atoms: with C51 on deep sea's deterministic returns the target of a
    * state worth 0 is one atom, the logits sharpen on it without bound, and a
-   * fixed prior added to the logits (DESIGN.md §6.2) then moves Q less and
+   * fixed prior added to the logits (docs/learner.md §8) then moves Q less and
    * less: with 11 atoms the spread of Q between heads fell 100x in 200
    * episodes and no seed reached the reward at N = 20 (BENCHMARKS.md). On two
    * atoms {-1, 1} a value of 0 is p = 1/2, the flattest distribution, where

@@ -1,6 +1,6 @@
 /*
  * deepsea_env.h — bsuite's deep sea (Osband et al. 2019), the exploration
- * test of DESIGN.md §6.2's ensemble heads: an N x N grid, the agent starts in
+ * test of the ensemble heads (docs/learner.md §8): an N x N grid, the agent starts in
  * the top-left cell and moves down one row every step, left or right as it
  * chooses; reaching the bottom-right corner pays +1, and every move right
  * costs 0.01 / N. An episode is N steps. Which of the two actions means
@@ -14,7 +14,7 @@
  * cell's feature has unit mean square over the N^2 cells: a 0/1 one-hot of
  * N^2 cells gives a fan-in-initialised first layer inputs N times smaller
  * than it assumes, the trunk's features then hardly depend on the state, and
- * neither do the ensemble's priors, which read them (DESIGN.md §6.2).
+ * neither do the ensemble's priors, which read them (docs/learner.md §8).
  * Actions: one branch of 2 (flat action 0 or 1).
  */
 #ifndef DQND_DEEPSEA_ENV_H

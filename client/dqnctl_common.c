@@ -1,4 +1,4 @@
-/* dqnctl_common.c — what every dqnctl command file uses (dqnctl.h): errors,
+/* dqnctl_common.c — what every dqnctl command file uses (dqnctl_common.h): errors,
  * JSON, the stats line, the running command's options. */
 #include <stdio.h>
 #include <stdlib.h>

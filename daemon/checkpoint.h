@@ -1,5 +1,5 @@
 /*
- * checkpoint.h — checkpoint files (DESIGN.md §7). The file is the learner's
+ * checkpoint.h — checkpoint files (docs/architecture.md, "Checkpoints"). The file is the learner's
  * state format (kernels/learner.h: magic, version, config hash, sections
  * with CRC32C). It is written to a temporary file in the same directory,
  * fsynced, renamed into place and the directory fsynced, so a crash at any

@@ -1,7 +1,7 @@
 /*
  * server.h — the daemon's shared state and how the modules meet.
  *
- * Threads (DESIGN.md §5):
+ * Threads (docs/architecture.md, "Threads"):
  * - the libuv loop thread (main.c): signals, timers, sd_notify, shutdown;
  * - nng's callback threads (rpc.c): receive, decode, then hand the request
  *   to dispatch.c (the handler rpc_start was given), which validates it

@@ -1,5 +1,5 @@
 /*
- * act_heads.c — Act over K head sets (DESIGN.md §6.2), one code for both
+ * act_heads.c — Act over K head sets (docs/learner.md §8), one code for both
  * backends: from each head's Q of one state, per branch the mean over heads
  * and the population variance (divided by K), and the action by act_select:
  * the argmax of the mean, of mean + ucb_c std (ucb), or of one head's Q

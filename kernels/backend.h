@@ -37,7 +37,7 @@ enum learner_section {
   SEC_TARGET = 4,
   SEC_ADAM_M = 5,
   SEC_ADAM_V = 6,
-  SEC_PRIORS = 7,   /* float [n_prior]: the fixed prior heads (DESIGN.md §6.2); only with priors */
+  SEC_PRIORS = 7,   /* float [n_prior]: the fixed prior heads (docs/learner.md §8); only with priors */
   SEC_R_S = 10,     /* float [size, S] */
   SEC_R_S2 = 11,
   SEC_R_A = 12,     /* int32 [size] */
@@ -93,7 +93,7 @@ extern const learner_backend_ops_t learner_cuda_ops;
 /* The initial parameters (nn.Linear / NoisyLinear init from Philox), shared by
  * both backends so they start from the same weights. */
 void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
-/* The fixed prior heads' initial (and only) values (DESIGN.md §6.2; learner_cpu.c). */
+/* The fixed prior heads' initial (and only) values (docs/learner.md §8; learner_cpu.c). */
 void learner_cpu_init_priors(const net_layout_t *L, const learner_config_t *c, float *prior);
 /* Act over K heads (act_heads.c): the head thompson follows in this episode
  * (0 unless thompson with K > 1); then, from one state's Q of every head (head

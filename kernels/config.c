@@ -365,7 +365,7 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     seterr(err, errlen, "branches: a layer of %lld outputs is too large", (long long)widest);
     return LEARNER_EINVAL;
   }
-  if (c->attn_tokens) { /* DESIGN.md §6.1: T >= 2, n_h >= 1, both dividing (model_build checks those) */
+  if (c->attn_tokens) { /* docs/learner.md §7: T >= 2, n_h >= 1, both dividing (model_build checks those) */
     if (c->attn_tokens < 2) {
       seterr(err, errlen, "attn_tokens: %d is not 0 (off) or >= 2", c->attn_tokens);
       return LEARNER_EINVAL;
@@ -380,13 +380,13 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     int rc = model_build(&m, &d, err, errlen);
     if (rc) return rc;
   }
-  /* DESIGN.md §6.3: obs (O >= 0) | achieved goal (G) | desired goal (G) */
+  /* docs/learner.md §9: obs (O >= 0) | achieved goal (G) | desired goal (G) */
   if (c->her_goal_dim < 0 || 2LL * c->her_goal_dim > c->state_dim) {
     seterr(err, errlen, "her_goal_dim: 2 x %d does not fit state_dim %d (obs | achieved goal | desired goal)",
            c->her_goal_dim, c->state_dim);
     return LEARNER_EINVAL;
   }
-  /* DESIGN.md §6.2: K >= 1, p in (0, 1], beta_p >= 0 */
+  /* docs/learner.md §8: K >= 1, p in (0, 1], beta_p >= 0 */
   if (c->ensemble_k < 1 || c->ensemble_k > LEARNER_MAX_ENSEMBLE) {
     seterr(err, errlen, "ensemble_k: %d is not in [1, %d]", c->ensemble_k, LEARNER_MAX_ENSEMBLE);
     return LEARNER_EINVAL;

@@ -12,7 +12,7 @@
 #ifndef DQN_CONFIG_ROWS_H
 #define DQN_CONFIG_ROWS_H
 
-/* the network: trunk -> dueling C51 heads per branch (cpu/linear.h, cpu/heads.h) */
+/* the network: trunk -> dueling C51 heads per branch (cpu/linear_impl.h, cpu/heads_impl.h; docs/learner.md §2-3) */
 #define NETWORK_ROWS(R)                                                                                          \
   R("state_dim", LCF_INT32, CF(state_dim), 1, 65536, 0, "64", "length of a state vector")                        \
   R("trunk_h1", LCF_INT32, CF(trunk_h1), 1, 16384, 0, "256", "first trunk layer width")                          \
@@ -27,7 +27,7 @@
   R("noisy", LCF_BOOL, CF(noisy), 0, 1, 0, "0", "NoisyNet (factorised Gaussian) head layers")                    \
   R("noisy_sigma0", LCF_FLOAT, CF(noisy_sigma0), 0, 10, 0, "0.5", "NoisyNet initial sigma0")
 
-/* attention over the trunk output h (cpu/attn_impl.h, DESIGN.md §6.1): T tokens of
+/* attention over the trunk output h (cpu/attn_impl.h, docs/learner.md §7): T tokens of
  * width trunk_h2 / T, n_h heads; fixed at creation (the parameter vector's shape) */
 #define ATTN_ROWS(R)                                                                                             \
   R("attn_tokens", LCF_INT32, CF(attn_tokens), 0, 16384, 0, "0",                                                 \
@@ -35,7 +35,7 @@
   R("attn_heads", LCF_INT32, CF(attn_heads), 0, 16384, 0, "1",                                                   \
     "attention heads (>= 1 when attn_tokens > 0, dividing trunk_h2 / attn_tokens)")
 
-/* ensemble heads (cpu/loss_impl.h, DESIGN.md §6.2): K head sets on the shared trunk, bootstrap
+/* ensemble heads (cpu/loss_impl.h, docs/learner.md §8): K head sets on the shared trunk, bootstrap
  * masks, a diversity bonus, fixed random priors. K, p and beta_p are fixed at creation (K and the
  * priors shape the parameter vectors; p defines each head's bootstrap data set); lambda may change. */
 #define ENSEMBLE_ROWS(R)                                                                                         \
@@ -48,14 +48,14 @@
   R("ensemble_prior_scale", LCF_FLOAT, CF(ensemble_prior_scale), 0, 1e6, 0, "0",                                 \
     "scale beta_p of the fixed random prior heads (0 = none)")
 
-/* Act over the ensemble (DESIGN.md §6.2): which action the K heads' Q values pick; may change */
+/* Act over the ensemble (docs/learner.md §8): which action the K heads' Q values pick; may change */
 #define ACT_ROWS(R)                                                                                              \
   R("act_select", LCF_INT32, HF(act_select), 0, 2, 1, "mean",                                                    \
     "Act over ensemble heads: mean (argmax of the mean), ucb (mean + ucb_c * std), thompson (one head per "     \
     "episode); 0/1/2 also accepted")                                                                             \
   R("ucb_c", LCF_FLOAT, HF(ucb_c), 0, 1e6, 1, "1", "act_select=ucb: weight of the std over heads")
 
-/* HER and n-step returns (her.h, cpu/her_cpu.c, DESIGN.md §6.3): G fixed at creation (the state
+/* HER and n-step returns (her.h, cpu/her_cpu.c, docs/learner.md §9): G fixed at creation (the state
  * layout); the rest may change between steps */
 #define HER_ROWS(R)                                                                                              \
   R("her_goal_dim", LCF_INT32, CF(her_goal_dim), 0, 32768, 0, "0",                                               \
@@ -71,7 +71,7 @@
     "HER: a relabelled row is terminal when it succeeds (else done as stored)")                                \
   R("n_step", LCF_INT32, HF(n_step), 1, 1000, 1, "1", "n-step returns, truncated at the episode's end")
 
-/* the loss (cpu/loss.h): Double DQN target, C51 projection, discount */
+/* the loss (cpu/loss_impl.h; docs/learner.md §4): Double DQN target, C51 projection, discount */
 #define LOSS_ROWS(R)                                                                                             \
   R("double_dqn", LCF_BOOL, CF(double_dqn), 0, 1, 0, "1", "Double DQN target action selection")                 \
   R("gamma", LCF_FLOAT, HF(gamma), 0, 1, 1, "0.99", "discount factor")
@@ -97,7 +97,7 @@
   R("adam_beta2", LCF_FLOAT, HF(adam_beta2), 0, 0.99999994, 1, "0.999", "Adam beta2 (below 1 as a float)")       \
   R("adam_eps", LCF_FLOAT, HF(adam_eps), 1e-12, 1, 1, "1e-08", "Adam epsilon")
 
-/* randomness and the backends' arithmetic (the CUDA step: cuda/step_graph) */
+/* randomness and the backends' arithmetic (the CUDA step: cuda/step.cu) */
 #define BACKEND_ROWS(R)                                                                                          \
   R("seed", LCF_UINT64, CF(seed), 0, 1.8446744073709552e19, 0, "1", "Philox key: init, sampling, noise")         \
   R("tensor_cores", LCF_BOOL, CF(tensor_cores), 0, 1, 0, "0",                                                    \

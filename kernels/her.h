@@ -1,6 +1,6 @@
 /*
  * her.h — the replay's episodes, hindsight relabelling and n-step returns
- * (DESIGN.md §6.3), as inline rules both backends run: the CPU's spec
+ * (docs/learner.md §9), as inline rules both backends run: the CPU's spec
  * (cpu/her_cpu.c) and the CUDA graph's kernels call these same functions, so
  * they draw the same donors and form the same targets.
  *

@@ -149,7 +149,7 @@ learner_backend_t learner_backend_default(void) {
 #endif
 }
 
-/* Attention (DESIGN.md §6.1), ensemble heads and priors (§6.2) run on both backends. */
+/* Attention (docs/learner.md §7), ensemble heads and priors (§8) run on both backends. */
 static const learner_backend_ops_t *pick_backend(const learner_config_t *c, learner_backend_t *b, char *err,
                                                  size_t errlen) {
   if (*b == LEARNER_BACKEND_AUTO) *b = learner_backend_default();

@@ -4,7 +4,7 @@
  * (config, stats, transitions, limits, the state format's walk) is
  * learner_types.h, which clients include alone.
  *
- * A learner is one branching dueling C51 Double-DQN (DESIGN.md §2) with its
+ * A learner is one branching dueling C51 Double-DQN (docs/learner.md §2-4) with its
  * online and target networks, AdamW state, replay buffer and RNG keys. The
  * daemon and the tests see only this header; kernels/learner.c picks the
  * backend (CPU reference or CUDA) behind it, so nothing outside kernels/
@@ -107,7 +107,7 @@ void learner_get_hparams(const learner_t *l, learner_hparams_t *hp);
 int learner_set_hparams(learner_t *l, const learner_hparams_t *hp, char *err, size_t errlen);
 int learner_get_stats(const learner_t *l, learner_stats_t *st);
 
-/* Parameters in the flat layout of kernels/cpu/net.h (nn.Linear order:
+/* Parameters in the flat layout of net_layout.h (nn.Linear order:
  * weight [out,in] then bias [out]; NoisyNet layers add sigma_w, sigma_b). */
 int learner_get_params(const learner_t *l, int which /*0 online, 1 target*/, float *dst, int64_t n);
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n);

@@ -72,10 +72,10 @@ typedef struct learner_hparams {
    * 0 = off: steps run only on Step. */
   float samples_per_insert;
   int64_t min_replay;
-  float ensemble_diversity; /* lambda: the ensemble's diversity bonus weight (DESIGN.md §6.2) */
+  float ensemble_diversity; /* lambda: the ensemble's diversity bonus weight (docs/learner.md §8) */
   int32_t act_select;       /* Act's choice over the K heads: LEARNER_ACT_MEAN / _UCB / _THOMPSON */
   float ucb_c;              /* LEARNER_ACT_UCB: argmax of mean + ucb_c * std over heads */
-  /* HER and n-step returns (DESIGN.md §6.3; her_goal_dim, fixed at creation, turns HER on) */
+  /* HER and n-step returns (docs/learner.md §9; her_goal_dim, fixed at creation, turns HER on) */
   float her_ratio;          /* rows i < floor(her_ratio * batch) of an eligible episode are relabelled */
   int32_t her_strategy;     /* LEARNER_HER_FUTURE / _FINAL / _EPISODE / _RANDOM */
   float her_eps;            /* success: ||achieved - goal|| <= her_eps */
@@ -105,9 +105,9 @@ typedef struct learner_config {
   float leaky_slope;
   int32_t noisy;        /* factorised Gaussian NoisyNet on the head layers */
   float noisy_sigma0;
-  int32_t attn_tokens;  /* attention over h: T tokens (0 = off; DESIGN.md §6.1) */
+  int32_t attn_tokens;  /* attention over h: T tokens (0 = off; docs/learner.md §7) */
   int32_t attn_heads;   /* its heads n_h (>= 1 when on) */
-  int32_t ensemble_k;   /* K head sets (1: the plain network; DESIGN.md §6.2) */
+  int32_t ensemble_k;   /* K head sets (1: the plain network; docs/learner.md §8) */
   int32_t her_goal_dim; /* G: HER on when > 0; states are obs ‖ achieved goal (G) ‖ desired goal (G) */
   float ensemble_mask_p;      /* bootstrap mask probability p in (0, 1] */
   float ensemble_prior_scale; /* beta_p: fixed random prior heads' scale (0: none) */
@@ -122,7 +122,7 @@ typedef struct learner_config {
   learner_hparams_t hp;
 } learner_config_t;
 
-/* Fills `c` with the `ref` configuration of DESIGN.md §2. */
+/* Fills `c` with the `ref` configuration of docs/learner.md §2-4. */
 void learner_config_default(learner_config_t *c);
 /* 0 when usable; else LEARNER_EINVAL and a message naming the field. */
 int learner_config_validate(const learner_config_t *c, char *err, size_t errlen);
@@ -171,7 +171,7 @@ typedef struct learner_transitions {
   const int64_t *episode_ids; /* [n] or NULL (then all 0) */
   /* [n] or NULL: 1 where an episode ends without being terminal (truncated);
    * an episode also ends where done = 1. The replay's episodes are runs of
-   * consecutive insertions (DESIGN.md §6.3), so a submitter interleaving
+   * consecutive insertions (docs/learner.md §9), so a submitter interleaving
    * several environments sends whole episodes per request. */
   const uint8_t *episode_ends;
 } learner_transitions_t;

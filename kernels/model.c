@@ -93,7 +93,7 @@ int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {
   /* trunk: s -> Linear(S, H1) -> LeakyReLU -> Linear(H1, H2) -> LeakyReLU = h */
   linear(&b, "trunk1", "trunk", MODEL_VEC_NET, d->S, d->H1, 0);
   linear(&b, "trunk2", "trunk", MODEL_VEC_NET, d->H1, d->H2, 0);
-  /* attention on h: T tokens of width H2/T, n_h heads (DESIGN.md §6.1) */
+  /* attention on h: T tokens of width H2/T, n_h heads (docs/learner.md §7) */
   if (d->attn_tokens) {
     int T = d->attn_tokens, nh = d->attn_heads;
     if (T < 2 || d->H2 % T || nh < 1 || (d->H2 / T) % nh)
@@ -105,7 +105,7 @@ int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {
     for (int i = 0; i < 4; i++) linear(&b, proj[i], "attn", MODEL_VEC_NET, dm, dm, 0);
     layernorm(&b, "attn.ln", "attn", MODEL_VEC_NET, dm);
   }
-  /* K head sets (K = 1: the plain names of DESIGN.md §2) */
+  /* K head sets (K = 1: the plain names of docs/learner.md §2-4) */
   int K = d->ensemble_k < 1 ? 1 : d->ensemble_k;
   for (int k = 0; k < K; k++) {
     char pre[24] = "";
@@ -118,7 +118,7 @@ int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {
     snprintf(pre, sizeof pre, "prior%d.", k);
     head_set(&b, d, pre, "priors", MODEL_VEC_PRIOR, 0);
   }
-  /* the Decision Transformer (DESIGN.md §6.4), its own vector */
+  /* a Decision Transformer's own vector: laid out only (model.h), nothing trains it yet */
   if (d->dt_layers) {
     int E = d->dt_embed;
     if (E < 1 || d->dt_max_ep_len < 1)

@@ -1,13 +1,18 @@
 /*
  * model.h — the model description built from the config, and the parameter
- * registry (DESIGN.md §6): trunk -> [attention] -> K head sets -> [fixed
- * priors], and the Decision Transformer's own parameters. Every parameter has
+ * registry (docs/learner.md): trunk -> [attention] -> K head sets -> [fixed
+ * priors]. Every parameter has
  * a name (the golden cases' and the checkpoints': "trunk1.weight",
- * "head1.value2.sigma_bias", "attn.q.weight", "prior0.branch1_2.bias",
- * "dt.block0.mlp1.weight"), a shape, the flat vector it lives in, its offset
+ * "head1.value2.sigma_bias", "attn.q.weight", "prior0.branch1_2.bias"), a
+ * shape, the flat vector it lives in, its offset
  * there, its initialiser, and whether it is trained. The order of the
  * registry is the order of the parameter vectors: net_layout.h (the view the
  * kernels index by layer) is derived from it.
+ *
+ * A third vector, MODEL_VEC_DT, is laid out for a Decision Transformer
+ * ("dt.block0.mlp1.weight", ...) when dt_layers > 0: only the registry's
+ * test builds it (against the dt golden case); no config field turns it on
+ * and nothing trains it yet.
  *
  * Shapes: nn.Linear weights [out, in], biases [out]; LayerNorm weight (gamma)
  * and bias (beta) [d]; attn.pos [T, d]; DT embeddings [n, E].
@@ -22,8 +27,8 @@ extern "C" {
 #endif
 
 /* which modules, and their sizes: from the config (model_desc_from_config);
- * the attention, ensemble and Decision Transformer sizes are set by their
- * modules' config fields as those land (DESIGN.md §6.1, 6.2, 6.4) */
+ * the attention and ensemble sizes from their config fields (docs/learner.md
+ * §7, §8); the Decision Transformer's are set only by the registry's test */
 typedef struct model_desc {
   int32_t S, H1, H2, VH, AH, Z, D;
   int32_t n[LEARNER_MAX_BRANCHES];
@@ -37,7 +42,7 @@ typedef struct model_desc {
 typedef enum model_vec {
   MODEL_VEC_NET = 0,   /* the trained network: online and target, Adam moments */
   MODEL_VEC_PRIOR = 1, /* fixed prior heads, shared by online and target */
-  MODEL_VEC_DT = 2,    /* the Decision Transformer (its own AdamW) */
+  MODEL_VEC_DT = 2,    /* a Decision Transformer's (laid out only; see above) */
   MODEL_NVEC = 3,
 } model_vec_t;
 

@@ -12,12 +12,12 @@
  * NoisyNet noise for one step is a flat vector too: per noisy layer
  * eps_in [in] then eps_out [out], at noise_off.
  *
- * The attention block (DESIGN.md §6.1; registry module "attn", between the
+ * The attention block (docs/learner.md §7; registry module "attn", between the
  * trunk and the heads) is not a layer of this view: `attn` records its
  * offsets (pos [T, d]; q, k, v, o weight [d, d] and bias [d]; LayerNorm
  * gamma and beta [d]) and T, n_h, d; T = 0 when it is off.
  *
- * Ensemble heads (DESIGN.md §6.2): K head sets, each value1, value2,
+ * Ensemble heads (docs/learner.md §8): K head sets, each value1, value2,
  * branch{d}_1, branch{d}_2 in that order, head k's layer j at
  * NET_HEAD_LAYER(L, k, j) (k = 0 is the plain NET_VALUE1 ...). With priors
  * (prior scale > 0) prior_off_w/b[li] give the offsets, in the prior vector
@@ -71,7 +71,7 @@ typedef struct net_layout {
   int32_t q_width;  /* sum n_d */
   int32_t a_width;  /* sum n_d * Z : all advantage outputs */
   net_attn_t attn;  /* the attention block's offsets (T = 0: off) */
-  int32_t K;        /* head sets (DESIGN.md §6.2) */
+  int32_t K;        /* head sets (docs/learner.md §8) */
   int32_t has_prior;
   int64_t n_prior;  /* floats in the prior vector */
   int64_t prior_off_w[NET_MAX_LAYERS_ALL], prior_off_b[NET_MAX_LAYERS_ALL]; /* by head layer; -1 otherwise */

@@ -32,9 +32,9 @@ enum philox_stream {
   PHILOX_STREAM_INIT = 5,         /* parameter initialisation, step = layer */
   PHILOX_STREAM_INIT_ATTN = 6,    /* the attention block's initialisation, step = tensor */
   PHILOX_STREAM_INIT_PRIOR = 7,   /* the fixed prior heads' initialisation, step = prior layer */
-  PHILOX_STREAM_ENS_MASK = 8,     /* bootstrap masks: step = insertion count, lane = head (DESIGN.md §6.2) */
+  PHILOX_STREAM_ENS_MASK = 8,     /* bootstrap masks: step = insertion count, lane = head (docs/learner.md §8) */
   PHILOX_STREAM_ACT_HEAD = 9,     /* Thompson Act: the head of an episode, step = episode */
-  PHILOX_STREAM_HER = 10,         /* HER donors: step = training step, lane = batch row (DESIGN.md §6.3) */
+  PHILOX_STREAM_HER = 10,         /* HER donors: step = training step, lane = batch row (docs/learner.md §9) */
 };
 
 typedef struct { uint32_t v[4]; } philox4_t;
@@ -78,7 +78,7 @@ PHILOX_FN float philox_uniform(uint32_t u) { return (float)(u >> 8) * (1.0f / 16
  * stays exact in float and the top value is below 1). */
 PHILOX_FN float philox_uniform_open(uint32_t u) { return ((float)(u >> 9) + 0.5f) * (1.0f / 8388608.0f); }
 /* The bootstrap mask m_k of the transition inserted as number `count` (0-based,
- * over the trainer's life) for ensemble head k (DESIGN.md §6.2): Bernoulli(p)
+ * over the trainer's life) for ensemble head k (docs/learner.md §8): Bernoulli(p)
  * from (seed, ENS_MASK, step = count, lane = k / 4, word k % 4); stateless.
  * p >= 1 gives 1 always. */
 PHILOX_FN int philox_ensemble_mask(uint64_t seed, uint64_t count, uint32_t k, float p) {

@@ -4,9 +4,9 @@
  * registry. Each section is registered by the module that owns it (name,
  * owner, whether it belongs to the replay, whether only PER has it); the
  * writer (state.c), the loader's checks and `dqnctl inspect`
- * (state_sections.c) walk this registry, so a module adds a section (HER's goal
- * and episode columns, the Decision Transformer's parameters) by adding a row
- * here and its bytes in its backend, not by touching the format code.
+ * (state_sections.c) walk this registry, so a module adds a section (as
+ * HER's episode-end column was) by adding a row here and showing its buffer
+ * in learner_bufs_t, not by touching the format code or a backend's save.
  */
 #ifndef DQN_STATE_FORMAT_H
 #define DQN_STATE_FORMAT_H

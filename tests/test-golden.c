@@ -10,9 +10,9 @@
  * put into the learner's noise vector and transformed by its own
  * noisy_transform; gradients of mu and sigma checked); nodouble
  * (double_dqn = false: a' from the target net's Q at s'); attn (small with
- * the attention block of DESIGN.md §6.1: its parameters from the files by
+ * the attention block of docs/learner.md §7: its parameters from the files by
  * registry name, every attn.* gradient checked, attn.k.bias absolutely since
- * its exact gradient is zero); ens (small + 3 ensemble heads, DESIGN.md §6.2:
+ * its exact gradient is zero); ens (small + 3 ensemble heads, docs/learner.md §8:
  * diversity 0.1, the bootstrap masks in.masks injected) and all (attention +
  * 2 heads with fixed priors of scale 1, diversity, masks): every head set's
  * gradients, per-head Double-DQN actions, targets and Q(s), CE^k_i
@@ -190,10 +190,10 @@ START_TEST(test_golden_noisy) { golden_case("noisy"); }
 END_TEST
 START_TEST(test_golden_nodouble) { golden_case("nodouble"); }
 END_TEST
-/* small + attention (DESIGN.md §6.1): 3 tokens of 4, 2 heads; every attn.* gradient */
+/* small + attention (docs/learner.md §7): 3 tokens of 4, 2 heads; every attn.* gradient */
 START_TEST(test_golden_attn) { golden_case("attn"); }
 END_TEST
-/* small + 3 ensemble heads (DESIGN.md §6.2): diversity 0.1, masks with p 0.7 */
+/* small + 3 ensemble heads (docs/learner.md §8): diversity 0.1, masks with p 0.7 */
 START_TEST(test_golden_ens) { golden_case("ens"); }
 END_TEST
 /* attention + 2 heads with priors of scale 1, diversity 0.05, masks p 0.5 */

@@ -150,7 +150,7 @@ static double step_both(learner_t *cpu, learner_t *gpu, learner_stats_t *a, lear
 }
 
 /* K = 5 head sets with priors (beta_p 1), bootstrap masks (p 0.5) and the
- * diversity term (lambda 0.1): DESIGN.md §6.2 */
+ * diversity term (lambda 0.1): docs/learner.md §8 */
 static void ensemble(learner_config_t *c) {
   c->ensemble_k = 5, c->ensemble_prior_scale = 1.0f, c->ensemble_mask_p = 0.5f;
   c->hp.ensemble_diversity = 0.1f;
@@ -246,7 +246,7 @@ START_TEST(test_parity_k1_priors) {
   parity_ens(1, 0, 0, 3, 1e-5, 1e-4);
 }
 END_TEST
-/* attention (DESIGN.md §6.1) alone, and with K = 5 + priors + masks +
+/* attention (docs/learner.md §7) alone, and with K = 5 + priors + masks +
  * diversity + PER + NoisyNet: issue 15's lockstep case */
 START_TEST(test_parity_attention) {
   parity_ens(1, 0, 0, 4, 1e-5, 1e-4);

@@ -14,14 +14,14 @@
  * Then the float32 (production) instance must agree with the float64 one to
  * 1e-4 per block.
  *
- * Attention (DESIGN.md §6.1) cases add its blocks: attn.pos, attn.q|k|v|o
+ * Attention (docs/learner.md §7) cases add its blocks: attn.pos, attn.q|k|v|o
  * weight and bias, attn.ln weight and bias, the same way; attn.k.bias, whose
  * exact gradient is zero (softmax is shift-invariant), absolutely (analytic
  * and finite differences both <= 1e-7). A last test checks that the samples
  * of a batch stay independent with attention on (tokens attend within their
  * own row only).
  *
- * Ensemble cases (DESIGN.md §6.2) run the same loop over every head set's
+ * Ensemble cases (docs/learner.md §8) run the same loop over every head set's
  * layers (head{k}.value1 ... branch{d}_2) with K = 2 or 3, the diversity term
  * on (lambda > 0), bootstrap masks not all ones, and fixed random priors
  * (their gradient into h' flows; they have none of their own), with and
@@ -297,7 +297,7 @@ START_TEST(test_attn_one_head) {
 }
 END_TEST
 
-/* ensemble heads (DESIGN.md §6.2): 3 heads, diversity, masks, no priors */
+/* ensemble heads (docs/learner.md §8): 3 heads, diversity, masks, no priors */
 START_TEST(test_ens_k3) {
   gc_case_t k = {5, 12, 10, 7, 8, 11, 6, 0, 1, 3, {9, 3, 3}, 0.3, 0, 0};
   gc_ens_t e = {3, 0.2, 0};

@@ -8,11 +8,11 @@
  * 0x01, 0x80 and 0xff, every truncation 0..len-1, a wrong magic and a wrong
  * format version are each rejected with an error and never yield a learner.
  * Oracle: the original learner itself, compared bit for bit.
- * Attention (DESIGN.md §6.1): a CPU learner with the block trains with a
+ * Attention (docs/learner.md §7): a CPU learner with the block trains with a
  * finite, falling loss and round-trips bit for bit; its init leaves every
  * other parameter's initial value as without attention; bad shapes are
  * refused naming the field; cuda refuses it, auto picks the CPU.
- * Ensemble heads (DESIGN.md §6.2): the bootstrap masks' frequency is p and
+ * Ensemble heads (docs/learner.md §8): the bootstrap masks' frequency is p and
  * they are stateless (same (seed, count, k), same mask), the replay recovers
  * each row's insertion count; K = 1 is bit for bit the step of a config
  * without the ensemble fields; a K = 3 learner with priors and diversity
@@ -524,7 +524,7 @@ START_TEST(test_step_stops_whole) {
 }
 END_TEST
 
-/* Act over K heads (DESIGN.md §6.2). The oracle is K plain (K = 1) learners,
+/* Act over K heads (docs/learner.md §8). The oracle is K plain (K = 1) learners,
  * each holding the trunk and one head set copied through the layouts: their
  * Q values give the mean and the variance over heads in double, and every
  * act_select's choice is recomputed from them. */

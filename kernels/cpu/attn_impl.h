@@ -1,5 +1,5 @@
 /*
- * attn_impl.h — the attention block of DESIGN.md §6.1 between the trunk
+ * attn_impl.h — the attention block of docs/learner.md §7 between the trunk
  * output h and every head, forward and exact backward. Part of the
  * dqn_math_impl.h template (R, SFX, TY, GEMM, EXP, SQRT, HOT from the
  * including instance); built on linear_impl.h's nn.Linear.

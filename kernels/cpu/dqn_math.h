@@ -12,7 +12,7 @@
   typedef struct net_weights_##S {                                                                   \
     const R *W[NET_MAX_LAYERS_ALL];                                                                  \
     const R *b[NET_MAX_LAYERS_ALL];                                                                  \
-    /* fixed prior heads (DESIGN.md §6.2) by head layer, NULL without; logits get prior_scale x */    \
+    /* fixed prior heads (docs/learner.md §8) by head layer, NULL without; logits get prior_scale x */    \
     const R *pW[NET_MAX_LAYERS_ALL], *pb[NET_MAX_LAYERS_ALL];                                        \
     R prior_scale;                                                                                   \
     const R *attn; /* the parameter vector (attention, never noisy; L->attn offsets) or NULL */     \
@@ -28,7 +28,7 @@
     /* attention only (NULL when off): [rows, H2] = [rows*T, d] each, alpha [rows, n_h, T, T],     \
      * rstd [rows*T] */                                                                             \
     R *tx, *tq, *tk, *tv, *to, *tu, *xhat, *hatt, *alpha, *rstd;                                    \
-    /* ensemble (DESIGN.md §6.2): head k's av..logp are head 0's pointers + k * hstride; pscr is  \
+    /* ensemble (docs/learner.md §8): head k's av..logp are head 0's pointers + k * hstride; pscr is  \
      * one more such block, the prior heads' scratch (NULL without priors) */                       \
     size_t hstride;                                                                                  \
     R *pscr;                                                                                         \
@@ -56,7 +56,7 @@
     const R *gdisc;  /* [B] per-row discount (n-step: gamma^m), the caller's; NULL = hp gamma */     \
     int32_t *a;      /* [B] flat actions */                                                          \
     int32_t *best;   /* [K, D, B] Double-DQN next actions */                                         \
-    /* ensemble (DESIGN.md §6.2): masks m_ik (the caller's; 1 after alloc), CE^k_i, D_i, mean_k     \
+    /* ensemble (docs/learner.md §8): masks m_ik (the caller's; 1 after alloc), CE^k_i, D_i, mean_k     \
      * CE^k_i (the priority's loss), G the loss's gradient w.r.t. the taken action's logits */      \
     R *mask, *ce;    /* [B, K] */                                                                    \
     R *div, *ce_mean; /* [B] */                                                                      \

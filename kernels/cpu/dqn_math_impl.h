@@ -1,6 +1,6 @@
 /*
  * dqn_math_impl.h — the learner's math: forward, C51 Double-DQN loss and the
- * exact backward pass of DESIGN.md §2. This file is the spec.
+ * exact backward pass of docs/learner.md §2-4. This file is the spec.
  *
  * It is a "template": dqn_math_f32.c and dqn_math_f64.c include it with
  *   R      the real type (float, double)
@@ -34,6 +34,6 @@
 
 /* The step's math, module by module, in the order a step runs it: */
 #include "linear_impl.h" /* nn.Linear, LeakyReLU, NoisyNet weights */
-#include "attn_impl.h"   /* the attention block on h (DESIGN.md §6.1), forward and backward */
+#include "attn_impl.h"   /* the attention block on h (docs/learner.md §7), forward and backward */
 #include "heads_impl.h"  /* the forward: trunk and dueling C51 heads, Q values */
 #include "loss_impl.h"   /* C51 projection, Double-DQN cross-entropy, the backward */

@@ -1,5 +1,5 @@
 /*
- * heads_impl.h — the network forward (DESIGN.md §2): the trunk, then the
+ * heads_impl.h — the network forward (docs/learner.md §2-4): the trunk, then the
  * dueling C51 heads per branch (value + advantage, combined, log-softmax over
  * atoms), and Q values from log-probabilities. Part of the dqn_math_impl.h
  * template.
@@ -88,7 +88,7 @@ HOT static void SFX(dueling_log_softmax)(const R *V, const R *A, R *logp, int n,
 #define PRIORX(A, X) ((A)->pscr + ((X) - (A)->av))
 
 /* Full forward of `rows` inputs X [rows, S] into A (rows <= A->rows). With K
- * head sets (DESIGN.md §6.2) each reads h' and fills its own block; with
+ * head sets (docs/learner.md §8) each reads h' and fills its own block; with
  * priors, head k's value and advantage outputs get prior_scale x those of its
  * fixed prior head before the dueling combine (dueling is linear, so this is
  * dueling(V, A) + beta_p dueling(Vp, Ap)). */

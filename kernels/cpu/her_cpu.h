@@ -1,6 +1,6 @@
 /*
  * her_cpu.h — the CPU's spec of hindsight relabelling and n-step returns
- * on a gathered batch (DESIGN.md §6.3; the rules are ../her.h, shared with
+ * on a gathered batch (docs/learner.md §9; the rules are ../her.h, shared with
  * the CUDA graph).
  */
 #ifndef DQN_CPU_HER_CPU_H

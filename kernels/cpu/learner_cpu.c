@@ -1,5 +1,5 @@
 /*
- * learner_cpu.c — the CPU backend: one training step of DESIGN.md §2 in the
+ * learner_cpu.c — the CPU backend: one training step of docs/learner.md §2-4 in the
  * order the GPU graph will run it:
  *   sample (Philox, PER or uniform) -> gather -> NoisyNet noise ->
  *   forward online(s, s'), target(s') -> C51 Double-DQN loss -> backward ->
@@ -26,7 +26,7 @@ typedef struct cpu_learner {
   net_layout_t L;
   float *online, *target, *grad, *adam_m, *adam_v; /* [P] */
   float *noise_on, *noise_tg;                      /* [N] f(eps) */
-  float *prior;                                    /* [n_prior] fixed prior heads (DESIGN.md §6.2) */
+  float *prior;                                    /* [n_prior] fixed prior heads (docs/learner.md §8) */
   float *qacc;                                     /* [sum n_d] Act: the variance over heads */
   float *qheads;                                   /* [K, sum n_d] Act: each head's Q */
   replay_t rp;
@@ -55,7 +55,7 @@ static void draw_noise(float *eps, int64_t n, uint64_t seed, uint32_t stream, ui
 /* Initialisation, as nn.Linear and NoisyLinear do it:
  * weight and bias (mu) ~ U[-1/sqrt(in), 1/sqrt(in)], sigma = sigma0/sqrt(in).
  * Draws: (seed, stream INIT, step = layer, lane = element/4) over the layer's
- * weight then bias elements. The attention block (DESIGN.md §6.1), when on,
+ * weight then bias elements. The attention block (docs/learner.md §7), when on,
  * draws under its own stream INIT_ATTN, step = tensor (0 pos, 1..4 q/k/v/o
  * weight, 5..8 their biases), so no other parameter's draw changes: pos and
  * the q/k/v/o weights and biases U[-1/sqrt(d), 1/sqrt(d)], LayerNorm gamma 1
@@ -94,7 +94,7 @@ void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, f
   for (int64_t k = 0; k < dd; k++) p[at->off_ln_w + k] = 1.0f, p[at->off_ln_b + k] = 0.0f;
 }
 
-/* The fixed prior heads (DESIGN.md §6.2), drawn at create and never trained:
+/* The fixed prior heads (docs/learner.md §8), drawn at create and never trained:
  * as nn.Linear, U[-1/sqrt(in), 1/sqrt(in)] for weight and bias, from (seed,
  * stream INIT_PRIOR, step = the head layer's index, lane = element/4) over the
  * weight then bias elements; no other parameter's draw changes. */
@@ -205,9 +205,9 @@ static int cpu_step_one(cpu_learner_t *m, float *loss_out, float *gn, float *q, 
     ws->r[i] = m->rp.r[j];
     ws->done[i] = m->rp.done[j];
   }
-  /* HER and n-step (DESIGN.md §6.3): nothing with both off */
+  /* HER and n-step (docs/learner.md §9): nothing with both off */
   ws->gdisc = her_batch_cpu(&m->rp, c, t, B, m->idx, ws->x, ws->r, ws->done, m->gdisc) ? m->gdisc : NULL;
-  /* bootstrap masks (DESIGN.md §6.2): stateless, from the transition's insertion count */
+  /* bootstrap masks (docs/learner.md §8): stateless, from the transition's insertion count */
   const int K = m->L.K;
   if (K > 1 || c->ensemble_mask_p < 1)
     for (int i = 0; i < B; i++) {
@@ -308,7 +308,7 @@ static int cpu_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t
 /* the most states Act's forward takes at once (cpu_act) */
 #define ACT_ROWS 4096
 
-/* Act (DESIGN.md §6.2): per branch the Q values of each head, their mean
+/* Act (docs/learner.md §8): per branch the Q values of each head, their mean
  * (head 0 plus heads 1..K-1 in order, then / K: K = 1 is the plain network
  * exactly) and their variance over heads (/ K); the action per branch is the
  * argmax of the mean, of mean + ucb_c * std (ucb), or of one head's Q

@@ -141,7 +141,7 @@ HOT void SFX(net_weights)(const net_layout_t *L, const R *params, const R *fnois
   }
 }
 
-/* The fixed prior heads (DESIGN.md §6.2): head layer li's prior weight and
+/* The fixed prior heads (docs/learner.md §8): head layer li's prior weight and
  * bias in the prior vector (never noisy), scaled by `scale` in the logits.
  * prior == NULL or a layout without priors: none. */
 void SFX(net_weights_priors)(const net_layout_t *L, const R *prior, R scale, TY(net_weights) *w) {

@@ -1,5 +1,5 @@
 /*
- * loss_impl.h — the loss and its exact gradient (DESIGN.md §2): the C51
+ * loss_impl.h — the loss and its exact gradient (docs/learner.md §2-4): the C51
  * projection of the Double-DQN target, the cross-entropy per branch, the
  * IS-weighted batch mean, and the backward pass through the heads and the
  * trunk. Part of the dqn_math_impl.h template.
@@ -108,7 +108,7 @@ void SFX(dqn_ws_free)(TY(dqn_ws) *ws) {
  * (and the bootstrap masks ws->mask [B, K], 1 after alloc).
  * fn_on/fn_tg: transformed noise f(eps) of the online/target nets (NULL: no
  * noise). grad (n_params) receives d(loss)/d(online params) unless NULL.
- * With K head sets (DESIGN.md §6.2; K = 1 is §2 exactly):
+ * With K head sets (docs/learner.md §8; K = 1 is §4 exactly):
  *   CE^k_i = mean_d CE_d of head k (head k of the online net picks a', head k
  *            of the target net scores it),
  *   D_i    = 1/(K(K-1)) sum_{k != l} mean_d KL(P^k_d || P^l_d) over the online

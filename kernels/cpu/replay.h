@@ -1,6 +1,6 @@
 /*
  * replay.h — the CPU replay ring with prioritised (sum-tree) or uniform
- * sampling. DESIGN.md §2 "Replay".
+ * sampling. docs/learner.md §5.
  *
  * Storage is a ring of capacity C in structure-of-arrays form:
  *   s, s2 [C, S] float; a [C] int32 flat action; r [C] float; done [C] u8;

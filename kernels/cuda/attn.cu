@@ -1,5 +1,5 @@
 /*
- * attn.cu — the attention block of DESIGN.md §6.1 on the GPU: the twin of
+ * attn.cu — the attention block of docs/learner.md §7 on the GPU: the twin of
  * kernels/cpu/attn_impl.h (same names, the same sums in the same order per
  * token), between the trunk (F2) and the heads (F3) of the step (step_phases.cuh),
  * and in Act's forward (generic_forward.cu). Per row, T tokens of width

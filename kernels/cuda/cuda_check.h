@@ -1,5 +1,5 @@
 /*
- * cuda_check.h — the one CUDA error check (CONVENTIONS.md): CUDA_TRY returns
+ * cuda_check.h — the one CUDA error check (docs/architecture.md, "Conventions"): CUDA_TRY returns
  * LEARNER_EDEVICE upward with "file:line: call: error" in the caller's err
  * buffer; the daemon turns that into the trainer's error state (CUDA_RET,
  * for the kernel launchers, passes the error code up as it is). Only tests

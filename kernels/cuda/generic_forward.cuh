@@ -1,5 +1,5 @@
 /*
- * generic_forward.cuh — the CUDA network forward (DESIGN.md §2), the GPU twin of
+ * generic_forward.cuh — the CUDA network forward (docs/learner.md §2-4), the GPU twin of
  * net_forward_f32 in kernels/cpu/heads_impl.h, same names and layouts:
  * activations a1,h1 [rows,H1], a2,h [rows,H2], av,hv [rows,VH], V [rows,Z],
  * per branch ab,hb [rows,AH], A,logp [rows, n_d*Z] (action-major).
@@ -105,7 +105,7 @@ static inline float *cuda_attn_acts_place(const net_layout_t *L, cuda_attn_acts_
   return p;
 }
 
-/* The forward of every head set (DESIGN.md §6.2), the twin of net_forward_f32
+/* The forward of every head set (docs/learner.md §8), the twin of net_forward_f32
  * with K heads: the trunk once, then per head k its value and branch layers;
  * with priors (prior: the prior vector, beta its scale) head k's V and A_d
  * get beta x its prior head's before the dueling combine (heads_impl.h's

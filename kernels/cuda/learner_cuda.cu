@@ -255,7 +255,7 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
 }
 
 /* One head set: the argmax per branch on the device, the variance over heads
- * 0. K head sets or priors (DESIGN.md §6.2): every head's Q on the device
+ * 0. K head sets or priors (docs/learner.md §8): every head's Q on the device
  * (cuda_net_forward_heads), then the mean, the variance and the action by
  * act_select on the host, by the CPU backend's code (learner_act_heads). */
 static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t episode, int32_t *actions, float *q,

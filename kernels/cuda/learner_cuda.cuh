@@ -32,7 +32,7 @@ typedef struct cuda_learner {
   net_layout_t L;
   cudaStream_t st;
   float *on, *tg, *grad, *m, *v;     /* [P] */
-  float *prior;                      /* [n_prior] fixed prior heads (DESIGN.md §6.2), or NULL */
+  float *prior;                      /* [n_prior] fixed prior heads (docs/learner.md §8), or NULL */
   float *s, *s2, *r;                 /* replay */
   int32_t *a;
   uint8_t *done;

@@ -12,14 +12,14 @@
  * side by side), hc2: value2 [Z][VH] then branch2_d [n_d Z][AH]. Every
  * element is overwritten.
  *
- * K head sets (DESIGN.md §6.2) repeat the head part set after set: bhc1 and
+ * K head sets (docs/learner.md §8) repeat the head part set after set: bhc1 and
  * hc1 rows k SW1 .., bhc2 k SO .., hc2 k SH2 .. (step_phases.cuh). Fixed priors are
  * merged into their head set: prior k's first layers are VH (AH) more hidden
  * units of set k, beside the trained ones (value hidden VHp = 2 VH, branch
  * hidden AHp = 2 AH), and its second layers more input columns of set k's
  * second layers, times beta_p, whose biases add beta_p x the prior's. The
  * set's outputs are then V + beta_p Vp and A_d + beta_p Ap_d, and dueling is
- * linear: the logits of DESIGN.md §6.2. The sets pack with
+ * linear: the logits of docs/learner.md §8. The sets pack with
  * fused_pack_sets_kernel (a block per job of a layer's rows, from a job
  * table built at alloc): the trained layers every step, the priors once
  * (cuda_pack_priors), as they never change. One head set without priors

@@ -1,6 +1,6 @@
 /*
  * probe.cu — is a CUDA device usable here? Used to choose the backend
- * (DESIGN.md §5: CUDA when a usable GPU is present, else the CPU) and by the
+ * (docs/architecture.md, "Threads": CUDA when a usable GPU is present, else the CPU) and by the
  * GPU tests, which exit 77 (meson: skipped) when it says no.
  */
 #include <cuda_runtime.h>

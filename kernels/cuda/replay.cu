@@ -220,7 +220,7 @@ extern "C" int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStr
 }
 
 extern "C" int cuda_replay_update_priorities(cuda_learner_t *m, cudaStream_t st) {
-  /* with K heads the priority is mean_k CE^k_i (DESIGN.md §6.2), not loss_i */
+  /* with K heads the priority is mean_k CE^k_i (docs/learner.md §8), not loss_i */
   const float *pl = m->ws.fused.ens ? m->ws.fused.ce_mean : m->ws.loss_i;
   priorities_kernel<<<1, 1024, 0, st>>>(m->idx, pl, m->cfg.batch, m->hp, m->cfg.per_alpha, m->sum, m->mn,
                                         m->T, m->ds, m->own);

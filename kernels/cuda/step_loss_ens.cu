@@ -1,5 +1,5 @@
 /*
- * step_loss_ens.cu — the step's loss with K head sets (DESIGN.md §6.2; step_phases.cuh):
+ * step_loss_ens.cu — the step's loss with K head sets (docs/learner.md §8; step_phases.cuh):
  * the twin of dqn_loss_grad's ensemble part in kernels/cpu/loss_impl.h, in
  * the CPU's order of operations, from the forward's log-probabilities
  * logp [3B, K AW] (online s, online s', target s'):

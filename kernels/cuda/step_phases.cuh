@@ -14,12 +14,12 @@
  *               layers side by side, all head-2 layers; online s and s',
  *               target s' as problems of one launch), then the tail: dueling
  *               combine and log-softmax, a warp per (row, branch)
- *   attn.cu     with attention (DESIGN.md §6.1) between F2 and F3: the block
+ *   attn.cu     with attention (docs/learner.md §7) between F2 and F3: the block
  *               on h, the heads reading h'; its backward after B2
  *   step_loss.cu     one block per sample, all branches: Double-DQN action, C51
  *               projection, cross-entropy, dlogits (dV and every dA_d); the
  *               batch loss
- *   step_loss_ens.cu the same with K head sets (DESIGN.md §6.2): masks, the
+ *   step_loss_ens.cu the same with K head sets (docs/learner.md §8): masks, the
  *               diversity term, priorities from mean_k CE
  *   step_backward.cu B1..B3, input gradients through head 2, head 1 and trunk 2
  *               (pre-activation gradients kept), and every weight, bias and
@@ -81,7 +81,7 @@ typedef struct cuda_fused {
   int ok;                     /* 1: shapes fit; the fused path can run */
   int tc;                     /* arithmetic: 0 fp32 FFMA, 1 TF32 mma.sync (tensor_cores) */
   int HC, O2, AW;
-  /* head sets (DESIGN.md §6.2; pack.cu): K sets side by side, each with its
+  /* head sets (docs/learner.md §8; pack.cu): K sets side by side, each with its
    * prior merged in when pr (VHp = 2 VH, AHp = 2 AH hidden units, else VH,
    * AH); SW1 = VHp + D AHp hidden units and SO = Z + AW outputs per set, SH2
    * = Z VHp + AW AHp second-layer weights per set; HC = K SW1, O2 = K SO; LW
@@ -105,7 +105,7 @@ typedef struct cuda_fused {
   long long cap;
   float lambda;               /* the diversity weight, or read from lambda_dev when set (graphs) */
   const float *lambda_dev;
-  /* attention (DESIGN.md §6.1; attn.cu) between F2 and F3: its activations
+  /* attention (docs/learner.md §7; attn.cu) between F2 and F3: its activations
    * over the 3B rows (the heads read at.hatt), its backward's scratch and
    * dL/dh' [B, H2] (B2's output); it reads the parameter vectors p_on, p_tg */
   int attn;

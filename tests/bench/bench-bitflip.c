@@ -1,6 +1,6 @@
 /*
  * bench-bitflip.c — hindsight experience replay on the HER paper's bit
- * flipping (issue 16 item 6, DESIGN.md §6.3; client/bitflip_env.h): the
+ * flipping (issue 16 item 6, docs/learner.md §9; client/bitflip_env.h): the
  * learner of bitflip_learner_config with HER (future, ratio 0.8) and, beside
  * it on the same seeds and budget, the same learner without HER
  * (her_goal_dim 0). Prints each 100-episode window's success rate and a last

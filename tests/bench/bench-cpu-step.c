@@ -1,6 +1,6 @@
 /*
  * bench-cpu-step — time of one training step of the CPU learner on the `ref`
- * config (DESIGN.md §2) at several batch sizes. The replay is filled with
+ * config (docs/learner.md §2-4) at several batch sizes. The replay is filled with
  * random transitions (never zeros), warmed up, then timed: median of 3 runs
  * of --steps steps. Prints a line per batch and, with --json, a JSON array.
  * Run it next to the PyTorch peer: tests/bench/run-cpu-bench.sh does both.

@@ -1,6 +1,6 @@
 /*
  * bench-deepsea.c — deep exploration on bsuite's deep sea (issue 15 item 6,
- * DESIGN.md §6.2; client/deepsea_env.h): the CPU learner of
+ * docs/learner.md §8; client/deepsea_env.h): the CPU learner of
  * deepsea_learner_config (K = 10 thompson heads, priors, bootstrap masks)
  * and, beside it on the same seeds and budget, the single head without noise
  * (epsilon-greedy). Prints every 100-episode window's share of episodes that

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """gen_golden.py — writes the golden cases `noisy` and `nodouble` (README.md).
 
-Independent oracle for the learner of DESIGN.md §2, written with torch's
+Independent oracle for the learner of docs/learner.md §2-4, written with torch's
 nn.Linear, F.linear, log_softmax and autograd (not a port of the C loops):
 float32 inputs and weights, everything computed in float64.
 

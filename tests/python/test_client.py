@@ -2,7 +2,7 @@
 socket): every command, checked by its effect; bad inputs — wrong dtype,
 wrong shape, unknown trainer, a closed daemon — raise DqndError with the
 right code and a message naming the argument; the environments are the C
-code's (the same rewards as a closed form of client/demo_env.h). Stopping a
+code's (the same rewards as a closed form of client/meanrev_env.h). Stopping a
 Step (CancelTest): by the request's deadline (the client's timeout), by a
 Cancel from another client while it runs or waits, by the client's own
 timeout and by Ctrl-C (a SIGINT to this process), each time checked on the
@@ -470,7 +470,7 @@ class EnvTest(unittest.TestCase):
             x, s, v = float(obs[0]), float(obs[1]), float(obs[2])
             a = info["optimal_action"]
             p, o, u = (a // 9 - 4) / 4, (a % 9) // 3, a % 3
-            # the closed form of demo_env.h: r = -p x - 0.5 p^2 - c_o(s) - c_u(v)
+            # the closed form of meanrev_env.h: r = -p x - 0.5 p^2 - c_o(s) - c_u(v)
             co = (0.3 * s, 0.1, 0.3 * (1 - s))[o]
             cu = (0.3 * v, 0.1, 0.3 * (1 - v))[u]
             want = -p * x - 0.5 * p * p - co - cu

@@ -57,7 +57,7 @@ def _config_fields(text):
 
 
 class MeanRev:
-    """meanrev (client/demo_env.h): a trading toy with factored 9 x 3 x 3
+    """meanrev (client/meanrev_env.h): a trading toy with factored 9 x 3 x 3
     actions and a closed-form optimal policy. Observation float32 [4];
     action a flat index in [0, 81) (first branch most significant) or a
     (exposure, order type, urgency) triple. info["optimal_action"] is the
