@@ -22,6 +22,7 @@ typedef struct dev_state {
   long long size, head, total; /* the ring (total: insertions ever, for the bootstrap masks) */
   float max_leaf;
   float grad_norm, loss_last, beta_last, q_last;
+  float gn_last; /* the last applied step's gradient norm (grad_norm is each replay's: NaN when halted or diverged) */
   double loss_sum, gn_sum, q_sum;
   double applied; /* steps of this call that were applied (the divergence guard skips the others) */
   double halted;  /* replays of this call that a stop halted (their norm CUDA_HALT_BITS: nothing applied) */

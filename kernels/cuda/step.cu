@@ -55,6 +55,7 @@ __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q
     return;
   }
   ds->applied += 1;
+  ds->gn_last = ds->grad_norm;
   ds->loss_last = *loss;
   ds->q_last = *q;
   ds->beta_last = prioritized ? beta_at(hp, ds->step) : 1.0f;
@@ -371,7 +372,7 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
   s->loss_mean = n ? (float)(ds.loss_sum / n) : 0;
   s->loss_last = ds.loss_last;
   s->grad_norm_mean = n ? (float)(ds.gn_sum / n) : 0;
-  s->grad_norm_last = ds.grad_norm;
+  s->grad_norm_last = ds.gn_last; /* the last applied step's, as the CPU reports it */
   s->q_mean = n ? (float)(ds.q_sum / n) : 0;
   s->per_beta = ds.beta_last;
   if (st) *st = *s;
