@@ -11,14 +11,13 @@
  * Attention (docs/learner.md §7): a CPU learner with the block trains with a
  * finite, falling loss and round-trips bit for bit; its init leaves every
  * other parameter's initial value as without attention; bad shapes are
- * refused naming the field; cuda refuses it, auto picks the CPU.
+ * refused naming the field.
  * Ensemble heads (docs/learner.md §8): the bootstrap masks' frequency is p and
  * they are stateless (same (seed, count, k), same mask), the replay recovers
  * each row's insertion count; K = 1 is bit for bit the step of a config
  * without the ensemble fields; a K = 3 learner with priors and diversity
  * trains with a falling loss, keeps its priors fixed and round-trips bit for
- * bit (priors section included); bad values are refused naming the field;
- * cuda refuses K > 1 and priors, auto picks the CPU.
+ * bit (priors section included); bad values are refused naming the field.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -321,7 +320,7 @@ START_TEST(test_attention_learner) {
   membuf_t mb = {0};
   save_to(l, 1, &mb);
   learner_t *r;
-  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_AUTO, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_CPU, &r, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_config(r)->attn_tokens, 3);
   ck_assert_int_eq(learner_config(r)->attn_heads, 2);
@@ -737,7 +736,7 @@ START_TEST(test_ensemble_learner) {
   ck_assert(pr0 && pr1 && n0 == n1 && n0 > 0 && memcmp(pr0, pr1, n0) == 0);
   /* save -> load -> the same future, bit for bit */
   learner_t *r;
-  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_AUTO, &r, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_CPU, &r, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_config(r)->ensemble_k, 3);
   learner_stats_t sa, sb;
