@@ -26,6 +26,8 @@ typedef struct dev_state {
   double loss_sum, gn_sum, q_sum;
   double applied; /* steps of this call that were applied (the divergence guard skips the others) */
   double halted;  /* replays of this call that a stop halted (their norm CUDA_HALT_BITS: nothing applied) */
+  int halt_next;  /* the halt word as the last replay's finish_kernel read it: the next replay's norm stage reads
+                   * this device copy, so no replay waits on a read over PCIe (step.cu) */
 } dev_state_t;
 
 typedef struct cuda_learner {
@@ -58,7 +60,7 @@ typedef struct cuda_learner {
   size_t staging_bytes;
   cudaGraph_t graph;                 /* step.cu: the captured training step */
   cudaGraphExec_t exec;
-  volatile int *halt;                /* mapped pinned word the graph's norm stage reads (learner_step_until) */
+  volatile int *halt;                /* mapped pinned word finish_kernel latches into ds->halt_next (learner_step_until) */
   volatile int *halt_dev;            /* its device address */
   cudaEvent_t group_done[2];         /* step.cu: the ends of the last two groups of replays in flight */
   /* host mirrors */

@@ -48,8 +48,11 @@
 
 /* the step's bookkeeping, last in the graph */
 __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
-                              int prioritized) {
+                              int prioritized, const volatile int *halt) {
   if (threadIdx.x || blockIdx.x) return;
+  /* the host's halt word (mapped memory: a read over PCIe, ~1 us, here off
+   * the critical path, beside AdamW) latched for the next replay's norm */
+  ds->halt_next = *halt;
   if (!isfinite(ds->grad_norm)) { /* the divergence guard, or a halt: this step was not applied */
     if (__float_as_uint(ds->grad_norm) == CUDA_HALT_BITS) ds->halted += 1;
     return;
@@ -171,9 +174,9 @@ static int norm_part(cuda_learner_t *m, int part, cudaStream_t st) {
   const long long n0 = m->L.layer[1].off_w, P = m->L.n_params;
   if (part == 0)
     return cuda_norm_partial(m->grad + n0, P - n0, m->norm_scratch, 0, CUDA_NORM_PARTS - NORM_T1_BLOCKS,
-                             &m->ds->grad_norm, &m->ds->step, m->hp, m->halt_dev, st);
+                             &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, st);
   return cuda_norm_partial(m->grad, n0, m->norm_scratch, CUDA_NORM_PARTS - NORM_T1_BLOCKS, NORM_T1_BLOCKS,
-                           &m->ds->grad_norm, &m->ds->step, m->hp, m->halt_dev, st);
+                           &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, st);
 }
 
 /* Loss and gradient of the batch in ws on the phases: forward and loss on
@@ -257,9 +260,9 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
     int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
     if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                             &m->ds->step, m->hp, 0, NULL, m->halt_dev, m->st));
+                                             &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, m->st));
     if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
-    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, m->halt_dev);
     LAUNCHED();
     return 0;
   }
@@ -281,9 +284,9 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   /* the norm is done (both parts ordered before this call): AdamW and the
    * target update; the statistics need the norm, not the update: beside it */
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, 2, f->ev[5], m->halt_dev, m->st));
+                                           &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
-  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, m->halt_dev);
   LAUNCHED();
   DEV(cudaEventRecord(f->ev[6], sd));
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
@@ -293,8 +296,11 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
 /* Replays run in groups of STEP_GROUP with at most two groups in flight: the
  * host looks at the stop (learner_step_until) before each group and, while
  * it waits for the older group, every STOP_POLL_NS; once the stop fires it
- * launches nothing more and sets the halt word, which the replays already
- * queued read in their norm stage: they apply nothing. */
+ * launches nothing more and sets the halt word. Each replay's finish_kernel
+ * copies the word into device memory (ds->halt_next) and the next replay's
+ * norm stage reads that copy: the replays queued after the one that saw it
+ * apply nothing. No replay waits on the read over PCIe (one in the norm's
+ * last block cost ~1.3 µs a step; one in each of its blocks, ~130 µs). */
 #define STEP_GROUP 16
 #define STOP_POLL_NS 50000
 
@@ -325,6 +331,7 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
   /* zero the per-call sums: loss_sum, gn_sum, q_sum, applied, halted */
   double zero[5] = {0, 0, 0, 0, 0};
   DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
+  DEV(cudaMemsetAsync(&m->ds->halt_next, 0, sizeof m->ds->halt_next, m->st)); /* a stop of the last call */
   *m->halt = 0;
   __sync_synchronize(); /* before any replay of this call can read it */
   if (use_graph && !m->exec && n > 0) {
