@@ -65,7 +65,8 @@ static void cuda_destroy(void *impl) {
   cuda_dqn_ws_free(&m->ws);
   cuda_acts_free(&m->act);
   cudaFreeHost(m->staging);
-  if (m->halt) cudaFreeHost((void *)m->halt);
+  if (m->halt_one) cudaFreeHost(m->halt_one);
+  if (m->halt_st) cudaStreamDestroy(m->halt_st);
   for (int i = 0; i < 2; i++)
     if (m->group_done[i]) cudaEventDestroy(m->group_done[i]);
   if (m->st) cudaStreamDestroy(m->st);
@@ -100,16 +101,15 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   if (m->L.has_prior) ALLOC(m->prior, (size_t)m->L.n_prior * 4);
 #undef ALLOC
   if (!rc && cudaMemset(m->norm_scratch, 0, CUDA_NORM_SCRATCH * 8) != cudaSuccess) rc = 1; /* its arrival counter */
-  /* the halt word the step's replays read (step.cu), in mapped pinned memory */
+  /* the stop's copy into the replays' halt word (step.cu): its pinned source
+   * and its own stream, so that it lands while the replays run */
   void *hw = NULL;
-  if (!rc && cudaHostAlloc(&hw, sizeof(int), cudaHostAllocMapped) != cudaSuccess) rc = 1;
+  if (!rc && cudaHostAlloc(&hw, sizeof(int), cudaHostAllocDefault) != cudaSuccess) rc = 1;
   if (hw) {
-    m->halt = (volatile int *)hw;
-    *m->halt = 0;
-    void *dp = NULL;
-    if (cudaHostGetDevicePointer(&dp, hw, 0) != cudaSuccess) rc = 1;
-    m->halt_dev = (volatile int *)dp;
+    m->halt_one = (int *)hw;
+    *m->halt_one = 1;
   }
+  if (!rc && cudaStreamCreateWithFlags(&m->halt_st, cudaStreamNonBlocking) != cudaSuccess) rc = 1;
   for (int i = 0; i < 2 && !rc; i++)
     if (cudaEventCreateWithFlags(&m->group_done[i], cudaEventDisableTiming) != cudaSuccess) rc = 1;
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||

@@ -26,8 +26,8 @@ typedef struct dev_state {
   double loss_sum, gn_sum, q_sum;
   double applied; /* steps of this call that were applied (the divergence guard skips the others) */
   double halted;  /* replays of this call that a stop halted (their norm CUDA_HALT_BITS: nothing applied) */
-  int halt_next;  /* the halt word as the last replay's finish_kernel read it: the next replay's norm stage reads
-                   * this device copy, so no replay waits on a read over PCIe (step.cu) */
+  int halt_next;  /* the halt word: set by a copy on its own stream when a stop fires, read by each replay's norm
+                   * stage (step.cu) */
 } dev_state_t;
 
 typedef struct cuda_learner {
@@ -60,8 +60,8 @@ typedef struct cuda_learner {
   size_t staging_bytes;
   cudaGraph_t graph;                 /* step.cu: the captured training step */
   cudaGraphExec_t exec;
-  volatile int *halt;                /* mapped pinned word finish_kernel latches into ds->halt_next (learner_step_until) */
-  volatile int *halt_dev;            /* its device address */
+  int *halt_one;                     /* pinned, holds 1: copied to ds->halt_next on halt_st when a stop fires */
+  cudaStream_t halt_st;              /* step.cu: the halt's copy, beside the replays */
   cudaEvent_t group_done[2];         /* step.cu: the ends of the last two groups of replays in flight */
   /* host mirrors */
   long long size, head, total;

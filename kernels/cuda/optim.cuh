@@ -37,9 +37,8 @@ int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *targe
  * this call enqueues it first; 2: as 1, and the norm too, as launches of
  * cuda_norm_partial that cover every gradient and all CUDA_NORM_PARTS slots,
  * ordered before this call. norm_done (may be NULL): recorded once *norm_dev
- * is written, before the update. halt (may be NULL; device memory, the
- * step's latched copy of the host's halt word, step.cu): read by the norm's
- * final stage; nonzero, the norm is written as CUDA_HALT_NORM, a
+ * is written, before the update. halt (may be NULL; device memory, set by
+ * the host when a stop fires, step.cu): read by the norm's final stage; nonzero, the norm is written as CUDA_HALT_NORM, a
  * NaN, so that the step's guards apply nothing of it, as for a diverged step
  * (learner.h, learner_step_until; finish_kernel counts it as halted). */
 #define CUDA_HALT_BITS 0x7fc0dea1u

@@ -48,11 +48,8 @@
 
 /* the step's bookkeeping, last in the graph */
 __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
-                              int prioritized, const volatile int *halt) {
+                              int prioritized) {
   if (threadIdx.x || blockIdx.x) return;
-  /* the host's halt word (mapped memory: a read over PCIe, ~1 us, here off
-   * the critical path, beside AdamW) latched for the next replay's norm */
-  ds->halt_next = *halt;
   if (!isfinite(ds->grad_norm)) { /* the divergence guard, or a halt: this step was not applied */
     if (__float_as_uint(ds->grad_norm) == CUDA_HALT_BITS) ds->halted += 1;
     return;
@@ -262,7 +259,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
                                              &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, m->st));
     if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
-    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, m->halt_dev);
+    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
     LAUNCHED();
     return 0;
   }
@@ -286,7 +283,7 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
                                            &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
-  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, m->halt_dev);
+  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
   LAUNCHED();
   DEV(cudaEventRecord(f->ev[6], sd));
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
@@ -296,13 +293,20 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
 /* Replays run in groups of STEP_GROUP with at most two groups in flight: the
  * host looks at the stop (learner_step_until) before each group and, while
  * it waits for the older group, every STOP_POLL_NS; once the stop fires it
- * launches nothing more and sets the halt word. Each replay's finish_kernel
- * copies the word into device memory (ds->halt_next) and the next replay's
- * norm stage reads that copy: the replays queued after the one that saw it
- * apply nothing. No replay waits on the read over PCIe (one in the norm's
- * last block cost ~1.3 µs a step; one in each of its blocks, ~130 µs). */
+ * launches nothing more and sets the halt word, ds->halt_next in device
+ * memory, by a 4-byte copy on its own stream (halt_st) that lands while the
+ * queued replays run; the norm stage of each replay that starts after it
+ * reads 1 and applies nothing. The replays read no host memory: a read of a
+ * mapped host word over PCIe in the norm's last block cost ~1.3 µs a step,
+ * in each of its blocks ~130 µs (kernels/dev/DEVICE_NOTES.md, item 64). */
 #define STEP_GROUP 16
 #define STOP_POLL_NS 50000
+
+/* sets the halt word for the replays queued on m->st */
+static cudaError_t halt_replays(cuda_learner_t *m) {
+  return cudaMemcpyAsync(&m->ds->halt_next, m->halt_one, sizeof m->ds->halt_next, cudaMemcpyHostToDevice,
+                         m->halt_st);
+}
 
 /* waits for ev; meanwhile a stop that fires sets the halt word (1 returned
  * through *stopped). 0 or a CUDA error. */
@@ -312,8 +316,8 @@ static cudaError_t wait_or_halt(cuda_learner_t *m, cudaEvent_t ev, learner_stop_
     if (e != cudaErrorNotReady) return e;
     if (!*stopped && learner_should_stop(stop)) {
       *stopped = 1;
-      *m->halt = 1;
-      __sync_synchronize();
+      e = halt_replays(m);
+      if (e != cudaSuccess) return e;
     }
     struct timespec ts = {0, STOP_POLL_NS};
     nanosleep(&ts, NULL);
@@ -332,8 +336,6 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
   double zero[5] = {0, 0, 0, 0, 0};
   DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
   DEV(cudaMemsetAsync(&m->ds->halt_next, 0, sizeof m->ds->halt_next, m->st)); /* a stop of the last call */
-  *m->halt = 0;
-  __sync_synchronize(); /* before any replay of this call can read it */
   if (use_graph && !m->exec && n > 0) {
     DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue_step(m, err, errlen);
@@ -349,9 +351,8 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
     if (k % STEP_GROUP == 0) {
       if (k >= 2 * STEP_GROUP) DEV(wait_or_halt(m, m->group_done[(k / STEP_GROUP) % 2], stop, &stopped));
       if (stopped || learner_should_stop(stop)) {
+        if (!stopped && launched) DEV(halt_replays(m)); /* the replays still queued apply nothing */
         stopped = 1;
-        *m->halt = 1; /* the replays still queued apply nothing */
-        __sync_synchronize();
         break;
       }
     }
@@ -365,6 +366,7 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
       DEV(cudaEventRecord(m->group_done[(k / STEP_GROUP) % 2], m->st));
   }
   if (launched) DEV(wait_or_halt(m, m->group_done[((launched - 1) / STEP_GROUP) % 2], stop, &stopped));
+  if (stopped) DEV(cudaStreamSynchronize(m->halt_st)); /* landed before the next call's reset */
   dev_state_t ds;
   DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
   DEV(cudaStreamSynchronize(m->st));
