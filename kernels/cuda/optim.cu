@@ -41,8 +41,8 @@ static __device__ __forceinline__ float norm_of_parts(const double *part, int np
  * slots, writes the norm and, at fin + 1, the clip scale, and zeroes *fin
  * for the next step. Every thread of the block calls it. */
 static __device__ __forceinline__ void norm_arrive(double s, double *part, int slot, unsigned *fin, unsigned total,
-                                                   float *norm, float grad_clip, const volatile int *halt,
-                                                   double *wsum, int *last) {
+                                                   float *norm, float grad_clip, int halted, double *wsum,
+                                                   int *last) {
   if (threadIdx.x == 0) {
     part[slot] = s;
     __threadfence(); /* the release of this block's partial sum */
@@ -57,7 +57,7 @@ static __device__ __forceinline__ void norm_arrive(double s, double *part, int s
   float nrm = norm_of_parts(part, (int)total, wsum);
   if (threadIdx.x == 0) {
     /* a stop requested (learner_step_until): this replay applies nothing */
-    if (halt && *halt) nrm = __uint_as_float(CUDA_HALT_BITS);
+    if (halted) nrm = __uint_as_float(CUDA_HALT_BITS);
     *norm = nrm;
     ((float *)(fin + 1))[0] = clip_scale(nrm, grad_clip);
   }
@@ -79,6 +79,9 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
                                          const volatile int *halt) {
   __shared__ double wsum[32];
   __shared__ int last;
+  /* the halt word (device memory, step.cu), read by every block before its
+   * sum, so the last block does not wait on a load after its arrival */
+  const int halted = fin && halt && threadIdx.x == 0 ? *halt : 0;
   double s = 0;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
     s += (double)g[i] * g[i];
@@ -87,7 +90,7 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
     if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = s;
     return;
   }
-  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, halt, wsum, &last);
+  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, halted, wsum, &last);
 }
 
 /* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
