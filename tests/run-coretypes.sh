@@ -18,8 +18,10 @@ summary=$out/summary.txt
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), commit $(git rev-parse --short HEAD)" | tee "$summary"
 rc=0
 for c in $cores; do
-  # the probe: the gradient checks call BLAS in every shape the step uses
-  OPENBLAS_CORETYPE=$c OPENBLAS_NUM_THREADS=1 "$build/tests/test-gradcheck" >/dev/null 2>&1; prc=$?
+  # the probe: the gradient checks call BLAS in every shape the step uses;
+  # CK_FORK=no so that an illegal instruction kills the probe itself (check's
+  # forked tests would report it as a failure, and the kernel set would run)
+  CK_FORK=no OPENBLAS_CORETYPE=$c OPENBLAS_NUM_THREADS=1 "$build/tests/test-gradcheck" >/dev/null 2>&1; prc=$?
   if [ $prc -ge 128 ]; then echo "$c: not executable here (signal $((prc - 128)))" | tee -a "$summary"; continue; fi
   echo "== $c" > "$out/$c.log"
   OPENBLAS_CORETYPE=$c meson test -C "$build" --no-rebuild --suite unit --suite integration --suite learning \
