@@ -1,8 +1,8 @@
 /*
  * dqn-demo — trains the learner in-process on the built-in meanrev
- * environment (meanrev_env.h) and prints the learning curve. Until the daemon
- * lands this is the README's "run" command; `dqnctl demo` will run the same
- * loop against a live daemon.
+ * environment (meanrev_env.h) and prints the learning curve: the learner
+ * alone, with no daemon. `dqnctl demo` runs the same loop against a live
+ * daemon (demo_driver.h).
  */
 #include <getopt.h>
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /*
  * dispatch.c — the command table and the handlers.
  *
- * Each entry: the Request oneof case, the command's name, flags, an optional
+ * Each entry, indexed by the Request oneof case: flags, the function that
+ * reads the trainer's name from the request (or NULL), an optional
  * `check` that runs on the nng thread (it may only read the request and the
  * trainer's immutable config, and keeps what it parsed in the job, so no
  * handler parses again), and `run`, which runs where the flags say:
@@ -348,7 +349,7 @@ static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errl
   if ((uint64_t)m->f.len != (want))                                                                              \
     return snprintf(err, errlen, #f ": %zu bytes, expected %llu (count %llu)", m->f.len,                         \
                     (unsigned long long)(want), (unsigned long long)n),                                           \
-           3;
+           CODE_INVALID_ARGUMENT;
   LEN(states, n * S * 4)
   LEN(next_states, n * S * 4)
   LEN(actions, n * 4)
@@ -462,13 +463,13 @@ static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen)
   if (m->states.len != want)
     return snprintf(err, errlen, "states: %zu bytes, expected count*state_dim*4 = %llu", m->states.len,
                     (unsigned long long)want),
-           3;
+           CODE_INVALID_ARGUMENT;
   const float *x = (const float *)m->states.data;
   for (uint64_t i = 0; i < want / 4; i++)
     if (!isfinite(x[i]))
       return snprintf(err, errlen, "states[%llu][%llu]: not finite", (unsigned long long)(i / t->cfg.state_dim),
                       (unsigned long long)(i % t->cfg.state_dim)),
-             3;
+             CODE_INVALID_ARGUMENT;
   return 0;
 }
 
@@ -542,7 +543,7 @@ static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t err
     }
     if (!f->hparam)
       return snprintf(err, errlen, "%s: fixed at creation (changes a shape or the replay); not a hyperparameter", f->name),
-             3;
+             CODE_INVALID_ARGUMENT;
     if (learner_config_set(&j->cfg, f->name, m->hparams[i]->value, err, errlen)) return CODE_INVALID_ARGUMENT;
     if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), CODE_INVALID_ARGUMENT;
     j->fields[j->n_fields++] = f;

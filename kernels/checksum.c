@@ -1,6 +1,6 @@
 /*
  * checksum.c — CRC-32C for the state format's sections and CRC-32 (IEEE) for
- * whole checkpoint files (learner.h says why two). Linked by the daemon, the
+ * whole checkpoint files (learner_types.h says why two). Linked by the daemon, the
  * learner and the client alike.
  */
 #include <stddef.h>

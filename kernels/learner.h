@@ -68,7 +68,7 @@ int learner_submit_checked(learner_t *l, const learner_transitions_t *t, char *e
  * and err naming the step. Parameters change only through applied updates,
  * so a NaN or Inf reaches them only through an update of finite gradients
  * that overflows, which makes the next forward non-finite: the guard stops
- * there (the daemon then checks the kept parameters, dispatch.c). */
+ * there (the daemon then checks the kept parameters, trainer.c). */
 int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t errlen);
 
 /* Stopping a long step early (the daemon's Cancel, request deadlines and
@@ -78,10 +78,11 @@ int learner_step(learner_t *l, int n, learner_stats_t *st, char *err, size_t err
  * either fires it runs no further step and returns LEARNER_ESTOPPED, st
  * covering the steps that ran (steps_run < n) and stop->why saying which.
  * The state is always that of a whole number of steps: on the CPU the check
- * comes before each step; on CUDA before each graph replay is launched (at
- * most two groups of 16 are in flight), and the replays already queued read a
- * halt word in the gradient-norm stage and, halted, change nothing (as a
- * diverged step changes nothing). learner_step is learner_step_until with no
+ * comes before each step; on CUDA before each group of 16 graph replays is
+ * launched and while it waits for one (at most two groups are in flight);
+ * once it fires, the replays still queued read a halt word in the
+ * gradient-norm stage and, halted, change nothing (as a diverged step changes
+ * nothing). learner_step is learner_step_until with no
  * deadline: it too stops on the flag. */
 int learner_step_until(learner_t *l, int n, learner_stop_t *stop, learner_stats_t *st, char *err, size_t errlen);
 volatile int *learner_stop_flag(learner_t *l);

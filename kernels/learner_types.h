@@ -179,7 +179,7 @@ typedef struct learner_transitions {
 int learner_transitions_validate(const learner_config_t *c, const learner_transitions_t *t,
                                  char *err, size_t errlen);
 
-/* The stats fields, declared once (CONVENTIONS: fields several layers print)
+/* The stats fields, declared once (an X-macro: fields several layers print)
  * and expanded where each layer needs them: this struct, the daemon's and
  * libdqnd's TrainerStats (proto/dqnd/v1/dqnd.proto, same names) and dqnctl's
  * printers. X(type, name, kind): kind is U64, I64, I32 or F32.
