@@ -2,12 +2,13 @@
  * test-daemon.c — integration: a real dqnd on a temporary ipc socket, driven
  * through libdqnd (and dqnctl in test_dqnctl). Every command works end to
  * end; every bad input gets its proper code and a message naming the field,
- * and leaves the trainer exactly as it was — checked against a twin trainer
- * (same seed, same data) that never saw the bad input: the next GetStats and
- * a deterministic Step must be bit-identical. SIGTERM with requests in flight
- * answers all of them and writes the final checkpoints; SIGKILL during
- * checkpoint writes never leaves a checkpoint that loads wrongly; concurrent
- * submitters lose and double nothing.
+ * and leaves the trainer as it was — checked against a twin trainer (same
+ * seed, same data) that never saw the bad input: GetStats reports the same
+ * step and replay counts, and a Step of 2 gives the same mean loss and last
+ * gradient norm, bit for bit. SIGTERM with requests in flight answers all of
+ * them and writes a final checkpoint holding exactly the steps answered OK;
+ * SIGKILL during checkpoint writes never leaves a checkpoint that loads
+ * wrongly; concurrent submitters lose and double nothing.
  *
  * The oracle is the daemon's own twin trainer, the client's record of what it
  * sent, and the checkpoint format's CRCs.
@@ -112,7 +113,8 @@ START_TEST(test_every_command) {
   ck_assert_int_eq(dqnd_destroy_trainer(c, "b2", 1, &fin), 0);
   ck_assert_int_eq(dqnd_get_stats(c, "b2", &st), 5); /* NOT_FOUND */
   /* save_final wrote one, and the reply says where it went: the trainer's
-   * directory moved to .retired/, so a restart does not bring it back */
+   * directory is gone and the checkpoint, at step 25, is under .retired/ and
+   * loads (the point: a restart would not bring it back; not restarted here) */
   char b2dir[400];
   snprintf(b2dir, sizeof b2dir, "%s/b2", d.state);
   ck_assert_ptr_null(opendir(b2dir));
@@ -665,7 +667,7 @@ START_TEST(test_sigterm_answers_in_flight) {
   int ok = 0;
   uint64_t steps = 0;
   for (int i = 0; i < 6; i++) {
-    /* every request got an answer: OK, or UNAVAILABLE once draining; no transport errors */
+    /* every request got an answer: OK, RESOURCE_EXHAUSTED, or UNAVAILABLE once draining; no transport errors */
     ck_assert_msg(w[i].other == 0, "worker %d: %d unexpected replies", i, w[i].other);
     ok += w[i].ok;
     steps += w[i].steps;
@@ -961,7 +963,7 @@ START_TEST(test_timers_sighup_tcp) {
   ck_assert_int_eq(dqnd_create_trainer(c, "idle", small_fields, N_SMALL, NULL, NULL), 0);
   char dir[400];
   snprintf(dir, sizeof dir, "%s/idle", d.state);
-  /* periodic checkpoint within ~1 s */
+  /* a periodic checkpoint (interval 1 s) within 4 s */
   for (int i = 0; i < 40 && count_ckpts(dir) == 0; i++) usleep(100000);
   ck_assert_int_gt(count_ckpts(dir), 0);
   /* SIGHUP reopens the log: move it away, signal, a new file appears */
@@ -977,15 +979,17 @@ START_TEST(test_timers_sighup_tcp) {
     reopened = stat(log, &st) == 0;
   }
   ck_assert_msg(reopened, "SIGHUP did not reopen the log file");
-  /* idle for > 3 s (periodic checkpoints do not count as activity): saved
-   * and unloaded. Polled with ServerInfo, which does not touch the trainer. */
+  /* idle for > 3 s (periodic checkpoints do not count as activity):
+   * unloaded within 10 s. Polled with ServerInfo, which does not touch the
+   * trainer. */
   int gone = 0;
   for (int i = 0; i < 100 && !gone; i++) {
     usleep(100000);
     gone = trainers_loaded(c) == 0;
   }
   ck_assert_msg(gone, "the idle trainer was not unloaded");
-  /* unloaded for good: its directory moved aside with the final checkpoint */
+  /* no checkpoint left in its directory, and a directory
+   * .retired/idle-*-unloaded exists (what it holds is not checked) */
   ck_assert_int_eq(count_ckpts(dir), 0);
   char pat[600];
   snprintf(pat, sizeof pat, "ls -d %s/.retired/idle-*-unloaded >/dev/null 2>&1", d.state);

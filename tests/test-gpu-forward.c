@@ -1,14 +1,18 @@
 /*
- * test-gpu-forward.c — the CUDA network forward (kernels/cuda/generic_forward.cu)
- * against the CPU reference (net_forward_f32) on fresh random inputs:
- * log-probabilities and Q values within 1e-5 relative (||gpu - cpu|| / ||cpu||
- * per branch), every output written (outputs poisoned with NaN first), and a
- * second GPU run bit-identical to the first (log-probabilities and Q values).
- * NoisyNet: the effective weights composed on the device from random sigmas
- * and noise (cuda_effective_weights) against net_weights_f32, then the same
- * forward checks. Shapes: the `ref` config at batch 256 and 1000, and odd ones
- * (batch 37, branches 4,7, 21 atoms, state_dim 13; one branch of 2).
- * Exits 77 (skipped) with no usable GPU.
+ * test-gpu-forward.c — the CUDA network forward (cuda_net_forward,
+ * kernels/cuda/generic_forward.cu) against the CPU reference (net_forward_f32)
+ * on fresh random inputs: per branch, the log-probabilities within 1e-5
+ * relative (||gpu - cpu|| / ||cpu||), and the Q values within 1e-5 relative
+ * of c51_q_values_f32 on the CPU's log-probabilities; every log-probability
+ * finite (the outputs poisoned with NaN first); and a second GPU run, on
+ * outputs poisoned again, bit-identical to the first (log-probabilities and
+ * Q values). NoisyNet: the device composes the effective weights from
+ * random sigmas and noise (cuda_effective_weights) and the forward on them
+ * is held to the same checks against the CPU forward on net_weights_f32's;
+ * the composed weights are not compared directly. Shapes: the `ref` config
+ * at batch 256 and 1000, and odd ones (batch 37, branches 4,7, 21 atoms,
+ * state_dim 13; batch 5 with one branch of 2); NoisyNet on the ref config at
+ * batch 256 and on the batch-37 shape. Exits 77 (skipped) with no usable GPU.
  */
 #include <check.h>
 #include <cuda_runtime.h>

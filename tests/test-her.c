@@ -4,14 +4,18 @@
  * kernels/cpu/her_cpu.c) against brute force: episode bounds and eligibility
  * through the ring's wrap-around (unfinished and overwritten episodes are
  * never relabelled); each strategy's donor distribution for a stored episode
- * whose slots cross the wrap, by a chi-square test at p >= 1e-4 (the tail
- * computed exactly, and checked against published critical values); the
+ * whose slots cross the wrap, by a chi-square test at p >= 1e-4 (the tail by
+ * tu_chi2_pvalue, itself checked against published critical values); the
  * reward and done rules in both norms; n-step targets against a
  * double-precision sum over the stored episode; HER with n-step on one batch
  * (her_ratio 0.75: relabelled rows take their own reward rule and m = 1, the
  * others the truncated n-step return) and every one of K = 3 heads' target
- * distributions from it; a restore that rebuilds the bounds; and the
- * learner: a HER learner's step survives save and load bit for bit.
+ * distributions from it, within 1e-12 of a brute-force projection; a restore
+ * that rebuilds the same last counts and eligibility; and the learner: a
+ * HER + n-step + PER learner and its saved-and-loaded copy take the next 20
+ * steps to the same last and mean loss (compared with ==), HER with n-step
+ * changes the loss, and so does HER alone with the ensemble; and the config
+ * checks refuse bad HER and n-step settings.
  */
 #include <check.h>
 #include <math.h>
@@ -91,8 +95,9 @@ START_TEST(test_bounds_and_eligibility) {
       }
     }
   ck_assert_msg(saw_open && saw_overwritten, "the sequence must show open and overwritten episodes");
-  /* a restore rebuilds the same bounds (the ring wrapped: the oldest stored episode
-   * counts as overwritten, which it is here since its start is gone) */
+  /* a restore rebuilds the same last counts and the same eligibility (the
+   * ring wrapped: the oldest stored episode counts as overwritten, which it
+   * is here since its start is gone); first counts are not compared */
   replay_t cp = rp;
   int64_t *f = malloc(80), *l = malloc(80);
   memcpy(f, rp.ep_first, 80), memcpy(l, rp.ep_last, 80);
@@ -136,7 +141,8 @@ END_TEST
  * whose head is 12: slots 60..63 then 0..7), 120,000 draws: future uniform on
  * [c, last] with c itself, episode on [first, last], final always last,
  * random on every slot; none outside, and the counts pass a chi-square test
- * of uniformity at p >= CHI2_P_MIN (the upper tail computed exactly). */
+ * of uniformity at p >= CHI2_P_MIN (the upper tail by tu_chi2_pvalue, to
+ * ~1e-14). Rows 3 and 4 share their donor in fewer than 200 of 1000 draws. */
 START_TEST(test_donor_distributions) {
   const int64_t first = 124, last = 135, c = 126, size = 64, total = 140, cap = 64, head = total % cap;
   ck_assert(her_eligible(first, last, total, size)); /* stored: its first count is >= total - size */
@@ -302,11 +308,14 @@ END_TEST
  *    (her_ratio 0.75, below 1): the donor's achieved goal in s and s', the
  *    goal reward (inf norm, eps 0.5, scale 2) and done = success, discount
  *    gamma (m = 1) and their own s'; rows of open or overwritten episodes and
- *    rows >= 8 are not, and take the n-step return (n 3, truncated at their
- *    episode's end), the m-th transition's s' and done, and gamma^m;
- *  - every head's target distribution (ws.m [K, D, B, Z]) is the projection
- *    of r_i + gdisc_i (1 - done_i) z onto the support, under head k's target
- *    distribution at the action head k of the online net picks at s'_i. */
+ *    rows >= 12 are not, and take the n-step return (n 3, truncated at their
+ *    episode's end), the m-th transition's s' and done, and gamma^m (here
+ *    8 rows relabelled, rows 1, 4, 7 and 10 ineligible, rows 12..15
+ *    eligible but past the ratio);
+ *  - every head's target distribution (ws.m [K, D, B, Z]) is, within 1e-12,
+ *    the projection of r_i + gdisc_i (1 - done_i) z onto the support, under
+ *    head k's target distribution at the action head k of the online net
+ *    picks at s'_i (the pick itself compared exactly). */
 START_TEST(test_her_nstep_heads) {
   enum { CAP = 40, B = 16, K = 3 };
   replay_t rp;
@@ -468,8 +477,10 @@ START_TEST(test_her_nstep_heads) {
 }
 END_TEST
 
-/* learner-level: a HER + n-step + PER learner's step is deterministic and
- * survives save and load (a ring that never wrapped rebuilds the same bounds) */
+/* learner-level: a HER + n-step + PER learner (a ring that never wrapped)
+ * saved and loaded: the copy's next 20 steps give the same last and mean
+ * loss as the original's (==); and without HER and n-step the loss after
+ * 25 steps differs */
 static learner_config_t her_config(void) {
   learner_config_t c;
   learner_config_default(&c);
@@ -528,7 +539,8 @@ START_TEST(test_learner_save_load) {
 }
 END_TEST
 
-/* with the ensemble (K 3, masks, priors, diversity): HER's rows reach every head's target */
+/* with the ensemble (K 3, masks, priors, diversity): after 10 steps the loss
+ * is finite and differs from that of the same learner with her_ratio 0 */
 START_TEST(test_learner_ensemble) {
   learner_config_t c = her_config();
   c.ensemble_k = 3, c.ensemble_mask_p = 0.5f, c.ensemble_prior_scale = 1, c.hp.ensemble_diversity = 0.1f;

@@ -6,14 +6,17 @@
  *   - ckpt_load_mem (LoadCheckpoint's uploaded bytes: learner_load from
  *     memory, trailing bytes refused) and
  *   - ckpt_load_file (LoadCheckpoint's path) on the same bytes in a file,
- * which must agree with each other: a file the loader accepts also walks
- * clean, and the memory and file loaders accept the same inputs. A state
- * that loads must then be usable: Act answers, and when it holds a batch a
- * training step runs (a corrupt replay or parameters accepted by the loader
- * would show there, under ASan/UBSan).
+ * which must agree with each other: a header the peek refuses never loads
+ * from memory, a file the memory loader accepts also walks clean, and the
+ * memory and file loaders accept the same inputs; a walk that succeeds
+ * stays within the input. A state the memory loader accepts must then be
+ * usable: Act answers, and when it holds a batch a training step runs, its
+ * status unchecked (a corrupt replay or parameters accepted by the loader
+ * would show there as a crash, under ASan/UBSan).
  *
- * Every input runs twice: as it is, and "sealed": with each section's
- * CRC32C and the header's config hash recomputed (the checks any writer can
+ * Every input runs as it is, and again "sealed" when sealing changes it:
+ * with each section's CRC32C and, when the first section is the config,
+ * the header's config hash recomputed (the checks any writer can
  * satisfy: they catch damage, not intent), so the fuzzer also reaches what
  * lies behind them — section lengths, counters, replay contents, the
  * backend's own checks — instead of spending its time on checksums.

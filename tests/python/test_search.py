@@ -3,23 +3,26 @@
 subprocess) against real daemons (DQND_BIN, --backend cpu), each on its own
 temporary ipc socket and state directory:
 
-  - a 6-trial search over two daemons (sqlite storage) finishes in time and
-    finds a config better than its worst;
+  - a 6-trial search over two daemons (sqlite storage) finishes within 90 s,
+    every trial COMPLETE or PRUNED, both daemons used, every trainer
+    destroyed, and finds a config better than its worst (with matplotlib,
+    --plot writes a PNG);
   - a daemon SIGKILLed while one of its trials runs and not back within
     --daemon-retry: that trial FAILs, the search finishes on the other
     daemon, a rerun resumes the stored study (journal storage), and a rerun
     with no daemon left exits 1;
   - a daemon SIGKILLed during a trial and restarted 2 s later (as systemd
     does) on the same state directory and URL: the trial resumes from its
-    last evaluation's checkpoint, the learner exactly where it was, and no
+    last evaluation's checkpoint at the learner step it had reached, and no
     trial FAILs;
   - --plot without matplotlib is a usage error (exit 2) before anything runs;
   - two drivers share one study through a PostgreSQL server this test starts
-    in its own data directory (skipped when PostgreSQL is not installed or
-    the postgres user cannot be become).
+    in its own data directory (skipped when PostgreSQL is not installed or,
+    run as root, when the postgres user is missing or cannot be switched to).
+    It runs only with --postgres, and then alone.
 
-Run: meson test -C build python-search, or
-DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/test_search.py
+Run: meson test -C build python-search (and python-search-postgres), or
+DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/test_search.py [--postgres]
 """
 import glob
 import os
@@ -258,7 +261,7 @@ class SearchTest(unittest.TestCase):
         checkpoint, the one the trial saved at round 10: the trial resumes
         there (learner step 160 = 10 rounds x 16 steps), its round 20 shows
         exactly 10 rounds more (step 320), and it COMPLETEs, as does the
-        other trial; no round is reported twice."""
+        other trial; its reported rounds are 10, 20, 30 and 40."""
         a = self.daemon("a")
         db = os.path.join(self.tmp, "search.db")
         proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "restart",
