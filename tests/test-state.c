@@ -504,6 +504,80 @@ START_TEST(test_k1_pinned_to_before_ensemble) {
 }
 END_TEST
 
+/* Checkpoints written before issues 25-27 (commit 5e2309e's daemon; the
+ * files and how they were made: tests/golden/README.md, ckpt-5e2309e/) load
+ * and are written back byte for byte; the state at step 5, stepped 5 more,
+ * is the state that commit saved at step 10: the same bytes under the
+ * kernels that computed it (Haswell), otherwise the parameters within the
+ * kernel sets' spread (K1_PIN_TOL / K1_PIN_ABS, as for the K = 1 pin). */
+#define OLD_CKPT_CORE "Haswell"
+static void read_golden(const char *name, membuf_t *m) {
+  const char *gd = getenv("DQND_GOLDEN_DIR");
+  ck_assert_msg(gd && *gd, "DQND_GOLDEN_DIR is not set");
+  char path[1200];
+  snprintf(path, sizeof path, "%s/ckpt-5e2309e/%s", gd, name);
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f, "cannot open %s", path);
+  unsigned char buf[65536];
+  size_t k;
+  memset(m, 0, sizeof *m);
+  while ((k = fread(buf, 1, sizeof buf, f)) > 0) ck_assert_int_eq(mem_write(m, buf, k), 0);
+  fclose(f);
+}
+
+START_TEST(test_old_checkpoints_load) {
+  char err[256];
+  membuf_t a, b;
+  read_golden("step5.dqnd", &a);
+  read_golden("step10.dqnd", &b);
+  learner_t *la, *lb;
+  ck_assert_msg(learner_load(mem_read, &a, LEARNER_BACKEND_CPU, &la, err, sizeof err) == 0, "step5: %s", err);
+  ck_assert_msg(learner_load(mem_read, &b, LEARNER_BACKEND_CPU, &lb, err, sizeof err) == 0, "step10: %s", err);
+  /* written back as they were read */
+  membuf_t a2 = {0}, b2 = {0};
+  save_to(la, 1, &a2);
+  save_to(lb, 1, &b2);
+  ck_assert_msg(a2.n == a.n && !memcmp(a2.p, a.p, a.n), "step5 saved again differs (%zu / %zu bytes)", a2.n, a.n);
+  ck_assert_msg(b2.n == b.n && !memcmp(b2.p, b.p, b.n), "step10 saved again differs (%zu / %zu bytes)", b2.n, b.n);
+  /* five more steps from step 5 */
+  learner_stats_t st, want;
+  ck_assert_int_eq(learner_step(la, 5, &st, err, sizeof err), 0);
+  ck_assert_int_eq(learner_get_stats(lb, &want), 0);
+  ck_assert_int_eq((long long)st.step, 10);
+  ck_assert_int_eq((long long)want.step, 10);
+  const int64_t P = learner_config_num_params(learner_config(la));
+  float *p = malloc(sizeof(float) * 2 * (size_t)P), *q = malloc(sizeof(float) * 2 * (size_t)P);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_ptr_nonnull(q);
+  for (int w = 0; w < 2; w++) {
+    ck_assert_int_eq(learner_get_params(la, w, p + w * P, P), 0);
+    ck_assert_int_eq(learner_get_params(lb, w, q + w * P, P), 0);
+  }
+  double num = 0, den = 0, worst = 0;
+  for (int64_t i = 0; i < 2 * P; i++) {
+    const double e = (double)p[i] - q[i];
+    num += e * e, den += (double)q[i] * q[i];
+    worst = fabs(e) > worst ? fabs(e) : worst;
+  }
+  const double rel = sqrt(num / den);
+  printf("a 5e2309e checkpoint stepped 5 more: relative %.3g, largest element %.3g against its own step 10\n", rel,
+         worst);
+  const char *core = openblas_get_corename ? openblas_get_corename() : "";
+  if (core && !strcmp(core, OLD_CKPT_CORE)) {
+    membuf_t c2 = {0};
+    save_to(la, 1, &c2);
+    ck_assert_msg(c2.n == b.n && !memcmp(c2.p, b.p, b.n),
+                  "under the %s kernels that computed it, step 5 + 5 must save as step10.dqnd, byte for byte "
+                  "(relative %.3g)", OLD_CKPT_CORE, rel);
+    free(c2.p);
+  }
+  ck_assert_msg(rel <= K1_PIN_TOL && worst <= K1_PIN_ABS, "step 5 + 5 moved from 5e2309e's step 10: relative %.3g, "
+                "element %.3g", rel, worst);
+  free(p), free(q), free(a.p), free(b.p), free(a2.p), free(b2.p);
+  learner_destroy(la), learner_destroy(lb);
+}
+END_TEST
+
 /* learner_step_until stops between whole steps, by deadline and by flag
  * (stop_check.h): the state then equals a twin's after as many steps; with
  * PER, NoisyNet, K 2 heads and n-step returns in the step */
@@ -1248,6 +1322,7 @@ int main(void) {
   tcase_add_test(tc, test_ensemble_masks);
   tcase_add_test(tc, test_ensemble_k1_identical);
   tcase_add_loop_test(tc, test_k1_pinned_to_before_ensemble, 0, K1_PIN_CONFIGS);
+  tcase_add_test(tc, test_old_checkpoints_load);
   tcase_add_test(tc, test_step_stops_whole);
   tcase_add_test(tc, test_ensemble_learner);
   tcase_add_test(tc, test_ensemble_act_select);
