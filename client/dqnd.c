@@ -25,6 +25,7 @@ struct dqnd_client {
   char token[256];
   char err[1024];
   char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
+  uint64_t instance;           /* the daemon's Reply.instance, from the first reply (0: none yet) */
 };
 
 static int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
@@ -201,6 +202,16 @@ static int roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, int check_id, Dq
     return seterr(c, DQND_EPROTO, "reply for request %llu, expected %llu", (unsigned long long)p->request_id,
                   (unsigned long long)id);
   }
+  if (p->instance && c->instance && p->instance != c->instance) {
+    /* another daemon process answered: this request ran on trainers restored
+     * from their checkpoints; said once, then the new daemon is the one */
+    c->instance = p->instance;
+    dqnd_reply_free(p);
+    return seterr(c, DQND__V1__CODE__UNAVAILABLE,
+                  "the daemon restarted (a new process answered): this request ran there, on trainers restored "
+                  "from their last checkpoints; what they did after those is gone, so resume from a checkpoint");
+  }
+  if (p->instance) c->instance = p->instance;
   *rep = p;
   int code = p->status ? (int)p->status->code : DQND_EPROTO;
   if (code == DQND_EPROTO) return seterr(c, code, "reply without a status");

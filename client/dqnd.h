@@ -57,7 +57,11 @@ void dqnd_set_timeout(dqnd_client_t *c, int timeout_ms);
 const char *dqnd_last_error(const dqnd_client_t *c);
 
 /* Raw call: fills version, request_id and token, sends, waits. On 0 or a
- * server code, *rep is the reply (free with dqnd_reply_free). */
+ * server code, *rep is the reply (free with dqnd_reply_free). Every call
+ * checks the reply's daemon instance: the first reply from a restarted
+ * daemon (the connection redialled the same URL) is UNAVAILABLE (14) "the
+ * daemon restarted", once: the request ran on trainers restored from their
+ * last checkpoints, and the work after those is gone. */
 int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep);
 void dqnd_reply_free(Dqnd__V1__Reply *rep);
 /* Sends raw bytes as a request (tests: garbage, wrong encodings). */

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -46,6 +49,7 @@ struct rpc {
   nng_tls_config *tls;         /* tls+tcp:// listeners' (built once at start) */
   atomic_ullong pipes_added;   /* connections attached to the socket (listen_guard.c reads it) */
   pthread_mutex_t relisten_mu; /* the guard thread restarts a listener; rpc_stop closes them */
+  uint64_t instance;           /* Reply.instance: this process, random at start */
   rpc_call_t *calls;
   int n_calls;
 };
@@ -59,6 +63,7 @@ static void recv_next(rpc_call_t *c) {
 
 void rpc_reply(rpc_call_t *c, Dqnd__V1__Reply *r) {
   r->request_id = c->request_id;
+  r->instance = c->rpc->instance;
   /* counted before the send, so a client that has its reply sees it counted;
    * the command case is read before the request is freed (0: none decoded) */
   metrics_request(c->req ? (int)c->req->command_case : 0, r->status ? (int)r->status->code : 0, now_s() - c->received);
@@ -200,6 +205,10 @@ int rpc_start(server_t *s, rpc_request_cb on_request, char *err, size_t errlen) 
   r->srv = s;
   r->on_request = on_request;
   s->rpc = r;
+  /* Reply.instance: a client that sees it change knows the daemon restarted */
+  if (getrandom(&r->instance, sizeof r->instance, 0) != (ssize_t)sizeof r->instance)
+    r->instance = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid();
+  if (!r->instance) r->instance = 1;
   int rv = nng_rep0_open(&r->sock);
   if (rv) return snprintf(err, errlen, "nng_rep0_open: %s", nng_strerror(rv)), -1;
   nng_socket_set_size(r->sock, NNG_OPT_RECVMAXSZ, (size_t)s->opts.max_message_bytes * OVERSIZE_FACTOR);

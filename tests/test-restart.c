@@ -257,6 +257,42 @@ static int serves_within(const char *url, int seconds) {
   return 0;
 }
 
+/* A client whose daemon restarted behind its back (SIGKILL, a new process on
+ * the same URL and state) is told so (Reply.instance changed): the first
+ * reply from the new process is UNAVAILABLE "the daemon restarted", not the
+ * silent success of a request that ran on trainers rolled back to their last
+ * checkpoint; the call after it is answered normally. The trainer's submit
+ * after its checkpoint is the work the restart lost. */
+START_TEST(test_restart_behind_a_client_is_reported) {
+  daemon_t d = {0};
+  const char *replay[] = {"--checkpoint-replay", "1", NULL};
+  start_daemon_argv(&d, replay);
+  dqnd_client_t *c = connect_to(&d);
+  ck_assert_int_eq(dqnd_create_trainer(c, "t", small_fields, N_SMALL, NULL, NULL), 0);
+  batch_t b;
+  make_batch(&b, 64, 1);
+  ck_assert_int_eq(submit(c, "t", &b), 0);
+  dqnd_checkpoint_t k;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "t", 1, &k), 0);
+  ck_assert_int_eq(submit(c, "t", &b), 0); /* after the checkpoint: the restart loses it */
+  int ks = stop_daemon(&d, SIGKILL);
+  ck_assert(WIFSIGNALED(ks) && WTERMSIG(ks) == SIGKILL);
+  start_daemon_argv(&d, replay);
+  learner_stats_t st;
+  int rc = dqnd_get_stats(c, "t", &st); /* the same client, its socket redialled */
+  ck_assert_msg(rc == 14 && strstr(dqnd_last_error(c), "the daemon restarted"), "rc %d (%s): %s", rc,
+                dqnd_strerror(rc), dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_get_stats(c, "t", &st), 0);
+  ck_assert_int_eq((long long)st.replay_total, 64); /* the checkpoint's, the second submit gone */
+  /* a new client learns the new daemon from its first reply: nothing to report */
+  dqnd_client_t *c2 = connect_to(&d);
+  ck_assert_int_eq(dqnd_get_stats(c2, "t", &st), 0);
+  dqnd_close(c2), dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 START_TEST(test_half_open_connections_do_not_wedge) {
   daemon_t d = {0};
   int port = 21000 + (int)(getpid() % 20000);
@@ -294,6 +330,7 @@ int main(void) {
   tcase_add_test(tc, test_sigkill_with_a_corrupt_newest_checkpoint);
   tcase_add_test(tc, test_restore_off_and_a_name_reused);
   tcase_add_test(tc, test_service_options);
+  tcase_add_test(tc, test_restart_behind_a_client_is_reported);
   tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -32,8 +32,12 @@ class Daemon:
     def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="dqnd-py-")
         self.url = f"ipc://{self.dir}/d.sock"
+        self.extra = extra
+        self.start()
+
+    def start(self):
         self.proc = subprocess.Popen([DQND_BIN, "--listen", self.url, "--state-dir", self.dir + "/state",
-                                      "--backend", "cpu", "--log-file", self.dir + "/dqnd.log", *extra],
+                                      "--backend", "cpu", "--log-file", self.dir + "/dqnd.log", *self.extra],
                                      env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
         for _ in range(250):
             if self.proc.poll() is not None:
@@ -45,6 +49,12 @@ class Daemon:
             except dqnd.DqndError:
                 time.sleep(0.02)
         raise RuntimeError("dqnd did not come up")
+
+    def kill_and_restart(self):
+        """SIGKILL, then a new process on the same URL and state directory."""
+        self.proc.kill()
+        self.proc.wait(60)
+        self.start()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -211,6 +221,26 @@ class ClientTest(unittest.TestCase):
             b.create_trainer("shifty", dict(SMALL, branches="5"))
             self.code(9, a.act, "shifty", st, q=True, needle="changed shape")
             self.assertEqual([x.shape for x in a.act("shifty", st, q=True)[1]], [(4, 5)])  # asked again
+
+    def test_restart_behind_the_client(self):
+        """The daemon killed and restarted under a connected Client: its next
+        call, answered by the new process (Reply.instance changed), raises
+        UNAVAILABLE "the daemon restarted" instead of succeeding on a trainer
+        rolled back to its checkpoint; the call after it is answered."""
+        d = Daemon(extra=("--checkpoint-replay", "1"))
+        try:
+            with dqnd.Client(d.url, timeout=30) as c:
+                c.create_trainer("r", SMALL)
+                c.submit("r", **batch(16, 1))
+                c.save_checkpoint("r", with_replay=True)
+                c.submit("r", **batch(16, 2))  # after the checkpoint: lost with the kill
+                self.assertEqual(c.stats("r")["replay_total"], 32)
+                d.kill_and_restart()
+                e = self.code(14, c.stats, "r", needle="the daemon restarted")
+                self.assertFalse(e.transport, "a reply came, from the new process")
+                self.assertEqual(c.stats("r")["replay_total"], 16)
+        finally:
+            self.assertEqual(d.stop(), 0)
 
     def test_unreachable_and_closed(self):
         e = self.code(14, dqnd.Client, f"ipc://{self.d.dir}/nothing.sock")

@@ -202,6 +202,7 @@ class Client:
         self.token = token if token is not None else os.environ.get("DQND_TOKEN", "")
         self._next_id = secrets.randbits(62) | 1
         self.pending_request_id = 0
+        self._instance = 0  # the daemon's Reply.instance, from the first reply
         self._shapes = {}
         self._sock = None
         why = url_scheme_error(self.url)
@@ -270,6 +271,14 @@ class Client:
             raise DqndError(13, f"{self.url}: reply without a status")
         if rep.request_id != req.request_id:
             raise DqndError(13, f"reply for request {rep.request_id}, expected {req.request_id}")
+        if rep.instance and self._instance and rep.instance != self._instance:
+            # another daemon process answered (Reply.instance): said once, as libdqnd does
+            self._instance = rep.instance
+            raise DqndError(UNAVAILABLE, f"{self.url}: the daemon restarted (a new process answered): this request "
+                            "ran there, on trainers restored from their last checkpoints; what they did after those "
+                            "is gone, so resume from a checkpoint")
+        if rep.instance:
+            self._instance = rep.instance
         if rep.status.code:
             if rep.status.code in (NOT_FOUND, INVALID_ARGUMENT):  # gone, or its shapes may have changed
                 self._shapes.pop(getattr(msg, "name", None), None)
