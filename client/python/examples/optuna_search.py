@@ -267,6 +267,7 @@ class Search:
         once. Interrupted when the search is stopped meanwhile."""
         deadline = time.monotonic() + self.a.daemon_retry
         delay, said = RETRY_FIRST_S, False
+        again = err is not None  # a reconnect: the daemon was lost (or restarted) before
         while True:
             if self.stop.is_set():
                 raise Interrupted()
@@ -278,7 +279,7 @@ class Search:
                 except BaseException:
                     client.close()
                     raise
-                if said:
+                if said or again:
                     self.log(f"daemon {url} answers again")
                 return client
             except dqnd.DqndError as e:
