@@ -4,7 +4,8 @@
 # with DYNAMIC_ARCH, so it picks by processor otherwise). A claim of the CPU
 # backend (bit-identical rows, a learning margin) must hold whichever it
 # picks: a user's machine may be Intel or AMD, old or new.
-#   tests/run-coretypes.sh [build-dir] [out-dir]     (defaults: build, coretypes-logs)
+#   tests/run-coretypes.sh [build-dir] [out-dir] [core...]
+# (defaults: build, coretypes-logs, every kernel set below)
 # Per kernel set: meson's summary line and the learning suite's figures, in
 # out-dir/<core>.log and out-dir/summary.txt. A kernel set whose probe dies
 # on an illegal instruction (SIGILL) is listed as not executable here.
@@ -14,6 +15,7 @@ build=${1:-build}; out=${2:-coretypes-logs}
 mkdir -p "$out"
 cores="Cooperlake SkylakeX SapphireRapids Haswell Zen Excavator Steamroller Piledriver Bulldozer Sandybridge
        Nehalem Barcelona Opteron Core2 Penryn Dunnington Atom Prescott"
+[ $# -gt 2 ] && cores="${*:3}"
 summary=$out/summary.txt
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), commit $(git rev-parse --short HEAD)" | tee "$summary"
 rc=0
