@@ -9,6 +9,7 @@
  *   dqnd_trainers                                gauge
  *   dqnd_trainer_{queue_depth,replay_size,step,memory_bytes}{trainer}  gauges
  *   dqnd_gpu_memory_{used,total}_bytes           gauges, only with a CUDA device in use
+ *   dqnd_heap_bytes                              gauge  malloc's bytes in use (glibc)
  *
  * A learner_step call of n steps is timed as a whole on its worker; its mean
  * per-step time is observed n times, so dqnd_step_duration_seconds_count
@@ -17,6 +18,7 @@
 #include "metrics.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -219,6 +221,15 @@ static void render(server_t *s, buf_t *b) {
          "Estimated bytes the trainer's learner holds (learner_memory_estimate: parameters, optimiser, replay).");
   for (int i = 0; i < n; i++) out(b, "dqnd_trainer_memory_bytes{trainer=\"%s\"} %" PRId64 "\n", t[i].name, t[i].memory);
   free(t);
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  /* what a leak grows (the resident size also moves with what malloc keeps
+   * after a free): test-soak compares it between two quiet moments */
+  struct mallinfo2 mi = mallinfo2();
+  family(b, "dqnd_heap_bytes", "gauge",
+         "Bytes malloc has handed out and not had back (its arenas and its mmapped blocks; glibc's mallinfo2).");
+  out(b, "dqnd_heap_bytes %zu\n", mi.uordblks + mi.hblkhd);
+#endif
 
   /* left out unless known: with no CUDA device, or none in use yet, there is
    * no GPU memory to report (main.c samples it) */

@@ -155,6 +155,28 @@ class MetricsTest(unittest.TestCase):
             counts[key] = vals[-1]
         return counts
 
+    def test_heap_follows_a_trainer(self):
+        """dqnd_heap_bytes (malloc's bytes in use) rises by at least a CPU
+        trainer's replay ring when it is created (calloc: counted whole,
+        before its pages are touched) and falls back within 5 s of its
+        destruction"""
+        def heap():
+            sm, _ = samples(scrape(self.d.metrics_url)[2])
+            return sm[("dqnd_heap_bytes", frozenset())]
+        cap, S = 200_000, SMALL["state_dim"]
+        ring = 2 * cap * S * 4  # states and next states, float32
+        with dqnd.Client(self.d.url, timeout=30) as c:
+            h0 = heap()
+            c.create_trainer("heap", dict(SMALL, replay_capacity=cap))
+            h1 = heap()
+            c.destroy_trainer("heap")
+            # the learner is freed by its worker after the reply
+            deadline = time.monotonic() + 5
+            while (h2 := heap()) - h0 >= ring / 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.assertGreaterEqual(h1 - h0, ring, (h0, h1, h2))
+        self.assertLess(abs(h2 - h0), ring / 10, (h0, h1, h2))
+
     def test_counts_match_requests(self):
         status, ctype, text = scrape(self.d.metrics_url)
         self.assertEqual(status, 200)
@@ -235,6 +257,7 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(value(after, "dqnd_trainer_replay_size", trainer=t), size)
             self.assertEqual(value(after, "dqnd_trainer_queue_depth", trainer=t), 0)
             self.assertGreater(value(after, "dqnd_trainer_memory_bytes", trainer=t), 0)
+        self.assertEqual(types["dqnd_heap_bytes"], "gauge")
         with dqnd.Client(self.d.url, timeout=30) as c:
             if c.server_info()["device"] == "none":  # no CUDA device: no GPU memory to report
                 self.assertNotIn("dqnd_gpu_memory_used_bytes", types)
