@@ -484,7 +484,9 @@ START_TEST(soak) {
          "requests; bound %d + %d a request)\n", heap_a, heap_b, heap_b - heap_a, (unsigned long long)(calls_b - calls_a),
          HEAP_GROWTH_BASE, HEAP_GROWTH_PER_REQUEST);
   fflush(stdout);
-  ck_assert_msg(heap_a > 0 && heap_b > 0, "no dqnd_heap_bytes from the metrics endpoint (%lld, %lld)", heap_a, heap_b);
+  ck_assert_msg(heap_a >= 0 && heap_b >= 0, "no dqnd_heap_bytes from the metrics endpoint (%lld, %lld)", heap_a, heap_b);
+  /* 0: malloc is not glibc's (the daemon under valgrind, whose own leak check applies) */
+  if (heap_a == 0) printf("dqnd_heap_bytes reads 0: malloc is not glibc's, the heap check does not apply\n");
   const long long heap_bound = HEAP_GROWTH_BASE + HEAP_GROWTH_PER_REQUEST * (long long)(calls_b - calls_a);
   ck_assert_msg(heap_b - heap_a <= heap_bound,
                 "the daemon's heap in use grew by %lld bytes over %llu requests between the quiet moments (bound %lld): "
