@@ -199,6 +199,11 @@ int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be)
   return state_bytes(c) + ops_of(be)->workspace_estimate(c);
 }
 
+int64_t learner_memory_available(learner_backend_t be) {
+  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
+  return ops_of(be)->memory_free();
+}
+
 int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
   if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
   const int64_t need = learner_memory_estimate(c, be), avail = ops_of(be)->memory_free();

@@ -51,6 +51,9 @@ learner_backend_t learner_backend(const learner_t *l);
  * with err naming replay_capacity. learner_create checks it first. */
 int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be);
 int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen);
+/* What learner_memory_fits compares with: bytes the backend may still
+ * allocate, -1 when unknown. */
+int64_t learner_memory_available(learner_backend_t be);
 
 /* Copies transitions into the replay ring (oldest overwritten when full). New
  * items get the current maximum priority. Validates first; on error nothing

@@ -1,0 +1,423 @@
+/* population.c — see population.h; the design is docs/population.md. */
+#include "population.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner_impl.h"
+#include "state_format.h"
+
+struct learner_pop {
+  int n;
+  learner_t **m;
+  int *diverged;
+  volatile int stop;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* "member I: " before a member's own message */
+static void prefix_member(char *err, size_t errlen, int i) {
+  if (!err || !errlen) return;
+  char tmp[1024];
+  snprintf(tmp, sizeof tmp, "%s", err);
+  seterr(err, errlen, "member %d: %s", i, tmp);
+}
+
+static int check_n(int n, char *err, size_t errlen) {
+  if (n < 1 || n > LEARNER_MAX_POPULATION) {
+    seterr(err, errlen, "population: %d is outside [1, %d]", n, LEARNER_MAX_POPULATION);
+    return LEARNER_EINVAL;
+  }
+  return LEARNER_OK;
+}
+
+int64_t learner_pop_memory_estimate(const learner_config_t *c, int n, learner_backend_t be) {
+  return (int64_t)n * learner_memory_estimate(c, be);
+}
+
+int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen) {
+  int rc = check_n(n, err, errlen);
+  if (rc) return rc;
+  if (n == 1) return learner_memory_fits(c, be, err, errlen);
+  /* N members fit when N times one member's estimate does */
+  char one[512] = "";
+  rc = learner_memory_fits(c, be, one, sizeof one);
+  if (rc) {
+    seterr(err, errlen, "population: not even one member fits (%s)", one);
+    return rc;
+  }
+  int64_t need = learner_pop_memory_estimate(c, n, be);
+  int64_t free_b = learner_memory_available(be);
+  if (free_b >= 0 && need > free_b) {
+    seterr(err, errlen,
+           "population: %d members need ~%lld MB (each ~%lld MB: parameters, optimiser, a replay of %lld), %lld MB "
+           "are free: fewer members or a smaller replay_capacity",
+           n, (long long)(need >> 20), (long long)(learner_memory_estimate(c, be) >> 20),
+           (long long)c->replay_capacity, (long long)(free_b >> 20));
+    return LEARNER_ENOMEM;
+  }
+  return LEARNER_OK;
+}
+
+static learner_pop_t *pop_alloc(int n) {
+  learner_pop_t *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->n = n;
+  p->m = calloc((size_t)n, sizeof *p->m);
+  p->diverged = calloc((size_t)n, sizeof *p->diverged);
+  if (!p->m || !p->diverged) {
+    free(p->m), free(p->diverged), free(p);
+    return NULL;
+  }
+  return p;
+}
+
+void learner_pop_destroy(learner_pop_t *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n; i++) learner_destroy(p->m[i]);
+  free(p->m), free(p->diverged), free(p);
+}
+
+int learner_pop_create(const learner_config_t *c, int n, const uint64_t *seeds, learner_backend_t backend,
+                       learner_pop_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  int rc = check_n(n, err, errlen);
+  if (rc) return rc;
+  if ((rc = learner_config_validate(c, err, errlen))) return rc;
+  if ((rc = learner_pop_memory_fits(c, n, backend, err, errlen))) return rc;
+  learner_pop_t *p = pop_alloc(n);
+  if (!p) {
+    seterr(err, errlen, "population: out of memory");
+    return LEARNER_ENOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    learner_config_t mc = *c;
+    mc.seed = seeds ? seeds[i] : c->seed + (uint64_t)i;
+    if ((rc = learner_create(&mc, backend, &p->m[i], err, errlen))) {
+      prefix_member(err, errlen, i);
+      learner_pop_destroy(p);
+      return rc;
+    }
+  }
+  *out = p;
+  return LEARNER_OK;
+}
+
+int learner_pop_size(const learner_pop_t *p) { return p->n; }
+
+learner_t *learner_pop_member(learner_pop_t *p, int i) { return i >= 0 && i < p->n ? p->m[i] : NULL; }
+
+int learner_pop_check_member(const learner_pop_t *p, int i, char *err, size_t errlen) {
+  if (i < 0 || i >= p->n) {
+    seterr(err, errlen, "member: %d is outside [0, %d)", i, p->n);
+    return LEARNER_EINVAL;
+  }
+  return LEARNER_OK;
+}
+
+volatile int *learner_pop_stop_flag(learner_pop_t *p) { return &p->stop; }
+
+int learner_pop_diverged(const learner_pop_t *p, int i) { return i >= 0 && i < p->n && p->diverged[i]; }
+
+int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp, char *err, size_t errlen) {
+  int rc = learner_pop_check_member(p, i, err, errlen);
+  if (rc) return rc;
+  if ((rc = learner_set_hparams(p->m[i], hp, err, errlen))) return rc;
+  p->diverged[i] = 0;
+  return LEARNER_OK;
+}
+
+int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
+                           size_t errlen) {
+  if (n < 0 || n > LEARNER_MAX_STEPS) {
+    seterr(err, errlen, "n: %d is outside [0, %d]", n, LEARNER_MAX_STEPS);
+    return LEARNER_EINVAL;
+  }
+  if (rcs) memset(rcs, 0, sizeof *rcs * (size_t)p->n);
+  /* a member too empty to step: nothing runs (as for one learner) */
+  for (int i = 0; i < p->n; i++) {
+    if (p->diverged[i]) continue;
+    const learner_config_t *c = &p->m[i]->cfg;
+    learner_counters_t k;
+    int rc = p->m[i]->ops->get_counters(p->m[i]->impl, &k);
+    if (rc) return rc;
+    if (k.replay_size < c->batch) {
+      seterr(err, errlen, "member %d: replay holds %lld transitions, a step needs batch = %d", i,
+             (long long)k.replay_size, c->batch);
+      return LEARNER_EEMPTY;
+    }
+  }
+  int result = LEARNER_OK, first_div = -1, stopped = 0;
+  char first_err[512] = "";
+  for (int i = 0; i < p->n; i++) {
+    learner_t *m = p->m[i];
+    if (p->diverged[i] || stopped) {
+      if (st) {
+        learner_get_stats(m, &st[i]);
+        st[i].steps_run = 0;
+      }
+      continue;
+    }
+    /* one flag for the whole population: a stop reaches the running member
+     * and keeps the later ones from starting */
+    learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+    char merr[512] = "";
+    learner_stats_t ms;
+    int rc = m->ops->step(m->impl, n, &ctl, &ms, merr, sizeof merr);
+    if (st) st[i] = ms;
+    if (rcs) rcs[i] = rc;
+    if (rc == LEARNER_EDIVERGED) {
+      p->diverged[i] = 1;
+      if (first_div < 0) first_div = i, snprintf(first_err, sizeof first_err, "%s", merr);
+    } else if (rc == LEARNER_ESTOPPED) {
+      stopped = 1;
+      if (stop) stop->why = ctl.why;
+      result = LEARNER_ESTOPPED;
+      seterr(err, errlen, "member %d: %s", i, merr);
+    } else if (rc) {
+      seterr(err, errlen, "member %d: %s", i, merr);
+      return rc;
+    } else if (stop) {
+      stop->why = ctl.why;
+    }
+  }
+  if (result == LEARNER_OK && first_div >= 0) {
+    seterr(err, errlen, "member %d: %s", first_div, first_err);
+    result = LEARNER_EDIVERGED;
+  }
+  return result;
+}
+
+/* which registered sections a member's copy carries */
+static int section_copied(const state_section_t *s, const learner_config_t *c, int with_replay) {
+  if (s->replay && !with_replay) return 0;
+  if (s->per_only && !c->prioritized) return 0;
+  if (s->priors_only && !STATE_CONFIG_HAS_PRIORS(c)) return 0;
+  return 1;
+}
+
+#define COPY_CHUNK (1 << 20)
+
+int learner_pop_copy_member(learner_pop_t *p, int dst, int src, int with_replay, const learner_pop_factor_t *factors,
+                            int nf, char *err, size_t errlen) {
+  int rc;
+  if ((rc = learner_pop_check_member(p, dst, err, errlen)) || (rc = learner_pop_check_member(p, src, err, errlen)))
+    return rc;
+  if (dst == src) {
+    seterr(err, errlen, "member: dst and src are both %d", dst);
+    return LEARNER_EINVAL;
+  }
+  learner_t *d = p->m[dst], *s = p->m[src];
+  /* the new hyperparameters first: a bad factor changes nothing */
+  learner_config_t nc = d->cfg;
+  nc.hp = s->cfg.hp;
+  for (int k = 0; k < nf; k++) {
+    const learner_field_t *f = factors[k].name ? learner_field_find(factors[k].name) : NULL;
+    if (!f || !f->hparam || f->type != LCF_FLOAT) {
+      seterr(err, errlen, "factors: '%s' is not a float hyperparameter", factors[k].name ? factors[k].name : "");
+      return LEARNER_EINVAL;
+    }
+    if (!isfinite(factors[k].factor)) {
+      seterr(err, errlen, "factors: %s's factor is not finite", f->name);
+      return LEARNER_EINVAL;
+    }
+    float *v = (float *)((char *)&nc + f->offset);
+    *v = (float)((double)*v * factors[k].factor);
+  }
+  if ((rc = learner_hparams_validate(&nc.hp, err, errlen))) return rc;
+
+  learner_counters_t ks, kd;
+  if ((rc = s->ops->get_counters(s->impl, &ks)) || (rc = d->ops->get_counters(d->impl, &kd))) return rc;
+  learner_counters_t k = kd;
+  k.step = ks.step, k.act_count = ks.act_count, k.last = ks.last;
+  if (with_replay) {
+    k.replay_size = ks.replay_size, k.replay_head = ks.replay_head, k.replay_total = ks.replay_total;
+    k.max_leaf = ks.max_leaf;
+  }
+  /* the counters first: a replay section's length follows the replay size */
+  if ((rc = d->ops->set_counters(d->impl, &k))) return rc;
+  unsigned char *buf = malloc(COPY_CHUNK);
+  if (!buf) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  for (int i = 0; i < state_num_sections && !rc; i++) {
+    const state_section_t *sec = &state_sections[i];
+    if (!section_copied(sec, &d->cfg, with_replay)) continue;
+    const int64_t len = learner_section_bytes(s, sec->tag);
+    for (int64_t off = 0; off < len && !rc; off += COPY_CHUNK) {
+      const int64_t c = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
+      rc = learner_section_read(s, sec->tag, off, c, buf);
+      if (!rc) rc = learner_section_write(d, sec->tag, off, c, buf);
+    }
+  }
+  free(buf);
+  if (!rc && with_replay) rc = d->ops->load_done(d->impl);
+  if (!rc) rc = d->ops->set_hparams(d->impl, &nc.hp);
+  if (rc) {
+    /* a device error midway: the member is neither copy nor original */
+    seterr(err, errlen, "member %d: copy from member %d failed midway: %s", dst, src, learner_strerror(rc));
+    p->diverged[dst] = 1;
+    return rc;
+  }
+  d->cfg.hp = nc.hp;
+  p->diverged[dst] = 0;
+  return LEARNER_OK;
+}
+
+static const char POP_MAGIC[8] = {'D', 'Q', 'N', 'D', 'P', 'O', 'P', 0};
+static const char POP_END[8] = {'D', 'Q', 'N', 'D', 'P', 'E', 'N', 'D'};
+static const char LRN_MAGIC[8] = {'D', 'Q', 'N', 'D', 'L', 'R', 'N', 0};
+#define POP_VERSION 1
+
+/* put_u32/put_u64/get_u32/get_u64: state_format.h's */
+
+int learner_pop_save(learner_pop_t *p, int with_replay, learner_write_fn w, void *ctx, char *err, size_t errlen) {
+  if (p->n == 1) return learner_save(p->m[0], with_replay, w, ctx, err, errlen);
+  unsigned char h[24];
+  memcpy(h, POP_MAGIC, 8);
+  put_u32(h + 8, POP_VERSION);
+  put_u32(h + 12, 0);
+  put_u64(h + 16, (uint64_t)p->n);
+  if (w(ctx, h, sizeof h)) {
+    seterr(err, errlen, "state: write failed");
+    return LEARNER_EIO;
+  }
+  for (int i = 0; i < p->n; i++) {
+    int rc = learner_save(p->m[i], with_replay, w, ctx, err, errlen);
+    if (rc) {
+      prefix_member(err, errlen, i);
+      return rc;
+    }
+  }
+  unsigned char t[16];
+  memcpy(t, POP_END, 8);
+  put_u64(t + 8, (uint64_t)p->n);
+  if (w(ctx, t, sizeof t)) {
+    seterr(err, errlen, "state: write failed");
+    return LEARNER_EIO;
+  }
+  return LEARNER_OK;
+}
+
+/* a reader that serves the bytes already looked at (the magic) first */
+typedef struct {
+  learner_read_fn r;
+  void *ctx;
+  unsigned char pre[8];
+  size_t npre, used;
+} pre_reader_t;
+
+static int pre_read(void *c, void *buf, size_t n) {
+  pre_reader_t *pr = c;
+  size_t k = pr->npre - pr->used < n ? pr->npre - pr->used : n;
+  memcpy(buf, pr->pre + pr->used, k);
+  pr->used += k;
+  return n > k ? pr->r(pr->ctx, (char *)buf + k, n - k) : 0;
+}
+
+/* reads the magic: 1 for a population file (then its count in *n), 0 for a
+ * learner's state (its magic kept in pr for the learner's reader) */
+static int read_kind(pre_reader_t *pr, int *n, char *err, size_t errlen) {
+  if (pr->r(pr->ctx, pr->pre, 8)) {
+    seterr(err, errlen, "state: read failed (truncated?)");
+    return LEARNER_EIO;
+  }
+  if (!memcmp(pr->pre, LRN_MAGIC, 8)) {
+    pr->npre = 8, pr->used = 0;
+    *n = 1;
+    return 0;
+  }
+  if (memcmp(pr->pre, POP_MAGIC, 8)) {
+    seterr(err, errlen, "state: not a dqnd learner or population state (bad magic)");
+    return LEARNER_ECORRUPT;
+  }
+  unsigned char h[16];
+  if (pr->r(pr->ctx, h, sizeof h)) {
+    seterr(err, errlen, "state: read failed (truncated?)");
+    return LEARNER_EIO;
+  }
+  if (get_u32(h) != POP_VERSION || get_u32(h + 4) != 0) {
+    seterr(err, errlen, "state: population format version %u (flags %u); this build reads version %d", get_u32(h),
+           get_u32(h + 4), POP_VERSION);
+    return LEARNER_ECORRUPT;
+  }
+  uint64_t m = get_u64(h + 8);
+  if (m < 2 || m > LEARNER_MAX_POPULATION) {
+    seterr(err, errlen, "state: a population of %llu members (a file holds 2 to %d)", (unsigned long long)m,
+           LEARNER_MAX_POPULATION);
+    return LEARNER_ECORRUPT;
+  }
+  *n = (int)m;
+  pr->npre = pr->used = 0;
+  return 1;
+}
+
+int learner_pop_peek(learner_read_fn r, void *ctx, learner_config_t *c, int *n, int *with_replay, char *err,
+                     size_t errlen) {
+  pre_reader_t pr = {r, ctx, {0}, 0, 0};
+  int kind = read_kind(&pr, n, err, errlen);
+  if (kind < 0) return kind;
+  return learner_peek_config(pre_read, &pr, c, with_replay, err, errlen);
+}
+
+/* every field but the seed and the hyperparameters */
+static int same_shape_but_seed(const learner_config_t *a, const learner_config_t *b) {
+  learner_config_t t = *b;
+  t.seed = a->seed;
+  return learner_config_same_shape(a, &t);
+}
+
+int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_pop_t **out, char *err,
+                     size_t errlen) {
+  *out = NULL;
+  pre_reader_t pr = {r, ctx, {0}, 0, 0};
+  int n;
+  int kind = read_kind(&pr, &n, err, errlen);
+  if (kind < 0) return kind;
+  learner_pop_t *p = pop_alloc(n);
+  if (!p) {
+    seterr(err, errlen, "population: out of memory");
+    return LEARNER_ENOMEM;
+  }
+  int rc = LEARNER_OK;
+  for (int i = 0; i < n && !rc; i++) {
+    if (i == 1) { /* all N must fit, not only the first */
+      if ((rc = learner_pop_memory_fits(&p->m[0]->cfg, n - 1, backend, err, errlen))) break;
+    }
+    if ((rc = learner_load(pre_read, &pr, backend, &p->m[i], err, errlen))) {
+      prefix_member(err, errlen, i);
+      break;
+    }
+    if (i && !same_shape_but_seed(&p->m[0]->cfg, &p->m[i]->cfg)) {
+      seterr(err, errlen, "state: member %d's config differs from member 0's in more than seed and hyperparameters", i);
+      rc = LEARNER_ECORRUPT;
+    }
+  }
+  if (!rc && kind == 1) {
+    unsigned char t[16];
+    if (pr.r(pr.ctx, t, sizeof t)) {
+      seterr(err, errlen, "state: read failed (truncated?): no population end marker");
+      rc = LEARNER_EIO;
+    } else if (memcmp(t, POP_END, 8) || get_u64(t + 8) != (uint64_t)n) {
+      seterr(err, errlen, "state: bad population end marker");
+      rc = LEARNER_ECORRUPT;
+    }
+  }
+  if (rc) {
+    learner_pop_destroy(p);
+    return rc;
+  }
+  *out = p;
+  return LEARNER_OK;
+}

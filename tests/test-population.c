@@ -1,0 +1,434 @@
+/*
+ * test-population.c — populations (kernels/population.h, docs/population.md)
+ * on the CPU. The oracle is the lone learner: a member trained in a
+ * population (its seed, hyperparameters, data and calls) saves the same
+ * bytes as a learner trained alone the same way, whatever the other members
+ * do; exploit/explore is checked against the sections of the members' own
+ * saved states; bad member indices, factors, files and sizes are refused
+ * with a message naming what is wrong, and change nothing.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner.h"
+#include "population.h"
+#include "testutil.h"
+
+enum { N = 3 };
+
+/* cfg 0: NoisyNet + PER; cfg 1: K 3 ensemble heads with priors and masks,
+ * attention (2 tokens, 2 heads), 3-step returns */
+static learner_config_t config(int which) {
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = 6, c.trunk_h1 = 16, c.trunk_h2 = 12, c.value_hidden = 8, c.adv_hidden = 10, c.atoms = 11;
+  c.n_branches = 2, c.branch_sizes[0] = 3, c.branch_sizes[1] = 4;
+  c.batch = 8, c.replay_capacity = 50, c.seed = 40;
+  c.hp.lr = 1e-2f, c.hp.target_period = 3;
+  if (which == 0) {
+    c.noisy = 1, c.prioritized = 1;
+  } else {
+    c.ensemble_k = 3, c.ensemble_prior_scale = 1.0f, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
+    c.attn_tokens = 2, c.attn_heads = 2;
+    c.hp.n_step = 3;
+  }
+  return c;
+}
+
+static void feed(learner_t *l, int n, uint64_t tag) {
+  const learner_config_t *c = learner_config(l);
+  const int S = c->state_dim, A = learner_config_joint_actions(c);
+  float *s = malloc(sizeof(float) * (size_t)(n * S)), *s2 = malloc(sizeof(float) * (size_t)(n * S));
+  float *r = malloc(sizeof(float) * (size_t)n);
+  int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
+  uint8_t *d = malloc((size_t)n);
+  double *u = malloc(sizeof(double) * (size_t)(3 * n));
+  tu_fill_uniform_f32(s, (int64_t)n * S, -1, 1, 3, tag);
+  tu_fill_uniform_f32(s2, (int64_t)n * S, -1, 1, 4, tag);
+  tu_fill_uniform_f64(u, 3 * n, 0, 1, 5, tag);
+  for (int i = 0; i < n; i++) {
+    a[i] = (int32_t)(u[i] * A);
+    r[i] = (float)(u[n + i] * 4 - 2);
+    d[i] = u[2 * n + i] < 0.2;
+  }
+  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
+  char err[256];
+  ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
+  free(s), free(s2), free(r), free(a), free(d), free(u);
+}
+
+static void save_to(learner_t *l, membuf_t *m) {
+  char err[256];
+  memset(m, 0, sizeof *m);
+  ck_assert_msg(learner_save(l, 1, mem_write, m, err, sizeof err) == 0, "%s", err);
+}
+
+static int same_bytes(const membuf_t *a, const membuf_t *b) { return a->n == b->n && !memcmp(a->p, b->p, a->n); }
+
+/* member i's own hyperparameters and data: what makes the members differ */
+static void member_hparams(learner_t *l, int i) {
+  learner_hparams_t hp;
+  learner_get_hparams(l, &hp);
+  hp.lr *= (float)(1 + i);
+  hp.gamma = 0.9f + 0.03f * (float)i;
+  char err[256];
+  ck_assert_msg(learner_set_hparams(l, &hp, err, sizeof err) == 0, "%s", err);
+}
+
+/* the calls every member, and its lone twin, sees; the population's steps
+ * are the pop argument (NULL: step the learner itself) */
+static void history_part(learner_t *l, int i, int part) {
+  char err[256];
+  const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
+  int32_t act[2];
+  if (part == 0) {
+    member_hparams(l, i);
+    feed(l, 30 + 10 * i, 100 + (uint64_t)i);
+  } else {
+    feed(l, 25, 200 + (uint64_t)i);
+    ck_assert_int_eq(learner_act_episode(l, s0, 1, 1, 7, act, NULL, NULL, err, sizeof err), 0);
+  }
+}
+
+static void lone_twin(const learner_config_t *c, int i, membuf_t *out) {
+  learner_config_t mc = *c;
+  mc.seed = c->seed + (uint64_t)i;
+  learner_t *l;
+  char err[256];
+  ck_assert_msg(learner_create(&mc, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  learner_stats_t st;
+  history_part(l, i, 0);
+  ck_assert_int_eq(learner_step(l, 4, &st, err, sizeof err), 0);
+  history_part(l, i, 1);
+  ck_assert_int_eq(learner_step(l, 6, &st, err, sizeof err), 0);
+  save_to(l, out);
+  learner_destroy(l);
+}
+
+static learner_pop_t *trained_pop(const learner_config_t *c) {
+  learner_pop_t *p;
+  char err[256];
+  ck_assert_msg(learner_pop_create(c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  learner_stats_t st[N];
+  for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 0);
+  ck_assert_msg(learner_pop_step_until(p, 4, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 1);
+  ck_assert_msg(learner_pop_step_until(p, 6, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < N; i++) ck_assert_int_eq((long long)st[i].step, 10);
+  return p;
+}
+
+/* each member saves the bytes of its lone twin; the population's file is the
+ * members' states between its header and end marker, and loads back to the
+ * same bytes */
+START_TEST(test_member_is_its_lone_twin) {
+  const learner_config_t c = config(_i);
+  learner_pop_t *p = trained_pop(&c);
+  membuf_t mine[N], twin[N];
+  for (int i = 0; i < N; i++) {
+    save_to(learner_pop_member(p, i), &mine[i]);
+    lone_twin(&c, i, &twin[i]);
+    ck_assert_msg(same_bytes(&mine[i], &twin[i]), "cfg %d member %d: %zu bytes, its lone twin's %zu, differ", _i, i,
+                  mine[i].n, twin[i].n);
+  }
+  ck_assert_msg(!same_bytes(&mine[0], &mine[1]), "members 0 and 1 are the same: the test could not see a mix-up");
+  char err[256];
+  membuf_t f = {0};
+  ck_assert_msg(learner_pop_save(p, 1, mem_write, &f, err, sizeof err) == 0, "%s", err);
+  size_t off = 24;
+  ck_assert_int_eq(memcmp(f.p, "DQNDPOP", 8), 0);
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(off + twin[i].n <= f.n && !memcmp(f.p + off, twin[i].p, twin[i].n), "member %d's block", i);
+    off += twin[i].n;
+  }
+  ck_assert_int_eq((long long)f.n, (long long)(off + 16));
+  ck_assert_int_eq(memcmp(f.p + off, "DQNDPEND", 8), 0);
+  learner_pop_t *q;
+  ck_assert_msg(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_size(q), N);
+  membuf_t g = {0};
+  ck_assert_msg(learner_pop_save(q, 1, mem_write, &g, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(same_bytes(&f, &g), "loaded and saved again: %zu bytes, was %zu", g.n, f.n);
+  /* and both go on the same way */
+  learner_stats_t a[N], b[N];
+  ck_assert_int_eq(learner_pop_step_until(p, 3, NULL, a, NULL, err, sizeof err), 0);
+  ck_assert_int_eq(learner_pop_step_until(q, 3, NULL, b, NULL, err, sizeof err), 0);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(memcmp(&a[i].loss_last, &b[i].loss_last, sizeof a[i].loss_last), 0);
+    ck_assert_int_eq((long long)b[i].step, 13);
+  }
+  int n, wr;
+  learner_config_t pc;
+  f.pos = 0;
+  ck_assert_int_eq(learner_pop_peek(mem_read, &f, &pc, &n, &wr, err, sizeof err), 0);
+  ck_assert_int_eq(n, N);
+  ck_assert_int_eq(wr, 1);
+  ck_assert_int_eq((long long)pc.seed, (long long)c.seed);
+  for (int i = 0; i < N; i++) free(mine[i].p), free(twin[i].p);
+  free(f.p), free(g.p);
+  learner_pop_destroy(p);
+  learner_pop_destroy(q);
+}
+END_TEST
+
+/* a population of one is a learner: its file is learner_save's, and a
+ * learner's state loads as a population of one */
+START_TEST(test_population_of_one) {
+  const learner_config_t c = config(0);
+  learner_pop_t *p;
+  char err[256];
+  ck_assert_msg(learner_pop_create(&c, 1, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  feed(learner_pop_member(p, 0), 20, 9);
+  ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, NULL, NULL, err, sizeof err), 0);
+  membuf_t f = {0}, m;
+  ck_assert_int_eq(learner_pop_save(p, 1, mem_write, &f, err, sizeof err), 0);
+  save_to(learner_pop_member(p, 0), &m);
+  ck_assert_msg(same_bytes(&f, &m), "a population of one saves %zu bytes, its learner %zu", f.n, m.n);
+  learner_pop_t *q;
+  ck_assert_msg(learner_pop_load(mem_read, &m, LEARNER_BACKEND_CPU, &q, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_size(q), 1);
+  membuf_t g = {0};
+  ck_assert_int_eq(learner_pop_save(q, 1, mem_write, &g, err, sizeof err), 0);
+  ck_assert(same_bytes(&g, &m));
+  free(f.p), free(m.p), free(g.p);
+  learner_pop_destroy(p);
+  learner_pop_destroy(q);
+}
+END_TEST
+
+/* a member that diverges (lr 10, weight decay 10) stops alone with its last
+ * good state, which is its lone twin's; the others train on, each its twin */
+START_TEST(test_member_diverges_alone) {
+  learner_config_t c = config(0);
+  c.noisy = 0, c.prioritized = 0;
+  learner_pop_t *p;
+  char err[256];
+  ck_assert_msg(learner_pop_create(&c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  learner_hparams_t wild;
+  learner_get_hparams(learner_pop_member(p, 1), &wild);
+  wild.lr = 10, wild.weight_decay = 10;
+  for (int i = 0; i < N; i++) feed(learner_pop_member(p, i), 40, 300 + (uint64_t)i);
+  ck_assert_int_eq(learner_pop_set_hparams(p, 1, &wild, err, sizeof err), 0);
+  learner_stats_t st[N];
+  int rcs[N];
+  int rc = learner_pop_step_until(p, 30, NULL, st, rcs, err, sizeof err);
+  ck_assert_msg(rc == LEARNER_EDIVERGED, "rc %d: %s", rc, err);
+  ck_assert_msg(strstr(err, "member 1: "), "%s", err);
+  ck_assert_int_eq(rcs[0], 0);
+  ck_assert_int_eq(rcs[1], LEARNER_EDIVERGED);
+  ck_assert_int_eq(rcs[2], 0);
+  ck_assert(learner_pop_diverged(p, 1) && !learner_pop_diverged(p, 0) && !learner_pop_diverged(p, 2));
+  const long long bad_steps = (long long)st[1].step;
+  ck_assert_msg(bad_steps < 30, "member 1 ran %lld steps", bad_steps);
+  /* the next Step skips it: the others advance, it stays */
+  ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, st, rcs, err, sizeof err), 0);
+  ck_assert_int_eq((long long)st[0].step, 32);
+  ck_assert_int_eq((long long)st[1].step, bad_steps);
+  ck_assert_int_eq(st[1].steps_run, 0);
+  for (int i = 0; i < N; i++) {
+    learner_config_t mc = c;
+    mc.seed = c.seed + (uint64_t)i;
+    learner_t *l;
+    ck_assert_int_eq(learner_create(&mc, LEARNER_BACKEND_CPU, &l, err, sizeof err), 0);
+    feed(l, 40, 300 + (uint64_t)i);
+    if (i == 1) ck_assert_int_eq(learner_set_hparams(l, &wild, err, sizeof err), 0);
+    learner_stats_t ls;
+    ck_assert_int_eq(learner_step(l, 30, &ls, err, sizeof err), i == 1 ? LEARNER_EDIVERGED : 0);
+    if (i != 1) ck_assert_int_eq(learner_step(l, 2, &ls, err, sizeof err), 0);
+    membuf_t a, b;
+    save_to(l, &a);
+    save_to(learner_pop_member(p, i), &b);
+    ck_assert_msg(same_bytes(&a, &b), "member %d differs from its lone twin", i);
+    free(a.p), free(b.p);
+    learner_destroy(l);
+  }
+  /* new hyperparameters take the mark off (the daemon's SetHyperparams
+   * resumes a diverged trainer), and a copy of a healthy member trains */
+  learner_hparams_t calm = wild;
+  calm.lr = 1e-3f, calm.weight_decay = 0;
+  ck_assert_int_eq(learner_pop_set_hparams(p, 1, &calm, err, sizeof err), 0);
+  ck_assert(!learner_pop_diverged(p, 1));
+  ck_assert_msg(learner_pop_copy_member(p, 1, 0, 0, NULL, 0, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_step_until(p, 1, NULL, st, rcs, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq((long long)st[1].step, 33);
+  ck_assert_int_eq((long long)st[0].step, 33);
+  learner_pop_destroy(p);
+}
+END_TEST
+
+/* the payload of section tag in a saved state (the walk of learner_state_inspect) */
+typedef struct {
+  uint32_t tag;
+  uint64_t off, len;
+  int found;
+} find_t;
+static void find_cb(void *ctx, const learner_state_section_t *s) {
+  find_t *f = ctx;
+  if (s->tag == f->tag) f->off = s->offset + 16, f->len = s->len, f->found = 1;
+}
+static const unsigned char *payload(membuf_t *m, uint32_t tag, uint64_t *len) {
+  find_t f = {tag, 0, 0, 0};
+  learner_state_header_t h;
+  char err[256];
+  m->pos = 0;
+  ck_assert_msg(learner_state_inspect(mem_read, m, &h, find_cb, &f, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(f.found, "section %u missing", tag);
+  *len = f.len;
+  return m->p + f.off;
+}
+static int same_section(membuf_t *a, membuf_t *b, uint32_t tag) {
+  uint64_t la, lb;
+  const unsigned char *pa = payload(a, tag, &la), *pb = payload(b, tag, &lb);
+  return la == lb && !memcmp(pa, pb, la);
+}
+
+/* exploit and explore: member 2 takes member 0's network, optimiser and
+ * counters (and, asked, its replay), keeps its seed, and its lr and gamma
+ * are scaled; checked section by section against both members' saved
+ * states from before the copy */
+START_TEST(test_copy_member) {
+  const int with_replay = _i;
+  const learner_config_t c = config(0);
+  learner_pop_t *p = trained_pop(&c);
+  membuf_t src, dst0, dst1;
+  save_to(learner_pop_member(p, 0), &src);
+  save_to(learner_pop_member(p, 2), &dst0);
+  learner_hparams_t hs, hd;
+  learner_get_hparams(learner_pop_member(p, 0), &hs);
+  char err[256];
+  const learner_pop_factor_t f[] = {{"lr", 0.5}, {"gamma", 1.01}};
+  ck_assert_msg(learner_pop_copy_member(p, 2, 0, with_replay, f, 2, err, sizeof err) == 0, "%s", err);
+  save_to(learner_pop_member(p, 2), &dst1);
+  const uint32_t net[] = {3, 4, 5, 6}; /* online, target, Adam m and v */
+  for (int k = 0; k < 4; k++) ck_assert_msg(same_section(&dst1, &src, net[k]), "section %u not copied", net[k]);
+  const uint32_t rep[] = {10, 11, 12, 13, 14, 15, 16};
+  for (int k = 0; k < 7; k++)
+    ck_assert_msg(same_section(&dst1, with_replay ? &src : &dst0, rep[k]), "replay section %u: not %s", rep[k],
+                  with_replay ? "the source's" : "its own");
+  learner_stats_t a, b;
+  ck_assert_int_eq(learner_get_stats(learner_pop_member(p, 2), &a), 0);
+  ck_assert_int_eq(learner_get_stats(learner_pop_member(p, 0), &b), 0);
+  ck_assert_int_eq((long long)a.step, (long long)b.step);
+  ck_assert_int_eq(memcmp(&a.loss_last, &b.loss_last, sizeof a.loss_last), 0);
+  learner_get_hparams(learner_pop_member(p, 2), &hd);
+  ck_assert(hd.lr == (float)((double)hs.lr * 0.5));
+  ck_assert(hd.gamma == (float)((double)hs.gamma * 1.01));
+  ck_assert_int_eq((long long)learner_config(learner_pop_member(p, 2))->seed, (long long)c.seed + 2);
+  /* and it trains: a copy that left the PER tree or counters stale would not */
+  learner_stats_t st[N];
+  ck_assert_msg(learner_pop_step_until(p, 3, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
+  ck_assert(isfinite(st[2].loss_last));
+  free(src.p), free(dst0.p), free(dst1.p);
+  learner_pop_destroy(p);
+}
+END_TEST
+
+/* a stop before the call: the first member runs no step, no later member is
+ * called, and nothing changes */
+START_TEST(test_stop_changes_nothing) {
+  const learner_config_t c = config(0);
+  learner_pop_t *p = trained_pop(&c);
+  membuf_t before[N];
+  for (int i = 0; i < N; i++) save_to(learner_pop_member(p, i), &before[i]);
+  *learner_pop_stop_flag(p) = 1;
+  learner_stop_t stop = {0, 0};
+  learner_stats_t st[N];
+  int rcs[N];
+  char err[256];
+  ck_assert_int_eq(learner_pop_step_until(p, 5, &stop, st, rcs, err, sizeof err), LEARNER_ESTOPPED);
+  ck_assert_int_eq(stop.why, LEARNER_STOP_FLAG);
+  ck_assert_int_eq(rcs[0], LEARNER_ESTOPPED);
+  ck_assert_int_eq(rcs[1], 0);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(st[i].steps_run, 0);
+    membuf_t now;
+    save_to(learner_pop_member(p, i), &now);
+    ck_assert_msg(i == 0 || same_bytes(&now, &before[i]), "member %d changed after the stop", i);
+    free(now.p), free(before[i].p);
+  }
+  *learner_pop_stop_flag(p) = 0;
+  ck_assert_int_eq(learner_pop_step_until(p, 1, &stop, st, rcs, err, sizeof err), 0);
+  learner_pop_destroy(p);
+}
+END_TEST
+
+/* bad input: each refused with a message naming it, nothing changed */
+START_TEST(test_bad_input) {
+  const learner_config_t c = config(0);
+  char err[256];
+  learner_pop_t *p;
+  ck_assert_int_eq(learner_pop_create(&c, 0, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "population: 0 is outside [1, 1024]");
+  learner_config_t big = c;
+  big.replay_capacity = 1 << 30;
+  ck_assert_int_eq(learner_pop_create(&big, 1000, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err), LEARNER_ENOMEM);
+  ck_assert_msg(strstr(err, "population: ") && strstr(err, "replay_capacity"), "%s", err);
+  ck_assert_msg(learner_pop_create(&c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_check_member(p, 3, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "member: 3 is outside [0, 3)");
+  ck_assert_int_eq(learner_pop_check_member(p, -1, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_ptr_null(learner_pop_member(p, 3));
+  /* an empty member: nothing runs, the message names it */
+  for (int i = 0; i < N; i++)
+    if (i != 1) feed(learner_pop_member(p, i), 20, 7);
+  learner_stats_t st[N];
+  ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, st, NULL, err, sizeof err), LEARNER_EEMPTY);
+  ck_assert_msg(strstr(err, "member 1: replay holds 0 transitions"), "%s", err);
+  learner_stats_t s0;
+  ck_assert_int_eq(learner_get_stats(learner_pop_member(p, 0), &s0), 0);
+  ck_assert_int_eq((long long)s0.step, 0);
+  feed(learner_pop_member(p, 1), 20, 8);
+  /* copies that cannot be */
+  membuf_t before;
+  save_to(learner_pop_member(p, 2), &before);
+  const learner_pop_factor_t notfloat[] = {{"n_step", 2}}, unknown[] = {{"nope", 2}}, toobig[] = {{"gamma", 10}};
+  ck_assert_int_eq(learner_pop_copy_member(p, 1, 1, 0, NULL, 0, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "member: dst and src are both 1");
+  ck_assert_int_eq(learner_pop_copy_member(p, 2, 5, 0, NULL, 0, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "member: 5 is outside [0, 3)");
+  ck_assert_int_eq(learner_pop_copy_member(p, 2, 0, 0, notfloat, 1, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "factors: 'n_step' is not a float hyperparameter");
+  ck_assert_int_eq(learner_pop_copy_member(p, 2, 0, 0, unknown, 1, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_int_eq(learner_pop_copy_member(p, 2, 0, 0, toobig, 1, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_msg(strstr(err, "gamma"), "%s", err);
+  membuf_t after;
+  save_to(learner_pop_member(p, 2), &after);
+  ck_assert_msg(same_bytes(&before, &after), "a refused copy changed member 2");
+  /* files: truncated anywhere, a bad end marker, a bad count */
+  ck_assert_int_eq(learner_pop_step_until(p, 1, NULL, st, NULL, err, sizeof err), 0);
+  membuf_t f = {0};
+  ck_assert_int_eq(learner_pop_save(p, 1, mem_write, &f, err, sizeof err), 0);
+  learner_pop_t *q;
+  for (size_t cut = 0; cut < f.n; cut += f.n / 97 + 1) {
+    membuf_t t = {f.p, cut, cut, 0};
+    ck_assert_msg(learner_pop_load(mem_read, &t, LEARNER_BACKEND_CPU, &q, err, sizeof err) < 0, "cut at %zu", cut);
+    ck_assert_ptr_null(q);
+  }
+  f.p[f.n - 8] ^= 1; /* the count after the end marker */
+  f.pos = 0;
+  ck_assert_int_eq(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_str_eq(err, "state: bad population end marker");
+  f.p[f.n - 8] ^= 1;
+  f.p[16] = 1, f.pos = 0; /* a population of one in the header */
+  ck_assert_int_eq(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "a population of 1 members"), "%s", err);
+  free(before.p), free(after.p), free(f.p);
+  learner_pop_destroy(p);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("population");
+  TCase *tc = tcase_create("cpu");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_member_is_its_lone_twin, 0, 2);
+  tcase_add_test(tc, test_population_of_one);
+  tcase_add_test(tc, test_member_diverges_alone);
+  tcase_add_loop_test(tc, test_copy_member, 0, 2);
+  tcase_add_test(tc, test_stop_changes_nothing);
+  tcase_add_test(tc, test_bad_input);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
