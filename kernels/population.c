@@ -25,9 +25,10 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* "member I: " before a member's own message */
-static void prefix_member(char *err, size_t errlen, int i) {
-  if (!err || !errlen) return;
+/* "member I: " before a member's own message, in a population of more than
+ * one (a population of one is a learner: its messages are the learner's) */
+static void prefix_member(char *err, size_t errlen, int n, int i) {
+  if (!err || !errlen || n < 2) return;
   char tmp[1024];
   snprintf(tmp, sizeof tmp, "%s", err);
   seterr(err, errlen, "member %d: %s", i, tmp);
@@ -104,7 +105,7 @@ int learner_pop_create(const learner_config_t *c, int n, const uint64_t *seeds, 
     learner_config_t mc = *c;
     mc.seed = seeds ? seeds[i] : c->seed + (uint64_t)i;
     if ((rc = learner_create(&mc, backend, &p->m[i], err, errlen))) {
-      prefix_member(err, errlen, i);
+      prefix_member(err, errlen, n, i);
       learner_pop_destroy(p);
       return rc;
     }
@@ -152,8 +153,8 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
     int rc = p->m[i]->ops->get_counters(p->m[i]->impl, &k);
     if (rc) return rc;
     if (k.replay_size < c->batch) {
-      seterr(err, errlen, "member %d: replay holds %lld transitions, a step needs batch = %d", i,
-             (long long)k.replay_size, c->batch);
+      seterr(err, errlen, "replay holds %lld transitions, a step needs batch = %d", (long long)k.replay_size, c->batch);
+      prefix_member(err, errlen, p->n, i);
       return LEARNER_EEMPTY;
     }
   }
@@ -183,16 +184,19 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
       stopped = 1;
       if (stop) stop->why = ctl.why;
       result = LEARNER_ESTOPPED;
-      seterr(err, errlen, "member %d: %s", i, merr);
+      seterr(err, errlen, "%s", merr);
+      prefix_member(err, errlen, p->n, i);
     } else if (rc) {
-      seterr(err, errlen, "member %d: %s", i, merr);
+      seterr(err, errlen, "%s", merr);
+      prefix_member(err, errlen, p->n, i);
       return rc;
     } else if (stop) {
       stop->why = ctl.why;
     }
   }
   if (result == LEARNER_OK && first_div >= 0) {
-    seterr(err, errlen, "member %d: %s", first_div, first_err);
+    seterr(err, errlen, "%s", first_err);
+    prefix_member(err, errlen, p->n, first_div);
     result = LEARNER_EDIVERGED;
   }
   return result;
@@ -296,7 +300,7 @@ int learner_pop_save(learner_pop_t *p, int with_replay, learner_write_fn w, void
   for (int i = 0; i < p->n; i++) {
     int rc = learner_save(p->m[i], with_replay, w, ctx, err, errlen);
     if (rc) {
-      prefix_member(err, errlen, i);
+      prefix_member(err, errlen, p->n, i);
       return rc;
     }
   }
@@ -396,7 +400,7 @@ int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, le
       if ((rc = learner_pop_memory_fits(&p->m[0]->cfg, n - 1, backend, err, errlen))) break;
     }
     if ((rc = learner_load(pre_read, &pr, backend, &p->m[i], err, errlen))) {
-      prefix_member(err, errlen, i);
+      prefix_member(err, errlen, n, i);
       break;
     }
     if (i && !same_shape_but_seed(&p->m[0]->cfg, &p->m[i]->cfg)) {

@@ -48,7 +48,8 @@ int64_t learner_pop_memory_estimate(const learner_config_t *c, int n, learner_ba
 int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen);
 
 /* Runs n steps on every member that has not diverged, in member order.
- * First, if such a member holds fewer transitions than a batch, nothing runs:
+ * (Messages name the member, "member I: ...", in a population of more than
+ * one.) First, if such a member holds fewer transitions than a batch, nothing runs:
  * LEARNER_EEMPTY naming it. A member whose step diverges (learner.h: its
  * last good state kept) is marked diverged and skipped from then on; the
  * others go on: the call returns LEARNER_EDIVERGED, err naming the first.
