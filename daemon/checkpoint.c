@@ -147,7 +147,7 @@ static int fsync_dir(const char *dir) {
   return rc;
 }
 
-int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err,
+int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckpt_info_t *out, char *err,
                size_t errlen) {
   if (ckpt_mkdirs(dir, err, errlen)) return -1;
   ckpt_info_t *all;
@@ -166,7 +166,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
     return fail(err, errlen, "fdopen: %s", strerror(errno));
   }
   char lerr[256];
-  int rc = learner_save(l, with_replay, file_write, &w, lerr, sizeof lerr);
+  int rc = learner_pop_save(p, with_replay, file_write, &w, lerr, sizeof lerr);
   if (rc) fail(err, errlen, "writing checkpoint: %s", lerr);
   if (!rc && (fflush(w.f) || fsync(fd))) rc = fail(err, errlen, "flush %s: %s", tmp, strerror(errno));
   if (fclose(w.f) && !rc) rc = fail(err, errlen, "close %s: %s", tmp, strerror(errno));
@@ -175,7 +175,7 @@ int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_in
     return rc == LEARNER_EDIVERGED ? CKPT_ENONFINITE : -1;
   }
   learner_stats_t st;
-  learner_get_stats(l, &st);
+  learner_get_stats(learner_pop_member(p, 0), &st); /* the name's step: member 0's */
   ckpt_info_t c;
   memset(&c, 0, sizeof c);
   snprintf(c.id, sizeof c.id, "ckpt-%08" PRIu64 "-%012" PRIu64 "-%08x.dqnd", (uint64_t)(seq % 100000000ULL),
@@ -281,11 +281,11 @@ denied:
          CKPT_EACCES;
 }
 
-int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen) {
-  return learner_memory_fits(c, be, err, errlen) ? CKPT_ENOMEM : 0;
+int ckpt_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen) {
+  return learner_pop_memory_fits(c, n, be, err, errlen) ? CKPT_ENOMEM : 0;
 }
 
-int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
+int ckpt_load_file(const char *path, learner_backend_t be, learner_pop_t **out, char *err, size_t errlen) {
   /* O_NONBLOCK: a FIFO (or a device) must not block the admin worker in
    * open(); only a regular file is read */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
@@ -307,15 +307,15 @@ int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char
     return fail(err, errlen, "path: cannot read %s: %s", path, strerror(errno));
   }
   learner_config_t cfg;
-  int wr, rc = learner_peek_config(file_read, f, &cfg, &wr, err, errlen);
-  if (!rc && ckpt_fits(&cfg, be, err, errlen)) {
+  int npop, wr, rc = learner_pop_peek(file_read, f, &cfg, &npop, &wr, err, errlen);
+  if (!rc && ckpt_fits(&cfg, npop, be, err, errlen)) {
     fclose(f);
     return CKPT_ENOMEM;
   }
   if (!rc && fseek(f, 0, SEEK_SET)) rc = fail(err, errlen, "path: cannot rewind %s: %s", path, strerror(errno));
-  if (!rc) rc = learner_load(file_read, f, be, out, err, errlen);
+  if (!rc) rc = learner_pop_load(file_read, f, be, out, err, errlen);
   if (!rc && fgetc(f) != EOF) { /* bytes after the end section: not a file this daemon wrote */
-    learner_destroy(*out);
+    learner_pop_destroy(*out);
     *out = NULL;
     fail(err, errlen, "path: %s has bytes after its end section", path);
     rc = -1;
@@ -337,16 +337,16 @@ static int mem_read(void *ctx, void *buf, size_t n) {
   return 0;
 }
 
-int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen) {
+int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_pop_t **out, char *err, size_t errlen) {
   mctx_t m = {data, n, 0};
   learner_config_t cfg;
-  int wr, rc = learner_peek_config(mem_read, &m, &cfg, &wr, err, errlen);
+  int npop, wr, rc = learner_pop_peek(mem_read, &m, &cfg, &npop, &wr, err, errlen);
   if (rc) return -1;
-  if (ckpt_fits(&cfg, be, err, errlen)) return CKPT_ENOMEM;
+  if (ckpt_fits(&cfg, npop, be, err, errlen)) return CKPT_ENOMEM;
   m.pos = 0;
-  rc = learner_load(mem_read, &m, be, out, err, errlen);
+  rc = learner_pop_load(mem_read, &m, be, out, err, errlen);
   if (!rc && m.pos != n) {
-    learner_destroy(*out);
+    learner_pop_destroy(*out);
     *out = NULL;
     return fail(err, errlen, "data: %zu trailing bytes after the checkpoint", n - m.pos);
   }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "learner.h"
+#include "population.h"
 
 typedef struct ckpt_info {
   char id[96];     /* file name */
@@ -34,9 +35,11 @@ int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
  * never closed). 0, or -1 with err naming the directory and, when another
  * dqnd holds it, that daemon's pid. */
 int ckpt_lock_state_dir(const char *dir, char *err, size_t errlen);
-/* 0; CKPT_ENONFINITE when the learner's state is not finite (learner_save
- * refuses it: it would not load), nothing written or pruned; else -1. */
-int ckpt_write(const char *dir, learner_t *l, int with_replay, int keep, ckpt_info_t *out, char *err, size_t errlen);
+/* 0; CKPT_ENONFINITE when a member's state is not finite (learner_save
+ * refuses it: it would not load), nothing written or pruned; else -1. A
+ * population of one writes its learner's state (population.h). */
+int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckpt_info_t *out, char *err,
+               size_t errlen);
 /* id "" = newest; else the file name or the short id (the sequence number,
  * leading zeros optional). 0 or -1 (err: NOT_FOUND-style message). */
 int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen);
@@ -55,16 +58,16 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
  * files it may not read); CKPT_ENOENT for a missing file inside. */
 int ckpt_path_confine(const char *path, const char *state_dir, const char *allowed, char *out, size_t n, char *err,
                       size_t errlen);
-/* 0, or CKPT_ENOMEM (err names replay_capacity) when a learner of config c
- * on backend be would need more memory than that backend has free: the one
- * check (learner_memory_fits) that CreateTrainer, the loaders below and the
- * restore make. */
-int ckpt_fits(const learner_config_t *c, learner_backend_t be, char *err, size_t errlen);
+/* 0, or CKPT_ENOMEM (err names replay_capacity) when a population of n
+ * learners of config c on backend be would need more memory than that
+ * backend has free: the one check (learner_pop_memory_fits) that
+ * CreateTrainer, the loaders below and the restore make. */
+int ckpt_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen);
 /* The loaders read the config first: a learner that would not fit
  * (ckpt_fits) is refused before anything is allocated, as CreateTrainer
  * refuses it. */
-int ckpt_load_file(const char *path, learner_backend_t be, learner_t **out, char *err, size_t errlen);
-int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_t **out, char *err, size_t errlen);
+int ckpt_load_file(const char *path, learner_backend_t be, learner_pop_t **out, char *err, size_t errlen);
+int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_pop_t **out, char *err, size_t errlen);
 /* Removes leftover temporary files of an interrupted write. */
 void ckpt_clean_tmp(const char *dir);
 /* Moves a trainer's directory STATE/<name> out of the way, to

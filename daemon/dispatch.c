@@ -291,19 +291,19 @@ static void run_create(trainer_job_t *j) {
     return;
   }
   learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
-  if (ckpt_fits(cfg, be, err, sizeof err)) {
+  if (ckpt_fits(cfg, 1, be, err, sizeof err)) {
     rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "%s", err);
     return;
   }
-  learner_t *l;
-  int rc = learner_create(cfg, be, &l, err, sizeof err);
+  learner_pop_t *p;
+  int rc = learner_pop_create(cfg, 1, NULL, be, &p, err, sizeof err);
   if (rc) {
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
-  int code = trainer_register(s, m->name, l, cfg, 0, &t, err, sizeof err);
+  int code = trainer_register(s, m->name, p, cfg, 0, &t, err, sizeof err);
   if (code) {
-    learner_destroy(l);
+    learner_pop_destroy(p);
     rpc_reply_error(c, code, "%s", err);
     return;
   }
@@ -369,14 +369,14 @@ static void run_submit(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   char err[512];
-  int rc = learner_submit_checked(t->l, &j->tr, err, sizeof err); /* check_submit validated it */
+  int rc = learner_submit_checked(trainer_member(t, 0), &j->tr, err, sizeof err); /* check_submit validated it */
   if (rc) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   learner_stats_t st;
-  learner_get_stats(t->l, &st);
+  learner_get_stats(trainer_member(t, 0), &st);
   Dqnd__V1__SubmitResult sr = DQND__V1__SUBMIT_RESULT__INIT;
   uint32_t inserted = (uint32_t)j->tr.n;
   metrics_transitions(inserted);
@@ -400,17 +400,26 @@ static void run_step(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   char err[512];
-  learner_stats_t st = {0};
+  learner_stats_t *sts = calloc((size_t)t->population, sizeof *sts);
+  if (!sts) {
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "Step: out of memory");
+    return;
+  }
   int code = trainer_long_begin(t, rpc_request(c)->request_id, j->deadline, err, sizeof err);
   if (code) { /* cancelled or expired while queued, or shutdown: nothing ran */
+    free(sts);
     rpc_reply_error(c, code, "Step: %s", err);
     return;
   }
   double t0 = now_s();
   learner_stop_t stop = {j->deadline, 0};
-  int rc = learner_step_until(t->l, (int)rpc_request(c)->step->n, &stop, &st, err, sizeof err);
+  int rc = learner_pop_step_until(t->p, (int)rpc_request(c)->step->n, &stop, sts, NULL, err, sizeof err);
   const int why = trainer_long_end(t);
-  metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
+  int64_t ran = 0;
+  for (int i = 0; i < t->population; i++) ran += sts[i].steps_run;
+  learner_stats_t st = sts[0]; /* the reply's: member 0's (a trainer of one) */
+  free(sts);
+  metrics_steps((int)ran, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc == LEARNER_EDIVERGED) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
@@ -487,7 +496,7 @@ static void run_act(trainer_job_t *j) {
     return;
   }
   char err[512];
-  int rc = learner_act_checked(t->l, (const float *)m->states.data, n, m->noisy, (int64_t)(m->episode & INT64_MAX), a, q, qv,
+  int rc = learner_act_checked(trainer_member(t, 0), (const float *)m->states.data, n, m->noisy, (int64_t)(m->episode & INT64_MAX), a, q, qv,
                                err, sizeof err); /* check_act */
   if (rc) {
     trainer_note_error(t, rc, err);
@@ -520,7 +529,7 @@ static int check_sync(const req_t *r, trainer_job_t *j, char *err, size_t errlen
 
 static void run_sync(trainer_job_t *j) {
   rpc_call_t *c = j->c;
-  int rc = learner_sync_target(j->t->l, rpc_request(c)->sync_target->tau);
+  int rc = learner_sync_target(trainer_member(j->t, 0), rpc_request(c)->sync_target->tau);
   if (rc) rpc_reply_error(c, dispatch_learner_code(rc), "tau: rejected by the learner");
   else dispatch_reply_done(c);
 }
@@ -561,10 +570,10 @@ static void run_hparams(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   learner_config_t now;
-  learner_get_hparams(t->l, &now.hp);
+  learner_get_hparams(trainer_member(t, 0), &now.hp);
   for (int i = 0; i < j->n_fields; i++) field_copy(&now, &j->cfg, j->fields[i]);
   char err[512];
-  int rc = learner_set_hparams(t->l, &now.hp, err, sizeof err);
+  int rc = learner_pop_set_hparams(t->p, 0, &now.hp, err, sizeof err); /* a diverged member trains again */
   if (rc) {
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;

@@ -178,10 +178,10 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
 void dispatch_run_swap(trainer_job_t *j);
 
 /* LoadCheckpoint from a file on the daemon's side (confined to state_dir and
- * checkpoint-dirs): the learner, or NULL with the call answered */
-static learner_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
+ * checkpoint-dirs): the population, or NULL with the call answered */
+static learner_pop_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
   char err[512], real[4200];
-  learner_t *l = NULL;
+  learner_pop_t *l = NULL;
   int lrc = ckpt_path_confine(m->path, s->opts.state_dir, s->opts.checkpoint_dirs, real, sizeof real, err, sizeof err);
   if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
   if (lrc)
@@ -198,10 +198,10 @@ static learner_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadChec
 /* One chunk of an upload into the bounded uploads (struct upload, above).
  * Before the last chunk the call is answered Done and NULL returned; the
  * last one's whole file (its length and CRC-32 checked) is loaded: the
- * learner, or NULL with the call answered. */
-static learner_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
+ * population, or NULL with the call answered. */
+static learner_pop_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
   char err[512];
-  learner_t *l = NULL;
+  learner_pop_t *l = NULL;
   pthread_mutex_lock(&s->up_mu);
   const double now = now_s();
   upload_t **pp, *u = NULL;
@@ -301,16 +301,16 @@ static learner_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadChe
   return l;
 }
 
-/* The loaded learner becomes trainer m->name: a new one (create), or the
- * state the existing one swaps in on its worker (dispatch_run_swap) */
-static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_t *l) {
+/* The loaded population becomes trainer m->name: a new one (create), or
+ * the state the existing one swaps in on its worker (dispatch_run_swap) */
+static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_pop_t *l) {
   char err[512];
   if (m->create) {
-    learner_config_t cfg = *learner_config(l);
+    learner_config_t cfg = *learner_config(learner_pop_member(l, 0));
     trainer_t *t;
     int code = trainer_register(s, m->name, l, &cfg, 0, &t, err, sizeof err);
     if (code) {
-      learner_destroy(l);
+      learner_pop_destroy(l);
       rpc_reply_error(c, code, "%s", err);
       return;
     }
@@ -321,20 +321,28 @@ static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheck
   }
   trainer_t *t = trainer_get(s, m->name);
   if (!t) {
-    learner_destroy(l);
+    learner_pop_destroy(l);
     rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
     return;
   }
-  if (!learner_config_same_shape(&t->cfg, learner_config(l))) {
-    learner_destroy(l);
+  if (!learner_config_same_shape(&t->cfg, learner_config(learner_pop_member(l, 0)))) {
+    learner_pop_destroy(l);
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
                     "path: the checkpoint's shapes differ from trainer '%s' (create a new trainer from it instead)", m->name);
     trainer_put(t);
     return;
   }
+  if (learner_pop_size(l) != t->population) {
+    rpc_reply_error(c, CODE_FAILED_PRECONDITION,
+                    "path: the checkpoint holds %d members, trainer '%s' %d (create a new trainer from it instead)",
+                    learner_pop_size(l), m->name, t->population);
+    learner_pop_destroy(l);
+    trainer_put(t);
+    return;
+  }
   trainer_job_t *j = trainer_job_new(s, t, c, dispatch_run_swap); /* t's reference is the job's from here */
   if (!j) {
-    learner_destroy(l);
+    learner_pop_destroy(l);
     trainer_put(t);
     rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
@@ -357,21 +365,21 @@ void dispatch_run_load(trainer_job_t *j0) {
   rpc_call_t *c = j0->c;
   const Dqnd__V1__LoadCheckpoint *m = rpc_request(c)->load_checkpoint;
   const learner_backend_t be = j0->backend == LEARNER_BACKEND_AUTO ? s->backend : j0->backend;
-  learner_t *l = m->path && m->path[0] ? load_path(s, c, m, be) : load_chunk(s, c, m, be);
+  learner_pop_t *l = m->path && m->path[0] ? load_path(s, c, m, be) : load_chunk(s, c, m, be);
   if (l) install_loaded(s, c, m, l);
 }
 
-/* trainer worker: swap in the learner the admin worker built */
+/* trainer worker: swap in the population the admin worker built */
 void dispatch_run_swap(trainer_job_t *j) {
   trainer_t *t = j->t;
-  learner_t *old = t->l;
-  t->l = j->loaded;
+  learner_pop_t *old = t->p;
+  t->p = j->loaded;
   j->loaded = NULL;
-  learner_destroy(old);
+  learner_pop_destroy(old);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0; /* a good state replaces an errored one */
   t->diverged = 0;
-  t->backend = learner_backend(t->l);
+  t->backend = learner_backend(trainer_member(t, 0));
   pthread_mutex_unlock(&t->mu);
   char merr[256];
   if (ckpt_write_meta(t->dir, "backend", learner_backend_name(t->backend), merr, sizeof merr))

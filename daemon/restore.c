@@ -44,7 +44,7 @@ static int restore_one(server_t *s, const char *name) {
   int ok = 0, said = 0;
   for (int i = n - 1; i >= 0 && !ok; i--) {
     sd_notifyf(0, "STATUS=restoring %s from %s\nEXTEND_TIMEOUT_USEC=%llu", name, all[i].id, 120000000ULL);
-    learner_t *l;
+    learner_pop_t *l;
     int lrc = ckpt_load_file(all[i].path, be, &l, err, sizeof err);
     if (lrc == CKPT_ENOMEM) { /* an older checkpoint of the same trainer needs as much: not tried */
       log_error(name, "not restored: %s (its checkpoints are kept in %s)", err, dir);
@@ -55,17 +55,17 @@ static int restore_one(server_t *s, const char *name) {
       log_warn(name, "skipping checkpoint %s: %s%s", all[i].id, err, i ? " (trying the next-newest)" : "");
       continue;
     }
-    learner_config_t cfg = *learner_config(l);
+    learner_config_t cfg = *learner_config(learner_pop_member(l, 0));
     trainer_t *t;
     int code = trainer_register(s, name, l, &cfg, 1, &t, err, sizeof err);
     if (code) {
-      learner_destroy(l);
+      learner_pop_destroy(l);
       log_error(name, "not restored: %s", err);
       said = 1;
       break;
     }
     log_info(name, "restored from %s: step %llu, %s backend%s", all[i].id, (unsigned long long)t->stats.step,
-             learner_backend_name(learner_backend(l)), i < n - 1 ? " (newer checkpoints failed: see above)" : "");
+             learner_backend_name(t->backend), i < n - 1 ? " (newer checkpoints failed: see above)" : "");
     trainer_put(t);
     ok = 1;
   }

@@ -38,7 +38,7 @@ int trainer_name_ok(const char *name) {
 }
 
 static void trainer_free(trainer_t *t) {
-  learner_destroy(t->l);
+  learner_pop_destroy(t->p);
   workq_free(&t->q);
   pthread_mutex_destroy(&t->mu);
   pthread_mutex_destroy(&t->run_mu);
@@ -80,8 +80,9 @@ static int refuse_when_draining(server_t *s, const char *name, char *err, size_t
   return CODE_UNAVAILABLE;
 }
 
-int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
-                     trainer_t **out, char *err, size_t errlen) {
+int trainer_register(server_t *s, const char *name, learner_pop_t *p, const learner_config_t *created_with,
+                     int restoring, trainer_t **out, char *err, size_t errlen) {
+  learner_t *l = learner_pop_member(p, 0);
   /* before the trainer's files are written; again under reg_mu below, where
    * the drain's trainer_list cannot miss it */
   if (refuse_when_draining(s, name, err, errlen)) return CODE_UNAVAILABLE;
@@ -122,7 +123,8 @@ int trainer_register(server_t *s, const char *name, learner_t *l, const learner_
   t->srv = s;
   snprintf(t->name, sizeof t->name, "%s", name);
   snprintf(t->dir, sizeof t->dir, "%s", dir);
-  t->l = l;
+  t->p = p;
+  t->population = learner_pop_size(p);
   t->backend = learner_backend(l);
   t->cfg = *learner_config(l);
   t->cfg_hash = hash;
@@ -202,8 +204,8 @@ static void trainer_unregister(trainer_t *t) {
 void trainer_snapshot(trainer_t *t, int client_activity) {
   learner_stats_t st;
   learner_hparams_t hp;
-  learner_get_stats(t->l, &st);
-  learner_get_hparams(t->l, &hp);
+  learner_get_stats(trainer_member(t, 0), &st);
+  learner_get_hparams(trainer_member(t, 0), &hp);
   pthread_mutex_lock(&t->mu);
   t->stats = st;
   t->hp = hp;
@@ -225,7 +227,7 @@ trainer_job_t *trainer_job_new(server_t *s, trainer_t *t, rpc_call_t *c, trainer
 
 void trainer_job_free(trainer_job_t *j) {
   if (!j) return;
-  if (j->loaded) learner_destroy(j->loaded);
+  if (j->loaded) learner_pop_destroy(j->loaded);
   if (j->t) trainer_put(j->t);
   free(j);
 }
@@ -265,7 +267,7 @@ int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, si
    * overflow while its parameters stay finite) is not written (learner_save
    * refuses it): each save prunes the oldest checkpoint, so periodic saves
    * would have replaced every good one by files that cannot be loaded */
-  int rc = ckpt_write(t->dir, t->l, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
+  int rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
   if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
   else if (rc == CKPT_ENONFINITE) {
     snprintf(err, errlen,
@@ -334,7 +336,7 @@ void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
  * so later commands queue behind them. Fractions carry over. */
 void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size) {
   learner_hparams_t hp;
-  learner_get_hparams(t->l, &hp);
+  learner_get_hparams(trainer_member(t, 0), &hp);
   if (!(hp.samples_per_insert > 0)) return;
   int batch = t->cfg.batch;
   if (replay_size < batch || replay_size < hp.min_replay) return;
@@ -352,12 +354,22 @@ void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_si
     t->train_credit -= floor(t->train_credit);
   }
   char err[512];
-  learner_stats_t st = {0};
-  if (trainer_long_begin(t, 0, 0, err, sizeof err)) return; /* shutting down: the final save comes next */
+  learner_stats_t *st = calloc((size_t)t->population, sizeof *st);
+  if (!st) {
+    log_warn(t->name, "continuous training: out of memory");
+    return;
+  }
+  if (trainer_long_begin(t, 0, 0, err, sizeof err)) { /* shutting down: the final save comes next */
+    free(st);
+    return;
+  }
   double t0 = now_s();
-  int rc = learner_step(t->l, n, &st, err, sizeof err);
+  int rc = learner_pop_step_until(t->p, n, NULL, st, NULL, err, sizeof err);
   const int why = trainer_long_end(t);
-  metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
+  int64_t ran = 0;
+  for (int i = 0; i < t->population; i++) ran += st[i].steps_run;
+  free(st);
+  metrics_steps((int)ran, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc == LEARNER_EDIVERGED) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
@@ -379,7 +391,7 @@ int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
     if (t) {
       snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
       t[i].queued = workq_pending(&ts[i]->q);
-      t[i].memory = learner_memory_estimate(&ts[i]->cfg, ts[i]->backend); /* cfg's shapes are immutable */
+      t[i].memory = learner_pop_memory_estimate(&ts[i]->cfg, ts[i]->population, ts[i]->backend); /* immutable */
       pthread_mutex_lock(&ts[i]->mu);
       t[i].replay_size = ts[i]->stats.replay_size;
       t[i].step = ts[i]->stats.step;
@@ -397,7 +409,7 @@ int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
 /* run_mu orders the worker's begin and end against Cancel and shutdown: a
  * stop asked while nothing runs is either seen by the next begin (draining,
  * a cancelled request_id) or has nothing to stop; the learner's flag is only
- * set while the worker, which alone swaps t->l, is inside a long command. */
+ * set while the worker, which alone swaps t->p, is inside a long command. */
 int trainer_long_begin(trainer_t *t, uint64_t rid, double deadline, char *err, size_t errlen) {
   int code = 0;
   pthread_mutex_lock(&t->run_mu);
@@ -420,7 +432,7 @@ int trainer_long_begin(trainer_t *t, uint64_t rid, double deadline, char *err, s
     t->running = 1;
     t->running_rid = rid;
     t->stop_reason = 0;
-    *learner_stop_flag(t->l) = 0;
+    *learner_pop_stop_flag(t->p) = 0;
   }
   pthread_mutex_unlock(&t->run_mu);
   return code;
@@ -432,7 +444,7 @@ int trainer_long_end(trainer_t *t) {
   t->running = 0;
   t->running_rid = 0;
   t->stop_reason = 0;
-  *learner_stop_flag(t->l) = 0;
+  *learner_pop_stop_flag(t->p) = 0;
   pthread_mutex_unlock(&t->run_mu);
   return why;
 }
@@ -448,7 +460,7 @@ const char *trainer_cancel(trainer_t *t, uint64_t rid) {
   pthread_mutex_lock(&t->run_mu);
   if (t->running && (rid == 0 || rid == t->running_rid)) {
     t->stop_reason = TRAINER_STOP_CANCEL;
-    *learner_stop_flag(t->l) = 1;
+    *learner_pop_stop_flag(t->p) = 1;
     found = "running";
   } else if (rid) {
     trainer_job_t *j = workq_take(&t->q, job_is_request, &rid);
@@ -476,7 +488,7 @@ void trainer_stop_running(trainer_t *t) {
   pthread_mutex_lock(&t->run_mu);
   if (t->running) {
     t->stop_reason = TRAINER_STOP_SHUTDOWN;
-    *learner_stop_flag(t->l) = 1;
+    *learner_pop_stop_flag(t->p) = 1;
   }
   pthread_mutex_unlock(&t->run_mu);
 }

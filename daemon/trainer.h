@@ -1,12 +1,13 @@
 /*
- * trainer.h — the trainer: a name, a learner, a bounded queue of jobs and the
+ * trainer.h — the trainer: a name, a population of learners (one, unless
+ * created with more: kernels/population.h), a bounded queue of jobs and the
  * worker thread that runs them in order (workq.c); the registry of trainers;
  * the internal jobs (periodic checkpoint, final checkpoint at shutdown, idle
  * unload); the admin queue's jobs run the same way, with no trainer.
  *
  * References: the registry holds one, the worker holds one, every lookup
  * (trainer_get) takes one and trainer_put gives it back; the last put frees.
- * Only the worker touches `l` once the trainer is registered.
+ * Only the worker touches `p` once the trainer is registered.
  */
 #ifndef DQND_TRAINER_H
 #define DQND_TRAINER_H
@@ -19,15 +20,16 @@ struct trainer {
   server_t *srv;
   char name[65];
   char dir[1200];        /* checkpoints: state_dir/name */
-  learner_t *l;
-  learner_config_t cfg;  /* shapes never change after creation */
+  learner_pop_t *p;      /* its members; one for a trainer created without a population */
+  int population;        /* learner_pop_size(p): fixed at creation */
+  learner_config_t cfg;  /* member 0's; shapes never change after creation */
   uint64_t cfg_hash;     /* of the config it was created with */
   workq_t q;
   atomic_int refs;
   pthread_mutex_t mu;    /* guards the snapshot below (read by ListTrainers) */
   learner_stats_t stats;
   learner_hparams_t hp;  /* the current hyperparameters (SetHyperparams changes them) */
-  learner_backend_t backend; /* of t->l; readers off the worker use this (LoadCheckpoint swaps t->l) */
+  learner_backend_t backend; /* of t->p; readers off the worker use this (LoadCheckpoint swaps t->p) */
   char error[512];       /* non-empty: error state, commands answer UNAVAILABLE (FAILED_PRECONDITION when diverged) */
   int diverged;          /* the error is a divergence: the learner holds its last good state */
   double last_active;
@@ -46,15 +48,17 @@ struct trainer {
 
 /* Valid names: [A-Za-z0-9_.-]{1,64}, not starting with '.'. */
 int trainer_name_ok(const char *name);
-/* Registers a trainer around an existing learner (which it then owns).
+/* Registers a trainer around an existing population (which it then owns).
  * A new trainer (restoring = 0) first moves a directory left under its name
  * (by a daemon that did not restore it) to STATE/.retired/, so its
  * checkpoints never mix with an older trainer's, and records its backend;
  * a restored one (restoring = 1) keeps its directory as it is.
  * Returns 0, or a gRPC code (ALREADY_EXISTS, RESOURCE_EXHAUSTED, INTERNAL)
- * with err set; on error the learner is NOT consumed. */
-int trainer_register(server_t *s, const char *name, learner_t *l, const learner_config_t *created_with, int restoring,
-                     trainer_t **out, char *err, size_t errlen);
+ * with err set; on error the population is NOT consumed. */
+int trainer_register(server_t *s, const char *name, learner_pop_t *p, const learner_config_t *created_with,
+                     int restoring, trainer_t **out, char *err, size_t errlen);
+/* Member i's learner (worker only): member 0 of a trainer of one. */
+static inline learner_t *trainer_member(trainer_t *t, int i) { return learner_pop_member(t->p, i); }
 trainer_t *trainer_get(server_t *s, const char *name);
 void trainer_put(trainer_t *t);
 /* Every registered trainer, each with a reference (trainer_put each, free the array). */
@@ -88,7 +92,7 @@ struct trainer_job {
   rpc_call_t *c;          /* the call run answers; NULL for internal jobs */
   uint64_t request_id;    /* c's request_id (a Cancel finds a queued Step by it) */
   double deadline;        /* the request's: receipt + timeout_ms (now_s() seconds), 0 none */
-  learner_t *loaded;      /* LoadCheckpoint: the state to swap in; run takes it (sets NULL) */
+  learner_pop_t *loaded;  /* LoadCheckpoint: the state to swap in; run takes it (sets NULL) */
   /* What the central check parsed (dispatch.c fills these; the trainer
    * module only carries them), so a request is validated once: */
   learner_backend_t backend;   /* CreateTrainer, LoadCheckpoint */
