@@ -90,7 +90,7 @@ typedef struct tinfo {
 /* cfg: the trainer's shapes (immutable after registration) with its current
  * hyperparameters from the snapshot */
 static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learner_stats_t *st, learner_backend_t be,
-                         tinfo_t *ti) {
+                         int member, tinfo_t *ti) {
   dqnd__v1__trainer_info__init(&ti->info);
   ti->info.name = t->name;
   ti->info.backend = (char *)learner_backend_name(be);
@@ -116,6 +116,8 @@ static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learne
   for (int d = 0; d < cfg->n_branches; d++) ti->branches[d] = (uint32_t)cfg->branch_sizes[d];
   ti->info.n_branches = (size_t)cfg->n_branches;
   ti->info.branches = ti->branches;
+  ti->info.population = (uint32_t)t->population;
+  ti->info.member = (uint32_t)member;
 }
 
 learner_backend_t dispatch_parse_backend(const char *b, int *ok) {
@@ -173,6 +175,7 @@ NAME_GETTER(name_fetch, fetch_checkpoint)
 NAME_GETTER(name_load, load_checkpoint)
 NAME_GETTER(name_stats, get_stats)
 NAME_GETTER(name_list_ckpt, list_checkpoints)
+NAME_GETTER(name_copy, copy_member)
 
 /* ------------------------------------------------------------- handlers */
 
@@ -227,7 +230,7 @@ static void run_list(trainer_job_t *j) {
     cfg.hp = ts[i]->hp;
     learner_backend_t be = ts[i]->backend;
     pthread_mutex_unlock(&ts[i]->mu);
-    trainer_info(ts[i], &cfg, &st, be, &ti[i]);
+    trainer_info(ts[i], &cfg, &st, be, 0, &ti[i]);
     ptr[i] = &ti[i].info;
   }
   Dqnd__V1__ListTrainersResult l = DQND__V1__LIST_TRAINERS_RESULT__INIT;
@@ -254,8 +257,31 @@ void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created) {
   cfg.hp = t->hp;
   learner_backend_t be = t->backend;
   pthread_mutex_unlock(&t->mu);
-  trainer_info(t, &cfg, &st, be, ti);
+  trainer_info(t, &cfg, &st, be, 0, ti);
   ti->info.created = created;
+  rep_t r = DQND__V1__REPLY__INIT;
+  r.result_case = DQND__V1__REPLY__RESULT_TRAINER;
+  r.trainer = &ti->info;
+  dispatch_reply_ok(c, &r);
+  free(ti);
+}
+
+void dispatch_reply_member(rpc_call_t *c, trainer_t *t, int member) {
+  if (t->population == 1) {
+    dispatch_reply_trainer(c, t, 0);
+    return;
+  }
+  tinfo_t *ti = calloc(1, sizeof *ti);
+  if (!ti) {
+    rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  learner_t *l = trainer_member(t, member);
+  learner_config_t cfg = *learner_config(l); /* its seed and hyperparameters */
+  learner_stats_t st;
+  learner_get_stats(l, &st);
+  trainer_info(t, &cfg, &st, t->backend, member, ti);
+  if (learner_pop_diverged(t->p, member)) snprintf(ti->state, sizeof ti->state, "member %d diverged", member);
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_TRAINER;
   r.trainer = &ti->info;
@@ -269,6 +295,10 @@ static int check_create(const req_t *r, trainer_job_t *j, char *err, size_t errl
   int ok;
   j->backend = dispatch_parse_backend(m->backend, &ok);
   if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), CODE_INVALID_ARGUMENT;
+  if (m->population > LEARNER_MAX_POPULATION)
+    return snprintf(err, errlen, "population: %u is outside [1, %d]", m->population, LEARNER_MAX_POPULATION),
+           CODE_INVALID_ARGUMENT;
+  j->population = m->population ? (int)m->population : 1;
   return config_from_fields(m->config, m->n_config, &j->cfg, err, errlen);
 }
 
@@ -281,9 +311,12 @@ static void run_create(trainer_job_t *j) {
   char err[512];
   trainer_t *t = trainer_get(s, m->name);
   if (t) {
-    int same = t->cfg_hash == learner_config_hash(cfg);
+    int same = t->cfg_hash == learner_config_hash(cfg) && t->population == j->population;
     if (same)
       dispatch_reply_trainer(c, t, 0);
+    else if (t->population != j->population)
+      rpc_reply_error(c, CODE_ALREADY_EXISTS, "name: trainer '%s' exists with a population of %d", m->name,
+                      t->population);
     else
       rpc_reply_error(c, CODE_ALREADY_EXISTS,
                       "name: trainer '%s' exists with a different config (hash %016" PRIx64 ")", m->name, t->cfg_hash);
@@ -291,12 +324,12 @@ static void run_create(trainer_job_t *j) {
     return;
   }
   learner_backend_t be = j->backend == LEARNER_BACKEND_AUTO ? s->backend : j->backend;
-  if (ckpt_fits(cfg, 1, be, err, sizeof err)) {
+  if (ckpt_fits(cfg, j->population, be, err, sizeof err)) {
     rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "%s", err);
     return;
   }
   learner_pop_t *p;
-  int rc = learner_pop_create(cfg, 1, NULL, be, &p, err, sizeof err);
+  int rc = learner_pop_create(cfg, j->population, NULL, be, &p, err, sizeof err);
   if (rc) {
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
@@ -307,8 +340,13 @@ static void run_create(trainer_job_t *j) {
     rpc_reply_error(c, code, "%s", err);
     return;
   }
-  log_info(t->name, "created: %s backend, %lld parameters, replay %lld", learner_backend_name(be),
-           (long long)learner_config_num_params(cfg), (long long)cfg->replay_capacity);
+  if (t->population > 1)
+    log_info(t->name, "created: %s backend, a population of %d, %lld parameters and a replay of %lld each",
+             learner_backend_name(be), t->population, (long long)learner_config_num_params(cfg),
+             (long long)cfg->replay_capacity);
+  else
+    log_info(t->name, "created: %s backend, %lld parameters, replay %lld", learner_backend_name(be),
+             (long long)learner_config_num_params(cfg), (long long)cfg->replay_capacity);
   dispatch_reply_trainer(c, t, 1);
   trainer_put(t);
 }
@@ -344,6 +382,8 @@ static void run_destroy(trainer_job_t *j) {
 static int check_submit(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SubmitTransitions *m = r->submit_transitions;
   uint64_t n = m->count, S = (uint64_t)j->t->cfg.state_dim;
+  int mc = dispatch_check_member(j->t, m->member, j, err, errlen);
+  if (mc) return mc;
   if (n == 0) return snprintf(err, errlen, "count: must be >= 1"), CODE_INVALID_ARGUMENT;
 #define LEN(f, want)                                                                                              \
   if ((uint64_t)m->f.len != (want))                                                                              \
@@ -369,14 +409,15 @@ static void run_submit(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   char err[512];
-  int rc = learner_submit_checked(trainer_member(t, 0), &j->tr, err, sizeof err); /* check_submit validated it */
+  if (dispatch_member_diverged(j)) return;
+  int rc = learner_submit_checked(trainer_member(t, j->member), &j->tr, err, sizeof err); /* check_submit validated it */
   if (rc) {
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
   learner_stats_t st;
-  learner_get_stats(trainer_member(t, 0), &st);
+  learner_get_stats(trainer_member(t, j->member), &st);
   Dqnd__V1__SubmitResult sr = DQND__V1__SUBMIT_RESULT__INIT;
   uint32_t inserted = (uint32_t)j->tr.n;
   metrics_transitions(inserted);
@@ -415,26 +456,49 @@ static void run_step(trainer_job_t *j) {
   learner_stop_t stop = {j->deadline, 0};
   int rc = learner_pop_step_until(t->p, (int)rpc_request(c)->step->n, &stop, sts, NULL, err, sizeof err);
   const int why = trainer_long_end(t);
+  const int P = t->population;
   int64_t ran = 0;
-  for (int i = 0; i < t->population; i++) ran += sts[i].steps_run;
-  learner_stats_t st = sts[0]; /* the reply's: member 0's (a trainer of one) */
-  free(sts);
+  int n_div = 0;
+  for (int i = 0; i < P; i++) ran += sts[i].steps_run, n_div += learner_pop_diverged(t->p, i);
   metrics_steps((int)ran, now_s() - t0); /* the steps applied, also when a later one failed */
+  if (rc == LEARNER_EDIVERGED && P > 1 && n_div < P) { /* the others trained on: an answer, not an error */
+    log_warn(t->name, "%s; %d of %d members diverged (skipped until SetHyperparams or CopyMember)", err, n_div, P);
+    rc = LEARNER_OK;
+  }
   if (rc == LEARNER_EDIVERGED) {
+    free(sts);
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
     rpc_reply_error(c, CODE_FAILED_PRECONDITION, "trainer '%s' %s", t->name, msg);
     return;
   }
   if (rc && rc != LEARNER_ESTOPPED) {
+    free(sts);
     trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }
-  Dqnd__V1__TrainerStats ps;
-  stats_to_pb(&st, &ps);
+  Dqnd__V1__TrainerStats ps, *mps = NULL, **mpp = NULL;
+  uint32_t *div = NULL;
+  stats_to_pb(&sts[0], &ps); /* member 0's (a trainer of one's) */
   Dqnd__V1__StepResult sr = DQND__V1__STEP_RESULT__INIT;
   sr.stats = &ps;
+  if (P > 1) { /* every member's, and which diverged */
+    mps = calloc((size_t)P, sizeof *mps), mpp = calloc((size_t)P, sizeof *mpp), div = calloc((size_t)P, sizeof *div);
+    if (!mps || !mpp || !div) {
+      free(sts), free(mps), free(mpp), free(div);
+      rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "Step: out of memory for the reply (the steps ran)");
+      return;
+    }
+    for (int i = 0; i < P; i++) {
+      stats_to_pb(&sts[i], &mps[i]);
+      mpp[i] = &mps[i];
+      if (learner_pop_diverged(t->p, i)) div[sr.n_diverged++] = (uint32_t)i;
+    }
+    sr.n_members = (size_t)P;
+    sr.members = mpp;
+    sr.diverged = div;
+  }
   if (rc == LEARNER_ESTOPPED) { /* OK: the steps that ran are whole and kept */
     sr.stopped = 1;
     sr.stop_reason = stop.why == LEARNER_STOP_DEADLINE ? "deadline"
@@ -446,6 +510,7 @@ static void run_step(trainer_job_t *j) {
   r.result_case = DQND__V1__REPLY__RESULT_STEP;
   r.step = &sr;
   dispatch_reply_ok(c, &r);
+  free(sts), free(mps), free(mpp), free(div);
 }
 
 /* Cancel: answered on the nng thread (F_DIRECT), never queued behind the
@@ -464,6 +529,8 @@ static void run_cancel(trainer_job_t *j) {
 static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const trainer_t *t = j->t;
   const Dqnd__V1__Act *m = r->act;
+  int mc = dispatch_check_member(t, m->member, j, err, errlen);
+  if (mc) return mc;
   if (m->noisy && !t->cfg.noisy)
     return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), CODE_INVALID_ARGUMENT;
   if (m->count < 1 || m->count > LEARNER_MAX_ACT_STATES)
@@ -496,7 +563,7 @@ static void run_act(trainer_job_t *j) {
     return;
   }
   char err[512];
-  int rc = learner_act_checked(trainer_member(t, 0), (const float *)m->states.data, n, m->noisy, (int64_t)(m->episode & INT64_MAX), a, q, qv,
+  int rc = learner_act_checked(trainer_member(t, j->member), (const float *)m->states.data, n, m->noisy, (int64_t)(m->episode & INT64_MAX), a, q, qv,
                                err, sizeof err); /* check_act */
   if (rc) {
     trainer_note_error(t, rc, err);
@@ -524,12 +591,13 @@ static void run_act(trainer_job_t *j) {
 static int check_sync(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   float tau = r->sync_target->tau;
   if (!(tau >= 0 && tau <= 1)) return snprintf(err, errlen, "tau: %g is outside [0, 1]", (double)tau), CODE_INVALID_ARGUMENT;
-  return 0;
+  return dispatch_check_member(j->t, r->sync_target->member, j, err, errlen);
 }
 
 static void run_sync(trainer_job_t *j) {
   rpc_call_t *c = j->c;
-  int rc = learner_sync_target(trainer_member(j->t, 0), rpc_request(c)->sync_target->tau);
+  if (dispatch_member_diverged(j)) return;
+  int rc = learner_sync_target(trainer_member(j->t, j->member), rpc_request(c)->sync_target->tau);
   if (rc) rpc_reply_error(c, dispatch_learner_code(rc), "tau: rejected by the learner");
   else dispatch_reply_done(c);
 }
@@ -540,6 +608,8 @@ static void run_sync(trainer_job_t *j) {
  * have changed those), where the learner checks the combination again. */
 static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SetHyperparams *m = r->set_hyperparams;
+  int mc = dispatch_check_member(j->t, m->member, j, err, errlen);
+  if (mc) return mc;
   if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), CODE_INVALID_ARGUMENT;
   if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return CODE_INVALID_ARGUMENT;
   learner_config_default(&j->cfg);
@@ -570,10 +640,10 @@ static void run_hparams(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   learner_config_t now;
-  learner_get_hparams(trainer_member(t, 0), &now.hp);
+  learner_get_hparams(trainer_member(t, j->member), &now.hp);
   for (int i = 0; i < j->n_fields; i++) field_copy(&now, &j->cfg, j->fields[i]);
   char err[512];
-  int rc = learner_pop_set_hparams(t->p, 0, &now.hp, err, sizeof err); /* a diverged member trains again */
+  int rc = learner_pop_set_hparams(t->p, j->member, &now.hp, err, sizeof err); /* a diverged member trains again */
   if (rc) {
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
@@ -587,10 +657,14 @@ static void run_hparams(trainer_job_t *j) {
     log_info(t->name, "training resumes from its last good state");
   }
   trainer_snapshot(t, 1); /* the reply shows the new values */
-  dispatch_reply_trainer(c, t, 0);
+  dispatch_reply_member(c, t, j->member);
 }
 
-static void run_stats(trainer_job_t *j) { dispatch_reply_trainer(j->c, j->t, 0); }
+static int check_stats(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
+  return dispatch_check_member(j->t, r->get_stats->member, j, err, errlen);
+}
+
+static void run_stats(trainer_job_t *j) { dispatch_reply_member(j->c, j->t, j->member); }
 
 /* ------------------------------------------------------------------ table */
 
@@ -612,10 +686,12 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_fetch, dispatch_check_fetch,
                                                      dispatch_run_fetch},
     [DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT] = {F_ADMIN, name_load, dispatch_check_load, dispatch_run_load},
-    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, NULL, run_stats},
+    [DQND__V1__REQUEST__COMMAND_GET_STATS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_stats, check_stats, run_stats},
     [DQND__V1__REQUEST__COMMAND_LIST_CHECKPOINTS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_list_ckpt, NULL,
                                                      dispatch_run_list_checkpoints},
     [DQND__V1__REQUEST__COMMAND_CANCEL] = {F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
+    [DQND__V1__REQUEST__COMMAND_COPY_MEMBER] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_copy, dispatch_check_copy,
+                                                dispatch_run_copy},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

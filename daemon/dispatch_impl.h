@@ -1,7 +1,8 @@
 /*
- * dispatch_impl.h — what the command table (dispatch.c) and the checkpoint
- * commands (dispatch_ckpt.c) share: the request and reply types, the
- * replies every handler uses, and the checkpoint handlers the table names.
+ * dispatch_impl.h — what the command table (dispatch.c), the checkpoint
+ * commands (dispatch_ckpt.c) and the population's (dispatch_member.c) share:
+ * the request and reply types, the replies every handler uses, and the
+ * handlers the table names.
  */
 #ifndef DQND_DISPATCH_IMPL_H
 #define DQND_DISPATCH_IMPL_H
@@ -36,6 +37,10 @@ void dispatch_reply_done(rpc_call_t *c);
 /* the gRPC code of a LEARNER_E* status */
 int dispatch_learner_code(int rc);
 void dispatch_reply_trainer(rpc_call_t *c, trainer_t *t, int created);
+/* TrainerInfo with member i's stats and hyperparameters, read from its
+ * learner (worker only); for member 0 of a trainer of one, the snapshot's
+ * (dispatch_reply_trainer) */
+void dispatch_reply_member(rpc_call_t *c, trainer_t *t, int member);
 void dispatch_reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info);
 learner_backend_t dispatch_parse_backend(const char *b, int *ok);
 
@@ -47,5 +52,16 @@ void dispatch_run_fetch(trainer_job_t *j);
 int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
 void dispatch_run_load(trainer_job_t *j);
 void dispatch_run_swap(trainer_job_t *j);
+
+/* A population's members (dispatch_member.c). The member a request names:
+ * 0, or INVALID_ARGUMENT naming it ("member: 3 is outside [0, 3)"); kept in
+ * j->member. */
+int dispatch_check_member(const trainer_t *t, uint32_t member, trainer_job_t *j, char *err, size_t errlen);
+/* Worker: 1 (the call answered FAILED_PRECONDITION) when j->member of a
+ * population of more than one diverged and the command would train it
+ * (SubmitTransitions, SyncTarget); else 0 */
+int dispatch_member_diverged(trainer_job_t *j);
+int dispatch_check_copy(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_copy(trainer_job_t *j);
 
 #endif

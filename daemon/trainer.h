@@ -100,6 +100,10 @@ struct trainer_job {
   const learner_field_t *fields[TRAINER_JOB_MAX_FIELDS]; /* SetHyperparams: the fields given, in cfg */
   int n_fields;
   learner_transitions_t tr;    /* SubmitTransitions: the checked arrays (they point into the request) */
+  int member;                  /* the member a command names (checked against the population) */
+  int population;              /* CreateTrainer: members (1 when not given) */
+  learner_pop_factor_t factors[TRAINER_JOB_MAX_FIELDS]; /* CopyMember: field names are learner_fields' */
+  int n_factors;
 };
 
 /* A zeroed job; t's reference (if any) passes to it. NULL: out of memory
