@@ -21,12 +21,15 @@
 
 enum { P = 3 };
 
-static int create(dqnd_client_t *c, const char *name, int population, uint64_t seed, Dqnd__V1__Reply **rep) {
+/* small_fields with this seed, and the replay's capacity when cap is given */
+static int create_cap(dqnd_client_t *c, const char *name, int population, uint64_t seed, const char *cap,
+                      Dqnd__V1__Reply **rep) {
   Dqnd__V1__Field f[32], *fp[32];
   char seedf[40];
   int n = 0;
   for (int i = 0; i < N_SMALL; i++) {
     if (!strncmp(small_fields[i], "seed=", 5)) continue;
+    if (cap && !strncmp(small_fields[i], "replay_capacity=", 16)) continue;
     char *eq = strchr(small_fields[i], '=');
     static char names[32][40];
     snprintf(names[n], sizeof names[n], "%.*s", (int)(eq - small_fields[i]), small_fields[i]);
@@ -36,11 +39,19 @@ static int create(dqnd_client_t *c, const char *name, int population, uint64_t s
   snprintf(seedf, sizeof seedf, "%llu", (unsigned long long)seed);
   dqnd__v1__field__init(&f[n]);
   f[n].name = "seed", f[n].value = seedf, fp[n] = &f[n], n++;
+  if (cap) {
+    dqnd__v1__field__init(&f[n]);
+    f[n].name = "replay_capacity", f[n].value = (char *)cap, fp[n] = &f[n], n++;
+  }
   Dqnd__V1__CreateTrainer m = DQND__V1__CREATE_TRAINER__INIT;
   m.name = (char *)name, m.config = fp, m.n_config = (size_t)n, m.backend = "cpu", m.population = (uint32_t)population;
   Dqnd__V1__Request r = DQND__V1__REQUEST__INIT;
   r.command_case = DQND__V1__REQUEST__COMMAND_CREATE_TRAINER, r.create_trainer = &m;
   return dqnd_call(c, &r, rep);
+}
+
+static int create(dqnd_client_t *c, const char *name, int population, uint64_t seed, Dqnd__V1__Reply **rep) {
+  return create_cap(c, name, population, seed, NULL, rep);
 }
 
 static int submit_member(dqnd_client_t *c, const char *name, int member, const batch_t *b) {
@@ -152,6 +163,11 @@ START_TEST(test_population_over_the_wire) {
   FREE(rep);
   ck_assert_int_eq(create(c, "big", 1025, 42, &rep), 3);
   ck_assert_str_eq(dqnd_last_error(c), "population: 1025 is outside [1, 1024]");
+  FREE(rep);
+  /* a population that cannot fit: refused before anything is allocated */
+  ck_assert_int_eq(create_cap(c, "huge", 1024, 42, "2147483648", &rep), 8);
+  ck_assert_msg(strstr(dqnd_last_error(c), "population: ") && strstr(dqnd_last_error(c), "replay_capacity"), "%s",
+                dqnd_last_error(c));
   FREE(rep);
   /* the lone twins: seed 42 + i */
   for (int i = 0; i < P; i++) {

@@ -1,6 +1,7 @@
 /*
  * test-population.c — populations (kernels/population.h, docs/population.md)
- * on the CPU. The oracle is the lone learner: a member trained in a
+ * on the CPU, and built again as test-gpu-population (POP_TEST_CUDA) on
+ * CUDA, where each member is a CUDA learner. The oracle is the lone learner: a member trained in a
  * population (its seed, hyperparameters, data and calls) saves the same
  * bytes as a learner trained alone the same way, whatever the other members
  * do; exploit/explore is checked against the sections of the members' own
@@ -15,6 +16,12 @@
 #include "learner.h"
 #include "population.h"
 #include "testutil.h"
+#ifdef POP_TEST_CUDA
+#include "gpu_testutil.h"
+#define BE LEARNER_BACKEND_CUDA
+#else
+#define BE LEARNER_BACKEND_CPU
+#endif
 
 enum { N = 3 };
 
@@ -97,7 +104,7 @@ static void lone_twin(const learner_config_t *c, int i, membuf_t *out) {
   mc.seed = c->seed + (uint64_t)i;
   learner_t *l;
   char err[256];
-  ck_assert_msg(learner_create(&mc, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&mc, BE, &l, err, sizeof err) == 0, "%s", err);
   learner_stats_t st;
   history_part(l, i, 0);
   ck_assert_int_eq(learner_step(l, 4, &st, err, sizeof err), 0);
@@ -110,7 +117,7 @@ static void lone_twin(const learner_config_t *c, int i, membuf_t *out) {
 static learner_pop_t *trained_pop(const learner_config_t *c) {
   learner_pop_t *p;
   char err[256];
-  ck_assert_msg(learner_pop_create(c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_create(c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
   learner_stats_t st[N];
   for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 0);
   ck_assert_msg(learner_pop_step_until(p, 4, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
@@ -146,7 +153,7 @@ START_TEST(test_member_is_its_lone_twin) {
   ck_assert_int_eq((long long)f.n, (long long)(off + 16));
   ck_assert_int_eq(memcmp(f.p + off, "DQNDPEND", 8), 0);
   learner_pop_t *q;
-  ck_assert_msg(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_load(mem_read, &f, BE, &q, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_pop_size(q), N);
   membuf_t g = {0};
   ck_assert_msg(learner_pop_save(q, 1, mem_write, &g, err, sizeof err) == 0, "%s", err);
@@ -179,7 +186,7 @@ START_TEST(test_population_of_one) {
   const learner_config_t c = config(0);
   learner_pop_t *p;
   char err[256];
-  ck_assert_msg(learner_pop_create(&c, 1, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_create(&c, 1, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
   feed(learner_pop_member(p, 0), 20, 9);
   ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, NULL, NULL, err, sizeof err), 0);
   membuf_t f = {0}, m;
@@ -187,7 +194,7 @@ START_TEST(test_population_of_one) {
   save_to(learner_pop_member(p, 0), &m);
   ck_assert_msg(same_bytes(&f, &m), "a population of one saves %zu bytes, its learner %zu", f.n, m.n);
   learner_pop_t *q;
-  ck_assert_msg(learner_pop_load(mem_read, &m, LEARNER_BACKEND_CPU, &q, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_load(mem_read, &m, BE, &q, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_pop_size(q), 1);
   membuf_t g = {0};
   ck_assert_int_eq(learner_pop_save(q, 1, mem_write, &g, err, sizeof err), 0);
@@ -205,7 +212,7 @@ START_TEST(test_member_diverges_alone) {
   c.noisy = 0, c.prioritized = 0;
   learner_pop_t *p;
   char err[256];
-  ck_assert_msg(learner_pop_create(&c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_create(&c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
   learner_hparams_t wild;
   learner_get_hparams(learner_pop_member(p, 1), &wild);
   wild.lr = 10, wild.weight_decay = 10;
@@ -231,7 +238,7 @@ START_TEST(test_member_diverges_alone) {
     learner_config_t mc = c;
     mc.seed = c.seed + (uint64_t)i;
     learner_t *l;
-    ck_assert_int_eq(learner_create(&mc, LEARNER_BACKEND_CPU, &l, err, sizeof err), 0);
+    ck_assert_int_eq(learner_create(&mc, BE, &l, err, sizeof err), 0);
     feed(l, 40, 300 + (uint64_t)i);
     if (i == 1) ck_assert_int_eq(learner_set_hparams(l, &wild, err, sizeof err), 0);
     learner_stats_t ls;
@@ -359,13 +366,13 @@ START_TEST(test_bad_input) {
   const learner_config_t c = config(0);
   char err[256];
   learner_pop_t *p;
-  ck_assert_int_eq(learner_pop_create(&c, 0, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_int_eq(learner_pop_create(&c, 0, NULL, BE, &p, err, sizeof err), LEARNER_EINVAL);
   ck_assert_str_eq(err, "population: 0 is outside [1, 1024]");
   learner_config_t big = c;
   big.replay_capacity = 1 << 30;
-  ck_assert_int_eq(learner_pop_create(&big, 1000, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err), LEARNER_ENOMEM);
+  ck_assert_int_eq(learner_pop_create(&big, 1000, NULL, BE, &p, err, sizeof err), LEARNER_ENOMEM);
   ck_assert_msg(strstr(err, "population: ") && strstr(err, "replay_capacity"), "%s", err);
-  ck_assert_msg(learner_pop_create(&c, N, NULL, LEARNER_BACKEND_CPU, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_create(&c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_pop_check_member(p, 3, err, sizeof err), LEARNER_EINVAL);
   ck_assert_str_eq(err, "member: 3 is outside [0, 3)");
   ck_assert_int_eq(learner_pop_check_member(p, -1, err, sizeof err), LEARNER_EINVAL);
@@ -403,16 +410,16 @@ START_TEST(test_bad_input) {
   learner_pop_t *q;
   for (size_t cut = 0; cut < f.n; cut += f.n / 97 + 1) {
     membuf_t t = {f.p, cut, cut, 0};
-    ck_assert_msg(learner_pop_load(mem_read, &t, LEARNER_BACKEND_CPU, &q, err, sizeof err) < 0, "cut at %zu", cut);
+    ck_assert_msg(learner_pop_load(mem_read, &t, BE, &q, err, sizeof err) < 0, "cut at %zu", cut);
     ck_assert_ptr_null(q);
   }
   f.p[f.n - 8] ^= 1; /* the count after the end marker */
   f.pos = 0;
-  ck_assert_int_eq(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_int_eq(learner_pop_load(mem_read, &f, BE, &q, err, sizeof err), LEARNER_ECORRUPT);
   ck_assert_str_eq(err, "state: bad population end marker");
   f.p[f.n - 8] ^= 1;
   f.p[16] = 1, f.pos = 0; /* a population of one in the header */
-  ck_assert_int_eq(learner_pop_load(mem_read, &f, LEARNER_BACKEND_CPU, &q, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_int_eq(learner_pop_load(mem_read, &f, BE, &q, err, sizeof err), LEARNER_ECORRUPT);
   ck_assert_msg(strstr(err, "a population of 1 members"), "%s", err);
   free(before.p), free(after.p), free(f.p);
   learner_pop_destroy(p);
@@ -420,8 +427,11 @@ START_TEST(test_bad_input) {
 END_TEST
 
 int main(void) {
+#ifdef POP_TEST_CUDA
+  tu_gpu_or_skip();
+#endif
   Suite *s = suite_create("population");
-  TCase *tc = tcase_create("cpu");
+  TCase *tc = tcase_create(BE == LEARNER_BACKEND_CPU ? "cpu" : "cuda");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_member_is_its_lone_twin, 0, 2);
   tcase_add_test(tc, test_population_of_one);
