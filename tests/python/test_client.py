@@ -149,6 +149,45 @@ class ClientTest(unittest.TestCase):
             self.assertIsNone(c.destroy_trainer("copy2"))
             self.code(5, c.stats, "copy", needle="no trainer 'copy'")
 
+    def test_population(self):
+        """a population of 3 from Python: each member trains as a lone
+        trainer of its seed (stats and Q, bit for bit); copy_member; bad
+        member indices refused before sending or by the daemon"""
+        with self.client() as c:
+            t = c.create_trainer("popy", SMALL, population=3)
+            self.assertEqual((t["population"], t["member"]), (3, 0))
+            seed = int(SMALL["seed"]) if "seed" in SMALL else int(t["config"]["seed"])
+            for i in range(3):
+                c.create_trainer(f"popy-lone{i}", dict(SMALL, seed=seed + i))
+                b = batch(30 + 10 * i, 40 + i)
+                c.submit("popy", **b, member=i)
+                c.submit(f"popy-lone{i}", **b)
+            c.set_hyperparams("popy", member=1, lr=0.02)
+            c.set_hyperparams("popy-lone1", lr=0.02)
+            r = c.step("popy", 4)
+            self.assertEqual(len(r["members"]), 3)
+            self.assertEqual(r["diverged"], [])
+            states = batch(5, 99)["states"]
+            for i in range(3):
+                lone = c.step(f"popy-lone{i}", 4)
+                self.assertEqual(r["members"][i]["loss_last"], lone["loss_last"])  # same bits through float32
+                self.assertEqual(r["members"][i]["step"], 4)
+                a1, q1 = c.act("popy", states, q=True, member=i)
+                a2, q2 = c.act(f"popy-lone{i}", states, q=True)
+                np.testing.assert_array_equal(a1, a2)
+                for x, y in zip(q1, q2):
+                    np.testing.assert_array_equal(x, y)
+            info = c.trainer_info("popy", member=2)
+            self.assertEqual((info["member"], info["config"]["seed"]), (2, str(seed + 2)))
+            d = c.copy_member("popy", 2, 1, lr=0.5)
+            self.assertEqual(np.float32(d["config"]["lr"]), np.float32(float(np.float32(0.02)) * 0.5))
+            self.assertEqual(d["stats"]["step"], 4)
+            self.code(3, c.submit, "popy", **batch(5, 1), member=3, needle="member: 3 is outside [0, 3)")
+            self.code(3, c.stats, "popy", member=-1, needle="member: -1 is not an integer")
+            self.code(3, c.copy_member, "popy", 1, 1, needle="dst: 1 is src too")
+            self.code(3, c.copy_member, "popy", 2, 0, lr=float("nan"), needle="factors: lr = nan")
+            self.code(3, c.create_trainer, "popz", SMALL, population=0, needle="population: 0 is not")
+
     def test_bad_inputs(self):
         with self.client() as c:
             c.create_trainer("bad", SMALL)

@@ -172,7 +172,15 @@ def _stats(s):
 def _info(t):
     return {"name": t.name, "backend": t.backend, "state": t.state, "queued": t.queued, "created": t.created,
             "config": {f.name: f.value for f in t.config}, "config_hash": t.config_hash,
-            "stats": _stats(t.stats), "state_dim": t.state_dim, "branches": list(t.branches)}
+            "stats": _stats(t.stats), "state_dim": t.state_dim, "branches": list(t.branches),
+            "population": t.population or 1, "member": t.member}
+
+
+def _member(member):
+    """a population's member index, checked before anything is sent"""
+    if isinstance(member, bool) or not isinstance(member, (int, np.integer)) or not 0 <= int(member) < 1 << 32:
+        raise _bad("member", f"{member!r} is not an integer in [0, 2^32)")
+    return int(member)
 
 
 def _ckpt(c):
@@ -302,10 +310,14 @@ class Client:
         r = self._call("server_info", pb.ServerInfo()).server_info
         return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
 
-    def create_trainer(self, name, config=None, backend=None):
+    def create_trainer(self, name, config=None, backend=None, population=1):
         """config: {field: value} (dqnctl fields lists them); values as text or
-        numbers; branches as "9,3,3" or a list. Returns the trainer's info;
+        numbers; branches as "9,3,3" or a list. population: N members of that
+        config, member i seeded seed + i (docs/population.md); the commands
+        about one member take member=i. Returns the trainer's info;
         info["created"] is False when it existed with the same config."""
+        if isinstance(population, bool) or not isinstance(population, (int, np.integer)) or not 1 <= population <= 1024:
+            raise _bad("population", f"{population!r} is not an integer in [1, 1024]")
         fields = []
         for k, v in (config or {}).items():
             if isinstance(v, (list, tuple)):
@@ -313,7 +325,8 @@ class Client:
             elif isinstance(v, bool):
                 v = int(v)
             fields.append(pb.Field(name=str(k), value=str(v)))
-        r = self._call("create_trainer", pb.CreateTrainer(name=name, config=fields, backend=backend or ""))
+        r = self._call("create_trainer", pb.CreateTrainer(name=name, config=fields, backend=backend or "",
+                                                          population=int(population)))
         info = _info(r.trainer)
         self._shapes[name] = (info["state_dim"], info["branches"])
         return info
@@ -327,19 +340,24 @@ class Client:
     def list_trainers(self):
         return [_info(t) for t in self._call("list_trainers", pb.ListTrainers()).list.trainers]
 
-    def trainer_info(self, name):
-        return _info(self._call("get_stats", pb.GetStats(name=name)).trainer)
+    def trainer_info(self, name, member=0):
+        """the trainer's info; in a population, member's (its seed and
+        hyperparameters in config, its stats)"""
+        return _info(self._call("get_stats", pb.GetStats(name=name, member=_member(member))).trainer)
 
-    def stats(self, name):
-        return self.trainer_info(name)["stats"]
+    def stats(self, name, member=0):
+        return self.trainer_info(name, member)["stats"]
 
-    def submit(self, name, states, actions, rewards, next_states, dones, episode_ids=None, episode_ends=None):
+    def submit(self, name, states, actions, rewards, next_states, dones, episode_ids=None, episode_ends=None,
+               member=0):
         """states, next_states [n, state_dim] float; actions [n] flat joint
         actions (first branch most significant) or [n, branches] per-branch
         indices, integer; rewards [n] float; dones [n] 0/1; episode_ids [n]
         integer (optional); episode_ends [n] 0/1 (optional): 1 where an
         episode ends truncated (an episode also ends where done is 1; HER and
-        n-step use the episodes). Returns the replay's size after it."""
+        n-step use the episodes); member: a population's member. Returns the
+        replay's size after it."""
+        member = _member(member)
         S, branches = self._shape(name)
         s = _floats("states", states, (None, S))
         n = s.shape[0]
@@ -366,7 +384,7 @@ class Client:
             raise _bad("dones", "every flag must be 0 or 1")
         m = pb.SubmitTransitions(name=name, count=n, states=s.tobytes(), next_states=s2.tobytes(),
                                  actions=np.ascontiguousarray(a, dtype="<i4").tobytes(), rewards=r.tobytes(),
-                                 dones=np.ascontiguousarray(d, dtype=np.uint8).tobytes())
+                                 dones=np.ascontiguousarray(d, dtype=np.uint8).tobytes(), member=member)
         if episode_ids is not None:
             e = _ints("episode_ids", episode_ids, n)
             if e.shape != (n,):
@@ -410,6 +428,9 @@ class Client:
         out = _stats(r.stats)
         out["stopped"] = bool(r.stopped)
         out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""
+        if len(r.members):  # a population: every member's stats, and the diverged ones
+            out["members"] = [_stats(m) for m in r.members]
+            out["diverged"] = list(r.diverged)
         return out
 
     def cancel(self, name, request_id=0):
@@ -436,20 +457,21 @@ class Client:
             return f"left as it was: the Cancel did not get through either ({e})"
         return "already over on the daemon" if found == "none" else "cancelled on the daemon"
 
-    def act(self, name, states, noisy=False, q=False, episode=0, q_var=False):
+    def act(self, name, states, noisy=False, q=False, episode=0, q_var=False, member=0):
         """Greedy (or noisy) flat joint actions for states [n, state_dim]:
         int32 [n]; with q=True also each branch's Q values (the mean over
         ensemble heads), a list of float32 [n, n_d] arrays; with q_var=True
         too, a third item: their variance over heads in the same layout.
         episode: the episode the states belong to (act_select=thompson acts
-        with that episode's head)."""
+        with that episode's head); member: a population's member."""
+        member = _member(member)
         S, branches = self._shape(name)
         s = _floats("states", states, (None, S))
         if not isinstance(episode, (int, np.integer)) or not 0 <= int(episode) < 1 << 63:
             raise _bad("episode", f"{episode!r} is not an integer in [0, 2^63)")
         q = bool(q or q_var)
         r = self._call("act", pb.Act(name=name, count=s.shape[0], states=s.tobytes(), noisy=bool(noisy),
-                                     want_q=q, episode=int(episode))).act
+                                     want_q=q, episode=int(episode), member=member)).act
         n = s.shape[0]
         if len(r.actions) != 4 * n or (q and len(r.q) != 4 * n * sum(branches)):
             # another client recreated the trainer with other shapes: ask again
@@ -471,16 +493,32 @@ class Client:
             return acts, split(r.q), split(r.q_var)
         return acts, split(r.q)
 
-    def sync_target(self, name, tau=0.0):
+    def sync_target(self, name, tau=0.0, member=0):
         """tau = 0: hard copy; else target = tau x online + (1 - tau) x target."""
-        self._call("sync_target", pb.SyncTarget(name=name, tau=float(tau)))
+        self._call("sync_target", pb.SyncTarget(name=name, tau=float(tau), member=_member(member)))
 
-    def set_hyperparams(self, name, **fields):
-        """set_hyperparams("t", lr=1e-4, gamma=0.98): all or nothing."""
+    def set_hyperparams(self, name, member=0, **fields):
+        """set_hyperparams("t", lr=1e-4, gamma=0.98): all or nothing;
+        member: a population's member."""
+        member = _member(member)
         if not fields:
             raise _bad("hparams", "no fields given")
         hp = [pb.Field(name=k, value=str(v)) for k, v in fields.items()]
-        return _info(self._call("set_hyperparams", pb.SetHyperparams(name=name, hparams=hp)).trainer)
+        return _info(self._call("set_hyperparams", pb.SetHyperparams(name=name, hparams=hp, member=member)).trainer)
+
+    def copy_member(self, name, dst, src, with_replay=False, **factors):
+        """Exploit and explore in a population: member dst becomes a copy of
+        member src (network, Adam moments, counters; its replay too with
+        with_replay), keeps its seed, and takes src's hyperparameters, each
+        float one named in factors multiplied by its factor:
+        copy_member("pop", 3, 0, lr=0.8). Returns dst's info."""
+        f = []
+        for k, v in factors.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+                raise _bad("factors", f"{k} = {v!r} is not a finite number")
+            f.append(pb.Field(name=k, value=repr(float(v))))
+        m = pb.CopyMember(name=name, dst=_member(dst), src=_member(src), with_replay=bool(with_replay), factors=f)
+        return _info(self._call("copy_member", m).trainer)
 
     def save_checkpoint(self, name, with_replay=False):
         return _ckpt(self._call("save_checkpoint", pb.SaveCheckpoint(name=name, with_replay=bool(with_replay))).checkpoint)
