@@ -37,6 +37,10 @@ static int check_field(const cli_spec_t *sp, cli_args_t *out, const char *arg) {
     }
     return usage_err(sp, "%s: unknown config field%s; dqnctl fields lists them", name, "");
   }
+  if (sp->fields == CLI_FACTOR_FIELD && (!f->hparam || f->type != LCF_FLOAT)) {
+    fprintf(stderr, "%s: %s: not a float hyperparameter (a factor scales one of those)\n", sp->cmd, name);
+    return -1;
+  }
   if (sp->fields == CLI_HPARAM_FIELD && !f->hparam) {
     fprintf(stderr, "%s: %s: fixed when the trainer is created (it changes a shape or the replay); "
                     "dqnctl fields shows which fields may change\n", sp->cmd, name);
@@ -45,6 +49,13 @@ static int check_field(const cli_spec_t *sp, cli_args_t *out, const char *arg) {
   for (int i = 0; i < out->nfields; i++) {
     size_t k = strcspn(out->fields[i], "=");
     if (k == strlen(name) && !strncmp(out->fields[i], name, k)) return usage_err(sp, "%s: given twice%s", name, "");
+  }
+  double factor;
+  if (sp->fields == CLI_FACTOR_FIELD) {
+    if (cli_float(sp->cmd, name, eq + 1, -1e300, 1e300, &factor)) return -1;
+    if (out->nfields == CLI_MAX_FIELDS) return usage_err(sp, "more than %s fields%s", "128", "");
+    out->fields[out->nfields++] = arg;
+    return 0;
   }
   learner_config_t scratch;
   learner_config_default(&scratch);

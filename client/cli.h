@@ -15,7 +15,9 @@
 #define CLI_MAX_POS 4
 #define CLI_MAX_FIELDS 128
 
-enum { CLI_NO_FIELDS = 0, CLI_ANY_FIELD = 1, CLI_HPARAM_FIELD = 2 };
+/* CLI_FACTOR_FIELD: a float hyperparameter's name and a finite number, its
+ * factor (copy-member) */
+enum { CLI_NO_FIELDS = 0, CLI_ANY_FIELD = 1, CLI_HPARAM_FIELD = 2, CLI_FACTOR_FIELD = 3 };
 
 typedef struct cli_opt {
   const char *name;    /* "--tau", "-o" */

@@ -35,7 +35,7 @@ static const char *usage_text =
     "  info                                version, backend, device, limits\n"
     "  list                                trainers and their stats\n"
     "  fields                              learner config fields: type, bounds, default, when they may change\n"
-    "  create NAME [field=value ...] [--backend cpu|cuda|auto]\n"
+    "  create NAME [field=value ...] [--backend cpu|cuda|auto] [--population N]\n"
     "  destroy NAME [--save]               (--save writes a final checkpoint first and prints where)\n"
     "  submit NAME --states S.npy --actions A.npy --rewards R.npy --next-states S2.npy --dones D.npy\n"
     "              [--episode-ids E.npy] [--episode-ends T.npy]   (dqnctl submit --help: dtypes, shapes)\n"
@@ -49,6 +49,8 @@ static const char *usage_text =
     "  fetch NAME -o FILE [--checkpoint ID] download a checkpoint (newest by default; ID as printed)\n"
     "  load NAME (--path DAEMON_PATH | --file LOCAL_FILE) [--create] [--backend B]\n"
     "  inspect FILE                        a .dqnd checkpoint's header, config and sections (local)\n"
+    "  copy-member NAME DST SRC [field=factor ...] [--with-replay]\n"
+    "                                      a population's exploit and explore: member DST becomes SRC's copy\n"
     "  demo [--name NAME] [--env meanrev|deepsea|bitflip] [--backend B] [field=value ...]\n"
     "                                      train a built-in environment on a new trainer\n"
     "\n"
@@ -63,6 +65,8 @@ static const char *usage_text =
     "                  this client's PEM certificate and key, for a daemon with\n"
     "                  tls-verify-clients (default: DQND_TLS_CERT, DQND_TLS_KEY)\n"
     "  --tls-server-name N  the name the daemon's certificate must carry (default: the URL's host)\n"
+    "  --member I      a population's member: what submit, act, sync, set and stats address\n"
+    "                  (default 0; docs/population.md)\n"
     "  --json          machine-readable output\n"
     "  --version, --help\n"
     "\n"
@@ -193,10 +197,32 @@ static int cmd_fields(ctx_t *x, const cli_args_t *a) {
 
 static int cmd_create(ctx_t *x, const cli_args_t *a) {
   int created = 0;
-  int rc = dqnd_create_trainer(x->c, a->pos[0], a->fields, a->nfields, opt(x, a, "--backend"), &created);
+  long long pop = 1;
+  const char *ps = opt(x, a, "--population");
+  if (ps && cli_int("dqnctl create", "--population", ps, 1, LEARNER_MAX_POPULATION, &pop)) return EXIT_USAGE;
+  int rc = dqnd_create_population(x->c, a->pos[0], a->fields, a->nfields, opt(x, a, "--backend"), (int)pop, &created);
   if (rc) return fail_rc(x, rc);
-  if (x->json) print_json(json_pack("{s:s, s:b}", "name", a->pos[0], "created", created));
+  if (x->json) print_json(json_pack("{s:s, s:b, s:I}", "name", a->pos[0], "created", created, "population", pop));
+  else if (pop > 1)
+    printf("%s: %s (a population of %lld)\n", a->pos[0], created ? "created" : "exists with the same config", pop);
   else printf("%s: %s\n", a->pos[0], created ? "created" : "exists with the same config");
+  return EXIT_OK;
+}
+
+static int cmd_copy_member(ctx_t *x, const cli_args_t *a) {
+  long long dst, src;
+  if (cli_int("dqnctl copy-member", "DST", a->pos[1], 0, LEARNER_MAX_POPULATION - 1, &dst) ||
+      cli_int("dqnctl copy-member", "SRC", a->pos[2], 0, LEARNER_MAX_POPULATION - 1, &src))
+    return EXIT_USAGE;
+  const int with_replay = opt(x, a, "--with-replay") != NULL;
+  int rc = dqnd_copy_member(x->c, a->pos[0], (uint32_t)dst, (uint32_t)src, with_replay, a->fields, a->nfields);
+  if (rc) return fail_rc(x, rc);
+  if (x->json)
+    print_json(json_pack("{s:s, s:I, s:I, s:b, s:i}", "name", a->pos[0], "dst", dst, "src", src, "with_replay",
+                         with_replay, "factors", a->nfields));
+  else
+    printf("%s: member %lld copied from member %lld%s, %d hyperparameter%s scaled\n", a->pos[0], dst, src,
+           with_replay ? " with its replay" : "", a->nfields, a->nfields == 1 ? "" : "s");
   return EXIT_OK;
 }
 
@@ -426,7 +452,11 @@ static int cmd_load(ctx_t *x, const cli_args_t *a) {
 /* ---------------------------------------------------------------- table */
 
 static const cli_opt_t o_none[] = {{NULL, NULL, NULL}};
-static const cli_opt_t o_create[] = {{"--backend", "B", "cpu, cuda or auto (default: the daemon's)"}, {NULL, NULL, NULL}};
+static const cli_opt_t o_create[] = {{"--backend", "B", "cpu, cuda or auto (default: the daemon's)"},
+                                     {"--population", "N", "N members of this config, member i seeded seed + i (default 1)"},
+                                     {NULL, NULL, NULL}};
+static const cli_opt_t o_copy[] = {{"--with-replay", NULL, "copy SRC's replay too (else DST keeps its own)"},
+                                   {NULL, NULL, NULL}};
 static const cli_opt_t o_destroy[] = {{"--save", NULL, "write a final checkpoint first and print where it went"},
                                       {NULL, NULL, NULL}};
 static const cli_opt_t o_submit[] = {{"--states", "S.npy", "[n, state_dim] float"},
@@ -509,6 +539,11 @@ static const cmd_t cmds[] = {
     {"checkpoints", cmd_checkpoints, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_none, NULL},
     {"fetch", cmd_fetch, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_fetch, NULL},
     {"load", cmd_load, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_load, NULL},
+    {"copy-member", cmd_copy_member, 1, 3, 3, "NAME DST SRC", CLI_FACTOR_FIELD, o_copy,
+     "In a population (create --population N): member DST becomes a copy of member SRC (online and\n"
+     "target parameters, prior heads, Adam moments, counters; its replay too with --with-replay),\n"
+     "keeps its own seed, and takes SRC's hyperparameters, each named one multiplied by its factor\n"
+     "(lr=0.8: 0.8 x SRC's lr). Nothing but the command goes over the wire.\n"},
     {"inspect", cmd_inspect, 0, 1, 1, "FILE", CLI_NO_FIELDS, o_none,
      "Checks every section's CRC32C; exit 4 when the file fails a check.\n"},
     {"demo", cmd_demo, 1, 0, 0, "", CLI_ANY_FIELD, o_demo,
@@ -525,7 +560,10 @@ static cli_spec_t cur_spec;
 
 static void cmd_help(const cmd_t *c, FILE *f) {
   fprintf(f, "usage: dqnctl %s%s%s%s%s\n", c->name, c->pos_names[0] ? " " : "", c->pos_names,
-          c->fields == CLI_ANY_FIELD ? " [field=value ...]" : (c->fields == CLI_HPARAM_FIELD ? " field=value ..." : ""),
+          c->fields == CLI_ANY_FIELD      ? " [field=value ...]"
+          : c->fields == CLI_HPARAM_FIELD ? " field=value ..."
+          : c->fields == CLI_FACTOR_FIELD ? " [field=factor ...]"
+                                          : "",
           c->opts[0].name ? " [options]" : "");
   if (c->opts[0].name) cli_print_opts(f, c->opts);
   if (c->help) fprintf(f, "\n%s", c->help);
@@ -536,7 +574,7 @@ static void cmd_help(const cmd_t *c, FILE *f) {
  * too), 0: it is not one, -1: a usage error (printed). */
 typedef struct globals {
   char url[600];
-  long long timeout;
+  long long timeout, member;
   int json;
   const char *token;
   dqnd_tls_opts_t tls;
@@ -546,7 +584,7 @@ static int global_opt(int argc, char **argv, int *i, globals_t *g) {
   const char *o = argv[*i];
   if (!strcmp(o, "--json")) return g->json = 1, 1;
   if (strcmp(o, "--url") && strcmp(o, "--timeout") && strcmp(o, "--token") && strcmp(o, "--tls-ca") &&
-      strcmp(o, "--tls-cert") && strcmp(o, "--tls-key") && strcmp(o, "--tls-server-name"))
+      strcmp(o, "--tls-cert") && strcmp(o, "--tls-key") && strcmp(o, "--tls-server-name") && strcmp(o, "--member"))
     return 0;
   if (*i + 1 >= argc) return fprintf(stderr, "dqnctl: %s needs a value (dqnctl --help)\n", o), -1;
   const char *v = argv[++*i];
@@ -556,7 +594,9 @@ static int global_opt(int argc, char **argv, int *i, globals_t *g) {
   else if (!strcmp(o, "--tls-cert")) g->tls.cert = v;
   else if (!strcmp(o, "--tls-key")) g->tls.key = v;
   else if (!strcmp(o, "--tls-server-name")) g->tls.server_name = v;
-  else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &g->timeout)) return -1;
+  else if (!strcmp(o, "--member")) {
+    if (cli_int("dqnctl", "--member", v, 0, LEARNER_MAX_POPULATION - 1, &g->member)) return -1;
+  } else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &g->timeout)) return -1;
   return 1;
 }
 
@@ -638,6 +678,7 @@ int main(int argc, char **argv) {
       return rc == DQND_EINVAL ? EXIT_USAGE : EXIT_TRANSPORT; /* EINVAL: the URL or a TLS option */
     }
     if (g.token) dqnd_set_token(x.c, g.token);
+    dqnd_use_member(x.c, (uint32_t)g.member);
   }
   int rc = cur_cmd->fn(&x, &args);
   dqnd_close(x.c);

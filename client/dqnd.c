@@ -26,6 +26,7 @@ struct dqnd_client {
   char err[1024];
   char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
   uint64_t instance;           /* the daemon's Reply.instance, from the first reply (0: none yet) */
+  uint32_t member;             /* dqnd_use_member */
 };
 
 static int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
@@ -324,6 +325,14 @@ static void fields_free(fields_t *f) {
 
 int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
                         const char *backend, int *created) {
+  return dqnd_create_population(c, name, fields, n_fields, backend, 1, created);
+}
+
+void dqnd_use_member(dqnd_client_t *c, uint32_t member) { c->member = member; }
+
+int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
+                           const char *backend, int population, int *created) {
+  if (population < 1) return seterr(c, DQND_EINVAL, "population: %d is below 1", population);
   fields_t fl;
   int rc = fields_make(c, fields, n_fields, &fl);
   if (rc) {
@@ -335,6 +344,7 @@ int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *f
   m.n_config = (size_t)n_fields;
   m.config = fl.p;
   m.backend = (char *)(backend ? backend : "");
+  m.population = population == 1 ? 0 : (uint32_t)population; /* 0: a daemon from before populations takes it too */
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_CREATE_TRAINER;
   req.create_trainer = &m;
@@ -366,6 +376,7 @@ int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqn
 int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *out) {
   Dqnd__V1__GetStats m = DQND__V1__GET_STATS__INIT;
   m.name = (char *)name;
+  m.member = c->member;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_GET_STATS;
   req.get_stats = &m;
@@ -390,6 +401,8 @@ int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *o
       }
       for (size_t i = 0; i < t->n_config; i++)
         if (!strcmp(t->config[i]->name, "noisy")) out->noisy = !strcmp(t->config[i]->value, "1");
+      out->population = t->population > 1 ? (int)(t->population > 1024 ? 1024 : t->population) : 1;
+      out->member = (int)(t->member < 1024 ? t->member : 1023);
       stats_from_pb(t->stats, &out->stats);
     }
   }
@@ -434,6 +447,7 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
   m.actions = (ProtobufCBinaryData){n * 4, (uint8_t *)t->actions};
   m.rewards = (ProtobufCBinaryData){n * 4, (uint8_t *)t->rewards};
   m.dones = (ProtobufCBinaryData){n, (uint8_t *)t->dones};
+  m.member = c->member;
   if (t->episode_ids) m.episode_ids = (ProtobufCBinaryData){n * 8, (uint8_t *)t->episode_ids};
   if (t->episode_ends) m.episode_ends = (ProtobufCBinaryData){n, (uint8_t *)t->episode_ends};
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
@@ -515,6 +529,7 @@ int dqnd_act_episode(dqnd_client_t *c, const char *name, const float *states, in
   m.noisy = noisy;
   m.want_q = q != NULL;
   m.episode = episode;
+  m.member = c->member;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_ACT;
   req.act = &m;
@@ -546,6 +561,7 @@ int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau) {
   Dqnd__V1__SyncTarget m = DQND__V1__SYNC_TARGET__INIT;
   m.name = (char *)name;
   m.tau = tau;
+  m.member = c->member;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SYNC_TARGET;
   req.sync_target = &m;
@@ -560,9 +576,29 @@ int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fiel
     m.name = (char *)name;
     m.n_hparams = (size_t)n_fields;
     m.hparams = fl.p;
+    m.member = c->member;
     Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
     req.command_case = DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS;
     req.set_hyperparams = &m;
+    rc = call_simple(c, &req);
+  }
+  fields_free(&fl);
+  return rc;
+}
+
+int dqnd_copy_member(dqnd_client_t *c, const char *name, uint32_t dst, uint32_t src, int with_replay,
+                     const char *const *factors, int n_factors) {
+  fields_t fl;
+  int rc = fields_make(c, factors, n_factors, &fl);
+  if (!rc) {
+    Dqnd__V1__CopyMember m = DQND__V1__COPY_MEMBER__INIT;
+    m.name = (char *)name;
+    m.dst = dst, m.src = src, m.with_replay = with_replay;
+    m.n_factors = (size_t)n_factors;
+    m.factors = fl.p;
+    Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+    req.command_case = DQND__V1__REQUEST__COMMAND_COPY_MEMBER;
+    req.copy_member = &m;
     rc = call_simple(c, &req);
   }
   fields_free(&fl);

@@ -84,6 +84,8 @@ typedef struct dqnd_trainer_info {
   int n_branches;
   int branches[LEARNER_MAX_BRANCHES];
   int noisy;         /* created with NoisyNet layers */
+  int population;    /* members (1: a trainer of one) */
+  int member;        /* whose stats these are */
   learner_stats_t stats;
 } dqnd_trainer_info_t;
 
@@ -92,6 +94,20 @@ int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s);
  * *created (optional): 1 new, 0 it existed with the same config. */
 int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
                         const char *backend, int *created);
+/* Populations (docs/population.md): dqnd_create_trainer with `population`
+ * members (1: a trainer of one), member i seeded the config's seed + i. */
+int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
+                           const char *backend, int population, int *created);
+/* The member the calls about one member address from now on (dqnd_submit,
+ * dqnd_act*, dqnd_sync_target, dqnd_set_hparams, dqnd_trainer_info,
+ * dqnd_get_stats); 0 by default, as for a trainer of one. */
+void dqnd_use_member(dqnd_client_t *c, uint32_t member);
+/* Exploit and explore: member dst becomes a copy of member src (network,
+ * Adam moments, counters; its replay too with with_replay), keeps its seed,
+ * and takes src's hyperparameters, each named in factors ("lr=0.8" strings)
+ * multiplied by that factor. */
+int dqnd_copy_member(dqnd_client_t *c, const char *name, uint32_t dst, uint32_t src, int with_replay,
+                     const char *const *factors, int n_factors);
 /* save_final: write a checkpoint first; *saved (optional) receives where it went. */
 int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqnd_checkpoint_t *saved);
 int dqnd_trainer_info(dqnd_client_t *c, const char *name, dqnd_trainer_info_t *out);

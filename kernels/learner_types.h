@@ -27,6 +27,7 @@ extern "C" {
 #define LEARNER_MAX_ENSEMBLE 16 /* ensemble_k's bound (docs/learner.md, "Ensemble heads") */
 #define LEARNER_MAX_STEPS 1000000       /* steps one learner_step call (one Step command) runs at most */
 #define LEARNER_MAX_ACT_STATES (1 << 20) /* states one Act takes at most */
+#define LEARNER_MAX_POPULATION 1024    /* members of one population (population.h) at most */
 
 enum learner_status {
   LEARNER_OK = 0,

@@ -24,8 +24,7 @@
 extern "C" {
 #endif
 
-/* The most members a population may have. */
-#define LEARNER_MAX_POPULATION 1024
+/* The most members a population may have: LEARNER_MAX_POPULATION (learner_types.h). */
 
 typedef struct learner_pop learner_pop_t;
 

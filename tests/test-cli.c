@@ -577,6 +577,57 @@ START_TEST(test_help_version_fields) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ populations */
+
+/* create --population, the global --member on submit, set and stats, and
+ * copy-member, against libdqnd's view of each member */
+START_TEST(test_population_commands) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  char out[8192], args[3000], p[5][400];
+  snprintf(args, sizeof args, "create pop --population 3 %s", plain_fields);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "pop: created (a population of 3)"), "%s", out);
+  batch_t b;
+  make_batch(&b, 30, 4);
+  write_batch(&d, &b, "m", p);
+  snprintf(args, sizeof args, "--member 1 submit pop --states %s --next-states %s --actions %s --rewards %s --dones %s",
+           p[0], p[1], p[2], p[3], p[4]);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  ck_assert_int_eq(run_ctl(&d, "set pop lr=0.02 --member 2", out, sizeof out), 0);
+  dqnd_client_t *c = connect_to(&d);
+  dqnd_trainer_info_t ti;
+  for (uint32_t m = 0; m < 3; m++) {
+    dqnd_use_member(c, m);
+    ck_assert_int_eq(dqnd_trainer_info(c, "pop", &ti), 0);
+    ck_assert_int_eq(ti.population, 3);
+    ck_assert_int_eq(ti.member, (int)m);
+    ck_assert_int_eq((int)ti.stats.replay_size, m == 1 ? 30 : 0);
+  }
+  /* member 0 takes member 1's replay, and half member 2's lr: read back through --json stats and libdqnd */
+  ck_assert_int_eq(run_ctl(&d, "copy-member pop 0 1 --with-replay", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "member 0 copied from member 1 with its replay, 0 hyperparameters scaled"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "--json --member 0 stats pop", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "\"replay_size\": 30"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "copy-member pop 1 2 lr=0.5", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "member 1 copied from member 2, 1 hyperparameter scaled"), "%s", out);
+  dqnd_use_member(c, 1); /* its own replay kept */
+  ck_assert_int_eq(dqnd_trainer_info(c, "pop", &ti), 0);
+  ck_assert_int_eq((int)ti.stats.replay_size, 30);
+  dqnd_close(c);
+  /* refusals: a bad member, factor or population */
+  ck_assert_int_eq(run_ctl(&d, "--member 3 stats pop", out, sizeof out), 1);
+  ck_assert_msg(strstr(out, "member: 3 is outside [0, 3)"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "copy-member pop 1 2 n_step=2", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "n_step: not a float hyperparameter"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "copy-member pop 1 1", out, sizeof out), 1);
+  ck_assert_msg(strstr(out, "dst: 1 is src too"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "create q --population 1025", out, sizeof out), 2);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("cli");
@@ -590,6 +641,7 @@ int main(void) {
   tcase_add_test(tc, test_submit_formats);
   tcase_add_test(tc, test_help_version_fields);
   tcase_add_test(tc, test_npy_shape_beyond_the_file);
+  tcase_add_test(tc, test_population_commands);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
