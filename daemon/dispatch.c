@@ -427,7 +427,7 @@ static void run_submit(trainer_job_t *j) {
   r.result_case = DQND__V1__REPLY__RESULT_SUBMIT;
   r.submit = &sr;
   dispatch_reply_ok(c, &r); /* frees the request (j->tr with it); the driver goes on streaming while this worker trains */
-  trainer_train_continuous(t, inserted, st.replay_size);
+  trainer_train_continuous(t, j->member, inserted, st.replay_size);
 }
 
 static int check_step(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {

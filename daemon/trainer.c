@@ -39,6 +39,7 @@ int trainer_name_ok(const char *name) {
 
 static void trainer_free(trainer_t *t) {
   learner_pop_destroy(t->p);
+  free(t->train_credit);
   workq_free(&t->q);
   pthread_mutex_destroy(&t->mu);
   pthread_mutex_destroy(&t->run_mu);
@@ -123,6 +124,12 @@ int trainer_register(server_t *s, const char *name, learner_pop_t *p, const lear
   t->srv = s;
   snprintf(t->name, sizeof t->name, "%s", name);
   snprintf(t->dir, sizeof t->dir, "%s", dir);
+  t->train_credit = calloc((size_t)learner_pop_size(p), sizeof *t->train_credit);
+  if (!t->train_credit) {
+    free(t);
+    snprintf(err, errlen, "out of memory");
+    return CODE_INTERNAL;
+  }
   t->p = p;
   t->population = learner_pop_size(p);
   t->backend = learner_backend(l);
@@ -149,6 +156,7 @@ int trainer_register(server_t *s, const char *name, learner_pop_t *p, const lear
     pthread_mutex_unlock(&s->reg_mu);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->run_mu);
+    free(t->train_credit);
     free(t);
     return code;
   }
@@ -334,45 +342,40 @@ void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
 
 /* The rate limit: the owed steps run right after the submit, on this worker,
  * so later commands queue behind them. Fractions carry over. */
-void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size) {
+void trainer_train_continuous(trainer_t *t, int member, uint32_t inserted, int64_t replay_size) {
   learner_hparams_t hp;
-  learner_get_hparams(trainer_member(t, 0), &hp);
+  learner_get_hparams(trainer_member(t, member), &hp);
   if (!(hp.samples_per_insert > 0)) return;
   int batch = t->cfg.batch;
   if (replay_size < batch || replay_size < hp.min_replay) return;
-  t->train_credit += (double)hp.samples_per_insert * inserted / batch;
+  double *credit = &t->train_credit[member];
+  *credit += (double)hp.samples_per_insert * inserted / batch;
   /* one learner_step call takes at most LEARNER_MAX_STEPS steps: a backlog past
    * that (samples_per_insert 1e6 at batch 1, say) is dropped with a warning,
    * not cast to an int that overflows (a review find) nor left to grow */
-  int n = t->train_credit >= LEARNER_MAX_STEPS ? LEARNER_MAX_STEPS : (int)t->train_credit;
+  int n = *credit >= LEARNER_MAX_STEPS ? LEARNER_MAX_STEPS : (int)*credit;
   if (n <= 0) return;
-  t->train_credit -= n;
-  if (t->train_credit >= 1.0) {
+  *credit -= n;
+  if (*credit >= 1.0) {
     log_warn(t->name, "continuous training: %.0f owed steps dropped (samples_per_insert %g x %u inserted / batch %d "
-             "owes more than %d a submit)", floor(t->train_credit), (double)hp.samples_per_insert, inserted, batch,
+             "owes more than %d a submit)", floor(*credit), (double)hp.samples_per_insert, inserted, batch,
              LEARNER_MAX_STEPS);
-    t->train_credit -= floor(t->train_credit);
+    *credit -= floor(*credit);
   }
   char err[512];
-  learner_stats_t *st = calloc((size_t)t->population, sizeof *st);
-  if (!st) {
-    log_warn(t->name, "continuous training: out of memory");
-    return;
-  }
-  if (trainer_long_begin(t, 0, 0, err, sizeof err)) { /* shutting down: the final save comes next */
-    free(st);
-    return;
-  }
+  learner_stats_t st = {0};
+  if (trainer_long_begin(t, 0, 0, err, sizeof err)) return; /* shutting down: the final save comes next */
   double t0 = now_s();
-  int rc = learner_pop_step_until(t->p, n, NULL, st, NULL, err, sizeof err);
+  int rc = learner_pop_step_member(t->p, member, n, NULL, &st, err, sizeof err);
   const int why = trainer_long_end(t);
-  int64_t ran = 0;
-  for (int i = 0; i < t->population; i++) ran += st[i].steps_run;
-  free(st);
-  metrics_steps((int)ran, now_s() - t0); /* the steps applied, also when a later one failed */
-  if (rc == LEARNER_EDIVERGED) {
+  metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
+  int all_diverged = 1;
+  for (int i = 0; i < t->population; i++) all_diverged &= learner_pop_diverged(t->p, i);
+  if (rc == LEARNER_EDIVERGED && all_diverged) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
+  } else if (rc == LEARNER_EDIVERGED) {
+    log_warn(t->name, "continuous training: %s (skipped until SetHyperparams or CopyMember names it)", err);
   } else if (rc == LEARNER_ESTOPPED) {
     log_info(t->name, "continuous training: %s (%s)", err, why == TRAINER_STOP_SHUTDOWN ? "shutdown" : "cancelled");
   } else if (rc) {

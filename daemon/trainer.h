@@ -34,7 +34,7 @@ struct trainer {
   int diverged;          /* the error is a divergence: the learner holds its last good state */
   double last_active;
   int removed;
-  double train_credit; /* continuous training: steps owed (worker only) */
+  double *train_credit; /* continuous training: steps owed to each member (worker only) */
   /* stopping long work (trainer_long_begin .. trainer_cancel): under run_mu */
   pthread_mutex_t run_mu;
   int running;           /* a Step or continuous training runs now */
@@ -140,9 +140,10 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err);
  * training and LoadCheckpoint replaces the state. msg receives the reply's
  * text (what diverged, where the good state went). */
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n);
-/* Continuous training after a submit: steps owed accrue as
- * samples_per_insert x inserted / batch and are paid now, on the worker. */
-void trainer_train_continuous(trainer_t *t, uint32_t inserted, int64_t replay_size);
+/* Continuous training after a submit to a member: steps owed to it accrue
+ * as its samples_per_insert x inserted / batch and are paid now, on the
+ * worker, by that member alone (as a lone trainer of its own would). */
+void trainer_train_continuous(trainer_t *t, int member, uint32_t inserted, int64_t replay_size);
 
 /* --------------------------------------------------- stopping long work
  * A Step (and continuous training) runs learner_step_until between

@@ -202,6 +202,30 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
   return result;
 }
 
+int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop, learner_stats_t *st, char *err,
+                            size_t errlen) {
+  int rc = learner_pop_check_member(p, i, err, errlen);
+  if (rc) return rc;
+  if (n < 0 || n > LEARNER_MAX_STEPS) {
+    seterr(err, errlen, "n: %d is outside [0, %d]", n, LEARNER_MAX_STEPS);
+    return LEARNER_EINVAL;
+  }
+  if (p->diverged[i]) {
+    seterr(err, errlen, "diverged earlier: not stepped");
+    prefix_member(err, errlen, p->n, i);
+    return LEARNER_EDIVERGED;
+  }
+  learner_t *m = p->m[i];
+  learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  learner_stats_t ms;
+  rc = m->ops->step(m->impl, n, &ctl, &ms, err, errlen);
+  if (st) *st = ms;
+  if (stop) stop->why = ctl.why;
+  if (rc == LEARNER_EDIVERGED) p->diverged[i] = 1;
+  if (rc) prefix_member(err, errlen, p->n, i);
+  return rc;
+}
+
 /* which registered sections a member's copy carries */
 static int section_copied(const state_section_t *s, const learner_config_t *c, int with_replay) {
   if (s->replay && !with_replay) return 0;

@@ -59,6 +59,12 @@ int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t 
  * (optional, N entries) receives each member's code (0 when not called). */
 int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
                            size_t errlen);
+/* Member i alone, n steps (continuous training after a submit to it), with
+ * the population's stop flag and divergence rule: a diverged member is not
+ * stepped (LEARNER_EDIVERGED at once, nothing run); one that diverges now is
+ * marked. */
+int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop, learner_stats_t *st, char *err,
+                            size_t errlen);
 /* The population's stop flag: any thread may set it nonzero; the caller
  * clears it before a step it wants to run. */
 volatile int *learner_pop_stop_flag(learner_pop_t *p);

@@ -7,7 +7,8 @@
  * bit), and the population's checkpoint is the lone trainers' checkpoints
  * between its header and end marker. Bad member indices, copies and
  * populations are refused with their codes; a member that diverges stops
- * alone; a restarted daemon restores the population.
+ * alone; continuous training trains the member submitted to; a restarted
+ * daemon restores the population.
  */
 #include <check.h>
 #include <math.h>
@@ -82,6 +83,19 @@ static int set_lr(dqnd_client_t *c, const char *name, int member, const char *lr
   Dqnd__V1__Request r = DQND__V1__REQUEST__INIT;
   r.command_case = DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS, r.set_hyperparams = &m;
   return dqnd_call(c, &r, rep);
+}
+
+static int set_field(dqnd_client_t *c, const char *name, int member, const char *field, const char *value) {
+  Dqnd__V1__Field f = DQND__V1__FIELD__INIT, *fp = &f;
+  f.name = (char *)field, f.value = (char *)value;
+  Dqnd__V1__SetHyperparams m = DQND__V1__SET_HYPERPARAMS__INIT;
+  m.name = (char *)name, m.hparams = &fp, m.n_hparams = 1, m.member = (uint32_t)member;
+  Dqnd__V1__Request r = DQND__V1__REQUEST__INIT;
+  r.command_case = DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS, r.set_hyperparams = &m;
+  Dqnd__V1__Reply *rep = NULL;
+  int rc = dqnd_call(c, &r, &rep);
+  dqnd_reply_free(rep);
+  return rc;
 }
 
 static int step(dqnd_client_t *c, const char *name, int n, Dqnd__V1__Reply **rep) {
@@ -296,6 +310,17 @@ START_TEST(test_population_over_the_wire) {
   ck_assert_int_eq(pr->step->members[1]->step, 38);
   FREE(pr);
 
+  /* continuous training: a submit to member 2 trains member 2 alone (16
+   * transitions x samples_per_insert 1 / batch 8 = 2 steps) */
+  OK(set_field(c, "pop", 2, "samples_per_insert", "1"));
+  make_batch(b, 16, 77);
+  OK(submit_member(c, "pop", 2, b));
+  for (int i = 0; i < P; i++) {
+    OK(stats(c, "pop", i, &rep));
+    ck_assert_int_eq(rep->trainer->stats->step, i == 2 ? 40 : 38);
+    FREE(rep);
+  }
+
   /* a restart restores the population */
   OK(dqnd_save_checkpoint(c, "pop", 0, &pk));
   dqnd_close(c);
@@ -304,7 +329,7 @@ START_TEST(test_population_over_the_wire) {
   c = connect_to(&d);
   OK(stats(c, "pop", 2, &rep));
   ck_assert_int_eq(rep->trainer->population, P);
-  ck_assert_int_eq(rep->trainer->stats->step, 38);
+  ck_assert_int_eq(rep->trainer->stats->step, 40);
   ck_assert_str_eq(field(rep->trainer, "seed"), "44");
   FREE(rep);
   ck_assert_int_eq(stats(c, "pop", 3, &rep), 3);
