@@ -314,54 +314,38 @@ static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, c
 
 typedef struct {
   json_t *arr;
+  uint64_t base; /* the state's offset in the file (a population's member) */
 } walk_t;
 
 static void on_section(void *p, const learner_state_section_t *s) {
   walk_t *w = p;
+  const unsigned long long off = (unsigned long long)(w->base + s->offset);
   if (w->arr)
     json_array_append_new(w->arr, json_pack("{s:i, s:s, s:I, s:I, s:b}", "tag", (int)s->tag, "name", s->name, "offset",
-                                            (json_int_t)s->offset, "bytes", (json_int_t)s->len, "crc_ok", s->crc_ok));
+                                            (json_int_t)off, "bytes", (json_int_t)s->len, "crc_ok", s->crc_ok));
   else
-    printf("  %-10llu %-4u %-22s %-12llu %s\n", (unsigned long long)s->offset, s->tag, s->name,
-           (unsigned long long)s->len, s->crc_ok ? "ok" : "BAD");
+    printf("  %-10llu %-4u %-22s %-12llu %s\n", off, s->tag, s->name, (unsigned long long)s->len,
+           s->crc_ok ? "ok" : "BAD");
 }
 
-int cmd_inspect(ctx_t *x, const cli_args_t *a) {
-  const char *path = a->pos[0];
-  FILE *f = fopen(path, "rb");
-  if (!f) return fprintf(stderr, "dqnctl inspect: cannot open %s\n", path), EXIT_LOCAL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  rewind(f);
+/* One learner state from f's position (at byte base of the file): its
+ * sections and config printed, or its JSON object in *out. 0, or -1 with err
+ * set (the state fails a check); *walked the bytes it spans. */
+static int inspect_state(ctx_t *x, FILE *f, uint64_t base, json_t **out, uint64_t *walked, char *err, size_t errlen) {
   learner_state_header_t *h = malloc(sizeof *h);
-  if (!h) {
-    fclose(f);
-    return EXIT_LOCAL;
-  }
-  walk_t w = {x->json ? json_array() : NULL};
-  if (!x->json) printf("%s: %ld bytes\nsections:\n  %-10s %-4s %-22s %-12s %s\n", path, size, "offset", "tag", "name",
-                       "bytes", "crc32c");
-  char err[300] = "";
-  int rc = learner_state_inspect(file_read, f, h, on_section, &w, err, sizeof err);
-  int trailing = rc == 0 && (long)h->bytes != size;
-  fclose(f);
+  if (!h) return snprintf(err, errlen, "out of memory"), -1;
+  walk_t w = {x->json ? json_array() : NULL, base};
+  if (!x->json) printf("sections:\n  %-10s %-4s %-22s %-12s %s\n", "offset", "tag", "name", "bytes", "crc32c");
+  int rc = learner_state_inspect(file_read, f, h, on_section, &w, err, errlen);
+  *walked = h->bytes;
   if (x->json) {
     /* the config text as read (it may not be UTF-8 in a damaged file) */
     json_t *cfg = json_stringn_nocheck(h->config_text, strlen(h->config_text));
-    json_t *j = json_pack("{s:s, s:I, s:i, s:i, s:b, s:o, s:s, s:o}", "file", path, "bytes", (json_int_t)size,
-                          "version", (int)h->version, "flags", (int)h->flags, "with_replay", (int)(h->flags & 1),
-                          "config", cfg, "error", rc ? err : (trailing ? "trailing bytes" : ""), "sections", w.arr);
-    if (!j) {
-      free(h);
-      fprintf(stderr, "dqnctl inspect: %s: cannot represent it as JSON\n", path);
-      return EXIT_LOCAL;
-    }
     char hash[17];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h->config_hash);
-    json_object_set_new(j, "config_hash", json_string(hash));
-    json_object_set_new(j, "config_hash_ok", json_boolean(h->hash_ok));
-    json_object_set_new(j, "config_ok", json_boolean(h->config_ok));
-    print_json(j);
+    *out = json_pack("{s:i, s:i, s:b, s:o, s:s, s:o, s:s, s:b, s:b}", "version", (int)h->version, "flags",
+                     (int)h->flags, "with_replay", (int)(h->flags & 1), "config", cfg, "error", rc ? err : "",
+                     "sections", w.arr, "config_hash", hash, "config_hash_ok", h->hash_ok, "config_ok", h->config_ok);
   } else {
     if (h->version)
       printf("format version %u, flags 0x%x (%s), config hash %016llx (%s)\n", h->version, h->flags,
@@ -376,6 +360,73 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
     }
   }
   free(h);
+  return rc ? -1 : 0;
+}
+
+static uint64_t le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* a learner's state, or a population's (docs/population.md): each member's */
+int cmd_inspect(ctx_t *x, const cli_args_t *a) {
+  const char *path = a->pos[0];
+  FILE *f = fopen(path, "rb");
+  if (!f) return fprintf(stderr, "dqnctl inspect: cannot open %s\n", path), EXIT_LOCAL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  rewind(f);
+  unsigned char hd[24];
+  const int pop = fread(hd, 1, sizeof hd, f) == sizeof hd && !memcmp(hd, "DQNDPOP", 8);
+  uint64_t n = pop ? le64(hd + 16) : 1, at = pop ? sizeof hd : 0;
+  char err[300] = "";
+  int rc = 0;
+  if (pop && (le64(hd + 8) != 1 || n < 2 || n > LEARNER_MAX_POPULATION))
+    snprintf(err, sizeof err, "population header: version %u, %llu members (this build reads version 1, 2 to %d)",
+             (unsigned)(hd[8] | hd[9] << 8), (unsigned long long)n, LEARNER_MAX_POPULATION), rc = -1, n = 0;
+  if (!pop) rewind(f);
+  json_t *members = x->json ? json_array() : NULL, *one = NULL;
+  if (!x->json) {
+    printf("%s: %ld bytes\n", path, size);
+    if (pop && !rc) printf("a population of %llu members\n", (unsigned long long)n);
+  }
+  for (uint64_t i = 0; !rc && i < n; i++) {
+    if (pop && !x->json) printf("member %llu, at byte %llu:\n", (unsigned long long)i, (unsigned long long)at);
+    uint64_t walked = 0;
+    json_t *m = NULL;
+    rc = inspect_state(x, f, at, &m, &walked, err, sizeof err);
+    at += walked;
+    if (m && pop) json_array_append_new(members, m);
+    else if (m) one = m;
+    if (rc && pop) {
+      char tmp[300];
+      snprintf(tmp, sizeof tmp, "%s", err);
+      snprintf(err, sizeof err, "member %llu: %.270s", (unsigned long long)i, tmp);
+    }
+  }
+  if (!rc && pop) {
+    unsigned char t[16];
+    if (fread(t, 1, sizeof t, f) != sizeof t || memcmp(t, "DQNDPEND", 8) || le64(t + 8) != n)
+      snprintf(err, sizeof err, "no population end marker after member %llu", (unsigned long long)(n - 1)), rc = -1;
+    else at += sizeof t;
+  }
+  fclose(f);
+  int trailing = rc == 0 && (long)at != size;
+  if (x->json) {
+    json_t *j = one ? one : json_object();
+    json_object_set_new(j, "file", json_string(path));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)size));
+    if (pop) {
+      json_object_set_new(j, "population", json_integer((json_int_t)n));
+      json_object_set_new(j, "members", members);
+    } else
+      json_decref(members);
+    if (rc || trailing) json_object_set_new(j, "error", json_string(rc ? err : "trailing bytes"));
+    if (!json_object_get(j, "error")) json_object_set_new(j, "error", json_string(""));
+    print_json(j);
+  } else
+    json_decref(members);
   if (rc || trailing) {
     fprintf(stderr, "dqnctl inspect: %s: %s\n", path, rc ? err : "trailing bytes after the end section");
     return EXIT_LOCAL;

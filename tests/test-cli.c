@@ -614,7 +614,37 @@ START_TEST(test_population_commands) {
   dqnd_use_member(c, 1); /* its own replay kept */
   ck_assert_int_eq(dqnd_trainer_info(c, "pop", &ti), 0);
   ck_assert_int_eq((int)ti.stats.replay_size, 30);
+  /* inspect walks every member of a population's checkpoint */
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "pop", 1, &ck), 0);
   dqnd_close(c);
+  snprintf(args, sizeof args, "inspect %s", ck.path);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "a population of 3 members") && strstr(out, "member 2, at byte ") &&
+                    strstr(out, "every check passed"),
+                "%s", out);
+  snprintf(args, sizeof args, "--json inspect %s", ck.path);
+  char *big = malloc(1 << 18);
+  ck_assert_int_eq(run_ctl(&d, args, big, 1 << 18), 0);
+  json_error_t je;
+  json_t *js = json_loads(big, 0, &je);
+  ck_assert_msg(js && json_integer_value(json_object_get(js, "population")) == 3 &&
+                    json_array_size(json_object_get(js, "members")) == 3,
+                "%.300s", big);
+  free(big);
+  json_decref(js);
+  size_t fn;
+  char *fb = read_file(ck.path, &fn), bad[500];
+  ck_assert_ptr_nonnull(fb);
+  fb[fn / 2] ^= 1; /* in member 1's sections */
+  snprintf(bad, sizeof bad, "%s/bad-pop.dqnd", d.dir);
+  FILE *bf = fopen(bad, "wb");
+  ck_assert_int_eq((int)fwrite(fb, 1, fn, bf), (int)fn);
+  fclose(bf);
+  free(fb);
+  snprintf(args, sizeof args, "inspect %s", bad);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 4);
+  ck_assert_msg(strstr(out, "BAD") && strstr(out, "member "), "%s", out);
   /* refusals: a bad member, factor or population */
   ck_assert_int_eq(run_ctl(&d, "--member 3 stats pop", out, sizeof out), 1);
   ck_assert_msg(strstr(out, "member: 3 is outside [0, 3)"), "%s", out);
