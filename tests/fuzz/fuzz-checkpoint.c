@@ -2,12 +2,13 @@
  * fuzz-checkpoint.c — libFuzzer harness over the checkpoint readers: every
  * input is a would-be checkpoint file, given to
  *   - learner_state_inspect (dqnctl inspect's walk),
- *   - learner_peek_config (the header and config section),
+ *   - learner_pop_peek (the header and member 0's config section),
  *   - ckpt_load_mem (LoadCheckpoint's uploaded bytes: learner_load from
  *     memory, trailing bytes refused) and
  *   - ckpt_load_file (LoadCheckpoint's path) on the same bytes in a file,
  * which must agree with each other: a header the peek refuses never loads
- * from memory, a file the memory loader accepts also walks clean, and the
+ * from memory, a learner's state the memory loader accepts also walks clean
+ * (a population's walk is dqnctl inspect's, member by member), and the
  * memory and file loaders accept the same inputs; a walk that succeeds
  * stays within the input. A state the memory loader accepts must then be
  * usable: Act answers, and when it holds a batch a training step runs, its
@@ -94,32 +95,34 @@ static int check(const uint8_t *data, size_t size) {
   if (!walk && r.pos > size) fail("inspect", "walked past the end");
   free(h);
 
-  /* 2. the header and config */
+  /* 2. the header and config (a population's: member 0's) */
   learner_config_t c;
-  int with_replay;
+  int with_replay, npop;
   r = (fuzz_reader_t){data, size, 0};
-  if (learner_peek_config(fuzz_read, &r, &c, &with_replay, err, sizeof err)) {
+  if (learner_pop_peek(fuzz_read, &r, &c, &npop, &with_replay, err, sizeof err)) {
     /* nothing loads either */
-    learner_t *l = NULL;
+    learner_pop_t *l = NULL;
     if (!ckpt_load_mem(data, size, LEARNER_BACKEND_CPU, &l, err, sizeof err)) fail("a refused header loads", "");
     return 0;
   }
-  if (learner_memory_estimate(&c, LEARNER_BACKEND_CPU) > LEARNER_MAX_BYTES || learner_config_num_params(&c) > MAX_PARAMS) return -1;
+  if (learner_pop_memory_estimate(&c, npop, LEARNER_BACKEND_CPU) > LEARNER_MAX_BYTES ||
+      learner_config_num_params(&c) > MAX_PARAMS)
+    return -1;
 
   /* 3. the loaders: memory, then a file of the same bytes */
-  learner_t *lm = NULL, *lf = NULL;
+  learner_pop_t *lm = NULL, *lf = NULL;
   int rm = ckpt_load_mem(data, size, LEARNER_BACKEND_CPU, &lm, err, sizeof err);
   FILE *f = fopen(file_path, "wb");
   if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f)) fail("writing", file_path);
   int rf = ckpt_load_file(file_path, LEARNER_BACKEND_CPU, &lf, err, sizeof err);
   unlink(file_path);
   if ((rm == 0) != (rf == 0)) fail("the memory and file loaders disagree", err);
-  if (rm == 0 && walk != 0) fail("a state that loads does not walk clean", walk_err);
+  if (rm == 0 && npop == 1 && walk != 0) fail("a state that loads does not walk clean", walk_err);
   if (lm) {
-    use(lm);
-    learner_destroy(lm);
+    for (int i = 0; i < learner_pop_size(lm); i++) use(learner_pop_member(lm, i));
+    learner_pop_destroy(lm);
   }
-  learner_destroy(lf);
+  learner_pop_destroy(lf);
   return 0;
 }
 

@@ -89,13 +89,13 @@ static void run_stop(trainer_job_t *j) {
   trainer_stop(j->t, "stopped by the fuzz harness");
 }
 
-/* FUZZ_TRAINER's learner is replaced on its worker, like LoadCheckpoint's swap */
+/* FUZZ_TRAINER's population is replaced on its worker, like LoadCheckpoint's swap */
 static void run_reset(trainer_job_t *j) {
   trainer_t *t = j->t;
-  learner_destroy(t->l);
-  t->l = j->loaded;
+  learner_pop_destroy(t->p);
+  t->p = j->loaded;
   j->loaded = NULL;
-  t->train_credit = 0;
+  memset(t->train_credit, 0, sizeof *t->train_credit * (size_t)t->population);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0;
   pthread_mutex_unlock(&t->mu);
@@ -108,14 +108,14 @@ static void run_save(trainer_job_t *j) {
   if (trainer_save(j->t, 0, &info, err, sizeof err)) die(err);
 }
 
-static learner_t *base_learner(void) {
-  learner_t *l;
+static learner_pop_t *base_learner(void) {
+  learner_pop_t *l;
   char err[512];
   if (ckpt_load_mem(base_state, base_len, LEARNER_BACKEND_CPU, &l, err, sizeof err)) die(err);
   return l;
 }
 
-static void enqueue(trainer_t *t, trainer_job_fn fn, learner_t *loaded) {
+static void enqueue(trainer_t *t, trainer_job_fn fn, learner_pop_t *loaded) {
   trainer_job_t *j = trainer_job_new(&srv, t, NULL, fn);
   if (!j) die("out of memory");
   j->loaded = loaded;
@@ -126,7 +126,7 @@ static void enqueue(trainer_t *t, trainer_job_fn fn, learner_t *loaded) {
 static void register_base(int restoring) {
   trainer_t *t;
   char err[512];
-  learner_t *l = base_learner();
+  learner_pop_t *l = base_learner();
   if (trainer_register(&srv, FUZZ_TRAINER, l, &base_cfg, restoring, &t, err, sizeof err)) die(err);
   enqueue(t, run_save, NULL); /* takes the caller's reference */
 }
