@@ -201,8 +201,7 @@ START_TEST(test_golden_all) { golden_case("all"); }
 END_TEST
 
 int main(void) {
-  const char *gd = getenv("DQND_GOLDEN_DIR");
-  snprintf(golden_dir, sizeof golden_dir, "%s", gd ? gd : "tests/golden"); /* meson sets it; else run from the root */
+  snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
   Suite *s = suite_create("golden");
   TCase *tc = tcase_create("pytorch-autograd");
   tcase_add_test(tc, test_golden_small);

@@ -144,8 +144,7 @@ END_TEST
 
 int main(void) {
   tu_gpu_or_skip();
-  const char *gd = getenv("DQND_GOLDEN_DIR");
-  snprintf(golden_dir, sizeof golden_dir, "%s", gd ? gd : "tests/golden");
+  snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
   Suite *s = suite_create("gpu-golden");
   TCase *tc = tcase_create("pytorch-autograd");
   tcase_set_timeout(tc, 120);

@@ -170,8 +170,7 @@ START_TEST(test_layer_view) {
 END_TEST
 
 int main(void) {
-  const char *g = getenv("DQND_GOLDEN_DIR");
-  snprintf(gdir, sizeof gdir, "%s", g ? g : "../tests/golden");
+  snprintf(gdir, sizeof gdir, "%s", tu_golden_dir());
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("registry");
   tcase_add_test(tc, test_small);

@@ -474,8 +474,7 @@ START_TEST(test_k1_pinned_to_before_ensemble) {
   float *p;
   int64_t P;
   ck_assert_msg(k1_pin_train(_i, &p, &P, err, sizeof err) == 0, "%s", err);
-  const char *gd = getenv("DQND_GOLDEN_DIR");
-  ck_assert_msg(gd && *gd, "DQND_GOLDEN_DIR is not set");
+  const char *gd = tu_golden_dir();
   snprintf(path, sizeof path, "%s/k1pin/%s.f32", gd, k1_pin_names[_i]);
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f, "cannot open %s", path);
@@ -512,8 +511,7 @@ END_TEST
  * kernel sets' spread (K1_PIN_TOL / K1_PIN_ABS, as for the K = 1 pin). */
 #define OLD_CKPT_CORE "Haswell"
 static void read_golden(const char *name, membuf_t *m) {
-  const char *gd = getenv("DQND_GOLDEN_DIR");
-  ck_assert_msg(gd && *gd, "DQND_GOLDEN_DIR is not set");
+  const char *gd = tu_golden_dir();
   char path[1200];
   snprintf(path, sizeof path, "%s/ckpt-5e2309e/%s", gd, name);
   FILE *f = fopen(path, "rb");

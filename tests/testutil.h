@@ -16,6 +16,15 @@
 #include "philox.h"
 
 /* Runs a suite and returns main's exit status (check prints the summary line). */
+/* The golden files (tests/golden): $DQND_GOLDEN_DIR when set (meson test
+ * sets it), else the source tree's, whose path the build compiles in
+ * (DQND_GOLDEN_DEFAULT, tests/meson.build): a test binary run by hand, from
+ * any directory and under any OPENBLAS_CORETYPE, finds them too. */
+static inline const char *tu_golden_dir(void) {
+  const char *gd = getenv("DQND_GOLDEN_DIR");
+  return gd && *gd ? gd : DQND_GOLDEN_DEFAULT;
+}
+
 static inline int tu_run(Suite *s) {
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
