@@ -378,13 +378,14 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
   long size = ftell(f);
   rewind(f);
   unsigned char hd[24];
-  const int pop = fread(hd, 1, sizeof hd, f) == sizeof hd && !memcmp(hd, "DQNDPOP", 8);
+  const int pop = fread(hd, 1, sizeof hd, f) == sizeof hd && !memcmp(hd, LEARNER_POP_MAGIC, 8);
   uint64_t n = pop ? le64(hd + 16) : 1, at = pop ? sizeof hd : 0;
   char err[300] = "";
   int rc = 0;
-  if (pop && (le64(hd + 8) != 1 || n < 2 || n > LEARNER_MAX_POPULATION))
-    snprintf(err, sizeof err, "population header: version %u, %llu members (this build reads version 1, 2 to %d)",
-             (unsigned)(hd[8] | hd[9] << 8), (unsigned long long)n, LEARNER_MAX_POPULATION), rc = -1, n = 0;
+  if (pop && (le64(hd + 8) != LEARNER_POP_VERSION /* and flags 0 */ || n < 2 || n > LEARNER_MAX_POPULATION))
+    snprintf(err, sizeof err, "population header: version %u, %llu members (this build reads version %u, 2 to %d)",
+             (unsigned)(hd[8] | hd[9] << 8), (unsigned long long)n, LEARNER_POP_VERSION, LEARNER_MAX_POPULATION),
+        rc = -1, n = 0;
   if (!pop) rewind(f);
   json_t *members = x->json ? json_array() : NULL, *one = NULL;
   if (!x->json) {
@@ -407,7 +408,7 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
   }
   if (!rc && pop) {
     unsigned char t[16];
-    if (fread(t, 1, sizeof t, f) != sizeof t || memcmp(t, "DQNDPEND", 8) || le64(t + 8) != n)
+    if (fread(t, 1, sizeof t, f) != sizeof t || memcmp(t, LEARNER_POP_END, 8) || le64(t + 8) != n)
       snprintf(err, sizeof err, "no population end marker after member %llu", (unsigned long long)(n - 1)), rc = -1;
     else at += sizeof t;
   }

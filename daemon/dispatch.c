@@ -458,8 +458,8 @@ static void run_step(trainer_job_t *j) {
   const int why = trainer_long_end(t);
   const int P = t->population;
   int64_t ran = 0;
-  int n_div = 0;
-  for (int i = 0; i < P; i++) ran += sts[i].steps_run, n_div += learner_pop_diverged(t->p, i);
+  const int n_div = learner_pop_n_diverged(t->p);
+  for (int i = 0; i < P; i++) ran += sts[i].steps_run;
   metrics_steps((int)ran, now_s() - t0); /* the steps applied, also when a later one failed */
   if (rc == LEARNER_EDIVERGED && P > 1 && n_div < P) { /* the others trained on: an answer, not an error */
     log_warn(t->name, "%s; %d of %d members diverged (skipped until SetHyperparams or CopyMember)", err, n_div, P);

@@ -369,9 +369,7 @@ void trainer_train_continuous(trainer_t *t, int member, uint32_t inserted, int64
   int rc = learner_pop_step_member(t->p, member, n, NULL, &st, err, sizeof err);
   const int why = trainer_long_end(t);
   metrics_steps(st.steps_run, now_s() - t0); /* the steps applied, also when a later one failed */
-  int all_diverged = 1;
-  for (int i = 0; i < t->population; i++) all_diverged &= learner_pop_diverged(t->p, i);
-  if (rc == LEARNER_EDIVERGED && all_diverged) {
+  if (rc == LEARNER_EDIVERGED && learner_pop_n_diverged(t->p) == t->population) {
     char msg[1600];
     trainer_note_diverged(t, err, msg, sizeof msg);
   } else if (rc == LEARNER_EDIVERGED) {

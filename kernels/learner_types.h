@@ -210,6 +210,13 @@ typedef struct learner_stats {
 typedef int (*learner_write_fn)(void *ctx, const void *buf, size_t n);  /* 0 = ok */
 typedef int (*learner_read_fn)(void *ctx, void *buf, size_t n);         /* 0 = ok, all n bytes */
 
+/* A population's state (population.h, docs/population.md): LEARNER_POP_MAGIC
+ * (8 bytes with its NUL) u32 LEARNER_POP_VERSION u32 0 u64 N, N learner
+ * states, LEARNER_POP_END (8 bytes) u64 N. */
+#define LEARNER_POP_MAGIC "DQNDPOP"
+#define LEARNER_POP_VERSION 1u
+#define LEARNER_POP_END "DQNDPEND"
+
 /* Walks a serialised state without building a learner (dqnctl inspect): the
  * header, the config text, and each section's tag, place, length and CRC.
  * Returns 0 when every check passes; LEARNER_ECORRUPT (err says the first

@@ -50,24 +50,13 @@ int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t 
   int rc = check_n(n, err, errlen);
   if (rc) return rc;
   if (n == 1) return learner_memory_fits(c, be, err, errlen);
-  /* N members fit when N times one member's estimate does */
-  char one[512] = "";
-  rc = learner_memory_fits(c, be, one, sizeof one);
-  if (rc) {
-    seterr(err, errlen, "population: not even one member fits (%s)", one);
-    return rc;
-  }
-  int64_t need = learner_pop_memory_estimate(c, n, be);
-  int64_t free_b = learner_memory_available(be);
-  if (free_b >= 0 && need > free_b) {
-    seterr(err, errlen,
-           "population: %d members need ~%lld MB (each ~%lld MB: parameters, optimiser, a replay of %lld), %lld MB "
-           "are free: fewer members or a smaller replay_capacity",
-           n, (long long)(need >> 20), (long long)(learner_memory_estimate(c, be) >> 20),
-           (long long)c->replay_capacity, (long long)(free_b >> 20));
-    return LEARNER_ENOMEM;
-  }
-  return LEARNER_OK;
+  const int64_t one = learner_memory_estimate(c, be), need = (int64_t)n * one, free_b = learner_memory_available(be);
+  if (free_b < 0 || need <= free_b) return LEARNER_OK;
+  seterr(err, errlen,
+         "population: %d members need ~%lld MiB (each ~%lld MiB: parameters, optimiser, a replay of %lld), %lld MiB "
+         "are free: fewer members or a smaller replay_capacity",
+         n, (long long)(need >> 20), (long long)(one >> 20), (long long)c->replay_capacity, (long long)(free_b >> 20));
+  return LEARNER_ENOMEM;
 }
 
 static learner_pop_t *pop_alloc(int n) {
@@ -138,6 +127,20 @@ int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp
   return LEARNER_OK;
 }
 
+/* member i, n steps, under the population's one stop flag (a stop reaches
+ * the running member and, through the callers, keeps later ones from
+ * starting); marks it diverged when it diverges; err names the member */
+static int step_one(learner_pop_t *p, int i, int n, learner_stop_t *stop, learner_stats_t *st, char *err,
+                    size_t errlen) {
+  learner_t *m = p->m[i];
+  learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  int rc = m->ops->step(m->impl, n, &ctl, st, err, errlen);
+  if (stop) stop->why = ctl.why;
+  if (rc == LEARNER_EDIVERGED) p->diverged[i] = 1;
+  if (rc) prefix_member(err, errlen, p->n, i);
+  return rc;
+}
+
 int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
                            size_t errlen) {
   if (n < 0 || n > LEARNER_MAX_STEPS) {
@@ -161,42 +164,28 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
   int result = LEARNER_OK, first_div = -1, stopped = 0;
   char first_err[512] = "";
   for (int i = 0; i < p->n; i++) {
-    learner_t *m = p->m[i];
     if (p->diverged[i] || stopped) {
       if (st) {
-        learner_get_stats(m, &st[i]);
+        learner_get_stats(p->m[i], &st[i]);
         st[i].steps_run = 0;
       }
       continue;
     }
-    /* one flag for the whole population: a stop reaches the running member
-     * and keeps the later ones from starting */
-    learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
     char merr[512] = "";
     learner_stats_t ms;
-    int rc = m->ops->step(m->impl, n, &ctl, &ms, merr, sizeof merr);
+    int rc = step_one(p, i, n, stop, &ms, merr, sizeof merr);
     if (st) st[i] = ms;
     if (rcs) rcs[i] = rc;
     if (rc == LEARNER_EDIVERGED) {
-      p->diverged[i] = 1;
       if (first_div < 0) first_div = i, snprintf(first_err, sizeof first_err, "%s", merr);
-    } else if (rc == LEARNER_ESTOPPED) {
-      stopped = 1;
-      if (stop) stop->why = ctl.why;
-      result = LEARNER_ESTOPPED;
-      seterr(err, errlen, "%s", merr);
-      prefix_member(err, errlen, p->n, i);
     } else if (rc) {
       seterr(err, errlen, "%s", merr);
-      prefix_member(err, errlen, p->n, i);
-      return rc;
-    } else if (stop) {
-      stop->why = ctl.why;
+      if (rc != LEARNER_ESTOPPED) return rc;
+      stopped = 1, result = LEARNER_ESTOPPED;
     }
   }
   if (result == LEARNER_OK && first_div >= 0) {
     seterr(err, errlen, "%s", first_err);
-    prefix_member(err, errlen, p->n, first_div);
     result = LEARNER_EDIVERGED;
   }
   return result;
@@ -215,15 +204,16 @@ int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop
     prefix_member(err, errlen, p->n, i);
     return LEARNER_EDIVERGED;
   }
-  learner_t *m = p->m[i];
-  learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
   learner_stats_t ms;
-  rc = m->ops->step(m->impl, n, &ctl, &ms, err, errlen);
+  rc = step_one(p, i, n, stop, &ms, err, errlen);
   if (st) *st = ms;
-  if (stop) stop->why = ctl.why;
-  if (rc == LEARNER_EDIVERGED) p->diverged[i] = 1;
-  if (rc) prefix_member(err, errlen, p->n, i);
   return rc;
+}
+
+int learner_pop_n_diverged(const learner_pop_t *p) {
+  int k = 0;
+  for (int i = 0; i < p->n; i++) k += p->diverged[i];
+  return k;
 }
 
 /* which registered sections a member's copy carries */
@@ -303,18 +293,15 @@ int learner_pop_copy_member(learner_pop_t *p, int dst, int src, int with_replay,
   return LEARNER_OK;
 }
 
-static const char POP_MAGIC[8] = {'D', 'Q', 'N', 'D', 'P', 'O', 'P', 0};
-static const char POP_END[8] = {'D', 'Q', 'N', 'D', 'P', 'E', 'N', 'D'};
-static const char LRN_MAGIC[8] = {'D', 'Q', 'N', 'D', 'L', 'R', 'N', 0};
-#define POP_VERSION 1
+/* the magics and version: learner_types.h (LEARNER_POP_*) and state_format.h (STATE_MAGIC) */
 
 /* put_u32/put_u64/get_u32/get_u64: state_format.h's */
 
 int learner_pop_save(learner_pop_t *p, int with_replay, learner_write_fn w, void *ctx, char *err, size_t errlen) {
   if (p->n == 1) return learner_save(p->m[0], with_replay, w, ctx, err, errlen);
   unsigned char h[24];
-  memcpy(h, POP_MAGIC, 8);
-  put_u32(h + 8, POP_VERSION);
+  memcpy(h, LEARNER_POP_MAGIC, 8);
+  put_u32(h + 8, LEARNER_POP_VERSION);
   put_u32(h + 12, 0);
   put_u64(h + 16, (uint64_t)p->n);
   if (w(ctx, h, sizeof h)) {
@@ -329,7 +316,7 @@ int learner_pop_save(learner_pop_t *p, int with_replay, learner_write_fn w, void
     }
   }
   unsigned char t[16];
-  memcpy(t, POP_END, 8);
+  memcpy(t, LEARNER_POP_END, 8);
   put_u64(t + 8, (uint64_t)p->n);
   if (w(ctx, t, sizeof t)) {
     seterr(err, errlen, "state: write failed");
@@ -361,12 +348,12 @@ static int read_kind(pre_reader_t *pr, int *n, char *err, size_t errlen) {
     seterr(err, errlen, "state: read failed (truncated?)");
     return LEARNER_EIO;
   }
-  if (!memcmp(pr->pre, LRN_MAGIC, 8)) {
+  if (!memcmp(pr->pre, STATE_MAGIC, 8)) {
     pr->npre = 8, pr->used = 0;
     *n = 1;
     return 0;
   }
-  if (memcmp(pr->pre, POP_MAGIC, 8)) {
+  if (memcmp(pr->pre, LEARNER_POP_MAGIC, 8)) {
     seterr(err, errlen, "state: not a dqnd learner or population state (bad magic)");
     return LEARNER_ECORRUPT;
   }
@@ -375,9 +362,9 @@ static int read_kind(pre_reader_t *pr, int *n, char *err, size_t errlen) {
     seterr(err, errlen, "state: read failed (truncated?)");
     return LEARNER_EIO;
   }
-  if (get_u32(h) != POP_VERSION || get_u32(h + 4) != 0) {
-    seterr(err, errlen, "state: population format version %u (flags %u); this build reads version %d", get_u32(h),
-           get_u32(h + 4), POP_VERSION);
+  if (get_u32(h) != LEARNER_POP_VERSION || get_u32(h + 4) != 0) {
+    seterr(err, errlen, "state: population format version %u (flags %u); this build reads version %u", get_u32(h),
+           get_u32(h + 4), LEARNER_POP_VERSION);
     return LEARNER_ECORRUPT;
   }
   uint64_t m = get_u64(h + 8);
@@ -437,7 +424,7 @@ int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, le
     if (pr.r(pr.ctx, t, sizeof t)) {
       seterr(err, errlen, "state: read failed (truncated?): no population end marker");
       rc = LEARNER_EIO;
-    } else if (memcmp(t, POP_END, 8) || get_u64(t + 8) != (uint64_t)n) {
+    } else if (memcmp(t, LEARNER_POP_END, 8) || get_u64(t + 8) != (uint64_t)n) {
       seterr(err, errlen, "state: bad population end marker");
       rc = LEARNER_ECORRUPT;
     }

@@ -68,8 +68,9 @@ int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop
 /* The population's stop flag: any thread may set it nonzero; the caller
  * clears it before a step it wants to run. */
 volatile int *learner_pop_stop_flag(learner_pop_t *p);
-/* 1 when member i diverged (its steps are skipped), else 0. */
+/* 1 when member i diverged (its steps are skipped), else 0; how many have. */
 int learner_pop_diverged(const learner_pop_t *p, int i);
+int learner_pop_n_diverged(const learner_pop_t *p);
 /* Member i's hyperparameters (learner_set_hparams); a diverged member trains
  * again with them (the way out of a divergence that a too large lr caused). */
 int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp, char *err, size_t errlen);

@@ -16,6 +16,7 @@
 #include "learner.h"
 #include "population.h"
 #include "testutil.h"
+#include "feed.h"
 #ifdef POP_TEST_CUDA
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
@@ -44,27 +45,6 @@ static learner_config_t config(int which) {
   return c;
 }
 
-static void feed(learner_t *l, int n, uint64_t tag) {
-  const learner_config_t *c = learner_config(l);
-  const int S = c->state_dim, A = learner_config_joint_actions(c);
-  float *s = malloc(sizeof(float) * (size_t)(n * S)), *s2 = malloc(sizeof(float) * (size_t)(n * S));
-  float *r = malloc(sizeof(float) * (size_t)n);
-  int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
-  uint8_t *d = malloc((size_t)n);
-  double *u = malloc(sizeof(double) * (size_t)(3 * n));
-  tu_fill_uniform_f32(s, (int64_t)n * S, -1, 1, 3, tag);
-  tu_fill_uniform_f32(s2, (int64_t)n * S, -1, 1, 4, tag);
-  tu_fill_uniform_f64(u, 3 * n, 0, 1, 5, tag);
-  for (int i = 0; i < n; i++) {
-    a[i] = (int32_t)(u[i] * A);
-    r[i] = (float)(u[n + i] * 4 - 2);
-    d[i] = u[2 * n + i] < 0.2;
-  }
-  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
-  char err[256];
-  ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
-  free(s), free(s2), free(r), free(a), free(d), free(u);
-}
 
 static void save_to(learner_t *l, membuf_t *m) {
   char err[256];
@@ -92,9 +72,9 @@ static void history_part(learner_t *l, int i, int part) {
   int32_t act[2];
   if (part == 0) {
     member_hparams(l, i);
-    feed(l, 30 + 10 * i, 100 + (uint64_t)i);
+    tu_feed(l, 30 + 10 * i, 100 + (uint64_t)i);
   } else {
-    feed(l, 25, 200 + (uint64_t)i);
+    tu_feed(l, 25, 200 + (uint64_t)i);
     ck_assert_int_eq(learner_act_episode(l, s0, 1, 1, 7, act, NULL, NULL, err, sizeof err), 0);
   }
 }
@@ -187,7 +167,7 @@ START_TEST(test_population_of_one) {
   learner_pop_t *p;
   char err[256];
   ck_assert_msg(learner_pop_create(&c, 1, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
-  feed(learner_pop_member(p, 0), 20, 9);
+  tu_feed(learner_pop_member(p, 0), 20, 9);
   ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, NULL, NULL, err, sizeof err), 0);
   membuf_t f = {0}, m;
   ck_assert_int_eq(learner_pop_save(p, 1, mem_write, &f, err, sizeof err), 0);
@@ -216,7 +196,7 @@ START_TEST(test_member_diverges_alone) {
   learner_hparams_t wild;
   learner_get_hparams(learner_pop_member(p, 1), &wild);
   wild.lr = 10, wild.weight_decay = 10;
-  for (int i = 0; i < N; i++) feed(learner_pop_member(p, i), 40, 300 + (uint64_t)i);
+  for (int i = 0; i < N; i++) tu_feed(learner_pop_member(p, i), 40, 300 + (uint64_t)i);
   ck_assert_int_eq(learner_pop_set_hparams(p, 1, &wild, err, sizeof err), 0);
   learner_stats_t st[N];
   int rcs[N];
@@ -239,7 +219,7 @@ START_TEST(test_member_diverges_alone) {
     mc.seed = c.seed + (uint64_t)i;
     learner_t *l;
     ck_assert_int_eq(learner_create(&mc, BE, &l, err, sizeof err), 0);
-    feed(l, 40, 300 + (uint64_t)i);
+    tu_feed(l, 40, 300 + (uint64_t)i);
     if (i == 1) ck_assert_int_eq(learner_set_hparams(l, &wild, err, sizeof err), 0);
     learner_stats_t ls;
     ck_assert_int_eq(learner_step(l, 30, &ls, err, sizeof err), i == 1 ? LEARNER_EDIVERGED : 0);
@@ -379,14 +359,14 @@ START_TEST(test_bad_input) {
   ck_assert_ptr_null(learner_pop_member(p, 3));
   /* an empty member: nothing runs, the message names it */
   for (int i = 0; i < N; i++)
-    if (i != 1) feed(learner_pop_member(p, i), 20, 7);
+    if (i != 1) tu_feed(learner_pop_member(p, i), 20, 7);
   learner_stats_t st[N];
   ck_assert_int_eq(learner_pop_step_until(p, 2, NULL, st, NULL, err, sizeof err), LEARNER_EEMPTY);
   ck_assert_msg(strstr(err, "member 1: replay holds 0 transitions"), "%s", err);
   learner_stats_t s0;
   ck_assert_int_eq(learner_get_stats(learner_pop_member(p, 0), &s0), 0);
   ck_assert_int_eq((long long)s0.step, 0);
-  feed(learner_pop_member(p, 1), 20, 8);
+  tu_feed(learner_pop_member(p, 1), 20, 8);
   /* copies that cannot be */
   membuf_t before;
   save_to(learner_pop_member(p, 2), &before);

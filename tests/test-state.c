@@ -34,6 +34,7 @@
 #include "philox.h"
 #include "replay.h"
 #include "testutil.h"
+#include "feed.h"
 #include "act_rows.h"
 #include "k1_pin.h"
 #include "stop_check.h"
@@ -60,27 +61,6 @@ static learner_config_t small_config(int noisy, int per) {
   return c;
 }
 
-static void feed(learner_t *l, int n, uint64_t tag) {
-  const learner_config_t *c = learner_config(l);
-  int S = c->state_dim, A = learner_config_joint_actions(c);
-  float *s = malloc(sizeof(float) * (size_t)(n * S)), *s2 = malloc(sizeof(float) * (size_t)(n * S));
-  float *r = malloc(sizeof(float) * (size_t)n);
-  int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
-  uint8_t *d = malloc((size_t)n);
-  double *u = malloc(sizeof(double) * (size_t)(3 * n));
-  tu_fill_uniform_f32(s, (int64_t)n * S, -1, 1, 3, tag);
-  tu_fill_uniform_f32(s2, (int64_t)n * S, -1, 1, 4, tag);
-  tu_fill_uniform_f64(u, 3 * n, 0, 1, 5, tag);
-  for (int i = 0; i < n; i++) {
-    a[i] = (int32_t)(u[i] * A);
-    r[i] = (float)(u[n + i] * 4 - 2);
-    d[i] = u[2 * n + i] < 0.2;
-  }
-  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
-  char err[256];
-  ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
-  free(s), free(s2), free(r), free(a), free(d), free(u);
-}
 
 static void params(learner_t *l, int which, float *out) {
   int64_t P = learner_config_num_params(learner_config(l));
@@ -93,7 +73,7 @@ static learner_t *trained(const learner_config_t *c) {
   learner_t *l;
   char err[256];
   ck_assert_msg(learner_create(c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
-  feed(l, 70, 1);
+  tu_feed(l, 70, 1);
   learner_stats_t st;
   ck_assert_int_eq(learner_step(l, 5, &st, err, sizeof err), 0);
   const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
@@ -107,7 +87,7 @@ static learner_t *trained(const learner_config_t *c) {
 static void future(learner_t *l, learner_stats_t *st, int32_t *act, float q[7]) {
   char err[256];
   const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
-  feed(l, 5, 2);
+  tu_feed(l, 5, 2);
   ck_assert_int_eq(learner_step(l, 7, st, err, sizeof err), 0);
   ck_assert_int_eq(learner_act(l, s0, 1, 1, act, q, err, sizeof err), 0);
 }
@@ -305,7 +285,7 @@ START_TEST(test_attention_learner) {
   learner_destroy(l0);
 
   /* training: finite and falling loss */
-  feed(l, 50, 7);
+  tu_feed(l, 50, 7);
   learner_stats_t st;
   float first, last;
   train_falls(l, &st, &first, &last);
@@ -587,8 +567,8 @@ START_TEST(test_step_stops_whole) {
   learner_t *l, *twin;
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &twin, err, sizeof err) == 0, "%s", err);
-  feed(l, 200, 9);
-  feed(twin, 200, 9);
+  tu_feed(l, 200, 9);
+  tu_feed(twin, 200, 9);
   tu_check_stop(l, twin, "cpu");
   learner_destroy(l);
   learner_destroy(twin);
@@ -629,7 +609,7 @@ START_TEST(test_act_many_states) {
   char err[256];
   learner_t *l;
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
-  feed(l, 40, 5);
+  tu_feed(l, 40, 5);
   ck_assert_int_eq(learner_step(l, 3, NULL, err, sizeof err), 0);
   const int S = c.state_dim;
   float *s = malloc(sizeof(float) * (size_t)n * S);
@@ -650,7 +630,7 @@ START_TEST(test_ensemble_act_select) {
   char err[256];
   learner_t *l, *h[K];
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
-  feed(l, 40, 3);
+  tu_feed(l, 40, 3);
   learner_stats_t st;
   ck_assert_int_eq(learner_step(l, 4, &st, err, sizeof err), 0);
   net_layout_t L, L1;
@@ -783,7 +763,7 @@ START_TEST(test_ensemble_learner) {
 
   membuf_t before = {0};
   save_to(l, 0, &before);
-  feed(l, 50, 7);
+  tu_feed(l, 50, 7);
   learner_stats_t st;
   float first, last;
   train_falls(l, &st, &first, &last);
@@ -882,7 +862,7 @@ static void tiny_state(membuf_t *m, int with_replay) {
   learner_t *a;
   char err[256];
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &a, err, sizeof err) == 0, "%s", err);
-  feed(a, 7, 1);
+  tu_feed(a, 7, 1);
   learner_stats_t st;
   ck_assert_int_eq(learner_step(a, 3, &st, err, sizeof err), 0);
   save_to(a, with_replay, m);
