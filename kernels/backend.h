@@ -84,6 +84,22 @@ typedef struct learner_backend_ops {
   /* Bytes it may still allocate (host MemAvailable; the device's free
    * memory), -1 when unknown. */
   int64_t (*memory_free)(void);
+  /* Populations (population.c; docs/population.md): members that step in the
+   * same launches. NULL where the backend steps each member alone.
+   * group_create: a group for n members of configs shaped as c (seeds and
+   * hyperparameters may differ), LEARNER_EUNSUPPORTED when these shapes
+   * cannot share launches (the members then step alone). group_member:
+   * member i, created as create does, inside the group. group_step: n steps
+   * of every member in the same launches, those with skip[i] computed but
+   * not applied (diverged earlier); per member its statistics and code
+   * (LEARNER_OK, LEARNER_EDIVERGED, LEARNER_ESTOPPED; errs[i], errlen
+   * each); a device failure returns its code. group_destroy: after its
+   * members. */
+  int (*group_create)(const learner_config_t *c, int n, void **group, char *err, size_t errlen);
+  int (*group_member)(void *group, int i, const learner_config_t *c, void **impl, char *err, size_t errlen);
+  int (*group_step)(void *group, int n, const int *skip, learner_stop_ctl_t *stop, learner_stats_t *st, int *rcs,
+                    char (*errs)[512], char *err, size_t errlen);
+  void (*group_destroy)(void *group);
 } learner_backend_ops_t;
 
 extern const learner_backend_ops_t learner_cpu_ops;

@@ -241,6 +241,58 @@ int learner_create(const learner_config_t *c, learner_backend_t backend, learner
   return LEARNER_OK;
 }
 
+/* ------------------------------------------------------------------ groups */
+
+int learner_group_create(const learner_config_t *c, int n, learner_backend_t backend, learner_group_t **out,
+                         char *err, size_t errlen) {
+  *out = NULL;
+  const learner_backend_ops_t *ops = pick_backend(c, &backend, err, errlen);
+  if (!ops) return LEARNER_EUNSUPPORTED;
+  if (!ops->group_create || n < 2) return LEARNER_OK;
+  learner_group_t *g = calloc(1, sizeof *g);
+  if (!g) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  char why[512];
+  int rc = ops->group_create(c, n, &g->impl, why, sizeof why);
+  if (rc) {
+    free(g);
+    if (rc == LEARNER_EUNSUPPORTED) return LEARNER_OK; /* each member steps alone */
+    seterr(err, errlen, "%s", why);
+    return rc;
+  }
+  g->ops = ops, g->backend = backend, g->n = n;
+  *out = g;
+  return LEARNER_OK;
+}
+
+void learner_group_destroy(learner_group_t *g) {
+  if (!g) return;
+  g->ops->group_destroy(g->impl);
+  free(g);
+}
+
+int learner_create_in(const learner_config_t *c, learner_backend_t backend, learner_group_t *g, int i,
+                      learner_t **out, char *err, size_t errlen) {
+  if (!g) return learner_create(c, backend, out, err, errlen);
+  *out = NULL;
+  int rc = learner_config_validate(c, err, errlen);
+  if (rc) return rc;
+  learner_t *l = calloc(1, sizeof *l);
+  if (!l) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  l->ops = g->ops, l->cfg = *c, l->backend = g->backend;
+  if ((rc = g->ops->group_member(g->impl, i, c, &l->impl, err, errlen))) {
+    free(l);
+    return rc;
+  }
+  *out = l;
+  return LEARNER_OK;
+}
+
 void learner_destroy(learner_t *l) {
   if (!l) return;
   l->ops->destroy(l->impl);

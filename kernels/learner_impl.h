@@ -15,6 +15,31 @@ struct learner {
   volatile int stop; /* learner_stop_flag */
 };
 
+/* Learners that step in the same launches: a population's members on a
+ * backend with group ops (backend.h; population.c) */
+typedef struct learner_group {
+  const learner_backend_ops_t *ops;
+  void *impl;
+  learner_backend_t backend; /* resolved */
+  int n;
+} learner_group_t;
+
+/* The group for n members shaped as c, or *out NULL (LEARNER_OK) when the
+ * backend has none or these shapes cannot share launches: the members then
+ * step alone. */
+int learner_group_create(const learner_config_t *c, int n, learner_backend_t backend, learner_group_t **out,
+                         char *err, size_t errlen);
+/* after its members */
+void learner_group_destroy(learner_group_t *g);
+/* learner_create as member i of g (g NULL: learner_create); the group holds
+ * its device memory already */
+int learner_create_in(const learner_config_t *c, learner_backend_t backend, learner_group_t *g, int i,
+                      struct learner **out, char *err, size_t errlen);
+/* learner_load as member i of a population of n; member 0 creates the group
+ * (*g, when g is not NULL) from the config it reads */
+int learner_load_in(learner_read_fn r, void *ctx, learner_backend_t backend, int n, learner_group_t **g, int i,
+                    struct learner **out, char *err, size_t errlen);
+
 /* A registered section of this learner, by the registry (state_format.h)
  * and the backend's buffers: its length in bytes (0: absent), and bytes
  * [off, off + n) of it read into or written from host memory. */

@@ -13,6 +13,7 @@
 struct learner_pop {
   int n;
   learner_t **m;
+  learner_group_t *group; /* the members' shared launches (learner_impl.h), or NULL: each steps alone */
   int *diverged;
   volatile int stop;
 };
@@ -75,6 +76,7 @@ static learner_pop_t *pop_alloc(int n) {
 void learner_pop_destroy(learner_pop_t *p) {
   if (!p) return;
   for (int i = 0; i < p->n; i++) learner_destroy(p->m[i]);
+  learner_group_destroy(p->group); /* after its members */
   free(p->m), free(p->diverged), free(p);
 }
 
@@ -90,10 +92,14 @@ int learner_pop_create(const learner_config_t *c, int n, const uint64_t *seeds, 
     seterr(err, errlen, "population: out of memory");
     return LEARNER_ENOMEM;
   }
+  if ((rc = learner_group_create(c, n, backend, &p->group, err, errlen))) {
+    learner_pop_destroy(p);
+    return rc;
+  }
   for (int i = 0; i < n; i++) {
     learner_config_t mc = *c;
     mc.seed = seeds ? seeds[i] : c->seed + (uint64_t)i;
-    if ((rc = learner_create(&mc, backend, &p->m[i], err, errlen))) {
+    if ((rc = learner_create_in(&mc, backend, p->group, i, &p->m[i], err, errlen))) {
       prefix_member(err, errlen, n, i);
       learner_pop_destroy(p);
       return rc;
@@ -141,6 +147,54 @@ static int step_one(learner_pop_t *p, int i, int n, learner_stop_t *stop, learne
   return rc;
 }
 
+/* every member not diverged, n steps in the group's shared launches (the
+ * diverged ones computed, not applied); the codes and messages as the
+ * member-by-member loop of learner_pop_step_until gives them, except that a
+ * stop reaches every member at once */
+static int group_step(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
+                      size_t errlen) {
+  learner_stats_t *ms = calloc((size_t)p->n, sizeof *ms);
+  int *mrc = calloc((size_t)p->n, sizeof *mrc);
+  char(*errs)[512] = calloc((size_t)p->n, sizeof *errs);
+  if (!ms || !mrc || !errs) {
+    free(ms), free(mrc), free(errs);
+    seterr(err, errlen, "population: out of memory");
+    return LEARNER_ENOMEM;
+  }
+  learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  const learner_group_t *g = p->group;
+  int rc = g->ops->group_step(g->impl, n, p->diverged, &ctl, ms, mrc, errs, err, errlen);
+  if (stop) stop->why = ctl.why;
+  int result = rc, first_div = -1, first_stop = -1;
+  for (int i = 0; i < p->n && !rc; i++) {
+    if (p->diverged[i]) {
+      if (st) {
+        learner_get_stats(p->m[i], &st[i]);
+        st[i].steps_run = 0;
+      }
+      continue;
+    }
+    if (st) st[i] = ms[i];
+    if (rcs) rcs[i] = mrc[i];
+    if (mrc[i]) prefix_member(errs[i], sizeof errs[i], p->n, i);
+    if (mrc[i] == LEARNER_EDIVERGED) {
+      p->diverged[i] = 1;
+      if (first_div < 0) first_div = i;
+    } else if (mrc[i] == LEARNER_ESTOPPED && first_stop < 0) {
+      first_stop = i;
+    }
+  }
+  if (!rc && first_stop >= 0) {
+    seterr(err, errlen, "%s", errs[first_stop]);
+    result = LEARNER_ESTOPPED;
+  } else if (!rc && first_div >= 0) {
+    seterr(err, errlen, "%s", errs[first_div]);
+    result = LEARNER_EDIVERGED;
+  }
+  free(ms), free(mrc), free(errs);
+  return result;
+}
+
 int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
                            size_t errlen) {
   if (n < 0 || n > LEARNER_MAX_STEPS) {
@@ -161,6 +215,7 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
       return LEARNER_EEMPTY;
     }
   }
+  if (p->group) return group_step(p, n, stop, st, rcs, err, errlen);
   int result = LEARNER_OK, first_div = -1, stopped = 0;
   char first_err[512] = "";
   for (int i = 0; i < p->n; i++) {
@@ -209,6 +264,8 @@ int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop
   if (st) *st = ms;
   return rc;
 }
+
+int learner_pop_grouped(const learner_pop_t *p) { return p->group != NULL; }
 
 int learner_pop_n_diverged(const learner_pop_t *p) {
   int k = 0;
@@ -410,7 +467,7 @@ int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, le
     if (i == 1) { /* all N must fit, not only the first */
       if ((rc = learner_pop_memory_fits(&p->m[0]->cfg, n - 1, backend, err, errlen))) break;
     }
-    if ((rc = learner_load(pre_read, &pr, backend, &p->m[i], err, errlen))) {
+    if ((rc = learner_load_in(pre_read, &pr, backend, n, &p->group, i, &p->m[i], err, errlen))) {
       prefix_member(err, errlen, n, i);
       break;
     }

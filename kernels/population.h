@@ -71,6 +71,9 @@ volatile int *learner_pop_stop_flag(learner_pop_t *p);
 /* 1 when member i diverged (its steps are skipped), else 0; how many have. */
 int learner_pop_diverged(const learner_pop_t *p, int i);
 int learner_pop_n_diverged(const learner_pop_t *p);
+/* 1: the members step in the same launches (the CUDA backend, shapes its
+ * fused kernels stage; docs/population.md); 0: one after another */
+int learner_pop_grouped(const learner_pop_t *p);
 /* Member i's hyperparameters (learner_set_hparams); a diverged member trains
  * again with them (the way out of a divergence that a too large lr caused). */
 int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp, char *err, size_t errlen);

@@ -310,13 +310,19 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
 
 int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learner_t **out, char *err,
                  size_t errlen) {
+  return learner_load_in(r, ctx, backend, 1, NULL, 0, out, err, errlen);
+}
+
+int learner_load_in(learner_read_fn r, void *ctx, learner_backend_t backend, int n, learner_group_t **g, int i,
+                    learner_t **out, char *err, size_t errlen) {
   *out = NULL;
   learner_config_t c;
   int with_replay;
   int rc = read_head(r, ctx, &c, &with_replay, err, errlen);
   if (rc) return rc;
+  if (g && !*g && i == 0 && (rc = learner_group_create(&c, n, backend, g, err, errlen))) return rc;
   learner_t *l;
-  if ((rc = learner_create(&c, backend, &l, err, errlen))) return rc;
+  if ((rc = learner_create_in(&c, backend, g ? *g : NULL, i, &l, err, errlen))) return rc;
   if ((rc = load_into(l, r, ctx, with_replay, err, errlen))) {
     learner_destroy(l);
     return rc;

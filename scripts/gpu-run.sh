@@ -51,6 +51,23 @@ fi
 if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && [ -f "$out/peer_fp32.json" ]; then
   python3 scripts/gpu-summary.py "$out" | tee "$out/summary.md"
 fi
+# issue 28: populations of 1..64 members (bench-gpu-pop) in fp32 and TF32,
+# and the JAX peer's vmapped population at the same sizes, in the same call
+if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
+  sizes=${POP_SIZES:-1,2,4,8,16,32,64}
+  echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/pop.log"
+  for p in fp32 tf32; do
+    "$bin/bench-gpu-pop" "$sizes" "$([ $p = tf32 ] && echo 1 || echo 0)" "$out/pop_$p.json" 2>&1 | tee -a "$out/pop.log"
+  done
+  if [ "${PEER_JAX:-1}" = 1 ] && [ -f .devcarry/anchor_jax_bdq.py ]; then
+    u=${PEER_UNROLL:-20}; steps=${PEER_STEPS:-100}
+    for p in fp32 tf32; do
+      PYTHONUNBUFFERED=1 python3 .devcarry/anchor_jax_bdq.py --batches "" --population "$sizes" --steps "$steps" \
+        --unroll "$u" $([ $p = tf32 ] && echo --tf32) --json "$out/jax_pop_$p.json" 2>&1 | tee -a "$out/pop.log" |
+        grep -E '^B=|^jax|Error'
+    done
+  fi
+fi
 # issue 15's ensemble and attention step beside the peer with the same flags:
 # scripts/gpu-ens.sh
 if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then

@@ -95,6 +95,8 @@ static void adam_case(float clip, float wd, uint64_t seed) {
   cudaFree(dp), cudaFree(dg), cudaFree(dm), cudaFree(dv), cudaFree(dnorm), cudaFree(dstep), cudaFree(dhp), cudaFree(dtg), cudaFree(dscratch);
 }
 
+#define ALONE ((cuda_pz_t){1, 0}) /* one learner (pz.cuh) */
+
 /* The step's fused launch pair (cuda_norm_adamw_target: the norm's final
  * sum inside the AdamW + Polyak launch) against the CPU (norm, clip, AdamW,
  * target within 1e-6) and bit for bit against the separate launches
@@ -144,20 +146,20 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
     if (t % 2) ck_assert_int_eq(cuda_adam_prep(dscratch, dstep, dhp, 0), 0); /* both ways of the prep */
     ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
-                                            dhp, (int)(t % 2), NULL, NULL, 0), 0);
+                                            dhp, (int)(t % 2), NULL, NULL, ALONE, 0), 0);
     ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
     ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
     ck_assert_int_eq(cuda_adam_prep(dscratch2, dstep, dhp, 0), 0);
     CK(cudaEventRecord(ev, 0));
     CK(cudaStreamWaitEvent(s1, ev, 0));
-    ck_assert_int_eq(cuda_norm_partial(d[2][1] + n0, n - n0, dscratch2, 0, 120, dnorm[2], dstep, dhp, NULL, s1), 0);
-    ck_assert_int_eq(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 8, dnorm[2], dstep, dhp, NULL, 0), 0);
+    ck_assert_int_eq(cuda_norm_partial(d[2][1] + n0, n - n0, dscratch2, 0, 120, dnorm[2], dstep, dhp, NULL, ALONE, s1), 0);
+    ck_assert_int_eq(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 8, dnorm[2], dstep, dhp, NULL, ALONE, 0), 0);
     CK(cudaEventRecord(ev, s1));
     CK(cudaStreamWaitEvent(0, ev, 0));
     ck_assert_int_eq(cuda_norm_adamw_target(d[2][0], d[2][1], d[2][2], d[2][3], d[2][4], n, dnorm[2], dscratch2,
-                                            dstep, dhp, 2, NULL, NULL, 0), 0);
+                                            dstep, dhp, 2, NULL, NULL, ALONE, 0), 0);
     /* slots outside CUDA_NORM_PARTS are refused */
-    ck_assert_int_ne(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 9, dnorm[2], dstep, dhp, NULL, 0), 0);
+    ck_assert_int_ne(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 9, dnorm[2], dstep, dhp, NULL, ALONE, 0), 0);
     CK(cudaDeviceSynchronize());
     const double norm = grad_norm(g, n);
     float gn[3];

@@ -20,14 +20,21 @@
 #ifdef POP_TEST_CUDA
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
+#define GROUPED 1 /* CUDA members step in the same launches */
+#define CONFIGS 4
 #else
 #define BE LEARNER_BACKEND_CPU
+#define GROUPED 0
+#define CONFIGS 3
 #endif
 
 enum { N = 3 };
 
 /* cfg 0: NoisyNet + PER; cfg 1: K 3 ensemble heads with priors and masks,
- * attention (2 tokens, 2 heads), 3-step returns */
+ * attention (2 tokens, 2 heads), 3-step returns; cfg 2: HER (goal 2, ratio
+ * 0.5) with 2-step returns, the step's plain launches (cuda_graph 0); cfg 3
+ * (CUDA only): the reference network at batch 256 in TF32, NoisyNet + PER —
+ * the wgmma tiles and split-K phases */
 static learner_config_t config(int which) {
   learner_config_t c;
   learner_config_default(&c);
@@ -36,6 +43,12 @@ static learner_config_t config(int which) {
   c.batch = 8, c.replay_capacity = 50, c.seed = 40;
   c.hp.lr = 1e-2f, c.hp.target_period = 3;
   if (which == 0) {
+    c.noisy = 1, c.prioritized = 1;
+  } else if (which == 2) {
+    c.her_goal_dim = 2, c.hp.her_ratio = 0.5f, c.hp.n_step = 2, c.cuda_graph = 0;
+  } else if (which == 3) {
+    learner_config_default(&c);
+    c.batch = 256, c.replay_capacity = 2000, c.seed = 40, c.tensor_cores = 1;
     c.noisy = 1, c.prioritized = 1;
   } else {
     c.ensemble_k = 3, c.ensemble_prior_scale = 1.0f, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
@@ -70,9 +83,10 @@ static void history_part(learner_t *l, int i, int part) {
   char err[256];
   const float s0[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f};
   int32_t act[2];
+  const int B = learner_config(l)->batch;
   if (part == 0) {
     member_hparams(l, i);
-    tu_feed(l, 30 + 10 * i, 100 + (uint64_t)i);
+    tu_feed(l, B + 22 + 10 * i, 100 + (uint64_t)i);
   } else {
     tu_feed(l, 25, 200 + (uint64_t)i);
     ck_assert_int_eq(learner_act_episode(l, s0, 1, 1, 7, act, NULL, NULL, err, sizeof err), 0);
@@ -98,6 +112,7 @@ static learner_pop_t *trained_pop(const learner_config_t *c) {
   learner_pop_t *p;
   char err[256];
   ck_assert_msg(learner_pop_create(c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_grouped(p), GROUPED); /* the shared launches are what is tested */
   learner_stats_t st[N];
   for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 0);
   ck_assert_msg(learner_pop_step_until(p, 4, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
@@ -135,6 +150,7 @@ START_TEST(test_member_is_its_lone_twin) {
   learner_pop_t *q;
   ck_assert_msg(learner_pop_load(mem_read, &f, BE, &q, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_pop_size(q), N);
+  ck_assert_int_eq(learner_pop_grouped(q), GROUPED);
   membuf_t g = {0};
   ck_assert_msg(learner_pop_save(q, 1, mem_write, &g, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(same_bytes(&f, &g), "loaded and saved again: %zu bytes, was %zu", g.n, f.n);
@@ -193,6 +209,7 @@ START_TEST(test_member_diverges_alone) {
   learner_pop_t *p;
   char err[256];
   ck_assert_msg(learner_pop_create(&c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_grouped(p), GROUPED);
   learner_hparams_t wild;
   learner_get_hparams(learner_pop_member(p, 1), &wild);
   wild.lr = 10, wild.weight_decay = 10;
@@ -413,7 +430,7 @@ int main(void) {
   Suite *s = suite_create("population");
   TCase *tc = tcase_create(BE == LEARNER_BACKEND_CPU ? "cpu" : "cuda");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_member_is_its_lone_twin, 0, 2);
+  tcase_add_loop_test(tc, test_member_is_its_lone_twin, 0, CONFIGS);
   tcase_add_test(tc, test_population_of_one);
   tcase_add_test(tc, test_member_diverges_alone);
   tcase_add_loop_test(tc, test_copy_member, 0, 2);

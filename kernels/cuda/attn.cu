@@ -114,14 +114,25 @@ __device__ __forceinline__ float att_warp_sum(float v) {
   return v;
 }
 
+/* the block's member's activations and gradients (pz.cuh) */
+__device__ __forceinline__ cuda_attn_acts_t acts_member(const cuda_attn_acts_t &a, long long ps) {
+  return cuda_attn_acts_t{pz_at(a.tx, ps), pz_at(a.tq, ps),    pz_at(a.tk, ps),    pz_at(a.tv, ps),  pz_at(a.to, ps),
+                          pz_at(a.xhat, ps), pz_at(a.hatt, ps), pz_at(a.alpha, ps), pz_at(a.rstd, ps)};
+}
+__device__ __forceinline__ cuda_attn_grads_t grads_member(const cuda_attn_grads_t &g, long long ps) {
+  return cuda_attn_grads_t{pz_at(g.dte, ps), pz_at(g.dtq, ps), pz_at(g.dtk, ps), pz_at(g.dtv, ps), pz_at(g.dtx, ps)};
+}
+
 /* The forward of one row per block. Rows below rows0 use P0 (the online
  * parameters), the rest P1 (the target's). Rows below keep write every
  * activation the backward reads; the others only h'. res: the parameters
  * are copied into shared memory (att_plan). */
 __global__ void __launch_bounds__(ATT_NT) attn_forward_kernel(const float *__restrict__ P0, const float *__restrict__ P1,
                                                               int rows0, net_attn_t at, const float *__restrict__ h,
-                                                              cuda_attn_acts_t A, int keep, int res) {
+                                                              cuda_attn_acts_t A0, int keep, int res, long long ps) {
   extern __shared__ float fsm[];
+  const cuda_attn_acts_t A = acts_member(A0, ps);
+  P0 = pz_at(P0, ps), P1 = pz_at(P1, ps), h = pz_at(h, ps);
   const int r = blockIdx.x, T = at.T, nh = at.nh, d = at.d, dh = d / nh, H2 = T * d, dd = d * (d + 1);
   const float *P = r < rows0 ? P0 : P1;
   float *sx = fsm, *sq = sx + H2, *sk = sq + H2, *sv = sk + H2, *sal = sv + H2, *sp = sal + nh * T * T;
@@ -215,11 +226,14 @@ __global__ void __launch_bounds__(ATT_NT) attn_forward_kernel(const float *__res
  * for the parameter gradients. res: W_o, W_q, W_k, W_v (as stored) and gamma
  * copied into shared memory. */
 __global__ void __launch_bounds__(ATT_NT) attn_backward_kernel(const float *__restrict__ P, net_attn_t at,
-                                                               cuda_attn_acts_t A, cuda_attn_grads_t G,
+                                                               cuda_attn_acts_t A0, cuda_attn_grads_t G0,
                                                                const float *__restrict__ dy,
                                                                const float *__restrict__ h, float slope,
-                                                               float *__restrict__ gh, int res) {
+                                                               float *__restrict__ gh, int res, long long ps) {
   extern __shared__ float bsm[];
+  const cuda_attn_acts_t A = acts_member(A0, ps);
+  const cuda_attn_grads_t G = grads_member(G0, ps);
+  P = pz_at(P, ps), dy = pz_at(dy, ps), h = pz_at(h, ps), gh = pz_at(gh, ps);
   const int r = blockIdx.x, T = at.T, nh = at.nh, d = at.d, dh = d / nh, H2 = T * d, na = nh * T * T;
   float *sde = bsm, *sdo = sde + H2, *sq = sdo + H2, *sk = sq + H2, *sv = sk + H2, *sdq = sv + H2, *sdk = sdq + H2,
         *sdv = sdk + H2, *sal = sdv + H2, *sgs = sal + na, *sp = sgs + na;
@@ -324,11 +338,14 @@ typedef struct att_wg {
   int *cnt;         /* [6] arrival counters, zero between launches */
 } att_wg_t;
 
-__global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_attn_acts_t A, cuda_attn_grads_t G,
-                                                            const float *__restrict__ dy, int B, att_wg_t wg,
-                                                            float *__restrict__ grad) {
+__global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_attn_acts_t A0,
+                                                            cuda_attn_grads_t G0, const float *__restrict__ dy, int B,
+                                                            att_wg_t wg, float *__restrict__ grad, long long ps) {
   extern __shared__ float wsm[];
   __shared__ int last;
+  const cuda_attn_acts_t A = acts_member(A0, ps);
+  const cuda_attn_grads_t G = grads_member(G0, ps);
+  dy = pz_at(dy, ps), grad = pz_at(grad, ps), wg.part = pz_at(wg.part, ps), wg.cnt = pz_at(wg.cnt, ps);
   const int T = at.T, d = at.d, H2 = T * d, y = blockIdx.y, j = blockIdx.x;
   const int W = y == 5 ? H2 : d; /* row width */
   const int nrows = y == 5 ? B : B * T, rpb = y == 5 ? (B + wg.S - 1) / wg.S : wg.R;
@@ -424,27 +441,27 @@ static int attn_smem_setup(const net_attn_t *at, int res) {
 }
 
 extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h,
-                                  int rows, int keep, const cuda_attn_acts_t *A, cudaStream_t st) {
+                                  int rows, int keep, const cuda_attn_acts_t *A, cuda_pz_t pz, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
   const int res = att_plan(at);
   if (res < 0) return (int)cudaErrorInvalidConfiguration;
   int rc = attn_smem_setup(at, res);
   if (rc) return rc;
-  attn_forward_kernel<<<(unsigned)rows, ATT_NT, sizeof(float) * attn_fwd_floats(at, res), st>>>(P0, P1, rows0, *at, h,
-                                                                                                  *A, keep, res);
+  attn_forward_kernel<<<dim3((unsigned)rows, 1, (unsigned)pz.n), ATT_NT, sizeof(float) * attn_fwd_floats(at, res), st>>>(
+      P0, P1, rows0, *at, h, *A, keep, res, pz.stride);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A,
                                   const cuda_attn_grads_t *G, int B, const float *dy, const float *h, float slope,
-                                  float *gh, cudaStream_t st) {
+                                  float *gh, cuda_pz_t pz, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
   const int res = att_plan(at);
   if (res < 0) return (int)cudaErrorInvalidConfiguration;
   int rc = attn_smem_setup(at, res);
   if (rc) return rc;
-  attn_backward_kernel<<<(unsigned)B, ATT_NT, sizeof(float) * attn_bwd_floats(at, res), st>>>(P, *at, *A, *G, dy, h,
-                                                                                               slope, gh, res);
+  attn_backward_kernel<<<dim3((unsigned)B, 1, (unsigned)pz.n), ATT_NT, sizeof(float) * attn_bwd_floats(at, res), st>>>(
+      P, *at, *A, *G, dy, h, slope, gh, res, pz.stride);
   return (int)cudaGetLastError();
 }
 
@@ -469,7 +486,7 @@ extern "C" size_t cuda_attn_wgrad_floats(const net_layout_t *L, int B) {
 }
 
 extern "C" int cuda_attn_wgrad(const net_layout_t *L, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G, int B,
-                               const float *dy, float *scratch, float *grad, cudaStream_t st) {
+                               const float *dy, float *scratch, float *grad, cuda_pz_t pz, cudaStream_t st) {
   const net_attn_t *at = &L->attn;
   att_wg_t w = attn_wg_plan(at, B);
   w.part = scratch, w.cnt = (int *)(scratch + (size_t)6 * w.S * w.SP);
@@ -480,6 +497,7 @@ extern "C" int cuda_attn_wgrad(const net_layout_t *L, const cuda_attn_acts_t *A,
                                          (int)(sizeof(float) * fl));
     if (e != cudaSuccess) return (int)e;
   }
-  attn_wgrad_kernel<<<dim3((unsigned)w.S, 6), ATT_NT, sizeof(float) * fl, st>>>(*at, *A, *G, dy, B, w, grad);
+  attn_wgrad_kernel<<<dim3((unsigned)w.S, 6, (unsigned)pz.n), ATT_NT, sizeof(float) * fl, st>>>(*at, *A, *G, dy, B, w,
+                                                                                                 grad, pz.stride);
   return (int)cudaGetLastError();
 }

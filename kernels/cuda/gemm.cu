@@ -29,6 +29,7 @@
 #include "cp_async.cuh"
 #include "gemm_table.cuh"
 #include "gemm_dev.cuh"
+#include "arena.cuh"
 
 #define GBM 32  /* tile rows */
 #define GBN 64  /* tile outputs */
@@ -196,10 +197,12 @@ __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
 template <int TA, int TW, int TC>
 __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
-                                                         float *__restrict__ part, int *__restrict__ cnt) {
+                                                         float *__restrict__ part, int *__restrict__ cnt,
+                                                         long long ps) {
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
   __shared__ int last;
+  probs = pz_at(probs, ps), grad = pz_at(grad, ps), fn = pz_at(fn, ps), part = pz_at(part, ps), cnt = pz_at(cnt, ps);
   const int p = g_find(ix, probs);
   /* a copy in registers: through a reference every field would be reloaded
    * from global memory after each barrier (measured: half the instructions) */
@@ -462,9 +465,11 @@ __device__ __forceinline__ void g2_elem(int i, int j, int &ml, int &nl) {
  * backward), FFMA, sums over k in order, then the layer epilogue. */
 template <int TW>
 __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs,
-                                                             const __grid_constant__ gidx_t ix, float slope) {
+                                                             const __grid_constant__ gidx_t ix, float slope,
+                                                             long long ps) {
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS2 * GA2_FLOATS;
+  probs = pz_at(probs, ps);
   const gprob_t g = probs[g_find(ix, probs)];
   const int tile = (int)blockIdx.x - g.blk0;
   const int m0 = (tile / g.tn) * GBM2, n0 = (tile % g.tn) * GBN2;
@@ -715,10 +720,10 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       if (ph == PH_WG + 3) pr[i].poff += (long long)(part_side / GPART), pr[i].cnt0 += cnt_side;
     }
   part += part_side + part_t1, cnt += cnt_side + cnt_t1;
-  cudaError_t e = cudaMalloc(&f->probs, sizeof(gprob_t) * (size_t)np);
+  cudaError_t e = dev_alloc_t(&f->probs, sizeof(gprob_t) * (size_t)np);
   if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
-  if (e == cudaSuccess && part) e = cudaMalloc(&f->gpart, sizeof(float) * part);
-  if (e == cudaSuccess) e = cudaMalloc(&f->gcnt, sizeof(int) * (size_t)cnt);
+  if (e == cudaSuccess && part) e = dev_alloc_t(&f->gpart, sizeof(float) * part);
+  if (e == cudaSuccess) e = dev_alloc_t(&f->gcnt, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
@@ -726,7 +731,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
-  if (e == cudaSuccess && any) e = cudaMalloc(&f->wg_maps, 2 * (size_t)np * mb);
+  if (e == cudaSuccess && any) e = dev_alloc_t(&f->wg_maps, 2 * (size_t)np * mb);
   if (e == cudaSuccess && any) e = cudaMemcpy(f->wg_maps, maps, 2 * (size_t)np * mb, cudaMemcpyHostToDevice);
   free(maps);
   return (int)e;
@@ -737,7 +742,8 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
 extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn,
                                cudaStream_t st) {
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
-  const unsigned nb = (unsigned)f->ph_blocks[ph];
+  const dim3 nb((unsigned)f->ph_blocks[ph], 1, (unsigned)f->pz.n);
+  const long long ps = f->pz.stride;
   gidx_t ix;
   ix.np = f->ph[ph][1];
   if (ix.np == 0) return 0;
@@ -745,13 +751,13 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   ix.nix = (ix.np + ix.stride - 1) / ix.stride;
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC) \
-  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt)
+  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps)
   if (f->ph_big[ph] == 2) {
     gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,
-                      slope, st);
+                      slope, ps, st);
   } else if (f->ph_big[ph]) {
-    if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
-    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope);
+    if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
+    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
   } else if (ph < PH_B1) { /* forward: W pack rows [out][in] */
     if (f->tc) GEMM_LAUNCH(0, 1, 1);
     else GEMM_LAUNCH(0, 1, 0);

@@ -60,8 +60,9 @@ void *gemm_wgmma_setup(void);
  * the driver refuses one */
 int gemm_wgmma_encode(void *enc, const gprob_t *pr, int n, void *host);
 size_t gemm_wgmma_map_bytes(void);
-/* maps: the phase's first problem's descriptors */
-void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, unsigned blocks, float slope,
-                       cudaStream_t st);
+/* maps: the phase's first problem's descriptors; blocks.z members, ps their
+ * stride (pz.cuh) */
+void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, dim3 blocks, float slope,
+                       long long ps, cudaStream_t st);
 
 #endif

@@ -129,12 +129,14 @@ __device__ __forceinline__ void wg_round(unsigned char *st, int r0, int sw) {
 /* maps: the phase's tensor maps, A then W for each of its problems */
 __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const gprob_t *__restrict__ probs,
                                                                     const __grid_constant__ gidx_t ix,
-                                                                    const CUtensorMap *__restrict__ maps, float slope) {
+                                                                    const CUtensorMap *__restrict__ maps, float slope,
+                                                                    long long ps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 wsh4[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wsh4), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(wsh4) + (base - raw);
   const uint32_t bars = base + WG_NS * WG_STAGE; /* WG_NS mbarriers: stage s's chunk has landed */
+  probs = pz_at(probs, ps), maps = pz_at(maps, ps);
   const int p = g_find(ix, probs);
   const gprob_t g = probs[p];
   const CUtensorMap *pm = maps + 2 * p;
@@ -272,7 +274,7 @@ int gemm_wgmma_encode(void *enc, const gprob_t *pr, int n, void *host) {
 
 size_t gemm_wgmma_map_bytes(void) { return sizeof(CUtensorMap); }
 
-void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, unsigned blocks, float slope,
-                       cudaStream_t st) {
-  fused_gemm_wgmma_kernel<<<blocks, WG_NT, WG_SMEM, st>>>(probs, ix, (const CUtensorMap *)maps, slope);
+void gemm_wgmma_launch(const gprob_t *probs, const gidx_t &ix, const void *maps, dim3 blocks, float slope,
+                       long long ps, cudaStream_t st) {
+  fused_gemm_wgmma_kernel<<<blocks, WG_NT, WG_SMEM, st>>>(probs, ix, (const CUtensorMap *)maps, slope, ps);
 }

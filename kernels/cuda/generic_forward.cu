@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "generic_forward.cuh"
+#include "arena.cuh"
 
 // kernels
 
@@ -219,7 +220,7 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
                 r * (size_t)L->a_width * 2 + r * (size_t)L->q_width +
                 pr * (r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width) +
                 (K > 1 || pr || L->attn.T ? K * r * L->q_width : 0) + cuda_attn_acts_floats(L, r);
-  cudaError_t e = cudaMalloc(&A->mem, need * sizeof(float));
+  cudaError_t e = dev_alloc_t(&A->mem, need * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = A->mem;
   A->a1 = p, p += r * L->H1;
@@ -254,7 +255,7 @@ extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) 
 }
 
 extern "C" void cuda_acts_free(cuda_acts_t *A) {
-  cudaFree(A->mem);
+  dev_free(A->mem);
   memset(A, 0, sizeof *A);
 }
 
@@ -304,7 +305,7 @@ extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, con
   TRY(linear(A->h1, P + t2->off_w, P + t2->off_b, A->a2, A->h, slope, rows, L->H1, L->H2, st));
   const float *hh = A->h; /* the heads' input: h, or the attention's h' */
   if (L->attn.T) {
-    TRY((cudaError_t)cuda_attn_forward(L, P, P, rows, A->h, rows, rows, &A->att, st));
+    TRY((cudaError_t)cuda_attn_forward(L, P, P, rows, A->h, rows, rows, &A->att, cuda_pz_t{1, 0}, st));
     hh = A->att.hatt;
   }
   float dz = (vmax - vmin) / (float)(L->Z - 1);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "net_layout.h"
+#include "pz.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,20 +71,20 @@ int cuda_net_forward(const net_layout_t *L, const float *params, const float *X,
  * rows below keep write every activation the backward reads, the rest h'
  * alone */
 int cuda_attn_forward(const net_layout_t *L, const float *P0, const float *P1, int rows0, const float *h, int rows,
-                      int keep, const cuda_attn_acts_t *A, cudaStream_t st);
+                      int keep, const cuda_attn_acts_t *A, cuda_pz_t pz, cudaStream_t st);
 /* attn.cu: 1 when its row kernels hold this layout's attention in shared memory */
 int cuda_attn_fits(const net_layout_t *L);
 /* attn.cu: dy = dL/dh' [B, H2] of A's first B rows -> gh = dL/d(trunk-2
  * pre-activation) [B, H2] (h: trunk 2's output, for lrelu'), and the data
  * gradients into G that cuda_attn_wgrad reads */
 int cuda_attn_backward(const net_layout_t *L, const float *P, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G,
-                       int B, const float *dy, const float *h, float slope, float *gh, cudaStream_t st);
+                       int B, const float *dy, const float *h, float slope, float *gh, cuda_pz_t pz, cudaStream_t st);
 /* attn.cu: the attention parameters' gradients into grad (overwritten), from
  * A, G and dy, after cuda_attn_backward; scratch: cuda_attn_wgrad_floats(L,
  * B) floats of device memory whose last 8 are zero at the first call (split
  * arrival counters, left zero) */
 int cuda_attn_wgrad(const net_layout_t *L, const cuda_attn_acts_t *A, const cuda_attn_grads_t *G, int B,
-                    const float *dy, float *scratch, float *grad, cudaStream_t st);
+                    const float *dy, float *scratch, float *grad, cuda_pz_t pz, cudaStream_t st);
 size_t cuda_attn_wgrad_floats(const net_layout_t *L, int B);
 /* floats of A for `rows` rows (0 with attention off), and their placement */
 static inline size_t cuda_attn_acts_floats(const net_layout_t *L, size_t rows) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "c51.cuh"
 #include "generic_loss.cuh"
@@ -176,7 +177,7 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   }
   ws->splitk_floats = 16 * widest;
   need += ws->splitk_floats;
-  cudaError_t e = cudaMalloc(&ws->mem, need * sizeof(float));
+  cudaError_t e = dev_alloc_t(&ws->mem, need * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = ws->mem;
   ws->x = p, p += 2 * b * L->S;
@@ -205,7 +206,7 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
 extern "C" void cuda_dqn_ws_free(cuda_dqn_ws_t *ws) {
   cuda_acts_free(&ws->on);
   cuda_acts_free(&ws->tg);
-  cudaFree(ws->mem);
+  dev_free(ws->mem);
   cuda_fused_free(&ws->fused);
   memset(ws, 0, sizeof *ws);
 }

@@ -27,6 +27,7 @@
 
 #include "../her.h"
 #include "../philox.h"
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "learner_cuda.cuh"
 #include "optim.cuh"
@@ -55,13 +56,13 @@ __global__ void act_argmax_kernel(const float *q, int rows, int qw, int D, const
 #define LAUNCHED() CUDA_TRY(cudaGetLastError(), err, errlen)
 #define GRID(n, t) (unsigned)(((n) + (t)-1) / (t)), (t)
 
-static void cuda_destroy(void *impl) {
+extern "C" void cuda_learner_destroy(void *impl) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (!m) return;
   cuda_step_free(m);
   void *bufs[] = {m->prior, m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->epend, m->ep_first, m->ep_last, m->gdisc, m->sum, m->mn, m->own,
                   m->idx, m->prio, m->hp, m->ds, m->norm_scratch, m->act_x, m->act_weff, m->act_noise, m->act_a};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(bufs[i]);
   cuda_dqn_ws_free(&m->ws);
   cuda_acts_free(&m->act);
   cudaFreeHost(m->staging);
@@ -77,7 +78,7 @@ static void cuda_destroy(void *impl) {
 /* The CPU backend's initialisation, so both start from the same weights. */
 extern "C" void learner_cpu_init_params(const net_layout_t *L, const learner_config_t *c, float *p);
 
-static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
+extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char *err, size_t errlen) {
   /* learner_create checked the memory it needs first (learner_memory_fits) */
   cuda_learner_t *m = (cuda_learner_t *)calloc(1, sizeof *m);
   if (!m) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
@@ -89,7 +90,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   while (m->T < (long long)C) m->T <<= 1;
   int rc = 0;
 #define ALLOC(p, bytes)                                                                                             \
-  if (!rc && cudaMalloc((void **)&(p), (bytes)) != cudaSuccess) rc = 1;
+  if (!rc && dev_alloc_t(&(p), (bytes)) != cudaSuccess) rc = 1;
   ALLOC(m->on, P * 4) ALLOC(m->tg, P * 4) ALLOC(m->grad, P * 4) ALLOC(m->m, P * 4) ALLOC(m->v, P * 4);
   ALLOC(m->s, C * S * 4) ALLOC(m->s2, C * S * 4) ALLOC(m->r, C * 4) ALLOC(m->a, C * 4) ALLOC(m->done, C);
   ALLOC(m->ep, C * 8) ALLOC(m->epend, C) ALLOC(m->ep_first, C * 8) ALLOC(m->ep_last, C * 8) ALLOC(m->gdisc, B * 4);
@@ -114,12 +115,12 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     if (cudaEventCreateWithFlags(&m->group_done[i], cudaEventDisableTiming) != cudaSuccess) rc = 1;
   if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
       cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores, c->cuda_gemm_occupancy)) {
-    cuda_destroy(m);
+    cuda_learner_destroy(m);
     snprintf(err, errlen, "replay_capacity: GPU allocation failed");
     return LEARNER_ENOMEM;
   }
   if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1 || m->L.attn.T) && !m->ws.fused.ok) {
-    cuda_destroy(m);
+    cuda_learner_destroy(m);
     snprintf(err, errlen, "%s: the cuda step cannot stage these shapes with head sets or attention; use backend=cpu",
              m->L.attn.T ? "attn_tokens" : "ensemble_k");
     return LEARNER_EUNSUPPORTED;
@@ -129,19 +130,19 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
     f->ens = f->K > 1 || c->ensemble_mask_p < 1;
     f->prior = m->prior, f->beta = c->ensemble_prior_scale, f->lambda = c->hp.ensemble_diversity;
     f->lambda_dev = &m->hp->ensemble_diversity; /* a hyperparameter: the graph reads it */
-    f->mask_p = c->ensemble_mask_p, f->mask_seed = c->seed;
+    f->mask_p = c->ensemble_mask_p, f->mask_seed = c->seed, f->seed_dev = &m->ds->seed;
     f->idx = m->idx, f->ring = &m->ds->head, f->cap = c->replay_capacity;
     f->p_on = m->on, f->p_tg = m->tg;
   }
   if (c->tensor_cores && !(m->ws.fused.ok && m->ws.fused.tc == 1)) {
     /* refused rather than silently run in fp32 */
-    cuda_destroy(m);
+    cuda_learner_destroy(m);
     snprintf(err, errlen, "tensor_cores: the TF32 kernels do not cover this network's shapes; use tensor_cores=0");
     return LEARNER_EUNSUPPORTED;
   }
   float *host = (float *)malloc(P * 4);
   if (!host) {
-    cuda_destroy(m);
+    cuda_learner_destroy(m);
     return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   }
   learner_cpu_init_params(&m->L, c, host);
@@ -158,6 +159,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   dev_state_t ds0;
   memset(&ds0, 0, sizeof ds0);
   ds0.max_leaf = 1.0f;
+  ds0.seed = c->seed;
   r2 |= cudaMemcpy(m->on, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemcpy(m->tg, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemset(m->m, 0, P * 4) | cudaMemset(m->v, 0, P * 4) | cudaMemset(m->grad, 0, P * 4);
@@ -169,7 +171,7 @@ static int cuda_create(const learner_config_t *c, void **impl, char *err, size_t
   r2 |= cudaDeviceSynchronize();
   free(host);
   if (r2) {
-    cuda_destroy(m);
+    cuda_learner_destroy(m);
     return snprintf(err, errlen, "cuda: initialising the learner failed"), LEARNER_EDEVICE;
   }
   *impl = m;
@@ -265,12 +267,12 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
   size_t S = (size_t)m->cfg.state_dim;
   if (m->act.rows < n) {
     cuda_acts_free(&m->act);
-    cudaFree(m->act_x);
-    cudaFree(m->act_a);
+    dev_free(m->act_x);
+    dev_free(m->act_a);
     m->act_x = NULL;
     m->act_a = NULL;
-    if (cuda_acts_alloc(&m->act, L, n) || cudaMalloc((void **)&m->act_x, (size_t)n * S * 4) != cudaSuccess ||
-        cudaMalloc((void **)&m->act_a, (size_t)n * 4 + 64 * 4) != cudaSuccess) {
+    if (cuda_acts_alloc(&m->act, L, n) || dev_alloc_t(&m->act_x, (size_t)n * S * 4) != cudaSuccess ||
+        dev_alloc_t(&m->act_a, (size_t)n * 4 + 64 * 4) != cudaSuccess) {
       cuda_acts_free(&m->act);
       return snprintf(err, errlen, "count: no GPU memory for %d states", n), LEARNER_ENOMEM;
     }
@@ -286,7 +288,7 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
   const float *w = m->on;
   if (noisy && m->cfg.noisy) {
     long long nn = L->n_noise;
-    DEV((cudaError_t)cuda_noise(&m->ds->step, m->cfg.seed, PHILOX_STREAM_NOISE_ACT, 1, m->act_count++, m->act_noise,
+    DEV((cudaError_t)cuda_noise(&m->ds->step, m->cfg.seed, NULL, cuda_pz_t{1, 0}, PHILOX_STREAM_NOISE_ACT, 1, m->act_count++, m->act_noise,
                                 nn, m->st));
     if (cuda_effective_weights(L, m->on, m->act_noise, m->act_weff, m->st))
       return snprintf(err, errlen, "cuda: noisy weights failed"), LEARNER_EDEVICE;
@@ -388,6 +390,7 @@ static int cuda_set_counters(void *impl, const learner_counters_t *c) {
   ds.head = c->replay_head;
   ds.total = c->replay_total;
   ds.max_leaf = c->max_leaf;
+  ds.seed = m->cfg.seed;
   m->act_count = c->act_count;
   m->size = c->replay_size;
   m->head = c->replay_head;
@@ -469,8 +472,8 @@ static int64_t cuda_memory_free(void) {
 
 extern "C" const learner_backend_ops_t learner_cuda_ops = {
     "cuda",
-    cuda_create,
-    cuda_destroy,
+    cuda_learner_create,
+    cuda_learner_destroy,
     cuda_submit,
     cuda_step,
     cuda_act,
@@ -483,4 +486,8 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_load_done,
     cuda_workspace_estimate,
     cuda_memory_free,
+    cuda_group_create,
+    cuda_group_member,
+    cuda_group_step,
+    cuda_group_destroy,
 };

@@ -11,6 +11,7 @@
 #define DQN_CUDA_LEARNER_CUDA_CUH
 
 #include <cuda_runtime.h>
+#include <stddef.h>
 
 #include "../backend.h"
 #include "generic_loss.cuh"
@@ -19,6 +20,7 @@
 /* device-resident counters and per-call statistics */
 typedef struct dev_state {
   unsigned long long step;
+  unsigned long long seed; /* the config's: a population's kernels read each member's here (pz.cuh) */
   long long size, head, total; /* the ring (total: insertions ever, for the bootstrap masks) */
   float max_leaf;
   float grad_norm, loss_last, beta_last, q_last;
@@ -70,6 +72,23 @@ typedef struct cuda_learner {
   learner_stats_t last;
 } cuda_learner_t;
 
+/* A population's members in the same launches (group.cu; step.cu's
+ * cuda_group_step): member i's buffers at member 0's + i x stride bytes */
+typedef struct cuda_group {
+  learner_config_t cfg;  /* member 0's (the others differ in seed and hyperparameters only) */
+  int n;
+  size_t stride;
+  char *base;            /* the members' one allocation */
+  cuda_learner_t **m;    /* [n], set as they are created */
+  cudaGraph_t graph;     /* the step of every member, captured on member 0's streams */
+  cudaGraphExec_t exec;
+  int her;               /* the HER/n-step kernel captured in it (any member's) */
+  unsigned char *resets; /* pinned [n][CUDA_GROUP_RESET_BYTES]: each call's per-member sums and halt words */
+  int *halts;            /* pinned [n] ones: a stop's halt words */
+} cuda_group_t;
+/* dev_state_t from loss_sum through halt_next */
+#define CUDA_GROUP_RESET_BYTES (offsetof(dev_state_t, halt_next) + sizeof(int) - offsetof(dev_state_t, loss_sum))
+
 /* PER's beta at step t (replay_beta in kernels/cpu/replay.c) */
 static __device__ __forceinline__ float beta_at(const learner_hparams_t *hp, unsigned long long t) {
   if (hp->per_beta_steps <= 0) return hp->per_beta0;
@@ -81,6 +100,17 @@ static __device__ __forceinline__ float beta_at(const learner_hparams_t *hp, uns
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* learner_cuda.cu: the backend's create and destroy ops (group.cu creates
+ * members with them) */
+int cuda_learner_create(const learner_config_t *c, void **impl, char *err, size_t errlen);
+void cuda_learner_destroy(void *impl);
+/* group.cu: the backend's group ops (backend.h); step.cu: its group_step */
+int cuda_group_create(const learner_config_t *c, int n, void **group, char *err, size_t errlen);
+int cuda_group_member(void *group, int i, const learner_config_t *c, void **impl, char *err, size_t errlen);
+void cuda_group_destroy(void *group);
+int cuda_group_step(void *group, int n, const int *skip, learner_stop_ctl_t *stop, learner_stats_t *st, int *rcs,
+                    char (*errs)[512], char *err, size_t errlen);
 
 /* step.cu: the backend's step op (n training steps: the graph captured on
  * the first call, replayed after; cfg.cuda_graph = 0 launches each step's

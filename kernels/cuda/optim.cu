@@ -76,9 +76,11 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
                                          unsigned *fin, float *__restrict__ norm,
                                          const unsigned long long *__restrict__ step,
                                          const learner_hparams_t *__restrict__ hp, int slot0, unsigned total,
-                                         const volatile int *halt) {
+                                         const volatile int *halt, long long ps) {
   __shared__ double wsum[32];
   __shared__ int last;
+  g = pz_at(g, ps), part_out = pz_at(part_out, ps), fin = pz_at(fin, ps), norm = pz_at(norm, ps);
+  step = pz_at(step, ps), hp = pz_at(hp, ps), halt = pz_at(halt, ps);
   /* the halt word (device memory, step.cu), read by every block before its
    * sum, so the last block does not wait on a load after its arrival */
   const int halted = fin && halt && threadIdx.x == 0 ? *halt : 0;
@@ -95,8 +97,8 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
 
 /* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
 __global__ void adam_prep_kernel(unsigned *fin, const unsigned long long *__restrict__ step,
-                                 const learner_hparams_t *__restrict__ hp) {
-  adam_prep(fin, step, hp);
+                                 const learner_hparams_t *__restrict__ hp, long long ps) {
+  adam_prep(pz_at(fin, ps), pz_at(step, ps), pz_at(hp, ps));
 }
 
 __global__ void grad_norm_final_kernel(const double *__restrict__ part_in, float *__restrict__ out) {
@@ -132,9 +134,11 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
                                     float *__restrict__ v, float *__restrict__ tg, long long n,
                                     const float *__restrict__ norm, const float *__restrict__ scal,
                                     const unsigned long long *__restrict__ step,
-                                    const learner_hparams_t *__restrict__ hp) {
+                                    const learner_hparams_t *__restrict__ hp, long long ps) {
   __shared__ float sc[6];
   __shared__ int mode; /* 0 none, 1 Polyak, 2 copy */
+  p = pz_at(p, ps), g = pz_at(g, ps), m = pz_at(m, ps), v = pz_at(v, ps), tg = pz_at(tg, ps);
+  norm = pz_at(norm, ps), scal = pz_at(scal, ps), step = pz_at(step, ps), hp = pz_at(hp, ps);
   if (threadIdx.x == 0) {
     if (scal) { /* computed once by grad_norm_partial_kernel's last block */
       for (int k = 0; k < 6; k++) sc[k] = scal[k];
@@ -176,7 +180,8 @@ __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ 
 // launchers
 
 extern "C" int cuda_grad_norm(const float *g, long long n, float *norm_dev, double *scratch, cudaStream_t st) {
-  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL, 0, NORM_BLOCKS, NULL);
+  grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, NULL, NULL, NULL, NULL, 0, NORM_BLOCKS, NULL,
+                                                        0);
   grad_norm_final_kernel<<<1, NORM_BLOCKS, 0, st>>>(scratch, norm_dev);
   return (int)cudaGetLastError();
 }
@@ -192,40 +197,42 @@ extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, f
                                  const float *norm_dev, const unsigned long long *step_dev,
                                  const learner_hparams_t *hp_dev, cudaStream_t st) {
   adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, NULL, step_dev,
-                                                                    hp_dev);
+                                                                    hp_dev, 0);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                               cudaStream_t st) {
-  adam_prep_kernel<<<1, 1, 0, st>>>((unsigned *)(scratch + NORM_BLOCKS), step_dev, hp_dev);
+  adam_prep_kernel<<<1, 1, 0, st>>>((unsigned *)(scratch + NORM_BLOCKS), step_dev, hp_dev, 0);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                       float *norm_dev, double *scratch, const unsigned long long *step_dev,
                                       const learner_hparams_t *hp_dev, int prepped, cudaEvent_t norm_done,
-                                      const volatile int *halt, cudaStream_t st) {
+                                      const volatile int *halt, cuda_pz_t pz, cudaStream_t st) {
   unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
-  if (!prepped) adam_prep_kernel<<<1, 1, 0, st>>>(fin, step_dev, hp_dev);
+  const unsigned z = (unsigned)pz.n;
+  if (!prepped) adam_prep_kernel<<<dim3(1, 1, z), 1, 0, st>>>(fin, step_dev, hp_dev, pz.stride);
   if (prepped != 2)
-    grad_norm_partial_kernel<<<NORM_BLOCKS, 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev, 0,
-                                                          NORM_BLOCKS, halt);
+    grad_norm_partial_kernel<<<dim3(NORM_BLOCKS, 1, z), 256, 0, st>>>(g, n, scratch, fin, norm_dev, step_dev, hp_dev, 0,
+                                                                      NORM_BLOCKS, halt, pz.stride);
   if (norm_done) {
     cudaError_t e = cudaEventRecord(norm_done, st);
     if (e != cudaSuccess) return (int)e;
   }
-  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev,
-                                                                    (const float *)(fin + 1), step_dev, hp_dev);
+  adamw_target_kernel<<<dim3((unsigned)((n + 255) / 256), 1, z), 256, 0, st>>>(
+      p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_norm_partial(const float *g, long long n, double *scratch, int slot0, int nblk, float *norm_dev,
                                  const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
-                                 const volatile int *halt, cudaStream_t st) {
+                                 const volatile int *halt, cuda_pz_t pz, cudaStream_t st) {
   if (slot0 < 0 || nblk < 1 || slot0 + nblk > NORM_BLOCKS) return (int)cudaErrorInvalidValue;
-  grad_norm_partial_kernel<<<nblk, 256, 0, st>>>(g, n, scratch, (unsigned *)(scratch + NORM_BLOCKS), norm_dev,
-                                                 step_dev, hp_dev, slot0, NORM_BLOCKS, halt);
+  grad_norm_partial_kernel<<<dim3((unsigned)nblk, 1, (unsigned)pz.n), 256, 0, st>>>(
+      g, n, scratch, (unsigned *)(scratch + NORM_BLOCKS), norm_dev, step_dev, hp_dev, slot0, NORM_BLOCKS, halt,
+      pz.stride);
   return (int)cudaGetLastError();
 }
 

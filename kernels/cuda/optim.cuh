@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "learner_types.h"
+#include "pz.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,11 +41,13 @@ int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *targe
  * is written, before the update. halt (may be NULL; device memory, set by
  * the host when a stop fires, step.cu): read by the norm's final stage; nonzero, the norm is written as CUDA_HALT_NORM, a
  * NaN, so that the step's guards apply nothing of it, as for a diverged step
- * (learner.h, learner_step_until; finish_kernel counts it as halted). */
+ * (learner.h, learner_step_until; finish_kernel counts it as halted).
+ * pz (pz.cuh): the members each launch runs; every pointer is member 0's. */
 #define CUDA_HALT_BITS 0x7fc0dea1u
 int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
                            double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
-                           int prepped, cudaEvent_t norm_done, const volatile int *halt, cudaStream_t st);
+                           int prepped, cudaEvent_t norm_done, const volatile int *halt, cuda_pz_t pz,
+                           cudaStream_t st);
 /* one launch of the norm's partial sums: g[0, n) over nblk blocks written to
  * slots slot0 .. slot0 + nblk - 1 of the CUDA_NORM_PARTS; the last block of
  * the launches that fill all the slots (on any streams) does the final stage
@@ -53,7 +56,7 @@ int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *
  * which launch finishes first. */
 int cuda_norm_partial(const float *g, long long n, double *scratch, int slot0, int nblk, float *norm_dev,
                       const unsigned long long *step_dev, const learner_hparams_t *hp_dev, const volatile int *halt,
-                      cudaStream_t st);
+                      cuda_pz_t pz, cudaStream_t st);
 int cuda_adam_prep(double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
                    cudaStream_t st);
 /* tau_override > 0: target = tau o + (1 - tau) target now (>= 1: copy).

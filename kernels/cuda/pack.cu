@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "../philox.h"
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "generic_loss.cuh"
 #include "gemm_dev.cuh"
@@ -78,9 +79,9 @@ typedef struct pack_entry {
  * then bias) goes to its place in the pack. */
 __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
                                   float *__restrict__ w_on, const float *__restrict__ p_tg,
-                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, int tf32) {
-  const float *P = blockIdx.y ? p_tg : p_on, *fn = blockIdx.y ? fn_tg : fn_on;
-  float *W = blockIdx.y ? w_tg : w_on;
+                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, int tf32, long long ps) {
+  const float *P = pz_at(blockIdx.y ? p_tg : p_on, ps), *fn = pz_at(blockIdx.y ? fn_tg : fn_on, ps);
+  float *W = pz_at(blockIdx.y ? w_tg : w_on, ps);
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
        e += (long long)gridDim.x * blockDim.x) {
     int li = 0;
@@ -108,11 +109,12 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
                                        const float *__restrict__ fn_on, float *__restrict__ w_on,
                                        const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
                                        float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
-                                       int noisy, int tf32) {
-  const pack_entry_t l = tab[j0 + blockIdx.x];
-  const float *__restrict__ P = l.prior ? prior : (blockIdx.y ? p_tg : p_on);
-  const float *__restrict__ fn = blockIdx.y ? fn_tg : fn_on;
-  float *__restrict__ W = blockIdx.y ? w_tg : w_on;
+                                       int noisy, int tf32, long long ps) {
+  const pack_entry_t l = pz_at(tab, ps)[j0 + blockIdx.x];
+  prior = pz_at(prior, ps);
+  const float *__restrict__ P = l.prior ? prior : pz_at(blockIdx.y ? p_tg : p_on, ps);
+  const float *__restrict__ fn = pz_at(blockIdx.y ? fn_tg : fn_on, ps);
+  float *__restrict__ W = pz_at(blockIdx.y ? w_tg : w_on, ps);
   const bool nz = noisy && l.src_sw >= 0;
   const int n = (l.r1 - l.r0) * l.in;
   const float *src = P + l.src_w + (size_t)l.r0 * l.in;
@@ -159,11 +161,14 @@ __global__ void noisy_weights_kernel(const float *__restrict__ mw, const float *
 }
 
 /* NoisyNet noise: N(0,1) from (seed, stream, counter, lane = element/4), then f(x) = sign(x) sqrt|x| */
-__global__ void noise_kernel(const unsigned long long *step, unsigned long long seed, unsigned stream,
-                             int use_act_counter, unsigned long long act_counter, float *eps, long long n) {
+__global__ void noise_kernel(const unsigned long long *step, unsigned long long seed,
+                             const unsigned long long *seed_dev, unsigned stream, int use_act_counter,
+                             unsigned long long act_counter, float *eps, long long n, long long ps) {
   long long lane = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (lane * 4 >= n) return;
-  unsigned long long ctr = use_act_counter ? act_counter : *step;
+  eps = pz_at(eps, ps);
+  if (seed_dev) seed = *pz_at(seed_dev, ps);
+  unsigned long long ctr = use_act_counter ? act_counter : *pz_at(step, ps);
   float g[4];
   philox_normal4(philox_draw(seed, stream, ctr, (uint32_t)lane), g);
   for (int k = 0; k < 4 && lane * 4 + k < n; k++) {
@@ -270,7 +275,7 @@ extern "C" int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f) {
     }
   }
   free(t);
-  cudaError_t err = cudaMalloc(&f->pack_tab, sizeof(pack_entry_t) * (size_t)nj);
+  cudaError_t err = dev_alloc_t(&f->pack_tab, sizeof(pack_entry_t) * (size_t)nj);
   if (err == cudaSuccess) err = cudaMemcpy(f->pack_tab, jobs, sizeof(pack_entry_t) * (size_t)nj, cudaMemcpyHostToDevice);
   f->pack_n = nj, f->pack_train = nj_train;
   free(jobs);
@@ -321,13 +326,14 @@ extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, c
     pack_args(L, f, &pa);
     if (!noisy)
       for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
-    dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2);
-    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->tc);
+    dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2, (unsigned)f->pz.n);
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->tc, f->pz.stride);
     return (int)cudaGetLastError();
   }
   /* K head sets or priors: the trained layers (the priors are packed once); noise composed when noisy */
-  fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy, f->tc);
+  fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2, (unsigned)f->pz.n), 256, 0, st>>>(
+      (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy, f->tc,
+      f->pz.stride);
   return (int)cudaGetLastError();
 }
 
@@ -348,12 +354,12 @@ extern "C" int cuda_effective_weights(const net_layout_t *L, const float *P, con
   return 0;
 }
 
-extern "C" int cuda_noise(const unsigned long long *step, unsigned long long seed, unsigned stream,
-                          int use_act_counter, unsigned long long act_counter, float *eps, long long n,
-                          cudaStream_t st) {
+extern "C" int cuda_noise(const unsigned long long *step, unsigned long long seed, const unsigned long long *seed_dev,
+                          cuda_pz_t pz, unsigned stream, int use_act_counter, unsigned long long act_counter, float *eps,
+                          long long n, cudaStream_t st) {
   const long long lanes = (n + 3) / 4;
-  noise_kernel<<<(unsigned)((lanes + 127) / 128), 128, 0, st>>>(step, seed, stream, use_act_counter, act_counter,
-                                                                 eps, n);
+  noise_kernel<<<dim3((unsigned)((lanes + 127) / 128), 1, (unsigned)pz.n), 128, 0, st>>>(
+      step, seed, seed_dev, stream, use_act_counter, act_counter, eps, n, pz.stride);
   return (int)cudaGetLastError();
 }
 
@@ -361,6 +367,7 @@ extern "C" int cuda_noise(const unsigned long long *step, unsigned long long see
 extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
   if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
   fused_pack_sets_kernel<<<dim3((unsigned)(f->pack_n - f->pack_train), 2), 256, 0, st>>>(
-      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0, f->tc);
+      (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0, f->tc,
+      0);
   return (int)cudaGetLastError();
 }

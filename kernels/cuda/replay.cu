@@ -48,12 +48,18 @@ typedef struct her_args {
 /* K1: indices (Philox stream REPLAY, lane = sample), IS weights, gather into
  * x = [s; s'], a, r, done; with HER or n-step, the row's relabelling or its
  * n-step return (thread 0 decides, the block copies). One block per sample. */
-__global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparams_t *hp, unsigned long long seed,
-                                     int prioritized, const float *sum, const float *mn, long long T,
-                                     const float *s, const float *s2, const int32_t *a, const float *r,
-                                     const uint8_t *done, int B, int S, long long *idx, float *x, int32_t *ba,
-                                     float *br, float *bd, float *bw, unsigned *adam_fin, her_args_t her) {
+__global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparams_t *hp, int prioritized,
+                                     const float *sum, const float *mn, long long T, const float *s, const float *s2,
+                                     const int32_t *a, const float *r, const uint8_t *done, int B, int S,
+                                     long long *idx, float *x, int32_t *ba, float *br, float *bd, float *bw,
+                                     unsigned *adam_fin, her_args_t her, long long ps) {
   int i = blockIdx.x;
+  ds = pz_at(ds, ps), hp = pz_at(hp, ps), sum = pz_at(sum, ps), mn = pz_at(mn, ps), s = pz_at(s, ps);
+  s2 = pz_at(s2, ps), a = pz_at(a, ps), r = pz_at(r, ps), done = pz_at(done, ps), idx = pz_at(idx, ps);
+  x = pz_at(x, ps), ba = pz_at(ba, ps), br = pz_at(br, ps), bd = pz_at(bd, ps), bw = pz_at(bw, ps);
+  adam_fin = pz_at(adam_fin, ps);
+  her.first = pz_at(her.first, ps), her.last = pz_at(her.last, ps), her.gdisc = pz_at(her.gdisc, ps);
+  const unsigned long long seed = ds->seed;
   __shared__ long long j_s, src2_s, goal_s; /* s' from slot src2; goal from slot goal_s's s' (-1: none) */
   /* the step's norm-free AdamW scalars (two double pows), by the second
    * warp of block 0 beside the first's sampling: off the critical path */
@@ -121,8 +127,11 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
  * recomputed as left + right after a barrier, so the tree holds the CPU's
  * bits. Threads that share an ancestor write the same value. */
 __global__ void priorities_kernel(const long long *idx, const float *loss_i, int B, const learner_hparams_t *hp,
-                                  float alpha, float *sum, float *mn, long long T, dev_state_t *ds, int *own) {
+                                  float alpha, float *sum, float *mn, long long T, dev_state_t *ds, int *own,
+                                  long long ps) {
   __shared__ float red[1024];
+  idx = pz_at(idx, ps), loss_i = pz_at(loss_i, ps), hp = pz_at(hp, ps), sum = pz_at(sum, ps), mn = pz_at(mn, ps);
+  ds = pz_at(ds, ps), own = pz_at(own, ps);
   if (!isfinite(ds->grad_norm)) return; /* the divergence guard: this step is not applied */
   float mx = -INFINITY;
   /* the last slot to sample each leaf owns it: O(B) with the owner array
@@ -211,19 +220,20 @@ extern "C" int cuda_episode_fill_last(cuda_learner_t *m, long long from, long lo
 extern "C" int cuda_replay_sample(cuda_learner_t *m, unsigned *adam_fin, cudaStream_t st) {
   const learner_config_t *c = &m->cfg;
   cuda_dqn_ws_t *ws = &m->ws;
-  sample_gather_kernel<<<c->batch, 64, 0, st>>>(m->ds, m->hp, c->seed, c->prioritized, m->sum, m->mn, m->T, m->s,
-                                                m->s2, m->a, m->r, m->done, c->batch, c->state_dim, m->idx, ws->x,
-                                                ws->a, ws->r, ws->done, ws->w, adam_fin,
-                                                her_args_t{m->her_in_graph, c->her_goal_dim, m->ep_first, m->ep_last,
-                                                           c->replay_capacity, m->gdisc});
+  const cuda_pz_t pz = ws->fused.pz;
+  sample_gather_kernel<<<dim3((unsigned)c->batch, 1, (unsigned)pz.n), 64, 0, st>>>(
+      m->ds, m->hp, c->prioritized, m->sum, m->mn, m->T, m->s, m->s2, m->a, m->r, m->done, c->batch, c->state_dim,
+      m->idx, ws->x, ws->a, ws->r, ws->done, ws->w, adam_fin,
+      her_args_t{m->her_in_graph, c->her_goal_dim, m->ep_first, m->ep_last, c->replay_capacity, m->gdisc}, pz.stride);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_replay_update_priorities(cuda_learner_t *m, cudaStream_t st) {
   /* with K heads the priority is mean_k CE^k_i (docs/learner.md §8), not loss_i */
   const float *pl = m->ws.fused.ens ? m->ws.fused.ce_mean : m->ws.loss_i;
-  priorities_kernel<<<1, 1024, 0, st>>>(m->idx, pl, m->cfg.batch, m->hp, m->cfg.per_alpha, m->sum, m->mn,
-                                        m->T, m->ds, m->own);
+  const cuda_pz_t pz = m->ws.fused.pz;
+  priorities_kernel<<<dim3(1, 1, (unsigned)pz.n), 1024, 0, st>>>(m->idx, pl, m->cfg.batch, m->hp, m->cfg.per_alpha,
+                                                                 m->sum, m->mn, m->T, m->ds, m->own, pz.stride);
   return (int)cudaGetLastError();
 }
 

@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "../philox.h"
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "gemm_table.cuh"
 #include "learner_cuda.cuh"
@@ -48,8 +49,9 @@
 
 /* the step's bookkeeping, last in the graph */
 __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q, const learner_hparams_t *hp,
-                              int prioritized) {
+                              int prioritized, long long ps) {
   if (threadIdx.x || blockIdx.x) return;
+  ds = pz_at(ds, ps), loss = pz_at(loss, ps), q = pz_at(q, ps), hp = pz_at(hp, ps);
   if (!isfinite(ds->grad_norm)) { /* the divergence guard, or a halt: this step was not applied */
     if (__float_as_uint(ds->grad_norm) == CUDA_HALT_BITS) ds->halted += 1;
     return;
@@ -72,6 +74,7 @@ __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q
 extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
                                 const float *x) {
   memset(f, 0, sizeof *f);
+  f->pz.n = 1; /* a population sets its members' (group.cu) */
   f->K = L->K < 1 ? 1 : L->K;
   f->pr = L->has_prior ? 1 : 0;
   f->VHp = L->VH * (1 + f->pr), f->AHp = L->AH * (1 + f->pr);
@@ -103,7 +106,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
                 b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens + att;
   cudaError_t e;
-  if ((e = cudaMalloc(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
+  if ((e = dev_alloc_t(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
   f->logp = p, p += 3 * b * f->LW;
@@ -150,12 +153,12 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
 }
 
 extern "C" void cuda_fused_free(cuda_fused_t *f) {
-  cudaFree(f->mem);
-  cudaFree(f->pack_tab);
-  cudaFree(f->probs);
-  cudaFree(f->wg_maps);
-  cudaFree(f->gpart);
-  cudaFree(f->gcnt);
+  dev_free(f->mem);
+  dev_free(f->pack_tab);
+  dev_free(f->probs);
+  dev_free(f->wg_maps);
+  dev_free(f->gpart);
+  dev_free(f->gcnt);
   for (int i = 0; i < 7; i++)
     if (f->ev[i]) cudaEventDestroy(f->ev[i]);
   if (f->side) cudaStreamDestroy(f->side);
@@ -171,9 +174,9 @@ static int norm_part(cuda_learner_t *m, int part, cudaStream_t st) {
   const long long n0 = m->L.layer[1].off_w, P = m->L.n_params;
   if (part == 0)
     return cuda_norm_partial(m->grad + n0, P - n0, m->norm_scratch, 0, CUDA_NORM_PARTS - NORM_T1_BLOCKS,
-                             &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, st);
+                             &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, m->ws.fused.pz, st);
   return cuda_norm_partial(m->grad, n0, m->norm_scratch, CUDA_NORM_PARTS - NORM_T1_BLOCKS, NORM_T1_BLOCKS,
-                           &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, st);
+                           &m->ds->grad_norm, &m->ds->step, m->hp, &m->ds->halt_next, m->ws.fused.pz, st);
 }
 
 /* Loss and gradient of the batch in ws on the phases: forward and loss on
@@ -200,12 +203,12 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   else CUDA_RET(cuda_loss(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, ws->best, st));
   CUDA_RET(cudaEventRecord(f->ev[0], st));
   CUDA_RET(cudaStreamWaitEvent(sd, f->ev[0], 0));
-  CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D * f->K, ws->loss, ws->q_taken, sd));
+  CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D * f->K, ws->loss, ws->q_taken, f->pz, sd));
   CUDA_RET(cuda_weight_grads(f, 0, sl, grad, fn, sd));
   for (int k = 1; k <= 3; k++) {
     CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));
     if (k == 2 && f->attn) /* B2 gave dL/dh': the attention's backward gives trunk 2's gh */
-      CUDA_RET(cuda_attn_backward(L, f->p_on, &f->at, &f->ag, B, f->gatt, f->h, sl, f->gh, st));
+      CUDA_RET(cuda_attn_backward(L, f->p_on, &f->at, &f->ag, B, f->gatt, f->h, sl, f->gh, f->pz, st));
     if (k == 3 && m) {
       CUDA_RET(norm_part(m, 0, sd));
       CUDA_RET(cuda_weight_grads(f, 3, sl, grad, fn, st));
@@ -215,7 +218,7 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
     CUDA_RET(cudaEventRecord(f->ev[k], st));
     CUDA_RET(cudaStreamWaitEvent(sd, f->ev[k], 0));
     if (k == 2 && f->attn) /* the attention's parameter gradients, beside B3 */
-      CUDA_RET(cuda_attn_wgrad(L, &f->at, &f->ag, B, f->gatt, f->awg, grad, sd));
+      CUDA_RET(cuda_attn_wgrad(L, &f->at, &f->ag, B, f->gatt, f->awg, grad, f->pz, sd));
     CUDA_RET(cuda_weight_grads(f, k, sl, grad, fn, sd));
   }
   CUDA_RET(cudaEventRecord(f->ev[4], sd));
@@ -250,16 +253,18 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   const long long P = L->n_params;
   if (!f->ok) { /* the generic kernels, one stream */
     if (c->noisy) {
-      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, L->n_noise, m->st));
-      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, L->n_noise, m->st));
+      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, NULL, f->pz, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on,
+                                  L->n_noise, m->st));
+      DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, NULL, f->pz, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg,
+                                  L->n_noise, m->st));
     }
     DEV((cudaError_t)cuda_replay_sample(m, NULL, m->st));
     int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
     if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                             &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, m->st));
+                                             &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, f->pz, m->st));
     if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
-    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+    finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, 0);
     LAUNCHED();
     return 0;
   }
@@ -269,8 +274,10 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   DEV(cudaEventRecord(f->ev[5], m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
   if (c->noisy) {
-    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on, L->n_noise, sd));
-    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg, L->n_noise, sd));
+    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, &m->ds->seed, f->pz, PHILOX_STREAM_NOISE_ONLINE, 0, 0, ws->fn_on,
+                                L->n_noise, sd));
+    DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, &m->ds->seed, f->pz, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg,
+                                L->n_noise, sd));
   }
   DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg, sd));
   DEV(cudaEventRecord(f->ev[6], sd));
@@ -281,9 +288,10 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   /* the norm is done (both parts ordered before this call): AdamW and the
    * target update; the statistics need the norm, not the update: beside it */
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, m->st));
+                                           &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, f->pz, m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
-  finish_kernel<<<1, 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized);
+  finish_kernel<<<dim3(1, 1, (unsigned)f->pz.n), 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized,
+                                                             f->pz.stride);
   LAUNCHED();
   DEV(cudaEventRecord(f->ev[6], sd));
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
@@ -302,26 +310,92 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
 #define STEP_GROUP 16
 #define STOP_POLL_NS 50000
 
-/* sets the halt word for the replays queued on m->st */
-static cudaError_t halt_replays(cuda_learner_t *m) {
-  return cudaMemcpyAsync(&m->ds->halt_next, m->halt_one, sizeof m->ds->halt_next, cudaMemcpyHostToDevice,
-                         m->halt_st);
+/* sets the halt word of the replays queued on m->st: m's, or every member's
+ * of the group g (m its member 0) */
+static cudaError_t halt_replays(cuda_learner_t *m, const cuda_group_t *g) {
+  if (!g) return cudaMemcpyAsync(&m->ds->halt_next, m->halt_one, sizeof m->ds->halt_next, cudaMemcpyHostToDevice,
+                                 m->halt_st);
+  return cudaMemcpy2DAsync(&m->ds->halt_next, g->stride, g->halts, sizeof(int), sizeof(int), (size_t)g->n,
+                           cudaMemcpyHostToDevice, m->halt_st);
 }
 
-/* waits for ev; meanwhile a stop that fires sets the halt word (1 returned
+/* waits for ev; meanwhile a stop that fires sets the halt words (1 returned
  * through *stopped). 0 or a CUDA error. */
-static cudaError_t wait_or_halt(cuda_learner_t *m, cudaEvent_t ev, learner_stop_ctl_t *stop, int *stopped) {
+static cudaError_t wait_or_halt(cuda_learner_t *m, const cuda_group_t *g, cudaEvent_t ev, learner_stop_ctl_t *stop,
+                                int *stopped) {
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e != cudaErrorNotReady) return e;
     if (!*stopped && learner_should_stop(stop)) {
       *stopped = 1;
-      e = halt_replays(m);
+      e = halt_replays(m, g);
       if (e != cudaSuccess) return e;
     }
     struct timespec ts = {0, STOP_POLL_NS};
     nanosleep(&ts, NULL);
   }
+}
+
+/* n replays on m's stream: of exec, or of the step's launches enqueued each
+ * time (exec NULL: cfg.cuda_graph = 0), in groups of STEP_GROUP; the replays
+ * launched and whether a stop halted them through *launched, *stopped */
+static int run_replays(cuda_learner_t *m, const cuda_group_t *g, cudaGraphExec_t exec, int n,
+                       learner_stop_ctl_t *stop, int *launched_out, int *stopped_out, char *err, size_t errlen) {
+  int launched = 0, stopped = 0;
+  for (int k = 0; k < n; k++) {
+    if (k % STEP_GROUP == 0) {
+      if (k >= 2 * STEP_GROUP) DEV(wait_or_halt(m, g, m->group_done[(k / STEP_GROUP) % 2], stop, &stopped));
+      if (stopped || learner_should_stop(stop)) {
+        if (!stopped && launched) DEV(halt_replays(m, g)); /* the replays still queued apply nothing */
+        stopped = 1;
+        break;
+      }
+    }
+    if (exec) {
+      DEV(cudaGraphLaunch(exec, m->st));
+    } else if (enqueue_step(m, err, errlen)) {
+      return LEARNER_EDEVICE;
+    }
+    launched++;
+    if (k % STEP_GROUP == STEP_GROUP - 1 || k == n - 1)
+      DEV(cudaEventRecord(m->group_done[(k / STEP_GROUP) % 2], m->st));
+  }
+  if (launched) DEV(wait_or_halt(m, g, m->group_done[((launched - 1) / STEP_GROUP) % 2], stop, &stopped));
+  if (stopped) DEV(cudaStreamSynchronize(m->halt_st)); /* landed before the next call's reset */
+  *launched_out = launched, *stopped_out = stopped;
+  return 0;
+}
+
+/* a call's outcome for m from its counters ds: its statistics (m->last and
+ * *st), and LEARNER_OK, LEARNER_EDIVERGED or LEARNER_ESTOPPED */
+static int call_result(cuda_learner_t *m, const dev_state_t *ds, int launched, int wanted,
+                       const learner_stop_ctl_t *stop, learner_stats_t *st, char *err, size_t errlen) {
+  const int ran = (int)ds->applied, halted = (int)ds->halted, n = ran;
+  learner_stats_t *s = &m->last;
+  s->step = ds->step;
+  s->replay_size = m->size;
+  s->replay_total = m->total;
+  s->steps_run = n;
+  s->loss_mean = n ? (float)(ds->loss_sum / n) : 0;
+  s->loss_last = ds->loss_last;
+  s->grad_norm_mean = n ? (float)(ds->gn_sum / n) : 0;
+  s->grad_norm_last = ds->gn_last; /* the last applied step's, as the CPU reports it */
+  s->q_mean = n ? (float)(ds->q_sum / n) : 0;
+  s->per_beta = ds->beta_last;
+  if (st) *st = *s;
+  if (ran + halted < launched) { /* the divergence guard stopped the call (learner.h) */
+    snprintf(err, errlen,
+             "step %llu diverged: gradient norm %g; it was not applied (the state is step %llu's, after %d of this "
+             "call's steps)",
+             ds->step + 1, (double)ds->grad_norm, ds->step, ran);
+    return LEARNER_EDIVERGED;
+  }
+  if (ran < wanted) {
+    snprintf(err, errlen, "stopped after %d of %d steps (%s)", ran, wanted,
+             stop->why == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
+    return LEARNER_ESTOPPED;
+  }
+  return LEARNER_OK;
 }
 
 extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t *st, char *err,
@@ -347,57 +421,95 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
     DEV(cudaGraphInstantiate(&m->exec, g, 0));
   }
   int launched = 0, stopped = 0;
-  for (int k = 0; k < n; k++) {
-    if (k % STEP_GROUP == 0) {
-      if (k >= 2 * STEP_GROUP) DEV(wait_or_halt(m, m->group_done[(k / STEP_GROUP) % 2], stop, &stopped));
-      if (stopped || learner_should_stop(stop)) {
-        if (!stopped && launched) DEV(halt_replays(m)); /* the replays still queued apply nothing */
-        stopped = 1;
-        break;
-      }
-    }
-    if (use_graph) {
-      DEV(cudaGraphLaunch(m->exec, m->st));
-    } else if (enqueue_step(m, err, errlen)) {
-      return LEARNER_EDEVICE;
-    }
-    launched++;
-    if (k % STEP_GROUP == STEP_GROUP - 1 || k == n - 1)
-      DEV(cudaEventRecord(m->group_done[(k / STEP_GROUP) % 2], m->st));
-  }
-  if (launched) DEV(wait_or_halt(m, m->group_done[((launched - 1) / STEP_GROUP) % 2], stop, &stopped));
-  if (stopped) DEV(cudaStreamSynchronize(m->halt_st)); /* landed before the next call's reset */
+  int rc = run_replays(m, NULL, use_graph ? m->exec : NULL, n, stop, &launched, &stopped, err, errlen);
+  if (rc) return rc;
   dev_state_t ds;
   DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
   DEV(cudaStreamSynchronize(m->st));
-  const int ran = (int)ds.applied, halted = (int)ds.halted;
-  const int wanted = n;
-  n = ran;
-  learner_stats_t *s = &m->last;
-  s->step = ds.step;
-  s->replay_size = m->size;
-  s->replay_total = m->total;
-  s->steps_run = n;
-  s->loss_mean = n ? (float)(ds.loss_sum / n) : 0;
-  s->loss_last = ds.loss_last;
-  s->grad_norm_mean = n ? (float)(ds.gn_sum / n) : 0;
-  s->grad_norm_last = ds.gn_last; /* the last applied step's, as the CPU reports it */
-  s->q_mean = n ? (float)(ds.q_sum / n) : 0;
-  s->per_beta = ds.beta_last;
-  if (st) *st = *s;
-  if (ran + halted < launched) { /* the divergence guard stopped the call (learner.h) */
-    snprintf(err, errlen,
-             "step %llu diverged: gradient norm %g; it was not applied (the state is step %llu's, after %d of this "
-             "call's steps)",
-             ds.step + 1, (double)ds.grad_norm, ds.step, ran);
-    return LEARNER_EDIVERGED;
+  rc = call_result(m, &ds, launched, n, stop, st, err, errlen);
+  if (rc == LEARNER_OK) stop->why = LEARNER_STOP_NONE; /* the stop came after the last step: every one ran */
+  return rc;
+}
+
+/* ---- a population's step: every member in the same launches (group.cu) */
+
+/* the launches of every member's step, as member 0's with grid z = members
+ * (pz.cuh), captured on member 0's streams; the HER/n-step kernel when any
+ * member runs it (a member without gets gamma as its rows' discounts: the
+ * same numbers) */
+static int enqueue_group(cuda_group_t *g, char *err, size_t errlen) {
+  cuda_learner_t *m = g->m[0];
+  cuda_fused_t *f = &m->ws.fused;
+  const cuda_pz_t alone = f->pz;
+  const int her = m->her_in_graph;
+  f->pz = cuda_pz_t{g->n, (long long)g->stride};
+  m->her_in_graph = g->her;
+  int rc = enqueue_step(m, err, errlen);
+  f->pz = alone, m->her_in_graph = her;
+  return rc;
+}
+
+extern "C" int cuda_group_step(void *group, int n, const int *skip, learner_stop_ctl_t *stop, learner_stats_t *st,
+                               int *rcs, char (*errs)[512], char *err, size_t errlen) {
+  cuda_group_t *g = (cuda_group_t *)group;
+  cuda_learner_t *m = g->m[0];
+  const size_t R = CUDA_GROUP_RESET_BYTES;
+  /* each member's per-call sums zeroed; its halt word 1 when skipped */
+  for (int i = 0; i < g->n; i++) {
+    unsigned char *r = g->resets + R * (size_t)i;
+    const int h = skip[i] ? 1 : 0;
+    memset(r, 0, R);
+    memcpy(r + R - sizeof h, &h, sizeof h);
   }
-  if (ran < wanted) {
-    snprintf(err, errlen, "stopped after %d of %d steps (%s)", ran, wanted,
-             stop->why == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
-    return LEARNER_ESTOPPED;
+  DEV(cudaMemcpy2DAsync(&m->ds->loss_sum, g->stride, g->resets, R, R, (size_t)g->n, cudaMemcpyHostToDevice, m->st));
+  int her = 0;
+  for (int i = 0; i < g->n; i++) her |= g->m[i]->her_in_graph;
+  const int use_graph = m->cfg.cuda_graph != 0;
+  if (use_graph && n > 0 && (!g->exec || her != g->her)) {
+    if (g->exec) DEV(cudaGraphExecDestroy(g->exec));
+    if (g->graph) DEV(cudaGraphDestroy(g->graph));
+    g->exec = NULL, g->graph = NULL;
+    g->her = her;
+    DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue_group(g, err, errlen);
+    cudaGraph_t gr;
+    cudaError_t e = cudaStreamEndCapture(m->st, &gr);
+    if (rc) return LEARNER_EDEVICE;
+    DEV(e);
+    g->graph = gr;
+    DEV(cudaGraphInstantiate(&g->exec, gr, 0));
   }
-  stop->why = LEARNER_STOP_NONE; /* the stop came after the last step: every one ran */
+  int launched = 0, stopped = 0, rc;
+  if (use_graph) {
+    rc = run_replays(m, g, g->exec, n, stop, &launched, &stopped, err, errlen);
+  } else { /* the plain launches, every member's */
+    g->her = her;
+    cuda_fused_t *f = &m->ws.fused;
+    const cuda_pz_t alone = f->pz;
+    const int her0 = m->her_in_graph;
+    f->pz = cuda_pz_t{g->n, (long long)g->stride}, m->her_in_graph = her;
+    rc = run_replays(m, g, NULL, n, stop, &launched, &stopped, err, errlen);
+    f->pz = alone, m->her_in_graph = her0;
+  }
+  if (rc) return rc;
+  dev_state_t *ds = (dev_state_t *)malloc(sizeof *ds * (size_t)g->n);
+  if (!ds) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
+  cudaError_t e = cudaMemcpy2DAsync(ds, sizeof *ds, m->ds, g->stride, sizeof *ds, (size_t)g->n, cudaMemcpyDeviceToHost,
+                                    m->st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
+  if (e != cudaSuccess) {
+    free(ds);
+    DEV(e);
+  }
+  int any_stopped = 0;
+  for (int i = 0; i < g->n; i++) {
+    rcs[i] = LEARNER_OK;
+    if (skip[i]) continue; /* its statistics are the caller's */
+    rcs[i] = call_result(g->m[i], &ds[i], launched, n, stop, &st[i], errs[i], sizeof errs[i]);
+    any_stopped |= rcs[i] == LEARNER_ESTOPPED;
+  }
+  free(ds);
+  if (!any_stopped) stop->why = LEARNER_STOP_NONE;
   return LEARNER_OK;
 }
 

@@ -36,6 +36,7 @@ typedef struct tail_args {
   int nmax;
   const float *O;
   float *logp;
+  long long ps; /* members' stride (pz.cuh) */
 } tail_args_t;
 
 // kernels
@@ -68,12 +69,14 @@ __device__ __forceinline__ void warp_copy(float *__restrict__ dst, const float *
  * actions serial, in action order). */
 template <int ZL> /* atoms per lane: Z <= 32 ZL */
 __global__ void fused_tail_kernel(tail_args_t a) {
+  auto *const p_O = pz_at(a.O, a.ps);
+  auto *const p_logp = pz_at(a.logp, a.ps);
   extern __shared__ float tsh[];
   const int wib = threadIdx.x / 32, w = (int)(blockIdx.x * (blockDim.x / 32)) + wib, lane = threadIdx.x % 32;
   const int r = w / (a.D * a.K), kd = w % (a.D * a.K), k = kd / a.D, d = kd % a.D;
   if (r >= a.rows) return;
   const int Z = a.Z, nd = a.n[d];
-  const float *__restrict__ V = a.O + (size_t)r * a.O2 + (size_t)k * a.SO;
+  const float *__restrict__ V = p_O + (size_t)r * a.O2 + (size_t)k * a.SO;
   const float *Ad = V + Z + a.aoff[d];
   /* every load at once into shared memory, then the arithmetic: reading the
    * advantages from L2 action by action put one round trip per action (two
@@ -98,7 +101,7 @@ __global__ void fused_tail_kernel(tail_args_t a) {
       base[zi] = vz[zi] - m / (float)nd;
     }
   }
-  float *lp0 = a.logp + (size_t)r * a.LW + (size_t)k * a.AW + a.aoff[d];
+  float *lp0 = p_logp + (size_t)r * a.LW + (size_t)k * a.AW + a.aoff[d];
   for (int q = 0; q < nd; q++) {
     const float *Aq = Ad + (size_t)q * Z;
     float v[ZL], mx = -INFINITY;
@@ -172,7 +175,7 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
                             const float *fn, cudaStream_t st) {
   for (int ph = PH_F1; ph < PH_F1 + 4; ph++) {
     if (ph == PH_F1 + 2 && f->attn) { /* the attention on h: online s and s' (2B rows), target s' (B rows) */
-      CUDA_RET(cuda_attn_forward(L, f->p_on, f->p_tg, 2 * B, f->h, 3 * B, B, &f->at, st));
+      CUDA_RET(cuda_attn_forward(L, f->p_on, f->p_tg, 2 * B, f->h, 3 * B, B, &f->at, f->pz, st));
     }
     CUDA_RET(cuda_gemm_phase(f, ph, slope, grad, fn, st));
   }
@@ -181,14 +184,14 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
   ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = f->O2, ta.AW = f->AW, ta.D = L->D;
   ta.K = f->K, ta.SO = f->SO, ta.LW = f->LW;
   for (int d = 0; d < L->D; d++) ta.n[d] = L->n[d], ta.aoff[d] = f->aoff[d];
-  ta.O = f->O, ta.logp = f->logp;
+  ta.O = f->O, ta.logp = f->logp, ta.ps = f->pz.stride;
   for (int d = 0; d < L->D; d++) ta.nmax = L->n[d] > ta.nmax ? L->n[d] : ta.nmax;
   /* staged through shared memory when a warp's copy fits in 48 KB */
   const size_t wfl = sizeof(float) * (size_t)ta.nmax * L->Z;
   const int wpb = wfl <= 12288 ? 4 : wfl <= 49152 ? (int)(49152 / wfl) : 4;
   ta.stage = wfl <= 49152;
   const size_t warps = 3 * (size_t)B * L->D * f->K;
-  const dim3 tg((unsigned)((warps + wpb - 1) / wpb)), tb(32 * wpb);
+  const dim3 tg((unsigned)((warps + wpb - 1) / wpb), 1, (unsigned)f->pz.n), tb(32 * wpb);
   const size_t tsm = ta.stage ? wpb * wfl : 0;
   if (L->Z <= 64) fused_tail_kernel<2><<<tg, tb, tsm, st>>>(ta);
   else if (L->Z <= 128) fused_tail_kernel<4><<<tg, tb, tsm, st>>>(ta);

@@ -31,6 +31,7 @@ typedef struct loss_args {
   const int32_t *a;
   float *g2, *loss_i, *qsum_i;
   int32_t *best;
+  long long ps; /* members' stride (pz.cuh): every pointer above is member 0's */
 } loss_args_t;
 
 // kernels
@@ -44,6 +45,17 @@ __host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return
  * source atoms in ascending j, c51_project's order), cross-entropy and
  * dlogits; then dV (sum over branches in order), loss_i and the Q sum. */
 __global__ void fused_loss_kernel(loss_args_t a) {
+  auto *const p_gamma_dev = pz_at(a.gamma_dev, a.ps);
+  auto *const p_gdisc = pz_at(a.gdisc, a.ps);
+  auto *const p_logp = pz_at(a.logp, a.ps);
+  auto *const p_r = pz_at(a.r, a.ps);
+  auto *const p_done = pz_at(a.done, a.ps);
+  auto *const p_w = pz_at(a.w, a.ps);
+  auto *const p_a = pz_at(a.a, a.ps);
+  auto *const p_g2 = pz_at(a.g2, a.ps);
+  auto *const p_loss_i = pz_at(a.loss_i, a.ps);
+  auto *const p_qsum_i = pz_at(a.qsum_i, a.ps);
+  auto *const p_best = pz_at(a.best, a.ps);
   extern __shared__ float sh[];
   __shared__ float ce_s[MAXB], qa_s[MAXB];
   const int Z = a.Z, d = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -57,14 +69,14 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   float dz = (a.vmax - a.vmin) / (float)(Z - 1);
   /* this sample's scalars first: their L2 round trips overlap the copies'
    * instead of each following the arithmetic before its use */
-  const int ai = a.a[i];
-  const float ri = a.r[i], donei = a.done[i], wi = a.w[i];
-  const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
+  const int ai = p_a[i];
+  const float ri = p_r[i], donei = p_done[i], wi = p_w[i];
+  const float gamma = p_gdisc ? p_gdisc[i] : p_gamma_dev ? *p_gamma_dev : a.gamma;
   if (d < a.D) {
     const int n = a.n[d], nz = n * Z;
-    const float *lp_s = a.logp + (size_t)i * a.AW + a.aoff[d];
-    const float *lp_s2 = a.logp + ((size_t)B + i) * a.AW + a.aoff[d];
-    const float *lt_s2 = a.logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
+    const float *lp_s = p_logp + (size_t)i * a.AW + a.aoff[d];
+    const float *lp_s2 = p_logp + ((size_t)B + i) * a.AW + a.aoff[d];
+    const float *lt_s2 = p_logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
     const int ad = (ai / a.radix_after[d]) % n;
     /* the three rows' copies all in flight at once (cp.async, one wait):
      * copied one after another they waited out three L2 round trips */
@@ -94,7 +106,7 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     int bst = 0;
     for (int k = 1; k < n; k++)
       if (q[k] > q[bst]) bst = k;
-    if (lane == 0) a.best[(size_t)d * B + i] = bst;
+    if (lane == 0) p_best[(size_t)d * B + i] = bst;
     float disc = gamma * (1.0f - donei);
     for (int j = lane; j < Z; j += 32) {
       pj[j] = a.double_dqn ? expf(lts[bst * Z + j]) : lts[bst * Z + j]; /* lts holds probabilities without */
@@ -121,7 +133,7 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     float *g = g_all + (size_t)d * Z;
     for (int z = lane; z < Z; z += 32) g[z] = c * (ez[z] * msum - m[z]);
     __syncwarp();
-    float *dA = a.g2 + (size_t)i * a.O2 + Z + a.aoff[d];
+    float *dA = p_g2 + (size_t)i * a.O2 + Z + a.aoff[d];
     for (int z = lane; z < Z; z += 32) { /* by atom, then action: no index division */
       const float gz = g[z], gm = gz / (float)n;
       for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? gz : 0.0f) - gm;
@@ -132,13 +144,13 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   for (int z = threadIdx.x; z < Z; z += blockDim.x) {
     float v = 0.0f;
     for (int e = 0; e < a.D; e++) v += g_all[(size_t)e * Z + z];
-    a.g2[(size_t)i * a.O2 + z] = v;
+    p_g2[(size_t)i * a.O2 + z] = v;
   }
   if (threadIdx.x == 0) {
     float li = 0.0f, qs = 0.0f;
     for (int e = 0; e < a.D; e++) li = li + ce_s[e] / (float)a.D, qs = qs + qa_s[e];
-    a.loss_i[i] = li;
-    a.qsum_i[i] = qs;
+    p_loss_i[i] = li;
+    p_qsum_i[i] = qs;
   }
 }
 
@@ -146,8 +158,10 @@ __global__ void fused_loss_kernel(loss_args_t a) {
  * strided run in order, then a fixed tree (1024 threads) */
 __global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const float *__restrict__ qsum_i,
                                         const float *__restrict__ w, int B, int D, float *__restrict__ loss,
-                                        float *__restrict__ q_taken) {
+                                        float *__restrict__ q_taken, long long ps) {
   __shared__ float sl[1024], sq[1024];
+  loss_i = pz_at(loss_i, ps), qsum_i = pz_at(qsum_i, ps), w = pz_at(w, ps), loss = pz_at(loss, ps);
+  q_taken = pz_at(q_taken, ps);
   float l = 0.0f, q = 0.0f;
   for (int i = threadIdx.x; i < B; i += blockDim.x) {
     l += w[i] * loss_i[i];
@@ -192,12 +206,14 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
   la.logp = f->logp, la.r = r, la.done = done, la.w = w, la.a = a;
   la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
   la.nmax = nmax;
-  fused_loss_kernel<<<B, 32 * L->D, loss_smem(L, nmax), st>>>(la);
+  la.ps = f->pz.stride;
+  fused_loss_kernel<<<dim3((unsigned)B, 1, (unsigned)f->pz.n), 32 * L->D, loss_smem(L, nmax), st>>>(la);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
-                               float *q_taken, cudaStream_t st) {
-  fused_batch_loss_kernel<<<1, 1024, 0, st>>>(loss_i, qsum_i, w, B, D, loss, q_taken);
+                               float *q_taken, cuda_pz_t pz, cudaStream_t st) {
+  fused_batch_loss_kernel<<<dim3(1, 1, (unsigned)pz.n), 1024, 0, st>>>(loss_i, qsum_i, w, B, D, loss, q_taken,
+                                                                       pz.stride);
   return (int)cudaGetLastError();
 }

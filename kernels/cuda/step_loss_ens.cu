@@ -44,10 +44,26 @@ typedef struct ens_args {
   const long long *idx, *ring; /* sampled slots; {head, total} of the ring */
   long long cap;
   unsigned long long seed;
+  const unsigned long long *seed_dev; /* when set, the seed is read here (a population's members' differ) */
   float *m, *ce, *q, *mask, *g2, *loss_i, *qsum_i, *ce_mean;
+  long long ps; /* members' stride (pz.cuh): every pointer above is member 0's */
 } ens_args_t;
 
 // kernels
+
+/* a's pointers moved to the block's member (pz.cuh), its seed read */
+__device__ __forceinline__ ens_args_t ens_member(const ens_args_t &a0) {
+  ens_args_t a = a0;
+  const long long ps = a0.ps;
+  a.gamma_dev = pz_at(a.gamma_dev, ps), a.gdisc = pz_at(a.gdisc, ps), a.lambda_dev = pz_at(a.lambda_dev, ps);
+  a.logp = pz_at(a.logp, ps), a.r = pz_at(a.r, ps), a.done = pz_at(a.done, ps), a.w = pz_at(a.w, ps);
+  a.mask_in = pz_at(a.mask_in, ps), a.a = pz_at(a.a, ps), a.idx = pz_at(a.idx, ps), a.ring = pz_at(a.ring, ps);
+  a.m = pz_at(a.m, ps), a.ce = pz_at(a.ce, ps), a.q = pz_at(a.q, ps), a.mask = pz_at(a.mask, ps);
+  a.g2 = pz_at(a.g2, ps), a.loss_i = pz_at(a.loss_i, ps), a.qsum_i = pz_at(a.qsum_i, ps);
+  a.ce_mean = pz_at(a.ce_mean, ps);
+  if (a.seed_dev) a.seed = *pz_at(a.seed_dev, ps);
+  return a;
+}
 
 __device__ __forceinline__ float support_at(const ens_args_t &a, int z) {
   return a.vmin + (a.vmax - a.vmin) * (float)z / (float)(a.Z - 1);
@@ -73,7 +89,8 @@ __device__ __forceinline__ int action_d(const ens_args_t &a, int i, int d) {
 /* per warp: sel [nmax Z] (exp'd in place), q [nmax], pj, bj, lj [Z] */
 __host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return nmax * Z + nmax + 3 * Z; }
 
-__global__ void ens_e1_kernel(ens_args_t a, int nmax) {
+__global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
+  const ens_args_t a = ens_member(a0);
   extern __shared__ float sh1[];
   const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
   const int t = blockIdx.x * wpb + wib;
@@ -126,7 +143,8 @@ __global__ void ens_e1_kernel(ens_args_t a, int nmax) {
 __host__ __device__ static inline int e23_floats(int K, int D, int Z) { return 3 * K * D * Z + K * K * D + K * D + K; }
 
 /* E2 and E3 for one sample per block */
-__global__ void ens_e23_kernel(ens_args_t a) {
+__global__ void ens_e23_kernel(ens_args_t a0) {
+  const ens_args_t a = ens_member(a0);
   extern __shared__ float sh2[];
   const int i = blockIdx.x, K = a.K, D = a.D, Z = a.Z, B = a.B, KDZ = K * D * Z;
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
@@ -236,6 +254,7 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   ea.vmin = hp->v_min, ea.vmax = hp->v_max, ea.gamma = hp->gamma, ea.gamma_dev = hp->gamma_dev, ea.gdisc = hp->gdisc;
   ea.lambda = f->lambda, ea.lambda_dev = f->lambda_dev, ea.mask_p = f->mask_p, ea.mask_in = f->mask_in;
   ea.idx = f->idx, ea.ring = f->ring, ea.cap = f->cap, ea.seed = f->mask_seed;
+  ea.seed_dev = f->seed_dev, ea.ps = f->pz.stride;
   if (!ea.mask_in && ea.mask_p < 1.0f && (!ea.idx || !ea.ring || ea.cap < 1)) return (int)cudaErrorInvalidValue;
   ea.logp = f->logp, ea.r = r, ea.done = done, ea.w = w, ea.a = a;
   const size_t kd = (size_t)B * f->K * L->D;
@@ -247,8 +266,9 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   const size_t e23 = sizeof(float) * (size_t)e23_floats(f->K, L->D, L->Z);
   if (e1w > 48 * 1024 || e23 > 48 * 1024) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
   const int wpb = e1w * 4 <= 48 * 1024 ? 4 : 1;
-  ens_e1_kernel<<<(unsigned)((kd + wpb - 1) / wpb), 32 * wpb, e1w * wpb, st>>>(ea, nmax);
-  ens_e23_kernel<<<(unsigned)B, 256, e23, st>>>(ea);
+  const unsigned z = (unsigned)f->pz.n;
+  ens_e1_kernel<<<dim3((unsigned)((kd + wpb - 1) / wpb), 1, z), 32 * wpb, e1w * wpb, st>>>(ea, nmax);
+  ens_e23_kernel<<<dim3((unsigned)B, 1, z), 256, e23, st>>>(ea);
   return (int)cudaGetLastError();
 }
 

@@ -52,6 +52,7 @@
 
 #include "generic_forward.cuh"
 #include "net_layout.h"
+#include "pz.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,6 +80,7 @@ enum { PH_F1 = 0, PH_B1 = 4, PH_WG = 7 }; /* F_k = PH_F1 + k - 1, B_k = PH_B1 + 
 
 typedef struct cuda_fused {
   int ok;                     /* 1: shapes fit; the fused path can run */
+  cuda_pz_t pz;               /* the members each launch runs (pz.cuh): {1, 0} for a lone learner */
   int tc;                     /* arithmetic: 0 fp32 FFMA, 1 TF32 mma.sync (tensor_cores) */
   int HC, O2, AW;
   /* head sets (docs/learner.md §8; pack.cu): K sets side by side, each with its
@@ -101,6 +103,7 @@ typedef struct cuda_fused {
   const float *mask_in;
   float mask_p;
   unsigned long long mask_seed;
+  const unsigned long long *seed_dev; /* set: the mask seed is read here (device; a population's members differ) */
   const long long *idx, *ring;
   long long cap;
   float lambda;               /* the diversity weight, or read from lambda_dev when set (graphs) */
@@ -163,10 +166,11 @@ int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
  * (already f-transformed) composed when noisy */
 int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
                       int noisy, const float *fn_on, const float *fn_tg, cudaStream_t st);
-/* NoisyNet noise: N(0,1) from Philox (seed, stream, counter = *step, or
+/* NoisyNet noise: N(0,1) from Philox (seed, or *seed_dev when set, stream, counter = *step, or
  * act_counter when use_act_counter), lane = element / 4, then f(x) = sign(x)
  * sqrt|x| into eps [n] */
-int cuda_noise(const unsigned long long *step, unsigned long long seed, unsigned stream, int use_act_counter,
+int cuda_noise(const unsigned long long *step, unsigned long long seed, const unsigned long long *seed_dev,
+               cuda_pz_t pz, unsigned stream, int use_act_counter,
                unsigned long long act_counter, float *eps, long long n, cudaStream_t st);
 
 /* gemm.cu: one layer-GEMM phase (PH_F1 + 0..3, PH_B1 + 0..2, PH_WG + 0..3);
@@ -191,7 +195,7 @@ int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fus
                   const float *done, const float *w, const int32_t *a, float *loss_i, cudaStream_t st);
 /* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D); D: branches x heads */
 int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
-                    float *q_taken, cudaStream_t st);
+                    float *q_taken, cuda_pz_t pz, cudaStream_t st);
 
 /* step_backward.cu: B_k (k = 1..3) and the weight-gradient group g (0..3: the
  * layers whose output gradient is g2, g1, gh, gt1) */
