@@ -194,7 +194,7 @@ __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
 
 /* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
  * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config). */
-template <int TA, int TW, int TC>
+template <int TA, int TW, int TC, int SER>
 __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt,
@@ -208,16 +208,24 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
    * from global memory after each barrier (measured: half the instructions) */
   const gprob_t g = probs[p];
   const int local = (int)blockIdx.x - g.blk0, tile = local % g.tiles, split = local / g.tiles;
+  /* SER (a population's launch, pz.cuh): the tile's first block runs every
+   * split in turn and adds them as the split-K reduction below does, in
+   * split order (so a member's bits are its lone twin's), with no partials
+   * in memory; its other blocks have nothing to do */
+  if (SER && split > 0) return;
   const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
-  const int klo = split * g.kper, khi = min(g.K, klo + g.kper);
+  const int klo = SER ? 0 : split * g.kper, khi = SER ? g.K : min(g.K, klo + g.kper);
+  const int cps = g.kper / GBK; /* chunks per split */
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int wq = tid / 32, gq = (tid % 32) / 4, tq = tid % 4;
   /* weight gradients: the bias gradient of row tid is the sum over k of A,
    * kept by the first warp of the tiles at n0 = 0, in k order */
   const bool bias_sums = TA == 1 && n0 == 0 && tid < GBM && g.gb >= 0;
-  float acc[16], bsum = 0.0f;
+  float acc[16], bsum = 0.0f, tot[SER ? 16 : 1], tbs = 0.0f;
 #pragma unroll
   for (int e = 0; e < 16; e++) acc[e] = 0.0f;
+#pragma unroll
+  for (int e = 0; e < (SER ? 16 : 1); e++) tot[e] = 0.0f;
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
   gplan pl;
   g_plan<TA, TW>(pl, g, m0, n0);
@@ -249,6 +257,11 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     }
   }
   for (int c = 0; c < nk; c++) {
+    if (SER && g.splits > 1 && c > 0 && c % cps == 0) { /* a split ends: its sums into the total */
+#pragma unroll
+      for (int e = 0; e < (SER ? 16 : 1); e++) tot[e] += acc[e], acc[e] = 0.0f;
+      tbs += bsum, bsum = 0.0f;
+    }
     cp_async_wait<GNS - 2>(); /* chunk c has landed (this thread's copies) */
     __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
     const int nx = c + GNS - 1;
@@ -335,7 +348,16 @@ __global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restri
     }
   }
   cp_async_wait<0>();
-  if (g.splits > 1) {
+  if (SER && g.splits > 1) { /* the last split with chunks, then the empty ones (zeros, as their parts are) */
+    for (int s = nk ? (nk - 1) / cps : 0; s < g.splits; s++) {
+#pragma unroll
+      for (int e = 0; e < (SER ? 16 : 1); e++) tot[e] += acc[e], acc[e] = 0.0f;
+      tbs += bsum, bsum = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < (SER ? 16 : 1); e++) acc[e] = tot[e];
+    bsum = tbs;
+  } else if (g.splits > 1) {
     /* split-K: store this part; the tile's last part to arrive adds them all
      * in split order (its own read back too, so the order never varies). A
      * part is private to its tile: thread tid's 16 sums at 16 tid, in its own
@@ -634,11 +656,14 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, i
 
 template <int TC>
 static cudaError_t gemm_smem(void) {
-  cudaError_t e = cudaFuncSetAttribute(fused_gemm_kernel<0, 1, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_kernel<0, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_kernel<1, 0, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  cudaError_t e = cudaSuccess;
+#define GEMM_SMEM(TA, TW)                                                                                              \
+  if (e == cudaSuccess)                                                                                                \
+    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM); \
+  if (e == cudaSuccess)                                                                                                \
+    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+  GEMM_SMEM(0, 1) GEMM_SMEM(0, 0) GEMM_SMEM(1, 0)
+#undef GEMM_SMEM
   return e;
 }
 
@@ -750,8 +775,11 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   ix.stride = f->ph_stride[ph];
   ix.nix = (ix.np + ix.stride - 1) / ix.stride;
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
-#define GEMM_LAUNCH(TA, TW, TC) \
-  fused_gemm_kernel<TA, TW, TC><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps)
+#define GEMM_LAUNCH(TA, TW, TC)                                                                                        \
+  do {                                                                                                                 \
+    if (f->pz.n > 1) fused_gemm_kernel<TA, TW, TC, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
+    else fused_gemm_kernel<TA, TW, TC, 0><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps);  \
+  } while (0)
   if (f->ph_big[ph] == 2) {
     gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,
                       slope, ps, st);

@@ -88,8 +88,8 @@ __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on,
     while (li + 1 < a.n_layers && e >= a.l[li + 1].begin) li++;
     const pack_layer_t *l = &a.l[li];
     long long k = e - l->begin, nw = (long long)l->in * l->out;
-    if (k < nw) {
-      int o = (int)(k / l->in), i = (int)(k % l->in);
+    if (k < nw) { /* 32-bit: a layer's weights are fewer than 2^31 (64-bit division is a long call) */
+      const int kk = (int)k, o = kk / l->in, i = kk % l->in;
       float v = P[l->src_w + k];
       if (l->src_sw >= 0) v = v + P[l->src_sw + k] * (fn[l->fo + o] * fn[l->fi + i]);
       W[l->w_dst + (long long)o * l->w_ld + i] = tf32 ? __uint_as_float(f2tf32(v)) : v;
