@@ -484,13 +484,8 @@ __device__ __forceinline__ void g2_elem(int i, int j, int &ml, int &nl) {
 }
 
 /* A [m][k] times W ([n][k] for TW 1, the forward; [k][n] for TW 0, the
- * backward), FFMA, sums over k in order, then the layer epilogue. SER (a
- * population's plan, probs_pop): the problem's split-K parts of the 32 x 64
- * plan, summed one after another as fused_gemm_kernel's SER blocks sum them,
- * the running total kept in the block's own outputs of C (no other block
- * touches them) and read back before the epilogue, so the bits are the
- * 32 x 64 tiles' (the 4 x 4 and 8 x 8 patches both add over k in order). */
-template <int TW, int SER>
+ * backward), FFMA, sums over k in order, then the layer epilogue. */
+template <int TW>
 __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__restrict__ probs,
                                                              const __grid_constant__ gidx_t ix, float slope,
                                                              long long ps) {
@@ -507,34 +502,12 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
 #pragma unroll
     for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
   const int nk = (g.K + GBK - 1) / GBK;
-  const int cps = g.kper / GBK; /* chunks per split (SER) */
-  float *__restrict__ C = g.C;
-  int flushed = 0; /* SER: splits added into C so far */
-  /* SER: the split just ended into the running total in C (the first: 0 + it,
-   * as the split-K reduction starts from 0), acc zeroed */
-  auto flush = [&]() {
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        int ml, nl;
-        g2_elem<TW>(i, j, ml, nl);
-        const int m = m0 + ml, n = n0 + nl;
-        if (m < g.M && n < g.N) {
-          float *c = C + (size_t)m * g.ldc + n;
-          *c = (flushed ? *c : 0.0f) + acc[i][j];
-        }
-        acc[i][j] = 0.0f;
-      }
-    flushed++;
-  };
 #pragma unroll
   for (int q = 0; q < GNS2 - 1; q++) {
     if (q < nk) g2_issue<TW>(sA + q * GA2_FLOATS, sW + q * GW2_FLOATS, g, m0, n0, q * GBK, g.K);
     cp_async_commit();
   }
   for (int c = 0; c < nk; c++) {
-    if (SER && g.splits > 1 && c > 0 && c % cps == 0) flush();
     cp_async_wait<GNS2 - 2>(); /* chunk c has landed (this thread's copies) */
     __syncthreads();           /* everyone's; and chunk c - 1's buffer is free */
     const int nx = c + GNS2 - 1;
@@ -575,20 +548,9 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
     }
   }
   cp_async_wait<0>();
-  if (SER && g.splits > 1) { /* the last split with chunks, the empty ones (zeros), then the total */
-    while (flushed < g.splits) flush();
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        int ml, nl;
-        g2_elem<TW>(i, j, ml, nl);
-        const int m = m0 + ml, n = n0 + nl;
-        if (m < g.M && n < g.N) acc[i][j] = C[(size_t)m * g.ldc + n];
-      }
-  }
   const float *__restrict__ bias = g.bias;
   const float *__restrict__ mask = g.mask;
+  float *__restrict__ C = g.C;
 #pragma unroll
   for (int i = 0; i < 8; i++)
 #pragma unroll
@@ -597,8 +559,7 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
       g2_elem<TW>(i, j, ml, nl);
       const int m = m0 + ml, n = n0 + nl;
       if (m >= g.M || n >= g.N) continue;
-      float v = acc[i][j];
-      if (TW == 1) v += bias ? bias[n] : 0.0f; /* as fused_gemm_kernel: the backward adds nothing */
+      float v = acc[i][j] + (bias ? bias[n] : 0.0f);
       if (g.act) v = v > 0.0f ? v : slope * v;
       if (mask && !(mask[(size_t)m * g.ldm + n] > 0.0f)) v *= slope;
       C[(size_t)m * g.ldc + n] = v;
@@ -706,35 +667,6 @@ static cudaError_t gemm_smem(void) {
   return e;
 }
 
-/* A population's plan (cuda_fused_t's probs_pop): the FFMA forward and
- * backward phases that the plan above put on 32 x 64 tiles get 64 x 128 ones,
- * keeping their split-K parts (kper, splits: the big kernel's SER adds them
- * in turn); pr: the planned problems */
-static int pop_plan(cuda_fused_t *f, const gprob_t *pr, int np) {
-  gprob_t *q = (gprob_t *)malloc(sizeof *q * (size_t)np);
-  if (!q) return (int)cudaErrorMemoryAllocation;
-  memcpy(q, pr, sizeof *q * (size_t)np);
-  for (int ph = 0; ph < PH_WG; ph++) {
-    const int p0 = f->ph[ph][0], p1 = p0 + f->ph[ph][1];
-    f->pop_big[ph] = f->tc == 0 && f->ph_big[ph] == 0 && p1 > p0;
-    if (!f->pop_big[ph]) continue;
-    int blk = 0;
-    for (int i = p0; i < p1; i++) {
-      q[i].tn = (q[i].N + GBN2 - 1) / GBN2;
-      q[i].tiles = (q[i].M + GBM2 - 1) / GBM2 * q[i].tn;
-      q[i].blk0 = blk, blk += q[i].tiles;
-    }
-    f->pop_blocks[ph] = blk;
-    const int stride = f->ph_stride[ph];
-    f->pop_stride[ph] = stride;
-    for (int i = p0; i < p1; i += stride) f->pop_blk0[ph][(i - p0) / stride] = q[i].blk0;
-  }
-  cudaError_t e = dev_alloc_t(&f->probs_pop, sizeof *q * (size_t)np);
-  if (e == cudaSuccess) e = cudaMemcpy(f->probs_pop, q, sizeof *q * (size_t)np, cudaMemcpyHostToDevice);
-  free(q);
-  return (int)e;
-}
-
 /* Every phase planned (tile shape, split-K parts, each problem's first
  * block), then the problems and the split-K scratch into device memory. */
 int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
@@ -745,7 +677,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   int dev = 0, nsm = 132;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return (int)cudaGetLastError();
-  f->nsm = nsm;
   for (int ph = 0; ph < GEMM_PHASES; ph++) {
     const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
     if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within the config's bounds */
@@ -820,14 +751,9 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   if (e == cudaSuccess) e = dev_alloc_t(&f->gcnt, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_kernel<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_kernel<0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
-  if (e == cudaSuccess) e = (cudaError_t)pop_plan(f, pr, np);
+    e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
   if (e == cudaSuccess && any) e = dev_alloc_t(&f->wg_maps, 2 * (size_t)np * mb);
@@ -854,20 +780,12 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
     if (f->pz.n > 1) fused_gemm_kernel<TA, TW, TC, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
     else fused_gemm_kernel<TA, TW, TC, 0><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps);  \
   } while (0)
-  if (f->pz.n > 1 && ph < PH_WG && f->pop_big[ph] && f->pop_blocks[ph] * f->pz.n >= BIG_PER_SM * f->nsm) {
-    /* a population's plan: 64 x 128 tiles adding the splits in turn */
-    const gprob_t *pp = (const gprob_t *)f->probs_pop + f->ph[ph][0];
-    ix.stride = f->pop_stride[ph];
-    memcpy(ix.blk0, f->pop_blk0[ph], sizeof ix.blk0);
-    const dim3 pb((unsigned)f->pop_blocks[ph], 1, (unsigned)f->pz.n);
-    if (ph < PH_B1) fused_gemm_big_kernel<1, 1><<<pb, GNT, GSMEM2, st>>>(pp, ix, slope, ps);
-    else fused_gemm_big_kernel<0, 1><<<pb, GNT, GSMEM2, st>>>(pp, ix, slope, ps);
-  } else if (f->ph_big[ph] == 2) {
+  if (f->ph_big[ph] == 2) {
     gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,
                       slope, ps, st);
   } else if (f->ph_big[ph]) {
-    if (ph < PH_B1) fused_gemm_big_kernel<1, 0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
-    else fused_gemm_big_kernel<0, 0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
+    if (ph < PH_B1) fused_gemm_big_kernel<1><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
+    else fused_gemm_big_kernel<0><<<nb, GNT, GSMEM2, st>>>(probs, ix, slope, ps);
   } else if (ph < PH_B1) { /* forward: W pack rows [out][in] */
     if (f->tc) GEMM_LAUNCH(0, 1, 1);
     else GEMM_LAUNCH(0, 1, 0);

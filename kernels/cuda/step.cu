@@ -156,7 +156,6 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   dev_free(f->mem);
   dev_free(f->pack_tab);
   dev_free(f->probs);
-  dev_free(f->probs_pop);
   dev_free(f->wg_maps);
   dev_free(f->gpart);
   dev_free(f->gcnt);

@@ -130,17 +130,6 @@ typedef struct cuda_fused {
   int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
   int ph_blocks[GEMM_PHASES]; /* blocks per phase */
   int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 FFMA tiles, 2: 128 x 128 wgmma ones (gemm_wgmma.cu) */
-  /* a population's plan (gemm.cu, docs/population.md): the FFMA phases
-   * planned on 32 x 64 tiles with split-K above run on 64 x 128 tiles
-   * instead, each block adding the same splits in turn, when the members
-   * give every SM BIG_PER_SM such tiles; probs_pop: the problems so planned
-   * (the others as in probs) */
-  void *probs_pop;
-  int pop_big[GEMM_PHASES];              /* 1: the phase has that plan */
-  int pop_blocks[GEMM_PHASES];           /* its blocks per member */
-  int pop_blk0[GEMM_PHASES][GEMM_IX];    /* its lookup table */
-  int pop_stride[GEMM_PHASES];
-  int nsm;                               /* the device's SMs */
   int ph_blk0[GEMM_PHASES][GEMM_IX]; /* the launch's lookup table (gemm.cu's gidx_t) */
   int ph_stride[GEMM_PHASES];         /* problems per lookup entry (1: every problem's first block) */
   float *gpart;               /* split-K partial sums */
