@@ -21,7 +21,7 @@
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
 #define GROUPED 1 /* CUDA members step in the same launches */
-#define CONFIGS 4
+#define CONFIGS 5
 #else
 #define BE LEARNER_BACKEND_CPU
 #define GROUPED 0
@@ -34,7 +34,8 @@ enum { N = 3 };
  * attention (2 tokens, 2 heads), 3-step returns; cfg 2: HER (goal 2, ratio
  * 0.5) with 2-step returns, the step's plain launches (cuda_graph 0); cfg 3
  * (CUDA only): the reference network at batch 256 in TF32, NoisyNet + PER —
- * the wgmma tiles and split-K phases */
+ * the wgmma tiles and split-K phases; cfg 4 (CUDA only): the same in fp32 (a
+ * population adds each tile's split-K parts in one block: gemm.cu's SER) */
 static learner_config_t config(int which) {
   learner_config_t c;
   learner_config_default(&c);
@@ -46,9 +47,9 @@ static learner_config_t config(int which) {
     c.noisy = 1, c.prioritized = 1;
   } else if (which == 2) {
     c.her_goal_dim = 2, c.hp.her_ratio = 0.5f, c.hp.n_step = 2, c.cuda_graph = 0;
-  } else if (which == 3) {
+  } else if (which >= 3) {
     learner_config_default(&c);
-    c.batch = 256, c.replay_capacity = 2000, c.seed = 40, c.tensor_cores = 1;
+    c.batch = 256, c.replay_capacity = 2000, c.seed = 40, c.tensor_cores = which == 3;
     c.noisy = 1, c.prioritized = 1;
   } else {
     c.ensemble_k = 3, c.ensemble_prior_scale = 1.0f, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;

@@ -195,7 +195,7 @@ __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
 /* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
  * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config). */
 template <int TA, int TW, int TC, int SER>
-__global__ void __launch_bounds__(GNT) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
+__global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt,
                                                          long long ps) {

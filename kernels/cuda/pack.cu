@@ -22,8 +22,10 @@
  * linear: the logits of docs/learner.md §8. The sets pack with
  * fused_pack_sets_kernel (a block per job of a layer's rows, from a job
  * table built at alloc): the trained layers every step, the priors once
- * (cuda_pack_priors), as they never change. One head set without priors
- * keeps the flat kernel (fused_pack_kernel). With tensor_cores (f->tc) the
+ * (cuda_pack_priors), as they never change. A lone learner's one head set
+ * without priors keeps the flat kernel (fused_pack_kernel); a population's
+ * members pack by the jobs (the same values: at 32 members the flat kernel's
+ * per-element layer search took 149 us a step). With tensor_cores (f->tc) the
  * weights, not the biases, are rounded to TF32 here, once, as every layer
  * GEMM would round them (f2tf32): the wgmma tiles (gemm_wgmma.cu) read them
  * as they are.
@@ -321,7 +323,7 @@ static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t 
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
                                  cudaStream_t st) {
-  if (!f->pack_tab) { /* one head set without priors: the flat kernel */
+  if (f->K == 1 && !f->pr && f->pz.n == 1) { /* a lone learner's one head set without priors: the flat kernel */
     pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
     pack_args(L, f, &pa);
     if (!noisy)

@@ -136,7 +136,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
     f->awg = p; /* its last floats are the split arrival counters: zero */
     if ((e = cudaMemset(f->awg, 0, sizeof(float) * awg)) != cudaSuccess) return (int)e;
   }
-  if ((f->K > 1 || f->pr) && (rc0 = cuda_pack_table(L, f))) return rc0;
+  if ((rc0 = cuda_pack_table(L, f))) return rc0; /* the sets' jobs; a population packs by them (pack.cu) */
   /* F1..F4, B1..B3, the weight-gradient groups: one table, planned at once */
   gemm_table_t *t = (gemm_table_t *)calloc(1, sizeof *t);
   if (!t) return (int)cudaErrorMemoryAllocation;
