@@ -186,6 +186,42 @@ class SearchTest(unittest.TestCase):
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_population_and_pbt(self):
+        """--population 3 --pbt 4: two populations of three members on one
+        daemon, each trial reported, pruned or finished on its own, the
+        worst member exploiting a better one every 4 rounds."""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "pop.db")
+        p, secs = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "pop", "--trials", 6,
+                             "--population", 3, "--pbt", 4, "--eval-every", 2, "--rounds", 12, "--seed", 2)
+        self.check(p)
+        study = optuna.load_study(study_name="pop", storage=f"sqlite:///{db}")
+        trials = study.get_trials()
+        self.assertEqual(len(trials), 6)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        pops = {}
+        for t in trials:
+            pops.setdefault(t.user_attrs["trainer"], []).append(t)
+        self.assertEqual(sorted(pops), ["pop-pop0", "pop-pop3"])
+        for name, ts in pops.items():
+            self.assertEqual(sorted(t.user_attrs["member"] for t in ts), [0, 1, 2], name)
+            for k in ("batch", "prioritized"):  # the shape fields: one draw per population
+                self.assertEqual(len({t.params[k] for t in ts}), 1, f"{name}: {k}")
+            self.assertGreater(len({t.params["lr"] for t in ts}), 1, f"{name}: each member its own lr")
+        exploits = [(t, e) for t in trials for e in t.user_attrs.get("pbt", [])]
+        self.assertTrue(exploits, "no member exploited another")
+        for t, e in exploits:
+            self.assertEqual(e["round"] % 4, 0)
+            self.assertIn(e["lr_factor"], (0.8, 1.25))
+            src = study.trials[e["from_trial"]]
+            self.assertEqual(src.user_attrs["trainer"], t.user_attrs["trainer"], "exploits within its population")
+            self.assertGreaterEqual(src.intermediate_values[e["round"]], t.intermediate_values[e["round"]],
+                                    "the worse copies the better")
+        self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
+        p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--pbt", 3, "--population", 2)
+        self.check(p, 2)
+        self.assertIn("--pbt needs --population 2 or more and a multiple of --eval-every", p.stderr)
+
     def test_sigkill_fails_trial_and_resume(self):
         a, b = self.daemon("a"), self.daemon("b")
         path = os.path.join(self.tmp, "search.journal")

@@ -25,6 +25,10 @@ dropped; the others go on.
     PYTHONPATH=build/client/python python3 client/python/examples/optuna_search.py \\
         --daemons ipc:///tmp/a.sock,ipc:///tmp/b.sock --storage sqlite:///search.db --plot curves.png
 
+With --population N each daemon trains N trials at a time as the members of
+one population trainer, and --pbt R adds population-based training
+(optuna_population.py says how).
+
 (--plot needs matplotlib: apt-get install python3-matplotlib; without it
 --plot is a usage error, exit 2, before anything runs.) Rerun with the same
 --storage and --study to resume (--trials counts what the study holds).
@@ -41,6 +45,8 @@ import time
 import warnings
 
 import numpy as np
+
+import optuna_population  # --population and --pbt (beside this file)
 
 try:  # --help works without them; main() says what is missing
     import optuna
@@ -101,12 +107,24 @@ def parse_args(argv=None):
                    "start) is tried again, with back-off from 0.5 s doubling to 5 s; back in time, its trial "
                    "resumes from its last evaluation, else it FAILs and the daemon is dropped; 0 = at once "
                    "(default: %(default)s)")
+    p.add_argument("--population", type=int, default=1, metavar="N",
+                   help="train N trials at a time as the members of one population trainer on a daemon (the "
+                   "same launches on a CUDA daemon); each is pruned or finished on its own; no resume after a "
+                   "lost daemon (default: %(default)s, a trainer per trial)")
+    p.add_argument("--pbt", type=int, default=0, metavar="R",
+                   help="with --population: every R rounds (a multiple of --eval-every) the worst quarter of "
+                   "the members copy the best quarter's (exploit) with lr x 0.8 or 1.25 (explore) "
+                   "(default: 0, off)")
     p.add_argument("--top", type=int, default=5, help="best trials listed at the end (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the learning curves (value against round) here")
     a = p.parse_args(argv)
     for k in ("trials", "rounds", "envs", "collect", "train_steps", "eval_every", "eval_episodes"):
         if getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be at least 1")
+    if a.population < 1 or a.population > 1024:
+        p.error("--population must be in [1, 1024]")
+    if a.pbt < 0 or (a.pbt and (a.population < 2 or a.pbt % a.eval_every)):
+        p.error("--pbt needs --population 2 or more and a multiple of --eval-every")
     if a.timeout <= 0 or a.samples_per_insert < 0 or a.daemon_retry < 0:
         p.error("--timeout must be positive, --samples-per-insert and --daemon-retry at least 0")
     if a.plot:  # now, not after an hour of search
@@ -175,10 +193,10 @@ class Collector:
         self.next_episode += 1
         return env.reset(episode=self.next_episode - 1)[0]
 
-    def round(self, client, name, k, eps, rng):
+    def round(self, client, name, k, eps, rng, member=0):
         rows = []
         for _ in range(k):
-            sub = np.stack(np.unravel_index(client.act(name, self.obs), self.branches), axis=1)
+            sub = np.stack(np.unravel_index(client.act(name, self.obs, member=member), self.branches), axis=1)
             explore = rng.random(sub.shape) < eps  # each branch explores on its own
             sub = np.where(explore, rng.integers(0, self.branches, size=sub.shape), sub)
             act = np.ravel_multi_index(tuple(sub.T), self.branches)
@@ -194,7 +212,7 @@ class Collector:
         return np.stack(s), np.array(a), np.array(r), np.stack(s2), np.array(d, dtype=np.uint8), np.array(ep)
 
 
-def evaluate(client, name, envs):
+def evaluate(client, name, envs, member=0):
     """Greedy return / optimal return over the fixed episodes `envs`, all in
     lockstep (one Act per time step). meanrev's state does not depend on the
     action, so the optimal return is taken along the same path."""
@@ -205,7 +223,7 @@ def evaluate(client, name, envs):
         best.append(info["optimal_action"])
     obs, ret, opt = np.stack(obs), 0.0, 0.0
     for _ in range(envs[0].horizon):
-        acts = client.act(name, obs)
+        acts = client.act(name, obs, member=member)
         for i, env in enumerate(envs):
             opt += env.reward(best[i])
             obs[i], r, _, _, info = env.step(int(acts[i]))
@@ -304,7 +322,11 @@ class Search:
         except dqnd.DqndError as e:
             return self.drop(url, e)
         try:
-            self.trials(link)
+            if self.a.population > 1:  # optuna_population.py
+                optuna_population.population_trials(self, link, sample_config, Collector, evaluate, TrialState, dqnd,
+                                                    Interrupted, UNREACHABLE)
+            else:
+                self.trials(link)
         finally:
             link.client.close()
 

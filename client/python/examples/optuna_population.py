@@ -1,0 +1,164 @@
+"""optuna_search.py's population mode (--population N, --pbt R): N trials
+trained as the members of one population trainer (CreateTrainer population=N,
+docs/population.md), in the same launches on a CUDA daemon.
+
+The first trial of a population draws every searched field; the others are
+asked with its shape fields fixed (batch, prioritized: members differ only in
+seed and hyperparameters) and draw their own hyperparameters (lr, gamma,
+target_period), set on their member. Each member has its own environments,
+data and evaluation; one Step advances all of them. Each trial is reported,
+pruned or finished on its own: a pruned member is no longer collected for
+nor evaluated (it stays in the trainer, which steps it with the data it
+has). With --pbt R, every R rounds the live members are ranked by their last
+evaluation and the worst quarter (at least one) each become a copy of one of
+the best quarter (CopyMember: network, Adam moments, counters; no weights
+over the wire) with lr times 0.8 or 1.25 (exploit and explore); the copy is
+recorded in the trial's user attribute "pbt". A population's trials have no
+resume point: a daemon lost meanwhile FAILs them (the single-trial mode
+resumes from checkpoints).
+"""
+import numpy as np
+
+SHAPE = ("batch", "prioritized")  # drawn once per population
+HPARAMS = ("lr", "gamma", "target_period")  # each member's own
+PBT_FACTORS = (0.8, 1.25)
+
+
+def ask_population(search, sample_config):
+    """Up to --population trials (fewer when fewer are left), asked under
+    search.lock and counted as running; [] when the study is done."""
+    a, study = search.a, search.study
+    with search.lock:
+        n = min(a.population, a.trials - search.finished() - search.running)
+        if n < 1:
+            return []
+        first = study.ask()
+        out = [(first, sample_config(first))]
+        for _ in range(n - 1):
+            study.enqueue_trial({k: first.params[k] for k in SHAPE})
+            t = study.ask()
+            out.append((t, sample_config(t)))
+        search.running += n
+    return out
+
+
+def population_trials(search, link, sample_config, Collector, evaluate, TrialState, dqnd, Interrupted, UNREACHABLE):
+    """The worker of one daemon in population mode: populations until the
+    study holds --trials."""
+    while not search.stop.is_set():
+        members = ask_population(search, sample_config)
+        if not members:
+            return
+        name = f"{search.trainer_prefix}-pop{members[0][0].number}"
+        nums = [t.number for t, _ in members]
+        for i, (t, cfg) in enumerate(members):
+            with search.lock:
+                t.set_user_attr("daemon", link.url)
+                t.set_user_attr("trainer", name)
+                t.set_user_attr("member", i)
+            params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
+            search.log(f"trial {t.number} started on {link.url} as {name} member {i}: {params}")
+        done, err = {}, None
+        try:
+            run_population(search, link.client, name, members, done, Collector, evaluate, TrialState, dqnd,
+                           Interrupted)
+        except dqnd.DqndError as e:
+            err = e
+        except Interrupted:
+            err = "interrupted"
+        except Exception as e:  # noqa: BLE001 (a failed population must not end the search)
+            err = repr(e)
+        gone = isinstance(err, dqnd.DqndError) and err.code in UNREACHABLE
+        if not gone:
+            try:
+                link.client.destroy_trainer(name)
+            except dqnd.DqndError as e:
+                if e.code in UNREACHABLE:
+                    gone, err = True, e
+        with search.lock:
+            for t, _ in members:
+                if t.number not in done:  # the ones still running when it failed
+                    done[t.number] = (TrialState.FAIL, None)
+                    search.study.tell(t, state=TrialState.FAIL)
+            search.running -= len(members)
+        search.log(f"population {name} (trials {nums[0]}..{nums[-1]}) ended" + (f": {err}" if err else ""))
+        if gone:
+            return search.drop(link.url, err)
+
+
+def _tell(search, trial, done, state, value):
+    with search.lock:
+        if state.name == "COMPLETE":
+            search.study.tell(trial, value)
+        else:
+            search.study.tell(trial, state=state)
+    done[trial.number] = (state, value)
+
+
+def run_population(search, client, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted):
+    a = search.a
+    n = len(members)
+    cfg0 = dict(members[0][1])
+    cfg0["seed"] = a.seed * 1000 + members[0][0].number  # member i: this + i
+    if a.samples_per_insert > 0:
+        cfg0["samples_per_insert"], cfg0["min_replay"] = a.samples_per_insert, cfg0["batch"]
+    client.create_trainer(name, cfg0, a.backend, population=n)
+    for i, (t, cfg) in enumerate(members[1:], 1):
+        client.set_hyperparams(name, member=i, **{k: cfg[k] for k in HPARAMS})
+    collectors = [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members]
+    rngs = [np.random.default_rng([a.seed, t.number]) for t, _ in members]
+    pbt_rng = np.random.default_rng([a.seed, members[0][0].number, 7])
+    eval_envs = [dqnd.envs.make("meanrev", seed=a.seed) for _ in range(a.eval_episodes)]
+    live, last = list(range(n)), {}
+    for rnd in range(1, a.rounds + 1):
+        if search.stop.is_set():
+            raise Interrupted()
+        eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
+        for i in live:
+            client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
+        if a.samples_per_insert == 0:
+            st = client.step(name, a.train_steps)
+            for i in st.get("diverged", []):
+                if i in live:  # diverged: it stops alone, its trial FAILs
+                    live.remove(i)
+                    _tell(search, members[i][0], done, TrialState.FAIL, None)
+                    search.log(f"trial {members[i][0].number} (member {i}) diverged -> FAIL")
+        if rnd % a.eval_every and rnd != a.rounds:
+            continue
+        for i in list(live):
+            t = members[i][0]
+            value = evaluate(client, name, eval_envs, member=i)
+            last[i] = value
+            with search.lock:
+                t.report(value, rnd)
+                prune = rnd < a.rounds and t.should_prune()
+            search.log(f"trial {t.number} round {rnd}/{a.rounds}: value {value:.4f} (member {i})"
+                       f"{' -> pruned' if prune else ''}")
+            if prune:
+                live.remove(i)
+                _tell(search, t, done, TrialState.PRUNED, value)
+        if not live:  # every member pruned or failed
+            return
+        if a.pbt and rnd % a.pbt == 0 and rnd < a.rounds and len(live) >= 2:
+            exploit(search, client, name, members, live, last, rnd, pbt_rng)
+    for i in live:
+        _tell(search, members[i][0], done, TrialState.COMPLETE, last[i])
+
+
+def exploit(search, client, name, members, live, last, rnd, rng):
+    """The worst quarter of the live members (at least one) each copy one of
+    the best quarter, lr times 0.8 or 1.25."""
+    order = sorted(live, key=lambda i: last[i])
+    q = max(1, len(order) // 4)
+    worst, best = order[:q], order[-q:]
+    for dst in worst:
+        src = int(rng.choice(best))
+        f = float(rng.choice(PBT_FACTORS))
+        client.copy_member(name, dst, src, lr=f)
+        t = members[dst][0]
+        with search.lock:
+            hist = list(t.user_attrs.get("pbt", []))
+            hist.append({"round": rnd, "from_member": src, "from_trial": members[src][0].number, "lr_factor": f})
+            t.set_user_attr("pbt", hist)
+        search.log(f"trial {t.number} (member {dst}, value {last[dst]:.4f}) exploits member {src} "
+                   f"(trial {members[src][0].number}, value {last[src]:.4f}), lr x {f:g}")
