@@ -83,6 +83,59 @@ int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t err
   return 0;
 }
 
+/* a reader over bytes [pos, end) of a checkpoint file */
+typedef struct {
+  const ckpt_info_t *info;
+  uint64_t pos, end;
+} ckpt_reader_t;
+
+static int ckpt_reader(void *ctx, void *buf, size_t n) {
+  ckpt_reader_t *r = ctx;
+  size_t got = 0;
+  if (r->pos + n > r->end || ckpt_read_chunk(r->info, r->pos, buf, n, &got) || got != n) return -1;
+  r->pos += n;
+  return 0;
+}
+
+/* member `member`'s bytes in the checkpoint info (t->fetch_member: the last
+ * one found): its place in the file, its length and CRC-32 put in *info
+ * (bytes, crc32) with the offset it starts at in *base; 0, or a code with
+ * the call answered */
+static int member_place(trainer_t *t, rpc_call_t *c, uint32_t member, ckpt_info_t *info, uint64_t *base) {
+  if (strcmp(t->fetch_member.id, info->id) || t->fetch_member.member != (int)member) {
+    char err[512];
+    ckpt_reader_t rd = {info, 0, info->bytes};
+    uint64_t off, len;
+    int rc = learner_pop_member_range(ckpt_reader, &rd, (int)member, &off, &len, err, sizeof err);
+    if (rc) {
+      rpc_reply_error(c, rc == LEARNER_EINVAL ? CODE_INVALID_ARGUMENT : CODE_DATA_LOSS, "checkpoint %s: %s", info->id,
+                      err);
+      return -1;
+    }
+    uint32_t crc = 0;
+    uint8_t *buf = malloc(1 << 20);
+    if (!buf) return rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory"), -1;
+    for (uint64_t at = 0; at < len;) {
+      size_t want = len - at < (1u << 20) ? (size_t)(len - at) : (size_t)1 << 20, got = 0;
+      if (ckpt_read_chunk(info, off + at, buf, want, &got) || got != want) {
+        free(buf);
+        rpc_reply_error(c, CODE_INTERNAL, "checkpoint: reading %s failed", info->id);
+        return -1;
+      }
+      crc = learner_crc32(crc, buf, got);
+      at += got;
+    }
+    free(buf);
+    snprintf(t->fetch_member.id, sizeof t->fetch_member.id, "%s", info->id);
+    t->fetch_member.member = (int)member;
+    t->fetch_member.off = off, t->fetch_member.len = len, t->fetch_member.crc32 = crc;
+  }
+  *base = t->fetch_member.off;
+  info->bytes = t->fetch_member.len;
+  info->crc32 = t->fetch_member.crc32;
+  return 0;
+}
+
 void dispatch_run_fetch(trainer_job_t *j) {
   server_t *s = j->s;
   trainer_t *t = j->t;
@@ -94,6 +147,8 @@ void dispatch_run_fetch(trainer_job_t *j) {
     rpc_reply_error(c, CODE_NOT_FOUND, "%s", err);
     return;
   }
+  uint64_t base = 0; /* member_only: where the member's bytes begin */
+  if (m->member_only && member_place(t, c, m->member, &info, &base)) return;
   if (m->offset > info.bytes) {
     rpc_reply_error(c, CODE_OUT_OF_RANGE, "offset: %llu is past the end (%llu bytes)",
                     (unsigned long long)m->offset, (unsigned long long)info.bytes);
@@ -107,7 +162,7 @@ void dispatch_run_fetch(trainer_job_t *j) {
   if (want > info.bytes - m->offset) want = info.bytes - m->offset;
   uint8_t *buf = malloc(want ? want : 1);
   size_t got = 0;
-  if (!buf || ckpt_read_chunk(&info, m->offset, buf, want, &got) || got != want) {
+  if (!buf || ckpt_read_chunk(&info, base + m->offset, buf, want, &got) || got != want) {
     free(buf);
     rpc_reply_error(c, CODE_INTERNAL, "checkpoint: reading %s failed", info.id);
     return;
@@ -162,6 +217,8 @@ void dispatch_free_uploads(server_t *s) {
 int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const server_t *s = j->s;
   const Dqnd__V1__LoadCheckpoint *m = r->load_checkpoint;
+  if (m->member_only && m->create)
+    return snprintf(err, errlen, "create: a member's state loads into an existing trainer's member"), CODE_INVALID_ARGUMENT;
   int ok;
   j->backend = dispatch_parse_backend(m->backend, &ok);
   if (!ok) return snprintf(err, errlen, "backend: '%s' is not auto, cpu or cuda", m->backend), CODE_INVALID_ARGUMENT;
@@ -301,6 +358,57 @@ static learner_pop_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__Loa
   return l;
 }
 
+void dispatch_run_load_member(trainer_job_t *j);
+
+/* LoadCheckpoint member_only: the loaded state (a lone trainer's) goes into
+ * member m->member of t on t's worker (dispatch_run_load_member); consumes
+ * t's reference and l */
+static void load_member(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, trainer_t *t,
+                        learner_pop_t *l) {
+  const char *why = NULL;
+  char err[512];
+  if (learner_pop_size(l) != 1) {
+    snprintf(err, sizeof err, "path: the checkpoint holds %d members; a member's state is a lone trainer's",
+             learner_pop_size(l));
+    why = err;
+  } else if (m->member >= (uint32_t)t->population) {
+    snprintf(err, sizeof err, "member: %u is outside [0, %d)", m->member, t->population);
+    why = err;
+  }
+  trainer_job_t *j = why ? NULL : trainer_job_new(s, t, c, dispatch_run_load_member);
+  if (!j) {
+    learner_pop_destroy(l);
+    trainer_put(t);
+    if (why) rpc_reply_error(c, CODE_INVALID_ARGUMENT, "%s", why);
+    else rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  j->loaded = l;
+  j->member = (int)m->member;
+  int rc = trainer_enqueue(j);
+  if (rc) {
+    trainer_job_free(j);
+    rpc_reply_error(c, rc == WORKQ_FULL ? CODE_RESOURCE_EXHAUSTED : CODE_UNAVAILABLE,
+                    "name: trainer '%s' %s", m->name, rc == WORKQ_FULL ? "queue is full" : "is shutting down");
+  }
+}
+
+/* trainer worker: the loaded state into one member */
+void dispatch_run_load_member(trainer_job_t *j) {
+  trainer_t *t = j->t;
+  char err[512];
+  int rc = learner_pop_load_member(t->p, j->member, learner_pop_member(j->loaded, 0), err, sizeof err);
+  learner_pop_destroy(j->loaded);
+  j->loaded = NULL;
+  if (rc) {
+    rpc_reply_error(j->c, rc == LEARNER_EINVAL ? CODE_FAILED_PRECONDITION : CODE_INTERNAL, "%s", err);
+    return;
+  }
+  log_info(t->name, "member %d's state replaced from a checkpoint", j->member);
+  trainer_snapshot(t, 1);
+  dispatch_reply_member(j->c, t, j->member);
+}
+
 /* The loaded population becomes trainer m->name: a new one (create), or
  * the state the existing one swaps in on its worker (dispatch_run_swap) */
 static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_pop_t *l) {
@@ -323,6 +431,10 @@ static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheck
   if (!t) {
     learner_pop_destroy(l);
     rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s' (set create to make one)", m->name);
+    return;
+  }
+  if (m->member_only) {
+    load_member(s, c, m, t, l);
     return;
   }
   if (!learner_config_same_shape(&t->cfg, learner_config(learner_pop_member(l, 0)))) {

@@ -35,6 +35,14 @@ struct trainer {
   double last_active;
   int removed;
   double *train_credit; /* continuous training: steps owed to each member (worker only) */
+  /* FetchCheckpoint member_only: the last member's place found in a
+   * checkpoint (worker only), so its chunks do not walk the file again */
+  struct {
+    char id[96];
+    int member;
+    uint64_t off, len;
+    uint32_t crc32;
+  } fetch_member;
   /* stopping long work (trainer_long_begin .. trainer_cancel): under run_mu */
   pthread_mutex_t run_mu;
   int running;           /* a Step or continuous training runs now */

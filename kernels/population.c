@@ -283,6 +283,9 @@ static int section_copied(const state_section_t *s, const learner_config_t *c, i
 
 #define COPY_CHUNK (1 << 20)
 
+static int copy_into(learner_pop_t *p, int dst, learner_t *s, int with_replay, const learner_pop_factor_t *factors,
+                     int nf, char *err, size_t errlen);
+
 int learner_pop_copy_member(learner_pop_t *p, int dst, int src, int with_replay, const learner_pop_factor_t *factors,
                             int nf, char *err, size_t errlen) {
   int rc;
@@ -292,7 +295,15 @@ int learner_pop_copy_member(learner_pop_t *p, int dst, int src, int with_replay,
     seterr(err, errlen, "member: dst and src are both %d", dst);
     return LEARNER_EINVAL;
   }
-  learner_t *d = p->m[dst], *s = p->m[src];
+  return copy_into(p, dst, p->m[src], with_replay, factors, nf, err, errlen);
+}
+
+/* member dst becomes a copy of learner s (a member, or a loaded state of the
+ * same shapes), as learner_pop_copy_member says */
+static int copy_into(learner_pop_t *p, int dst, learner_t *s, int with_replay, const learner_pop_factor_t *factors,
+                     int nf, char *err, size_t errlen) {
+  int rc;
+  learner_t *d = p->m[dst];
   /* the new hyperparameters first: a bad factor changes nothing */
   learner_config_t nc = d->cfg;
   nc.hp = s->cfg.hp;
@@ -341,7 +352,7 @@ int learner_pop_copy_member(learner_pop_t *p, int dst, int src, int with_replay,
   if (!rc) rc = d->ops->set_hparams(d->impl, &nc.hp);
   if (rc) {
     /* a device error midway: the member is neither copy nor original */
-    seterr(err, errlen, "member %d: copy from member %d failed midway: %s", dst, src, learner_strerror(rc));
+    seterr(err, errlen, "member %d: the copy failed midway: %s", dst, learner_strerror(rc));
     p->diverged[dst] = 1;
     return rc;
   }
@@ -492,4 +503,45 @@ int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, le
   }
   *out = p;
   return LEARNER_OK;
+}
+
+/* ------------------------------------------------------ one member's state */
+
+int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, size_t errlen) {
+  int rc = learner_pop_check_member(p, i, err, errlen);
+  if (rc) return rc;
+  if (!same_shape_but_seed(&p->m[i]->cfg, &src->cfg)) {
+    seterr(err, errlen, "state: its config differs from the population's in more than seed and hyperparameters");
+    return LEARNER_EINVAL;
+  }
+  learner_counters_t k;
+  if ((rc = src->ops->get_counters(src->impl, &k))) return rc;
+  return copy_into(p, i, src, k.replay_total > 0, NULL, 0, err, errlen);
+}
+
+int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, char *err,
+                             size_t errlen) {
+  pre_reader_t pr = {r, ctx, {0}, 0, 0};
+  int n;
+  int kind = read_kind(&pr, &n, err, errlen);
+  if (kind < 0) return kind;
+  if (i < 0 || i >= n) {
+    seterr(err, errlen, "member: %d is outside [0, %d)", i, n);
+    return LEARNER_EINVAL;
+  }
+  uint64_t at = kind == 1 ? 24 : 0; /* the population header */
+  learner_state_header_t *h = malloc(sizeof *h);
+  if (!h) {
+    seterr(err, errlen, "out of memory");
+    return LEARNER_ENOMEM;
+  }
+  int rc = LEARNER_OK;
+  for (int k = 0; k <= i && !rc; k++) {
+    rc = learner_state_inspect(pre_read, &pr, h, NULL, NULL, err, errlen);
+    if (!rc && k < i) at += h->bytes;
+  }
+  if (!rc) *off = at, *len = h->bytes;
+  else prefix_member(err, errlen, 2, i);
+  free(h);
+  return rc;
 }

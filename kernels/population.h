@@ -109,6 +109,20 @@ int learner_pop_load(learner_read_fn r, void *ctx, learner_backend_t backend, le
 int learner_pop_peek(learner_read_fn r, void *ctx, learner_config_t *c, int *n, int *with_replay, char *err,
                      size_t errlen);
 
+/* Member i takes the state of src, a learner shaped as the members (seed and
+ * hyperparameters may differ: a loaded checkpoint of a lone trainer, or of
+ * one member): parameters, prior heads, Adam moments, step and noisy-Act
+ * counters, last statistics and hyperparameters, and its replay when src has
+ * ever held transitions (else member i keeps its own); it keeps its seed, as
+ * learner_pop_copy_member does. A diverged member trains again. */
+int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, size_t errlen);
+/* Where member i's state lies in a serialised population state (r reads it
+ * from its first byte): *off and *len, its bytes, a learner's state of its
+ * own (the whole state when it is a learner's). Each state before it is
+ * walked and checked (learner_state_inspect). */
+int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, char *err,
+                             size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -178,6 +178,47 @@ START_TEST(test_member_is_its_lone_twin) {
 }
 END_TEST
 
+/* one member's state: its bytes found in the population's file, and a lone
+ * learner's state loaded into a member (its lone twin's: then the member saves
+ * the twin's bytes); bad indices and shapes refused */
+START_TEST(test_one_member) {
+  const learner_config_t c = config(0);
+  learner_pop_t *p = trained_pop(&c);
+  char err[256];
+  membuf_t f = {0}, twin;
+  ck_assert_msg(learner_pop_save(p, 1, mem_write, &f, err, sizeof err) == 0, "%s", err);
+  lone_twin(&c, 1, &twin);
+  uint64_t off, len;
+  ck_assert_msg(learner_pop_member_range(mem_read, &f, 1, &off, &len, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq((long long)len, (long long)twin.n);
+  ck_assert_msg(!memcmp(f.p + off, twin.p, twin.n), "member 1's bytes in the file are not its twin's");
+  f.pos = 0;
+  ck_assert_int_eq(learner_pop_member_range(mem_read, &f, N, &off, &len, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "member: 3 is outside [0, 3)");
+  /* loaded into a fresh population's member 1: the twin's bytes */
+  learner_pop_t *q;
+  ck_assert_int_eq(learner_pop_create(&c, N, NULL, BE, &q, err, sizeof err), 0);
+  learner_t *l;
+  twin.pos = 0;
+  ck_assert_msg(learner_load(mem_read, &twin, BE, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_load_member(q, 1, l, err, sizeof err) == 0, "%s", err);
+  membuf_t now;
+  save_to(learner_pop_member(q, 1), &now);
+  ck_assert_msg(same_bytes(&now, &twin), "the loaded member does not save its state's bytes");
+  ck_assert_int_eq(learner_pop_load_member(q, -1, l, err, sizeof err), LEARNER_EINVAL);
+  learner_config_t other = c;
+  other.atoms = 13;
+  learner_t *o;
+  ck_assert_int_eq(learner_create(&other, BE, &o, err, sizeof err), 0);
+  ck_assert_int_eq(learner_pop_load_member(q, 1, o, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "state: its config differs from the population's in more than seed and hyperparameters");
+  learner_destroy(o), learner_destroy(l);
+  free(f.p), free(twin.p), free(now.p);
+  learner_pop_destroy(q);
+  learner_pop_destroy(p);
+}
+END_TEST
+
 /* a population of one is a learner: its file is learner_save's, and a
  * learner's state loads as a population of one */
 START_TEST(test_population_of_one) {
@@ -436,6 +477,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_member_is_its_lone_twin, 0, CONFIGS);
   tcase_add_test(tc, test_population_of_one);
+  tcase_add_test(tc, test_one_member);
   tcase_add_test(tc, test_member_diverges_alone);
   tcase_add_loop_test(tc, test_copy_member, 0, 2);
   tcase_add_test(tc, test_stop_changes_nothing);

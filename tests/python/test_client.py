@@ -182,6 +182,31 @@ class ClientTest(unittest.TestCase):
             d = c.copy_member("popy", 2, 1, lr=0.5)
             self.assertEqual(np.float32(d["config"]["lr"]), np.float32(float(np.float32(0.02)) * 0.5))
             self.assertEqual(d["stats"]["step"], 4)
+            # one member's state: fetched from the population's checkpoint it is the
+            # bytes of its lone twin's checkpoint; loaded into another member that
+            # member acts as the twin does
+            c.save_checkpoint("popy", with_replay=True)
+            c.save_checkpoint("popy-lone1", with_replay=True)
+            c.save_checkpoint("popy-lone0", with_replay=True)
+            d = tempfile.mkdtemp(prefix="dqnd-member-")
+            m1, l1, l0 = (os.path.join(d, f) for f in ("m1", "l1", "l0"))
+            c.fetch_checkpoint("popy", m1, member=1)
+            c.fetch_checkpoint("popy-lone1", l1)
+            c.fetch_checkpoint("popy-lone0", l0)
+            with open(m1, "rb") as f1, open(l1, "rb") as f2:
+                self.assertEqual(f1.read(), f2.read(), "member 1's bytes are not its lone twin's")
+            got = c.load_checkpoint("popy", file=l0, member=2)
+            self.assertEqual((got["member"], got["config"]["seed"]), (2, str(seed + 2)), "it keeps its seed")
+            a1, q1 = c.act("popy", states, q=True, member=2)
+            a2, q2 = c.act("popy-lone0", states, q=True)
+            np.testing.assert_array_equal(a1, a2)
+            for x, y in zip(q1, q2):
+                np.testing.assert_array_equal(x, y)
+            self.code(3, c.load_checkpoint, "popy", file=l0, member=2, create=True,
+                      needle="create: a member's state loads into an existing trainer's member")
+            self.code(3, c.load_checkpoint, "popy", file=l0, member=5, needle="member: 5 is outside [0, 3)")
+            self.code(3, c.fetch_checkpoint, "popy", m1, member=7, needle="member: 7 is outside [0, 3)")
+            shutil.rmtree(d)
             self.code(3, c.submit, "popy", **batch(5, 1), member=3, needle="member: 3 is outside [0, 3)")
             self.code(3, c.stats, "popy", member=-1, needle="member: -1 is not an integer")
             self.code(3, c.copy_member, "popy", 1, 1, needle="dst: 1 is src too")

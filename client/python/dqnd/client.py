@@ -526,10 +526,14 @@ class Client:
     def list_checkpoints(self, name):
         return [_ckpt(c) for c in self._call("list_checkpoints", pb.ListCheckpoints(name=name)).checkpoints.checkpoints]
 
-    def fetch_checkpoint(self, name, path, checkpoint="", chunk_bytes=4 << 20):
+    def fetch_checkpoint(self, name, path, checkpoint="", chunk_bytes=4 << 20, member=None):
         """Downloads a checkpoint (newest, or its id / short id) to `path`:
         into a temporary file beside it, CRC-checked, renamed over `path` only
-        when complete, so a failed fetch leaves `path` as it was."""
+        when complete, so a failed fetch leaves `path` as it was. member: of
+        a population's checkpoint, that member's state alone (a lone
+        trainer's checkpoint)."""
+        one = member is not None
+        member = _member(member) if one else 0
         d = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".part-", dir=d)
         ok = False
@@ -538,7 +542,8 @@ class Client:
                 off, total, crc, want, ck = 0, None, 0, None, str(checkpoint or "")
                 while total is None or off < total:
                     c = self._call("fetch_checkpoint", pb.FetchCheckpoint(name=name, checkpoint=ck, offset=off,
-                                                                          max_bytes=chunk_bytes)).chunk
+                                                                          max_bytes=chunk_bytes, member=member,
+                                                                          member_only=one)).chunk
                     if c.offset != off or (not c.data and off < c.total):
                         raise DqndError(13, "FetchCheckpoint reply out of order")
                     if total is None:  # the first chunk fixes the file; later ones must agree and fit in it
@@ -561,15 +566,23 @@ class Client:
             if not ok:
                 os.unlink(tmp)
 
-    def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, chunk_bytes=4 << 20):
+    def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, chunk_bytes=4 << 20,
+                        member=None):
         """From a file on the daemon's side (path) or a local file uploaded in
-        chunks (file); into a new trainer (create=True) or an existing one."""
+        chunks (file); into a new trainer (create=True) or an existing one.
+        member: a lone trainer's state (one member's, as fetch_checkpoint
+        member= gives it) into that member of the existing population `name`,
+        which keeps its seed; returns that member's info."""
         if (path is None) == (file is None):
             raise _bad("path", "give one of path (on the daemon) or file (local)")
-        self._shapes.pop(name, None)
+        one = member is not None
+        member = _member(member) if one else 0
+        if not one:
+            self._shapes.pop(name, None)
         if path is not None:
             r = self._call("load_checkpoint", pb.LoadCheckpoint(name=name, path=path, create=bool(create),
-                                                                backend=backend or ""))
+                                                                backend=backend or "", member=member,
+                                                                member_only=one))
             return _info(r.trainer)
         with open(file, "rb") as f:
             data = f.read()
@@ -580,6 +593,6 @@ class Client:
             chunk = data[off:off + chunk_bytes]
             r = self._call("load_checkpoint", pb.LoadCheckpoint(
                 name=name, create=bool(create), backend=backend or "", data=chunk, offset=off, total=len(data),
-                last=off + len(chunk) == len(data), crc32=crc))
+                last=off + len(chunk) == len(data), crc32=crc, member=member, member_only=one))
             off += len(chunk)
         return _info(r.trainer)
