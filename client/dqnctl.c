@@ -65,7 +65,8 @@ static const char *usage_text =
     "                  this client's PEM certificate and key, for a daemon with\n"
     "                  tls-verify-clients (default: DQND_TLS_CERT, DQND_TLS_KEY)\n"
     "  --tls-server-name N  the name the daemon's certificate must carry (default: the URL's host)\n"
-    "  --member I      a population's member: what submit, act, sync, set and stats address\n"
+    "  --member I      a population's member: what submit, act, sync, set and stats address;\n"
+    "                  fetch and load move that member's state alone (a lone trainer's checkpoint)\n"
     "                  (default 0; docs/population.md)\n"
     "  --json          machine-readable output\n"
     "  --version, --help\n"
@@ -575,6 +576,7 @@ static void cmd_help(const cmd_t *c, FILE *f) {
 typedef struct globals {
   char url[600];
   long long timeout, member;
+  int member_given; /* --member was given */
   int json;
   const char *token;
   dqnd_tls_opts_t tls;
@@ -596,6 +598,7 @@ static int global_opt(int argc, char **argv, int *i, globals_t *g) {
   else if (!strcmp(o, "--tls-server-name")) g->tls.server_name = v;
   else if (!strcmp(o, "--member")) {
     if (cli_int("dqnctl", "--member", v, 0, LEARNER_MAX_POPULATION - 1, &g->member)) return -1;
+    g->member_given = 1;
   } else if (cli_int("dqnctl", "--timeout", v, 1, 86400000, &g->timeout)) return -1;
   return 1;
 }
@@ -678,7 +681,7 @@ int main(int argc, char **argv) {
       return rc == DQND_EINVAL ? EXIT_USAGE : EXIT_TRANSPORT; /* EINVAL: the URL or a TLS option */
     }
     if (g.token) dqnd_set_token(x.c, g.token);
-    dqnd_use_member(x.c, (uint32_t)g.member);
+    if (g.member_given) dqnd_use_member(x.c, (uint32_t)g.member); /* fetch and load: that member's state alone */
   }
   int rc = cur_cmd->fn(&x, &args);
   dqnd_close(x.c);

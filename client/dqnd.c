@@ -28,6 +28,7 @@ struct dqnd_client {
   char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
   uint64_t instance;           /* the daemon's Reply.instance, from the first reply (0: none yet) */
   uint32_t member;             /* dqnd_use_member */
+  int member_set;              /* dqnd_use_member was called: checkpoints move that member's state alone */
 };
 
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
@@ -329,7 +330,12 @@ int dqnd_create_trainer(dqnd_client_t *c, const char *name, const char *const *f
   return dqnd_create_population(c, name, fields, n_fields, backend, 1, created);
 }
 
-void dqnd_use_member(dqnd_client_t *c, uint32_t member) { c->member = member; }
+void dqnd_use_member(dqnd_client_t *c, uint32_t member) { c->member = member, c->member_set = 1; }
+
+int client_member(const dqnd_client_t *c, uint32_t *member) {
+  *member = c->member;
+  return c->member_set;
+}
 
 int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields,
                            const char *backend, int population, int *created) {

@@ -100,7 +100,9 @@ int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const
                            const char *backend, int population, int *created);
 /* The member the calls about one member address from now on (dqnd_submit,
  * dqnd_act*, dqnd_sync_target, dqnd_set_hparams, dqnd_trainer_info,
- * dqnd_get_stats); 0 by default, as for a trainer of one. */
+ * dqnd_get_stats); 0 by default, as for a trainer of one. Once called,
+ * dqnd_fetch_checkpoint and dqnd_load_checkpoint_* move that member's state
+ * alone (a lone trainer's checkpoint; a loaded member keeps its seed). */
 void dqnd_use_member(dqnd_client_t *c, uint32_t member);
 /* Exploit and explore: member dst becomes a copy of member src (network,
  * Adam moments, counters; its replay too with with_replay), keeps its seed,

@@ -56,6 +56,7 @@ static int fetch_into(dqnd_client_t *c, const char *name, const char *id, FILE *
     m.checkpoint = ckid; /* pin the id after the first chunk: a new save must not switch files */
     m.offset = off;
     m.max_bytes = chunk_bytes;
+    m.member_only = client_member(c, &m.member);
     Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
     req.command_case = DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT;
     req.fetch_checkpoint = &m;
@@ -173,6 +174,7 @@ int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *da
   m.create = create;
   m.path = (char *)daemon_path;
   m.backend = (char *)(backend ? backend : "");
+  m.member_only = client_member(c, &m.member);
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
   req.load_checkpoint = &m;
@@ -218,6 +220,7 @@ int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *lo
     m.total = (uint64_t)size;
     m.last = off + k == (uint64_t)size;
     m.crc32 = crc;
+    m.member_only = client_member(c, &m.member);
     Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
     req.command_case = DQND__V1__REQUEST__COMMAND_LOAD_CHECKPOINT;
     req.load_checkpoint = &m;

@@ -17,6 +17,9 @@ struct dqnd_checkpoint;
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* dqnd_call with the reply dropped */
 int call_simple(dqnd_client_t *c, Dqnd__V1__Request *req);
+/* the member dqnd_use_member named: 1 when it was called (the checkpoint
+ * calls then move that member's state alone), else 0 */
+int client_member(const dqnd_client_t *c, uint32_t *member);
 void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, struct dqnd_checkpoint *o);
 
 #endif

@@ -645,6 +645,33 @@ START_TEST(test_population_commands) {
   snprintf(args, sizeof args, "inspect %s", bad);
   ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 4);
   ck_assert_msg(strstr(out, "BAD") && strstr(out, "member "), "%s", out);
+  /* one member's state: fetched (--member 2) it is member 2's bytes of the
+   * population's checkpoint; loaded into member 0 (--member 0 load --file),
+   * member 0 acts as member 2 does */
+  {
+    char m2[500];
+    snprintf(m2, sizeof m2, "%s/m2.dqnd", d.dir);
+    snprintf(args, sizeof args, "--member 2 fetch pop --checkpoint %s -o %s", ck.id, m2);
+    ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+    size_t pn, mn;
+    char *pb = read_file(ck.path, &pn), *mb = read_file(m2, &mn);
+    ck_assert_ptr_nonnull(pb);
+    ck_assert_ptr_nonnull(mb);
+    ck_assert_msg(mn < pn && memmem(pb, pn, mb, mn) && !memcmp(mb, "DQNDLRN", 8), "member 2's %zu bytes", mn);
+    free(pb), free(mb);
+    snprintf(args, sizeof args, "--member 0 load pop --file %s", m2);
+    ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+    dqnd_client_t *c2 = connect_to(&d);
+    float st[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}, q0[64] = {0}, q2[64] = {0};
+    int32_t a0, a2;
+    dqnd_use_member(c2, 0);
+    ck_assert_int_eq(dqnd_act(c2, "pop", st, 1, 6, 0, &a0, q0, 64), 0);
+    dqnd_use_member(c2, 2);
+    ck_assert_int_eq(dqnd_act(c2, "pop", st, 1, 6, 0, &a2, q2, 64), 0);
+    ck_assert_int_eq(a0, a2);
+    ck_assert_int_eq(memcmp(q0, q2, sizeof q0), 0);
+    dqnd_close(c2);
+  }
   /* refusals: a bad member, factor or population */
   ck_assert_int_eq(run_ctl(&d, "--member 3 stats pop", out, sizeof out), 1);
   ck_assert_msg(strstr(out, "member: 3 is outside [0, 3)"), "%s", out);
