@@ -1,0 +1,74 @@
+/*
+ * dt.h — the Decision Transformer's loss and exact gradient on the CPU: the
+ * spec the CUDA kernels will mirror (docs/learner.md, "Decision
+ * Transformer"; issue 30). A GPT over windows of K steps, three tokens a step
+ * (return-to-go, state, action), L blocks of causal attention and a GELU
+ * MLP, the action logits read at each state token. Instantiated for float
+ * (the learner's arithmetic) and double (finite differences): dt_impl.h.
+ *
+ * The parameters are the registry's DT vector (model.h, MODEL_VEC_DT);
+ * dt_layout_init finds each tensor's offset by name there.
+ *
+ * Shapes: B windows, K steps each (dt_context), S state, D branches of n_d
+ * actions, E embed (dt_embed), L layers, nh heads, T max episode length
+ * (timesteps clip to [0, T-1]), N = 3K tokens.
+ */
+#ifndef DQN_CPU_DT_H
+#define DQN_CPU_DT_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_MAX_LAYERS 16
+
+typedef struct dt_block_off {
+  int64_t ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, m1_w, m1_b, m2_w, m2_b;
+} dt_block_off_t;
+
+/* the DT's sizes and every tensor's offset in its parameter vector */
+typedef struct dt_layout {
+  int S, D, E, L, nh, T, K;
+  int n[LEARNER_MAX_BRANCHES];
+  int radix_after[LEARNER_MAX_BRANCHES]; /* a flat joint action's branch d: (a / radix_after[d]) % n[d] */
+  int A;                                 /* sum n_d: a logits row */
+  int64_t rtg_w, rtg_b, st_w, st_b, act_emb[LEARNER_MAX_BRANCHES], time, lne_w, lne_b;
+  dt_block_off_t blk[DT_MAX_LAYERS];
+  int64_t lnf_w, lnf_b, head_w[LEARNER_MAX_BRANCHES], head_b[LEARNER_MAX_BRANCHES];
+  int64_t n_params;
+} dt_layout_t;
+
+/* From a registry built with dt_layers > 0: context K and nh heads (E % nh
+ * == 0). 0, or LEARNER_EINVAL naming the field. */
+int dt_layout_init(dt_layout_t *L, const model_t *m, int context, int heads, char *err, size_t errlen);
+
+/* One batch of windows: states [B, K, S], rtg [B, K] (already divided by
+ * dt_rtg_scale), actions [B, K] (flat joint), timesteps [B, K] (raw: clipped
+ * here), mask [B, K] (nonzero: a real step; padding is on the left). The
+ * padded steps' inputs are never read past the mask. */
+typedef struct dt_batch {
+  int B;
+  const float *states, *rtg, *mask;
+  const int32_t *actions, *timesteps;
+} dt_batch_t;
+
+/* The loss — the mean over the batch's real steps of the mean over branches
+ * of the cross-entropy of the logits at the step's state token against its
+ * action — returned; grad (may be NULL) receives its gradient (overwritten,
+ * n_params); loss_step [B, K] (may be NULL) each step's branch-mean CE (0 for
+ * padding); logits [B, K, A] (may be NULL) every real step's logits (0 for
+ * padding). A batch with no real step has loss 0 and a zero gradient. -1 when
+ * out of memory. */
+double dt_loss_grad_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b, float *grad, float *loss_step,
+                        float *logits);
+double dt_loss_grad_f64(const dt_layout_t *L, const double *p, const dt_batch_t *b, double *grad, double *loss_step,
+                        double *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

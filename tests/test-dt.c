@@ -1,0 +1,221 @@
+/*
+ * test-dt.c — the Decision Transformer's CPU spec (kernels/cpu/dt.h, issue
+ * 30) against independent oracles: the golden case tests/golden/dt (PyTorch
+ * autograd in float64: loss and per-step losses 1e-5 relative, every
+ * gradient tensor 1e-4 relative in norm, the attention key biases — zero in
+ * exact arithmetic — 1e-6 absolutely, the logits 1e-5); central finite
+ * differences of the double instance on entries of every tensor; causality
+ * (changing step t + 1 changes no logit at steps <= t); padding (changing the
+ * padded steps' inputs, NaN included, changes nothing); and the float and
+ * double instances against each other.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt.h"
+#include "golden_util.h"
+#include "model.h"
+#include "testutil.h"
+
+#define CS "dt"
+enum { B = 3, K = 4, S = 5, NA = 5 /* 3 + 2 logits */ };
+
+static model_t reg;
+static dt_layout_t lay;
+
+static void setup_layout(void) {
+  model_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.S = S, d.H1 = 4, d.H2 = 4, d.VH = 4, d.AH = 4, d.Z = 2, d.D = 2, d.n[0] = 3, d.n[1] = 2, d.ensemble_k = 1;
+  d.dt_layers = 2, d.dt_embed = 8, d.dt_max_ep_len = 10;
+  char err[256];
+  ck_assert_msg(model_build(&reg, &d, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(dt_layout_init(&lay, &reg, K, 2, err, sizeof err) == 0, "%s", err);
+}
+
+typedef struct {
+  float states[B * K * S], rtg[B * K], mask[B * K];
+  int32_t actions[B * K], timesteps[B * K];
+  dt_batch_t b;
+} batch_t;
+
+static void golden_batch(batch_t *g) {
+  double *s = golden_load64(CS, "in.states", B * K * S), *r = golden_load64(CS, "in.rtg", B * K);
+  double *a = golden_load64(CS, "in.actions", B * K), *t = golden_load64(CS, "in.timesteps", B * K);
+  double *m = golden_load64(CS, "in.mask", B * K);
+  for (int i = 0; i < B * K * S; i++) g->states[i] = (float)s[i];
+  for (int i = 0; i < B * K; i++)
+    g->rtg[i] = (float)r[i], g->actions[i] = (int32_t)a[i], g->timesteps[i] = (int32_t)t[i], g->mask[i] = (float)m[i];
+  free(s), free(r), free(a), free(t), free(m);
+  g->b = (dt_batch_t){B, g->states, g->rtg, g->mask, g->actions, g->timesteps};
+}
+
+/* the golden parameters, as float and double vectors of the DT layout */
+static void golden_params(float *pf, double *pd) {
+  for (int i = 0; i < reg.n; i++) {
+    const model_param_t *mp = &reg.p[i];
+    if (mp->vec != MODEL_VEC_DT) continue;
+    char nm[96];
+    snprintf(nm, sizeof nm, "param.%s", mp->name);
+    double *w = golden_load64(CS, nm, model_param_count(mp));
+    for (int64_t k = 0; k < model_param_count(mp); k++) pf[mp->offset + k] = (float)w[k], pd[mp->offset + k] = w[k];
+    free(w);
+  }
+}
+
+START_TEST(test_golden) {
+  const int64_t P = lay.n_params;
+  float *p = malloc(sizeof(float) * P), *g = malloc(sizeof(float) * P), ls[B * K], lg[B * K * NA];
+  double *pd = malloc(sizeof(double) * P);
+  batch_t bt;
+  golden_batch(&bt);
+  golden_params(p, pd);
+  int pad = 0;
+  for (int i = 0; i < B * K; i++) pad += bt.mask[i] == 0;
+  ck_assert_msg(pad > 0, "the golden batch has a padded row");
+  const double loss = dt_loss_grad_f32(&lay, p, &bt.b, g, ls, lg);
+  double *want = golden_load64(CS, "out.loss", 1), *wls = golden_load64(CS, "out.loss_per_step", B * K);
+  ck_assert_msg(fabs(loss - want[0]) <= 1e-5 * fabs(want[0]), "loss %.9g, golden %.9g", loss, want[0]);
+  for (int i = 0; i < B * K; i++) /* real steps (the generator also scores the padded ones; dt.h gives them 0) */
+    ck_assert_msg(bt.mask[i] == 0 ? ls[i] == 0 : fabs(ls[i] - wls[i]) <= 1e-5 * fabs(wls[i]),
+                  "step %d: %.9g, golden %.9g", i, ls[i], wls[i]);
+  for (int d = 0, off = 0; d < 2; off += d == 0 ? 3 : 2, d++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "out.logits.branch%d", d);
+    const int nd = d == 0 ? 3 : 2;
+    double *wl = golden_load64(CS, nm, B * K * nd);
+    for (int i = 0; i < B * K; i++)
+      for (int c = 0; c < nd; c++)
+        if (bt.mask[i] != 0)
+          ck_assert_msg(fabs(lg[i * NA + off + c] - wl[i * nd + c]) <= 1e-5 * (1 + fabs(wl[i * nd + c])),
+                        "logit %d of branch %d at step %d: %.9g, golden %.9g", c, d, i, lg[i * NA + off + c],
+                        wl[i * nd + c]);
+    free(wl);
+  }
+  for (int i = 0; i < reg.n; i++) {
+    const model_param_t *mp = &reg.p[i];
+    if (mp->vec != MODEL_VEC_DT) continue;
+    char nm[96];
+    snprintf(nm, sizeof nm, "grad.%s", mp->name);
+    const int64_t n = model_param_count(mp);
+    double *w = golden_load64(CS, nm, n), num = 0, den = 0, amax = 0;
+    for (int64_t k = 0; k < n; k++) {
+      const double e = g[mp->offset + k] - w[k];
+      num += e * e, den += w[k] * w[k];
+      amax = fabs(e) > amax ? fabs(e) : amax;
+    }
+    if (strstr(mp->name, "attn.k.bias"))
+      ck_assert_msg(amax <= 1e-6, "%s: |error| %.3g (zero in exact arithmetic)", mp->name, amax);
+    else
+      ck_assert_msg(sqrt(num) <= 1e-4 * sqrt(den), "%s: relative error %.3g", mp->name, sqrt(num / den));
+    free(w);
+  }
+  free(want), free(wls), free(p), free(g), free(pd);
+}
+END_TEST
+
+/* central differences of the double instance on entries of every tensor */
+START_TEST(test_finite_differences) {
+  const int64_t P = lay.n_params;
+  float *pf = malloc(sizeof(float) * P);
+  double *p = malloc(sizeof(double) * P), *g = malloc(sizeof(double) * P);
+  batch_t bt;
+  golden_batch(&bt);
+  golden_params(pf, p);
+  dt_loss_grad_f64(&lay, p, &bt.b, g, NULL, NULL);
+  int checked = 0;
+  for (int i = 0; i < reg.n; i++) {
+    const model_param_t *mp = &reg.p[i];
+    if (mp->vec != MODEL_VEC_DT) continue;
+    const int64_t n = model_param_count(mp);
+    for (int j = 0; j < 3; j++) {
+      const int64_t k = mp->offset + (j * 7919) % n, h = 0;
+      (void)h;
+      const double x = p[k], e = 1e-6;
+      p[k] = x + e;
+      const double lp = dt_loss_grad_f64(&lay, p, &bt.b, NULL, NULL, NULL);
+      p[k] = x - e;
+      const double lm = dt_loss_grad_f64(&lay, p, &bt.b, NULL, NULL, NULL);
+      p[k] = x;
+      const double fd = (lp - lm) / (2 * e);
+      ck_assert_msg(fabs(fd - g[k]) <= 1e-6 + 1e-5 * fabs(g[k]), "%s[%lld]: analytic %.10g, differences %.10g",
+                    mp->name, (long long)(k - mp->offset), g[k], fd);
+      checked++;
+    }
+  }
+  ck_assert_int_ge(checked, 3 * 40);
+  free(pf), free(p), free(g);
+}
+END_TEST
+
+/* a later step changes no earlier logit; the padded steps' inputs change
+ * nothing at all (NaN included); float and double agree */
+START_TEST(test_causal_and_padding) {
+  const int64_t P = lay.n_params;
+  float *p = malloc(sizeof(float) * P), *g0 = malloc(sizeof(float) * P), *g1 = malloc(sizeof(float) * P);
+  double *pd = malloc(sizeof(double) * P), *gd = malloc(sizeof(double) * P);
+  float l0[B * K * NA], l1[B * K * NA];
+  batch_t bt, b2;
+  golden_batch(&bt);
+  golden_params(p, pd);
+  const double loss = dt_loss_grad_f32(&lay, p, &bt.b, g0, NULL, l0);
+  /* causality: row 0's last step changed (state, rtg, action, time) */
+  b2 = bt;
+  b2.b = (dt_batch_t){B, b2.states, b2.rtg, b2.mask, b2.actions, b2.timesteps};
+  const int t = K - 1;
+  for (int i = 0; i < S; i++) b2.states[t * S + i] += 1.5f;
+  b2.rtg[t] -= 2, b2.actions[t] = (b2.actions[t] + 1) % 6, b2.timesteps[t] += 1;
+  dt_loss_grad_f32(&lay, p, &b2.b, NULL, NULL, l1);
+  ck_assert_int_eq(memcmp(l0, l1, sizeof(float) * t * NA), 0);
+  ck_assert_msg(memcmp(l0 + t * NA, l1 + t * NA, sizeof(float) * NA), "the changed step's logits did not change");
+  /* padding: every padded step's inputs replaced (NaN states and rtg) */
+  b2 = bt;
+  b2.b = (dt_batch_t){B, b2.states, b2.rtg, b2.mask, b2.actions, b2.timesteps};
+  int pad = 0;
+  for (int i = 0; i < B * K; i++) {
+    if (b2.mask[i] != 0) continue;
+    pad++;
+    for (int s = 0; s < S; s++) b2.states[i * S + s] = NAN;
+    b2.rtg[i] = NAN, b2.actions[i] = 5, b2.timesteps[i] = 99;
+  }
+  ck_assert_int_gt(pad, 0);
+  const double loss2 = dt_loss_grad_f32(&lay, p, &b2.b, g1, NULL, l1);
+  ck_assert(loss == loss2);
+  ck_assert_int_eq(memcmp(g0, g1, sizeof(float) * P), 0);
+  ck_assert_int_eq(memcmp(l0, l1, sizeof l0), 0);
+  /* float against double */
+  const double lossd = dt_loss_grad_f64(&lay, pd, &bt.b, gd, NULL, NULL);
+  ck_assert_msg(fabs(loss - lossd) <= 1e-6 * fabs(lossd), "float %.9g, double %.9g", loss, lossd);
+  double num = 0, den = 0;
+  for (int64_t k = 0; k < P; k++) num += (g0[k] - gd[k]) * (g0[k] - gd[k]), den += gd[k] * gd[k];
+  ck_assert_msg(sqrt(num) <= 1e-5 * sqrt(den), "float and double gradients: relative %.3g", sqrt(num / den));
+  /* a batch of padding alone: loss 0, zero gradient */
+  for (int i = 0; i < B * K; i++) b2.mask[i] = 0;
+  ck_assert(dt_loss_grad_f32(&lay, p, &b2.b, g1, NULL, NULL) == 0);
+  for (int64_t k = 0; k < P; k++) ck_assert(g1[k] == 0);
+  free(p), free(g0), free(g1), free(pd), free(gd);
+}
+END_TEST
+
+START_TEST(test_bad_layout) {
+  char err[256];
+  dt_layout_t l;
+  ck_assert_int_eq(dt_layout_init(&l, &reg, K, 3, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_str_eq(err, "dt_heads: 3 does not divide dt_embed 8 (context 4)");
+}
+END_TEST
+
+int main(void) {
+  snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
+  Suite *s = suite_create("dt");
+  TCase *tc = tcase_create("cpu");
+  tcase_add_checked_fixture(tc, setup_layout, NULL);
+  tcase_add_test(tc, test_golden);
+  tcase_add_test(tc, test_finite_differences);
+  tcase_add_test(tc, test_causal_and_padding);
+  tcase_add_test(tc, test_bad_layout);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
