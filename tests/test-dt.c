@@ -7,7 +7,11 @@
  * differences of the double instance on entries of every tensor; causality
  * (changing step t + 1 changes no logit at steps <= t); padding (changing the
  * padded steps' inputs, NaN included, changes nothing); and the float and
- * double instances against each other.
+ * double instances against each other. The windows (dt_sample) against the
+ * episodes the test submitted: every real step's state, action, timestep and
+ * return-to-go (the sum of the rewards to the episode's end, brute force),
+ * padding only on the left, windows only from whole ended episodes, every
+ * such end drawn, the same windows for the same step.
  */
 #include <check.h>
 #include <math.h>
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "dt.h"
+#include "replay.h"
 #include "golden_util.h"
 #include "model.h"
 #include "testutil.h"
@@ -207,6 +212,92 @@ START_TEST(test_bad_layout) {
 }
 END_TEST
 
+/* episodes of the given lengths (the last one left open, the second ended
+ * by a truncation), state[0] = insertion count, state[1] = episode, reward
+ * (count % 5) - 2; into rp, insertion count base on */
+static void fill(replay_t *rp, const int *len, int ne, int open_last, int64_t base) {
+  int64_t c = base;
+  for (int e = 0; e < ne; e++) {
+    for (int k = 0; k < len[e]; k++, c++) {
+      float st[S] = {(float)c, (float)e, 0.5f, -0.5f, 1};
+      const int32_t a = (int32_t)(c % 6);
+      const float r = (float)(c % 5) - 2;
+      const int lastk = k == len[e] - 1 && !(open_last && e == ne - 1);
+      const uint8_t done = lastk && e != 1, end = lastk && e == 1;
+      learner_transitions_t t = {1, st, &a, &r, st, &done, NULL, &end};
+      replay_add(rp, &t);
+    }
+  }
+}
+
+START_TEST(test_windows) {
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, 40, S, 0, 0.6f), 0);
+  const int len[4] = {7, 12, 9, 5}; /* counts [0,7) [7,19) [19,28) and the open [28,33) */
+  const int64_t first[3] = {0, 7, 19}, last[3] = {6, 18, 27};
+  fill(&rp, len, 4, 1, 0);
+  ck_assert(dt_replay_has_episode(&rp));
+  enum { WB = 64 };
+  static float st[WB * K * S], rt[WB * K], mk[WB * K], st2[WB * K * S];
+  static int32_t ac[WB * K], ts[WB * K];
+  int seen[33] = {0};
+  for (uint64_t step = 0; step < 200; step++) {
+    ck_assert_int_eq(dt_sample(&rp, 9, step, WB, K, 2.0f, st, rt, ac, ts, mk), WB);
+    for (int i = 0; i < WB; i++) {
+      int real = 0;
+      for (int q = 0; q < K; q++) {
+        const size_t o = (size_t)i * K + q;
+        if (mk[o] == 0) {
+          ck_assert_msg(real == 0, "row %d: padding after a real step", i);
+          continue;
+        }
+        real++;
+        const int64_t c = (int64_t)st[o * S], e = (int64_t)st[o * S + 1];
+        ck_assert_msg(e >= 0 && e < 3, "row %d: a window from episode %lld (open)", i, (long long)e);
+        ck_assert_int_eq(ts[o], (int)(c - first[e]));
+        ck_assert_int_eq(ac[o], (int)(c % 6));
+        float g = 0; /* the rewards to the episode's end, last first */
+        for (int64_t x = last[e]; x >= c; x--) g = ((float)(x % 5) - 2) + g;
+        ck_assert_msg(rt[o] == g / 2.0f, "row %d step %d: rtg %g, brute force %g", i, q, rt[o], g / 2.0f);
+        if (q == K - 1) seen[c]++;
+        if (q > 0 && mk[o - 1] != 0) ck_assert_int_eq((int)st[(o - 1) * S], (int)(c - 1));
+        if (q == 0 || mk[o - 1] == 0) ck_assert_msg(q == 0 || c == first[e], "row %d: padding inside the episode", i);
+      }
+      ck_assert_int_gt(real, 0);
+    }
+    if (step == 5) { /* the same step draws the same windows; another step others */
+      ck_assert_int_eq(dt_sample(&rp, 9, 5, WB, K, 2.0f, st2, rt, ac, ts, mk), WB);
+      ck_assert_int_eq(memcmp(st, st2, sizeof st), 0);
+      dt_sample(&rp, 9, 6, WB, K, 2.0f, st2, rt, ac, ts, mk);
+      ck_assert(memcmp(st, st2, sizeof st) != 0);
+    }
+  }
+  for (int c = 0; c < 33; c++)
+    ck_assert_msg(c < 28 ? seen[c] > 0 : seen[c] == 0, "count %d ended %d windows", c, seen[c]);
+  /* wrapped: 20 more (an episode of 20) overwrite counts 0..12: episodes 0 and 1 go */
+  const int more[1] = {20};
+  fill(&rp, more, 1, 0, 33);
+  memset(seen, 0, sizeof seen);
+  for (uint64_t step = 0; step < 100; step++) {
+    dt_sample(&rp, 9, step, WB, K, 2.0f, st, rt, ac, ts, mk);
+    for (int o = 0; o < WB * K; o++)
+      if (mk[o] != 0) {
+        const int64_t c = (int64_t)st[(size_t)o * S];
+        ck_assert_msg(c >= 19, "a window from an overwritten episode (count %lld)", (long long)c);
+      }
+  }
+  replay_free(&rp);
+  /* an open episode alone: no window */
+  ck_assert_int_eq(replay_init(&rp, 40, S, 0, 0.6f), 0);
+  const int one[1] = {10};
+  fill(&rp, one, 1, 1, 0);
+  ck_assert(!dt_replay_has_episode(&rp));
+  ck_assert_int_eq(dt_sample(&rp, 9, 0, WB, K, 2.0f, st, rt, ac, ts, mk), 0);
+  for (int o = 0; o < WB * K; o++) ck_assert(mk[o] == 0);
+  replay_free(&rp);
+}
+END_TEST
+
 int main(void) {
   snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
   Suite *s = suite_create("dt");
@@ -216,6 +307,7 @@ int main(void) {
   tcase_add_test(tc, test_finite_differences);
   tcase_add_test(tc, test_causal_and_padding);
   tcase_add_test(tc, test_bad_layout);
+  tcase_add_test(tc, test_windows);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -68,6 +68,18 @@ double dt_loss_grad_f32(const dt_layout_t *L, const float *p, const dt_batch_t *
 double dt_loss_grad_f64(const dt_layout_t *L, const double *p, const dt_batch_t *b, double *grad, double *loss_step,
                         double *logits);
 
+/* Windows from the CPU replay (kernels/cpu/replay.h; the rule of
+ * dt_window.h): B windows of K steps for pre-training step `step` into the
+ * buffers of a dt_batch_t (states [B, K, S], rtg [B, K] divided by
+ * rtg_scale, actions, timesteps and mask [B, K]); returns the rows that have
+ * a window (the others are all padding). */
+struct replay;
+int dt_sample(const struct replay *rp, uint64_t seed, uint64_t step, int B, int K, float rtg_scale, float *states,
+              float *rtg, int32_t *actions, int32_t *timesteps, float *mask);
+/* 1 when the replay stores a whole episode that has ended (a window can come
+ * from it), else 0 */
+int dt_replay_has_episode(const struct replay *rp);
+
 #ifdef __cplusplus
 }
 #endif
