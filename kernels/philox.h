@@ -35,6 +35,7 @@ enum philox_stream {
   PHILOX_STREAM_ENS_MASK = 8,     /* bootstrap masks: step = insertion count, lane = head (docs/learner.md §8) */
   PHILOX_STREAM_ACT_HEAD = 9,     /* Thompson Act: the head of an episode, step = episode */
   PHILOX_STREAM_HER = 10,         /* HER donors: step = training step, lane = batch row (docs/learner.md §9) */
+  PHILOX_STREAM_INIT_DT = 12,     /* the Decision Transformer's initialisation, step = registry tensor */
   PHILOX_STREAM_DT = 11,          /* Decision Transformer windows: step = pre-training step, lane = row x tries (dt_window.h) */
 };
 

@@ -22,6 +22,7 @@
 #include "replay.h"
 #include "golden_util.h"
 #include "model.h"
+#include "philox.h"
 #include "testutil.h"
 
 #define CS "dt"
@@ -298,6 +299,77 @@ START_TEST(test_windows) {
 }
 END_TEST
 
+/* pre-training learns a rule: actions a function of the state (branch 0 the
+ * argmax of s[0..2], branch 1 whether s[3] > 0), episodes of 12 steps; after
+ * 400 steps the argmax logits of fresh windows follow the rule on >= 95% of
+ * real steps in each branch, and the loss falls below a quarter of the
+ * first step's */
+START_TEST(test_pretrain_learns) {
+  static model_t m2;
+  model_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.S = S, d.H1 = 4, d.H2 = 4, d.VH = 4, d.AH = 4, d.Z = 2, d.D = 2, d.n[0] = 3, d.n[1] = 2, d.ensemble_k = 1;
+  d.dt_layers = 1, d.dt_embed = 16, d.dt_max_ep_len = 16;
+  char err[256];
+  ck_assert_msg(model_build(&m2, &d, err, sizeof err) == 0, "%s", err);
+  dt_layout_t l2;
+  ck_assert_int_eq(dt_layout_init(&l2, &m2, K, 2, err, sizeof err), 0);
+  replay_t rp;
+  ck_assert_int_eq(replay_init(&rp, 400, S, 0, 0.6f), 0);
+  for (int c = 0; c < 240; c++) {
+    float st[S], g[4];
+    philox_normal4(philox_draw(77, 0, (uint64_t)c, 0), g);
+    for (int i = 0; i < 4; i++) st[i] = g[i];
+    st[4] = (float)(c % 12) / 12.0f;
+    const int b0 = st[0] >= st[1] && st[0] >= st[2] ? 0 : st[1] >= st[2] ? 1 : 2, b1 = st[3] > 0;
+    const int32_t a = b0 * 2 + b1;
+    const float r = b0 == 1 ? 1.0f : 0.0f;
+    const uint8_t done = c % 12 == 11, end = 0;
+    learner_transitions_t t = {1, st, &a, &r, st, &done, NULL, &end};
+    replay_add(&rp, &t);
+  }
+  dt_trainer_t tr;
+  ck_assert_int_eq(dt_trainer_init(&tr, &l2, &m2, 16, 5), 0);
+  const dt_hparams_t hp = {3e-3f, 1e-4f, 0.25f, 0.9f, 0.999f, 1e-8f, 10.0f, 20};
+  dt_step_stats_t st;
+  double first = 0, tail = 0;
+  for (int k = 0; k < 400; k++) {
+    ck_assert_int_eq(dt_train_step(&tr, &rp, &hp, &st), 0);
+    if (k == 0) first = st.loss, ck_assert(st.lr == hp.lr / 20);
+    if (k >= 380) tail += st.loss / 20;
+  }
+  ck_assert_int_eq((int)tr.step, 400);
+  ck_assert_msg(tail < 0.25 * first, "loss %.4f at the first step, %.4f over the last 20", first, tail);
+  enum { EB = 64 };
+  static float es[EB * K * S], er[EB * K], em[EB * K], lg[EB * K * NA];
+  static int32_t ea[EB * K], et[EB * K];
+  ck_assert_int_eq(dt_sample(&rp, 1234, 0, EB, K, 10.0f, es, er, ea, et, em), EB);
+  const dt_batch_t b = {EB, es, er, em, ea, et};
+  dt_loss_grad_f32(&l2, tr.p, &b, NULL, NULL, lg);
+  int n = 0, ok0 = 0, ok1 = 0;
+  for (int o = 0; o < EB * K; o++) {
+    if (em[o] == 0) continue;
+    const float *x = es + (size_t)o * S, *z = lg + (size_t)o * NA;
+    const int b0 = x[0] >= x[1] && x[0] >= x[2] ? 0 : x[1] >= x[2] ? 1 : 2, b1 = x[3] > 0;
+    const int p0 = z[0] >= z[1] && z[0] >= z[2] ? 0 : z[1] >= z[2] ? 1 : 2, p1 = z[4] > z[3];
+    n++, ok0 += p0 == b0, ok1 += p1 == b1;
+  }
+  ck_assert_msg(ok0 >= 0.95 * n && ok1 >= 0.95 * n, "branch 0 %d of %d, branch 1 %d of %d", ok0, n, ok1, n);
+  dt_trainer_free(&tr);
+  /* an open episode alone: EEMPTY, nothing changed */
+  replay_t r2;
+  ck_assert_int_eq(replay_init(&r2, 40, S, 0, 0.6f), 0);
+  const int one[1] = {10};
+  fill(&r2, one, 1, 1, 0);
+  ck_assert_int_eq(dt_trainer_init(&tr, &l2, &m2, 16, 5), 0);
+  ck_assert_int_eq(dt_train_step(&tr, &r2, &hp, &st), LEARNER_EEMPTY);
+  ck_assert_int_eq((int)tr.step, 0);
+  dt_trainer_free(&tr);
+  replay_free(&r2);
+  replay_free(&rp);
+}
+END_TEST
+
 int main(void) {
   snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
   Suite *s = suite_create("dt");
@@ -308,6 +380,7 @@ int main(void) {
   tcase_add_test(tc, test_causal_and_padding);
   tcase_add_test(tc, test_bad_layout);
   tcase_add_test(tc, test_windows);
+  tcase_add_test(tc, test_pretrain_learns);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -80,6 +80,44 @@ int dt_sample(const struct replay *rp, uint64_t seed, uint64_t step, int B, int 
  * from it), else 0 */
 int dt_replay_has_episode(const struct replay *rp);
 
+/* ---- pre-training (dt_train.c) */
+
+/* The DT's own optimiser (docs/learner.md §16): AdamW (beta1, beta2, eps,
+ * weight decay) at lr x min(1, (step + 1) / warmup), the gradient's global
+ * norm clipped at clip; windows of batch rows with returns-to-go divided by
+ * rtg_scale. */
+typedef struct dt_hparams {
+  float lr, weight_decay, clip, beta1, beta2, eps, rtg_scale;
+  int64_t warmup;
+} dt_hparams_t;
+
+typedef struct dt_trainer {
+  dt_layout_t L;
+  int B;
+  uint64_t seed, step; /* Philox: the windows of step `step` */
+  float *p, *m, *v, *g; /* parameters, moments, gradient [n_params] */
+  float *states, *rtg, *mask; /* a batch's windows */
+  int32_t *actions, *timesteps;
+} dt_trainer_t;
+
+typedef struct dt_step_stats {
+  double loss, grad_norm; /* before the clip */
+  float lr;
+  int rows;               /* windows drawn (the others all padding) */
+} dt_step_stats_t;
+
+/* The registry's initialisers for the DT vector of p: nn.Linear uniforms,
+ * LayerNorm ones and zeros, N(0, 1) embeddings (Philox stream INIT_DT,
+ * counter = the tensor's registry index, lane = element / 4). */
+void dt_init_params(const model_t *m, uint64_t seed, float *p);
+int dt_trainer_init(dt_trainer_t *t, const dt_layout_t *L, const model_t *m, int batch, uint64_t seed);
+void dt_trainer_free(dt_trainer_t *t);
+float dt_lr_at(const dt_hparams_t *hp, uint64_t step);
+/* One pre-training step: LEARNER_OK, LEARNER_EEMPTY (no window: the replay
+ * holds no whole ended episode; nothing changed) or LEARNER_EDIVERGED (a
+ * non-finite loss or norm: nothing applied). */
+int dt_train_step(dt_trainer_t *t, const struct replay *rp, const dt_hparams_t *hp, dt_step_stats_t *st);
+
 #ifdef __cplusplus
 }
 #endif
