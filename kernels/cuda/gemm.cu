@@ -721,6 +721,13 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     f->ph_big[ph] = big;
     plan_phase(pr, p0, p1, nsm, big, occ, &blocks, &tiles, &pf);
     f->ph[ph][0] = p0, f->ph[ph][1] = p1 - p0, f->ph_blocks[ph] = blocks;
+    /* a population runs a phase's split-K parts in one block (SER) once its
+     * members' tiles alone give the planner's `occ` blocks an SM */
+    {
+      int t = 0;
+      for (int i = p0; i < p1; i++) t += pr[i].tiles;
+      f->ph_tiles[ph] = t, f->ph_occ = occ, f->nsm = nsm;
+    }
     const int stride = (p1 - p0 + GEMM_IX - 1) / GEMM_IX > 1 ? (p1 - p0 + GEMM_IX - 1) / GEMM_IX : 1;
     f->ph_stride[ph] = stride;
     for (int i = p0; i < p1; i += stride) f->ph_blk0[ph][(i - p0) / stride] = pr[i].blk0;
@@ -769,6 +776,10 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
   const dim3 nb((unsigned)f->ph_blocks[ph], 1, (unsigned)f->pz.n);
   const long long ps = f->pz.stride;
+  /* SER when the members' tiles fill the GPU without split-K; else each
+   * member's parts in blocks of their own, as alone (both add the parts in
+   * split order: the same bits) */
+  const int ser = f->pz.n > 1 && (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm;
   gidx_t ix;
   ix.np = f->ph[ph][1];
   if (ix.np == 0) return 0;
@@ -777,7 +788,7 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC)                                                                                        \
   do {                                                                                                                 \
-    if (f->pz.n > 1) fused_gemm_kernel<TA, TW, TC, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
+    if (ser) fused_gemm_kernel<TA, TW, TC, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
     else fused_gemm_kernel<TA, TW, TC, 0><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps);  \
   } while (0)
   if (f->ph_big[ph] == 2) {

@@ -130,6 +130,8 @@ typedef struct cuda_fused {
   int ph[GEMM_PHASES][2];     /* per phase: first problem, problems (0: none) */
   int ph_blocks[GEMM_PHASES]; /* blocks per phase */
   int ph_big[GEMM_PHASES];    /* 1: the phase runs 64 x 128 FFMA tiles, 2: 128 x 128 wgmma ones (gemm_wgmma.cu) */
+  int ph_tiles[GEMM_PHASES];  /* output tiles of the phase (one member's) */
+  int ph_occ, nsm;            /* the planner's blocks per SM aimed for; the device's SMs */
   int ph_blk0[GEMM_PHASES][GEMM_IX]; /* the launch's lookup table (gemm.cu's gidx_t) */
   int ph_stride[GEMM_PHASES];         /* problems per lookup entry (1: every problem's first block) */
   float *gpart;               /* split-K partial sums */
