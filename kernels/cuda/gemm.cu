@@ -47,6 +47,7 @@
 #define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
 #define SPLIT_MIN_CHUNKS 2 /* k chunks per split-K part at least (DEVICE_NOTES.md item 40) */
 #define SPLIT_MAX_K 512    /* k per split-K part at most */
+#define POP_SER_ALWAYS 8 /* members from which every phase of a population runs SER */
 #define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
 
 // kernels
@@ -776,10 +777,14 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
   const dim3 nb((unsigned)f->ph_blocks[ph], 1, (unsigned)f->pz.n);
   const long long ps = f->pz.stride;
-  /* SER when the members' tiles fill the GPU without split-K; else each
-   * member's parts in blocks of their own, as alone (both add the parts in
-   * split order: the same bits) */
-  const int ser = f->pz.n > 1 && (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm;
+  /* SER from 8 members on, and below that where the members' tiles alone
+   * give the planner's blocks per SM; else each member's parts in blocks of
+   * their own, as alone (both add the parts in split order: the same bits).
+   * Measured (kernels/dev/DEVICE_NOTES.md item 74): SER everywhere cost 2
+   * members 101 us a member-step against 82 so, and the rule everywhere cost
+   * 8 members 54.1 against 51.9 with SER everywhere. */
+  const int ser = f->pz.n > 1 && (f->pz.n >= POP_SER_ALWAYS ||
+                                  (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm);
   gidx_t ix;
   ix.np = f->ph[ph][1];
   if (ix.np == 0) return 0;
