@@ -144,6 +144,36 @@ static void *teardown_watchdog(void *arg) {
   return NULL;
 }
 
+/* --device N: the process sees CUDA device N alone (the N-th of
+ * CUDA_VISIBLE_DEVICES when that is set, else N), before any CUDA call, then
+ * checks that it is there; label: "GPU N" for ServerInfo, the log and the
+ * metrics. 0, or -1 with err. */
+static int bind_device(int n, char *label, size_t llen, char *err, size_t errlen) {
+  char pick[64];
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  if (vis && vis[0]) {
+    int k = 0;
+    const char *p = vis;
+    for (; k < n && p; k++) p = strchr(p, ','), p = p ? p + 1 : NULL;
+    if (!p || !*p || *p == ',') {
+      snprintf(err, errlen, "%d: CUDA_VISIBLE_DEVICES (%s) names fewer devices", n, vis);
+      return -1;
+    }
+    size_t len = strcspn(p, ",");
+    snprintf(pick, sizeof pick, "%.*s", (int)(len < sizeof pick - 1 ? len : sizeof pick - 1), p);
+  } else {
+    snprintf(pick, sizeof pick, "%d", n);
+  }
+  setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+  char why[256];
+  if (!learner_cuda_available(why, sizeof why)) {
+    snprintf(err, errlen, "%d: no usable CUDA device there (%s)", n, why);
+    return -1;
+  }
+  snprintf(label, llen, "GPU %d", n);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static app_t app;
   app_t *a = &app;
@@ -154,6 +184,10 @@ int main(int argc, char **argv) {
   if (prc) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 2;
+  }
+  if (s->opts.device >= 0 && bind_device(s->opts.device, s->device_label, sizeof s->device_label, err, sizeof err)) {
+    fprintf(stderr, "dqnd: device: %s\n", err);
+    return 1;
   }
   log_level = log_parse_level(s->opts.log_level);
   if (s->opts.log_file[0] && log_open(s->opts.log_file)) {
@@ -181,7 +215,12 @@ int main(int argc, char **argv) {
   if (!learner_cuda_available(s->device, sizeof s->device)) {
     log_info(NULL, "no usable CUDA device (%s)", s->device);
     snprintf(s->device, sizeof s->device, "none");
+  } else if (s->device_label[0]) { /* --device: "GPU N: name" */
+    char name[sizeof s->device];
+    snprintf(name, sizeof name, "%s", s->device);
+    snprintf(s->device, sizeof s->device, "%s: %.200s", s->device_label, name);
   }
+  metrics_device(s->device_label[0] ? s->device_label : "", s->device);
   s->refuse = dispatch_refuse;
   metrics_set_trainer_source(trainer_metrics_list);
   pthread_mutex_init(&s->reg_mu, NULL);

@@ -10,6 +10,7 @@
  *   dqnd_trainer_{queue_depth,replay_size,step,memory_bytes}{trainer}  gauges
  *   dqnd_gpu_memory_{used,total}_bytes           gauges, only with a CUDA device in use
  *   dqnd_heap_bytes                              gauge  malloc's bytes in use (glibc)
+ *   dqnd_device_info{device,name}                gauge 1  the device (--device's "GPU N", its name)
  *
  * A learner_step call of n steps is timed as a whole on its worker; its mean
  * per-step time is observed n times, so dqnd_step_duration_seconds_count
@@ -111,6 +112,26 @@ void metrics_gpu_memory(int64_t used, int64_t total) {
   pthread_mutex_lock(&mu);
   m.gpu_used = used;
   m.gpu_total = used < 0 ? -1 : total;
+  pthread_mutex_unlock(&mu);
+}
+
+static char dev_label[64], dev_name[512]; /* set once at start, before the metrics listener (main.c) */
+
+/* a label value: backslash and double quote escaped, newlines dropped */
+static void label_copy(char *dst, size_t n, const char *src) {
+  size_t w = 0;
+  for (; *src && w + 2 < n; src++) {
+    if (*src == '\n') continue;
+    if (*src == '"' || *src == '\\') dst[w++] = '\\';
+    dst[w++] = *src;
+  }
+  dst[w] = 0;
+}
+
+void metrics_device(const char *label, const char *name) {
+  pthread_mutex_lock(&mu);
+  label_copy(dev_label, sizeof dev_label, label);
+  label_copy(dev_name, sizeof dev_name, name);
   pthread_mutex_unlock(&mu);
 }
 
@@ -231,6 +252,10 @@ static void render(server_t *s, buf_t *b) {
   out(b, "dqnd_heap_bytes %zu\n", mi.uordblks + mi.hblkhd);
 #endif
 
+  pthread_mutex_lock(&mu);
+  family(b, "dqnd_device_info", "gauge", "The device this daemon runs on: --device's GPU index and its name.");
+  out(b, "dqnd_device_info{device=\"%s\",name=\"%s\"} 1\n", dev_label, dev_name);
+  pthread_mutex_unlock(&mu);
   /* left out unless known: with no CUDA device, or none in use yet, there is
    * no GPU memory to report (main.c samples it) */
   if (c->gpu_used >= 0) {

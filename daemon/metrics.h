@@ -45,5 +45,8 @@ void metrics_set_trainer_source(int (*list)(server_t *s, metrics_trainer_t **out
 /* The CUDA device's memory in use and in total (device-wide); used < 0: not
  * known (the gauges are left out). */
 void metrics_gpu_memory(int64_t used, int64_t total);
+/* the device the daemon runs on: label "GPU N" (--device) or "", its name
+ * ("none" without one): dqnd_device_info */
+void metrics_device(const char *label, const char *name);
 
 #endif

@@ -32,6 +32,9 @@ static const opt_t opts_table[] = {
      "the system service's paths where listen and state-dir are not given: " DQND_SYSTEM_URL " and "
      DQND_SYSTEM_STATE_DIR " (0/1; without it root gets a user's defaults, as anyone)"},
     {"backend", OT_STR, O(backend), 0, 0, "default learner backend: auto, cpu, cuda"},
+    {"device", OT_INT32, O(device), -1, 1023,
+     "the one CUDA device this daemon uses (its index among the visible ones; dqnd@N passes N); a device that is "
+     "not there stops the start (-1: CUDA's default)"},
     {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31, "largest request accepted"},
     {"decode-budget", OT_INT64, O(decode_budget), 1024, 1LL << 32, "bytes a request may decode into"},
     {"queue-depth", OT_INT32, O(queue_depth), 1, 1 << 20, "commands queued per trainer before RESOURCE_EXHAUSTED"},
@@ -101,6 +104,7 @@ static void default_state_dir(char *buf, size_t n, int system) {
 void opts_default(dqnd_opts_t *o) {
   memset(o, 0, sizeof *o); /* state_dir and listen stay empty: check() fills their defaults */
   snprintf(o->backend, sizeof o->backend, "auto");
+  o->device = -1;
   o->max_message_bytes = 256LL << 20;
   o->decode_budget = 512LL << 20;
   o->queue_depth = 64;

@@ -19,6 +19,7 @@ typedef struct dqnd_opts {
   char state_dir[1024];
   int32_t system;            /* --system: the service's default paths (DQND_SYSTEM_URL, DQND_SYSTEM_STATE_DIR) */
   char backend[16];          /* auto, cpu, cuda */
+  int32_t device; /* --device: the CUDA device used alone (index among those visible), -1: the default */
   int64_t max_message_bytes; /* per message, every listener */
   int64_t decode_budget;     /* bytes protobuf-c may allocate per request */
   int32_t queue_depth;       /* per trainer */

@@ -36,7 +36,8 @@ typedef struct upload upload_t;
 typedef struct server {
   dqnd_opts_t opts;
   learner_backend_t backend; /* resolved default */
-  char device[256];
+  char device[256];          /* ServerInfo's: the device's name ("GPU N: name" with --device), or "none" */
+  char device_label[32];     /* "GPU N" with --device, else "" */
   double start_time;
   atomic_int draining;       /* shutting down: new requests get UNAVAILABLE */
   pthread_mutex_t reg_mu;

@@ -259,8 +259,11 @@ class MetricsTest(unittest.TestCase):
             self.assertGreater(value(after, "dqnd_trainer_memory_bytes", trainer=t), 0)
         self.assertEqual(types["dqnd_heap_bytes"], "gauge")
         with dqnd.Client(self.d.url, timeout=30) as c:
-            if c.server_info()["device"] == "none":  # no CUDA device: no GPU memory to report
+            dev = c.server_info()["device"]
+            if dev == "none":  # no CUDA device: no GPU memory to report
                 self.assertNotIn("dqnd_gpu_memory_used_bytes", types)
+        # the device, as ServerInfo names it (no --device: no GPU index)
+        self.assertEqual(after[("dqnd_device_info", frozenset({("device", ""), ("name", dev)}))], 1)
 
         # histograms: a request's duration is observed once per reply, a
         # step's once per optimiser step
@@ -277,6 +280,21 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(self.check_histogram(before, "dqnd_step_duration_seconds"),
                          {frozenset(): before[("dqnd_training_steps_total", frozenset())]})
         self.assertEqual(types["dqnd_requests"], "counter")  # the parser drops _total from counters' names
+
+    def test_device_refused_at_start(self):
+        """--device names a GPU that is not there: the start stops, naming it;
+        out of range: a usage error; beyond CUDA_VISIBLE_DEVICES: named"""
+        base = [DQND_BIN, "--listen", "ipc://" + self.d.dir + "/dev.sock", "--state-dir", self.d.dir + "/dev"]
+        p = subprocess.run(base + ["--device", "1023"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("dqnd: device: 1023: no usable CUDA device there (", p.stderr)
+        p = subprocess.run(base + ["--device", "-2"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("device", p.stderr)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
+        p = subprocess.run(base + ["--device", "3"], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("dqnd: device: 3: CUDA_VISIBLE_DEVICES (0) names fewer devices", p.stderr)
 
     def test_other_paths_404(self):
         for path in ("/", "/other", "/metrics/x", "/metricsx", "/metrics/x/y"):
