@@ -24,6 +24,7 @@ temporary ipc socket and state directory:
 Run: meson test -C build python-search (and python-search-postgres), or
 DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/test_search.py [--postgres]
 """
+import collections
 import glob
 import os
 import pwd
@@ -185,6 +186,38 @@ class SearchTest(unittest.TestCase):
             return
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_per_daemon_capacity(self):
+        """--per-daemon 2 over two daemons: each runs two trials at once, and
+        the 8 trials spread evenly (counts within 2 of each other)"""
+        a, b = self.daemon("a"), self.daemon("b")
+        db = os.path.join(self.tmp, "cap.db")
+        p, _ = run_search("--daemons", f"{a.url},{b.url}", "--storage", f"sqlite:///{db}", "--study", "cap",
+                          "--trials", 8, "--per-daemon", 2, "--rounds", 20, "--seed", 3)
+        self.check(p)
+        study = optuna.load_study(study_name="cap", storage=f"sqlite:///{db}")
+        trials = study.get_trials()
+        self.assertEqual(len(trials), 8)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        count = collections.Counter(t.user_attrs["daemon"] for t in trials)
+        self.assertLessEqual(abs(count[a.url] - count[b.url]), 2, count)
+        # the most trials each daemon held at once, from the driver's log
+        running, most = collections.Counter(), collections.Counter()
+        where = {}
+        for line in p.stdout.splitlines():
+            m = STARTED.search(line)
+            if m:
+                where[int(m[1])] = m[2]
+                running[m[2]] += 1
+                most[m[2]] = max(most[m[2]], running[m[2]])
+            m = re.search(r"trial (\d+) (COMPLETE|PRUNED|FAIL):", line)
+            if m:
+                running[where[int(m[1])]] -= 1
+        self.assertEqual((most[a.url], most[b.url]), (2, 2), p.stdout)
+        self.assertEqual(a.trainers() + b.trainers(), [])
+        p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--per-daemon", 0)
+        self.check(p, 2)
+        self.assertIn("--per-daemon must be in [1, 64]", p.stderr)
 
     def test_population_and_pbt(self):
         """--population 3 --pbt 4: two populations of three members on one

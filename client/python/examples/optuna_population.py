@@ -45,7 +45,7 @@ def ask_population(search, sample_config):
 def population_trials(search, link, sample_config, Collector, evaluate, TrialState, dqnd, Interrupted, UNREACHABLE):
     """The worker of one daemon in population mode: populations until the
     study holds --trials."""
-    while not search.stop.is_set():
+    while not search.stop.is_set() and link.url not in search.lost:
         members = ask_population(search, sample_config)
         if not members:
             return

@@ -6,8 +6,9 @@ Each trial creates a trainer on one daemon, streams meanrev transitions to it
 decayed over the rounds, a Step after each round), evaluates the greedy
 policy every few rounds and reports the fraction of the optimal return it
 reaches over fixed evaluation episodes; MedianPruner stops poor trials early.
-One worker thread per daemon, each with its own Client; a trial runs on one
-daemon, as trainer STUDY-NUMBER.
+--per-daemon K worker threads per daemon (default 1), each with its own
+Client, keep K trials (or K populations) running on each daemon at once: a
+daemon's capacity; a trial runs on one daemon, as trainer STUDY-NUMBER.
 
 After each evaluation a trial saves a checkpoint of its trainer (with the
 replay) and keeps its own side (the environments, the random state) in
@@ -74,7 +75,11 @@ def parse_args(argv=None):
         "1 every daemon was dropped before --trials were done, 2 usage, 130/143 stopped by SIGINT/SIGTERM "
         "(the running trials FAIL).")
     p.add_argument("--daemons", metavar="URL,URL,...",
-                   help="daemons to spread the trials over, one worker thread each (default: dqnd's default socket)")
+                   help="daemons to spread the trials over, --per-daemon worker threads each (default: dqnd's "
+                   "default socket)")
+    p.add_argument("--per-daemon", type=int, default=1, metavar="K",
+                   help="trials (or populations) each daemon runs at once: its capacity, one worker thread and "
+                   "Client each (default: %(default)s)")
     p.add_argument("--storage", default="sqlite:///dqnd_search.db", metavar="URL",
                    help="sqlite:///FILE.db, journal:FILE (an Optuna journal file) or "
                    "postgresql://USER@HOST/DB (default: %(default)s)")
@@ -121,6 +126,8 @@ def parse_args(argv=None):
     for k in ("trials", "rounds", "envs", "collect", "train_steps", "eval_every", "eval_episodes"):
         if getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be at least 1")
+    if a.per_daemon < 1 or a.per_daemon > 64:
+        p.error("--per-daemon must be in [1, 64]")
     if a.population < 1 or a.population > 1024:
         p.error("--population must be in [1, 1024]")
     if a.pbt < 0 or (a.pbt and (a.population < 2 or a.pbt % a.eval_every)):
@@ -334,8 +341,8 @@ class Search:
         url = link.url
         while not self.stop.is_set():
             with self.lock:
-                if self.finished() + self.running >= self.a.trials:
-                    return
+                if self.finished() + self.running >= self.a.trials or url in self.lost:
+                    return  # done, or another worker of this daemon dropped it
                 trial = self.study.ask()
                 cfg = sample_config(trial)
                 name = f"{self.trainer_prefix}-{trial.number}"
@@ -393,9 +400,11 @@ class Search:
 
     def drop(self, url, err):
         with self.lock:
+            again = url in self.lost  # another of its workers dropped it already
             self.lost[url] = err
             left = len(self.a.daemons) - len(self.lost)
-        self.log(f"daemon {url} dropped ({err}); {left} left")
+        if not again:
+            self.log(f"daemon {url} dropped ({err}); {left} left")
 
     def run_trial(self, link, trial, name, cfg):
         """The trial's rounds; when its daemon goes away meanwhile and comes
@@ -512,7 +521,8 @@ class Search:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, on_signal)
-        threads = [threading.Thread(target=self.worker, args=(u,), daemon=True) for u in self.a.daemons]
+        threads = [threading.Thread(target=self.worker, args=(u,), daemon=True)
+                   for _ in range(self.a.per_daemon) for u in self.a.daemons]
         for t in threads:
             t.start()
         for t in threads:
