@@ -189,7 +189,8 @@ class SearchTest(unittest.TestCase):
 
     def test_per_daemon_capacity(self):
         """--per-daemon 2 over two daemons: each runs two trials at once, and
-        the 8 trials spread evenly (counts within 2 of each other)"""
+        each ran at least its two (the counts then follow how fast each
+        daemon's trials end: pruned ones free their slot early)"""
         a, b = self.daemon("a"), self.daemon("b")
         db = os.path.join(self.tmp, "cap.db")
         p, _ = run_search("--daemons", f"{a.url},{b.url}", "--storage", f"sqlite:///{db}", "--study", "cap",
@@ -200,7 +201,7 @@ class SearchTest(unittest.TestCase):
         self.assertEqual(len(trials), 8)
         self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
         count = collections.Counter(t.user_attrs["daemon"] for t in trials)
-        self.assertLessEqual(abs(count[a.url] - count[b.url]), 2, count)
+        self.assertGreaterEqual(min(count[a.url], count[b.url]), 2, count)
         # the most trials each daemon held at once, from the driver's log
         running, most = collections.Counter(), collections.Counter()
         where = {}
