@@ -205,6 +205,32 @@ START_TEST(test_causal_and_padding) {
 }
 END_TEST
 
+/* Act: the argmax of the last step's logits, whatever its action says;
+ * padding at the end refused */
+START_TEST(test_act) {
+  const int64_t P = lay.n_params;
+  float *p = malloc(sizeof(float) * P), lg[B * K * NA];
+  double *pd = malloc(sizeof(double) * P);
+  batch_t bt;
+  golden_batch(&bt);
+  golden_params(p, pd);
+  dt_loss_grad_f32(&lay, p, &bt.b, NULL, NULL, lg);
+  for (int r = 0; r < B; r++) {
+    dt_batch_t one = {1, bt.states + (size_t)r * K * S, bt.rtg + r * K, bt.mask + r * K, bt.actions + r * K,
+                      bt.timesteps + r * K};
+    const float *z = lg + ((size_t)r * K + K - 1) * NA;
+    const int b0 = z[0] >= z[1] && z[0] >= z[2] ? 0 : z[1] >= z[2] ? 1 : 2, b1 = z[4] > z[3];
+    ck_assert_int_eq(dt_act_f32(&lay, p, &one), b0 * 2 + b1);
+    bt.actions[r * K + K - 1] = (bt.actions[r * K + K - 1] + 3) % 6; /* not read */
+    ck_assert_int_eq(dt_act_f32(&lay, p, &one), b0 * 2 + b1);
+  }
+  bt.mask[K - 1] = 0;
+  dt_batch_t one = {1, bt.states, bt.rtg, bt.mask, bt.actions, bt.timesteps};
+  ck_assert_int_eq(dt_act_f32(&lay, p, &one), -1);
+  free(p), free(pd);
+}
+END_TEST
+
 START_TEST(test_bad_layout) {
   char err[256];
   dt_layout_t l;
@@ -379,6 +405,7 @@ int main(void) {
   tcase_add_test(tc, test_finite_differences);
   tcase_add_test(tc, test_causal_and_padding);
   tcase_add_test(tc, test_bad_layout);
+  tcase_add_test(tc, test_act);
   tcase_add_test(tc, test_windows);
   tcase_add_test(tc, test_pretrain_learns);
   suite_add_tcase(s, tc);

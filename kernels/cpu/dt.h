@@ -80,6 +80,14 @@ int dt_sample(const struct replay *rp, uint64_t seed, uint64_t step, int B, int 
  * from it), else 0 */
 int dt_replay_has_episode(const struct replay *rp);
 
+/* Act by return conditioning (docs/learner.md §16, "Act"): one window
+ * (b->B = 1) whose last step is the live one — its state, return-to-go and
+ * timestep; its action is not read (the state token sees no later token) —
+ * gives the flat joint action of the per-branch argmax of the logits at its
+ * state token (first branch most significant; the lowest index on a tie).
+ * -1 when the last step is padding, -2 when out of memory. */
+int32_t dt_act_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b);
+
 /* ---- pre-training (dt_train.c) */
 
 /* The DT's own optimiser (docs/learner.md §16): AdamW (beta1, beta2, eps,

@@ -78,3 +78,24 @@ int dt_train_step(dt_trainer_t *t, const struct replay *rp, const dt_hparams_t *
   t->step++;
   return LEARNER_OK;
 }
+
+int32_t dt_act_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b) {
+  const int K = L->K;
+  if (b->B != 1 || b->mask[K - 1] == 0) return -1;
+  float *z = malloc(sizeof(float) * (size_t)K * L->A);
+  if (!z) return -2;
+  if (dt_loss_grad_f32(L, p, b, NULL, NULL, z) < 0) {
+    free(z);
+    return -2;
+  }
+  const float *zt = z + (size_t)(K - 1) * L->A;
+  int32_t flat = 0;
+  for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
+    int best = 0;
+    for (int c = 1; c < L->n[d]; c++)
+      if (zt[off + c] > zt[off + best]) best = c;
+    flat = flat * L->n[d] + best;
+  }
+  free(z);
+  return flat;
+}
