@@ -1,7 +1,8 @@
 /*
  * gemm_table.cuh — the layer GEMM's problem table, as the phase files fill it
- * (step_forward.cu F1..F4, step_backward.cu B1..B3 and the weight gradients) and
- * gemm.cu plans and launches it. Host side; included by .cu files only.
+ * (step_forward.cu F1..F4, step_backward.cu B1..B3 and the weight gradients,
+ * through gemm_table.cu) and gemm.cu plans and launches it. Host side;
+ * included by .cu files only.
  */
 #ifndef DQN_CUDA_GEMM_TABLE_CUH
 #define DQN_CUDA_GEMM_TABLE_CUH
