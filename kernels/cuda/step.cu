@@ -336,11 +336,32 @@ static cudaError_t wait_or_halt(cuda_learner_t *m, const cuda_group_t *g, cudaEv
   }
 }
 
-/* n replays on m's stream: of exec, or of the step's launches enqueued each
- * time (exec NULL: cfg.cuda_graph = 0), in groups of STEP_GROUP; the replays
+/* a step's launches on m's stream: one learner's (enqueue_one, ctx m) or a
+ * group's (enqueue_group, ctx the group) */
+typedef int (*enqueue_fn)(void *ctx, char *err, size_t errlen);
+
+static int enqueue_one(void *ctx, char *err, size_t errlen) { return enqueue_step((cuda_learner_t *)ctx, err, errlen); }
+
+/* the launches of enq(ctx) captured on m's stream as *graph, instantiated as *exec */
+static int capture(cuda_learner_t *m, enqueue_fn enq, void *ctx, cudaGraph_t *graph, cudaGraphExec_t *exec, char *err,
+                   size_t errlen) {
+  DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
+  int rc = enq(ctx, err, errlen);
+  cudaGraph_t g;
+  cudaError_t e = cudaStreamEndCapture(m->st, &g);
+  if (rc) return LEARNER_EDEVICE;
+  DEV(e);
+  *graph = g;
+  DEV(cudaGraphInstantiate(exec, g, 0));
+  return 0;
+}
+
+/* n replays on m's stream: of exec, or of enq(ctx)'s launches each time
+ * (exec NULL: cfg.cuda_graph = 0), in groups of STEP_GROUP; the replays
  * launched and whether a stop halted them through *launched, *stopped */
-static int run_replays(cuda_learner_t *m, const cuda_group_t *g, cudaGraphExec_t exec, int n,
-                       learner_stop_ctl_t *stop, int *launched_out, int *stopped_out, char *err, size_t errlen) {
+static int run_replays(cuda_learner_t *m, const cuda_group_t *g, cudaGraphExec_t exec, enqueue_fn enq, void *ctx,
+                       int n, learner_stop_ctl_t *stop, int *launched_out, int *stopped_out, char *err,
+                       size_t errlen) {
   int launched = 0, stopped = 0;
   for (int k = 0; k < n; k++) {
     if (k % STEP_GROUP == 0) {
@@ -353,7 +374,7 @@ static int run_replays(cuda_learner_t *m, const cuda_group_t *g, cudaGraphExec_t
     }
     if (exec) {
       DEV(cudaGraphLaunch(exec, m->st));
-    } else if (enqueue_step(m, err, errlen)) {
+    } else if (enq(ctx, err, errlen)) {
       return LEARNER_EDEVICE;
     }
     launched++;
@@ -410,18 +431,10 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
   double zero[5] = {0, 0, 0, 0, 0};
   DEV(cudaMemcpyAsync(&m->ds->loss_sum, zero, sizeof zero, cudaMemcpyHostToDevice, m->st));
   DEV(cudaMemsetAsync(&m->ds->halt_next, 0, sizeof m->ds->halt_next, m->st)); /* a stop of the last call */
-  if (use_graph && !m->exec && n > 0) {
-    DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue_step(m, err, errlen);
-    cudaGraph_t g;
-    cudaError_t e = cudaStreamEndCapture(m->st, &g);
-    if (rc) return LEARNER_EDEVICE;
-    DEV(e);
-    m->graph = g;
-    DEV(cudaGraphInstantiate(&m->exec, g, 0));
-  }
+  int rc;
+  if (use_graph && !m->exec && n > 0 && (rc = capture(m, enqueue_one, m, &m->graph, &m->exec, err, errlen))) return rc;
   int launched = 0, stopped = 0;
-  int rc = run_replays(m, NULL, use_graph ? m->exec : NULL, n, stop, &launched, &stopped, err, errlen);
+  rc = run_replays(m, NULL, use_graph ? m->exec : NULL, enqueue_one, m, n, stop, &launched, &stopped, err, errlen);
   if (rc) return rc;
   dev_state_t ds;
   DEV(cudaMemcpyAsync(&ds, m->ds, sizeof ds, cudaMemcpyDeviceToHost, m->st));
@@ -437,7 +450,8 @@ extern "C" int cuda_step(void *impl, int n, learner_stop_ctl_t *stop, learner_st
  * (pz.cuh), captured on member 0's streams; the HER/n-step kernel when any
  * member runs it (a member without gets gamma as its rows' discounts: the
  * same numbers) */
-static int enqueue_group(cuda_group_t *g, char *err, size_t errlen) {
+static int enqueue_group(void *ctx, char *err, size_t errlen) {
+  cuda_group_t *g = (cuda_group_t *)ctx;
   cuda_learner_t *m = g->m[0];
   cuda_fused_t *f = &m->ws.fused;
   const cuda_pz_t alone = f->pz;
@@ -465,32 +479,17 @@ extern "C" int cuda_group_step(void *group, int n, const int *skip, learner_stop
   int her = 0;
   for (int i = 0; i < g->n; i++) her |= g->m[i]->her_in_graph;
   const int use_graph = m->cfg.cuda_graph != 0;
+  int rc;
   if (use_graph && n > 0 && (!g->exec || her != g->her)) {
     if (g->exec) DEV(cudaGraphExecDestroy(g->exec));
     if (g->graph) DEV(cudaGraphDestroy(g->graph));
     g->exec = NULL, g->graph = NULL;
     g->her = her;
-    DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue_group(g, err, errlen);
-    cudaGraph_t gr;
-    cudaError_t e = cudaStreamEndCapture(m->st, &gr);
-    if (rc) return LEARNER_EDEVICE;
-    DEV(e);
-    g->graph = gr;
-    DEV(cudaGraphInstantiate(&g->exec, gr, 0));
+    if ((rc = capture(m, enqueue_group, g, &g->graph, &g->exec, err, errlen))) return rc;
   }
-  int launched = 0, stopped = 0, rc;
-  if (use_graph) {
-    rc = run_replays(m, g, g->exec, n, stop, &launched, &stopped, err, errlen);
-  } else { /* the plain launches, every member's */
-    g->her = her;
-    cuda_fused_t *f = &m->ws.fused;
-    const cuda_pz_t alone = f->pz;
-    const int her0 = m->her_in_graph;
-    f->pz = cuda_pz_t{g->n, (long long)g->stride}, m->her_in_graph = her;
-    rc = run_replays(m, g, NULL, n, stop, &launched, &stopped, err, errlen);
-    f->pz = alone, m->her_in_graph = her0;
-  }
+  if (!use_graph) g->her = her; /* the plain launches read it each time (a graph keeps the one it was captured with) */
+  int launched = 0, stopped = 0;
+  rc = run_replays(m, g, use_graph ? g->exec : NULL, enqueue_group, g, n, stop, &launched, &stopped, err, errlen);
   if (rc) return rc;
   dev_state_t *ds = (dev_state_t *)malloc(sizeof *ds * (size_t)g->n);
   if (!ds) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
