@@ -31,15 +31,19 @@ enum { B = 3, K = 4, S = 5, NA = 5 /* 3 + 2 logits */ };
 static model_t reg;
 static dt_layout_t lay;
 
-static void setup_layout(void) {
+/* the registry and layout of a DT of the golden case's state and branches
+ * (a minimal DQN beside it), K steps, 2 heads */
+static void build(model_t *m, dt_layout_t *l, int layers, int embed, int max_ep_len) {
   model_desc_t d;
   memset(&d, 0, sizeof d);
   d.S = S, d.H1 = 4, d.H2 = 4, d.VH = 4, d.AH = 4, d.Z = 2, d.D = 2, d.n[0] = 3, d.n[1] = 2, d.ensemble_k = 1;
-  d.dt_layers = 2, d.dt_embed = 8, d.dt_max_ep_len = 10;
+  d.dt_layers = layers, d.dt_embed = embed, d.dt_max_ep_len = max_ep_len;
   char err[256];
-  ck_assert_msg(model_build(&reg, &d, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(dt_layout_init(&lay, &reg, K, 2, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(model_build(m, &d, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(dt_layout_init(l, m, K, 2, err, sizeof err) == 0, "%s", err);
 }
+
+static void setup_layout(void) { build(&reg, &lay, 2, 8, 10); } /* the golden case's */
 
 typedef struct {
   float states[B * K * S], rtg[B * K], mask[B * K];
@@ -137,8 +141,7 @@ START_TEST(test_finite_differences) {
     if (mp->vec != MODEL_VEC_DT) continue;
     const int64_t n = model_param_count(mp);
     for (int j = 0; j < 3; j++) {
-      const int64_t k = mp->offset + (j * 7919) % n, h = 0;
-      (void)h;
+      const int64_t k = mp->offset + (j * 7919) % n;
       const double x = p[k], e = 1e-6;
       p[k] = x + e;
       const double lp = dt_loss_grad_f64(&lay, p, &bt.b, NULL, NULL, NULL);
@@ -332,14 +335,8 @@ END_TEST
  * first step's */
 START_TEST(test_pretrain_learns) {
   static model_t m2;
-  model_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.S = S, d.H1 = 4, d.H2 = 4, d.VH = 4, d.AH = 4, d.Z = 2, d.D = 2, d.n[0] = 3, d.n[1] = 2, d.ensemble_k = 1;
-  d.dt_layers = 1, d.dt_embed = 16, d.dt_max_ep_len = 16;
-  char err[256];
-  ck_assert_msg(model_build(&m2, &d, err, sizeof err) == 0, "%s", err);
   dt_layout_t l2;
-  ck_assert_int_eq(dt_layout_init(&l2, &m2, K, 2, err, sizeof err), 0);
+  build(&m2, &l2, 1, 16, 16);
   replay_t rp;
   ck_assert_int_eq(replay_init(&rp, 400, S, 0, 0.6f), 0);
   for (int c = 0; c < 240; c++) {
