@@ -106,26 +106,13 @@ static int member_place(trainer_t *t, rpc_call_t *c, uint32_t member, ckpt_info_
     char err[512];
     ckpt_reader_t rd = {info, 0, info->bytes};
     uint64_t off, len;
-    int rc = learner_pop_member_range(ckpt_reader, &rd, (int)member, &off, &len, err, sizeof err);
+    uint32_t crc;
+    int rc = learner_pop_member_range(ckpt_reader, &rd, (int)member, &off, &len, &crc, err, sizeof err);
     if (rc) {
       rpc_reply_error(c, rc == LEARNER_EINVAL ? CODE_INVALID_ARGUMENT : CODE_DATA_LOSS, "checkpoint %s: %s", info->id,
                       err);
       return -1;
     }
-    uint32_t crc = 0;
-    uint8_t *buf = malloc(1 << 20);
-    if (!buf) return rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "out of memory"), -1;
-    for (uint64_t at = 0; at < len;) {
-      size_t want = len - at < (1u << 20) ? (size_t)(len - at) : (size_t)1 << 20, got = 0;
-      if (ckpt_read_chunk(info, off + at, buf, want, &got) || got != want) {
-        free(buf);
-        rpc_reply_error(c, CODE_INTERNAL, "checkpoint: reading %s failed", info->id);
-        return -1;
-      }
-      crc = learner_crc32(crc, buf, got);
-      at += got;
-    }
-    free(buf);
     snprintf(t->fetch_member.id, sizeof t->fetch_member.id, "%s", info->id);
     t->fetch_member.member = (int)member;
     t->fetch_member.off = off, t->fetch_member.len = len, t->fetch_member.crc32 = crc;

@@ -519,8 +519,22 @@ int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, 
   return copy_into(p, i, src, k.replay_total > 0, NULL, 0, err, errlen);
 }
 
-int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, char *err,
-                             size_t errlen) {
+/* a reader that adds CRC-32 over what it reads while on */
+typedef struct {
+  pre_reader_t *pr;
+  int on;
+  uint32_t crc;
+} crc_reader_t;
+
+static int crc_read(void *c, void *buf, size_t n) {
+  crc_reader_t *cr = c;
+  int rc = pre_read(cr->pr, buf, n);
+  if (!rc && cr->on) cr->crc = learner_crc32(cr->crc, buf, n);
+  return rc;
+}
+
+int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, uint32_t *crc32,
+                             char *err, size_t errlen) {
   pre_reader_t pr = {r, ctx, {0}, 0, 0};
   int n;
   int kind = read_kind(&pr, &n, err, errlen);
@@ -535,12 +549,14 @@ int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off,
     seterr(err, errlen, "out of memory");
     return LEARNER_ENOMEM;
   }
+  crc_reader_t cr = {&pr, 0, 0};
   int rc = LEARNER_OK;
   for (int k = 0; k <= i && !rc; k++) {
-    rc = learner_state_inspect(pre_read, &pr, h, NULL, NULL, err, errlen);
+    cr.on = k == i; /* member i's bytes: its CRC-32 as they are walked */
+    rc = learner_state_inspect(crc_read, &cr, h, NULL, NULL, err, errlen);
     if (!rc && k < i) at += h->bytes;
   }
-  if (!rc) *off = at, *len = h->bytes;
+  if (!rc) *off = at, *len = h->bytes, *crc32 = cr.crc;
   else prefix_member(err, errlen, 2, i);
   free(h);
   return rc;

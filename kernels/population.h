@@ -118,10 +118,11 @@ int learner_pop_peek(learner_read_fn r, void *ctx, learner_config_t *c, int *n, 
 int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, size_t errlen);
 /* Where member i's state lies in a serialised population state (r reads it
  * from its first byte): *off and *len, its bytes, a learner's state of its
- * own (the whole state when it is a learner's). Each state before it is
- * walked and checked (learner_state_inspect). */
-int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, char *err,
-                             size_t errlen);
+ * own (the whole state when it is a learner's), and *crc32 their CRC-32
+ * (learner_crc32). It and each state before it are walked and checked
+ * (learner_state_inspect). */
+int learner_pop_member_range(learner_read_fn r, void *ctx, int i, uint64_t *off, uint64_t *len, uint32_t *crc32,
+                             char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

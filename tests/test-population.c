@@ -189,11 +189,13 @@ START_TEST(test_one_member) {
   ck_assert_msg(learner_pop_save(p, 1, mem_write, &f, err, sizeof err) == 0, "%s", err);
   lone_twin(&c, 1, &twin);
   uint64_t off, len;
-  ck_assert_msg(learner_pop_member_range(mem_read, &f, 1, &off, &len, err, sizeof err) == 0, "%s", err);
+  uint32_t crc;
+  ck_assert_msg(learner_pop_member_range(mem_read, &f, 1, &off, &len, &crc, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq((long long)len, (long long)twin.n);
   ck_assert_msg(!memcmp(f.p + off, twin.p, twin.n), "member 1's bytes in the file are not its twin's");
+  ck_assert_uint_eq(crc, learner_crc32(0, twin.p, twin.n));
   f.pos = 0;
-  ck_assert_int_eq(learner_pop_member_range(mem_read, &f, N, &off, &len, err, sizeof err), LEARNER_EINVAL);
+  ck_assert_int_eq(learner_pop_member_range(mem_read, &f, N, &off, &len, &crc, err, sizeof err), LEARNER_EINVAL);
   ck_assert_str_eq(err, "member: 3 is outside [0, 3)");
   /* loaded into a fresh population's member 1: the twin's bytes */
   learner_pop_t *q;
