@@ -22,6 +22,10 @@ typedef struct demo_driver {
   /* episode: names the episode for an ensemble's thompson act_select (one
    * head per episode); other learners ignore it */
   int (*act)(void *ctx, const float *states, int n, int noisy, uint64_t episode, int32_t *actions);
+  /* the Decision Transformer (docs/learner.md §16): n pre-training steps, and
+   * Act by return conditioning on one window; NULL where not offered */
+  int (*pretrain_dt)(void *ctx, int n, learner_dt_stats_t *st);
+  int (*act_dt)(void *ctx, const learner_dt_window_t *w, int32_t *action);
 } demo_driver_t;
 
 /* A driver over an in-process learner (tests, dqn-demo). Errors go to stderr;

@@ -27,9 +27,24 @@ static int local_act(void *ctx, const float *s, int n, int noisy, uint64_t episo
   return rc;
 }
 
+static int local_pretrain_dt(void *ctx, int n, learner_dt_stats_t *st) {
+  char err[256];
+  int rc = learner_pretrain_dt(ctx, n, NULL, st, err, sizeof err);
+  if (rc) fprintf(stderr, "pretrain: %s\n", err);
+  return rc;
+}
+static int local_act_dt(void *ctx, const learner_dt_window_t *w, int32_t *a) {
+  char err[256];
+  int rc = learner_act_dt(ctx, w, a, err, sizeof err);
+  if (rc) fprintf(stderr, "act (dt): %s\n", err);
+  return rc;
+}
+
 void demo_driver_learner(demo_driver_t *d, learner_t *l) {
   d->ctx = l;
   d->submit = local_submit;
   d->step = local_step;
   d->act = local_act;
+  d->pretrain_dt = local_pretrain_dt;
+  d->act_dt = local_act_dt;
 }

@@ -46,6 +46,10 @@ enum learner_section {
   SEC_R_EP = 15,    /* int64 [size] */
   SEC_R_PRIO = 16,  /* float [size] leaf values (priority^alpha); PER only */
   SEC_R_EPEND = 17, /* u8 [size] episode-end markers (truncations; her.h) */
+  SEC_DT_PARAMS = 20,   /* float [n_dt]: the Decision Transformer's parameters (docs/learner.md §16) */
+  SEC_DT_ADAM_M = 21,   /* float [n_dt] */
+  SEC_DT_ADAM_V = 22,   /* float [n_dt] */
+  SEC_DT_COUNTERS = 23, /* u64 pre-training steps taken */
 };
 
 /* Everything but tensors that a restore needs to continue bit-identically. */
@@ -56,6 +60,8 @@ typedef struct learner_counters {
   float max_leaf;     /* PER: priority^alpha given to new items */
   learner_stats_t last; /* the last step call's stats, for GetStats */
 } learner_counters_t;
+
+struct learner_dt_stats; /* learner.h */
 
 typedef struct learner_backend_ops {
   const char *name;
@@ -100,6 +106,14 @@ typedef struct learner_backend_ops {
   int (*group_step)(void *group, int n, const int *skip, learner_stop_ctl_t *stop, learner_stats_t *st, int *rcs,
                     char (*errs)[512], char *err, size_t errlen);
   void (*group_destroy)(void *group);
+  /* The Decision Transformer (docs/learner.md §16), NULL where the backend
+   * has none (learner.c then refuses dt_layers > 0 on it). dt_step: n
+   * pre-training steps as learner_pretrain_dt says (st's handed_over is
+   * learner.c's). dt_act: the flat action for one window of K steps,
+   * left-padded (mask 0), the return-to-go already divided by the scale. */
+  int (*dt_step)(void *impl, int n, learner_stop_ctl_t *stop, struct learner_dt_stats *st, char *err, size_t errlen);
+  int (*dt_act)(void *impl, const float *states, const float *rtg, const int32_t *actions, const int32_t *timesteps,
+                const float *mask, int32_t *action, char *err, size_t errlen);
 } learner_backend_ops_t;
 
 extern const learner_backend_ops_t learner_cpu_ops;

@@ -22,10 +22,12 @@
 
 #define CF(f) offsetof(learner_config_t, f)
 #define HF(f) (offsetof(learner_config_t, hp) + offsetof(learner_hparams_t, f))
-#define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def},
+#define ROW(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def, 0},
+#define ROWQ(name, type, field, min, max, changeable, def, help) {name, type, field, min, max, changeable, help, def, 1},
 const learner_field_t learner_fields[] = {
-    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) ACT_ROWS(ROW) HER_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW)};
+    NETWORK_ROWS(ROW) ATTN_ROWS(ROW) ENSEMBLE_ROWS(ROW) ACT_ROWS(ROW) HER_ROWS(ROW) LOSS_ROWS(ROW) REPLAY_ROWS(ROW) OPTIM_ROWS(ROW) BACKEND_ROWS(ROW) DAEMON_ROWS(ROW) DT_ROWS(ROWQ)};
 #undef ROW
+#undef ROWQ
 const int learner_num_fields = (int)(sizeof learner_fields / sizeof learner_fields[0]);
 
 void learner_config_default(learner_config_t *c) {
@@ -72,7 +74,8 @@ static const struct {
   const char *const names[5]; /* NULL-terminated */
 } named_fields[] = {{HF(act_select), {"mean", "ucb", "thompson", NULL}},
                     {HF(her_strategy), {"future", "final", "episode", "random", NULL}},
-                    {HF(her_norm), {"inf", "l2", NULL, NULL}}};
+                    {HF(her_norm), {"inf", "l2", NULL, NULL}},
+                    {CF(dt_handover), {"none", "trunk1", NULL, NULL}}};
 
 static const char *const *field_names(const learner_field_t *f) {
   for (size_t i = 0; i < sizeof named_fields / sizeof named_fields[0]; i++)
@@ -198,9 +201,15 @@ bad:
 
 size_t learner_config_to_text(const learner_config_t *c, char *buf, size_t n) {
   size_t w = 0;
-  char v[512];
+  char v[512], dv[512];
+  learner_config_t def;
+  learner_config_default(&def);
   for (int i = 0; i < learner_num_fields; i++) {
     learner_config_get(c, &learner_fields[i], v, sizeof v);
+    if (learner_fields[i].quiet) { /* a later module's row: written only away from its default */
+      learner_config_get(&def, &learner_fields[i], dv, sizeof dv);
+      if (!strcmp(v, dv)) continue;
+    }
     int k = snprintf(buf + (w < n ? w : n), w < n ? n - w : 0, "%s=%s\n", learner_fields[i].name, v);
     w += (size_t)k;
   }
@@ -290,6 +299,14 @@ int64_t learner_config_num_prior(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
   return L.has_prior ? L.n_prior : 0;
+}
+
+int64_t learner_config_num_dt(const learner_config_t *c) {
+  if (c->dt_layers < 1) return 0;
+  static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
+  model_desc_t d;
+  model_desc_from_config(&d, c);
+  return model_build(&m, &d, NULL, 0) ? 0 : m.size[MODEL_VEC_DT];
 }
 
 int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errlen) {
@@ -408,6 +425,33 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
       seterr(err, errlen, "ensemble_k: %d head sets do not fit (%s)", c->ensemble_k, why);
       return LEARNER_EINVAL;
     }
+  }
+  if (c->dt_layers) { /* docs/learner.md §16: the heads divide the width; the registry holds the blocks */
+    if (c->dt_embed % c->dt_heads) {
+      seterr(err, errlen, "dt_heads: %d does not divide dt_embed %d", c->dt_heads, c->dt_embed);
+      return LEARNER_EINVAL;
+    }
+    if (c->dt_handover == LEARNER_DT_HANDOVER_TRUNK1 && c->dt_embed != c->trunk_h1) {
+      seterr(err, errlen, "dt_handover: trunk1 needs dt_embed (%d) = trunk_h1 (%d)", c->dt_embed, c->trunk_h1);
+      return LEARNER_EINVAL;
+    }
+    if ((int64_t)c->dt_batch * c->dt_context * 3 * (4 * (int64_t)c->dt_embed) > INT32_MAX ||
+        (int64_t)c->dt_batch * c->dt_heads * 9 * (int64_t)c->dt_context * c->dt_context > INT32_MAX) {
+      seterr(err, errlen, "dt_batch: %d windows of %d steps at embed %d are too large for one step", c->dt_batch,
+             c->dt_context, c->dt_embed);
+      return LEARNER_EINVAL;
+    }
+    static _Thread_local model_t m;
+    model_desc_t d;
+    model_desc_from_config(&d, c);
+    char why[200];
+    if (model_build(&m, &d, why, sizeof why)) {
+      seterr(err, errlen, "dt_layers: %d blocks do not fit (%s)", c->dt_layers, why);
+      return LEARNER_EINVAL;
+    }
+  } else if (c->dt_handover != LEARNER_DT_HANDOVER_NONE) {
+    seterr(err, errlen, "dt_handover: trunk1 needs a Decision Transformer (dt_layers >= 1)");
+    return LEARNER_EINVAL;
   }
   return learner_hparams_validate(&c->hp, err, errlen);
 }

@@ -108,6 +108,29 @@
   R("cuda_gemm_occupancy", LCF_INT32, CF(cuda_gemm_occupancy), 1, 4, 0, "2",                                     \
     "CUDA: blocks per SM the split-K planner aims for; 1 suits four or more trainers per GPU")
 
+/* the Decision Transformer (cpu/dt.h, docs/learner.md §16): pre-training on the replay's episodes
+ * (PretrainDT), Act by return conditioning, and the hand-over to the DQN's first trunk layer. The
+ * shapes, the batch and the return scale are fixed at creation; the optimiser's fields may change.
+ * Rows of this list appear in the canonical config text only when they differ from their default
+ * (DT_ROWS is expanded with config.c's ROWQ), so a state saved before they existed re-saves byte for
+ * byte and keeps its hash. */
+#define DT_ROWS(R)                                                                                               \
+  R("dt_layers", LCF_INT32, CF(dt_layers), 0, 16, 0, "0", "Decision Transformer blocks (0 = off)")              \
+  R("dt_context", LCF_INT32, CF(dt_context), 1, 1024, 0, "20", "DT: steps a window holds (K; 3K tokens)")        \
+  R("dt_embed", LCF_INT32, CF(dt_embed), 1, 4096, 0, "128", "DT: embedding width E (dt_heads must divide it)")  \
+  R("dt_heads", LCF_INT32, CF(dt_heads), 1, 1024, 0, "1", "DT: attention heads")                                 \
+  R("dt_max_ep_len", LCF_INT32, CF(dt_max_ep_len), 1, 1000000, 0, "1000",                                       \
+    "DT: timestep embeddings (timesteps clip to [0, dt_max_ep_len - 1])")                                        \
+  R("dt_rtg_scale", LCF_FLOAT, CF(dt_rtg_scale), 1e-6, 1e9, 0, "1000", "DT: returns-to-go are divided by this")  \
+  R("dt_batch", LCF_INT32, CF(dt_batch), 1, 65536, 0, "64", "DT: windows per pre-training step")                \
+  R("dt_handover", LCF_INT32, CF(dt_handover), 0, 1, 0, "none",                                                  \
+    "DT: none, or trunk1 (after PretrainDT, before the first DQN step, the DT's state embedding becomes the "  \
+    "first trunk layer; needs dt_embed = trunk_h1)")                                                             \
+  R("dt_lr", LCF_FLOAT, HF(dt_lr), 0, 10, 1, "0.0001", "DT: AdamW learning rate after the warm-up")              \
+  R("dt_warmup", LCF_INT64, HF(dt_warmup), 0, 1e15, 1, "10000", "DT: pre-training steps of linear lr warm-up")  \
+  R("dt_weight_decay", LCF_FLOAT, HF(dt_weight_decay), 0, 10, 1, "0.0001", "DT: AdamW decoupled weight decay")  \
+  R("dt_clip", LCF_FLOAT, HF(dt_clip), 0, 1e9, 1, "0.25", "DT: global grad-norm clip (0 = off)")
+
 /* read by the daemon, not the learner: continuous training */
 #define DAEMON_ROWS(R)                                                                                           \
   R("samples_per_insert", LCF_FLOAT, HF(samples_per_insert), 0, 1e6, 1, "0",                                     \

@@ -160,6 +160,10 @@ static const learner_backend_ops_t *pick_backend(const learner_config_t *c, lear
     seterr(err, errlen, "backend: cuda is not usable here (%s)", why);
     return NULL;
   }
+  if (c->dt_layers && !learner_cuda_ops.dt_step) {
+    seterr(err, errlen, "dt_layers: the cuda backend has no Decision Transformer kernels yet; use backend=cpu");
+    return NULL;
+  }
   return &learner_cuda_ops;
 #else
   seterr(err, errlen, "backend: this build has no CUDA learner");
@@ -184,12 +188,15 @@ static const learner_backend_ops_t *ops_of(learner_backend_t be) {
  * is a backend's, and the workspace are the backend's own estimate. */
 static int64_t state_bytes(const learner_config_t *c) {
   const int64_t P = learner_config_num_params(c), pr = learner_config_num_prior(c), C = c->replay_capacity;
+  const int64_t ndt = learner_config_num_dt(c);
   int64_t total = P * 4 /* the gradient */ + C * 16 /* episode bounds */;
   for (int i = 0; i < state_num_sections; i++) {
     const state_section_t *s = &state_sections[i];
     if (s->per_only) continue; /* the leaves are part of the backend's tree */
     if (s->unit == STATE_UNIT_PARAMS) total += P * 4;
     else if (s->unit == STATE_UNIT_PRIOR) total += pr * 4;
+    else if (s->unit == STATE_UNIT_DT) total += ndt * 4;
+    else if (s->unit == STATE_UNIT_FIXED) total += s->row_c;
     else total += C * ((int64_t)s->row_s * c->state_dim + s->row_c);
   }
   return total;
@@ -227,6 +234,7 @@ int learner_create(const learner_config_t *c, learner_backend_t backend, learner
   }
   l->ops = ops;
   l->cfg = *c;
+  l->n_dt = learner_config_num_dt(c);
   l->backend = backend;
   if ((rc = learner_memory_fits(c, backend, err, errlen))) {
     free(l);
@@ -284,7 +292,7 @@ int learner_create_in(const learner_config_t *c, learner_backend_t backend, lear
     seterr(err, errlen, "out of memory");
     return LEARNER_ENOMEM;
   }
-  l->ops = g->ops, l->cfg = *c, l->backend = g->backend;
+  l->ops = g->ops, l->cfg = *c, l->backend = g->backend, l->n_dt = learner_config_num_dt(c);
   if ((rc = g->ops->group_member(g->impl, i, c, &l->impl, err, errlen))) {
     free(l);
     return rc;
@@ -392,6 +400,8 @@ static char *section_place(const learner_t *l, const state_section_t *sec, int64
   int64_t n = 0;
   if (sec->unit == STATE_UNIT_PARAMS) n = learner_config_num_params(c) * 4;
   else if (sec->unit == STATE_UNIT_PRIOR) n = learner_config_num_prior(c) * 4;
+  else if (sec->unit == STATE_UNIT_DT) n = l->n_dt * 4;
+  else if (sec->unit == STATE_UNIT_FIXED) n = sec->row_c;
   else n = b.size * ((int64_t)sec->row_s * c->state_dim + sec->row_c);
   *bytes = p ? n : 0;
   return p;
@@ -431,14 +441,16 @@ static int sections_finite(learner_t *l, int n_secs) {
   enum { CH = 1 << 16 };
   float *buf = malloc(sizeof(float) * CH);
   if (!buf) return LEARNER_ENOMEM;
-  int ok = 1, rc = 0, secs[4] = {SEC_ONLINE, SEC_TARGET, SEC_ADAM_M, SEC_ADAM_V};
+  /* the DT's sections have 0 bytes without a Decision Transformer */
+  int ok = 1, rc = 0, secs[7] = {SEC_ONLINE, SEC_TARGET, SEC_ADAM_M, SEC_ADAM_V, SEC_DT_PARAMS, SEC_DT_ADAM_M, SEC_DT_ADAM_V};
   for (int s = 0; s < n_secs && ok && !rc; s++) {
     int64_t bytes = learner_section_bytes(l, (uint32_t)secs[s]);
     for (int64_t off = 0; off < bytes && ok && !rc; off += (int64_t)sizeof(float) * CH) {
       int64_t k = bytes - off < (int64_t)sizeof(float) * CH ? bytes - off : (int64_t)sizeof(float) * CH;
       rc = learner_section_read(l, (uint32_t)secs[s], off, k, buf);
       if (!rc) ok = all_finite(buf, k / 4);
-      for (int64_t i = 0; !rc && ok && secs[s] == SEC_ADAM_V && i < k / 4; i++) ok = buf[i] >= 0;
+      for (int64_t i = 0; !rc && ok && (secs[s] == SEC_ADAM_V || secs[s] == SEC_DT_ADAM_V) && i < k / 4; i++)
+        ok = buf[i] >= 0;
     }
   }
   free(buf);
@@ -446,7 +458,7 @@ static int sections_finite(learner_t *l, int n_secs) {
 }
 
 int learner_params_finite(learner_t *l) { return sections_finite(l, 2); }
-int learner_state_finite(learner_t *l) { return sections_finite(l, 4); }
+int learner_state_finite(learner_t *l) { return sections_finite(l, 7); }
 
 int learner_set_params(learner_t *l, int which, const float *src, int64_t n) {
   int sec = which ? SEC_TARGET : SEC_ONLINE;

@@ -144,6 +144,23 @@ int learner_load(learner_read_fn r, void *ctx, learner_backend_t backend, learne
 int learner_peek_config(learner_read_fn r, void *ctx, learner_config_t *c, int *with_replay,
                         char *err, size_t errlen);
 
+/* ---- the Decision Transformer (docs/learner.md §16; a config with dt_layers > 0): its
+ * stats and Act's window are learner_types.h's */
+
+/* n pre-training steps (1..LEARNER_MAX_STEPS) on windows of the replay's
+ * whole ended episodes. Stops as learner_step_until does (LEARNER_ESTOPPED,
+ * st covering the steps that ran); LEARNER_EEMPTY when the replay holds no
+ * whole ended episode (nothing changes); LEARNER_EDIVERGED when a step's
+ * loss or norm is not finite (it is not applied). With dt_handover=trunk1
+ * and no DQN step taken yet, the state embedding (W_s, b_s) then becomes
+ * the online and target networks' first trunk layer. */
+int learner_pretrain_dt(learner_t *l, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
+                        size_t errlen);
+/* The action return conditioning picks for the window's last step (per
+ * branch the argmax of the DT's logits, the lowest index on a tie). Checks
+ * the window first: LEARNER_EINVAL names the field and step. */
+int learner_act_dt(learner_t *l, const learner_dt_window_t *w, int32_t *action, char *err, size_t errlen);
+
 /* 1 if the CUDA backend is compiled in and a device is usable. */
 int learner_cuda_available(char *name, size_t namelen);
 /* The CUDA device's memory in use (total minus free: every process's, as

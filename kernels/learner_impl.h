@@ -13,6 +13,7 @@ struct learner {
   learner_config_t cfg; /* .hp kept current by learner_set_hparams */
   learner_backend_t backend;
   volatile int stop; /* learner_stop_flag */
+  int64_t n_dt;      /* the Decision Transformer's parameter count (0: none; learner_config_num_dt) */
 };
 
 /* Learners that step in the same launches: a population's members on a

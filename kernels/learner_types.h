@@ -84,11 +84,19 @@ typedef struct learner_hparams {
   float her_reward_scale;   /* relabelled reward: (success ? 0 : -1) * her_reward_scale */
   int32_t her_done_on_success; /* 1: a relabelled row's done is its success; 0: done as stored */
   int32_t n_step;           /* n-step returns (1 = one-step), truncated at the episode's end */
+  /* the Decision Transformer's optimiser (docs/learner.md §16; dt_layers turns the DT on) */
+  float dt_lr;              /* AdamW learning rate after the warm-up */
+  int64_t dt_warmup;        /* pre-training steps of linear warm-up: lr x min(1, (t + 1) / dt_warmup) */
+  float dt_weight_decay;    /* decoupled */
+  float dt_clip;            /* global grad-norm clip; 0 = off */
 } learner_hparams_t;
 
 /* her_strategy's and her_norm's values (config text: future | final | episode | random; inf | l2) */
 enum { LEARNER_HER_FUTURE = 0, LEARNER_HER_FINAL = 1, LEARNER_HER_EPISODE = 2, LEARNER_HER_RANDOM = 3 };
 enum { LEARNER_HER_NORM_INF = 0, LEARNER_HER_NORM_L2 = 1 };
+
+/* dt_handover's values (config text: none | trunk1) */
+enum { LEARNER_DT_HANDOVER_NONE = 0, LEARNER_DT_HANDOVER_TRUNK1 = 1 };
 
 /* act_select's values (config text: mean | ucb | thompson) */
 enum { LEARNER_ACT_MEAN = 0, LEARNER_ACT_UCB = 1, LEARNER_ACT_THOMPSON = 2 };
@@ -120,6 +128,10 @@ typedef struct learner_config {
   int32_t cuda_graph;   /* CUDA: 1 = the step replays one captured graph; 0 = plain stream launches */
   int32_t cuda_gemm_occupancy; /* CUDA: blocks per SM the split-K planner aims for (1..4; 1 suits
                                 * four or more trainers sharing a GPU) */
+  /* the Decision Transformer (docs/learner.md §16): 0 layers = off */
+  int32_t dt_layers, dt_context, dt_embed, dt_heads, dt_max_ep_len, dt_batch;
+  float dt_rtg_scale;   /* returns-to-go are divided by it */
+  int32_t dt_handover;  /* LEARNER_DT_HANDOVER_NONE / _TRUNK1 */
   learner_hparams_t hp;
 } learner_config_t;
 
@@ -132,6 +144,7 @@ int learner_config_joint_actions(const learner_config_t *c); /* prod n_d */
 int learner_config_q_width(const learner_config_t *c);       /* sum n_d */
 int64_t learner_config_num_params(const learner_config_t *c);
 int64_t learner_config_num_prior(const learner_config_t *c); /* the fixed prior heads' floats; 0 without */
+int64_t learner_config_num_dt(const learner_config_t *c);    /* the Decision Transformer's floats; 0 without */
 
 /* The config table (Redis habit: one table feeds validation, defaults, the
  * command line and SetHyperparams), one list of rows per module
@@ -145,6 +158,7 @@ typedef struct learner_field {
   int hparam;           /* 1: lives in .hp and may change between steps */
   const char *help;
   const char *def;      /* the default, as text (what learner_config_default sets) */
+  int quiet;            /* 1: in the canonical text only when not at its default (config_rows.h, DT_ROWS) */
 } learner_field_t;
 extern const learner_field_t learner_fields[];
 extern const int learner_num_fields;
@@ -205,6 +219,27 @@ typedef struct learner_stats {
 #undef LEARNER_STATS_MEMBER
 } learner_stats_t;
 
+/* The Decision Transformer's pre-training stats (learner_pretrain_dt in
+ * learner.h; docs/learner.md §16) */
+typedef struct learner_dt_stats {
+  uint64_t dt_step;       /* pre-training steps taken in total */
+  int32_t steps_run;      /* by this call */
+  int32_t handed_over;    /* 1: this call copied the DT's state embedding into trunk1 (dt_handover) */
+  float loss_mean, loss_last, grad_norm_mean, grad_norm_last; /* over this call's steps; norms before the clip */
+  float lr_last;          /* the warm-up's learning rate at the last step */
+} learner_dt_stats_t;
+/* A live episode's last n (1..dt_context) steps, oldest first: each step's
+ * return-to-go (still wanted, in reward units: the learner divides it by
+ * dt_rtg_scale; the caller subtracts each reward received), state,
+ * timestep (>= 0) and action (flat joint; the last step's is not read: it
+ * is the one being chosen). */
+typedef struct learner_dt_window {
+  int n;
+  const float *rtg;         /* [n] */
+  const float *states;      /* [n, S] */
+  const int32_t *actions;   /* [n] */
+  const int32_t *timesteps; /* [n] */
+} learner_dt_window_t;
 /* Serialised states travel through these (learner_save / learner_load in
  * learner.h, and the walk below). */
 typedef int (*learner_write_fn)(void *ctx, const void *buf, size_t n);  /* 0 = ok */

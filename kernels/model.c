@@ -84,6 +84,9 @@ void model_desc_from_config(model_desc_t *d, const learner_config_t *c) {
   d->attn_heads = d->attn_tokens ? c->attn_heads : 0;
   d->ensemble_k = c->ensemble_k < 1 ? 1 : c->ensemble_k;
   d->priors = c->ensemble_prior_scale > 0;
+  d->dt_layers = c->dt_layers;
+  d->dt_embed = c->dt_layers ? c->dt_embed : 0;
+  d->dt_max_ep_len = c->dt_layers ? c->dt_max_ep_len : 0;
 }
 
 int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {

@@ -10,9 +10,9 @@
  * kernels index by layer) is derived from it.
  *
  * A third vector, MODEL_VEC_DT, is laid out for a Decision Transformer
- * ("dt.block0.mlp1.weight", ...) when dt_layers > 0: only the registry's
- * test builds it (against the dt golden case); no config field turns it on
- * and nothing trains it yet.
+ * ("dt.block0.mlp1.weight", ...) when dt_layers > 0 (docs/learner.md §16):
+ * the Decision Transformer's parameters, trained by PretrainDT with Adam
+ * moments of their own.
  *
  * Shapes: nn.Linear weights [out, in], biases [out]; LayerNorm weight (gamma)
  * and bias (beta) [d]; attn.pos [T, d]; DT embeddings [n, E].
@@ -28,7 +28,7 @@ extern "C" {
 
 /* which modules, and their sizes: from the config (model_desc_from_config);
  * the attention and ensemble sizes from their config fields (docs/learner.md
- * §7, §8); the Decision Transformer's are set only by the registry's test */
+ * §7, §8) and the Decision Transformer's (§16) */
 typedef struct model_desc {
   int32_t S, H1, H2, VH, AH, Z, D;
   int32_t n[LEARNER_MAX_BRANCHES];
@@ -42,7 +42,7 @@ typedef struct model_desc {
 typedef enum model_vec {
   MODEL_VEC_NET = 0,   /* the trained network: online and target, Adam moments */
   MODEL_VEC_PRIOR = 1, /* fixed prior heads, shared by online and target */
-  MODEL_VEC_DT = 2,    /* a Decision Transformer's (laid out only; see above) */
+  MODEL_VEC_DT = 2,    /* the Decision Transformer's (see above) */
   MODEL_NVEC = 3,
 } model_vec_t;
 

@@ -107,7 +107,7 @@ static int write_section_backend(learner_t *l, learner_write_fn w, void *ctx, in
 /* whether a registered section belongs in a state of this config */
 static int section_wanted(const state_section_t *s, const learner_config_t *c, int with_replay) {
   return (!s->replay || with_replay) && (!s->per_only || c->prioritized) &&
-         (!s->priors_only || STATE_CONFIG_HAS_PRIORS(c));
+         (!s->priors_only || STATE_CONFIG_HAS_PRIORS(c)) && (!s->dt_only || STATE_CONFIG_HAS_DT(c));
 }
 
 int learner_save(learner_t *l, int with_replay, learner_write_fn w, void *ctx, char *err, size_t errlen) {

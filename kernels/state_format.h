@@ -55,11 +55,14 @@ static inline float get_f32(const unsigned char *p) {
 typedef struct learner_bufs {
   void *online, *target, *adam_m, *adam_v, *prior;
   void *s, *s2, *a, *r, *done, *ep, *epend, *prio; /* replay columns; prio: the sum tree's leaves */
+  void *dt_p, *dt_m, *dt_v; /* the Decision Transformer's parameters and Adam moments (dt_layers > 0) */
+  void *dt_ctr;             /* its counters: u64 pre-training steps taken (dt_layers > 0) */
   int64_t size;                                     /* transitions the replay holds */
 } learner_bufs_t;
 
-/* a section's length: n_params floats, n_prior floats, or size rows */
-enum { STATE_UNIT_PARAMS = 0, STATE_UNIT_PRIOR = 1, STATE_UNIT_ROW = 2 };
+/* a section's length: n_params floats, n_prior floats, size rows, the DT's
+ * parameter count in floats, or row_c bytes */
+enum { STATE_UNIT_PARAMS = 0, STATE_UNIT_PRIOR = 1, STATE_UNIT_ROW = 2, STATE_UNIT_DT = 3, STATE_UNIT_FIXED = 4 };
 /* what a save refuses to write and a load refuses to take (a diverged
  * learner's state): floats that are not finite, and negative ones */
 enum { STATE_ANY = 0, STATE_FINITE = 1, STATE_FINITE_NONNEG = 2 };
@@ -76,6 +79,7 @@ typedef struct state_section {
   int check;           /* STATE_ANY / STATE_FINITE / STATE_FINITE_NONNEG */
   int priors_only;     /* 1: only when the config has fixed prior heads (ensemble_prior_scale > 0) */
   int optional;        /* 1: a state written before the section existed loads without it */
+  int dt_only;         /* 1: only when the config has a Decision Transformer (dt_layers > 0) */
 } state_section_t;
 
 /* Each module's sections: S(tag, name, buffer, unit, replay, per_only,
@@ -105,8 +109,18 @@ typedef struct state_section {
  * them (a state from before HER) episodes end where done is 1 */
 #define EPISODE_SECTIONS(S) S(SEC_R_EPEND, "replay episode ends", B_(epend), STATE_UNIT_ROW, 1, 0, 0, 1, STATE_ANY)
 
+/* the Decision Transformer's parameters, moments and step counter (docs/learner.md §16), owner
+ * "dt": only when dt_layers > 0 (its rows carry dt_only = 1) */
+#define DT_SECTIONS(S)                                                                                           \
+  S(SEC_DT_PARAMS, "dt parameters", B_(dt_p), STATE_UNIT_DT, 0, 0, 0, 0, STATE_FINITE)                          \
+  S(SEC_DT_ADAM_M, "dt adam first moments", B_(dt_m), STATE_UNIT_DT, 0, 0, 0, 0, STATE_FINITE)                  \
+  S(SEC_DT_ADAM_V, "dt adam second moments", B_(dt_v), STATE_UNIT_DT, 0, 0, 0, 0, STATE_FINITE_NONNEG)          \
+  S(SEC_DT_COUNTERS, "dt counters", B_(dt_ctr), STATE_UNIT_FIXED, 0, 0, 0, 8, STATE_ANY)
+
 /* whether a config has the sections marked priors_only */
 #define STATE_CONFIG_HAS_PRIORS(c) ((c)->ensemble_prior_scale > 0)
+/* ... and dt_only */
+#define STATE_CONFIG_HAS_DT(c) ((c)->dt_layers > 0)
 
 /* Every section a state may hold, in the order they are written after the
  * config and counters records. */

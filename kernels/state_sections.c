@@ -19,14 +19,15 @@ static int read_all(learner_read_fn r, void *ctx, void *buf, size_t n, char *err
   return LEARNER_OK;
 }
 
-#define NETWORK_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "network", buf, u, rp, per, rs, rc, ck, 0, 0},
-#define OPTIM_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "optim", buf, u, rp, per, rs, rc, ck, 0, 0},
-#define REPLAY_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "replay", buf, u, rp, per, rs, rc, ck, 0, 0},
-#define PRIORS_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "priors", buf, u, rp, per, rs, rc, ck, 1, 0},
-#define EPISODE_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "episodes", buf, u, rp, per, rs, rc, ck, 0, 1},
+#define NETWORK_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "network", buf, u, rp, per, rs, rc, ck, 0, 0, 0},
+#define OPTIM_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "optim", buf, u, rp, per, rs, rc, ck, 0, 0, 0},
+#define REPLAY_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "replay", buf, u, rp, per, rs, rc, ck, 0, 0, 0},
+#define PRIORS_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "priors", buf, u, rp, per, rs, rc, ck, 1, 0, 0},
+#define DT_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "dt", buf, u, rp, per, rs, rc, ck, 0, 0, 1},
+#define EPISODE_ROW(tag, name, buf, u, rp, per, rs, rc, ck) {tag, name, "episodes", buf, u, rp, per, rs, rc, ck, 0, 1, 0},
 const state_section_t state_sections[] = {NETWORK_SECTIONS(NETWORK_ROW) PRIORS_SECTIONS(PRIORS_ROW)
                                               OPTIM_SECTIONS(OPTIM_ROW) REPLAY_SECTIONS(REPLAY_ROW)
-                                                  EPISODE_SECTIONS(EPISODE_ROW)};
+                                                  EPISODE_SECTIONS(EPISODE_ROW) DT_SECTIONS(DT_ROW)};
 const int state_num_sections = (int)(sizeof state_sections / sizeof state_sections[0]);
 
 const state_section_t *state_section_find(uint32_t tag) {
@@ -70,7 +71,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
     return LEARNER_ECORRUPT;
   }
   uint64_t off = sizeof hdr;
-  int bad = 0, seen[256] = {0}, prioritized = 0, priors = 0;
+  int bad = 0, seen[256] = {0}, prioritized = 0, priors = 0, dt = 0;
   size_t config_n = 0; /* config bytes in h->config_text: parsed and hashed as the loader does, NULs included */
   unsigned char *buf = malloc(CHUNK);
   if (!buf) {
@@ -110,6 +111,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
       h->config_ok = learner_config_from_text(&c, h->config_text, config_n, cerr, sizeof cerr) == 0;
       prioritized = h->config_ok && c.prioritized;
       priors = h->config_ok && STATE_CONFIG_HAS_PRIORS(&c);
+      dt = h->config_ok && STATE_CONFIG_HAS_DT(&c);
       h->hash_ok = state_text_hash(h->config_text, config_n) == h->config_hash;
       if ((!h->hash_ok || !h->config_ok) && !bad) {
         bad = 1;
@@ -127,7 +129,7 @@ int learner_state_inspect(learner_read_fn r, void *ctx, learner_state_header_t *
   /* every section the loader requires (state_format.h's registry) is there */
   for (int i = 0; !bad && i < state_num_sections; i++) {
     const state_section_t *ss = &state_sections[i];
-    if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && (!ss->priors_only || priors) &&
+    if ((!ss->replay || (h->flags & 1)) && (!ss->per_only || prioritized) && (!ss->priors_only || priors) && (!ss->dt_only || dt) &&
         !ss->optional && !seen[ss->tag]) {
       bad = 1;
       seterr(err, errlen, "section %u (%s) missing", ss->tag, ss->name);

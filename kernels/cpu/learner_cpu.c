@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include "../backend.h"
+#include "../learner.h"
 #include "../philox.h"
 #include "dqn_math.h"
+#include "dt.h"
 #include "optim.h"
 #include "her_cpu.h"
 #include "replay.h"
@@ -39,6 +41,7 @@ typedef struct cpu_learner {
   /* Act buffers, grown on demand */
   net_acts_f32_t act_acts;
   float *act_weff, *act_noise;
+  dt_trainer_t dt; /* the Decision Transformer (dt_layers > 0; docs/learner.md §16): dt.p NULL without */
 } cpu_learner_t;
 
 /* Fills eps (n values) with N(0,1) draws from (seed, stream, step), lane =
@@ -135,6 +138,7 @@ static void cpu_destroy(void *impl) {
   net_acts_free_f32(&m->act_acts);
   free(m->act_weff);
   free(m->act_noise);
+  dt_trainer_free(&m->dt);
   free(m);
 }
 
@@ -166,6 +170,19 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
     goto oom;
   if (replay_init(&m->rp, c->replay_capacity, c->state_dim, c->prioritized, c->per_alpha)) goto oom;
   if (dqn_ws_alloc_f32(&m->ws, &m->L, c->batch)) goto oom;
+  if (c->dt_layers) {
+    static _Thread_local model_t reg; /* ~45 KB: not on the caller's stack */
+    model_desc_t d;
+    dt_layout_t dl;
+    model_desc_from_config(&d, c);
+    int rc = model_build(&reg, &d, err, errlen);
+    if (!rc) rc = dt_layout_init(&dl, &reg, c->dt_context, c->dt_heads, err, errlen);
+    if (rc) {
+      cpu_destroy(m);
+      return rc;
+    }
+    if (dt_trainer_init(&m->dt, &dl, &reg, c->dt_batch, c->seed)) goto oom;
+  }
   learner_cpu_init_params(&m->L, c, m->online);
   learner_cpu_init_priors(&m->L, c, m->prior);
   memcpy(m->target, m->online, P * sizeof(float));
@@ -404,7 +421,56 @@ static void cpu_bufs(void *impl, learner_bufs_t *b) {
   *b = (learner_bufs_t){.online = m->online, .target = m->target, .adam_m = m->adam_m, .adam_v = m->adam_v,
                         .prior = m->L.n_prior ? m->prior : NULL, .s = m->rp.s, .s2 = m->rp.s2, .a = m->rp.a,
                         .r = m->rp.r, .done = m->rp.done, .ep = m->rp.ep, .epend = m->rp.epend,
-                        .prio = m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL, .size = m->rp.size};
+                        .prio = m->cfg.prioritized ? m->rp.sum + m->rp.T : NULL, .size = m->rp.size,
+                        .dt_p = m->dt.p, .dt_m = m->dt.m, .dt_v = m->dt.v, .dt_ctr = m->dt.p ? &m->dt.step : NULL};
+}
+
+/* ---- the Decision Transformer (dt.h; docs/learner.md §16) */
+
+static int cpu_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err,
+                       size_t errlen) {
+  cpu_learner_t *m = impl;
+  const learner_hparams_t *h = &m->cfg.hp;
+  const dt_hparams_t hp = {h->dt_lr,      h->dt_weight_decay, h->dt_clip, h->adam_beta1, h->adam_beta2,
+                           h->adam_eps,   m->cfg.dt_rtg_scale, h->dt_warmup};
+  double lsum = 0, gsum = 0;
+  int ran = 0, rc = LEARNER_OK, stopped = 0;
+  dt_step_stats_t s = {0};
+  for (; ran < n; ran++) {
+    if ((stopped = learner_should_stop(stop))) break;
+    if ((rc = dt_train_step(&m->dt, &m->rp, &hp, &s))) break;
+    lsum += s.loss, gsum += s.grad_norm;
+    st->loss_last = (float)s.loss, st->grad_norm_last = (float)s.grad_norm, st->lr_last = s.lr;
+  }
+  st->dt_step = m->dt.step, st->steps_run = ran;
+  st->loss_mean = ran ? (float)(lsum / ran) : 0, st->grad_norm_mean = ran ? (float)(gsum / ran) : 0;
+  if (rc == LEARNER_EEMPTY)
+    snprintf(err, errlen, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
+                          "(submit episodes that end in done or episode_ends)");
+  else if (rc == LEARNER_EDIVERGED)
+    snprintf(err, errlen, "pre-training step %llu diverged: loss %g, gradient norm %g; it was not applied",
+             (unsigned long long)m->dt.step + 1, s.loss, s.grad_norm);
+  else if (rc == LEARNER_ENOMEM) snprintf(err, errlen, "out of memory for the Decision Transformer's activations");
+  if (rc) return rc;
+  if (stopped) {
+    snprintf(err, errlen, "stopped after %d of %d pre-training steps (%s)", ran, n,
+             stopped == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
+    return LEARNER_ESTOPPED;
+  }
+  return LEARNER_OK;
+}
+
+static int cpu_dt_act(void *impl, const float *states, const float *rtg, const int32_t *actions,
+                      const int32_t *timesteps, const float *mask, int32_t *action, char *err, size_t errlen) {
+  cpu_learner_t *m = impl;
+  const dt_batch_t b = {1, states, rtg, mask, actions, timesteps};
+  const int32_t a = dt_act_f32(&m->dt.L, m->dt.p, &b);
+  if (a < 0) {
+    snprintf(err, errlen, a == -1 ? "steps: the window's last step is padding" : "out of memory");
+    return a == -1 ? LEARNER_EINVAL : LEARNER_ENOMEM;
+  }
+  *action = a;
+  return LEARNER_OK;
 }
 
 static int cpu_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
@@ -488,4 +554,6 @@ const learner_backend_ops_t learner_cpu_ops = {
     .load_done = cpu_load_done,
     .workspace_estimate = cpu_workspace_estimate,
     .memory_free = cpu_memory_free,
+    .dt_step = cpu_dt_step,
+    .dt_act = cpu_dt_act,
 };
