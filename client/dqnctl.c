@@ -296,24 +296,36 @@ static void block_stop_signals(sigset_t *set) {
   pthread_sigmask(SIG_BLOCK, set, NULL);
 }
 
-static int cmd_step(ctx_t *x, const cli_args_t *a) {
-  long long n;
-  if (cli_int("dqnctl step", "N", a->pos[1], 1, LEARNER_MAX_STEPS, &n)) return EXIT_USAGE;
-  learner_stats_t st;
-  step_watch_t w = {x, a->pos[0], {{0}}, 0, 0};
+/* a long call (Step, PretrainDT) with step_watch beside it: Ctrl-C cancels it */
+typedef int (*long_call_fn)(ctx_t *x, const char *name, long long n, void *out);
+static int watched(ctx_t *x, const char *name, long long n, long_call_fn fn, void *out, int *interrupted) {
+  step_watch_t w = {x, name, {{0}}, 0, 0};
   sigemptyset(&w.set);
   sigaddset(&w.set, SIGINT);
   sigaddset(&w.set, SIGTERM);
   sigaddset(&w.set, SIGUSR1);
   pthread_t th;
   int watching = pthread_create(&th, NULL, step_watch, &w) == 0;
-  int rc = dqnd_step(x->c, a->pos[0], (int)n, &st);
+  int rc = fn(x, name, n, out);
   atomic_store(&w.done, 1);
   if (watching) {
     pthread_kill(th, SIGUSR1);
     pthread_join(th, NULL);
   }
-  const int interrupted = atomic_load(&w.sig) != 0;
+  *interrupted = atomic_load(&w.sig) != 0;
+  return rc;
+}
+
+static int call_step(ctx_t *x, const char *name, long long n, void *out) {
+  return dqnd_step(x->c, name, (int)n, out);
+}
+
+static int cmd_step(ctx_t *x, const cli_args_t *a) {
+  long long n;
+  if (cli_int("dqnctl step", "N", a->pos[1], 1, LEARNER_MAX_STEPS, &n)) return EXIT_USAGE;
+  learner_stats_t st;
+  int interrupted;
+  int rc = watched(x, a->pos[0], n, call_step, &st, &interrupted);
   if (rc) return interrupted ? (fail_rc(x, rc), 130) : fail_rc(x, rc);
   const char *stop = dqnd_last_stop(x->c);
   if (x->json) {
@@ -327,6 +339,44 @@ static int cmd_step(ctx_t *x, const cli_args_t *a) {
     if (*stop)
       printf("%s: stopped after %u of %lld steps (%s)%s\n", a->pos[0], st.steps_run, n, stop,
              !strcmp(stop, "deadline") ? ": raise --timeout for longer Steps" : "");
+  }
+  return interrupted ? 130 : EXIT_OK;
+}
+
+typedef struct pretrain_out {
+  learner_dt_stats_t st;
+  double tokens_per_s;
+} pretrain_out_t;
+static int call_pretrain(ctx_t *x, const char *name, long long n, void *out) {
+  pretrain_out_t *o = out;
+  return dqnd_pretrain_dt(x->c, name, (int)n, &o->st, &o->tokens_per_s);
+}
+
+/* PretrainDT: the Decision Transformer's pre-training (docs/learner.md §16) */
+static int cmd_pretrain(ctx_t *x, const cli_args_t *a) {
+  long long n;
+  if (cli_int("dqnctl pretrain", "N", a->pos[1], 1, LEARNER_MAX_STEPS, &n)) return EXIT_USAGE;
+  pretrain_out_t o;
+  int interrupted;
+  int rc = watched(x, a->pos[0], n, call_pretrain, &o, &interrupted);
+  if (rc) return interrupted ? (fail_rc(x, rc), 130) : fail_rc(x, rc);
+  const char *stop = dqnd_last_stop(x->c);
+  const learner_dt_stats_t *st = &o.st;
+  if (x->json) {
+    json_t *j = json_pack("{s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:b}", "name", a->pos[0], "dt_step",
+                          (json_int_t)st->dt_step, "steps_run", st->steps_run, "loss_mean", (double)st->loss_mean,
+                          "loss_last", (double)st->loss_last, "grad_norm_mean", (double)st->grad_norm_mean,
+                          "grad_norm_last", (double)st->grad_norm_last, "lr", (double)st->lr_last, "tokens_per_s",
+                          o.tokens_per_s, "handed_over", st->handed_over, "stopped", *stop != 0);
+    if (*stop) json_object_set_new(j, "stop_reason", json_string(stop));
+    print_json(j);
+  } else {
+    printf("%s: dt step %llu (+%d)  loss %.4f (last %.4f)  grad norm %.4f (last %.4f)  lr %.3g  %.0f tokens/s\n",
+           a->pos[0], (unsigned long long)st->dt_step, st->steps_run, (double)st->loss_mean, (double)st->loss_last,
+           (double)st->grad_norm_mean, (double)st->grad_norm_last, (double)st->lr_last, o.tokens_per_s);
+    if (st->handed_over) printf("%s: the DT's state embedding is now the first trunk layer (dt_handover=trunk1)\n",
+                                a->pos[0]);
+    if (*stop) printf("%s: stopped after %d of %lld steps (%s)\n", a->pos[0], st->steps_run, n, stop);
   }
   return interrupted ? 130 : EXIT_OK;
 }
@@ -494,6 +544,7 @@ static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (defau
                                    {"--bits", "N", "bitflip: the number of bits (default 10)"},
                                    {"--obs-scale", "X", "deepsea: the one-hot observation's value (default N; 1 is bsuite's)"},
                                    {"--backend", "B", "cpu, cuda or auto"},
+                                   {"--dt", NULL, "meanrev: then pre-train a Decision Transformer trainer (NAME-dt, cpu unless --backend) on random and DQN episodes and act by return conditioning (exit 5 below 80% of optimal)"},
                                    {NULL, NULL, NULL}};
 
 static const char h_submit[] =
@@ -531,6 +582,10 @@ static const cmd_t cmds[] = {
      "The trainer's checkpoints move to STATE_DIR/.retired/ on the daemon (nothing is deleted).\n"},
     {"submit", cmd_submit, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_submit, h_submit},
     {"step", cmd_step, 1, 2, 2, "NAME N", CLI_NO_FIELDS, o_none, NULL},
+    {"pretrain", cmd_pretrain, 1, 2, 2, "NAME N", CLI_NO_FIELDS, o_none,
+     "N Decision Transformer pre-training steps (a trainer created with dt_layers >= 1) on windows of\n"
+     "the whole ended episodes its replay holds; every member of a population its own. Prints the\n"
+     "loss, the gradient norm before the clip, the warm-up's lr and the tokens per second.\n"},
     {"act", cmd_act, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_act, h_act},
     {"sync", cmd_sync, 1, 1, 1, "NAME", CLI_NO_FIELDS, o_sync, NULL},
     {"set", cmd_set, 1, 1, 1, "NAME", CLI_HPARAM_FIELD, o_none,
@@ -671,7 +726,7 @@ int main(int argc, char **argv) {
   if (prc) return free(rest), EXIT_USAGE;
   ctx_t x = {NULL, g.json, g.url, (int)g.timeout, g.token, g.tls, &cur_spec};
   sigset_t stop_sigs;
-  if (cur_cmd->fn == cmd_step) block_stop_signals(&stop_sigs); /* before nng's threads: they inherit it */
+  if (cur_cmd->fn == cmd_step || cur_cmd->fn == cmd_pretrain) block_stop_signals(&stop_sigs); /* before nng's threads: they inherit it */
   if (cur_cmd->needs_daemon) {
     char err[700];
     int rc = dqnd_connect_tls(g.url, (int)g.timeout, &g.tls, &x.c, err, sizeof err);

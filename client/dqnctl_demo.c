@@ -19,7 +19,7 @@ typedef struct demo_env_row {
 } demo_env_row_t;
 
 static const demo_env_row_t demo_envs[] = {
-    {"meanrev", demo_meanrev, {"--iterations", NULL}},
+    {"meanrev", demo_meanrev, {"--iterations", "--dt", NULL}},
     {"deepsea", demo_deepsea, {"--size", "--episodes", "--obs-scale", NULL}},
     {"bitflip", demo_bitflip, {"--bits", "--episodes", NULL}},
 };

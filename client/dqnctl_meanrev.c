@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "dqnctl_meanrev.h"
 #include "dqnctl_remote.h"
+#include "meanrev_dt.h"
 #include "meanrev_env.h"
 
 static void demo_progress(void *p, const meanrev_point_t *pt) {
@@ -57,5 +60,59 @@ int demo_meanrev(ctx_t *x, const cli_args_t *a) {
     printf("dqnctl demo: greedy policy reaches %.1f%% of the optimal return (random: %.1f%%); trainer '%s' stays "
            "on the daemon (dqnctl destroy %s)\n",
            100 * frac, 100 * fin.random_return / fin.optimal_return, name, name);
+  if (opt(x, a, "--dt")) return demo_meanrev_dt(x, a, &drv, name);
   return frac >= 0.9 ? EXIT_OK : EXIT_UNLEARNED;
+}
+
+static void dt_progress(void *p, const char *phase, const learner_dt_stats_t *st) {
+  ctx_t *x = p;
+  if (!st) return;
+  if (x->json)
+    print_json(json_pack("{s:s, s:I, s:f, s:f, s:f}", "phase", phase, "dt_step", (json_int_t)st->dt_step, "loss",
+                         (double)st->loss_mean, "grad_norm", (double)st->grad_norm_mean, "lr", (double)st->lr_last));
+  else
+    printf("pretrain  dt step %6llu  loss %7.4f  grad norm %6.3f  lr %.2g\n", (unsigned long long)st->dt_step,
+           (double)st->loss_mean, (double)st->grad_norm_mean, (double)st->lr_last);
+  fflush(stdout);
+}
+
+/* --dt (issue 30): a second trainer with a Decision Transformer takes a
+ * dataset of episodes from the uniform random policy and from the trained
+ * DQN at epsilon 0.5 (meanrev_dt.h), pre-trains on it, then acts by return
+ * conditioning on held-out episodes; exit 5 below 80% of the optimal return */
+int demo_meanrev_dt(ctx_t *x, const cli_args_t *a, const demo_driver_t *dqn, const char *dqn_name) {
+  static const char *cmd = "dqnctl demo --dt";
+  learner_config_t c;
+  meanrev_dt_config(&c);
+  int rc = demo_apply_fields(cmd, a, &c);
+  if (rc) return rc;
+  char given[80], name[72];
+  snprintf(given, sizeof given, "%s-dt", dqn_name);
+  /* the Decision Transformer runs on the CPU backend (cuda has no DT kernels yet) unless --backend says */
+  const char *be = opt(x, a, "--backend") ? opt(x, a, "--backend") : "cpu";
+  if ((rc = demo_create_as(x, cmd, given, be, &c, name, sizeof name))) return rc;
+  meanrev_dt_opts_t o;
+  meanrev_dt_opts_default(&o);
+  o.context = c.dt_context;
+  if (!x->json)
+    printf("dqnctl demo --dt: trainer '%s' (dt_layers %d, embed %d, context %d): %d random and %d DQN episodes "
+           "(epsilon %.1f), %d pre-training steps\n",
+           name, c.dt_layers, c.dt_embed, c.dt_context, o.random_episodes, o.dqn_episodes, (double)o.dqn_eps,
+           o.pretrain_steps);
+  remote_t r = {x, name, MEANREV_STATE_DIM, 0, 0};
+  demo_driver_t drv;
+  remote_driver(&drv, &r);
+  meanrev_dt_result_t res;
+  if (meanrev_dt_run(dqn, &drv, &o, dt_progress, x, &res)) return fail_rc(x, r.rc ? r.rc : DQND_EPROTO);
+  const double frac = res.dt_return / res.optimal_return;
+  if (x->json)
+    print_json(json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "dt_trainer", name, "episodes", res.episodes,
+                         "dataset_mean", res.dataset_mean, "dataset_best", res.dataset_best, "target", res.target,
+                         "dt_return", res.dt_return, "optimal", res.optimal_return, "random", res.random_return));
+  else
+    printf("dqnctl demo --dt: dataset of %d episodes, mean return %.3f (best %.3f); the DT conditioned on %.3f "
+           "reaches %.3f = %.1f%% of the optimal return %.3f (random %.3f); trainer '%s' stays on the daemon\n",
+           res.episodes, res.dataset_mean, res.dataset_best, res.target, res.dt_return, 100 * frac,
+           res.optimal_return, res.random_return, name);
+  return frac >= 0.8 ? EXIT_OK : EXIT_UNLEARNED;
 }

@@ -24,11 +24,22 @@ static int r_act(void *p, const float *s, int n, int noisy, uint64_t episode, in
   return r->rc = dqnd_act_episode(r->x->c, r->name, s, n, r->state_dim, noisy && r->noisy, episode, a, NULL, NULL, 0);
 }
 
+static int r_pretrain_dt(void *p, int n, learner_dt_stats_t *st) {
+  remote_t *r = p;
+  return r->rc = dqnd_pretrain_dt(r->x->c, r->name, n, st, NULL);
+}
+static int r_act_dt(void *p, const learner_dt_window_t *w, int32_t *a) {
+  remote_t *r = p;
+  return r->rc = dqnd_act_dt(r->x->c, r->name, r->state_dim, w, a);
+}
+
 void remote_driver(demo_driver_t *d, remote_t *r) {
   d->ctx = r;
   d->submit = r_submit;
   d->step = r_step;
   d->act = r_act;
+  d->pretrain_dt = r_pretrain_dt;
+  d->act_dt = r_act_dt;
 }
 
 int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c) {
@@ -39,6 +50,11 @@ int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c)
 }
 
 int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n) {
+  return demo_create_as(x, cmd, opt(x, a, "--name"), opt(x, a, "--backend"), c, name, n);
+}
+
+int demo_create_as(ctx_t *x, const char *cmd, const char *given, const char *backend, const learner_config_t *c,
+                   char *name, size_t n) {
   /* the whole config travels as fields, so the daemon's defaults do not matter */
   const char **fields = malloc(sizeof(char *) * (size_t)learner_num_fields);
   char (*store)[160] = malloc(sizeof *store * (size_t)learner_num_fields);
@@ -52,7 +68,7 @@ int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_co
     snprintf(store[i], sizeof store[i], "%s=%s", learner_fields[i].name, v);
     fields[i] = store[i];
   }
-  int rc = demo_new_trainer(x, cmd, opt(x, a, "--name"), fields, learner_num_fields, opt(x, a, "--backend"), name, n);
+  int rc = demo_new_trainer(x, cmd, given, fields, learner_num_fields, backend, name, n);
   free(fields), free(store);
   return rc;
 }

@@ -21,6 +21,9 @@ void remote_driver(demo_driver_t *d, remote_t *r);
  * --name, else demo, demo-2, ... (never one that exists). 0 or the exit status. */
 int demo_apply_fields(const char *cmd, const cli_args_t *a, learner_config_t *c);
 int demo_create(ctx_t *x, const char *cmd, const cli_args_t *a, const learner_config_t *c, char *name, size_t n);
+/* demo_create with the name (NULL: demo, demo-2, ...) and backend (NULL: the daemon's) given */
+int demo_create_as(ctx_t *x, const char *cmd, const char *given, const char *backend, const learner_config_t *c,
+                   char *name, size_t n);
 int demo_new_trainer(ctx_t *x, const char *cmd, const char *given, const char *const *fields, int nf,
                      const char *backend, char *name, size_t n);
 

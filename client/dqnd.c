@@ -466,6 +466,8 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
   return rc;
 }
 
+static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t request_id, int rc, const char *what);
+
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   c->stop[0] = 0;
   if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
@@ -484,19 +486,77 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
                                                   ? rep->step->stop_reason : "stopped");
   }
   dqnd_reply_free(rep);
-  if (rc == DQND_ETIMEDOUT || rc == DQND_ETRANSPORT) {
-    /* no reply: the Step may still run (or wait in the queue) on the daemon,
-     * so it is cancelled there, by its request_id, before we report */
-    char saved[sizeof c->err], found[32] = "";
-    snprintf(saved, sizeof saved, "%s", c->err);
-    const int keep = c->timeout_ms;
-    dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
-    int crc = dqnd_cancel(c, name, req.request_id, found, sizeof found);
-    dqnd_set_timeout(c, keep);
-    seterr(c, rc, "%s (the Step was %s)", saved,
-           crc ? "left as it was: the Cancel did not get through either"
-               : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon");
+  return cancel_unanswered(c, name, req.request_id, rc, "Step");
+}
+
+/* a long command (Step, PretrainDT) that got no reply (ETIMEDOUT,
+ * ETRANSPORT) may still run, or wait in the queue, on the daemon: it is
+ * cancelled there, by its request_id, before the caller hears of it */
+static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t request_id, int rc, const char *what) {
+  if (rc != DQND_ETIMEDOUT && rc != DQND_ETRANSPORT) return rc;
+  char saved[sizeof c->err], found[32] = "";
+  snprintf(saved, sizeof saved, "%s", c->err);
+  const int keep = c->timeout_ms;
+  dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
+  int crc = dqnd_cancel(c, name, request_id, found, sizeof found);
+  dqnd_set_timeout(c, keep);
+  return seterr(c, rc, "%s (the %s was %s)", saved, what,
+                crc ? "left as it was: the Cancel did not get through either"
+                    : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon");
+}
+
+int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats_t *st, double *tokens_per_s) {
+  c->stop[0] = 0;
+  if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
+  Dqnd__V1__PretrainDT m = DQND__V1__PRETRAIN_DT__INIT;
+  m.name = (char *)name;
+  m.n = (uint32_t)n;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_PRETRAIN_DT;
+  req.pretrain_dt = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_PRETRAIN_DT || !rep->pretrain_dt->stats ||
+              (rep->pretrain_dt->n_members && c->member >= rep->pretrain_dt->n_members)))
+    rc = seterr(c, DQND_EPROTO, "PretrainDT reply without the stats asked for");
+  if (!rc) {
+    const Dqnd__V1__PretrainDTResult *r = rep->pretrain_dt;
+    const Dqnd__V1__DTStats *p = r->n_members ? r->members[c->member] : r->stats;
+    if (st) {
+      memset(st, 0, sizeof *st);
+      st->dt_step = p->dt_step, st->steps_run = (int32_t)p->steps_run, st->handed_over = p->handed_over;
+      st->loss_mean = p->loss_mean, st->loss_last = p->loss_last, st->lr_last = p->lr;
+      st->grad_norm_mean = p->grad_norm_mean, st->grad_norm_last = p->grad_norm_last;
+    }
+    if (tokens_per_s) *tokens_per_s = r->tokens_per_s;
+    if (r->stopped)
+      snprintf(c->stop, sizeof c->stop, "%s", r->stop_reason && *r->stop_reason ? r->stop_reason : "stopped");
   }
+  dqnd_reply_free(rep);
+  return cancel_unanswered(c, name, req.request_id, rc, "PretrainDT");
+}
+
+int dqnd_act_dt(dqnd_client_t *c, const char *name, int state_dim, const learner_dt_window_t *w, int32_t *action) {
+  if (w->n < 1 || state_dim < 1) return seterr(c, DQND_EINVAL, "steps/state_dim out of range");
+  const size_t n = (size_t)w->n;
+  Dqnd__V1__Act m = DQND__V1__ACT__INIT;
+  m.name = (char *)name;
+  m.policy = "dt";
+  m.count = (uint32_t)n;
+  m.states = (ProtobufCBinaryData){n * (size_t)state_dim * 4, (uint8_t *)w->states};
+  m.rtg = (ProtobufCBinaryData){n * 4, (uint8_t *)w->rtg};
+  m.timesteps = (ProtobufCBinaryData){n * 4, (uint8_t *)w->timesteps};
+  m.window_actions = (ProtobufCBinaryData){n * 4, (uint8_t *)w->actions};
+  m.member = c->member;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_ACT;
+  req.act = &m;
+  Dqnd__V1__Reply *rep;
+  int rc = dqnd_call(c, &req, &rep);
+  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != 4))
+    rc = seterr(c, DQND_EPROTO, "Act (dt) reply of unexpected size");
+  if (!rc) memcpy(action, rep->act->actions.data, 4);
+  dqnd_reply_free(rep);
   return rc;
 }
 

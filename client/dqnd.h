@@ -125,6 +125,14 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
  * before the call returns, and dqnd_last_error() says so. */
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
 const char *dqnd_last_stop(const dqnd_client_t *c);
+/* The Decision Transformer (dt_layers > 0; docs/learner.md §16): n
+ * pre-training steps of every member, stopping and cancelled as dqnd_step;
+ * st (optional) receives the stats of the member dqnd_use_member names,
+ * tokens_per_s (optional) the call's rate over every member. */
+int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats_t *st, double *tokens_per_s);
+/* The action return conditioning picks for the window's last step (1..
+ * dt_context steps; the return-to-go in reward units). */
+int dqnd_act_dt(dqnd_client_t *c, const char *name, int state_dim, const learner_dt_window_t *w, int32_t *action);
 /* Stops trainer `name`'s Step of request_id (running or queued; 0: whatever
  * long command runs now). found (optional): "running", "queued" or "none". */
 int dqnd_cancel(dqnd_client_t *c, const char *name, uint64_t request_id, char *found, size_t n);

@@ -77,12 +77,13 @@ static void stats_to_pb(const learner_stats_t *st, Dqnd__V1__TrainerStats *p) {
 }
 
 /* TrainerInfo with every config field; the storage lives in `ti` */
+#define TINFO_FIELDS 128 /* room for every config field (63 with the Decision Transformer's; test_dt_daemon sees the last) */
 typedef struct tinfo {
   Dqnd__V1__TrainerInfo info;
   Dqnd__V1__TrainerStats stats;
-  Dqnd__V1__Field fields[64];
-  Dqnd__V1__Field *fptr[64];
-  char values[64][80];
+  Dqnd__V1__Field fields[TINFO_FIELDS];
+  Dqnd__V1__Field *fptr[TINFO_FIELDS];
+  char values[TINFO_FIELDS][80];
   uint32_t branches[LEARNER_MAX_BRANCHES];
   char state[600];
 } tinfo_t;
@@ -94,7 +95,7 @@ static void trainer_info(trainer_t *t, const learner_config_t *cfg, const learne
   dqnd__v1__trainer_info__init(&ti->info);
   ti->info.name = t->name;
   ti->info.backend = (char *)learner_backend_name(be);
-  int n = learner_num_fields < 64 ? learner_num_fields : 64;
+  int n = learner_num_fields < TINFO_FIELDS ? learner_num_fields : TINFO_FIELDS;
   for (int i = 0; i < n; i++) {
     dqnd__v1__field__init(&ti->fields[i]);
     ti->fields[i].name = (char *)learner_fields[i].name;
@@ -176,6 +177,7 @@ NAME_GETTER(name_load, load_checkpoint)
 NAME_GETTER(name_stats, get_stats)
 NAME_GETTER(name_list_ckpt, list_checkpoints)
 NAME_GETTER(name_copy, copy_member)
+NAME_GETTER(name_pretrain_dt, pretrain_dt)
 
 /* ------------------------------------------------------------- handlers */
 
@@ -531,6 +533,12 @@ static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen)
   const Dqnd__V1__Act *m = r->act;
   int mc = dispatch_check_member(t, m->member, j, err, errlen);
   if (mc) return mc;
+  if (!strcmp(m->policy, "dt")) return dispatch_check_act_dt(r, j, err, errlen);
+  if (m->policy[0] && strcmp(m->policy, "dqn"))
+    return snprintf(err, errlen, "policy: '%.64s' is not dqn or dt", m->policy), CODE_INVALID_ARGUMENT;
+  if (m->rtg.len || m->timesteps.len || m->window_actions.len)
+    return snprintf(err, errlen, "%s: only policy dt takes a window", m->rtg.len ? "rtg" : m->timesteps.len ? "timesteps" : "window_actions"),
+           CODE_INVALID_ARGUMENT;
   if (m->noisy && !t->cfg.noisy)
     return snprintf(err, errlen, "noisy: trainer '%s' has no NoisyNet layers (created with noisy=0)", t->name), CODE_INVALID_ARGUMENT;
   if (m->count < 1 || m->count > LEARNER_MAX_ACT_STATES)
@@ -553,6 +561,10 @@ static void run_act(trainer_job_t *j) {
   trainer_t *t = j->t;
   rpc_call_t *c = j->c;
   const Dqnd__V1__Act *m = rpc_request(c)->act;
+  if (!strcmp(m->policy, "dt")) {
+    dispatch_run_act_dt(j);
+    return;
+  }
   int n = (int)m->count, qw = learner_config_q_width(&t->cfg);
   int32_t *a = malloc(sizeof(int32_t) * (size_t)n);
   float *q = m->want_q ? malloc(sizeof(float) * (size_t)n * (size_t)qw * 2) : NULL; /* mean, then variance */
@@ -692,6 +704,8 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_CANCEL] = {F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
     [DQND__V1__REQUEST__COMMAND_COPY_MEMBER] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_copy, dispatch_check_copy,
                                                 dispatch_run_copy},
+    [DQND__V1__REQUEST__COMMAND_PRETRAIN_DT] = {F_QUEUE | F_TRAINER, name_pretrain_dt, dispatch_check_pretrain_dt,
+                                                dispatch_run_pretrain_dt},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

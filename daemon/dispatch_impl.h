@@ -64,4 +64,10 @@ int dispatch_member_diverged(trainer_job_t *j);
 int dispatch_check_copy(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
 void dispatch_run_copy(trainer_job_t *j);
 
+/* the Decision Transformer's commands (dispatch_dt.c): PretrainDT, and Act
+ * with policy "dt" (check_act and run_act hand it over) */
+int dispatch_check_pretrain_dt(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_pretrain_dt(trainer_job_t *j);
+int dispatch_check_act_dt(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_act_dt(trainer_job_t *j);
 #endif

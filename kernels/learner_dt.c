@@ -57,18 +57,29 @@ static int handover_trunk1(learner_t *l, char *err, size_t errlen) {
 
 int learner_pretrain_dt(learner_t *l, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
                         size_t errlen) {
+  if (n < 1 && l->cfg.dt_layers) {
+    if (st) memset(st, 0, sizeof *st);
+    seterr(err, errlen, "n: %d is outside [1, %d]", n, LEARNER_MAX_STEPS);
+    return LEARNER_EINVAL;
+  }
+  learner_stop_ctl_t ctl = {&l->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  int rc = learner_pretrain_dt_ctl(l, n, &ctl, st, err, errlen);
+  if (stop) stop->why = ctl.why;
+  return rc;
+}
+
+int learner_pretrain_dt_ctl(learner_t *l, int n, learner_stop_ctl_t *ctl, learner_dt_stats_t *st, char *err,
+                            size_t errlen) {
   learner_dt_stats_t tmp;
   if (!st) st = &tmp;
   memset(st, 0, sizeof *st);
   int rc = dt_on(l, "PretrainDT", err, errlen);
   if (rc) return rc;
-  if (n < 1 || n > LEARNER_MAX_STEPS) {
+  if (n < 0 || n > LEARNER_MAX_STEPS) {
     seterr(err, errlen, "n: %d is outside [1, %d]", n, LEARNER_MAX_STEPS);
     return LEARNER_EINVAL;
   }
-  learner_stop_ctl_t ctl = {&l->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
-  rc = l->ops->dt_step(l->impl, n, &ctl, st, err, errlen);
-  if (stop) stop->why = ctl.why;
+  rc = l->ops->dt_step(l->impl, n, ctl, st, err, errlen);
   if (st->steps_run > 0 && l->cfg.dt_handover == LEARNER_DT_HANDOVER_TRUNK1) {
     learner_counters_t c;
     int r2 = l->ops->get_counters(l->impl, &c);

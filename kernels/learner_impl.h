@@ -48,4 +48,11 @@ int64_t learner_section_bytes(const struct learner *l, uint32_t tag);
 int learner_section_read(const struct learner *l, uint32_t tag, int64_t off, int64_t n, void *dst);
 int learner_section_write(struct learner *l, uint32_t tag, int64_t off, int64_t n, const void *src);
 
+/* learner_pretrain_dt with the caller's stop control (a population's flag);
+ * n 0 runs nothing and only checks that a window can be drawn
+ * (LEARNER_EEMPTY when not) */
+struct learner_dt_stats;
+int learner_pretrain_dt_ctl(struct learner *l, int n, learner_stop_ctl_t *ctl, struct learner_dt_stats *st, char *err,
+                            size_t errlen);
+
 #endif

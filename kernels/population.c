@@ -246,6 +246,40 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
   return result;
 }
 
+int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
+                            size_t errlen) {
+  memset(st, 0, sizeof *st * (size_t)p->n);
+  if (n < 1 || n > LEARNER_MAX_STEPS) {
+    seterr(err, errlen, "n: %d is outside [1, %d]", n, LEARNER_MAX_STEPS);
+    return LEARNER_EINVAL;
+  }
+  learner_stop_ctl_t ctl = {&p->stop, stop ? stop->deadline : 0, LEARNER_STOP_NONE};
+  for (int i = 0; i < p->n; i++) { /* every member can draw a window, or nothing runs */
+    int rc = learner_pretrain_dt_ctl(p->m[i], 0, &ctl, &st[i], err, errlen);
+    if (rc) {
+      prefix_member(err, errlen, p->n, i);
+      return rc;
+    }
+  }
+  int result = LEARNER_OK;
+  char first[512] = "";
+  for (int i = 0; i < p->n; i++) {
+    char merr[512] = "";
+    int rc = learner_pretrain_dt_ctl(p->m[i], n, &ctl, &st[i], merr, sizeof merr);
+    if (rc) prefix_member(merr, sizeof merr, p->n, i);
+    if (rc == LEARNER_EDIVERGED) {
+      if (result == LEARNER_OK) result = rc, snprintf(first, sizeof first, "%s", merr);
+    } else if (rc) {
+      seterr(err, errlen, "%s", merr);
+      if (stop) stop->why = ctl.why;
+      return rc;
+    }
+  }
+  if (stop) stop->why = ctl.why;
+  if (result) seterr(err, errlen, "%s", first);
+  return result;
+}
+
 int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop, learner_stats_t *st, char *err,
                             size_t errlen) {
   int rc = learner_pop_check_member(p, i, err, errlen);

@@ -59,6 +59,14 @@ int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t 
  * (optional, N entries) receives each member's code (0 when not called). */
 int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learner_stats_t *st, int *rcs, char *err,
                            size_t errlen);
+/* n Decision Transformer pre-training steps (learner_pretrain_dt) of every
+ * member, one after another, with the population's stop flag. Nothing runs
+ * unless every member's replay can give a window (LEARNER_EEMPTY naming the
+ * member). A member whose step is not finite stops alone (LEARNER_EDIVERGED
+ * for the call, the others run on); a stop ends the call (LEARNER_ESTOPPED).
+ * st[i]: member i's. */
+int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
+                            size_t errlen);
 /* Member i alone, n steps (continuous training after a submit to it), with
  * the population's stop flag and divergence rule: a diverged member is not
  * stepped (LEARNER_EDIVERGED at once, nothing run); one that diverges now is

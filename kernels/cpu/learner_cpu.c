@@ -434,9 +434,9 @@ static int cpu_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_s
   const dt_hparams_t hp = {h->dt_lr,      h->dt_weight_decay, h->dt_clip, h->adam_beta1, h->adam_beta2,
                            h->adam_eps,   m->cfg.dt_rtg_scale, h->dt_warmup};
   double lsum = 0, gsum = 0;
-  int ran = 0, rc = LEARNER_OK, stopped = 0;
+  int ran = 0, rc = dt_replay_has_episode(&m->rp) ? LEARNER_OK : LEARNER_EEMPTY, stopped = 0;
   dt_step_stats_t s = {0};
-  for (; ran < n; ran++) {
+  for (; !rc && ran < n; ran++) {
     if ((stopped = learner_should_stop(stop))) break;
     if ((rc = dt_train_step(&m->dt, &m->rp, &hp, &s))) break;
     lsum += s.loss, gsum += s.grad_norm;

@@ -410,21 +410,7 @@ class Client:
         its message saying how that went; a KeyboardInterrupt (or SystemExit
         from a signal handler) while waiting cancels it too before it
         propagates, with a note saying how that went."""
-        before = self.pending_request_id
-        try:
-            r = self._call("step", pb.Step(name=name, n=int(n))).step
-        except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
-            rid = self.pending_request_id
-            if rid != before:  # it was sent (or about to be): stop it there; its id is never used again
-                how = self._cancel_abandoned(name, rid)
-                if hasattr(e, "add_note"):
-                    e.add_note(f"dqnd: the Step (request {rid}) of trainer '{name}' was {how}")
-            raise
-        except DqndError as e:
-            if not e.transport:
-                raise
-            how = self._cancel_abandoned(name, self.pending_request_id)
-            raise DqndError(e.code, f"{e.message} (the Step was {how})", transport=True) from None
+        r = self._long_call(name, "step", pb.Step(name=name, n=int(n)), "Step").step
         out = _stats(r.stats)
         out["stopped"] = bool(r.stopped)
         out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""
@@ -432,6 +418,69 @@ class Client:
             out["members"] = [_stats(m) for m in r.members]
             out["diverged"] = list(r.diverged)
         return out
+
+    def _long_call(self, name, field, msg, what):
+        """A long command (Step, PretrainDT) that is cancelled on the daemon
+        when this client stops waiting for it: on a KeyboardInterrupt (or
+        SystemExit), and when no reply comes (transport errors)."""
+        before = self.pending_request_id
+        try:
+            return self._call(field, msg)
+        except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
+            rid = self.pending_request_id
+            if rid != before:  # it was sent (or about to be): stop it there; its id is never used again
+                how = self._cancel_abandoned(name, rid)
+                if hasattr(e, "add_note"):
+                    e.add_note(f"dqnd: the {what} (request {rid}) of trainer '{name}' was {how}")
+            raise
+        except DqndError as e:
+            if not e.transport:
+                raise
+            how = self._cancel_abandoned(name, self.pending_request_id)
+            raise DqndError(e.code, f"{e.message} (the {what} was {how})", transport=True) from None
+
+    def pretrain_dt(self, name, n=1):
+        """n Decision Transformer pre-training steps (a trainer created with
+        dt_layers >= 1; every member of a population its own) on windows of
+        the whole ended episodes its replay holds: dt_step, steps_run,
+        loss_mean, loss_last, grad_norm_mean, grad_norm_last (before the
+        clip), lr (the warm-up's, at the last step), handed_over
+        (dt_handover=trunk1 applied now), tokens_per_s, and "stopped" /
+        "stop_reason" as step() gives them; a population adds "members",
+        every member's stats. A replay with no whole ended episode raises
+        FAILED_PRECONDITION. Interrupted or unanswered, it is cancelled on
+        the daemon as step() is."""
+        r = self._long_call(name, "pretrain_dt", pb.PretrainDT(name=name, n=int(n)), "PretrainDT").pretrain_dt
+        out = _stats(r.stats)
+        out["tokens_per_s"] = r.tokens_per_s
+        out["stopped"] = bool(r.stopped)
+        out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""
+        if len(r.members):
+            out["members"] = [_stats(m) for m in r.members]
+        return out
+
+    def act_dt(self, name, states, rtg, timesteps, actions, member=0):
+        """The action the Decision Transformer picks by return conditioning
+        for the last step of a window: a live episode's last k steps
+        (1..dt_context), oldest first, as states [k, state_dim], rtg [k] (the
+        return still wanted, in reward units: subtract each reward received),
+        timesteps [k] (>= 0) and actions [k] (the flat joint actions taken;
+        the last one is the one being chosen and is not read). Returns an int."""
+        member = _member(member)
+        S, _ = self._shape(name)
+        s = _floats("states", states, (None, S))
+        k = s.shape[0]
+        g = _floats("rtg", rtg, (k,))
+        t = np.ascontiguousarray(_ints("timesteps", timesteps, k, 0, (1 << 31) - 1), dtype="<i4")
+        a = np.ascontiguousarray(_ints("actions", actions, k, -(1 << 31), (1 << 31) - 1), dtype="<i4")
+        if t.shape != (k,) or a.shape != (k,):
+            raise _bad("timesteps" if t.shape != (k,) else "actions", f"shape {(t if t.shape != (k,) else a).shape}, "
+                       f"expected ({k},)")
+        r = self._call("act", pb.Act(name=name, count=k, states=s.tobytes(), policy="dt", rtg=g.tobytes(),
+                                     timesteps=t.tobytes(), window_actions=a.tobytes(), member=member)).act
+        if len(r.actions) != 4:
+            raise DqndError(13, "Act (dt) answered with other than one action")
+        return int(np.frombuffer(r.actions, dtype="<i4")[0])
 
     def cancel(self, name, request_id=0):
         """Stops trainer `name`'s Step of that request_id (another Client's

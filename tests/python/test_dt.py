@@ -1,0 +1,123 @@
+"""The Decision Transformer through the daemon and the Python client (issue 30;
+docs/learner.md §16): PretrainDT and Act with policy dt, their errors, a
+checkpoint that continues bit-identically, the trunk1 hand-over, and a
+population whose members pre-train their own DTs. The math itself is pinned
+in C (tests/test-dt.c against the golden case, tests/test-dt-learner.c
+against the spec); here the oracle for each answer is a second trainer fed
+the same way, or the config's own rule."""
+import math
+import unittest
+
+import numpy as np
+
+import dqnd
+from test_client import SMALL, Daemon, batch
+
+DT = dict(SMALL, dt_layers=1, dt_context=4, dt_embed=16, dt_heads=2, dt_max_ep_len=20, dt_batch=8, dt_rtg_scale=5,
+          dt_lr=0.003, dt_warmup=5)
+
+
+def window(tag, k=3, S=6):
+    rng = np.random.default_rng(tag)
+    return dict(states=rng.uniform(-1, 1, (k, S)).astype(np.float32), rtg=np.linspace(4, 2, k),
+                timesteps=np.arange(k), actions=(np.arange(k) * 5 + tag) % 12)
+
+
+class DTTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.d.stop() == 0
+
+    def client(self):
+        return dqnd.Client(self.d.url, timeout=60)
+
+    def code(self, code, fn, *a, needle=None, **kw):
+        with self.assertRaises(dqnd.DqndError) as cm:
+            fn(*a, **kw)
+        self.assertEqual(cm.exception.code, code, str(cm.exception))
+        if needle:
+            self.assertIn(needle, cm.exception.message)
+
+    def test_pretrain_act_errors(self):
+        with self.client() as c:
+            t = c.create_trainer("dt", DT)
+            cfg = t["config"]
+            self.assertEqual((cfg["dt_layers"], cfg["dt_context"], cfg["dt_clip"]), ("1", "4", "0.25"))
+            self.code(9, c.pretrain_dt, "dt", 3, needle="no whole episode that has ended")
+            c.submit("dt", **batch(60, 1))  # an episode ends every 5th transition
+            s = c.pretrain_dt("dt", 20)
+            self.assertEqual((s["dt_step"], s["steps_run"], s["stopped"]), (20, 20, False))
+            self.assertTrue(math.isfinite(s["loss_mean"]) and s["loss_mean"] > 0)
+            self.assertGreater(s["tokens_per_s"], 0)
+            self.assertAlmostEqual(s["lr"], 0.003, places=6)  # the warm-up of 5 steps is over
+            self.assertFalse(s["handed_over"])
+            a = c.act_dt("dt", **window(2))
+            self.assertTrue(0 <= a < 12)
+            w = window(2)
+            w["actions"][-1] = 11 - w["actions"][-1]  # the action being chosen is not read
+            self.assertEqual(c.act_dt("dt", **w), a)
+            self.code(3, c.act_dt, "dt", **window(3, k=5), needle="count: 5 steps is outside [1, dt_context = 4]")
+            w = window(4)
+            w["rtg"] = np.array([1.0, math.nan, 0.0])
+            self.code(3, c.act_dt, "dt", **w, needle="rtg[1]: not finite")
+            w = window(4)
+            w["actions"][0] = 12
+            self.code(3, c.act_dt, "dt", **w, needle="actions[0]: 12 is outside [0, 12)")
+            self.code(3, c.pretrain_dt, "dt", 0, needle="n: 0 is outside")
+            c.create_trainer("nodt", SMALL)
+            self.code(9, c.pretrain_dt, "nodt", 1, needle="has no Decision Transformer")
+            self.code(9, c.act_dt, "nodt", **window(1), needle="policy: trainer 'nodt' has no Decision Transformer")
+            self.code(3, c.create_trainer, "dtbad", dict(DT, dt_heads=3), needle="dt_heads: 3 does not divide")
+
+    def test_checkpoint_continues(self):
+        """a saved DT trainer (with its replay) loaded as a new trainer
+        pre-trains on exactly as the one it came from"""
+        with self.client() as c:
+            c.create_trainer("dtc", DT)
+            c.submit("dtc", **batch(80, 5))
+            c.pretrain_dt("dtc", 7)
+            ck = c.save_checkpoint("dtc", with_replay=True)
+            c.load_checkpoint("dtc2", path=ck["path"], create=True)
+            a, b = c.pretrain_dt("dtc", 5), c.pretrain_dt("dtc2", 5)
+            self.assertEqual(a["dt_step"], 12)
+            for k in ("dt_step", "loss_mean", "loss_last", "grad_norm_last"):
+                self.assertEqual(a[k], b[k], k)
+            self.assertEqual(c.act_dt("dtc", **window(9)), c.act_dt("dtc2", **window(9)))
+
+    def test_handover(self):
+        """dt_handover=trunk1 (dt_embed = trunk_h1 = 16): applied by each
+        PretrainDT until the first DQN step, never after"""
+        with self.client() as c:
+            c.create_trainer("dth", dict(DT, dt_handover="trunk1"))
+            c.submit("dth", **batch(60, 6))
+            self.assertTrue(c.pretrain_dt("dth", 3)["handed_over"])
+            c.step("dth", 1)
+            self.assertFalse(c.pretrain_dt("dth", 3)["handed_over"])
+            self.code(3, c.create_trainer, "dth2", dict(DT, dt_handover="trunk1", trunk_h1=32),
+                      needle="dt_handover: trunk1 needs dt_embed (16) = trunk_h1 (32)")
+
+    def test_population(self):
+        """every member pre-trains its own DT on its own data; member 1 of the
+        population answers as a lone trainer seeded as it is (seed + 1) and
+        fed the same"""
+        with self.client() as c:
+            c.create_trainer("dtp", DT, population=2)
+            c.submit("dtp", **batch(60, 7), member=0)
+            c.submit("dtp", **batch(60, 8), member=1)
+            s = c.pretrain_dt("dtp", 6)
+            self.assertEqual(len(s["members"]), 2)
+            self.assertEqual([m["dt_step"] for m in s["members"]], [6, 6])
+            self.assertNotEqual(s["members"][0]["loss_last"], s["members"][1]["loss_last"])
+            c.create_trainer("dtlone", dict(DT, seed=DT["seed"] + 1))
+            c.submit("dtlone", **batch(60, 8))
+            lone = c.pretrain_dt("dtlone", 6)
+            self.assertEqual(lone["loss_last"], s["members"][1]["loss_last"])
+            self.assertEqual(c.act_dt("dtp", **window(3), member=1), c.act_dt("dtlone", **window(3)))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
