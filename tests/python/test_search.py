@@ -26,6 +26,7 @@ DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/t
 """
 import collections
 import glob
+import math
 import os
 import pwd
 import re
@@ -255,6 +256,37 @@ class SearchTest(unittest.TestCase):
         p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--pbt", 3, "--population", 2)
         self.check(p, 2)
         self.assertIn("--pbt needs --population 2 or more and a multiple of --eval-every", p.stderr)
+
+    def test_dt_search_space(self):
+        """--dt with --population 2: the Decision Transformer's fields in the
+        search space (dt_layers, and when on dt_pretrain_steps and
+        dt_handover), drawn once per population, each member pre-training its
+        own DT on its own random episodes before it trains"""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "dt.db")
+        p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "dt", "--trials", 4,
+                          "--population", 2, "--dt", "--dt-episodes", 16, "--eval-every", 2, "--rounds", 4,
+                          "--seed", 3)
+        self.check(p)
+        study = optuna.load_study(study_name="dt", storage=f"sqlite:///{db}")
+        trials = study.get_trials()
+        self.assertEqual(len(trials), 4)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        pops = {}
+        for t in trials:
+            self.assertIn(t.params["dt_layers"], (0, 1, 2))
+            pops.setdefault(t.user_attrs["trainer"], []).append(t)
+        with_dt = [t for t in trials if t.params["dt_layers"]]
+        self.assertTrue(with_dt, "no trial drew a Decision Transformer: pick another --seed for this test")
+        for t in with_dt:
+            self.assertIn(t.params["dt_pretrain_steps"], (200, 600))
+            self.assertIn(t.params["dt_handover"], ("none", "trunk1"))
+            self.assertTrue(math.isfinite(t.user_attrs["dt_loss"]) and t.user_attrs["dt_loss"] > 0, t.user_attrs)
+        for name, ts in pops.items():
+            for k in ("dt_layers", "dt_pretrain_steps", "dt_handover"):
+                self.assertEqual(len({t.params.get(k) for t in ts}), 1, f"{name}: {k}")
+        self.assertIn("every member pre-trained its DT", p.stdout)
+        self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
 
     def test_sigkill_fails_trial_and_resume(self):
         a, b = self.daemon("a"), self.daemon("b")

@@ -19,7 +19,7 @@ resumes from checkpoints).
 """
 import numpy as np
 
-SHAPE = ("batch", "prioritized")  # drawn once per population
+SHAPE = ("batch", "prioritized", "dt_layers", "dt_pretrain_steps", "dt_handover")  # drawn once per population
 HPARAMS = ("lr", "gamma", "target_period")  # each member's own
 PBT_FACTORS = (0.8, 1.25)
 
@@ -35,7 +35,7 @@ def ask_population(search, sample_config):
         first = study.ask()
         out = [(first, sample_config(first))]
         for _ in range(n - 1):
-            study.enqueue_trial({k: first.params[k] for k in SHAPE})
+            study.enqueue_trial({k: first.params[k] for k in SHAPE if k in first.params})
             t = study.ask()
             out.append((t, sample_config(t)))
         search.running += n
@@ -105,6 +105,14 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
     client.create_trainer(name, cfg0, a.backend, population=n)
     for i, (t, cfg) in enumerate(members[1:], 1):
         client.set_hyperparams(name, member=i, **{k: cfg[k] for k in HPARAMS})
+    if int(cfg0.get("dt_layers", 0)):  # --dt: each member's own random episodes, then one PretrainDT for all
+        for i, (t, _) in enumerate(members):
+            search.dt_warmup(client, name, t, cfg0, a.seed * 1000 + t.number, member=i, pretrain=False)
+        st = client.pretrain_dt(name, members[0][0].params["dt_pretrain_steps"])
+        for i, (t, _) in enumerate(members):
+            with search.lock:
+                t.set_user_attr("dt_loss", st["members"][i]["loss_mean"] if n > 1 else st["loss_mean"])
+        search.log(f"population {name}: every member pre-trained its DT ({st['dt_step']} steps)")
     collectors = [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members]
     rngs = [np.random.default_rng([a.seed, t.number]) for t, _ in members]
     pbt_rng = np.random.default_rng([a.seed, members[0][0].number, 7])

@@ -38,6 +38,7 @@ Drivers on several machines share a study through PostgreSQL.
 import argparse
 import collections
 import copy
+import functools
 import re
 import signal
 import sys
@@ -64,6 +65,7 @@ NOT_FOUND, ALREADY_EXISTS = 5, 6
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # the back-off between attempts to reach a daemon
 MAX_RESUMES = 3  # a trial resumed this often from the same point without getting past it FAILs
 EVAL_EPISODE0 = 1 << 40  # evaluation episodes never meet training ones (as in demo_evaluate)
+DT_EPISODE0 = 1 << 39  # --dt's random episodes: nor these
 
 
 def parse_args(argv=None):
@@ -120,6 +122,12 @@ def parse_args(argv=None):
                    help="with --population: every R rounds (a multiple of --eval-every) the worst quarter of "
                    "the members copy the best quarter's (exploit) with lr x 0.8 or 1.25 (explore) "
                    "(default: 0, off)")
+    p.add_argument("--dt", action="store_true",
+                   help="the search space gains a Decision Transformer (docs/learner.md §16): dt_layers 0, 1 or 2; "
+                   "when on, the pre-training steps (200 or 600) and dt_handover (none or trunk1): the trial "
+                   "first plays --dt-episodes random episodes, pre-trains on them, then trains as usual")
+    p.add_argument("--dt-episodes", type=int, default=128, metavar="N",
+                   help="--dt: random episodes a trial collects before pre-training (default: %(default)s)")
     p.add_argument("--top", type=int, default=5, help="best trials listed at the end (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the learning curves (value against round) here")
     a = p.parse_args(argv)
@@ -173,16 +181,59 @@ def open_study(args):
             time.sleep(0.2 + 0.3 * np.random.default_rng().random())
 
 
-def sample_config(trial):
+def sample_config(trial, dt=False):
     """The demo's learner config (dqnd.envs.MeanRev.learner_config()) with the
-    searched fields drawn for this trial; `dqnctl fields` lists them all."""
+    searched fields drawn for this trial; `dqnctl fields` lists them all.
+    dt (--dt): a Decision Transformer too, whose pre-training steps are the
+    trial's parameter dt_pretrain_steps (not a config field)."""
     cfg = dict(dqnd.envs.MeanRev.learner_config())
     cfg["lr"] = trial.suggest_float("lr", 1e-4, 1e-2, log=True)
     cfg["gamma"] = trial.suggest_float("gamma", 0.0, 0.9)
     cfg["batch"] = trial.suggest_categorical("batch", [32, 64, 128])
     cfg["target_period"] = trial.suggest_categorical("target_period", [10, 50, 200])
     cfg["prioritized"] = trial.suggest_categorical("prioritized", [0, 1])
+    if dt and trial.suggest_categorical("dt_layers", [0, 1, 2]):
+        cfg.update(dt_layers=trial.params["dt_layers"], dt_context=4, dt_embed=cfg["trunk_h1"], dt_heads=2,
+                   dt_max_ep_len=dqnd.envs.make("meanrev").horizon, dt_rtg_scale=10, dt_batch=32, dt_lr=3e-3,
+                   dt_warmup=100)
+        trial.suggest_categorical("dt_pretrain_steps", [200, 600])
+        cfg["dt_handover"] = trial.suggest_categorical("dt_handover", ["none", "trunk1"])
     return cfg
+
+
+def dt_dataset(seed, n, rng):
+    """n whole meanrev episodes of the uniform random policy, episode after
+    episode (the replay's episodes are runs of consecutive insertions), each
+    ending truncated at the horizon: the arrays client.submit takes"""
+    env = dqnd.envs.make("meanrev", seed=seed)
+    rows = []
+    for e in range(n):
+        o, _ = env.reset(episode=DT_EPISODE0 + e)
+        for t in range(env.horizon):
+            a = int(rng.integers(0, env.n_actions))
+            o2, r, term, trunc, _ = env.step(a)
+            rows.append((o, a, r, o2, term, term or trunc or t == env.horizon - 1))
+            o = o2
+    s, a, r, s2, d, end = zip(*rows)
+    return dict(states=np.stack(s), actions=np.array(a), rewards=np.array(r, dtype=np.float32),
+                next_states=np.stack(s2), dones=np.array(d, dtype=np.uint8), episode_ends=np.array(end, dtype=np.uint8))
+
+
+def dt_warmup(search, client, name, trial, cfg, seed, member=0, pretrain=True):
+    """--dt, a trial whose config has a Decision Transformer: its random
+    episodes into the trainer's (member's) replay, then, with pretrain,
+    PretrainDT of the trial's steps (every member of a population at once);
+    the stats go into the trial's user attributes"""
+    if not int(cfg.get("dt_layers", 0)):
+        return None
+    rng = np.random.default_rng([seed, 17])
+    client.submit(name, **dt_dataset(seed, search.a.dt_episodes, rng), member=member)
+    if not pretrain:
+        return None
+    st = client.pretrain_dt(name, trial.params["dt_pretrain_steps"])
+    search.log(f"trial {trial.number}: pre-trained its DT, {st['dt_step']} steps, loss {st['loss_mean']:.4f}"
+               f"{', handed over to trunk1' if st['handed_over'] else ''}")
+    return st
 
 
 class Collector:
@@ -276,6 +327,8 @@ class Search:
         self.t0 = time.monotonic()
         self.study = open_study(args)
         self.trainer_prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", args.study)[:48]
+        self.sample_config = functools.partial(sample_config, dt=args.dt)
+        self.dt_warmup = functools.partial(dt_warmup, self)
 
     def log(self, msg):
         print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
@@ -330,7 +383,7 @@ class Search:
             return self.drop(url, e)
         try:
             if self.a.population > 1:  # optuna_population.py
-                optuna_population.population_trials(self, link, sample_config, Collector, evaluate, TrialState, dqnd,
+                optuna_population.population_trials(self, link, self.sample_config, Collector, evaluate, TrialState, dqnd,
                                                     Interrupted, UNREACHABLE)
             else:
                 self.trials(link)
@@ -344,7 +397,7 @@ class Search:
                 if self.finished() + self.running >= self.a.trials or url in self.lost:
                     return  # done, or another worker of this daemon dropped it
                 trial = self.study.ask()
-                cfg = sample_config(trial)
+                cfg = self.sample_config(trial)
                 name = f"{self.trainer_prefix}-{trial.number}"
                 trial.set_user_attr("daemon", url)
                 trial.set_user_attr("trainer", name)
@@ -473,6 +526,11 @@ class Search:
             run.snap = None
         if run.snap is None:
             self.fresh_trainer(client, run)
+            st = self.dt_warmup(client, name, trial, run.cfg, a.seed * 1000 + trial.number)
+            if st:
+                with self.lock:
+                    trial.set_user_attr("dt_loss", st["loss_mean"])
+                    trial.set_user_attr("dt_handed_over", st["handed_over"])
             collector = Collector(a.seed * 1000 + trial.number, a.envs)
             rng = np.random.default_rng([a.seed, trial.number])
             first = 1
