@@ -15,7 +15,9 @@
  *   inspect prints a file's header and sections and catches a flipped byte;
  * - submit's shape and dtype errors name the file and the shape (exit 4);
  *   per-branch actions encode to the same transitions as flat ones;
- * - --version, --help, fields and --json fields.
+ * - --version, --help, fields and --json fields;
+ * - pretrain: the Decision Transformer's steps, their stats as libdqnd
+ *   reads them after, and its errors.
  */
 #include <check.h>
 #include <jansson.h>
@@ -685,6 +687,47 @@ START_TEST(test_population_commands) {
 }
 END_TEST
 
+/* dqnctl pretrain (issue 30): text and --json, counted on by libdqnd's own
+ * PretrainDT after; a trainer without a DT and N 0 refused */
+START_TEST(test_pretrain_command) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  char out[8192], args[3000], p[5][400];
+  snprintf(args, sizeof args, "create dt --backend cpu %s dt_layers=1 dt_context=3 dt_embed=8 dt_heads=2 dt_batch=4 "
+                              "dt_max_ep_len=10", plain_fields);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  snprintf(args, sizeof args, "create plain %s", plain_fields);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 0);
+  batch_t b;
+  make_batch(&b, 40, 2); /* an episode ends every 5th transition */
+  write_batch(&d, &b, "dt", p);
+  ck_assert_int_eq(submit_files(&d, "dt", p, out, sizeof out), 0);
+  ck_assert_int_eq(run_ctl(&d, "pretrain dt 10", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "dt: dt step 10 (+10)  loss ") && strstr(out, "tokens/s"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "--json pretrain dt 5", out, sizeof out), 0);
+  json_error_t je;
+  json_t *j = json_loads(out, 0, &je);
+  ck_assert_msg(j && json_integer_value(json_object_get(j, "dt_step")) == 15 &&
+                    json_integer_value(json_object_get(j, "steps_run")) == 5 &&
+                    json_real_value(json_object_get(j, "loss_mean")) > 0 && !json_is_true(json_object_get(j, "stopped")),
+                "%s", out);
+  json_decref(j);
+  dqnd_client_t *c = connect_to(&d);
+  learner_dt_stats_t st;
+  double tps = 0;
+  ck_assert_int_eq(dqnd_pretrain_dt(c, "dt", 1, &st, &tps), 0);
+  ck_assert_int_eq((int)st.dt_step, 16);
+  ck_assert(tps > 0);
+  dqnd_close(c);
+  ck_assert_int_ne(run_ctl(&d, "pretrain plain 3", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "FAILED_PRECONDITION") && strstr(out, "trainer 'plain' has no Decision Transformer"), "%s",
+                out);
+  ck_assert_int_eq(run_ctl(&d, "pretrain dt 0", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "N: 0 is outside [1, 1000000]"), "%s", out);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("cli");
@@ -699,6 +742,7 @@ int main(void) {
   tcase_add_test(tc, test_help_version_fields);
   tcase_add_test(tc, test_npy_shape_beyond_the_file);
   tcase_add_test(tc, test_population_commands);
+  tcase_add_test(tc, test_pretrain_command);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
