@@ -31,5 +31,5 @@ done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
 # carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
 tar -C .devcarry -cJf .devcarry/bin.tar.xz bin
-cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py .devcarry/
+cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tests/bench/peers/dt_torch.py .devcarry/
 echo "prepared: $(echo $bins | wc -w) binaries"

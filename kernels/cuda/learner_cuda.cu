@@ -490,4 +490,6 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_group_member,
     cuda_group_step,
     cuda_group_destroy,
+    NULL, /* dt_step: no Decision Transformer kernels yet (learner.c refuses dt_layers on cuda) */
+    NULL, /* dt_act */
 };
