@@ -27,6 +27,13 @@ int fuzz_tiny_config(learner_config_t *c, int variant) {
                        learner_config_set(c, "ensemble_k", "2", err, sizeof err) ||
                        learner_config_set(c, "ensemble_prior_scale", "1", err, sizeof err)))
     return LEARNER_EINVAL;
+  if (variant == 2 && (learner_config_set(c, "dt_layers", "1", err, sizeof err) ||
+                       learner_config_set(c, "dt_context", "2", err, sizeof err) ||
+                       learner_config_set(c, "dt_embed", "4", err, sizeof err) ||
+                       learner_config_set(c, "dt_heads", "2", err, sizeof err) ||
+                       learner_config_set(c, "dt_batch", "2", err, sizeof err) ||
+                       learner_config_set(c, "dt_max_ep_len", "8", err, sizeof err)))
+    return LEARNER_EINVAL;
   return learner_config_validate(c, err, sizeof err);
 }
 

@@ -15,7 +15,9 @@
 
 /* The tiny config: S = 3 state floats, branches 2,3 (6 joint actions),
  * batch 4, replay 32, NoisyNet on. variant 0 is that; 1: uniform replay and
- * an ensemble of 2 heads with fixed priors (the checkpoint's prior section). */
+ * an ensemble of 2 heads with fixed priors (the checkpoint's prior section);
+ * 2: a Decision Transformer (1 block, embed 4, 2 heads, context 2: its
+ * sections). */
 #define FUZZ_S 3
 #define FUZZ_ACTIONS 6
 #define FUZZ_TRAINER "t"

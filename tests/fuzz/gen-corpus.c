@@ -220,6 +220,48 @@ static void requests(void) {
     m.name = FUZZ_TRAINER;
     req("list-checkpoints", &m_r);
   }
+  { /* the Decision Transformer's commands (FUZZ_TRAINER has none: their refusals; "dt" below, created with one) */
+    REQ(m, pretrain_dt, PRETRAIN_DT, Dqnd__V1__PretrainDT, DQND__V1__PRETRAIN_DT__INIT);
+    m.name = FUZZ_TRAINER;
+    m.n = 3;
+    req("pretrain-dt", &m_r);
+    float x[2 * FUZZ_S] = {0.5f, -0.25f, 0.125f, -1, 1, 0}, rtg[2] = {3, 2.5f};
+    int32_t ts[2] = {0, 1}, wa[2] = {4, 0};
+    REQ(a, act, ACT, Dqnd__V1__Act, DQND__V1__ACT__INIT);
+    a.name = "dt";
+    a.policy = "dt";
+    a.count = 2;
+    a.states = (ProtobufCBinaryData){sizeof x, (uint8_t *)x};
+    a.rtg = (ProtobufCBinaryData){sizeof rtg, (uint8_t *)rtg};
+    a.timesteps = (ProtobufCBinaryData){sizeof ts, (uint8_t *)ts};
+    a.window_actions = (ProtobufCBinaryData){sizeof wa, (uint8_t *)wa};
+    req("act-dt", &a_r);
+    static const char *dt[][2] = {{"dt_layers", "1"}, {"dt_context", "2"}, {"dt_embed", "4"},
+                                  {"dt_heads", "2"},  {"dt_batch", "2"},   {"dt_max_ep_len", "8"}};
+    Dqnd__V1__Field f[32], *fp[32];
+    char names[32][64];
+    int nf = 0;
+    for (; nf < fuzz_n_tiny_fields; nf++) {
+      const char *eq = strchr(fuzz_tiny_fields[nf], '=');
+      snprintf(names[nf], sizeof names[nf], "%.*s", (int)(eq - fuzz_tiny_fields[nf]), fuzz_tiny_fields[nf]);
+      dqnd__v1__field__init(&f[nf]);
+      f[nf].name = names[nf];
+      f[nf].value = (char *)eq + 1;
+      fp[nf] = &f[nf];
+    }
+    for (int i = 0; i < 6; i++, nf++) {
+      dqnd__v1__field__init(&f[nf]);
+      f[nf].name = (char *)dt[i][0];
+      f[nf].value = (char *)dt[i][1];
+      fp[nf] = &f[nf];
+    }
+    REQ(c, create_trainer, CREATE_TRAINER, Dqnd__V1__CreateTrainer, DQND__V1__CREATE_TRAINER__INIT);
+    c.name = "dt";
+    c.backend = "cpu";
+    c.n_config = (size_t)nf;
+    c.config = fp;
+    req("create-trainer-dt", &c_r);
+  }
 }
 
 /* drops the sections the registry marks optional, in place: a state as a
@@ -257,6 +299,19 @@ static void checkpoints(void) {
     free(b);
   }
   size_t n;
+  { /* a Decision Transformer's sections, after 2 pre-training steps */
+    learner_t *l;
+    char err[256];
+    uint8_t *d;
+    if (fuzz_tiny_learner(2, 16, 0, &l) || learner_pretrain_dt(l, 2, NULL, NULL, err, sizeof err) ||
+        fuzz_save_mem(l, 1, &d, &n)) {
+      fprintf(stderr, "gen-corpus: the tiny DT learner failed\n");
+      exit(1);
+    }
+    learner_destroy(l);
+    put("checkpoint", "dt-replay.dqnd", d, n);
+    free(d);
+  }
   uint8_t *b = state_bytes(0, 16, 2, 1, &n);
   strip_optional(b, &n);
   put("checkpoint", "tiny-replay-no-optional-sections.dqnd", b, n);
