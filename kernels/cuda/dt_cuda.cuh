@@ -1,0 +1,95 @@
+/*
+ * dt_cuda.cuh — the Decision Transformer's loss and exact gradient on the
+ * GPU (docs/learner.md §16): the CUDA mirror of kernels/cpu/dt.h's
+ * dt_loss_grad, for a batch of B windows already in device memory. The
+ * names follow the CPU spec (dt_ln, dt_lin, dt_gelu, the activations of
+ * dt_acts_t). Every token of every window is a row of one matrix of
+ * T = B x 3K rows, so each linear layer is one GEMM over all windows; padded
+ * tokens are computed from zeros and reach nothing (they are never keys,
+ * their output gradients are zero), so their rows add exact zeros. Every sum
+ * has a fixed order (no atomics): reruns are bit-identical. The GEMMs are
+ * plain 16 x 16 shared-memory tiles: correct first (kernels/dev has the
+ * plan for fast ones).
+ */
+#ifndef DQN_CUDA_DT_CUH
+#define DQN_CUDA_DT_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dt.h"
+
+typedef struct cuda_dt {
+  dt_layout_t L;
+  int B;                                  /* windows a batch */
+  float *p, *g;                           /* parameters, gradient [n_params] (device) */
+  /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
+  float *states, *rtg, *mask;
+  int32_t *actions, *timesteps;
+  /* activations, token-major (T = B x 3K rows) */
+  float *x0, *xh0, *r0;                   /* the embeddings, LN_embed's xhat and 1/std */
+  float *X;                               /* the residual stream entering block l: [L + 1][T, E] */
+  float *h1, *xh1, *r1, *q, *k, *v, *P, *att, *xm, *h2, *xh2, *r2, *u, *gl; /* [L][...]; P [L][B, nh, N, N] */
+  float *xf, *xhf, *rf;                   /* LN_f */
+  float *xs;                              /* the state tokens of xf: [B K, E] */
+  float *z, *dz;                          /* logits and their gradient [B K, A] */
+  float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
+  float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dgl, *dS, *dxf, *dxs, *tmp; /* the backward's */
+  float *sums;                            /* [4]: the loss, the real steps, the squared norm */
+} cuda_dt_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* device buffers for batches of B windows of layout L; 0 or a cudaError_t */
+int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B);
+void cuda_dt_free(cuda_dt_t *d);
+/* the loss and gradient of the batch in d's buffers, as dt_loss_grad_f32:
+ * d->g the gradient, d->sums[0] the loss, d->sums[1] the real steps,
+ * d->loss_step and d->z each step's CE and logits (0 for padding); queued
+ * on st. 0 or a cudaError_t. */
+int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st);
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* shared by dt.cu and dt_backward.cu */
+#define DT_TILE 16
+#define DT_LN_EPS 1e-5f
+#define DT_GELU_C 0.7978845608028654f
+int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
+            const float *bias, const float *R, int ldr, int acc, cudaStream_t st);
+int dt_colsum(const float *X, int rows, int cols, int ld, float *out, int acc, cudaStream_t st);
+int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
+              float *dgam, float *dbet, float *tmp, cudaStream_t st);
+int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
+
+/* the sum of v over the block (blockDim.x a multiple of 32, at most 1024),
+ * in a fixed order; every thread gets it */
+static __device__ __forceinline__ float dt_block_sum(float v, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[w] = v;
+  __syncthreads();
+  float s = 0;
+  for (int i = 0; i < nw; i++) s += sh[i];
+  return s;
+}
+
+static __device__ __forceinline__ float dt_block_max(float v, float *sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[w] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int i = 0; i < nw; i++) m = fmaxf(m, sh[i]);
+  return m;
+}
+
+
+#endif /* __CUDACC__ */
+
+#endif
