@@ -13,8 +13,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "dt.h"
 #include "dt_cuda.cuh"
+#include "feed.h"
+#include "learner.h"
+#include "learner_impl.h"
 #include "golden_util.h"
 #include "gpu_testutil.h"
 #include "model.h"
@@ -176,6 +180,102 @@ START_TEST(test_cpu_parity) {
 }
 END_TEST
 
+/* the learner: a CUDA learner's PretrainDT against the CPU learner's on the
+ * same data (the same windows: the same Philox draws) over 100 steps, its
+ * reruns bit for bit, a checkpoint that continues bit for bit on CUDA, Act
+ * against dt_act_f32 on its own parameters */
+static learner_config_t lcfg(void) {
+  learner_config_t c;
+  learner_config_default(&c);
+  c.state_dim = 6, c.trunk_h1 = 16, c.trunk_h2 = 12, c.value_hidden = 8, c.adv_hidden = 10, c.atoms = 11;
+  c.n_branches = 2, c.branch_sizes[0] = 3, c.branch_sizes[1] = 4, c.batch = 8, c.replay_capacity = 300, c.seed = 5;
+  c.dt_layers = 2, c.dt_context = 4, c.dt_embed = 16, c.dt_heads = 2, c.dt_max_ep_len = 10, c.dt_rtg_scale = 4;
+  c.dt_batch = 12, c.hp.dt_lr = 3e-3f, c.hp.dt_warmup = 10;
+  return c;
+}
+
+static float *dt_params_of(learner_t *l) {
+  const int64_t n = learner_section_bytes(l, SEC_DT_PARAMS);
+  float *p = malloc((size_t)n);
+  ck_assert_int_eq(learner_section_read(l, SEC_DT_PARAMS, 0, n, p), 0);
+  return p;
+}
+
+START_TEST(test_learner) {
+  learner_config_t c = lcfg();
+  char err[512];
+  learner_t *cpu, *gpu, *gpu2;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu2, err, sizeof err) == 0, "%s", err);
+  const int64_t P = learner_config_num_dt(&c);
+  float *p0c = dt_params_of(cpu), *p0g = dt_params_of(gpu);
+  ck_assert_msg(!memcmp(p0c, p0g, sizeof(float) * P), "the initial DT parameters differ between the backends");
+  learner_dt_stats_t sc, sg, sg2;
+  ck_assert_int_eq(learner_pretrain_dt(gpu, 3, NULL, &sg, err, sizeof err), LEARNER_EEMPTY);
+  ck_assert_int_eq(sg.steps_run, 0);
+  tu_feed(cpu, 200, 3), tu_feed(gpu, 200, 3), tu_feed(gpu2, 200, 3);
+  double worst = 0;
+  for (int k = 0; k < 4; k++) {
+    ck_assert_msg(learner_pretrain_dt(cpu, 25, NULL, &sc, err, sizeof err) == 0, "cpu: %s", err);
+    ck_assert_msg(learner_pretrain_dt(gpu, 25, NULL, &sg, err, sizeof err) == 0, "cuda: %s", err);
+    ck_assert_int_eq(learner_pretrain_dt(gpu2, 25, NULL, &sg2, err, sizeof err), 0);
+    ck_assert_int_eq((int)sg.dt_step, 25 * (k + 1));
+    ck_assert_int_eq(sg.steps_run, 25);
+    const double rl = fabs(sg.loss_last - sc.loss_last) / fabs(sc.loss_last);
+    worst = rl > worst ? rl : worst;
+    printf("after %d steps: loss cpu %.7f cuda %.7f (%.2g), norm cpu %.6f cuda %.6f, lr %g / %g\n", 25 * (k + 1),
+           (double)sc.loss_last, (double)sg.loss_last, rl, (double)sc.grad_norm_last, (double)sg.grad_norm_last,
+           (double)sc.lr_last, (double)sg.lr_last);
+    ck_assert(sg.lr_last == sc.lr_last);
+  }
+  ck_assert_msg(worst <= 1e-3, "the CUDA loss left the CPU's by %.3g relative", worst);
+  float *pc = dt_params_of(cpu), *pg = dt_params_of(gpu), *pg2 = dt_params_of(gpu2);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < P; i++) num += ((double)pg[i] - pc[i]) * ((double)pg[i] - pc[i]), den += (double)pc[i] * pc[i];
+  printf("DT parameters after 100 steps: relative %.3g\n", sqrt(num / den));
+  ck_assert_msg(sqrt(num / den) <= 1e-3, "the CUDA parameters left the CPU's by %.3g", sqrt(num / den));
+  ck_assert_msg(!memcmp(pg, pg2, sizeof(float) * P), "a CUDA rerun's parameters differ");
+  /* Act: dt_act_f32 on the CUDA learner's own parameters */
+  static model_t r2;
+  model_desc_t md;
+  model_desc_from_config(&md, &c);
+  ck_assert_int_eq(model_build(&r2, &md, err, sizeof err), 0);
+  dt_layout_t L;
+  ck_assert_int_eq(dt_layout_init(&L, &r2, c.dt_context, c.dt_heads, err, sizeof err), 0);
+  for (int w = 0; w < 12; w++) {
+    const int n = 1 + w % 4, S = c.state_dim;
+    float st[4 * 6], rtg[4], ps[4 * 6] = {0}, pr[4] = {0}, pm[4] = {0};
+    int32_t a[4], ts[4], pa[4] = {0}, pt[4] = {0};
+    tu_fill_uniform_f32(st, n * S, -1, 1, 11, (uint64_t)w);
+    for (int t = 0; t < n; t++) rtg[t] = 3.0f - t - w * 0.5f, a[t] = (t + w) % 12, ts[t] = t + w;
+    learner_dt_window_t win = {n, rtg, st, a, ts};
+    int32_t got;
+    ck_assert_msg(learner_act_dt(gpu, &win, &got, err, sizeof err) == 0, "%s", err);
+    for (int t = 0; t < n; t++) {
+      const int q = 4 - n + t;
+      memcpy(ps + q * S, st + t * S, sizeof(float) * S);
+      pr[q] = rtg[t] / c.dt_rtg_scale, pa[q] = t < n - 1 ? a[t] : 0, pt[q] = ts[t], pm[q] = 1;
+    }
+    dt_batch_t b = {1, ps, pr, pm, pa, pt};
+    ck_assert_int_eq(got, dt_act_f32(&L, pg, &b));
+  }
+  /* a checkpoint continues bit for bit on CUDA */
+  membuf_t m = {0};
+  ck_assert_msg(learner_save(gpu, 1, mem_write, &m, err, sizeof err) == 0, "%s", err);
+  learner_t *back;
+  m.pos = 0;
+  ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CUDA, &back, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pretrain_dt(back, 10, NULL, &sg2, err, sizeof err), 0);
+  ck_assert_int_eq(learner_pretrain_dt(gpu, 10, NULL, &sg, err, sizeof err), 0);
+  ck_assert_int_eq((int)sg2.dt_step, 110);
+  float *pb = dt_params_of(back), *pg3 = dt_params_of(gpu);
+  ck_assert_msg(!memcmp(pb, pg3, sizeof(float) * P), "a loaded CUDA learner's next steps differ");
+  free(m.p), free(p0c), free(p0g), free(pc), free(pg), free(pg2), free(pb), free(pg3);
+  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2), learner_destroy(back);
+}
+END_TEST
+
 int main(void) {
   tu_gpu_or_skip();
   Suite *s = suite_create("gpu-dt");
@@ -183,6 +283,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_golden);
   tcase_add_test(tc, test_cpu_parity);
+  tcase_add_test(tc, test_learner);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

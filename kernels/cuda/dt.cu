@@ -282,7 +282,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
   d->actions = d->timesteps = NULL;
 }
 
-extern "C" int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st) {
+extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
@@ -319,6 +319,10 @@ extern "C" int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st) {
   dt_ce_kernel<<<(unsigned)((BK + 127) / 128), 128, 0, st>>>(*L, d->mask, d->actions, BK, d->z, d->dz, d->loss_step,
                                                               d->sums);
   dt_loss_kernel<<<1, 256, 0, st>>>(d->loss_step, BK, d->sums);
-  CUDA_RET(cudaGetLastError());
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st) {
+  CUDA_RET(cuda_dt_forward(d, st));
   return cuda_dt_backward(d, st);
 }

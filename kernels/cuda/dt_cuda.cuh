@@ -49,6 +49,8 @@ void cuda_dt_free(cuda_dt_t *d);
  * d->loss_step and d->z each step's CE and logits (0 for padding); queued
  * on st. 0 or a cudaError_t. */
 int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st);
+/* its forward alone: d->z, d->loss_step, d->sums[0..1] (Act reads the logits) */
+int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 #ifdef __cplusplus
 }
 #endif

@@ -99,6 +99,10 @@ static void group_free(cuda_group_t *g) {
 
 extern "C" int cuda_group_create(const learner_config_t *c, int n, void **group, char *err, size_t errlen) {
   *group = NULL;
+  if (c->dt_layers) { /* the Decision Transformer's buffers are each member's own (learner_dt_cuda.cu) */
+    snprintf(err, errlen, "population: members with a Decision Transformer step alone");
+    return LEARNER_EUNSUPPORTED;
+  }
   /* the slice: one member created with every buffer counted, then freed */
   arena_t probe = {NULL, 0, 0, 1};
   void *impl = NULL;

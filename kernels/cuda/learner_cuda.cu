@@ -29,6 +29,7 @@
 #include "../philox.h"
 #include "arena.cuh"
 #include "cuda_check.h"
+#include "dt_train_cuda.cuh"
 #include "learner_cuda.cuh"
 #include "optim.cuh"
 
@@ -59,6 +60,7 @@ __global__ void act_argmax_kernel(const float *q, int rows, int qw, int D, const
 extern "C" void cuda_learner_destroy(void *impl) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (!m) return;
+  cuda_learner_dt_free(m);
   cuda_step_free(m);
   void *bufs[] = {m->prior, m->on, m->tg, m->grad, m->m, m->v, m->s, m->s2, m->r, m->a, m->done, m->ep, m->epend, m->ep_first, m->ep_last, m->gdisc, m->sum, m->mn, m->own,
                   m->idx, m->prio, m->hp, m->ds, m->norm_scratch, m->act_x, m->act_weff, m->act_noise, m->act_a};
@@ -173,6 +175,10 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
   if (r2) {
     cuda_learner_destroy(m);
     return snprintf(err, errlen, "cuda: initialising the learner failed"), LEARNER_EDEVICE;
+  }
+  if ((rc = cuda_learner_dt_create(m, c, err, errlen))) { /* the Decision Transformer (learner_dt_cuda.cu) */
+    cuda_learner_destroy(m);
+    return rc;
   }
   *impl = m;
   return LEARNER_OK;
@@ -409,6 +415,7 @@ static void cuda_bufs(void *impl, learner_bufs_t *b) {
   b->s = m->s, b->s2 = m->s2, b->a = m->a, b->r = m->r, b->done = m->done, b->ep = m->ep, b->epend = m->epend;
   b->prio = m->cfg.prioritized ? m->sum + m->T : NULL;
   b->size = m->size;
+  if (m->dt) b->dt_p = m->dt->dt.p, b->dt_m = m->dt->m, b->dt_v = m->dt->v, b->dt_ctr = m->dt->ctr;
 }
 
 static int cuda_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
@@ -461,7 +468,13 @@ static int64_t cuda_workspace_estimate(const learner_config_t *c) {
   int64_t T = 1;
   while (T < c->replay_capacity) T <<= 1;
   int64_t acts = (int64_t)3 * c->batch * (2 * L.H1 + 2 * L.H2 + 2 * L.VH + L.Z + 2 * L.D * L.AH + 2 * L.a_width);
-  return L.n_params * 4 * 3 + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20);
+  int64_t dt = 0; /* the DT's gradient and activations (dt_cuda.cuh), and Act's copy of its parameters */
+  if (c->dt_layers) {
+    const int64_t N = 3 * (int64_t)c->dt_context, Tk = (int64_t)c->dt_batch * N, E = c->dt_embed, NL = c->dt_layers;
+    dt = 4 * (2 * learner_config_num_dt(c) + Tk * E * (12 * NL + 16) + Tk * 4 * E * (2 * NL + 3) +
+              (int64_t)c->dt_batch * c->dt_heads * N * N * (NL + 1));
+  }
+  return L.n_params * 4 * 3 + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20) + dt;
 }
 
 static int64_t cuda_memory_free(void) {
@@ -490,6 +503,6 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_group_member,
     cuda_group_step,
     cuda_group_destroy,
-    NULL, /* dt_step: no Decision Transformer kernels yet (learner.c refuses dt_layers on cuda) */
-    NULL, /* dt_act */
+    cuda_dt_step,
+    cuda_dt_act,
 };

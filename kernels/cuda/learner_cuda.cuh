@@ -70,6 +70,11 @@ typedef struct cuda_learner {
   long long open_first;              /* the insertion count the open episode began at */
   unsigned long long act_count;
   learner_stats_t last;
+  /* the Decision Transformer (dt_layers > 0; learner_dt_cuda.cu), else NULL */
+  struct cuda_dt_train *dt;
+  struct cuda_dt *dt_act;            /* Act's forward on one window */
+  cudaGraph_t dt_graph;              /* its captured pre-training step */
+  cudaGraphExec_t dt_exec;
 } cuda_learner_t;
 
 /* A population's members in the same launches (group.cu; step.cu's
@@ -100,6 +105,13 @@ static __device__ __forceinline__ float beta_at(const learner_hparams_t *hp, uns
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* learner_dt_cuda.cu: the Decision Transformer's state, and the dt_step and dt_act ops */
+int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen);
+void cuda_learner_dt_free(cuda_learner_t *m);
+int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err, size_t errlen);
+int cuda_dt_act(void *impl, const float *states, const float *rtg, const int32_t *actions, const int32_t *timesteps,
+                const float *mask, int32_t *action, char *err, size_t errlen);
 
 /* learner_cuda.cu: the backend's create and destroy ops (group.cu creates
  * members with them) */

@@ -1,0 +1,192 @@
+/*
+ * dt_train.cu — the Decision Transformer's pre-training step on the GPU
+ * (docs/learner.md §16, "Windows" and "Pre-training"; the CPU's is
+ * kernels/cpu/dt_train.c): the windows drawn on the device by dt_window.h's
+ * rule (the CPU's Philox draws), cuda_dt_loss_grad, the global norm in a
+ * fixed order, the clip, AdamW at the warm-up's lr. Everything reads its
+ * step count and the ring from device memory, so a step is one capturable
+ * sequence. A step with no window (no eligible draw) or a non-finite loss or
+ * norm applies nothing and halts the call's remaining steps, as the CPU's
+ * loop stops there.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "dt_cuda.cuh"
+#include "dt_train_cuda.cuh"
+#include "dt_window.h"
+
+#define DT_NORM_BLOCKS 256
+
+/* row i's window (one block a row): thread 0 walks the Philox draws and the
+ * returns-to-go from the episode's end back, the others copy the states */
+__global__ void dt_sample_kernel(cuda_dt_replay_t rp, unsigned long long seed, const unsigned long long *ctr, int K,
+                                 float rtg_scale, float *states, float *rtg, int32_t *actions, int32_t *timesteps,
+                                 float *mask, float *sums) {
+  extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding */
+  const int i = blockIdx.x, S = rp.S;
+  const long long size = rp.ring[0], head = rp.ring[1], total = rp.ring[2];
+  if (threadIdx.x == 0) {
+    int64_t first = 0, last = 0, j = -1;
+    if (size > 0)
+      j = dt_window_end(seed, *ctr, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total, size, &first,
+                        &last);
+    const size_t row = (size_t)i * K;
+    if (j < 0) {
+      for (int q = 0; q < K; q++) slot[q] = -1, rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0,
+                                            mask[row + q] = 0;
+    } else {
+      long long back = head - 1 - j;
+      back = back < 0 ? back + rp.cap : back;
+      const long long end = total - 1 - back;
+      float g = dt_rtg_from(rp.r, end, last, head, total, rp.cap);
+      for (int q = K - 1; q >= 0; q--) {
+        const long long c = end - (K - 1 - q);
+        if (c < first) {
+          slot[q] = -1, rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
+          continue;
+        }
+        const long long sl = her_slot(c, head, total, rp.cap);
+        if (c < end) g = rp.r[sl] + g;
+        slot[q] = sl;
+        rtg[row + q] = g / rtg_scale, actions[row + q] = rp.a[sl], timesteps[row + q] = (int32_t)(c - first);
+        mask[row + q] = 1;
+      }
+      sums[DT_SUM_ROWS_ANY + i] = 1; /* this row drew a window */
+    }
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < K * S; x += blockDim.x) {
+    const long long sl = slot[x / S];
+    states[(size_t)i * K * S + x] = sl < 0 ? 0.0f : rp.s[(size_t)sl * S + x % S];
+  }
+}
+
+/* partial sums of g^2, DT_NORM_BLOCKS blocks, each its stride in order */
+__global__ void dt_norm_partial_kernel(const float *g, long long n, float *part) {
+  __shared__ float red[32];
+  float s = 0;
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
+    s += g[k] * g[k];
+  s = dt_block_sum(s, red);
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+/* the norm, and whether the step applies: a window was drawn, the loss and
+ * norm are finite, the call has not halted; the step's scalars into sums */
+__global__ void dt_norm_kernel(const float *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
+                               float *sums) {
+  __shared__ float red[32];
+  float s = 0;
+  for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
+  s = dt_block_sum(s, red);
+  float rows = 0;
+  for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
+  rows = dt_block_sum(rows, red);
+  if (threadIdx.x) return;
+  for (int k = 0; k < B; k++) sums[DT_SUM_ROWS_ANY + k] = 0; /* for the next step's draw */
+  const float norm = sqrtf(s), loss = sums[DT_SUM_LOSS];
+  const int halted = sums[DT_SUM_HALT] != 0;
+  int apply = !halted;
+  if (apply && rows == 0) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 1, apply = 0;              /* no window */
+  if (apply && !(isfinite(loss) && isfinite(norm))) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 2, apply = 0; /* diverged */
+  /* dt_lr_at (kernels/cpu/dt_train.c) */
+  const double f = hp->dt_warmup <= 0 ? 1.0 : (double)(*ctr + 1) / (double)hp->dt_warmup;
+  const float lr = f >= 1 ? hp->dt_lr : (float)((double)hp->dt_lr * f);
+  sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = norm, sums[DT_SUM_LR] = lr;
+  if (!halted || apply) { /* the step's stats: the last applied, or the one that halted */
+    sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = norm;
+  }
+  if (apply) sums[DT_SUM_LOSS_SUM] += loss, sums[DT_SUM_NORM_SUM] += norm, sums[DT_SUM_STEPS] += 1;
+}
+
+/* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
+ * warm-up's lr, when the step applies */
+__global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
+                                const unsigned long long *ctr, const float *sums) {
+  if (sums[DT_SUM_APPLY] == 0) return;
+  const float norm = sums[DT_SUM_NORM], lr = sums[DT_SUM_LR];
+  float scale = 1.0f;
+  if (hp->dt_clip > 0) {
+    const double c = hp->dt_clip / ((double)norm + 1e-6);
+    scale = c < 1 ? (float)c : 1.0f;
+  }
+  const double t = (double)(*ctr + 1);
+  const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
+  const float bc1 = (float)(1.0 - pow((double)b1, t)), bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+  const float step_size = lr / bc1, decay = 1.0f - lr * hp->dt_weight_decay;
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x) {
+    const float gi = g[k] * scale;
+    m[k] = b1 * m[k] + (1.0f - b1) * gi;
+    v[k] = b2 * v[k] + (1.0f - b2) * gi * gi;
+    const float denom = sqrtf(v[k]) / bc2_sqrt + eps;
+    p[k] = p[k] * decay - step_size * m[k] / denom;
+  }
+}
+
+__global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums) {
+  if (sums[DT_SUM_APPLY] != 0) *ctr += 1;
+}
+
+/* 1 in *flag when some stored slot's episode has ended and is stored whole */
+__global__ void dt_has_episode_kernel(const long long *ep_first, const long long *ep_last, const long long *ring,
+                                      int *flag) {
+  const long long size = ring[0], total = ring[2];
+  for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < size; j += (long long)gridDim.x * blockDim.x)
+    if (her_eligible(ep_first[j], ep_last[j], total, size)) *flag = 1; /* every writer writes 1: no race on the value */
+}
+
+extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int B) {
+  memset(t, 0, sizeof *t);
+  int e = cuda_dt_alloc(&t->dt, L, B);
+  const size_t P = (size_t)L->n_params;
+  if (!e) e = (int)cudaMalloc((void **)&t->m, sizeof(float) * P);
+  if (!e) e = (int)cudaMalloc((void **)&t->v, sizeof(float) * P);
+  if (!e) e = (int)cudaMalloc((void **)&t->ctr, sizeof(unsigned long long));
+  if (!e) e = (int)cudaMalloc((void **)&t->part, sizeof(float) * DT_NORM_BLOCKS);
+  if (!e) e = (int)cudaMalloc((void **)&t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
+  if (!e) e = (int)cudaMalloc((void **)&t->flag, sizeof(int));
+  if (!e) e = (int)cudaMemset(t->m, 0, sizeof(float) * P);
+  if (!e) e = (int)cudaMemset(t->v, 0, sizeof(float) * P);
+  if (!e) e = (int)cudaMemset(t->ctr, 0, sizeof(unsigned long long));
+  if (!e) e = (int)cudaMemset(t->sums, 0, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
+  if (e) cuda_dt_train_free(t);
+  return e;
+}
+
+extern "C" void cuda_dt_train_free(cuda_dt_train_t *t) {
+  cuda_dt_free(&t->dt);
+  cudaFree(t->m), cudaFree(t->v), cudaFree(t->ctr), cudaFree(t->part), cudaFree(t->sums), cudaFree(t->flag);
+  t->m = t->v = NULL, t->ctr = NULL, t->part = t->sums = NULL, t->flag = NULL;
+}
+
+extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaStream_t st, int *has) {
+  CUDA_RET(cudaMemsetAsync(t->flag, 0, sizeof(int), st));
+  dt_has_episode_kernel<<<128, 256, 0, st>>>(rp->ep_first, rp->ep_last, rp->ring, t->flag);
+  CUDA_RET(cudaGetLastError());
+  CUDA_RET(cudaMemcpyAsync(has, t->flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+  return (int)cudaStreamSynchronize(st);
+}
+
+extern "C" int cuda_dt_call_begin(cuda_dt_train_t *t, cudaStream_t st) {
+  return (int)cudaMemsetAsync(t->sums, 0, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + t->dt.B), st);
+}
+
+extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, unsigned long long seed,
+                                  float rtg_scale, const learner_hparams_t *hp, cudaStream_t st) {
+  cuda_dt_t *d = &t->dt;
+  const int K = d->L.K, B = d->B;
+  dt_sample_kernel<<<(unsigned)B, 128, sizeof(long long) * K, st>>>(*rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg,
+                                                                   d->actions, d->timesteps, d->mask, t->sums);
+  CUDA_RET(cudaGetLastError());
+  CUDA_RET(cuda_dt_loss_grad(d, st));
+  CUDA_RET(cudaMemcpyAsync(t->sums + DT_SUM_LOSS, d->sums, sizeof(float), cudaMemcpyDeviceToDevice, st));
+  const long long n = d->L.n_params;
+  dt_norm_partial_kernel<<<DT_NORM_BLOCKS, 256, 0, st>>>(d->g, n, t->part);
+  dt_norm_kernel<<<1, 256, 0, st>>>(t->part, B, hp, t->ctr, t->sums);
+  dt_adamw_kernel<<<(unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048), 256, 0, st>>>(d->p, d->g, t->m, t->v,
+                                                                                              n, hp, t->ctr, t->sums);
+  dt_count_step_kernel<<<1, 1, 0, st>>>(t->ctr, t->sums);
+  return (int)cudaGetLastError();
+}

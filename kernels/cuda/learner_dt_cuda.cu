@@ -1,0 +1,164 @@
+/*
+ * learner_dt_cuda.cu — the CUDA learner's Decision Transformer (backend.h's
+ * dt_step and dt_act; docs/learner.md §16): its device state beside the
+ * learner's (parameters, moments, step counter: the state's DT sections),
+ * PretrainDT as replays of one captured step (dt_train.cu) checked between
+ * groups for a stop, a halt or a divergence, and Act's forward on one
+ * window. The parameters start from the CPU's initialisers, so both
+ * backends begin alike.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "dt_train_cuda.cuh"
+#include "learner_cuda.cuh"
+#include "model.h"
+
+#define DT_GROUP 16 /* replays between checks */
+
+extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen) {
+  if (!c->dt_layers) return LEARNER_OK;
+  static thread_local model_t reg; /* ~45 KB: not on the caller's stack */
+  model_desc_t d;
+  dt_layout_t L;
+  model_desc_from_config(&d, c);
+  int rc = model_build(&reg, &d, err, errlen);
+  if (!rc) rc = dt_layout_init(&L, &reg, c->dt_context, c->dt_heads, err, errlen);
+  if (rc) return rc;
+  m->dt = (cuda_dt_train_t *)calloc(1, sizeof *m->dt);
+  m->dt_act = (cuda_dt_t *)calloc(1, sizeof *m->dt_act);
+  float *host = (float *)malloc(sizeof(float) * (size_t)L.n_params);
+  int e = !m->dt || !m->dt_act || !host;
+  if (!e) e = cuda_dt_train_alloc(m->dt, &L, c->dt_batch);
+  if (!e) e = cuda_dt_alloc(m->dt_act, &L, 1);
+  if (!e) {
+    dt_init_params(&reg, c->seed, host);
+    e = (int)cudaMemcpy(m->dt->dt.p, host, sizeof(float) * (size_t)L.n_params, cudaMemcpyHostToDevice);
+  }
+  free(host);
+  if (e) {
+    snprintf(err, errlen, "dt_batch: GPU allocation for the Decision Transformer failed");
+    return LEARNER_ENOMEM;
+  }
+  return LEARNER_OK;
+}
+
+extern "C" void cuda_learner_dt_free(cuda_learner_t *m) {
+  if (m->dt_exec) cudaGraphExecDestroy(m->dt_exec);
+  if (m->dt_graph) cudaGraphDestroy(m->dt_graph);
+  if (m->dt) cuda_dt_train_free(m->dt);
+  if (m->dt_act) cuda_dt_free(m->dt_act);
+  free(m->dt), free(m->dt_act);
+  m->dt = NULL, m->dt_act = NULL, m->dt_exec = NULL, m->dt_graph = NULL;
+}
+
+static cuda_dt_replay_t replay_of(const cuda_learner_t *m) {
+  cuda_dt_replay_t rp;
+  rp.s = m->s, rp.r = m->r, rp.a = m->a, rp.ep_first = m->ep_first, rp.ep_last = m->ep_last;
+  rp.ring = &m->ds->size; /* size, head, total: consecutive in dev_state_t */
+  rp.cap = m->cfg.replay_capacity, rp.S = m->cfg.state_dim;
+  return rp;
+}
+
+/* one step queued on m->st: the captured graph's replay, or its launches */
+static int launch(cuda_learner_t *m, const cuda_dt_replay_t *rp) {
+  if (!m->cfg.cuda_graph)
+    return cuda_dt_train_step(m->dt, rp, m->cfg.seed, m->cfg.dt_rtg_scale, m->hp, m->st);
+  if (!m->dt_exec) {
+    CUDA_RET(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
+    int e = cuda_dt_train_step(m->dt, rp, m->cfg.seed, m->cfg.dt_rtg_scale, m->hp, m->st);
+    cudaGraph_t g = NULL;
+    const cudaError_t e2 = cudaStreamEndCapture(m->st, &g);
+    if (e || e2 != cudaSuccess) {
+      if (g) cudaGraphDestroy(g);
+      return e ? e : (int)e2;
+    }
+    m->dt_graph = g;
+    CUDA_RET(cudaGraphInstantiate(&m->dt_exec, g, 0));
+  }
+  return (int)cudaGraphLaunch(m->dt_exec, m->st);
+}
+
+extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err,
+                            size_t errlen) {
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  const cuda_dt_replay_t rp = replay_of(m);
+  int has = 0;
+  CUDA_TRY((cudaError_t)cuda_dt_has_episode(m->dt, &rp, m->st, &has), err, errlen);
+  float sums[DT_SUM_ROWS_ANY];
+  memset(sums, 0, sizeof sums);
+  int stopped = 0;
+  if (has) {
+    CUDA_TRY((cudaError_t)cuda_dt_call_begin(m->dt, m->st), err, errlen);
+    for (int done = 0; done < n && !stopped;) {
+      if ((stopped = learner_should_stop(stop))) break;
+      const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
+      for (int i = 0; i < k; i++) CUDA_TRY((cudaError_t)launch(m, &rp), err, errlen);
+      done += k;
+      CUDA_TRY(cudaMemcpyAsync(sums, m->dt->sums, sizeof sums, cudaMemcpyDeviceToHost, m->st), err, errlen);
+      CUDA_TRY(cudaStreamSynchronize(m->st), err, errlen);
+      if (sums[DT_SUM_HALT] != 0) break;
+    }
+  }
+  unsigned long long ctr = 0;
+  CUDA_TRY(cudaMemcpy(&ctr, m->dt->ctr, sizeof ctr, cudaMemcpyDeviceToHost), err, errlen);
+  const int ran = (int)sums[DT_SUM_STEPS];
+  st->dt_step = ctr, st->steps_run = ran;
+  st->loss_mean = ran ? sums[DT_SUM_LOSS_SUM] / (float)ran : 0, st->grad_norm_mean = ran ? sums[DT_SUM_NORM_SUM] / (float)ran : 0;
+  st->loss_last = sums[DT_SUM_LOSS_LAST], st->grad_norm_last = sums[DT_SUM_NORM_LAST], st->lr_last = sums[DT_SUM_LR];
+  if (!has || sums[DT_SUM_WHY] == 1) {
+    snprintf(err, errlen, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
+                          "(submit episodes that end in done or episode_ends)");
+    return LEARNER_EEMPTY;
+  }
+  if (sums[DT_SUM_WHY] == 2) {
+    snprintf(err, errlen, "pre-training step %llu diverged: loss %g, gradient norm %g; it was not applied", ctr + 1,
+             (double)sums[DT_SUM_LOSS_LAST], (double)sums[DT_SUM_NORM_LAST]);
+    return LEARNER_EDIVERGED;
+  }
+  if (stopped) {
+    snprintf(err, errlen, "stopped after %d of %d pre-training steps (%s)", ran, n,
+             stopped == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
+    return LEARNER_ESTOPPED;
+  }
+  return LEARNER_OK;
+}
+
+extern "C" int cuda_dt_act(void *impl, const float *states, const float *rtg, const int32_t *actions,
+                           const int32_t *timesteps, const float *mask, int32_t *action, char *err, size_t errlen) {
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  cuda_dt_t *d = m->dt_act;
+  const dt_layout_t *L = &d->L;
+  const int K = L->K;
+  if (mask[K - 1] == 0) return snprintf(err, errlen, "steps: the window's last step is padding"), LEARNER_EINVAL;
+  CUDA_TRY(cudaMemcpyAsync(d->p, m->dt->dt.p, sizeof(float) * (size_t)L->n_params, cudaMemcpyDeviceToDevice, m->st), err,
+           errlen);
+  CUDA_TRY(cudaMemcpyAsync(d->states, states, sizeof(float) * (size_t)K * L->S, cudaMemcpyHostToDevice, m->st), err,
+           errlen);
+  CUDA_TRY(cudaMemcpyAsync(d->rtg, rtg, sizeof(float) * K, cudaMemcpyHostToDevice, m->st), err, errlen);
+  CUDA_TRY(cudaMemcpyAsync(d->mask, mask, sizeof(float) * K, cudaMemcpyHostToDevice, m->st), err, errlen);
+  CUDA_TRY(cudaMemcpyAsync(d->actions, actions, sizeof(int32_t) * K, cudaMemcpyHostToDevice, m->st), err, errlen);
+  CUDA_TRY(cudaMemcpyAsync(d->timesteps, timesteps, sizeof(int32_t) * K, cudaMemcpyHostToDevice, m->st), err, errlen);
+  CUDA_TRY((cudaError_t)cuda_dt_forward(d, m->st), err, errlen);
+  float z[LEARNER_MAX_BRANCHES * 64];
+  float *zp = L->A <= (int)(sizeof z / sizeof z[0]) ? z : (float *)malloc(sizeof(float) * (size_t)L->A);
+  if (!zp) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
+  cudaError_t e = cudaMemcpyAsync(zp, d->z + (size_t)(K - 1) * L->A, sizeof(float) * (size_t)L->A, cudaMemcpyDeviceToHost,
+                                  m->st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
+  if (e != cudaSuccess) {
+    if (zp != z) free(zp);
+    return snprintf(err, errlen, "dt act: %s", cudaGetErrorString(e)), LEARNER_EDEVICE;
+  }
+  int32_t flat = 0; /* dt_act_f32's rule: per branch the argmax, the lowest index on a tie */
+  for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
+    int best = 0;
+    for (int c = 1; c < L->n[dd]; c++)
+      if (zp[off + c] > zp[off + best]) best = c;
+    flat = flat * L->n[dd] + best;
+  }
+  if (zp != z) free(zp);
+  *action = flat;
+  return LEARNER_OK;
+}
