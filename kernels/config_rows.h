@@ -122,7 +122,7 @@
   R("dt_max_ep_len", LCF_INT32, CF(dt_max_ep_len), 1, 1000000, 0, "1000",                                       \
     "DT: timestep embeddings (timesteps clip to [0, dt_max_ep_len - 1])")                                        \
   R("dt_rtg_scale", LCF_FLOAT, CF(dt_rtg_scale), 1e-6, 1e9, 0, "1000", "DT: returns-to-go are divided by this")  \
-  R("dt_batch", LCF_INT32, CF(dt_batch), 1, 65536, 0, "64", "DT: windows per pre-training step")                \
+  R("dt_batch", LCF_INT32, CF(dt_batch), 1, 65535, 0, "64", "DT: windows per pre-training step")                \
   R("dt_handover", LCF_INT32, CF(dt_handover), 0, 1, 0, "none",                                                  \
     "DT: none, or trunk1 (after PretrainDT, before the first DQN step, the DT's state embedding becomes the "  \
     "first trunk layer; needs dt_embed = trunk_h1)")                                                             \

@@ -217,9 +217,16 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
             const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
-  const dim3 grid((unsigned)((N + DT_TILE - 1) / DT_TILE), (unsigned)((M + DT_TILE - 1) / DT_TILE)), blk(DT_TILE, DT_TILE);
-  dt_gemm_kernel<<<grid, blk, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc);
-  return (int)cudaGetLastError();
+  const int rows = 65535 * DT_TILE; /* grid.y's limit: M in chunks of this many rows */
+  for (int m0 = 0; m0 < M; m0 += rows) {
+    const int mm = M - m0 < rows ? M - m0 : rows;
+    const dim3 grid((unsigned)((N + DT_TILE - 1) / DT_TILE), (unsigned)((mm + DT_TILE - 1) / DT_TILE)),
+        blk(DT_TILE, DT_TILE);
+    dt_gemm_kernel<<<grid, blk, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
+                                         C + (size_t)m0 * ldc, ldc, bias, R ? R + (size_t)m0 * ldr : NULL, ldr, acc);
+    CUDA_RET(cudaGetLastError());
+  }
+  return 0;
 }
 
 int dt_colsum(const float *X, int rows, int cols, int ld, float *out, int acc, cudaStream_t st) {
