@@ -261,7 +261,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, NF},            {&d->dgl, NF},         {&d->dS, NN},
-           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, NF},           {&d->sums, 4}};
+           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, NF},           {&d->sums, 4},
+           {&d->st_real, BK * L->S}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaError_t e = cudaMalloc((void **)f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
     if (e == cudaSuccess) e = cudaMemset(*f[i].ptr, 0, sizeof(float) * (f[i].n ? f[i].n : 1));
@@ -283,7 +284,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dgl, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums};
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cudaFree(*f[i]), *f[i] = NULL;
   cudaFree(d->actions), cudaFree(d->timesteps);
   d->actions = d->timesteps = NULL;

@@ -233,9 +233,9 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* LN_embed, then the embeddings (dx0 in dxf) */
   CUDA_RET(cudaMemsetAsync(d->dxf, 0, sizeof(float) * NE, st));
   CUDA_RET(dt_ln_bwd(d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, d->tmp, st));
-  dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->tmp);
+  dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->st_real);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm(E, L->S, BK, d->dxs, E, 1, d->tmp, L->S, 0, g + L->st_w, L->S, NULL, NULL, 0, 1, st));
+  CUDA_RET(dt_gemm(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, NULL, 0, 1, st));
   CUDA_RET(dt_colsum(d->dxs, BK, E, E, g + L->st_b, 1, st));
   const int64_t n = ((int64_t)L->T + L->A + 1) * E;
   dt_embed_bwd_kernel<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions,

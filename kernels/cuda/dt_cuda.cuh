@@ -35,6 +35,7 @@ typedef struct cuda_dt {
   float *z, *dz;                          /* logits and their gradient [B K, A] */
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dgl, *dS, *dxf, *dxs, *tmp; /* the backward's */
+  float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
 } cuda_dt_t;
 

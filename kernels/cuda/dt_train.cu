@@ -63,42 +63,62 @@ __global__ void dt_sample_kernel(cuda_dt_replay_t rp, unsigned long long seed, c
   }
 }
 
-/* partial sums of g^2, DT_NORM_BLOCKS blocks, each its stride in order */
-__global__ void dt_norm_partial_kernel(const float *g, long long n, float *part) {
-  __shared__ float red[32];
-  float s = 0;
+/* the sum of v over the block in double, in a fixed order */
+static __device__ double dt_block_sum_d(double v, double *sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[w] = v;
+  __syncthreads();
+  double s = 0;
+  for (int i = 0; i < nw; i++) s += sh[i];
+  return s;
+}
+
+/* partial sums of g^2 in double (the CPU's grad_norm sums in double),
+ * DT_NORM_BLOCKS blocks, each its stride in order */
+__global__ void dt_norm_partial_kernel(const float *g, long long n, double *part) {
+  __shared__ double red[32];
+  double s = 0;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
-    s += g[k] * g[k];
-  s = dt_block_sum(s, red);
+    s += (double)g[k] * g[k];
+  s = dt_block_sum_d(s, red);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
 /* the norm, and whether the step applies: a window was drawn, the loss and
- * norm are finite, the call has not halted; the step's scalars into sums */
-__global__ void dt_norm_kernel(const float *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
-                               float *sums) {
-  __shared__ float red[32];
-  float s = 0;
+ * norm are finite, the call has not halted; the step's scalars into sums,
+ * an applied step's into the call's stats (as dt_train_step's loop keeps
+ * them: a halting step's go only to its message) */
+__global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
+                               float *sums, double *acc) {
+  __shared__ double red[32];
+  __shared__ float redf[32];
+  double s = 0;
   for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
-  s = dt_block_sum(s, red);
+  s = dt_block_sum_d(s, red);
   float rows = 0;
   for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
-  rows = dt_block_sum(rows, red);
+  rows = dt_block_sum(rows, redf);
   if (threadIdx.x) return;
   for (int k = 0; k < B; k++) sums[DT_SUM_ROWS_ANY + k] = 0; /* for the next step's draw */
-  const float norm = sqrtf(s), loss = sums[DT_SUM_LOSS];
+  const double norm = sqrt(s);
+  const float loss = sums[DT_SUM_LOSS];
   const int halted = sums[DT_SUM_HALT] != 0;
   int apply = !halted;
-  if (apply && rows == 0) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 1, apply = 0;              /* no window */
-  if (apply && !(isfinite(loss) && isfinite(norm))) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 2, apply = 0; /* diverged */
+  if (apply && rows == 0) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 1, apply = 0; /* no window */
+  if (apply && !(isfinite(loss) && isfinite(norm))) {                               /* diverged */
+    sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 2, apply = 0;
+    sums[DT_SUM_LOSS_HALT] = loss, sums[DT_SUM_NORM_HALT] = (float)norm;
+  }
   /* dt_lr_at (kernels/cpu/dt_train.c) */
   const double f = hp->dt_warmup <= 0 ? 1.0 : (double)(*ctr + 1) / (double)hp->dt_warmup;
   const float lr = f >= 1 ? hp->dt_lr : (float)((double)hp->dt_lr * f);
-  sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = norm, sums[DT_SUM_LR] = lr;
-  if (!halted || apply) { /* the step's stats: the last applied, or the one that halted */
-    sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = norm;
+  sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = (float)norm, sums[DT_SUM_LR] = lr;
+  if (apply) {
+    sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = (float)norm, sums[DT_SUM_LR_LAST] = lr;
+    acc[0] += loss, acc[1] += (float)norm, sums[DT_SUM_STEPS] += 1;
   }
-  if (apply) sums[DT_SUM_LOSS_SUM] += loss, sums[DT_SUM_NORM_SUM] += norm, sums[DT_SUM_STEPS] += 1;
 }
 
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
@@ -144,7 +164,8 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
   if (!e) e = (int)cudaMalloc((void **)&t->m, sizeof(float) * P);
   if (!e) e = (int)cudaMalloc((void **)&t->v, sizeof(float) * P);
   if (!e) e = (int)cudaMalloc((void **)&t->ctr, sizeof(unsigned long long));
-  if (!e) e = (int)cudaMalloc((void **)&t->part, sizeof(float) * DT_NORM_BLOCKS);
+  if (!e) e = (int)cudaMalloc((void **)&t->part, sizeof(double) * DT_NORM_BLOCKS);
+  if (!e) e = (int)cudaMalloc((void **)&t->acc, sizeof(double) * 2);
   if (!e) e = (int)cudaMalloc((void **)&t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
   if (!e) e = (int)cudaMalloc((void **)&t->flag, sizeof(int));
   if (!e) e = (int)cudaMemset(t->m, 0, sizeof(float) * P);
@@ -157,8 +178,9 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
 
 extern "C" void cuda_dt_train_free(cuda_dt_train_t *t) {
   cuda_dt_free(&t->dt);
-  cudaFree(t->m), cudaFree(t->v), cudaFree(t->ctr), cudaFree(t->part), cudaFree(t->sums), cudaFree(t->flag);
-  t->m = t->v = NULL, t->ctr = NULL, t->part = t->sums = NULL, t->flag = NULL;
+  cudaFree(t->m), cudaFree(t->v), cudaFree(t->ctr), cudaFree(t->part), cudaFree(t->acc), cudaFree(t->sums);
+  cudaFree(t->flag);
+  t->m = t->v = NULL, t->ctr = NULL, t->part = t->acc = NULL, t->sums = NULL, t->flag = NULL;
 }
 
 extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaStream_t st, int *has) {
@@ -170,6 +192,7 @@ extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *r
 }
 
 extern "C" int cuda_dt_call_begin(cuda_dt_train_t *t, cudaStream_t st) {
+  CUDA_RET(cudaMemsetAsync(t->acc, 0, sizeof(double) * 2, st));
   return (int)cudaMemsetAsync(t->sums, 0, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + t->dt.B), st);
 }
 
@@ -184,7 +207,7 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
   CUDA_RET(cudaMemcpyAsync(t->sums + DT_SUM_LOSS, d->sums, sizeof(float), cudaMemcpyDeviceToDevice, st));
   const long long n = d->L.n_params;
   dt_norm_partial_kernel<<<DT_NORM_BLOCKS, 256, 0, st>>>(d->g, n, t->part);
-  dt_norm_kernel<<<1, 256, 0, st>>>(t->part, B, hp, t->ctr, t->sums);
+  dt_norm_kernel<<<1, 256, 0, st>>>(t->part, B, hp, t->ctr, t->sums, t->acc);
   dt_adamw_kernel<<<(unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048), 256, 0, st>>>(d->p, d->g, t->m, t->v,
                                                                                               n, hp, t->ctr, t->sums);
   dt_count_step_kernel<<<1, 1, 0, st>>>(t->ctr, t->sums);

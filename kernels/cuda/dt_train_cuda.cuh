@@ -27,11 +27,12 @@ enum {
   DT_SUM_APPLY,         /* 1: it applies */
   DT_SUM_HALT,          /* 1: the call halted (no further step applies) */
   DT_SUM_WHY,           /* 1: no window drawn, 2: not finite */
-  DT_SUM_LOSS_SUM,      /* over the applied steps */
-  DT_SUM_NORM_SUM,
   DT_SUM_STEPS,         /* applied */
-  DT_SUM_LOSS_LAST,     /* the last applied step's, or the halting one's */
+  DT_SUM_LOSS_LAST,     /* the last applied step's (0 when none) */
   DT_SUM_NORM_LAST,
+  DT_SUM_LR_LAST,
+  DT_SUM_LOSS_HALT,     /* the halting step's (the divergence's message) */
+  DT_SUM_NORM_HALT,
   DT_SUM_ROWS_ANY = 16, /* [B]: 1 where the row drew a window this step */
 };
 
@@ -39,7 +40,9 @@ typedef struct cuda_dt_train {
   cuda_dt_t dt;             /* parameters, gradient, activations */
   float *m, *v;             /* Adam moments [n_params] */
   unsigned long long *ctr;  /* pre-training steps taken */
-  float *part, *sums;       /* the norm's partial sums; the call's sums */
+  double *part;             /* the norm's partial sums of squares */
+  double *acc;              /* [2]: the call's sums of the applied steps' losses and norms */
+  float *sums;              /* the call's scalars (DT_SUM_*) */
   int *flag;
 } cuda_dt_train_t;
 

@@ -471,8 +471,8 @@ static int64_t cuda_workspace_estimate(const learner_config_t *c) {
   int64_t dt = 0; /* the DT's gradient and activations (dt_cuda.cuh), and Act's copy of its parameters */
   if (c->dt_layers) {
     const int64_t N = 3 * (int64_t)c->dt_context, Tk = (int64_t)c->dt_batch * N, E = c->dt_embed, NL = c->dt_layers;
-    dt = 4 * (2 * learner_config_num_dt(c) + Tk * E * (12 * NL + 16) + Tk * 4 * E * (2 * NL + 3) +
-              (int64_t)c->dt_batch * c->dt_heads * N * N * (NL + 1));
+    dt = 4 * (4 * learner_config_num_dt(c) + Tk * E * (12 * NL + 16) + Tk * 4 * E * (2 * NL + 3) +
+              (int64_t)c->dt_batch * c->dt_heads * N * N * (NL + 1) + (int64_t)c->dt_batch * c->dt_context * c->state_dim);
   }
   return L.n_params * 4 * 3 + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20) + dt;
 }

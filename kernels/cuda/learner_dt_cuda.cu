@@ -15,7 +15,9 @@
 #include "learner_cuda.cuh"
 #include "model.h"
 
-#define DT_GROUP 16 /* replays between checks */
+/* replays between the checks for a stop (docs/learner.md §16): a stop or a
+ * deadline ends the call within this many whole steps */
+#define DT_GROUP 16
 
 extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen) {
   if (!c->dt_layers) return LEARNER_OK;
@@ -74,8 +76,13 @@ static int launch(cuda_learner_t *m, const cuda_dt_replay_t *rp) {
       if (g) cudaGraphDestroy(g);
       return e ? e : (int)e2;
     }
+    const cudaError_t e3 = cudaGraphInstantiate(&m->dt_exec, g, 0);
+    if (e3 != cudaSuccess) {
+      cudaGraphDestroy(g);
+      m->dt_exec = NULL;
+      return (int)e3;
+    }
     m->dt_graph = g;
-    CUDA_RET(cudaGraphInstantiate(&m->dt_exec, g, 0));
   }
   return (int)cudaGraphLaunch(m->dt_exec, m->st);
 }
@@ -102,11 +109,13 @@ extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner
     }
   }
   unsigned long long ctr = 0;
+  double acc[2] = {0, 0};
   CUDA_TRY(cudaMemcpy(&ctr, m->dt->ctr, sizeof ctr, cudaMemcpyDeviceToHost), err, errlen);
+  if (has) CUDA_TRY(cudaMemcpy(acc, m->dt->acc, sizeof acc, cudaMemcpyDeviceToHost), err, errlen);
   const int ran = (int)sums[DT_SUM_STEPS];
   st->dt_step = ctr, st->steps_run = ran;
-  st->loss_mean = ran ? sums[DT_SUM_LOSS_SUM] / (float)ran : 0, st->grad_norm_mean = ran ? sums[DT_SUM_NORM_SUM] / (float)ran : 0;
-  st->loss_last = sums[DT_SUM_LOSS_LAST], st->grad_norm_last = sums[DT_SUM_NORM_LAST], st->lr_last = sums[DT_SUM_LR];
+  st->loss_mean = ran ? (float)(acc[0] / ran) : 0, st->grad_norm_mean = ran ? (float)(acc[1] / ran) : 0;
+  st->loss_last = sums[DT_SUM_LOSS_LAST], st->grad_norm_last = sums[DT_SUM_NORM_LAST], st->lr_last = sums[DT_SUM_LR_LAST];
   if (!has || sums[DT_SUM_WHY] == 1) {
     snprintf(err, errlen, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
                           "(submit episodes that end in done or episode_ends)");
@@ -114,7 +123,7 @@ extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner
   }
   if (sums[DT_SUM_WHY] == 2) {
     snprintf(err, errlen, "pre-training step %llu diverged: loss %g, gradient norm %g; it was not applied", ctr + 1,
-             (double)sums[DT_SUM_LOSS_LAST], (double)sums[DT_SUM_NORM_LAST]);
+             (double)sums[DT_SUM_LOSS_HALT], (double)sums[DT_SUM_NORM_HALT]);
     return LEARNER_EDIVERGED;
   }
   if (stopped) {
