@@ -278,6 +278,7 @@ END_TEST
 
 int main(void) {
   tu_gpu_or_skip();
+  snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
   Suite *s = suite_create("gpu-dt");
   TCase *tc = tcase_create("gpu-dt");
   tcase_set_timeout(tc, 120);

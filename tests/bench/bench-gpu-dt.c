@@ -1,0 +1,93 @@
+/*
+ * bench-gpu-dt — the Decision Transformer's pre-training step on the GPU
+ * (issue 30 item 7): the reference sizes (context 20, embed 128, 3 layers, 1
+ * head, the ref config's state 64 and branches 9,3,3) at each batch, µs per
+ * PretrainDT step and the TFLOP/s reached (the GEMMs' and attention's
+ * multiply-adds x 2, forward and twice that backward: the same count as
+ * tests/bench/peers/dt_torch.py prints). The replay holds 2,000 episodes of
+ * 100 steps. Arguments: the batches (default 64,256), tensor_cores (only 0:
+ * the DT kernels are fp32), a JSON file. A warm-up call, then the median of
+ * 3 timed calls of 50 steps. Exits 77 with no usable GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "benchutil.h"
+#include "learner.h"
+#include "philox.h"
+
+int cuda_probe(char *name, size_t namelen);
+
+#define EPISODES 2000
+#define EP_LEN 100
+
+static void feed(learner_t *l) {
+  const learner_config_t *c = learner_config(l);
+  const int n = EPISODES * EP_LEN, S = c->state_dim;
+  float *s = malloc(sizeof(float) * (size_t)n * S), *r = malloc(sizeof(float) * n);
+  int32_t *a = malloc(sizeof(int32_t) * n);
+  uint8_t *d = calloc(n, 1);
+  if (!s || !r || !a || !d) exit(1);
+  for (int i = 0; i < n * S; i += 4) {
+    float g[4];
+    philox_normal4(philox_draw(9, 80, 0, (uint32_t)(i / 4)), g);
+    for (int k = 0; k < 4 && i + k < n * S; k++) s[i + k] = g[k];
+  }
+  for (int i = 0; i < n; i++) a[i] = (i * 7) % 81, r[i] = (float)(i % 7) - 3, d[i] = i % EP_LEN == EP_LEN - 1;
+  learner_transitions_t t = {n, s, a, r, s, d, NULL, NULL};
+  char err[256];
+  if (learner_submit(l, &t, err, sizeof err)) fprintf(stderr, "submit: %s\n", err), exit(1);
+  free(s), free(r), free(a), free(d);
+}
+
+static double step_flops(int B, int K, int E, int L, int nh, int S, int A) {
+  const double N = 3.0 * K, T = B * N;
+  const double per_layer = T * (12.0 * E * E) + (double)B * nh * N * N * (E / nh) * 2;
+  return 2 * 3 * (L * per_layer + (double)B * K * ((double)S * E + (double)E * A));
+}
+
+int main(int argc, char **argv) {
+  char dev[256];
+  if (!cuda_probe(dev, sizeof dev)) {
+    printf("no usable CUDA device (%s): skipped\n", dev);
+    return 77;
+  }
+  const char *batches = argc > 1 ? argv[1] : "64,256";
+  FILE *js = argc > 3 ? fopen(argv[3], "w") : NULL;
+  printf("device: %s; Decision Transformer, context 20, embed 128, 3 layers, 1 head, state 64, branches 9,3,3, fp32\n",
+         dev);
+  if (js) fprintf(js, "[\n");
+  int first = 1;
+  for (const char *p = batches; *p;) {
+    const int B = atoi(p);
+    learner_config_t c;
+    learner_config_default(&c);
+    c.replay_capacity = EPISODES * EP_LEN;
+    c.dt_layers = 3, c.dt_context = 20, c.dt_embed = 128, c.dt_heads = 1, c.dt_max_ep_len = 1000, c.dt_batch = B;
+    c.hp.dt_warmup = 1000;
+    learner_t *l;
+    char err[512];
+    if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) fprintf(stderr, "%s\n", err), exit(1);
+    feed(l);
+    learner_dt_stats_t st;
+    if (learner_pretrain_dt(l, 20, NULL, &st, err, sizeof err)) fprintf(stderr, "%s\n", err), exit(1);
+    double t[3];
+    for (int k = 0; k < 3; k++) {
+      const double t0 = bench_now();
+      if (learner_pretrain_dt(l, 50, NULL, &st, err, sizeof err)) fprintf(stderr, "%s\n", err), exit(1);
+      t[k] = (bench_now() - t0) / 50;
+    }
+    const double med = t[0] < t[1] ? (t[1] < t[2] ? t[1] : (t[0] < t[2] ? t[2] : t[0]))
+                                   : (t[0] < t[2] ? t[0] : (t[1] < t[2] ? t[2] : t[1]));
+    const double tf = step_flops(B, 20, 128, 3, 1, 64, 15) / med / 1e12;
+    printf("B=%5d dqnd cuda fp32 %9.1f us/step %6.2f TFLOP/s loss %.4f\n", B, med * 1e6, tf, (double)st.loss_last);
+    if (js) fprintf(js, "%s {\"batch\": %d, \"us_per_step\": %.2f, \"tflops\": %.3f}", first ? "" : ",\n", B, med * 1e6, tf);
+    first = 0;
+    learner_destroy(l);
+    while (*p && *p != ',') p++;
+    if (*p == ',') p++;
+  }
+  if (js) fprintf(js, "\n]\n"), fclose(js);
+  return 0;
+}
