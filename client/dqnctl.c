@@ -544,7 +544,7 @@ static const cli_opt_t o_demo[] = {{"--name", "NAME", "the trainer's name (defau
                                    {"--bits", "N", "bitflip: the number of bits (default 10)"},
                                    {"--obs-scale", "X", "deepsea: the one-hot observation's value (default N; 1 is bsuite's)"},
                                    {"--backend", "B", "cpu, cuda or auto"},
-                                   {"--dt", NULL, "meanrev: then pre-train a Decision Transformer trainer (NAME-dt, cpu unless --backend) on random and DQN episodes and act by return conditioning (exit 5 below 80% of optimal)"},
+                                   {"--dt", NULL, "meanrev: then pre-train a Decision Transformer trainer (NAME-dt) on random and DQN episodes and act by return conditioning (exit 5 below 80% of optimal)"},
                                    {NULL, NULL, NULL}};
 
 static const char h_submit[] =

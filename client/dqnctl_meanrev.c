@@ -88,9 +88,7 @@ int demo_meanrev_dt(ctx_t *x, const cli_args_t *a, const demo_driver_t *dqn, con
   if (rc) return rc;
   char given[80], name[72];
   snprintf(given, sizeof given, "%s-dt", dqn_name);
-  /* the Decision Transformer runs on the CPU backend (cuda has no DT kernels yet) unless --backend says */
-  const char *be = opt(x, a, "--backend") ? opt(x, a, "--backend") : "cpu";
-  if ((rc = demo_create_as(x, cmd, given, be, &c, name, sizeof name))) return rc;
+  if ((rc = demo_create_as(x, cmd, given, opt(x, a, "--backend"), &c, name, sizeof name))) return rc;
   meanrev_dt_opts_t o;
   meanrev_dt_opts_default(&o);
   o.context = c.dt_context;
