@@ -13,77 +13,37 @@
 
 /* C[M, N] (=, or += with acc) op(A)[M, K] op(B)[K, N] + bias[N] + R[M, N]:
  * op(A)[m, k] = ta ? A[k lda + m] : A[m lda + k], op(B)[k, n] = tb ? B[n ldb +
- * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, 4 x 4
- * outputs a thread, k in chunks of 16 through shared memory; every output
- * is summed in k order (reruns are bit for bit) */
-#define DG_BM 64
-#define DG_BK 16
-__global__ void __launch_bounds__(256) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
-                                                      const float *B, int ldb, int tb, float *C, int ldc,
-                                                      const float *bias, const float *R, int ldr, int acc) {
-  __shared__ float As[DG_BK][DG_BM + 4], Bs[DG_BK][DG_BM + 4];
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM;
-  float s[4][4] = {{0}};
-  for (int k0 = 0; k0 < K; k0 += DG_BK) {
-    /* 64 x 16 of op(A) and 16 x 64 of op(B): 4 loads a thread each, along
-     * the contiguous axis of the source */
-    for (int x = tid; x < DG_BM * DG_BK; x += 256) {
-      int mm, kk;
-      if (ta) kk = x / DG_BM, mm = x % DG_BM; /* A[k lda + m]: m contiguous */
-      else mm = x / DG_BK, kk = x % DG_BK;    /* A[m lda + k]: k contiguous */
-      const int m = m0 + mm, k = k0 + kk;
-      As[kk][mm] = m < M && k < K ? (ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) : 0.0f;
-      int nn, kb;
-      if (tb) nn = x / DG_BK, kb = x % DG_BK; /* B[n ldb + k]: k contiguous */
-      else kb = x / DG_BM, nn = x % DG_BM;    /* B[k ldb + n]: n contiguous */
-      const int n = n0 + nn, kq = k0 + kb;
-      Bs[kb][nn] = n < N && kq < K ? (tb ? B[(size_t)n * ldb + kq] : B[(size_t)kq * ldb + n]) : 0.0f;
-    }
+ * k] : B[k ldb + n]; one output a thread, k in tiles of DT_TILE, summed in
+ * k order */
+__global__ void dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+                               float *C, int ldc, const float *bias, const float *R, int ldr, int acc) {
+  __shared__ float As[DT_TILE][DT_TILE + 1], Bs[DT_TILE][DT_TILE + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int m = blockIdx.y * DT_TILE + ty, n = blockIdx.x * DT_TILE + tx;
+  float s = 0;
+  for (int k0 = 0; k0 < K; k0 += DT_TILE) {
+    const int ka = k0 + tx, kb = k0 + ty;
+    const int mA = blockIdx.y * DT_TILE + ty, nB = blockIdx.x * DT_TILE + tx;
+    As[ty][tx] = mA < M && ka < K ? (ta ? A[(size_t)ka * lda + mA] : A[(size_t)mA * lda + ka]) : 0.0f;
+    Bs[ty][tx] = nB < N && kb < K ? (tb ? B[(size_t)nB * ldb + kb] : B[(size_t)kb * ldb + nB]) : 0.0f;
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < DG_BK; kk++) {
-      float a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i], b[i] = Bs[kk][tx + 16 * i];
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) s[i][j] = fmaf(a[i], b[j], s[i][j]);
-    }
+    for (int kk = 0; kk < DT_TILE; kk++) s = fmaf(As[ty][kk], Bs[kk][tx], s);
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-      if (m >= M || n >= N) continue;
-      float v = s[i][j];
-      if (bias) v += bias[n];
-      if (R) v += R[(size_t)m * ldr + n];
-      float *c = C + (size_t)m * ldc + n;
-      *c = acc ? *c + v : v;
-    }
+  if (m >= M || n >= N) return;
+  if (bias) s += bias[n];
+  if (R) s += R[(size_t)m * ldr + n];
+  float *c = C + (size_t)m * ldc + n;
+  *c = acc ? *c + s : s;
 }
 
-/* the column sums of X (or of X Y, elementwise, when Y is not NULL) over
- * chunks of rows: part[ch cols + c] = sum over the rows of chunk ch, in order */
-__global__ void dt_colsum_part_kernel(const float *X, const float *Y, int rows, int cols, int ld, int per, float *part) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x, ch = blockIdx.y;
-  if (c >= cols) return;
-  const int r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
-  float s = 0;
-  for (int r = ch * per; r < r1; r++) s += Y ? X[(size_t)r * ld + c] * Y[(size_t)r * ld + c] : X[(size_t)r * ld + c];
-  part[(size_t)ch * cols + c] = s;
-}
-
-/* out[c] (=, or +=) the chunks' partial sums, in chunk order */
-__global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc) {
+/* out[c] (=, or +=) sum over rows r of X[r ld + c], rows in order */
+__global__ void dt_colsum_kernel(const float *X, int rows, int cols, int ld, float *out, int acc) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   float s = 0;
-  for (int ch = 0; ch < chunks; ch++) s += part[(size_t)ch * cols + c];
+  for (int r = 0; r < rows; r++) s += X[(size_t)r * ld + c];
   out[c] = acc ? out[c] + s : s;
 }
 
@@ -257,29 +217,20 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
             const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
-  const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
+  const int rows = 65535 * DT_TILE; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
-    const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
-    dt_gemm_kernel<<<grid, 256, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
+    const dim3 grid((unsigned)((N + DT_TILE - 1) / DT_TILE), (unsigned)((mm + DT_TILE - 1) / DT_TILE)),
+        blk(DT_TILE, DT_TILE);
+    dt_gemm_kernel<<<grid, blk, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
                                          C + (size_t)m0 * ldc, ldc, bias, R ? R + (size_t)m0 * ldr : NULL, ldr, acc);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
 
-int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
-              cudaStream_t st) {
-  /* up to 64 chunks of rows, as many as the scratch holds (a fixed count for
-   * the shapes: the same sums in the same order on every call) */
-  long long chunks = rows < 64 ? rows : 64;
-  if (chunks * cols > (long long)cap) chunks = (long long)cap / cols;
-  if (chunks < 1) chunks = 1;
-  const int per = (int)((rows + chunks - 1) / chunks);
-  chunks = (rows + per - 1) / per;
-  dt_colsum_part_kernel<<<dim3((unsigned)((cols + 127) / 128), (unsigned)chunks), 128, 0, st>>>(X, Y, rows, cols, ld,
-                                                                                              per, part);
-  dt_colsum_final_kernel<<<(unsigned)((cols + 127) / 128), 128, 0, st>>>(part, (int)chunks, cols, out, acc);
+int dt_colsum(const float *X, int rows, int cols, int ld, float *out, int acc, cudaStream_t st) {
+  dt_colsum_kernel<<<(unsigned)((cols + 127) / 128), 128, 0, st>>>(X, rows, cols, ld, out, acc);
   return (int)cudaGetLastError();
 }
 
@@ -320,13 +271,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
       return (int)e;
     }
   }
-  /* the column sums' scratch: 64 chunks of the widest sum (4E; a branch's n_d) */
-  int widest = 4 * L->E;
-  for (int i = 0; i < L->D; i++) widest = L->n[i] > widest ? L->n[i] : widest;
-  d->tmp_cap = NF > (size_t)64 * widest ? NF : (size_t)64 * widest;
-  cudaFree(d->tmp);
-  cudaError_t e = cudaMalloc((void **)&d->tmp, sizeof(float) * d->tmp_cap);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
+  cudaError_t e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->timesteps, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);

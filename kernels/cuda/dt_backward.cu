@@ -33,6 +33,18 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
   for (int e = lane; e < E; e += 32) dx[(size_t)tok * E + e] += r * (g[e] * gam[e] - m1 - xh[e] * m2);
 }
 
+/* dgamma[e] += sum_t dy xhat, dbeta[e] += sum_t dy, tokens in order */
+__global__ void dt_ln_param_kernel(const float *dy, const float *xhat, int T, int E, float *dg, float *db) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= E) return;
+  float sg = 0, sb = 0;
+  for (int t = 0; t < T; t++) {
+    const float d = dy[(size_t)t * E + e];
+    sg += d * xhat[(size_t)t * E + e], sb += d;
+  }
+  dg[e] += sg, db[e] += sb;
+}
+
 __global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float x = u[i], t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
@@ -109,88 +121,66 @@ __global__ void dt_state_rows_kernel(const float *dx0, const float *states, cons
   for (int i = threadIdx.x; i < S; i += blockDim.x) st[(size_t)s * S + i] = mask[s] != 0 ? states[(size_t)s * S + i] : 0.0f;
 }
 
-/* the embeddings' gradients, one block a row: the time embedding's rows
- * (all three tokens of each real step of that clipped timestep), each
- * branch's action rows, and a last row for W_R and b_R (the return-to-go
- * tokens). The block scans the steps 128 at a time, lists the ones that are
- * the row's in step order (a ballot and a prefix over the warps), then adds
- * their tokens' gradients in that order: each element is the CPU's sum
- * over steps in order, for about steps + matches x E work a row instead of
- * steps x E. E <= 128 x DT_EMB_PER. */
-#define DT_EMB_PER 32
-__global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, const float *dx0, const float *rtg,
-                                                           const float *mask, const int32_t *actions,
-                                                           const int32_t *timesteps, int BK, float *g) {
-  __shared__ int list[128], wcount[4];
-  const int E = L.E, K = L.K, tid = threadIdx.x, lane = tid & 31, w = tid / 32;
-  const int64_t r = blockIdx.x;
-  const int rrow = r == (int64_t)L.T + L.A; /* the W_R, b_R row */
-  int d = 0, c = (int)(r - L.T);
-  if (!rrow && r >= L.T)
-    while (c >= L.n[d]) c -= L.n[d], d++;
-  float aw[DT_EMB_PER], ab[DT_EMB_PER];
-#pragma unroll
-  for (int k = 0; k < DT_EMB_PER; k++) aw[k] = 0, ab[k] = 0;
-  for (int s0 = 0; s0 < BK; s0 += 128) {
-    const int s = s0 + tid;
-    int match = 0;
-    if (s < BK && mask[s] != 0) {
-      if (rrow) match = 1;
-      else if (r < L.T) {
-        int tm = timesteps[s];
-        tm = tm < 0 ? 0 : tm >= L.T ? L.T - 1 : tm;
-        match = tm == r;
-      } else match = (actions[s] / L.radix_after[d]) % L.n[d] == c;
+/* the embeddings' gradients, one thread an element, the steps in order: W_R
+ * and b_R (the return-to-go tokens), the time embedding (all three tokens of
+ * each real step of that clipped timestep), each branch's action embedding */
+__global__ void dt_embed_bwd_kernel(const dt_layout_t L, const float *dx0, const float *rtg, const float *mask,
+                                    const int32_t *actions, const int32_t *timesteps, int BK, float *g) {
+  const int E = L.E, K = L.K;
+  const int64_t rows = (int64_t)L.T + L.A + 1; /* time rows, action rows (all branches), the R row */
+  const int64_t id = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (id >= rows * E) return;
+  const int64_t r = id / E;
+  const int e = (int)(id % E);
+  if (r == rows - 1) { /* W_R, b_R */
+    float sw = 0, sb = 0;
+    for (int s = 0; s < BK; s++) {
+      if (mask[s] == 0) continue;
+      const float d = dx0[((size_t)(s / K) * 3 * K + 3 * (s % K)) * E + e];
+      sw += d * rtg[s], sb += d;
     }
-    const unsigned bal = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) wcount[w] = __popc(bal);
-    __syncthreads();
-    int base = 0, total = 0;
-    for (int k = 0; k < 4; k++) base += k < w ? wcount[k] : 0, total += wcount[k];
-    if (match) list[base + __popc(bal & ((1u << lane) - 1))] = s;
-    __syncthreads();
-    for (int i = 0; i < total; i++) {
-      const int st = list[i];
-      const float *x = dx0 + ((size_t)(st / K) * 3 * K + 3 * (st % K)) * E;
-#pragma unroll
-      for (int k = 0; k < DT_EMB_PER; k++) {
-        const int e = tid + 128 * k;
-        if (e >= E) break;
-        if (rrow) aw[k] += x[e] * rtg[st], ab[k] += x[e];
-        else if (r < L.T) aw[k] += x[e] + x[E + e] + x[2 * E + e];
-        else aw[k] += x[2 * E + e];
-      }
+    g[L.rtg_w + e] += sw, g[L.rtg_b + e] += sb;
+    return;
+  }
+  if (r < L.T) { /* time row r */
+    float acc = 0;
+    for (int s = 0; s < BK; s++) {
+      if (mask[s] == 0) continue;
+      int tm = timesteps[s];
+      tm = tm < 0 ? 0 : tm >= L.T ? L.T - 1 : tm;
+      if (tm != r) continue;
+      const float *x = dx0 + ((size_t)(s / K) * 3 * K + 3 * (s % K)) * E + e;
+      acc += x[0] + x[E] + x[2 * E];
     }
-    __syncthreads(); /* list and wcount are rewritten next */
+    g[L.time + (size_t)r * E + e] += acc;
+    return;
   }
-#pragma unroll
-  for (int k = 0; k < DT_EMB_PER; k++) {
-    const int e = tid + 128 * k;
-    if (e >= E) break;
-    if (rrow) g[L.rtg_w + e] += aw[k], g[L.rtg_b + e] += ab[k];
-    else if (r < L.T) g[L.time + (size_t)r * E + e] += aw[k];
-    else g[L.act_emb[d] + (size_t)c * E + e] += aw[k];
+  int c = (int)(r - L.T), d = 0; /* branch d's row c */
+  while (c >= L.n[d]) c -= L.n[d], d++;
+  float acc = 0;
+  for (int s = 0; s < BK; s++) {
+    if (mask[s] == 0 || (actions[s] / L.radix_after[d]) % L.n[d] != c) continue;
+    acc += dx0[((size_t)(s / K) * 3 * K + 3 * (s % K) + 2) * E + e];
   }
+  g[L.act_emb[d] + (size_t)c * E + e] += acc;
 }
 
 // launchers
 
-/* ... and dgamma += the column sums of dy xhat, dbeta += those of dy */
 int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
-              float *dgam, float *dbet, float *tmp, size_t cap, cudaStream_t st) {
+              float *dgam, float *dbet, float *tmp, cudaStream_t st) {
+  (void)tmp;
   dt_ln_bwd_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx);
-  CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_colsum(dy, xhat, T, E, E, dgam, 1, tmp, cap, st));
-  return dt_colsum(dy, NULL, T, E, E, dbet, 1, tmp, cap, st);
+  dt_ln_param_kernel<<<(unsigned)((E + 127) / 128), 128, 0, st>>>(dy, xhat, T, E, dgam, dbet);
+  return (int)cudaGetLastError();
 }
 
 /* a linear layer's backward over T tokens: dW += dy^T x, db += colsum dy,
  * dx (=, or += with acc) dy W */
-static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
+static int lin_bwd(float *g, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
                    int out, float *dx, int acc, cudaStream_t st) {
-  float *g = d->g;
   CUDA_RET(dt_gemm(out, in, T, dy, out, 1, x, in, 0, g + w, in, NULL, NULL, 0, 1, st));
-  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_colsum(dy, T, out, out, g + b, 1, st));
   return dx ? dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st) : 0;
 }
 
@@ -204,50 +194,51 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* the heads, at the state tokens */
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
     CUDA_RET(dt_gemm(L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, NULL, NULL, 0, 1, st));
-    CUDA_RET(dt_colsum(d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
+    CUDA_RET(dt_colsum(d->dz + off, BK, L->n[dd], L->A, g + L->head_b[dd], 1, st));
     CUDA_RET(dt_gemm(BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
                      st));
   }
   dt_scatter_state_kernel<<<(unsigned)T, 128, 0, st>>>(d->dxs, K, E, d->dxf);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cudaMemsetAsync(d->dX, 0, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_ln_bwd(d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, d->tmp, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
     const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
     const float *P = d->P + l * NN;
     /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2 */
-    CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->dgl, 0, st));
+    CUDA_RET(lin_bwd(g, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->dgl, 0, st));
     dt_gelu_bwd_kernel<<<(unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096), 256, 0, st>>>(u, d->dgl, d->du,
                                                                                                     NF);
     CUDA_RET(cudaGetLastError());
-    CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, st));
+    CUDA_RET(lin_bwd(g, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, st));
     CUDA_RET(cudaMemcpyAsync(d->dxm, d->dX, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
     CUDA_RET(dt_ln_bwd(d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, g + o->ln2_w,
-                       g + o->ln2_b, d->tmp, d->tmp_cap, st));
+                       g + o->ln2_b, d->tmp, st));
     /* xm = X_l + W_o att + b_o */
-    CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, st));
+    CUDA_RET(lin_bwd(g, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, st));
     dt_attn_bwd_q_kernel<<<dim3((unsigned)N, (unsigned)nh, (unsigned)d->B), 128, sizeof(float) * (N + 32), st>>>(
         P, d->datt, k, v, K, E, nh, scale, d->dS, d->dq);
     dt_attn_bwd_kv_kernel<<<dim3((unsigned)N, (unsigned)nh, (unsigned)d->B), 128, 0, st>>>(P, d->dS, q, d->datt, K, E,
                                                                                           nh, scale, d->dk, d->dv);
     CUDA_RET(cudaGetLastError());
-    CUDA_RET(lin_bwd(d, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, st));
-    CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, st));
-    CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, st));
+    CUDA_RET(lin_bwd(g, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, st));
+    CUDA_RET(lin_bwd(g, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, st));
+    CUDA_RET(lin_bwd(g, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, st));
     CUDA_RET(cudaMemcpyAsync(d->dX, d->dxm, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
     CUDA_RET(dt_ln_bwd(d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, g + o->ln1_w,
-                       g + o->ln1_b, d->tmp, d->tmp_cap, st));
+                       g + o->ln1_b, d->tmp, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf) */
   CUDA_RET(cudaMemsetAsync(d->dxf, 0, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_ln_bwd(d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, d->tmp, st));
   dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->st_real);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_gemm(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, NULL, 0, 1, st));
-  CUDA_RET(dt_colsum(d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
-  dt_embed_bwd_kernel<<<(unsigned)(L->T + L->A + 1), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions,
-                                                                     d->timesteps, BK, g);
+  CUDA_RET(dt_colsum(d->dxs, BK, E, E, g + L->st_b, 1, st));
+  const int64_t n = ((int64_t)L->T + L->A + 1) * E;
+  dt_embed_bwd_kernel<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions,
+                                                                   d->timesteps, BK, g);
   return (int)cudaGetLastError();
 }
