@@ -8,8 +8,8 @@
  * tokens are computed from zeros and reach nothing (they are never keys,
  * their output gradients are zero), so their rows add exact zeros. Every sum
  * has a fixed order (no atomics): reruns are bit-identical. The GEMMs are
- * plain 16 x 16 shared-memory tiles: correct first (kernels/dev has the
- * plan for fast ones).
+ * plain 16 x 16 shared-memory tiles: correct first (kernels/dev/patches/
+ * dt-cuda-speed-1.patch has the next version, not yet run on a GPU).
  */
 #ifndef DQN_CUDA_DT_CUH
 #define DQN_CUDA_DT_CUH
