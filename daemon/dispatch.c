@@ -503,9 +503,7 @@ static void run_step(trainer_job_t *j) {
   }
   if (rc == LEARNER_ESTOPPED) { /* OK: the steps that ran are whole and kept */
     sr.stopped = 1;
-    sr.stop_reason = stop.why == LEARNER_STOP_DEADLINE ? "deadline"
-                     : why == TRAINER_STOP_SHUTDOWN    ? "shutdown"
-                                                       : "cancelled";
+    sr.stop_reason = (char *)dispatch_stop_reason(&stop, why);
     log_info(t->name, "Step %s: %s", sr.stop_reason, err);
   }
   rep_t r = DQND__V1__REPLY__INIT;
@@ -513,6 +511,10 @@ static void run_step(trainer_job_t *j) {
   r.step = &sr;
   dispatch_reply_ok(c, &r);
   free(sts), free(mps), free(mpp), free(div);
+}
+
+const char *dispatch_stop_reason(const learner_stop_t *stop, int why) {
+  return stop->why == LEARNER_STOP_DEADLINE ? "deadline" : why == TRAINER_STOP_SHUTDOWN ? "shutdown" : "cancelled";
 }
 
 /* Cancel: answered on the nng thread (F_DIRECT), never queued behind the

@@ -80,9 +80,7 @@ void dispatch_run_pretrain_dt(trainer_job_t *j) {
   pr.tokens_per_s = secs > 0 ? (double)steps * 3.0 * t->cfg.dt_context * t->cfg.dt_batch / secs : 0;
   if (rc == LEARNER_ESTOPPED) {
     pr.stopped = 1;
-    pr.stop_reason = stop.why == LEARNER_STOP_DEADLINE ? "deadline"
-                     : why == TRAINER_STOP_SHUTDOWN    ? "shutdown"
-                                                       : "cancelled";
+    pr.stop_reason = (char *)dispatch_stop_reason(&stop, why);
     log_info(t->name, "PretrainDT %s: %s", pr.stop_reason, err);
   }
   rep_t r = DQND__V1__REPLY__INIT;

@@ -64,6 +64,9 @@ int dispatch_member_diverged(trainer_job_t *j);
 int dispatch_check_copy(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
 void dispatch_run_copy(trainer_job_t *j);
 
+/* a long command's stop_reason: "deadline", "shutdown" or "cancelled"
+ * (stop from the learner, why from trainer_long_end) */
+const char *dispatch_stop_reason(const learner_stop_t *stop, int why);
 /* the Decision Transformer's commands (dispatch_dt.c): PretrainDT, and Act
  * with policy "dt" (check_act and run_act hand it over) */
 int dispatch_check_pretrain_dt(const req_t *r, trainer_job_t *j, char *err, size_t errlen);

@@ -301,12 +301,18 @@ int64_t learner_config_num_prior(const learner_config_t *c) {
   return L.has_prior ? L.n_prior : 0;
 }
 
-int64_t learner_config_num_dt(const learner_config_t *c) {
-  if (c->dt_layers < 1) return 0;
-  static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
+/* c's parameter registry (model.h) in one thread-local model (~45 KB: not
+ * on the caller's stack), or NULL and why when it cannot be built */
+static const model_t *config_registry(const learner_config_t *c, char *why, size_t n) {
+  static _Thread_local model_t m;
   model_desc_t d;
   model_desc_from_config(&d, c);
-  return model_build(&m, &d, NULL, 0) ? 0 : m.size[MODEL_VEC_DT];
+  return model_build(&m, &d, why, n) ? NULL : &m;
+}
+
+int64_t learner_config_num_dt(const learner_config_t *c) {
+  const model_t *m = c->dt_layers < 1 ? NULL : config_registry(c, NULL, 0);
+  return m ? m->size[MODEL_VEC_DT] : 0;
 }
 
 int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errlen) {
@@ -391,11 +397,7 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
       seterr(err, errlen, "attn_heads: %d must be >= 1 when attn_tokens is %d", c->attn_heads, c->attn_tokens);
       return LEARNER_EINVAL;
     }
-    static _Thread_local model_t m; /* ~45 KB: not on the caller's stack */
-    model_desc_t d;
-    model_desc_from_config(&d, c);
-    int rc = model_build(&m, &d, err, errlen);
-    if (rc) return rc;
+    if (!config_registry(c, err, errlen)) return LEARNER_EINVAL;
   }
   /* docs/learner.md §9: obs (O >= 0) | achieved goal (G) | desired goal (G) */
   if (c->her_goal_dim < 0 || 2LL * c->her_goal_dim > c->state_dim) {
@@ -417,11 +419,8 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     return LEARNER_EINVAL;
   }
   if (c->ensemble_k > 1 || c->ensemble_prior_scale > 0) {
-    static _Thread_local model_t m;
-    model_desc_t d;
-    model_desc_from_config(&d, c);
     char why[200];
-    if (model_build(&m, &d, why, sizeof why)) {
+    if (!config_registry(c, why, sizeof why)) {
       seterr(err, errlen, "ensemble_k: %d head sets do not fit (%s)", c->ensemble_k, why);
       return LEARNER_EINVAL;
     }
@@ -441,11 +440,8 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
              c->dt_context, c->dt_embed);
       return LEARNER_EINVAL;
     }
-    static _Thread_local model_t m;
-    model_desc_t d;
-    model_desc_from_config(&d, c);
     char why[200];
-    if (model_build(&m, &d, why, sizeof why)) {
+    if (!config_registry(c, why, sizeof why)) {
       seterr(err, errlen, "dt_layers: %d blocks do not fit (%s)", c->dt_layers, why);
       return LEARNER_EINVAL;
     }

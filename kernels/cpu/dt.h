@@ -45,6 +45,9 @@ typedef struct dt_layout {
 /* From a registry built with dt_layers > 0: context K and nh heads (E % nh
  * == 0). 0, or LEARNER_EINVAL naming the field. */
 int dt_layout_init(dt_layout_t *L, const model_t *m, int context, int heads, char *err, size_t errlen);
+/* The registry (into *reg) and the layout of a config with dt_layers > 0: the
+ * backends' one way to them. 0, or LEARNER_EINVAL naming the field. */
+int dt_layout_from_config(const learner_config_t *c, model_t *reg, dt_layout_t *L, char *err, size_t errlen);
 
 /* One batch of windows: states [B, K, S], rtg [B, K] (already divided by
  * dt_rtg_scale), actions [B, K] (flat joint), timesteps [B, K] (raw: clipped

@@ -61,3 +61,10 @@ int dt_layout_init(dt_layout_t *L, const model_t *m, int context, int heads, cha
 #undef OFF
   return rc;
 }
+
+int dt_layout_from_config(const learner_config_t *c, model_t *reg, dt_layout_t *L, char *err, size_t errlen) {
+  model_desc_t d;
+  model_desc_from_config(&d, c);
+  int rc = model_build(reg, &d, err, errlen);
+  return rc ? rc : dt_layout_init(L, reg, c->dt_context, c->dt_heads, err, errlen);
+}

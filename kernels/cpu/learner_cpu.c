@@ -172,11 +172,8 @@ static int cpu_create(const learner_config_t *c, void **impl, char *err, size_t 
   if (dqn_ws_alloc_f32(&m->ws, &m->L, c->batch)) goto oom;
   if (c->dt_layers) {
     static _Thread_local model_t reg; /* ~45 KB: not on the caller's stack */
-    model_desc_t d;
     dt_layout_t dl;
-    model_desc_from_config(&d, c);
-    int rc = model_build(&reg, &d, err, errlen);
-    if (!rc) rc = dt_layout_init(&dl, &reg, c->dt_context, c->dt_heads, err, errlen);
+    const int rc = dt_layout_from_config(c, &reg, &dl, err, errlen);
     if (rc) {
       cpu_destroy(m);
       return rc;

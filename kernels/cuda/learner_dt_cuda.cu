@@ -22,11 +22,8 @@
 extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen) {
   if (!c->dt_layers) return LEARNER_OK;
   static thread_local model_t reg; /* ~45 KB: not on the caller's stack */
-  model_desc_t d;
   dt_layout_t L;
-  model_desc_from_config(&d, c);
-  int rc = model_build(&reg, &d, err, errlen);
-  if (!rc) rc = dt_layout_init(&L, &reg, c->dt_context, c->dt_heads, err, errlen);
+  const int rc = dt_layout_from_config(c, &reg, &L, err, errlen);
   if (rc) return rc;
   m->dt = (cuda_dt_train_t *)calloc(1, sizeof *m->dt);
   m->dt_act = (cuda_dt_t *)calloc(1, sizeof *m->dt_act);

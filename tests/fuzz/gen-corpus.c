@@ -63,6 +63,20 @@ static uint8_t *state_bytes(int variant, int transitions, int steps, int with_re
   return buf;
 }
 
+/* the tiny config's fields as CreateTrainer fields into f, fp (names: their
+ * storage); returns how many */
+static int tiny_fields(Dqnd__V1__Field *f, Dqnd__V1__Field **fp, char (*names)[64]) {
+  for (int i = 0; i < fuzz_n_tiny_fields; i++) {
+    const char *eq = strchr(fuzz_tiny_fields[i], '=');
+    snprintf(names[i], 64, "%.*s", (int)(eq - fuzz_tiny_fields[i]), fuzz_tiny_fields[i]);
+    dqnd__v1__field__init(&f[i]);
+    f[i].name = names[i];
+    f[i].value = (char *)eq + 1;
+    fp[i] = &f[i];
+  }
+  return fuzz_n_tiny_fields;
+}
+
 static void requests(void) {
   {
     REQ(m, health, HEALTH, Dqnd__V1__Health, DQND__V1__HEALTH__INIT);
@@ -79,14 +93,7 @@ static void requests(void) {
   { /* a new trainer, and FUZZ_TRAINER again with its own config (idempotent) */
     Dqnd__V1__Field f[32], *fp[32];
     char names[32][64];
-    for (int i = 0; i < fuzz_n_tiny_fields; i++) {
-      const char *eq = strchr(fuzz_tiny_fields[i], '=');
-      snprintf(names[i], sizeof names[i], "%.*s", (int)(eq - fuzz_tiny_fields[i]), fuzz_tiny_fields[i]);
-      dqnd__v1__field__init(&f[i]);
-      f[i].name = names[i];
-      f[i].value = (char *)eq + 1;
-      fp[i] = &f[i];
-    }
+    tiny_fields(f, fp, names);
     REQ(m, create_trainer, CREATE_TRAINER, Dqnd__V1__CreateTrainer, DQND__V1__CREATE_TRAINER__INIT);
     m.name = "c2";
     m.backend = "cpu";
@@ -240,15 +247,7 @@ static void requests(void) {
                                   {"dt_heads", "2"},  {"dt_batch", "2"},   {"dt_max_ep_len", "8"}};
     Dqnd__V1__Field f[32], *fp[32];
     char names[32][64];
-    int nf = 0;
-    for (; nf < fuzz_n_tiny_fields; nf++) {
-      const char *eq = strchr(fuzz_tiny_fields[nf], '=');
-      snprintf(names[nf], sizeof names[nf], "%.*s", (int)(eq - fuzz_tiny_fields[nf]), fuzz_tiny_fields[nf]);
-      dqnd__v1__field__init(&f[nf]);
-      f[nf].name = names[nf];
-      f[nf].value = (char *)eq + 1;
-      fp[nf] = &f[nf];
-    }
+    int nf = tiny_fields(f, fp, names);
     for (int i = 0; i < 6; i++, nf++) {
       dqnd__v1__field__init(&f[nf]);
       f[nf].name = (char *)dt[i][0];
