@@ -144,24 +144,27 @@ START_TEST(test_golden) {
 }
 END_TEST
 
-/* a larger batch with padding against the CPU spec, and a rerun bit for bit */
-START_TEST(test_cpu_parity) {
-  enum { B = 24, K = 6, S = 7 };
-  const int n[3] = {4, 3, 2};
+/* a batch of B windows of K steps with padding (window b: b % K padded steps
+ * on the left, some timesteps beyond max_ep_len) against the CPU spec, and a
+ * rerun bit for bit; *win: the attention's way the CUDA side took */
+static void parity_case(int B, int K, int S, int D, const int *n, int layers, int E, int heads, const char *what,
+                        int *win) {
   dt_layout_t L;
-  build(&L, S, 3, n, 2, 24, 12, K, 3);
+  build(&L, S, D, n, layers, E, 12, K, heads);
   const int64_t P = L.n_params;
+  int A = 1;
+  for (int i = 0; i < D; i++) A *= n[i];
   float *p = malloc(sizeof(float) * P), *g = malloc(sizeof(float) * P), *g2 = malloc(sizeof(float) * P);
-  float *gc = malloc(sizeof(float) * P);
+  float *gc = malloc(sizeof(float) * P), *st = malloc(sizeof(float) * B * K * S), *rtg = malloc(sizeof(float) * B * K);
+  float *mask = malloc(sizeof(float) * B * K);
+  int32_t *act = malloc(sizeof(int32_t) * B * K), *ts = malloc(sizeof(int32_t) * B * K);
   tu_fill_uniform_f32(p, P, -0.3, 0.3, 1, 9);
-  float st[B * K * S], rtg[B * K], mask[B * K];
-  int32_t act[B * K], ts[B * K];
-  tu_fill_uniform_f32(st, B * K * S, -1, 1, 2, 9);
-  tu_fill_uniform_f32(rtg, B * K, -2, 2, 3, 9);
+  tu_fill_uniform_f32(st, (size_t)B * K * S, -1, 1, 2, 9);
+  tu_fill_uniform_f32(rtg, (size_t)B * K, -2, 2, 3, 9);
   for (int i = 0; i < B * K; i++) {
     const int b = i / K, t = i % K;
     mask[i] = t >= b % K; /* row b: b % K padded steps on the left */
-    act[i] = (i * 7 + 3) % (4 * 3 * 2), ts[i] = (i * 5) % 15; /* some beyond max_ep_len: clipped */
+    act[i] = (i * 7 + 3) % A, ts[i] = (i * 5) % 15; /* some beyond max_ep_len: clipped */
     if (!mask[i])
       for (int k = 0; k < S; k++) st[i * S + k] = 0;
   }
@@ -169,14 +172,30 @@ START_TEST(test_cpu_parity) {
   const double want = dt_loss_grad_f32(&L, p, &bt, gc, NULL, NULL);
   cuda_dt_t d;
   ck_assert_int_eq(cuda_dt_alloc(&d, &L, B), 0);
+  *win = d.attn_win;
   const double loss = run_gpu(&d, p, &bt, g, NULL, NULL);
-  printf("parity: loss %.9g, cpu %.9g\n", loss, want);
-  ck_assert_msg(fabs(loss - want) <= 1e-5 * fabs(want), "loss %.9g, cpu %.9g", loss, want);
-  check_grads(g, NULL, gc, 1e-4, 1e-5, "cpu parity");
+  printf("parity %s (attention a block a %s): loss %.9g, cpu %.9g\n", what, d.attn_win ? "window" : "query", loss,
+         want);
+  ck_assert_msg(fabs(loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g, cpu %.9g", what, loss, want);
+  check_grads(g, NULL, gc, 1e-4, 1e-5, what);
   run_gpu(&d, p, &bt, g2, NULL, NULL);
-  ck_assert_msg(!memcmp(g, g2, sizeof(float) * P), "a rerun's gradient differs");
+  ck_assert_msg(!memcmp(g, g2, sizeof(float) * P), "%s: a rerun's gradient differs", what);
   cuda_dt_free(&d);
-  free(p), free(g), free(g2), free(gc);
+  free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
+}
+
+/* small shapes; the reference sizes (context 20, embed 128, one head: the
+ * split-K weight gradients and chunked sums at their real sizes); and a
+ * window too large for shared memory (the attention a block a query) */
+START_TEST(test_cpu_parity) {
+  const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
+  int win;
+  parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", &win);
+  ck_assert_msg(win, "the small case should take a block a window");
+  parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", &win);
+  ck_assert_msg(win, "the reference sizes should take a block a window");
+  parity_case(3, 80, 5, 3, n3, 1, 128, 1, "context 80", &win);
+  ck_assert_msg(!win, "context 80 x embed 128 should not fit shared memory");
 }
 END_TEST
 

@@ -13,43 +13,150 @@
 
 /* C[M, N] (=, or += with acc) op(A)[M, K] op(B)[K, N] + bias[N] + R[M, N]:
  * op(A)[m, k] = ta ? A[k lda + m] : A[m lda + k], op(B)[k, n] = tb ? B[n ldb +
- * k] : B[k ldb + n]; one output a thread, k in tiles of DT_TILE, summed in
- * k order */
-__global__ void dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
-                               float *C, int ldc, const float *bias, const float *R, int ldr, int acc) {
-  __shared__ float As[DT_TILE][DT_TILE + 1], Bs[DT_TILE][DT_TILE + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int m = blockIdx.y * DT_TILE + ty, n = blockIdx.x * DT_TILE + tx;
-  float s = 0;
-  for (int k0 = 0; k0 < K; k0 += DT_TILE) {
-    const int ka = k0 + tx, kb = k0 + ty;
-    const int mA = blockIdx.y * DT_TILE + ty, nB = blockIdx.x * DT_TILE + tx;
-    As[ty][tx] = mA < M && ka < K ? (ta ? A[(size_t)ka * lda + mA] : A[(size_t)mA * lda + ka]) : 0.0f;
-    Bs[ty][tx] = nB < N && kb < K ? (tb ? B[(size_t)nB * ldb + kb] : B[(size_t)kb * ldb + nB]) : 0.0f;
-    __syncthreads();
+ * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, a
+ * thread 4 x 4 outputs (4 rows, 4 columns each contiguous: one 16-byte
+ * shared load of each operand per k), k in chunks of 16 through two
+ * shared-memory stages (the next chunk read into registers while this one
+ * is computed); every output is summed in k order (reruns are bit for bit).
+ * Split over k (the weight gradients, dt_gemm_wgrad): block z sums k in
+ * [z kper, (z + 1) kper) into C + z cz, plain (no bias, R or acc) */
+#define DG_BM 64
+#define DG_BK 16
+#define DG_LD (DG_BM + 4)
+
+/* this thread's 4 elements of op(A)'s and op(B)'s chunk at k0 (zeros
+ * outside), along each source's contiguous axis */
+static __device__ __forceinline__ void dg_load(int M, int N, int K, const float *A, int lda, int ta, const float *B,
+                                               int ldb, int tb, int m0, int n0, int k0, float *ra, float *rb) {
 #pragma unroll
-    for (int kk = 0; kk < DT_TILE; kk++) s = fmaf(As[ty][kk], Bs[kk][tx], s);
-    __syncthreads();
+  for (int r = 0; r < 4; r++) {
+    const int x = threadIdx.x + 256 * r;
+    int mm, kk;
+    if (ta) kk = x / DG_BM, mm = x % DG_BM; /* A[k lda + m]: m contiguous */
+    else mm = x / DG_BK, kk = x % DG_BK;    /* A[m lda + k]: k contiguous */
+    const int m = m0 + mm, k = k0 + kk;
+    ra[r] = m < M && k < K ? (ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) : 0.0f;
+    int nn, kb;
+    if (tb) nn = x / DG_BK, kb = x % DG_BK; /* B[n ldb + k]: k contiguous */
+    else kb = x / DG_BM, nn = x % DG_BM;    /* B[k ldb + n]: n contiguous */
+    const int n = n0 + nn, kq = k0 + kb;
+    rb[r] = n < N && kq < K ? (tb ? B[(size_t)n * ldb + kq] : B[(size_t)kq * ldb + n]) : 0.0f;
   }
-  if (m >= M || n >= N) return;
-  if (bias) s += bias[n];
-  if (R) s += R[(size_t)m * ldr + n];
-  float *c = C + (size_t)m * ldc + n;
-  *c = acc ? *c + s : s;
 }
 
-/* out[c] (=, or +=) sum over rows r of X[r ld + c], rows in order */
-__global__ void dt_colsum_kernel(const float *X, int rows, int cols, int ld, float *out, int acc) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb, float (*As)[DG_LD],
+                                                float (*Bs)[DG_LD]) {
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int x = threadIdx.x + 256 * r;
+    if (ta) As[x / DG_BM][x % DG_BM] = ra[r];
+    else As[x % DG_BK][x / DG_BK] = ra[r];
+    if (tb) Bs[x % DG_BK][x / DG_BK] = rb[r];
+    else Bs[x / DG_BM][x % DG_BM] = rb[r];
+  }
+}
+
+__global__ void __launch_bounds__(256) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
+                                                      const float *B, int ldb, int tb, float *C, int ldc,
+                                                      const float *bias, const float *R, int ldr, int acc,
+                                                      int kper, size_t cz) {
+  __shared__ __align__(16) float As[2][DG_BK][DG_LD], Bs[2][DG_BK][DG_LD];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
+  K = K - klo < kper ? K : klo + kper;
+  C += blockIdx.z * cz;
+  float s[4][4] = {{0}}, ra[4], rb[4];
+  int buf = 0;
+  if (klo < K) {
+    dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
+    dg_store(ta, tb, ra, rb, As[0], Bs[0]);
+  }
+  __syncthreads();
+  for (int k0 = klo; k0 < K; k0 += DG_BK) {
+    const int more = k0 + DG_BK < K;
+    if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
+#pragma unroll
+    for (int kk = 0; kk < DG_BK; kk++) {
+      const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+    }
+    if (more) dg_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    __syncthreads();
+    buf ^= 1;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
+      if (m >= M || n >= N) continue;
+      float v = s[i][j];
+      if (bias) v += bias[n];
+      if (R) v += R[(size_t)m * ldr + n];
+      float *c = C + (size_t)m * ldc + n;
+      *c = acc ? *c + v : v;
+    }
+}
+
+/* C[m, n] += the split-K parts' sums, in part order */
+__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc) {
+  const size_t MN = (size_t)M * N;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < MN; i += (size_t)gridDim.x * blockDim.x) {
+    float s = 0;
+    for (int z = 0; z < parts; z++) s += part[z * MN + i];
+    C[(i / N) * ldc + i % N] += s;
+  }
+}
+
+/* the column sums of X (or of X Y, elementwise, when Y is not NULL) over
+ * chunks of rows: part[ch cols + c] = the sum over the rows of chunk ch. A
+ * block of 32 x 8 threads takes 32 columns (coalesced) of one chunk: warp w
+ * sums the chunk's rows w, w + 8, ... in order, then the 8 warps' sums are
+ * added in warp order */
+__global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *Y, int rows, int cols, int ld,
+                                                             int per, float *part) {
+  __shared__ float sh[8][33];
+  const int lane = threadIdx.x & 31, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane, ch = blockIdx.y;
+  const int r0 = ch * per, r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
+  float s = 0;
+  if (c < cols) {
+    int r = r0 + w;
+    for (; r + 24 < r1; r += 32) { /* four rows in flight */
+      const size_t o0 = (size_t)r * ld + c, o1 = o0 + (size_t)8 * ld, o2 = o1 + (size_t)8 * ld, o3 = o2 + (size_t)8 * ld;
+      float x0 = X[o0], x1 = X[o1], x2 = X[o2], x3 = X[o3];
+      if (Y) x0 *= Y[o0], x1 *= Y[o1], x2 *= Y[o2], x3 *= Y[o3];
+      s += x0, s += x1, s += x2, s += x3;
+    }
+    for (; r < r1; r += 8) s += Y ? X[(size_t)r * ld + c] * Y[(size_t)r * ld + c] : X[(size_t)r * ld + c];
+  }
+  sh[w][lane] = s;
+  __syncthreads();
+  if (w == 0 && c < cols) {
+    float t = 0;
+    for (int k = 0; k < 8; k++) t += sh[k][lane];
+    part[(size_t)ch * cols + c] = t;
+  }
+}
+
+/* out[c] (=, or +=) the chunks' partial sums: a warp a column, lane l the
+ * chunks l, l + 32, ... in order, then a fixed tree over the lanes */
+__global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc) {
+  const int lane = threadIdx.x & 31, c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= cols) return;
   float s = 0;
-  for (int r = 0; r < rows; r++) s += X[(size_t)r * ld + c];
-  out[c] = acc ? out[c] + s : s;
+  for (int ch = lane; ch < chunks; ch += 32) s += part[(size_t)ch * cols + c];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) out[c] = acc ? out[c] + s : s;
 }
 
 /* the tokens (R_t, s_t, a_t, each plus the step's time embedding) of every
- * window; a padded step's tokens are zeros (its inputs are not read) */
-__global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *states, const float *rtg,
+ * window; a padded step's tokens are zeros (its inputs are not read); se
+ * [B K, E]: W_s s_t + b_s of every step (a GEMM before) */
+__global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
                                 const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0) {
   const int N = 3 * L.K, E = L.E, tok = blockIdx.x, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
   const size_t step = (size_t)b * L.K + t;
@@ -67,10 +174,7 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
     if (kind == 0) {
       s = p[L.rtg_w + e] * rtg[step] + p[L.rtg_b + e] + te;
     } else if (kind == 1) {
-      const float *w = p + L.st_w + (size_t)e * L.S, *st = states + step * L.S;
-      s = p[L.st_b + e];
-      for (int i = 0; i < L.S; i++) s += w[i] * st[i];
-      s += te;
+      s = se[step * E + e] + te;
     } else {
       const int32_t a = actions[step];
       s = 0;
@@ -102,52 +206,6 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
     y[(size_t)tok * E + e] = xh * gam[e] + bet[e];
   }
   if (lane == 0) rstd[tok] = r;
-}
-
-/* causal attention over the real keys j <= i of query i, head h, window b
- * (grid N x nh x B): P [B, nh, N, N] (zeros off the allowed keys, and for a
- * padded query), att [T, E] (zeros for a padded query) */
-__global__ void dt_attn_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
-                               float scale, float *P, float *att) {
-  extern __shared__ float sc[]; /* N scores, then 32 for the reductions */
-  const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, dh = E / nh;
-  float *red = sc + N;
-  float *Pi = P + (((size_t)b * nh + h) * N + i) * N;
-  const size_t qi = ((size_t)b * N + i) * E + (size_t)h * dh;
-  const int vi = mask[(size_t)b * K + i / 3] != 0;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < N; j += blockDim.x) {
-    float s = -INFINITY;
-    if (vi && j <= i && mask[(size_t)b * K + j / 3] != 0) {
-      const float *kj = k + ((size_t)b * N + j) * E + (size_t)h * dh;
-      s = 0;
-      for (int c = 0; c < dh; c++) s += q[qi + c] * kj[c];
-      s *= scale;
-    }
-    sc[j] = s;
-    mx = fmaxf(mx, s);
-  }
-  mx = dt_block_max(mx, red);
-  float sum = 0;
-  for (int j = threadIdx.x; j < N; j += blockDim.x) {
-    const float e = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mx);
-    sc[j] = e;
-    sum += e;
-  }
-  sum = dt_block_sum(sum, red);
-  __syncthreads();
-  for (int j = threadIdx.x; j < N; j += blockDim.x) {
-    const float pj = vi ? sc[j] / sum : 0.0f;
-    sc[j] = pj;
-    Pi[j] = pj;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
-    float a = 0;
-    for (int j = 0; j <= i; j++)
-      if (sc[j] != 0) a += sc[j] * v[((size_t)b * N + j) * E + (size_t)h * dh + c];
-    att[qi + c] = a;
-  }
 }
 
 __device__ __forceinline__ float dt_gelu(float u) {
@@ -217,20 +275,52 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
             const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
-  const int rows = 65535 * DT_TILE; /* grid.y's limit: M in chunks of this many rows */
+  const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
-    const dim3 grid((unsigned)((N + DT_TILE - 1) / DT_TILE), (unsigned)((mm + DT_TILE - 1) / DT_TILE)),
-        blk(DT_TILE, DT_TILE);
-    dt_gemm_kernel<<<grid, blk, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
-                                         C + (size_t)m0 * ldc, ldc, bias, R ? R + (size_t)m0 * ldr : NULL, ldr, acc);
+    const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
+    dt_gemm_kernel<<<grid, 256, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
+                                         C + (size_t)m0 * ldc, ldc, bias, R ? R + (size_t)m0 * ldr : NULL, ldr, acc,
+                                         K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
 
-int dt_colsum(const float *X, int rows, int cols, int ld, float *out, int acc, cudaStream_t st) {
-  dt_colsum_kernel<<<(unsigned)((cols + 127) / 128), 128, 0, st>>>(X, rows, cols, ld, out, acc);
+int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
+                  int ldc, float *part, size_t cap, cudaStream_t st) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  /* about two blocks an SM (132 on an H200) over the tiles and the parts of
+   * k, each part at least 64 deep; the split depends on the shapes alone,
+   * so every call sums in the same order */
+  const long long tiles = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM), MN = (long long)M * N;
+  long long parts = (264 + tiles - 1) / tiles, kper;
+  if (parts > K / 64) parts = K / 64;
+  if (parts > (long long)cap / MN) parts = (long long)cap / MN;
+  if (parts <= 1) return dt_gemm(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
+  kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
+  parts = (K + kper - 1) / kper;
+  const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
+  dt_gemm_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper,
+                                       (size_t)MN);
+  CUDA_RET(cudaGetLastError());
+  const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
+  dt_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(part, (int)parts, M, N, C, ldc);
+  return (int)cudaGetLastError();
+}
+
+int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
+              cudaStream_t st) {
+  /* up to 64 chunks of rows, as many as the scratch holds (a fixed count for
+   * the shapes: the same sums in the same order on every call) */
+  long long chunks = rows < 64 ? rows : 64;
+  if (chunks * cols > (long long)cap) chunks = (long long)cap / cols;
+  if (chunks < 1) chunks = 1;
+  const int per = (int)((rows + chunks - 1) / chunks);
+  chunks = (rows + per - 1) / per;
+  dt_colsum_part_kernel<<<dim3((unsigned)((cols + 31) / 32), (unsigned)chunks), 256, 0, st>>>(X, Y, rows, cols, ld,
+                                                                                            per, part);
+  dt_colsum_final_kernel<<<(unsigned)((cols + 7) / 8), 256, 0, st>>>(part, (int)chunks, cols, out, acc);
   return (int)cudaGetLastError();
 }
 
@@ -271,10 +361,21 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
       return (int)e;
     }
   }
-  cudaError_t e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
+  /* the scratch of the column sums (64 chunks of the widest: 4E or a
+   * branch's n_d), the embeddings' backward (64 chunks of the A + 1 chunked
+   * rows, 2E each) and the weight gradients' split-K parts (what fits: at
+   * least a T x 4E activation's floats, or 256 of the widest) */
+  size_t widest = 4 * (size_t)L->E;
+  for (int i = 0; i < L->D; i++) widest = (size_t)L->n[i] > widest ? (size_t)L->n[i] : widest;
+  d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
+  if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
+  cudaFree(d->tmp);
+  cudaError_t e = cudaMalloc((void **)&d->tmp, sizeof(float) * d->tmp_cap);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->timesteps, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
+  if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   if (e != cudaSuccess) cuda_dt_free(d);
   return (int)e;
 }
@@ -295,7 +396,9 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
   const float *p = d->p;
-  dt_embed_kernel<<<(unsigned)T, 128, 0, st>>>(*L, p, d->states, d->rtg, d->mask, d->actions, d->timesteps, d->x0);
+  /* the state tokens' W_s s + b_s into xs (free until the heads) */
+  CUDA_RET(dt_gemm(BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
+  dt_embed_kernel<<<(unsigned)T, 128, 0, st>>>(*L, p, d->xs, d->rtg, d->mask, d->actions, d->timesteps, d->x0);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(ln(d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, st));
   for (int l = 0; l < L->L; l++) {
@@ -307,9 +410,7 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin(p, o->q_w, o->q_b, h1, T, E, E, q, NULL, st));
     CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, st));
     CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, st));
-    dt_attn_kernel<<<dim3((unsigned)N, (unsigned)nh, (unsigned)d->B), 128, sizeof(float) * (N + 32), st>>>(
-        q, k, v, d->mask, K, E, nh, 1.0f / sqrtf((float)(E / nh)), d->P + l * NN, att);
-    CUDA_RET(cudaGetLastError());
+    CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
     CUDA_RET(lin(p, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
     CUDA_RET(lin(p, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, st));

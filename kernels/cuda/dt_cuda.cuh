@@ -8,8 +8,8 @@
  * tokens are computed from zeros and reach nothing (they are never keys,
  * their output gradients are zero), so their rows add exact zeros. Every sum
  * has a fixed order (no atomics): reruns are bit-identical. The GEMMs are
- * plain 16 x 16 shared-memory tiles: correct first (kernels/dev/patches/
- * dt-cuda-speed-1.patch has the next version, not yet run on a GPU).
+ * 64 x 64 shared-memory tiles of 4 x 4 outputs a thread in fp32
+ * (kernels/dev/DEVICE_NOTES.md items 76-79 have their speed).
  */
 #ifndef DQN_CUDA_DT_CUH
 #define DQN_CUDA_DT_CUH
@@ -36,6 +36,8 @@ typedef struct cuda_dt {
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dgl, *dS, *dxf, *dxs, *tmp; /* the backward's */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
+  size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
+  int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
 } cuda_dt_t;
 
@@ -58,15 +60,27 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 
 #ifdef __CUDACC__
 /* shared by dt.cu and dt_backward.cu */
-#define DT_TILE 16
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
             const float *bias, const float *R, int ldr, int acc, cudaStream_t st);
-int dt_colsum(const float *X, int rows, int cols, int ld, float *out, int acc, cudaStream_t st);
+/* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order
+ * (part: scratch of cap floats; the weight gradients, K the tokens) */
+int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
+                  int ldc, float *part, size_t cap, cudaStream_t st);
+/* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
+ * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
+int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
+              cudaStream_t st);
 int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
-              float *dgam, float *dbet, float *tmp, cudaStream_t st);
+              float *dgam, float *dbet, float *tmp, size_t cap, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
+/* dt_attn.cu: the attention's way for L's shapes on this device (*win: a
+ * block a window), its forward (P, att) and backward (dS, dq, dk, dv) */
+int dt_attn_init(const dt_layout_t *L, int *win);
+int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att, cudaStream_t st);
+int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k, const float *v,
+                float *dS, float *dq, float *dk, float *dv, cudaStream_t st);
 
 /* the sum of v over the block (blockDim.x a multiple of 32, at most 1024),
  * in a fixed order; every thread gets it */
