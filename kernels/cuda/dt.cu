@@ -56,7 +56,7 @@ static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra,
   }
 }
 
-__global__ void __launch_bounds__(256) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
+__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
                                                       const float *B, int ldb, int tb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
                                                       int kper, size_t cz) {
@@ -376,6 +376,11 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+    e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);
+  }
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->fork, cudaEventDisableTiming);
   if (e != cudaSuccess) cuda_dt_free(d);
   return (int)e;
 }
@@ -389,6 +394,24 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cudaFree(*f[i]), *f[i] = NULL;
   cudaFree(d->actions), cudaFree(d->timesteps);
   d->actions = d->timesteps = NULL;
+  for (int i = 0; i < 2; i++) {
+    if (d->side[i]) cudaStreamDestroy(d->side[i]);
+    if (d->join[i]) cudaEventDestroy(d->join[i]);
+    d->side[i] = NULL, d->join[i] = NULL;
+  }
+  if (d->fork) cudaEventDestroy(d->fork);
+  d->fork = NULL;
+}
+
+int dt_fork(cuda_dt_t *d, cudaStream_t st, int n) {
+  CUDA_RET(cudaEventRecord(d->fork, st));
+  for (int i = 0; i < n; i++) CUDA_RET(cudaStreamWaitEvent(d->side[i], d->fork, 0));
+  return 0;
+}
+
+int dt_join(cuda_dt_t *d, cudaStream_t st, int i) {
+  CUDA_RET(cudaEventRecord(d->join[i], d->side[i]));
+  return (int)cudaStreamWaitEvent(st, d->join[i], 0);
 }
 
 extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
@@ -407,9 +430,13 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
     float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
     CUDA_RET(ln(Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, st));
+    /* q, k and v side by side */
+    CUDA_RET(dt_fork(d, st, 2));
     CUDA_RET(lin(p, o->q_w, o->q_b, h1, T, E, E, q, NULL, st));
-    CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, st));
-    CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, st));
+    CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
+    CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
+    CUDA_RET(dt_join(d, st, 0));
+    CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
     CUDA_RET(lin(p, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));

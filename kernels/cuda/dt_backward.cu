@@ -163,9 +163,12 @@ int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float
 static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
                    int out, float *dx, int acc, cudaStream_t st) {
   float *g = d->g;
-  CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, st));
-  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->tmp, d->tmp_cap, st));
-  return dx ? dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st) : 0;
+  /* the weight's and bias's gradients (and tmp) on a side stream, dx beside them */
+  CUDA_RET(dt_fork(d, st, 1));
+  CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[0]));
+  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->tmp, d->tmp_cap, d->side[0]));
+  if (dx) CUDA_RET(dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st));
+  return dt_join(d, st, 0);
 }
 
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {

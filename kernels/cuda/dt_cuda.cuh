@@ -38,6 +38,8 @@ typedef struct cuda_dt {
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
+  cudaStream_t side[2];                   /* independent GEMMs beside the caller's stream (branches of the graph) */
+  cudaEvent_t fork, join[2];
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
 } cuda_dt_t;
 
@@ -75,6 +77,10 @@ int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float 
 int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
               float *dgam, float *dbet, float *tmp, size_t cap, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
+/* the side streams wait for what st has queued (dt_fork); st waits for side
+ * stream i's work (dt_join) */
+int dt_fork(cuda_dt_t *d, cudaStream_t st, int n);
+int dt_join(cuda_dt_t *d, cudaStream_t st, int i);
 /* dt_attn.cu: the attention's way for L's shapes on this device (*win: a
  * block a window), its forward (P, att) and backward (dS, dq, dk, dv) */
 int dt_attn_init(const dt_layout_t *L, int *win);
