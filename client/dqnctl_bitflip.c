@@ -43,9 +43,12 @@ int demo_bitflip(ctx_t *x, const cli_args_t *a) {
     return fprintf(stderr, "%s: bitflip needs state_dim=%d and branches=%d\n", cmd, 2 * N, N), EXIT_USAGE;
   char name[72];
   if ((rc = demo_create(x, cmd, a, &c, name, sizeof name))) return rc;
-  if (!x->json)
-    printf("dqnctl demo: new trainer '%s' on the daemon, bitflip n=%d (%s), %lld episodes\n", name, N,
-           c.her_goal_dim ? "HER: future, ratio 0.8" : "no HER", episodes);
+  static const char *strategy[] = {"future", "final", "episode", "random"};
+  if (!x->json && c.her_goal_dim)
+    printf("dqnctl demo: new trainer '%s' on the daemon, bitflip n=%d (HER: %s, ratio %g), %lld episodes\n", name, N,
+           strategy[c.hp.her_strategy & 3], (double)c.hp.her_ratio, episodes);
+  else if (!x->json)
+    printf("dqnctl demo: new trainer '%s' on the daemon, bitflip n=%d (no HER), %lld episodes\n", name, N, episodes);
   remote_t r = {x, name, 2 * N, c.noisy, 0};
   demo_driver_t drv;
   remote_driver(&drv, &r);

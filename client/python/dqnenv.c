@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bitflip_env.h"
 #include "deepsea_env.h"
 #include "meanrev_env.h"
 
@@ -28,6 +29,11 @@ API void dqnenv_deepsea_reset(void *e, float *obs);
 API int dqnenv_deepsea_step(void *e, int32_t action, float *reward, float *obs);
 API int32_t dqnenv_deepsea_right_action(const void *e);
 API float dqnenv_deepsea_optimal_return(int n);
+API size_t dqnenv_bitflip_size(void);
+API size_t dqnenv_bitflip_config(int n, char *buf, size_t len);
+API int dqnenv_bitflip_init(void *e, int n, uint64_t seed);
+API void dqnenv_bitflip_reset(void *e, uint64_t episode, float *obs);
+API int dqnenv_bitflip_step(void *e, int32_t action, float *reward, float *obs);
 
 API size_t dqnenv_meanrev_size(void) { return sizeof(meanrev_env_t); }
 
@@ -89,3 +95,27 @@ API size_t dqnenv_deepsea_config(int n, char *buf, size_t len) {
   return learner_config_to_text(&c, buf, len);
 }
 API float dqnenv_deepsea_optimal_return(int n) { return deepsea_optimal_return(n); }
+
+/* bit flipping (client/bitflip_env.h), HER's goal-conditioned test */
+API size_t dqnenv_bitflip_size(void) { return sizeof(bitflip_env_t); }
+API int dqnenv_bitflip_init(void *e, int n, uint64_t seed) { return bitflip_init(e, n, seed); }
+API void dqnenv_bitflip_reset(void *e, uint64_t episode, float *obs) {
+  bitflip_reset(e, episode);
+  bitflip_observe(e, obs);
+}
+/* -1 (and nothing changes) for an action outside [0, n); else 1 on success
+ * (terminal), 2 when truncated (n steps without it), 0 otherwise */
+API int dqnenv_bitflip_step(void *e, int32_t action, float *reward, float *obs) {
+  if (action < 0 || action >= ((bitflip_env_t *)e)->n) return -1;
+  int done = 0, trunc = 0;
+  *reward = bitflip_step(e, action, &done, &trunc);
+  bitflip_observe(e, obs);
+  return done ? 1 : trunc ? 2 : 0;
+}
+/* the learner config bit flipping with n bits trains with (bitflip_learner_config:
+ * HER on the whole state), as canonical text */
+API size_t dqnenv_bitflip_config(int n, char *buf, size_t len) {
+  learner_config_t c;
+  bitflip_learner_config(&c, n);
+  return learner_config_to_text(&c, buf, len);
+}

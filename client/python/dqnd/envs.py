@@ -48,6 +48,13 @@ def _load():
         L.dqnenv_deepsea_config.restype = ctypes.c_size_t
         L.dqnenv_deepsea_optimal_return.argtypes = [ctypes.c_int]
         L.dqnenv_deepsea_optimal_return.restype = ctypes.c_float
+        L.dqnenv_bitflip_size.restype = ctypes.c_size_t
+        L.dqnenv_bitflip_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+        L.dqnenv_bitflip_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p]
+        L.dqnenv_bitflip_step.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_float),
+                                          ctypes.c_void_p]
+        L.dqnenv_bitflip_config.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        L.dqnenv_bitflip_config.restype = ctypes.c_size_t
     return _lib
 
 
@@ -168,7 +175,50 @@ class DeepSea:
         return _config_fields(buf.raw[:min(n, len(buf) - 1)].decode())
 
 
-ENVS = {"meanrev": MeanRev, "deepsea": DeepSea}
+class BitFlip:
+    """bit flipping (client/bitflip_env.h, the HER paper's): n bits, a random
+    start and goal; action i flips bit i; reward -1 on every step that does
+    not end at the goal, 0 on the one that does (terminated); truncated after
+    n steps. Observation float32 [2n]: the bits (the achieved goal) then the
+    goal, so HER relabels the whole state (her_goal_dim = n). Episode e's
+    start and goal come from the seed and e (reset(episode=e)), so a run is
+    repeatable. info["success"] on the last step."""
+
+    def __init__(self, n=10, seed=0):
+        L = _load()
+        self._buf = ctypes.create_string_buffer(L.dqnenv_bitflip_size())
+        if L.dqnenv_bitflip_init(self._buf, int(n), int(seed)):
+            raise ValueError(f"n {n} is outside [2, 64]")
+        self.n, self.seed, self.episode = int(n), int(seed), -1
+        self.state_dim, self.n_actions, self.horizon, self.branches = 2 * self.n, self.n, self.n, [self.n]
+        self.goal_dim = self.n
+        self._obs = np.zeros(self.state_dim, dtype=np.float32)
+
+    def reset(self, seed=None, episode=None):
+        if seed is not None and int(seed) != self.seed:
+            self.__init__(self.n, seed)
+        self.episode = self.episode + 1 if episode is None else int(episode)
+        _load().dqnenv_bitflip_reset(self._buf, self.episode, self._obs.ctypes.data)
+        return self._obs.copy(), {}
+
+    def step(self, action):
+        r = ctypes.c_float()
+        rc = _load().dqnenv_bitflip_step(self._buf, int(action), ctypes.byref(r), self._obs.ctypes.data)
+        if rc < 0:
+            raise ValueError(f"action {action} is outside [0, {self.n})")
+        return self._obs.copy(), float(r.value), rc == 1, rc == 2, {"success": rc == 1}
+
+    @staticmethod
+    def learner_config(n=10):
+        """The learner config bit flipping with n bits trains with (state 2n,
+        one branch of n, HER on the whole state: bitflip_learner_config, the
+        one the learning test holds to its bar), {field: text}."""
+        buf = ctypes.create_string_buffer(8192)
+        k = _load().dqnenv_bitflip_config(int(n), buf, len(buf))
+        return _config_fields(buf.raw[:min(k, len(buf) - 1)].decode())
+
+
+ENVS = {"meanrev": MeanRev, "deepsea": DeepSea, "bitflip": BitFlip}
 
 
 def make(name, **kw):
