@@ -15,6 +15,7 @@ temporary ipc socket and state directory:
     does) on the same state directory and URL: the trial resumes from its
     last evaluation's checkpoint at the learner step it had reached, and no
     trial FAILs;
+  - --env bitflip --dt: every feature in the search space, trials finishing;
   - --plot without matplotlib is a usage error (exit 2) before anything runs;
   - two drivers share one study through a PostgreSQL server this test starts
     in its own data directory (skipped when PostgreSQL is not installed or,
@@ -287,6 +288,31 @@ class SearchTest(unittest.TestCase):
                 self.assertEqual(len({t.params.get(k) for t in ts}), 1, f"{name}: {k}")
         self.assertIn("every member pre-trained its DT", p.stdout)
         self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
+
+    def test_bitflip_everything(self):
+        """--env bitflip --dt (issue 31): bit flipping with every feature in
+        the search space (attention, dt_layers, ensemble_k, NoisyNet, PER,
+        her_ratio, her_strategy, n_step, lr, gamma), two trials at a time on
+        one daemon: every trial finishes with a success rate in [0, 1], each
+        with every field drawn, and the best learned something"""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "bf.db")
+        p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--env", "bitflip", "--bits", 4,
+                          "--dt", "--dt-episodes", 16, "--trials", 4, "--per-daemon", 2, "--rounds", 8, "--envs", 8,
+                          "--train-steps", 16, "--eval-every", 4, "--eval-episodes", 8, "--seed", 1, timeout=400)
+        self.check(p)
+        study = optuna.load_study(study_name="dqnd-bitflip", storage=f"sqlite:///{db}")
+        trials = study.get_trials()
+        self.assertEqual(len(trials), 4)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        space = {"lr", "gamma", "her_ratio", "her_strategy", "n_step", "prioritized", "noisy", "attention",
+                 "ensemble_k", "dt_layers"}
+        for t in trials:
+            self.assertLessEqual(space, set(t.params), t.params)
+            self.assertTrue(all(0 <= v <= 1 for v in t.intermediate_values.values()), t.intermediate_values)
+        self.assertGreater(max(max(t.intermediate_values.values()) for t in trials), 0,
+                           "no trial ever reached a goal")
+        self.assertEqual(a.trainers(), [], "every trial destroyed its trainer")
 
     def test_sigkill_fails_trial_and_resume(self):
         a, b = self.daemon("a"), self.daemon("b")

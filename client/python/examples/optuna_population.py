@@ -3,9 +3,11 @@ trained as the members of one population trainer (CreateTrainer population=N,
 docs/population.md), in the same launches on a CUDA daemon.
 
 The first trial of a population draws every searched field; the others are
-asked with its shape fields fixed (batch, prioritized: members differ only in
-seed and hyperparameters) and draw their own hyperparameters (lr, gamma,
-target_period), set on their member. Each member has its own environments,
+asked with its shape fields fixed (batch, prioritized, the DT's; with --env
+bitflip also attention, ensemble_k and noisy: members differ only in seed
+and hyperparameters) and draw their own hyperparameters (lr, gamma,
+target_period; with bitflip also her_ratio, her_strategy and n_step), set on
+their member. Each member has its own environments,
 data and evaluation; one Step advances all of them. Each trial is reported,
 pruned or finished on its own: a pruned member is no longer collected for
 nor evaluated (it stays in the trainer, which steps it with the data it
@@ -19,8 +21,9 @@ resumes from checkpoints).
 """
 import numpy as np
 
-SHAPE = ("batch", "prioritized", "dt_layers", "dt_pretrain_steps", "dt_handover")  # drawn once per population
-HPARAMS = ("lr", "gamma", "target_period")  # each member's own
+SHAPE = ("batch", "prioritized", "dt_layers", "dt_pretrain_steps", "dt_handover",  # drawn once per population
+         "attention", "ensemble_k", "noisy")  # (the last three: --env bitflip's)
+HPARAMS = ("lr", "gamma", "target_period", "her_ratio", "her_strategy", "n_step")  # each member's own
 PBT_FACTORS = (0.8, 1.25)
 
 
@@ -116,15 +119,15 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
     collectors = [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members]
     rngs = [np.random.default_rng([a.seed, t.number]) for t, _ in members]
     pbt_rng = np.random.default_rng([a.seed, members[0][0].number, 7])
-    eval_envs = [dqnd.envs.make("meanrev", seed=a.seed) for _ in range(a.eval_episodes)]
+    eval_envs = search.eval_envs()
     live, last = list(range(n)), {}
     for rnd in range(1, a.rounds + 1):
         if search.stop.is_set():
             raise Interrupted()
         eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
-        for i in live:
-            client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
-        if a.samples_per_insert == 0:
+        sizes = [client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
+                 for i in live]
+        if a.samples_per_insert == 0 and min(sizes) >= int(cfg0["batch"]):  # (bitflip's first rounds may hold less)
             st = client.step(name, a.train_steps)
             for i in st.get("diverged", []):
                 if i in live:  # diverged: it stops alone, its trial FAILs

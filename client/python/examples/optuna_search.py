@@ -49,6 +49,7 @@ import warnings
 import numpy as np
 
 import optuna_population  # --population and --pbt (beside this file)
+import search_bitflip  # --env bitflip (beside this file)
 
 try:  # --help works without them; main() says what is missing
     import optuna
@@ -70,9 +71,9 @@ DT_EPISODE0 = 1 << 39  # --dt's random episodes: nor these
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        description="Optuna search of dqnd learner hyperparameters on the built-in meanrev environment. "
-        "Objective (maximised): the greedy policy's return over fixed evaluation episodes as a fraction of "
-        "the optimal return over the same episodes.",
+        description="Optuna search of dqnd learner hyperparameters on a built-in environment. Objective "
+        "(maximised), meanrev: the greedy policy's return over fixed evaluation episodes as a fraction of the "
+        "optimal return over the same episodes; bitflip: its success rate over fixed evaluation episodes.",
         epilog="Rerunning with the same --storage and --study resumes the study. Exit status: 0 done, "
         "1 every daemon was dropped before --trials were done, 2 usage, 130/143 stopped by SIGINT/SIGTERM "
         "(the running trials FAIL).")
@@ -85,7 +86,13 @@ def parse_args(argv=None):
     p.add_argument("--storage", default="sqlite:///dqnd_search.db", metavar="URL",
                    help="sqlite:///FILE.db, journal:FILE (an Optuna journal file) or "
                    "postgresql://USER@HOST/DB (default: %(default)s)")
-    p.add_argument("--study", default="dqnd-meanrev", metavar="NAME", help="study name (default: %(default)s)")
+    p.add_argument("--study", metavar="NAME", help="study name (default: dqnd-ENV)")
+    p.add_argument("--env", choices=("meanrev", "bitflip"), default="meanrev",
+                   help="meanrev (the trading toy; lr, gamma, batch, target_period, prioritized searched) or "
+                   "bitflip (goal-conditioned, HER: every feature searched, search_bitflip.py; a round plays "
+                   "one episode in each of --envs environments, --collect unused) (default: %(default)s)")
+    p.add_argument("--bits", type=int, default=8, metavar="N", help="bitflip: the number of bits (default: "
+                   "%(default)s)")
     p.add_argument("--trials", type=int, default=6, metavar="N",
                    help="ask no more trials once the study holds N finished ones (any state, earlier runs' "
                    "included) plus this driver's running ones; drivers sharing a study may end a few over N "
@@ -125,12 +132,16 @@ def parse_args(argv=None):
     p.add_argument("--dt", action="store_true",
                    help="the search space gains a Decision Transformer (docs/learner.md §16): dt_layers 0, 1 or 2; "
                    "when on, the pre-training steps (200 or 600) and dt_handover (none or trunk1): the trial "
-                   "first plays --dt-episodes random episodes, pre-trains on them, then trains as usual")
+                   "first plays --dt-episodes random episodes, pre-trains on them, then trains as usual "
+                   "(bitflip: dt_layers 0 or 1, the episodes alternately random and a noisy demonstrator's)")
     p.add_argument("--dt-episodes", type=int, default=128, metavar="N",
                    help="--dt: random episodes a trial collects before pre-training (default: %(default)s)")
     p.add_argument("--top", type=int, default=5, help="best trials listed at the end (default: %(default)s)")
     p.add_argument("--plot", metavar="FILE.png", help="write the learning curves (value against round) here")
     a = p.parse_args(argv)
+    a.study = a.study or f"dqnd-{a.env}"
+    if not 2 <= a.bits <= 64:
+        p.error("--bits must be in [2, 64]")
     for k in ("trials", "rounds", "envs", "collect", "train_steps", "eval_every", "eval_episodes"):
         if getattr(a, k) < 1:
             p.error(f"--{k.replace('_', '-')} must be at least 1")
@@ -227,7 +238,7 @@ def dt_warmup(search, client, name, trial, cfg, seed, member=0, pretrain=True):
     if not int(cfg.get("dt_layers", 0)):
         return None
     rng = np.random.default_rng([seed, 17])
-    client.submit(name, **dt_dataset(seed, search.a.dt_episodes, rng), member=member)
+    client.submit(name, **search.dt_dataset(seed, search.a.dt_episodes, rng), member=member)
     if not pretrain:
         return None
     st = client.pretrain_dt(name, trial.params["dt_pretrain_steps"])
@@ -268,6 +279,10 @@ class Collector:
                 self.obs[i] = s2
         s, a, r, s2, d, ep = zip(*rows)
         return np.stack(s), np.array(a), np.array(r), np.stack(s2), np.array(d, dtype=np.uint8), np.array(ep)
+
+
+def eval_envs(seed, n):
+    return [dqnd.envs.make("meanrev", seed=seed) for _ in range(n)]
 
 
 def evaluate(client, name, envs, member=0):
@@ -327,7 +342,15 @@ class Search:
         self.t0 = time.monotonic()
         self.study = open_study(args)
         self.trainer_prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", args.study)[:48]
-        self.sample_config = functools.partial(sample_config, dt=args.dt)
+        # the task: meanrev here, bitflip from search_bitflip.py
+        task = sys.modules[__name__]
+        if args.env == "bitflip":
+            task = search_bitflip
+            task.BITS = args.bits
+        self.sample_config = functools.partial(task.sample_config, dt=args.dt)
+        self.Collector, self.evaluate, self.dt_dataset = task.Collector, task.evaluate, task.dt_dataset
+        self.eval_envs = functools.partial(task.eval_envs, args.seed, args.eval_episodes)
+        self.value_label = ("greedy success rate" if args.env == "bitflip" else "greedy return / optimal return")
         self.dt_warmup = functools.partial(dt_warmup, self)
 
     def log(self, msg):
@@ -383,8 +406,8 @@ class Search:
             return self.drop(url, e)
         try:
             if self.a.population > 1:  # optuna_population.py
-                optuna_population.population_trials(self, link, self.sample_config, Collector, evaluate, TrialState, dqnd,
-                                                    Interrupted, UNREACHABLE)
+                optuna_population.population_trials(self, link, self.sample_config, self.Collector, self.evaluate,
+                                                    TrialState, dqnd, Interrupted, UNREACHABLE)
             else:
                 self.trials(link)
         finally:
@@ -531,24 +554,24 @@ class Search:
                 with self.lock:
                     trial.set_user_attr("dt_loss", st["loss_mean"])
                     trial.set_user_attr("dt_handed_over", st["handed_over"])
-            collector = Collector(a.seed * 1000 + trial.number, a.envs)
+            collector = self.Collector(a.seed * 1000 + trial.number, a.envs)
             rng = np.random.default_rng([a.seed, trial.number])
             first = 1
         else:  # copies: a second resume from the same point starts from it again
             collector, rng = copy.deepcopy(run.snap["collector"]), copy.deepcopy(run.snap["rng"])
             first = run.snap["round"] + 1
-        eval_envs = [dqnd.envs.make("meanrev", seed=a.seed) for _ in range(a.eval_episodes)]
+        eval_envs = self.eval_envs()
         value = None
         for rnd in range(first, a.rounds + 1):
             if self.stop.is_set():
                 raise Interrupted()
             eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
-            client.submit(name, *collector.round(client, name, a.collect, eps, rng))
-            if a.samples_per_insert == 0:
+            size = client.submit(name, *collector.round(client, name, a.collect, eps, rng))
+            if a.samples_per_insert == 0 and size >= int(run.cfg["batch"]):  # (bitflip's first rounds may hold less)
                 client.step(name, a.train_steps)
             if rnd % a.eval_every and rnd != a.rounds:
                 continue
-            value = evaluate(client, name, eval_envs)
+            value = self.evaluate(client, name, eval_envs)
             with self.lock:
                 if rnd not in run.reported:  # a round reported before its daemon went away is not reported again
                     trial.report(value, rnd)
@@ -610,10 +633,10 @@ class Search:
         if self.lost:
             print("daemons dropped: " + ", ".join(f"{u} ({e})" for u, e in self.lost.items()))
         if self.a.plot:
-            plot(trials, self.a.plot, self.a.study)
+            plot(trials, self.a.plot, self.a.study, self.value_label)
 
 
-def plot(trials, path, title):
+def plot(trials, path, title, ylabel):
     try:  # parse_args checked that matplotlib is there
         import matplotlib
         matplotlib.use("Agg")
@@ -627,7 +650,7 @@ def plot(trials, path, title):
             x = sorted(t.intermediate_values)
             ax.plot(x, [t.intermediate_values[i] for i in x], marker="o", label=f"#{t.number} {t.state.name}")
     ax.set_xlabel("round")
-    ax.set_ylabel("greedy return / optimal return")
+    ax.set_ylabel(ylabel)
     ax.set_title(f"study {title}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", ncol=2)
