@@ -63,6 +63,7 @@
 #include "testutil.h"
 #include "act_rows.h"
 #include "stop_check.h"
+#include "feed.h"
 
 /* tensor_cores=1 against the fp32 CPU after 30 steps: measured 1.64e-2 on the H200
  * (DEVICE_NOTES 48); the bound leaves 3x for TF32's rounding */
@@ -580,36 +581,6 @@ START_TEST(test_divergence_guard) {
 }
 END_TEST
 
-/* transitions in episodes of 1..16 steps, every other one truncated
- * (episode_ends) rather than terminal, submitted in chunks of the given sizes
- * so episodes cross submits (and, with a small ring, the wrap-around) */
-static void feed_episodes(learner_t *l, const int *chunks, int n_chunks, uint64_t tag) {
-  const learner_config_t *c = learner_config(l);
-  int S = c->state_dim, A = learner_config_joint_actions(c), total = 0;
-  for (int k = 0; k < n_chunks; k++) total += chunks[k];
-  float *s = malloc(sizeof(float) * (size_t)total * S), *s2 = malloc(sizeof(float) * (size_t)total * S);
-  float *r = malloc(sizeof(float) * (size_t)total);
-  int32_t *a = malloc(sizeof(int32_t) * (size_t)total);
-  uint8_t *d = calloc((size_t)total, 1), *e = calloc((size_t)total, 1);
-  double *u = malloc(sizeof(double) * 2 * (size_t)total);
-  tu_fill_uniform_f32(s, (int64_t)total * S, -1, 1, 31, tag);
-  tu_fill_uniform_f32(s2, (int64_t)total * S, -1, 1, 32, tag);
-  tu_fill_uniform_f64(u, 2 * total, 0, 1, 33, tag);
-  int left = 0, ep = 0;
-  for (int i = 0; i < total; i++) {
-    if (left == 0) left = 1 + (int)(u[total + i] * 16), ep++;
-    a[i] = (int32_t)(u[i] * A) % A;
-    r[i] = (float)(u[i] * 2 - 1);
-    if (--left == 0) (ep % 2 ? d : e)[i] = 1;
-  }
-  for (int k = 0, off = 0; k < n_chunks; off += chunks[k++]) {
-    learner_transitions_t t = {chunks[k], s + (size_t)off * S, a + off, r + off, s2 + (size_t)off * S, d + off, NULL, e + off};
-    char err[256];
-    ck_assert_msg(learner_submit(l, &t, err, sizeof err) == 0, "%s", err);
-  }
-  free(s), free(s2), free(r), free(a), free(d), free(e), free(u);
-}
-
 static learner_config_t her_config(void) {
   learner_config_t c = config(1, 1, 1); /* odd shapes, PER, NoisyNet */
   c.her_goal_dim = 4, c.hp.her_ratio = 0.6f, c.hp.her_eps = 0.4f, c.hp.her_strategy = LEARNER_HER_FUTURE;
@@ -635,13 +606,13 @@ START_TEST(test_her_parity) {
   for (int b = 0; b < 2; b++) {
     ck_assert_msg(learner_create(&c, b ? LEARNER_BACKEND_CUDA : LEARNER_BACKEND_CPU, &l[b], err, sizeof err) == 0, "%s",
                   err);
-    feed_episodes(l[b], chunks, 5, 1); /* 701 transitions: the ring (700) wraps */
+    tu_feed_episodes(l[b], chunks, 5, 1); /* 701 transitions: the ring (700) wraps */
   }
   double worst = 0;
   int diverged = -1;
   for (int k = 0; k < 160; k++) {
     if (k == 50)
-      for (int b = 0; b < 2; b++) feed_episodes(l[b], more, 3, 2);
+      for (int b = 0; b < 2; b++) tu_feed_episodes(l[b], more, 3, 2);
     if (k == 100 || k == 120 || k == 140) {
       learner_hparams_t hp;
       learner_get_hparams(l[0], &hp);
