@@ -6,10 +6,12 @@
  * (state 13, branches 4,7, 21 atoms, batch 37), trained on whole episodes:
  *  - lockstep with the CPU (the oracle): 40 DT pre-training steps (each
  *    call's mean loss within 1e-5), then 100 DQN steps, more episodes
- *    submitted at step 50, each step's loss within 1e-3 (the ref network's
- *    bound in test-gpu-learner.c; the hand-over starts the two trunks 1e-5
- *    apart) until PER's sampling parts as test-gpu-learner.c describes (not
- *    before step 20, then within 10%), the parameters after within 1e-2;
+ *    submitted at step 50, each step's loss within 1e-5 and the parameters
+ *    after within 1e-4 (test-gpu-learner.c's bounds for the odd shapes with
+ *    the ensemble or attention; measured on the H200: 3.0e-7 and 4.4e-6,
+ *    the hand-over starting the two trunks 1.1e-8 apart, kernels/dev/
+ *    DEVICE_NOTES.md item 84), unless PER's sampling parts as
+ *    test-gpu-learner.c describes (not before step 20, then within 10%);
  *  - two GPU runs of the same pipeline bit-identical (DQN, target and DT
  *    parameters), a run with the next seed not;
  *  - a population of 4 such members on CUDA: each pre-trains and trains on
@@ -114,21 +116,21 @@ START_TEST(test_lockstep) {
     ck_assert_msg(isfinite(s[1].loss_last) && isfinite(s[1].grad_norm_last) && isfinite(s[1].q_mean),
                   "step %d: GPU stats not finite", k);
     const double e = rel(s[0].loss_last, s[1].loss_last);
-    if (diverged < 0 && k >= 20 && e > 1e-3 && e <= 2.0 / c.batch) diverged = k; /* PER, as test-gpu-learner.c */
+    if (diverged < 0 && k >= 20 && e > 1e-5 && e <= 2.0 / c.batch) diverged = k; /* PER, as test-gpu-learner.c */
     if (diverged >= 0) {
       ck_assert_msg(e <= 0.1, "step %d (after PER divergence at %d): cpu %.8g gpu %.8g", k, diverged, s[0].loss_last,
                     s[1].loss_last);
       continue;
     }
     worst = e > worst ? e : worst;
-    ck_assert_msg(e <= 1e-3, "step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, s[0].loss_last, s[1].loss_last, e);
+    ck_assert_msg(e <= 1e-5, "step %d: loss cpu %.8g gpu %.8g (rel %.3g)", k, s[0].loss_last, s[1].loss_last, e);
   }
   const double pe = sec_err(l[0], l[1], SEC_ONLINE), te = sec_err(l[0], l[1], SEC_TARGET);
   printf("everything: DT params %.2e apart after 40 steps, online %.2e after the hand-over; 100 DQN steps: worst "
          "step-loss rel diff %.2e%s, params %.2e, target %.2e\n",
          dt_drift, trunk, worst, diverged >= 0 ? " (until PER sampling parted)" : "", pe, te);
   ck_assert_msg(diverged < 0 || diverged >= 20, "PER sampling diverged at step %d", diverged);
-  ck_assert_msg(pe <= 1e-2 && te <= 1e-2, "parameters %.3g, target %.3g apart after 100 steps", pe, te);
+  ck_assert_msg(pe <= 1e-4 && te <= 1e-4, "parameters %.3g, target %.3g apart after 100 steps", pe, te);
   learner_destroy(l[0]), learner_destroy(l[1]);
 }
 END_TEST
