@@ -32,4 +32,9 @@ done
 # carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
 tar -C .devcarry -cJf .devcarry/bin.tar.xz bin
 cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tests/bench/peers/dt_torch.py .devcarry/
+# the Python package (gpu-run.sh --search): carry [..., ".devcarry/py.tar.xz"]
+rm -rf .devcarry/py && mkdir -p .devcarry/py/dqnd/v1
+cp build/client/python/dqnd/*.py .devcarry/py/dqnd/ && cp build/client/python/dqnd/v1/*.py .devcarry/py/dqnd/v1/
+strip -o .devcarry/py/dqnd/libdqnpyenv.so build/client/python/dqnd/libdqnpyenv.so
+tar -C .devcarry -cJf .devcarry/py.tar.xz py
 echo "prepared: $(echo $bins | wc -w) binaries"

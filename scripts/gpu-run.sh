@@ -93,4 +93,30 @@ if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then
   "$bin/dqnctl" --url "ipc://$sock" demo 2>&1 | tail -3 | tee "$out/demo-daemon.log"
   kill -TERM $pid; wait $pid; echo "dqnd exit: $?"
 fi
+if [ "${1:-}" = --search ] && [ -x "$bin/dqnd" ]; then
+  # issue 31 item 3: the every-feature search (optuna_search.py --env bitflip
+  # --dt) through one daemon on this GPU; needs python3 with optuna and
+  # protobuf here, and .devcarry/py.tar.xz (gpu-prepare.sh) carried
+  [ -f .devcarry/py.tar.xz ] && rm -rf .devcarry/py && tar -C .devcarry -xJf .devcarry/py.tar.xz
+  py=${PYTHON:-python3}
+  if ! PYTHONPATH=$PWD/.devcarry/py $py -c "import optuna, dqnd" 2>"$out/search-import.log"; then
+    echo "search skipped: $(tail -1 "$out/search-import.log")"
+  else
+    tmp=$(mktemp -d); sock=$tmp/d.sock
+    "$bin/dqnd" --listen "ipc://$sock" --state-dir "$tmp/state" --backend "${SEARCH_BACKEND:-cuda}" \
+      --checkpoint-interval 0 > "$out/search-dqnd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do "$bin/dqnctl" --url "ipc://$sock" --timeout 1000 health >/dev/null 2>&1 && break; sleep 0.1; done
+    "$bin/dqnctl" --url "ipc://$sock" info | grep -iE "backend|device" | head -2 | tee "$out/search.log"
+    t0=$(date +%s)
+    PYTHONPATH=$PWD/.devcarry/py PYTHONUNBUFFERED=1 $py client/python/examples/optuna_search.py \
+      --daemons "ipc://$sock" --storage "sqlite:///$out/search.db" --env bitflip --dt --bits "${SEARCH_BITS:-8}" \
+      --trials "${SEARCH_TRIALS:-20}" --per-daemon "${SEARCH_PER_DAEMON:-4}" --rounds "${SEARCH_ROUNDS:-40}" \
+      --envs 16 --train-steps 64 --eval-every 10 --eval-episodes 32 --seed 1 --plot "$out/search.png" \
+      --timeout 120 2>&1 | tee -a "$out/search.log" | grep -vE "round [0-9]+/"
+    echo "search wall time: $(( $(date +%s) - t0 )) s on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" | tee -a "$out/search.log"
+    kill -TERM $pid; wait $pid; echo "dqnd exit: $?" | tee -a "$out/search.log"
+    rm -rf "$tmp"
+  fi
+fi
 [ $fail -eq 0 ]
