@@ -10,7 +10,9 @@
 #   TF32=1              the same modes with tensor_cores=1 as well
 #   NCU="4:64:1 4:256:1" per-kernel times, mode:batch:tf32 each
 #   PEER=64             the peer at this batch (one: its compile takes minutes),
-#   PEER_PREC="tf32 fp32" its precisions (--tf32 or not); PEER_ATTN=0 drops attention
+#   PEER_PREC="tf32 fp32" its precisions (--tf32 or not); PEER_ATTN=0 drops attention;
+#   PEER_K=5 PEER_DIV=0.1 PEER_MASK=0.5 its heads, diversity and mask (mode 7,
+#   issue 31's every-feature step: MODES=7 PEER_K=3 PEER_DIV=0 PEER_MASK=1)
 # Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,7 +85,7 @@ for spec in ${NCU_DETAIL:-}; do
 done
 if [ -n "${PEER:-}" ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   for prec in ${PEER_PREC:-fp32}; do
-    fl="--ensemble-k 5 --diversity 0.1 --mask-p 0.5 --prior-scale 1"
+    fl="--ensemble-k ${PEER_K:-5} --diversity ${PEER_DIV:-0.1} --mask-p ${PEER_MASK:-0.5} --prior-scale 1"
     [ "${PEER_ATTN:-1}" = 1 ] && fl="$fl --attn-tokens 8 --attn-heads 2"
     [ "$prec" = tf32 ] && fl="$fl --tf32"
     echo "peer ($prec): $fl at batch $PEER" | tee -a "$out/bench.log"

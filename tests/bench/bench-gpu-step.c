@@ -35,7 +35,11 @@ int main(int argc, char **argv) {
    * masks 0.5, diversity 0.1 (issue 15's peer flags, attention off), 4 the
    * same with attention (8 tokens, 2 heads: issue 15's full configuration),
    * 5 mode 1 with HER (8-wide goals, future, ratio 0.8) and 3-step returns,
-   * 6 mode 1 with 3-step returns alone (issue 16's speed check);
+   * 6 mode 1 with 3-step returns alone (issue 16's speed check), 7 every
+   * feature of issue 31's step at once: PER, NoisyNet, HER (8-wide goals,
+   * future, ratio 0.3), 3-step returns, attention (8 tokens, 2 heads) and
+   * K = 3 head sets with priors 1 (the peer covers the last two:
+   * scripts/gpu-ens.sh PEER_K=3 PEER_DIV=0 PEER_MASK=1);
    * BENCH_PROFILE_MODE=k runs only mode k, BENCH_HER=1 modes 1, 5 and 6;
    * BENCH_TF32=1 runs every mode with tensor_cores=1 */
   const char *pm = getenv("BENCH_PROFILE_MODE"), *cg = getenv("BENCH_CUDA_GRAPH"), *oc = getenv("BENCH_GEMM_OCC");
@@ -44,7 +48,7 @@ int main(int argc, char **argv) {
   if (her && atoi(her)) m0 = 1, m1 = 7;
   if (cg || oc) printf("cuda_graph %s, cuda_gemm_occupancy %s\n", cg ? cg : "default", oc ? oc : "default");
   for (int mode = m0; mode < m1; mode++) {
-    if (her && atoi(her) && mode > 1 && mode < 5) continue;
+    if (her && atoi(her) && ((mode > 1 && mode < 5) || mode == 7)) continue;
     snprintf(list, sizeof list, "%s", batches);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
       learner_config_t c;
@@ -54,6 +58,8 @@ int main(int argc, char **argv) {
       c.prioritized = mode == 1 || mode >= 5;
       c.noisy = mode == 1 || mode >= 5;
       if (mode == 5) c.her_goal_dim = 8, c.hp.her_ratio = 0.8f;
+      if (mode == 7) c.her_goal_dim = 8, c.hp.her_ratio = 0.3f, c.attn_tokens = 8, c.attn_heads = 2;
+      if (mode == 7) c.ensemble_k = 3, c.ensemble_prior_scale = 1;
       if (mode >= 5) c.hp.n_step = 3;
       c.tensor_cores = mode == 2 || (tf && atoi(tf));
       if (mode == 4) c.attn_tokens = 8, c.attn_heads = 2;
@@ -98,7 +104,8 @@ int main(int argc, char **argv) {
         ts[k] = (bench_now() - t0) / steps;
       }
       double med = bench_median(ts, 5);
-      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn", "p+n+her+n3", "p+n+nstep3"};
+      static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn", "p+n+her+n3", "p+n+nstep3",
+                                 "everything"};
       char label[32];
       snprintf(label, sizeof label, "%s%s", mn[mode], c.tensor_cores && mode != 2 ? "-tf32" : "");
       printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, label, med * 1e6, 1 / med,
