@@ -2,8 +2,9 @@
  * feed.h — n made-up transitions into a learner (states and next states
  * uniform in [-1, 1], actions uniform over the joint actions, rewards in
  * [-2, 2], 20% terminal), the same for the same tag: what the CPU learner
- * tests (test-state, test-population) train on; and transitions in whole
- * episodes (HER, n-step and the DT read their bounds).
+ * tests (test-state, test-population) train on; and transitions in
+ * episodes (HER, n-step and the DT read their bounds), whose last one may
+ * run on into the next call's.
  */
 #ifndef DQND_TEST_FEED_H
 #define DQND_TEST_FEED_H
@@ -37,7 +38,9 @@ static inline void tu_feed(learner_t *l, int n, uint64_t tag) {
 }
 
 /* transitions in episodes of 1..16 steps (random states, actions and
- * rewards), every other one truncated (episode_ends) rather than terminal, submitted in chunks of the given sizes
+ * rewards; a reward is a function of its action), every other one truncated
+ * (episode_ends) rather than terminal (the call's last episode may end in a
+ * later call), submitted in chunks of the given sizes
  * so episodes cross submits (and, with a small ring, the wrap-around) */
 static inline void tu_feed_episodes(learner_t *l, const int *chunks, int n_chunks, uint64_t tag) {
   const learner_config_t *c = learner_config(l);

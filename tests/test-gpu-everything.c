@@ -3,7 +3,8 @@
  * (issue 31 item 2; docs/testing.md): attention (4 tokens, 2 heads), K = 3
  * head sets with priors, HER (future, ratio 0.3), 3-step returns, PER,
  * NoisyNet and a Decision Transformer handed to trunk1, on odd shapes
- * (state 13, branches 4,7, 21 atoms, batch 37), trained on whole episodes:
+ * (state 13, branches 4,7, 21 atoms, batch 37), trained on episodes of 1-16
+ * steps (tests/feed.h; they may cross submits):
  *  - lockstep with the CPU (the oracle): 40 DT pre-training steps (each
  *    call's mean loss within 1e-5), then 100 DQN steps, more episodes
  *    submitted at step 50, each step's loss within 1e-5 and the parameters
@@ -11,7 +12,8 @@
  *    the ensemble or attention; measured on the H200: 3.0e-7 and 4.4e-6,
  *    the hand-over starting the two trunks 1.1e-8 apart, kernels/dev/
  *    DEVICE_NOTES.md item 84), unless PER's sampling parts as
- *    test-gpu-learner.c describes (not before step 20, then within 10%);
+ *    test-gpu-learner.c describes (not before step 20, then each step
+ *    within 10% and the parameters within 0.1);
  *  - two GPU runs of the same pipeline bit-identical (DQN, target and DT
  *    parameters), a run with the next seed not;
  *  - a population of 4 such members on CUDA: each pre-trains and trains on
@@ -129,8 +131,10 @@ START_TEST(test_lockstep) {
   printf("everything: DT params %.2e apart after 40 steps, online %.2e after the hand-over; 100 DQN steps: worst "
          "step-loss rel diff %.2e%s, params %.2e, target %.2e\n",
          dt_drift, trunk, worst, diverged >= 0 ? " (until PER sampling parted)" : "", pe, te);
-  ck_assert_msg(diverged < 0 || diverged >= 20, "PER sampling diverged at step %d", diverged);
-  ck_assert_msg(pe <= 1e-4 && te <= 1e-4, "parameters %.3g, target %.3g apart after 100 steps", pe, te);
+  /* (a divergence before step 20 failed above: e > 1e-5 there) after one, the
+   * parameters are held to sanity as in test-gpu-learner.c */
+  const double bound = diverged >= 0 ? 0.1 : 1e-4;
+  ck_assert_msg(pe <= bound && te <= bound, "parameters %.3g, target %.3g apart after 100 steps", pe, te);
   learner_destroy(l[0]), learner_destroy(l[1]);
 }
 END_TEST

@@ -370,6 +370,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
   if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
   cudaFree(d->tmp);
+  d->tmp = NULL;
   cudaError_t e = cudaMalloc((void **)&d->tmp, sizeof(float) * d->tmp_cap);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->timesteps, sizeof(int32_t) * BK);

@@ -325,9 +325,13 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
   const size_t fq = sizeof(float) * win_floats(N, dh, 0), kv = sizeof(float) * win_floats(N, dh, 1);
   *win = fq <= (size_t)optin && kv <= (size_t)optin;
   if (!*win) return 0;
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fq));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fq));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kv));
+  /* the device's whole opt-in, whatever these shapes need: the limit is the
+   * kernel's, shared by every trainer in the process, so one with smaller
+   * windows must not lower it under another's (setting the same value again
+   * from another thread is harmless) */
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   return 0;
 }
 

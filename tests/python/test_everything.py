@@ -28,6 +28,8 @@ EPISODES = int(os.environ.get("EVERYTHING_EPISODES", "400"))
 DATASET_EPISODES = 200  # the DT pre-trains on them; half are random: the chance baseline
 CHECKPOINT_AT = EPISODES // 2
 TWIN_EPISODES = 10  # the checkpoint's twin runs beside the original this long
+if EPISODES < 2 * TWIN_EPISODES:
+    raise SystemExit(f"EVERYTHING_EPISODES={EPISODES}: at least {2 * TWIN_EPISODES} (the twin runs {TWIN_EPISODES})")
 
 
 def config():

@@ -121,19 +121,29 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
     pbt_rng = np.random.default_rng([a.seed, members[0][0].number, 7])
     eval_envs = search.eval_envs()
     live, last = list(range(n)), {}
+    # each member's replay size, diverged ones dropped: a Step needs every
+    # member it steps to hold a batch (pruned ones too: they stay in the
+    # trainer), so a pruned member that holds less is still fed until it does
+    # (bitflip's short episodes; a meanrev round always fills a batch)
+    sizes, batch = dict.fromkeys(range(n), 0), int(cfg0["batch"])
     for rnd in range(1, a.rounds + 1):
         if search.stop.is_set():
             raise Interrupted()
         eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
-        sizes = [client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
-                 for i in live]
-        if a.samples_per_insert == 0 and min(sizes) >= int(cfg0["batch"]):  # (bitflip's first rounds may hold less)
+        for i in sizes:
+            if i in live or sizes[i] < batch:
+                sizes[i] = client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i),
+                                         member=i)
+        if a.samples_per_insert == 0 and min(sizes.values()) >= batch:
             st = client.step(name, a.train_steps)
             for i in st.get("diverged", []):
+                sizes.pop(i, None)
                 if i in live:  # diverged: it stops alone, its trial FAILs
                     live.remove(i)
                     _tell(search, members[i][0], done, TrialState.FAIL, None)
                     search.log(f"trial {members[i][0].number} (member {i}) diverged -> FAIL")
+        if not live:  # every member failed
+            return
         if rnd % a.eval_every and rnd != a.rounds:
             continue
         for i in list(live):
