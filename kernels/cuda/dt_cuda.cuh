@@ -89,14 +89,14 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
                 float *dS, float *dq, float *dk, float *dv, cudaStream_t st);
 
 /* the sum of v over the block (blockDim.x a multiple of 32, at most 1024),
- * in a fixed order; every thread gets it */
-static __device__ __forceinline__ float dt_block_sum(float v, float *sh) {
+ * in a fixed order; every thread gets it (float, or double for the norm) */
+template <typename T> static __device__ __forceinline__ T dt_block_sum(T v, T *sh) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int w = threadIdx.x / 32, nw = blockDim.x / 32;
   __syncthreads();
   if ((threadIdx.x & 31) == 0) sh[w] = v;
   __syncthreads();
-  float s = 0;
+  T s = 0;
   for (int i = 0; i < nw; i++) s += sh[i];
   return s;
 }

@@ -63,18 +63,6 @@ __global__ void dt_sample_kernel(cuda_dt_replay_t rp, unsigned long long seed, c
   }
 }
 
-/* the sum of v over the block in double, in a fixed order */
-static __device__ double dt_block_sum_d(double v, double *sh) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[w] = v;
-  __syncthreads();
-  double s = 0;
-  for (int i = 0; i < nw; i++) s += sh[i];
-  return s;
-}
-
 /* partial sums of g^2 in double (the CPU's grad_norm sums in double),
  * DT_NORM_BLOCKS blocks, each its stride in order */
 __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part) {
@@ -82,7 +70,7 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
   double s = 0;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
     s += (double)g[k] * g[k];
-  s = dt_block_sum_d(s, red);
+  s = dt_block_sum(s, red);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
@@ -96,7 +84,7 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
   __shared__ float redf[32];
   double s = 0;
   for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
-  s = dt_block_sum_d(s, red);
+  s = dt_block_sum(s, red);
   float rows = 0;
   for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
   rows = dt_block_sum(rows, redf);

@@ -72,7 +72,10 @@ def batch(n, tag, S=6, A=12):
                 dones=(np.arange(n) % 5 == 0))
 
 
-class ClientTest(unittest.TestCase):
+class DaemonTest(unittest.TestCase):
+    """Tests that share one CPU daemon, self.d, started before the class's
+    first test and stopped cleanly (exit status 0) after its last."""
+
     @classmethod
     def setUpClass(cls):
         cls.d = Daemon()
@@ -80,6 +83,9 @@ class ClientTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         assert cls.d.stop() == 0
+
+
+class ClientTest(DaemonTest):
 
     def client(self):
         return dqnd.Client(self.d.url, timeout=30)
@@ -360,16 +366,8 @@ class Stepper:
         return self
 
 
-class CancelTest(unittest.TestCase):
+class CancelTest(DaemonTest):
     """A Step of 10^6 steps (tens of seconds of SMALL's) stopped early."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
 
     def trainer(self, name):
         with dqnd.Client(self.d.url, timeout=30) as c:

@@ -11,7 +11,7 @@ import unittest
 import numpy as np
 
 import dqnd
-from test_client import SMALL, Daemon, batch
+from test_client import SMALL, DaemonTest, batch
 
 DT = dict(SMALL, dt_layers=1, dt_context=4, dt_embed=16, dt_heads=2, dt_max_ep_len=20, dt_batch=8, dt_rtg_scale=5,
           dt_lr=0.003, dt_warmup=5)
@@ -23,15 +23,7 @@ def window(tag, k=3, S=6):
                 timesteps=np.arange(k), actions=(np.arange(k) * 5 + tag) % 12)
 
 
-class DTTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
+class DTTest(DaemonTest):
     def client(self):
         return dqnd.Client(self.d.url, timeout=60)
 

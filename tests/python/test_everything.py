@@ -21,7 +21,7 @@ import numpy as np
 
 import dqnd
 from dqnd.envs import BitFlip
-from test_client import Daemon
+from test_client import DaemonTest
 
 N = 8
 EPISODES = int(os.environ.get("EVERYTHING_EPISODES", "400"))
@@ -69,16 +69,8 @@ class Episode:
                         episode_ends=np.array(e, dtype=np.uint8))
 
 
-class EverythingTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.d.stop() == 0
-
-    def episode(self, c, names, env, e, eps, rng, coins=None):
+class EverythingTest(DaemonTest):
+    def episode(self, c, names, env, e, eps, rng):
         """one DQN episode: the first trainer acts (noisy, epsilon-greedy with a
         coin from rng), every trainer in names gets the same episode and as
         many steps as it has transitions; the others must act the same.
@@ -135,7 +127,7 @@ class EverythingTest(unittest.TestCase):
             print(f"DT pre-training loss by call: {', '.join(f'{x:.4f}' for x in dt)}; random success {chance:.3f}")
             self.assertLess(dt[-1], 0.95 * dt[0], "the DT's loss did not fall")
             # DQN training, episode by episode; the checkpoint's twin beside it for a while
-            losses, wins, last = [], [], []
+            losses, wins = [], []
             decay = int(0.4 * EPISODES)
             for k in range(EPISODES):
                 e = DATASET_EPISODES + k

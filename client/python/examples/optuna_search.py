@@ -67,6 +67,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # the back-off between attempts to reach 
 MAX_RESUMES = 3  # a trial resumed this often from the same point without getting past it FAILs
 EVAL_EPISODE0 = 1 << 40  # evaluation episodes never meet training ones (as in demo_evaluate)
 DT_EPISODE0 = 1 << 39  # --dt's random episodes: nor these
+VALUE_LABEL = "greedy return / optimal return"  # what a trial reports (--plot's axis)
 
 
 def parse_args(argv=None):
@@ -350,7 +351,7 @@ class Search:
         self.sample_config = functools.partial(task.sample_config, dt=args.dt)
         self.Collector, self.evaluate, self.dt_dataset = task.Collector, task.evaluate, task.dt_dataset
         self.eval_envs = functools.partial(task.eval_envs, args.seed, args.eval_episodes)
-        self.value_label = ("greedy success rate" if args.env == "bitflip" else "greedy return / optimal return")
+        self.value_label = task.VALUE_LABEL
         self.dt_warmup = functools.partial(dt_warmup, self)
 
     def log(self, msg):

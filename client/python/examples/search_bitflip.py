@@ -21,6 +21,7 @@ import dqnd
 
 EVAL_EPISODE0 = 1 << 40  # evaluation episodes never meet training ones
 DT_EPISODE0 = 1 << 39  # the DT's dataset: nor these
+VALUE_LABEL = "greedy success rate"  # what a trial reports (--plot's axis)
 BITS = 8  # set from --bits by optuna_search.py before anything runs
 
 
