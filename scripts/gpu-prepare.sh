@@ -36,5 +36,13 @@ cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tes
 rm -rf .devcarry/py && mkdir -p .devcarry/py/dqnd/v1
 cp build/client/python/dqnd/*.py .devcarry/py/dqnd/ && cp build/client/python/dqnd/v1/*.py .devcarry/py/dqnd/v1/
 strip -o .devcarry/py/dqnd/libdqnpyenv.so build/client/python/dqnd/libdqnpyenv.so
+# and Debian's pure-Python optuna with what it imports, for a GPU machine
+# whose python3 lacks them (gpu-run.sh puts py/deps on PYTHONPATH only then)
+mkdir -p .devcarry/py/deps
+for m in optuna cmaes sqlalchemy alembic colorlog tqdm yaml mako markupsafe packaging google; do
+  d=/usr/lib/python3/dist-packages/$m
+  [ -d "$d" ] && cp -r "$d" .devcarry/py/deps/
+done
+find .devcarry/py/deps -name '__pycache__' -prune -exec rm -rf {} + ; find .devcarry/py/deps -name '*.so' -delete
 tar -C .devcarry -cJf .devcarry/py.tar.xz py
 echo "prepared: $(echo $bins | wc -w) binaries"

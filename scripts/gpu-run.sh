@@ -99,7 +99,21 @@ if [ "${1:-}" = --search ] && [ -x "$bin/dqnd" ]; then
   # protobuf here, and .devcarry/py.tar.xz (gpu-prepare.sh) carried
   [ -f .devcarry/py.tar.xz ] && rm -rf .devcarry/py && tar -C .devcarry -xJf .devcarry/py.tar.xz
   py=${PYTHON:-python3}
-  if ! PYTHONPATH=$PWD/.devcarry/py $py -c "import optuna, dqnd" 2>"$out/search-import.log"; then
+  pp=$PWD/.devcarry/py
+  if ! PYTHONPATH=$pp $py -c "import optuna, dqnd" 2>/dev/null; then
+    # this python3 lacks optuna or protobuf: Debian's pure-Python copies of
+    # what it lacks (only those: a copy would shadow what it has)
+    for d in .devcarry/py/deps/*; do
+      m=$(basename "$d"); [ "$m" = google ] && m=google.protobuf
+      $py -c "import $m" 2>/dev/null && rm -rf "$d"
+    done
+    [ -d .devcarry/py/deps/google ] && export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python
+    ls .devcarry/py/deps; pp=$pp:$PWD/.devcarry/py/deps
+  fi
+  # the curves' PNG needs matplotlib; without it, plot from search.db later
+  plot=(); PYTHONPATH=$pp $py -c "import matplotlib" 2>/dev/null && plot=(--plot "$out/search.png")
+  $py --version | tee "$out/search-python.log"
+  if ! PYTHONPATH=$pp $py -c "import optuna, dqnd" 2>"$out/search-import.log"; then
     echo "search skipped: $(tail -1 "$out/search-import.log")"
   else
     tmp=$(mktemp -d); sock=$tmp/d.sock
@@ -109,10 +123,10 @@ if [ "${1:-}" = --search ] && [ -x "$bin/dqnd" ]; then
     for _ in $(seq 100); do "$bin/dqnctl" --url "ipc://$sock" --timeout 1000 health >/dev/null 2>&1 && break; sleep 0.1; done
     "$bin/dqnctl" --url "ipc://$sock" info | grep -iE "backend|device" | head -2 | tee "$out/search.log"
     t0=$(date +%s)
-    PYTHONPATH=$PWD/.devcarry/py PYTHONUNBUFFERED=1 $py client/python/examples/optuna_search.py \
+    PYTHONPATH=$pp PYTHONUNBUFFERED=1 $py client/python/examples/optuna_search.py \
       --daemons "ipc://$sock" --storage "sqlite:///$out/search.db" --env bitflip --dt --bits "${SEARCH_BITS:-8}" \
       --trials "${SEARCH_TRIALS:-20}" --per-daemon "${SEARCH_PER_DAEMON:-4}" --rounds "${SEARCH_ROUNDS:-40}" \
-      --envs 16 --train-steps 64 --eval-every 10 --eval-episodes 32 --seed 1 --plot "$out/search.png" \
+      --envs 16 --train-steps 64 --eval-every 10 --eval-episodes 32 --seed 1 "${plot[@]}" ${SEARCH_EXTRA:-} \
       --timeout 120 2>&1 | tee -a "$out/search.log" | grep -vE "round [0-9]+/"
     echo "search wall time: $(( $(date +%s) - t0 )) s on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" | tee -a "$out/search.log"
     kill -TERM $pid; wait $pid; echo "dqnd exit: $?" | tee -a "$out/search.log"
