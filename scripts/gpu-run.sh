@@ -79,6 +79,12 @@ if [ "${1:-}" = --dt ] && [ -f .devcarry/dt_torch.py ]; then
       $([ $p = tf32 ] && echo --tf32) --json "$out/dt_torch_$p.json" 2>&1 | tee -a "$out/dt.log" | grep -E '^B=|^[0-9]'
   done
 fi
+# issue 29 item 5: the step with PER and uniform replay at capacities 10^4,
+# 10^6, 10^7 (the sum tree's depth), and Submit's throughput filling and full
+if [ "${1:-}" = --per ] && [ -x "$bin/bench-gpu-per" ]; then
+  echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/per.log"
+  "$bin/bench-gpu-per" "${PER_BATCHES:-64,256}" "${PER_CAPS:-10000,1000000,10000000}" 300 "$out/per.json" 2>&1 | tee -a "$out/per.log"
+fi
 # issue 15's ensemble and attention step beside the peer with the same flags:
 # scripts/gpu-ens.sh
 if [ "${1:-}" = --demo ] && [ -x "$bin/dqnd" ]; then

@@ -19,17 +19,34 @@
 
 // kernels
 
-/* the CPU's replay_tree_find, same float operations */
-__device__ long long tree_find(const float *sum, long long T, long long size, float target) {
+/* the CPU's replay_tree_find by a warp: the 2 + 4 + ... + 2^D nodes of the next D <= 5 levels
+ * below k are loaded at once (a memory round trip per 5 levels, not per
+ * level: 24 levels at capacity 10^7, most below what L2 holds), then every
+ * lane takes replay_tree_find's comparisons and subtractions in its order, so the
+ * leaf is the same. Called by a whole warp with the same target. */
+__device__ long long tree_find_warp(const float *sum, long long T, long long size, float target) {
+  const int lane = threadIdx.x & 31;
   long long k = 1;
   while (k < T) {
-    float left = sum[2 * k], right = sum[2 * k + 1];
-    if ((target < left && left > 0) || !(right > 0)) {
-      k = 2 * k;
-    } else {
-      target -= left;
-      k = 2 * k + 1;
+    const int rest = __clzll(k) - __clzll(T); /* the levels below k: log2(T / k) */
+    const int D = rest < 5 ? rest : 5;
+    float v[5];
+#pragma unroll
+    for (int d = 1; d <= 5; d++) v[d - 1] = d <= D && lane < (1 << d) ? sum[(k << d) + lane] : 0.0f;
+    int off = 0; /* the node at level d below k: (k << d) + off */
+#pragma unroll
+    for (int d = 1; d <= 5; d++) {
+      if (d > D) break; /* D is the warp's */
+      const float left = __shfl_sync(0xffffffffu, v[d - 1], 2 * off);
+      const float right = __shfl_sync(0xffffffffu, v[d - 1], 2 * off + 1);
+      if ((target < left && left > 0) || !(right > 0)) {
+        off = 2 * off;
+      } else {
+        target -= left;
+        off = 2 * off + 1;
+      }
     }
+    k = (k << D) + off;
   }
   long long i = k - T;
   return i < size ? i : size - 1;
@@ -64,6 +81,13 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
   /* the step's norm-free AdamW scalars (two double pows), by the second
    * warp of block 0 beside the first's sampling: off the critical path */
   if (adam_fin && i == 0 && threadIdx.x == 32) adam_prep(adam_fin, &ds->step, hp);
+  long long jp = 0; /* PER: the first warp descends the sum tree together */
+  if (prioritized && threadIdx.x < 32) {
+    philox4_t d = philox_draw(seed, PHILOX_STREAM_REPLAY, ds->step, (uint32_t)i);
+    float total = sum[1], seg = __fdiv_rn(total, (float)B);
+    float target = __fmul_rn(__fadd_rn((float)i, philox_uniform(d.v[1])), seg);
+    jp = tree_find_warp(sum, T, ds->size, target);
+  }
   if (threadIdx.x == 0) {
     unsigned long long t = ds->step;
     long long size = ds->size;
@@ -73,9 +97,7 @@ __global__ void sample_gather_kernel(const dev_state_t *ds, const learner_hparam
     if (!prioritized) {
       j = (long long)(((unsigned long long)d.v[0] * (unsigned long long)size) >> 32);
     } else {
-      float total = sum[1], seg = __fdiv_rn(total, (float)B);
-      float target = __fmul_rn(__fadd_rn((float)i, philox_uniform(d.v[1])), seg);
-      j = tree_find(sum, T, size, target);
+      j = jp;
       w = powf(__fdiv_rn(mn[1], sum[T + j]), beta_at(hp, t));
     }
     idx[i] = j;
@@ -164,14 +186,17 @@ __global__ void priorities_kernel(const long long *idx, const float *loss_i, int
   }
 }
 
-/* leaves [lo, hi] set to max_leaf, then their ancestors level by level (the CPU's replay_add order) */
+/* leaves [lo, hi] set to max_leaf, then their ancestors level by level, a
+ * level's nodes side by side (each is left + right of final children, as
+ * in the CPU's replay_add, so the same bits); one block */
 __global__ void tree_insert_kernel(float *sum, float *mn, long long T, long long lo, long long hi, const dev_state_t *ds) {
-  if (threadIdx.x || blockIdx.x) return;
-  float v = ds->max_leaf;
-  for (long long i = lo; i <= hi; i++) sum[T + i] = mn[T + i] = v;
+  if (blockIdx.x) return;
+  const float v = ds->max_leaf;
+  for (long long i = lo + threadIdx.x; i <= hi; i += blockDim.x) sum[T + i] = mn[T + i] = v;
   long long a = (T + lo) >> 1, b = (T + hi) >> 1;
   for (; a >= 1; a >>= 1, b >>= 1) {
-    for (long long k = a; k <= b; k++) {
+    __syncthreads(); /* the level below is complete */
+    for (long long k = a + threadIdx.x; k <= b; k += blockDim.x) {
       sum[k] = sum[2 * k] + sum[2 * k + 1];
       float x = mn[2 * k], y = mn[2 * k + 1];
       mn[k] = x < y ? x : y;
@@ -238,7 +263,7 @@ extern "C" int cuda_replay_update_priorities(cuda_learner_t *m, cudaStream_t st)
 }
 
 extern "C" int cuda_replay_add(cuda_learner_t *m, long long lo, long long hi, cudaStream_t st) {
-  tree_insert_kernel<<<1, 1, 0, st>>>(m->sum, m->mn, m->T, lo, hi, m->ds);
+  tree_insert_kernel<<<1, 1024, 0, st>>>(m->sum, m->mn, m->T, lo, hi, m->ds);
   return (int)cudaGetLastError();
 }
 
