@@ -19,11 +19,12 @@
 
 // kernels
 
-/* the CPU's replay_tree_find by a warp: the 2 + 4 + ... + 2^D nodes of the next D <= 5 levels
- * below k are loaded at once (a memory round trip per 5 levels, not per
- * level: 24 levels at capacity 10^7, most below what L2 holds), then every
- * lane takes replay_tree_find's comparisons and subtractions in its order, so the
- * leaf is the same. Called by a whole warp with the same target. */
+/* the CPU's replay_tree_find by a warp: the 2 + 4 + ... + 2^D nodes of the
+ * next D <= 5 levels below k are loaded at once (a memory round trip per 5
+ * levels, not per level: 24 levels at capacity 10^7, most below what L2
+ * holds), then every lane takes replay_tree_find's comparisons and
+ * subtractions in its order, so the leaf is the same. Called by a whole
+ * warp with the same target. */
 __device__ long long tree_find_warp(const float *sum, long long T, long long size, float target) {
   const int lane = threadIdx.x & 31;
   long long k = 1;
