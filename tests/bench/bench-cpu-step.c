@@ -78,17 +78,8 @@ int main(int argc, char **argv) {
     }
     free(s), free(s2), free(r), free(a), free(d);
     learner_stats_t st;
-    learner_step(l, 5, &st, err, sizeof err); /* warm-up */
-    double times[3];
-    for (int rep = 0; rep < 3; rep++) {
-      double t0 = bench_now();
-      if (learner_step(l, steps, &st, err, sizeof err)) {
-        fprintf(stderr, "bench: %s\n", err);
-        return 1;
-      }
-      times[rep] = (bench_now() - t0) / steps;
-    }
-    double t = bench_median(times, 3);
+    double t = bench_step_time(l, 5, steps, 3, &st); /* warm-up, then 3 calls */
+    if (t < 0) return 1;
     printf("B=%5d dqnd-cpu %-8s %9.1f us/step %9.1f steps/s loss=%.4f params=%lld\n", c.batch, per ? "per" : "uniform",
            t * 1e6, 1 / t, st.loss_last, (long long)learner_config_num_params(&c));
     fflush(stdout);

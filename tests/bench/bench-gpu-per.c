@@ -103,22 +103,10 @@ int main(int argc, char **argv) {
       c.replay_capacity = cap;
       c.prioritized = per;
       if (!S) S = c.state_dim, pool_make(&p, S);
-      learner_t *l;
-      if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) {
-        fprintf(stderr, "capacity %lld: %s\n", (long long)cap, err);
-        return 1;
-      }
-      int64_t chunk = 0;
-      double tfill = submit_n(l, &p, cap, &chunk);
-      /* into the full replay: a tenth of it, at least 10^5 rows */
-      int64_t nfull = cap / 10 < 100000 ? 100000 : cap / 10;
-      double tfull = tfill < 0 ? -1 : submit_n(l, &p, nfull, &chunk);
-      if (tfull < 0) return 1;
-      printf("capacity %9lld %-7s submit: fill %.3g transitions/s, full %.3g transitions/s\n", (long long)cap,
-             per ? "PER" : "uniform", (double)cap / tfill, (double)nfull / tfull);
-      /* the step at each batch; the learner's batch is fixed at create, so
-       * a learner a batch shares nothing but the pool */
-      learner_destroy(l);
+      /* Submit is timed on the first batch's learner: while it fills, then
+       * into the full replay (a tenth of it more, at least 10^5 rows) */
+      double tfill = -1, tfull = -1;
+      const int64_t nfull = cap / 10 < 100000 ? 100000 : cap / 10;
       /* the capacities' strtok is in progress: walk the batches by hand */
       for (const char *q = batches; *q;) {
         int B = atoi(q);
@@ -127,27 +115,23 @@ int main(int argc, char **argv) {
         if (B <= 0) continue;
         learner_config_t cb = c;
         cb.batch = B;
+        learner_t *l;
         if (learner_create(&cb, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) {
           fprintf(stderr, "capacity %lld batch %d: %s\n", (long long)cap, B, err);
           return 1;
         }
         int64_t ch = 0;
-        if (submit_n(l, &p, cap, &ch) < 0) return 1;
+        const double tf = submit_n(l, &p, cap, &ch);
+        if (tf < 0) return 1;
+        if (tfill < 0) {
+          tfill = tf;
+          if ((tfull = submit_n(l, &p, nfull, &ch)) < 0) return 1;
+          printf("capacity %9lld %-7s submit: fill %.3g transitions/s, full %.3g transitions/s\n", (long long)cap,
+                 per ? "PER" : "uniform", (double)cap / tfill, (double)nfull / tfull);
+        }
         learner_stats_t st;
-        if (learner_step(l, 20, &st, err, sizeof err)) { /* capture + warm-up */
-          fprintf(stderr, "%s\n", err);
-          return 1;
-        }
-        double ts[5];
-        for (int k = 0; k < 5; k++) {
-          double t0 = bench_now();
-          if (learner_step(l, steps, &st, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            return 1;
-          }
-          ts[k] = (bench_now() - t0) / steps;
-        }
-        double med = bench_median(ts, 5);
+        double med = bench_step_time(l, 20, steps, 5, &st); /* capture + warm-up, then 5 calls */
+        if (med < 0) return 1;
         printf("B=%5d capacity %9lld %-7s %8.1f us/step loss=%.4f\n", B, (long long)cap, per ? "PER" : "uniform",
                med * 1e6, st.loss_last);
         fflush(stdout);

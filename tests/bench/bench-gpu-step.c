@@ -93,17 +93,8 @@ int main(int argc, char **argv) {
       }
       free(s), free(s2), free(r), free(a), free(d);
       learner_stats_t st;
-      learner_step(l, 20, &st, err, sizeof err); /* capture + warm-up */
-      double ts[5];
-      for (int k = 0; k < 5; k++) {
-        double t0 = bench_now();
-        if (learner_step(l, steps, &st, err, sizeof err)) {
-          fprintf(stderr, "%s\n", err);
-          return 1;
-        }
-        ts[k] = (bench_now() - t0) / steps;
-      }
-      double med = bench_median(ts, 5);
+      double med = bench_step_time(l, 20, steps, 5, &st); /* capture + warm-up, then 5 calls */
+      if (med < 0) return 1;
       static const char *mn[] = {"uniform", "per+noisy", "tf32", "ensemble", "ens+attn", "p+n+her+n3", "p+n+nstep3",
                                  "everything"};
       char label[32];
