@@ -69,11 +69,13 @@ if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
   fi
 fi
 # issue 30: the Decision Transformer's pre-training step, dqnd's (bench-gpu-dt,
-# fp32) and the PyTorch peer's (tests/bench/peers/dt_torch.py) at the
+# fp32 and TF32) and the PyTorch peer's (tests/bench/peers/dt_torch.py) at the
 # reference sizes, fp32 and TF32, each mode, in the same call
 if [ "${1:-}" = --dt ] && [ -f .devcarry/dt_torch.py ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/dt.log"
-  [ -x "$bin/bench-gpu-dt" ] && "$bin/bench-gpu-dt" "${DT_BATCHES:-64,256}" 0 "$out/dt_dqnd.json" 2>&1 | tee -a "$out/dt.log"
+  for tc in 0 1; do
+    [ -x "$bin/bench-gpu-dt" ] && "$bin/bench-gpu-dt" "${DT_BATCHES:-64,256}" $tc "$out/dt_dqnd_$tc.json" 2>&1 | tee -a "$out/dt.log"
+  done
   for p in fp32 tf32; do
     PYTHONUNBUFFERED=1 python3 .devcarry/dt_torch.py --batches "${DT_BATCHES:-64,256}" --steps "${PEER_STEPS:-100}" \
       $([ $p = tf32 ] && echo --tf32) --json "$out/dt_torch_$p.json" 2>&1 | tee -a "$out/dt.log" | grep -E '^B=|^[0-9]'

@@ -68,9 +68,10 @@ static double run_gpu(cuda_dt_t *d, const float *p, const dt_batch_t *b, float *
 }
 
 /* every DT tensor of g within tol (relative, in norm) of want; the key
- * biases within kabs absolutely */
-static void check_grads(const float *g, const double *want_f, const float *want, double tol, double kabs,
-                        const char *what) {
+ * biases within kabs absolutely. Returns the worst relative error. */
+static double check_grads(const float *g, const double *want_f, const float *want, double tol, double kabs,
+                          const char *what) {
+  double worst = 0;
   for (int i = 0; i < reg.n; i++) {
     const model_param_t *mp = &reg.p[i];
     if (mp->vec != MODEL_VEC_DT) continue;
@@ -81,11 +82,14 @@ static void check_grads(const float *g, const double *want_f, const float *want,
                     (long long)k);
       num += e * e, den += w * w, amax = fabs(e) > amax ? fabs(e) : amax;
     }
-    if (strstr(mp->name, "attn.k.bias"))
+    if (strstr(mp->name, "attn.k.bias")) {
       ck_assert_msg(amax <= kabs, "%s: %s |error| %.3g (zero in exact arithmetic)", what, mp->name, amax);
-    else
+    } else {
       ck_assert_msg(sqrt(num) <= tol * sqrt(den), "%s: %s relative error %.3g", what, mp->name, sqrt(num / den));
+      worst = fmax(worst, sqrt(num / den));
+    }
   }
+  return worst;
 }
 
 START_TEST(test_golden) {
@@ -145,10 +149,12 @@ START_TEST(test_golden) {
 END_TEST
 
 /* a batch of B windows of K steps with padding (window b: b % K padded steps
- * on the left, some timesteps beyond max_ep_len) against the CPU spec, and a
- * rerun bit for bit; *win: the attention's way the CUDA side took */
+ * on the left, some timesteps beyond max_ep_len) against the CPU spec (loss
+ * within tl relative, every tensor within tg in norm, the key biases kabs),
+ * and a rerun bit for bit; tc: the GEMMs in TF32; *win: the attention's way
+ * the CUDA side took */
 static void parity_case(int B, int K, int S, int D, const int *n, int layers, int E, int heads, const char *what,
-                        int *win) {
+                        int tc, double tl, double tg, double kabs, int *win) {
   dt_layout_t L;
   build(&L, S, D, n, layers, E, 12, K, heads);
   const int64_t P = L.n_params;
@@ -172,12 +178,13 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
   const double want = dt_loss_grad_f32(&L, p, &bt, gc, NULL, NULL);
   cuda_dt_t d;
   ck_assert_int_eq(cuda_dt_alloc(&d, &L, B), 0);
+  d.tc = tc;
   *win = d.attn_win;
   const double loss = run_gpu(&d, p, &bt, g, NULL, NULL);
-  printf("parity %s (attention a block a %s): loss %.9g, cpu %.9g\n", what, d.attn_win ? "window" : "query", loss,
-         want);
-  ck_assert_msg(fabs(loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g, cpu %.9g", what, loss, want);
-  check_grads(g, NULL, gc, 1e-4, 1e-5, what);
+  const double gw = check_grads(g, NULL, gc, tg, kabs, what);
+  printf("parity %s%s (attention a block a %s): loss %.9g, cpu %.9g (%.2g); gradients within %.2g\n", what,
+         tc ? " in TF32" : "", d.attn_win ? "window" : "query", loss, want, fabs(loss - want) / fabs(want), gw);
+  ck_assert_msg(fabs(loss - want) <= tl * fabs(want), "%s: loss %.9g, cpu %.9g", what, loss, want);
   run_gpu(&d, p, &bt, g2, NULL, NULL);
   ck_assert_msg(!memcmp(g, g2, sizeof(float) * P), "%s: a rerun's gradient differs", what);
   cuda_dt_free(&d);
@@ -190,12 +197,27 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
 START_TEST(test_cpu_parity) {
   const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
   int win;
-  parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", &win);
+  parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(win, "the small case should take a block a window");
-  parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", &win);
+  parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(win, "the reference sizes should take a block a window");
-  parity_case(3, 80, 5, 3, n3, 1, 128, 1, "context 80", &win);
+  parity_case(3, 80, 5, 3, n3, 1, 128, 1, "context 80", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(!win, "context 80 x embed 128 should not fit shared memory");
+}
+END_TEST
+
+/* tensor_cores: the GEMMs with TF32 operands (10-bit mantissas, fp32 sums)
+ * against the fp32 CPU spec, within TF32's rounding: TF32_LOSS on the loss,
+ * TF32_GRAD on every gradient tensor in norm, TF32_KABS on the key biases
+ * (zero in exact arithmetic); reruns bit for bit as in fp32 */
+#define TF32_LOSS 1e-2
+#define TF32_GRAD 1e-1
+#define TF32_KABS 1e-3
+START_TEST(test_tf32_parity) {
+  const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
+  int win;
+  parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
+  parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
 }
 END_TEST
 
@@ -295,6 +317,44 @@ START_TEST(test_learner) {
 }
 END_TEST
 
+/* the learner with tensor_cores: 100 pre-training steps of TF32 GEMMs
+ * against the fp32 CPU learner (each 25 steps' last loss within
+ * TF32_LEARN_LOSS, the parameters within TF32_LEARN_PARAMS in norm), reruns
+ * bit for bit */
+#define TF32_LEARN_LOSS 5e-2
+#define TF32_LEARN_PARAMS 1e-1
+START_TEST(test_learner_tf32) {
+  learner_config_t c = lcfg(), c32 = lcfg();
+  c.tensor_cores = 1;
+  char err[512];
+  learner_t *cpu, *gpu, *gpu2;
+  ck_assert_msg(learner_create(&c32, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu2, err, sizeof err) == 0, "%s", err);
+  const int64_t P = learner_config_num_dt(&c);
+  tu_feed(cpu, 200, 3), tu_feed(gpu, 200, 3), tu_feed(gpu2, 200, 3);
+  double worst = 0;
+  for (int k = 0; k < 4; k++) {
+    learner_dt_stats_t sc, sg, sg2;
+    ck_assert_msg(learner_pretrain_dt(cpu, 25, NULL, &sc, err, sizeof err) == 0, "cpu: %s", err);
+    ck_assert_msg(learner_pretrain_dt(gpu, 25, NULL, &sg, err, sizeof err) == 0, "cuda: %s", err);
+    ck_assert_int_eq(learner_pretrain_dt(gpu2, 25, NULL, &sg2, err, sizeof err), 0);
+    ck_assert_msg(sg.loss_last == sg2.loss_last, "a TF32 rerun's loss differs");
+    worst = fmax(worst, fabs(sg.loss_last - sc.loss_last) / fabs(sc.loss_last));
+  }
+  float *pc = dt_params_of(cpu), *pg = dt_params_of(gpu), *pg2 = dt_params_of(gpu2);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < P; i++) num += ((double)pg[i] - pc[i]) * ((double)pg[i] - pc[i]), den += (double)pc[i] * pc[i];
+  printf("tensor_cores DT, 100 steps against the fp32 CPU: loss within %.2g, parameters %.2g\n", worst,
+         sqrt(num / den));
+  ck_assert_msg(worst <= TF32_LEARN_LOSS, "the TF32 loss left the CPU's by %.3g relative", worst);
+  ck_assert_msg(sqrt(num / den) <= TF32_LEARN_PARAMS, "the TF32 parameters left the CPU's by %.3g", sqrt(num / den));
+  ck_assert_msg(!memcmp(pg, pg2, sizeof(float) * P), "a TF32 rerun's parameters differ");
+  free(pc), free(pg), free(pg2);
+  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2);
+}
+END_TEST
+
 int main(void) {
   tu_gpu_or_skip();
   snprintf(golden_dir, sizeof golden_dir, "%s", tu_golden_dir());
@@ -304,6 +364,8 @@ int main(void) {
   tcase_add_test(tc, test_golden);
   tcase_add_test(tc, test_cpu_parity);
   tcase_add_test(tc, test_learner);
+  tcase_add_test(tc, test_tf32_parity);
+  tcase_add_test(tc, test_learner_tf32);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

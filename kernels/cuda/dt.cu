@@ -8,21 +8,28 @@
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
+#include "gemm_dev.cuh"
 
 // kernels
 
 /* C[M, N] (=, or += with acc) op(A)[M, K] op(B)[K, N] + bias[N] + R[M, N]:
  * op(A)[m, k] = ta ? A[k lda + m] : A[m lda + k], op(B)[k, n] = tb ? B[n ldb +
- * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, a
- * thread 4 x 4 outputs (4 rows, 4 columns each contiguous: one 16-byte
- * shared load of each operand per k), k in chunks of 16 through two
- * shared-memory stages (the next chunk read into registers while this one
- * is computed); every output is summed in k order (reruns are bit for bit).
+ * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, k in
+ * chunks of 16 through two shared-memory stages (the next chunk read into
+ * registers while this one is computed). TC 0 (fp32): a thread 4 x 4 outputs
+ * (4 rows, 4 columns each contiguous: one 16-byte shared load of each operand
+ * per k), every output summed in k order. TC 1 (tensor_cores): the operands
+ * rounded to TF32 as they enter shared memory (gemm_dev.cuh's f2tf32, as the
+ * DQN's TF32 GEMMs round them), warp w a 16 x 32 slab (rows 16 (w % 4), columns
+ * 32 (w / 4)) as four m16n8k8 mma.sync accumulators, fp32 accumulation; the
+ * hardware's order within a k8 step is fixed, so reruns are bit for bit too.
  * Split over k (the weight gradients, dt_gemm_wgrad): block z sums k in
  * [z kper, (z + 1) kper) into C + z cz, plain (no bias, R or acc) */
 #define DG_BM 64
 #define DG_BK 16
-#define DG_LD (DG_BM + 4)
+/* shared row stride: TC 1's fragment loads (rows k8 + t4, columns g: lane 4 g
+ * + t4) fall in 32 different banks with 72; 68 keeps TC 0's stores spread */
+#define DG_LD(TC) (DG_BM + ((TC) ? 8 : 4))
 
 /* this thread's 4 elements of op(A)'s and op(B)'s chunk at k0 (zeros
  * outside), along each source's contiguous axis */
@@ -44,62 +51,95 @@ static __device__ __forceinline__ void dg_load(int M, int N, int K, const float 
   }
 }
 
-static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb, float (*As)[DG_LD],
-                                                float (*Bs)[DG_LD]) {
+/* the chunk into shared memory as [k][m] and [k][n], TF32-rounded for TC 1 */
+template <int TC>
+static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb,
+                                                float (*As)[DG_LD(TC)], float (*Bs)[DG_LD(TC)]) {
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int x = threadIdx.x + 256 * r;
-    if (ta) As[x / DG_BM][x % DG_BM] = ra[r];
-    else As[x % DG_BK][x / DG_BK] = ra[r];
-    if (tb) Bs[x % DG_BK][x / DG_BK] = rb[r];
-    else Bs[x / DG_BM][x % DG_BM] = rb[r];
+    const float a = TC ? __uint_as_float(f2tf32(ra[r])) : ra[r], b = TC ? __uint_as_float(f2tf32(rb[r])) : rb[r];
+    if (ta) As[x / DG_BM][x % DG_BM] = a;
+    else As[x % DG_BK][x / DG_BK] = a;
+    if (tb) Bs[x % DG_BK][x / DG_BK] = b;
+    else Bs[x / DG_BM][x % DG_BM] = b;
   }
 }
 
+/* this thread's e-th output (0..15) within the tile */
+template <int TC>
+static __device__ __forceinline__ void dg_elem(int e, int &ml, int &nl) {
+  const int tid = threadIdx.x;
+  if (TC == 0) {
+    ml = (tid / 16) * 4 + e / 4, nl = (tid % 16) * 4 + e % 4;
+  } else { /* accumulator e / 4 of the warp's slab, its element e % 4 (mma_tf32's d) */
+    const int w = tid / 32, lane = tid % 32, c = e % 4;
+    ml = 16 * (w % 4) + lane / 4 + 8 * (c >> 1);
+    nl = 32 * (w / 4) + 8 * (e / 4) + 2 * (lane % 4) + (c & 1);
+  }
+}
+
+template <int TC>
 __global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
                                                       const float *B, int ldb, int tb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
                                                       int kper, size_t cz) {
-  __shared__ __align__(16) float As[2][DG_BK][DG_LD], Bs[2][DG_BK][DG_LD];
+  __shared__ __align__(16) float As[2][DG_BK][DG_LD(TC)], Bs[2][DG_BK][DG_LD(TC)];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int lane = tid % 32, g = lane / 4, t4 = lane % 4, wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
   K = K - klo < kper ? K : klo + kper;
   C += blockIdx.z * cz;
-  float s[4][4] = {{0}}, ra[4], rb[4];
+  float s[16] = {0}, ra[4], rb[4];
   int buf = 0;
   if (klo < K) {
     dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
-    dg_store(ta, tb, ra, rb, As[0], Bs[0]);
+    dg_store<TC>(ta, tb, ra, rb, As[0], Bs[0]);
   }
   __syncthreads();
   for (int k0 = klo; k0 < K; k0 += DG_BK) {
     const int more = k0 + DG_BK < K;
     if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
+    if (TC == 0) {
 #pragma unroll
-    for (int kk = 0; kk < DG_BK; kk++) {
-      const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+      for (int kk = 0; kk < DG_BK; kk++) {
+        const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
+        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+          for (int j = 0; j < 4; j++) s[4 * i + j] = fmaf(av[i], bv[j], s[4 * i + j]);
+      }
+    } else {
+#pragma unroll
+      for (int k8 = 0; k8 < DG_BK; k8 += 8) {
+        const unsigned a[4] = {__float_as_uint(As[buf][k8 + t4][wr + g]), __float_as_uint(As[buf][k8 + t4][wr + g + 8]),
+                               __float_as_uint(As[buf][k8 + t4 + 4][wr + g]),
+                               __float_as_uint(As[buf][k8 + t4 + 4][wr + g + 8])};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const int n = wc + 8 * j + g;
+          mma_tf32(*reinterpret_cast<float(*)[4]>(&s[4 * j]), a, __float_as_uint(Bs[buf][k8 + t4][n]),
+                   __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
+        }
+      }
     }
-    if (more) dg_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    if (more) dg_store<TC>(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
     __syncthreads();
     buf ^= 1;
   }
 #pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-      if (m >= M || n >= N) continue;
-      float v = s[i][j];
-      if (bias) v += bias[n];
-      if (R) v += R[(size_t)m * ldr + n];
-      float *c = C + (size_t)m * ldc + n;
-      *c = acc ? *c + v : v;
-    }
+  for (int e = 0; e < 16; e++) {
+    int ml, nl;
+    dg_elem<TC>(e, ml, nl);
+    const int m = m0 + ml, n = n0 + nl;
+    if (m >= M || n >= N) continue;
+    float v = s[e];
+    if (bias) v += bias[n];
+    if (R) v += R[(size_t)m * ldr + n];
+    float *c = C + (size_t)m * ldc + n;
+    *c = acc ? *c + v : v;
+  }
 }
 
 /* C[m, n] += the split-K parts' sums, in part order */
@@ -273,22 +313,22 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
 // launchers
 
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
-            const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
+            const float *bias, const float *R, int ldr, int acc, int tc, cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
   const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
-    dt_gemm_kernel<<<grid, 256, 0, st>>>(mm, N, K, ta ? A + m0 : A + (size_t)m0 * lda, lda, ta, B, ldb, tb,
-                                         C + (size_t)m0 * ldc, ldc, bias, R ? R + (size_t)m0 * ldr : NULL, ldr, acc,
-                                         K, 0);
+    const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
+    if (tc) dt_gemm_kernel<1><<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    else dt_gemm_kernel<0><<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
 
 int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
-                  int ldc, float *part, size_t cap, cudaStream_t st) {
+                  int ldc, float *part, size_t cap, int tc, cudaStream_t st) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   /* about two blocks an SM (132 on an H200) over the tiles and the parts of
    * k, each part at least 64 deep; the split depends on the shapes alone,
@@ -297,12 +337,12 @@ int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const fl
   long long parts = (264 + tiles - 1) / tiles, kper;
   if (parts > K / 64) parts = K / 64;
   if (parts > (long long)cap / MN) parts = (long long)cap / MN;
-  if (parts <= 1) return dt_gemm(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
+  if (parts <= 1) return dt_gemm(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, tc, st);
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  dt_gemm_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper,
-                                       (size_t)MN);
+  if (tc) dt_gemm_kernel<1><<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  else dt_gemm_kernel<0><<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
   dt_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(part, (int)parts, M, N, C, ldc);
@@ -331,8 +371,8 @@ static int ln(const float *x, int T, int E, const float *gam, const float *bet, 
 }
 
 static int lin(const float *p, int64_t w, int64_t b, const float *x, int T, int in, int out, float *y, const float *res,
-               cudaStream_t st) {
-  return dt_gemm(T, out, in, x, in, 0, p + w, in, 1, y, out, p + b, res, out, 0, st);
+               int tc, cudaStream_t st) {
+  return dt_gemm(T, out, in, x, in, 0, p + w, in, 1, y, out, p + b, res, out, 0, tc, st);
 }
 
 extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
@@ -421,7 +461,7 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
   const float *p = d->p;
   /* the state tokens' W_s s + b_s into xs (free until the heads) */
-  CUDA_RET(dt_gemm(BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
+  CUDA_RET(dt_gemm(BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, d->tc, st));
   dt_embed_kernel<<<(unsigned)T, 128, 0, st>>>(*L, p, d->xs, d->rtg, d->mask, d->actions, d->timesteps, d->x0);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(ln(d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, st));
@@ -433,25 +473,25 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(ln(Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
-    CUDA_RET(lin(p, o->q_w, o->q_b, h1, T, E, E, q, NULL, st));
-    CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
-    CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
+    CUDA_RET(lin(p, o->q_w, o->q_b, h1, T, E, E, q, NULL, d->tc, st));
+    CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->tc, d->side[0]));
+    CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->tc, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
-    CUDA_RET(lin(p, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
+    CUDA_RET(lin(p, o->o_w, o->o_b, att, T, E, E, xm, Xl, d->tc, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
-    CUDA_RET(lin(p, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, st));
+    CUDA_RET(lin(p, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, d->tc, st));
     dt_gelu_kernel<<<(unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096), 256, 0, st>>>(u, gl, NF);
     CUDA_RET(cudaGetLastError());
-    CUDA_RET(lin(p, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
+    CUDA_RET(lin(p, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, d->tc, st));
   }
   CUDA_RET(ln(d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, st));
   dt_gather_state_kernel<<<(unsigned)BK, 128, 0, st>>>(d->xf, K, E, d->xs);
   CUDA_RET(cudaGetLastError());
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)
     CUDA_RET(dt_gemm(BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd], NULL, 0,
-                     0, st));
+                     0, d->tc, st));
   dt_count_kernel<<<1, 256, 0, st>>>(d->mask, BK, d->sums);
   dt_ce_kernel<<<(unsigned)((BK + 127) / 128), 128, 0, st>>>(*L, d->mask, d->actions, BK, d->z, d->dz, d->loss_step,
                                                               d->sums);

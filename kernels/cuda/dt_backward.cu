@@ -165,9 +165,9 @@ static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const flo
   float *g = d->g;
   /* the weight's and bias's gradients (and tmp) on a side stream, dx beside them */
   CUDA_RET(dt_fork(d, st, 1));
-  CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[0]));
+  CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->tc, d->side[0]));
   CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->tmp, d->tmp_cap, d->side[0]));
-  if (dx) CUDA_RET(dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st));
+  if (dx) CUDA_RET(dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, d->tc, st));
   return dt_join(d, st, 0);
 }
 
@@ -181,10 +181,10 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* the heads, at the state tokens */
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
     CUDA_RET(dt_gemm_wgrad(L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, d->tmp, d->tmp_cap,
-                           st));
+                           d->tc, st));
     CUDA_RET(dt_colsum(d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
     CUDA_RET(dt_gemm(BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
-                     st));
+                     d->tc, st));
   }
   dt_scatter_state_kernel<<<(unsigned)T, 128, 0, st>>>(d->dxs, K, E, d->dxf);
   CUDA_RET(cudaGetLastError());
@@ -219,7 +219,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   CUDA_RET(dt_ln_bwd(d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, d->tmp, d->tmp_cap, st));
   dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->st_real);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm_wgrad(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_gemm_wgrad(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, d->tc, st));
   CUDA_RET(dt_colsum(d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */

@@ -22,6 +22,7 @@
 typedef struct cuda_dt {
   dt_layout_t L;
   int B;                                  /* windows a batch */
+  int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -64,12 +65,13 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
+/* tc: 0 fp32, 1 TF32 operands (dt.cu's dt_gemm_kernel) */
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
-            const float *bias, const float *R, int ldr, int acc, cudaStream_t st);
+            const float *bias, const float *R, int ldr, int acc, int tc, cudaStream_t st);
 /* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order
  * (part: scratch of cap floats; the weight gradients, K the tokens) */
 int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
-                  int ldc, float *part, size_t cap, cudaStream_t st);
+                  int ldc, float *part, size_t cap, int tc, cudaStream_t st);
 /* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,

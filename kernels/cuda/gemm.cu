@@ -52,17 +52,6 @@
 
 // kernels
 
-/* D += A B, A 16 x 8 (rows x k), B 8 x 8 (k x outputs), TF32 operands, fp32
- * accumulation. Fragments (PTX ISA, m16n8k8 .tf32): lane = 4 g + t4;
- * a = A[g][t4], A[g+8][t4], A[g][t4+4], A[g+8][t4+4]; b = B[t4][g], B[t4+4][g];
- * d = D[g][2t4], D[g][2t4+1], D[g+8][2t4], D[g+8][2t4+1]. */
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Every tile load is one shape: NR rows of NC contiguous floats,
  * src[(row0 + r) ld + col0 + c] -> s[r ss + c], zeros past rowmax and colmax.
  * A chunk of A or of the forward's W is GBM / GBN rows along k (cols = k,

@@ -31,6 +31,7 @@ extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t 
   int e = !m->dt || !m->dt_act || !host;
   if (!e) e = cuda_dt_train_alloc(m->dt, &L, c->dt_batch);
   if (!e) e = cuda_dt_alloc(m->dt_act, &L, 1);
+  if (!e) m->dt->dt.tc = m->dt_act->tc = c->tensor_cores ? 1 : 0; /* the GEMMs in TF32 too */
   if (!e) {
     dt_init_params(&reg, c->seed, host);
     e = (int)cudaMemcpy(m->dt->dt.p, host, sizeof(float) * (size_t)L.n_params, cudaMemcpyHostToDevice);

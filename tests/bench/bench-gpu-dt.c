@@ -5,8 +5,8 @@
  * PretrainDT step and the TFLOP/s reached (the GEMMs' and attention's
  * multiply-adds x 2, forward and twice that backward: the same count as
  * tests/bench/peers/dt_torch.py prints). The replay holds 2,000 episodes of
- * 100 steps. Arguments: the batches (default 64,256), tensor_cores (only 0:
- * the DT kernels are fp32), a JSON file. A warm-up call, then the median of
+ * 100 steps. Arguments: the batches (default 64,256), tensor_cores (0 fp32,
+ * 1 the GEMMs with TF32 operands), a JSON file. A warm-up call, then the median of
  * 3 timed calls of 50 steps. Exits 77 with no usable GPU.
  */
 #include <stdio.h>
@@ -54,9 +54,11 @@ int main(int argc, char **argv) {
     return 77;
   }
   const char *batches = argc > 1 ? argv[1] : "64,256";
+  const int tc = argc > 2 ? atoi(argv[2]) : 0;
+  const char *prec = tc ? "tf32" : "fp32";
   FILE *js = argc > 3 ? fopen(argv[3], "w") : NULL;
-  printf("device: %s; Decision Transformer, context 20, embed 128, 3 layers, 1 head, state 64, branches 9,3,3, fp32\n",
-         dev);
+  printf("device: %s; Decision Transformer, context 20, embed 128, 3 layers, 1 head, state 64, branches 9,3,3, %s\n",
+         dev, prec);
   if (js) fprintf(js, "[\n");
   int first = 1;
   for (const char *p = batches; *p;) {
@@ -66,6 +68,7 @@ int main(int argc, char **argv) {
     c.replay_capacity = EPISODES * EP_LEN;
     c.dt_layers = 3, c.dt_context = 20, c.dt_embed = 128, c.dt_heads = 1, c.dt_max_ep_len = 1000, c.dt_batch = B;
     c.hp.dt_warmup = 1000;
+    c.tensor_cores = tc;
     learner_t *l;
     char err[512];
     if (learner_create(&c, LEARNER_BACKEND_CUDA, &l, err, sizeof err)) fprintf(stderr, "%s\n", err), exit(1);
@@ -81,8 +84,10 @@ int main(int argc, char **argv) {
     const double med = t[0] < t[1] ? (t[1] < t[2] ? t[1] : (t[0] < t[2] ? t[2] : t[0]))
                                    : (t[0] < t[2] ? t[0] : (t[1] < t[2] ? t[2] : t[1]));
     const double tf = step_flops(B, 20, 128, 3, 1, 64, 15) / med / 1e12;
-    printf("B=%5d dqnd cuda fp32 %9.1f us/step %6.2f TFLOP/s loss %.4f\n", B, med * 1e6, tf, (double)st.loss_last);
-    if (js) fprintf(js, "%s {\"batch\": %d, \"us_per_step\": %.2f, \"tflops\": %.3f}", first ? "" : ",\n", B, med * 1e6, tf);
+    printf("B=%5d dqnd cuda %s %9.1f us/step %6.2f TFLOP/s loss %.4f\n", B, prec, med * 1e6, tf, (double)st.loss_last);
+    if (js)
+      fprintf(js, "%s {\"batch\": %d, \"precision\": \"%s\", \"us_per_step\": %.2f, \"tflops\": %.3f}",
+              first ? "" : ",\n", B, prec, med * 1e6, tf);
     first = 0;
     learner_destroy(l);
     while (*p && *p != ',') p++;
