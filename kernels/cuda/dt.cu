@@ -14,22 +14,17 @@
 
 /* C[M, N] (=, or += with acc) op(A)[M, K] op(B)[K, N] + bias[N] + R[M, N]:
  * op(A)[m, k] = ta ? A[k lda + m] : A[m lda + k], op(B)[k, n] = tb ? B[n ldb +
- * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, k in
- * chunks of 16 through two shared-memory stages (the next chunk read into
- * registers while this one is computed). TC 0 (fp32): a thread 4 x 4 outputs
- * (4 rows, 4 columns each contiguous: one 16-byte shared load of each operand
- * per k), every output summed in k order. TC 1 (tensor_cores): the operands
- * rounded to TF32 as they enter shared memory (gemm_dev.cuh's f2tf32, as the
- * DQN's TF32 GEMMs round them), warp w a 16 x 32 slab (rows 16 (w % 4), columns
- * 32 (w / 4)) as four m16n8k8 mma.sync accumulators, fp32 accumulation; the
- * hardware's order within a k8 step is fixed, so reruns are bit for bit too.
+ * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, a
+ * thread 4 x 4 outputs (4 rows, 4 columns each contiguous: one 16-byte
+ * shared load of each operand per k), k in chunks of 16 through two
+ * shared-memory stages (the next chunk read into registers while this one
+ * is computed); every output is summed in k order (reruns are bit for bit).
  * Split over k (the weight gradients, dt_gemm_wgrad): block z sums k in
- * [z kper, (z + 1) kper) into C + z cz, plain (no bias, R or acc) */
+ * [z kper, (z + 1) kper) into C + z cz, plain (no bias, R or acc). With
+ * tensor_cores dt_gemm_tc_kernel below takes the same calls. */
 #define DG_BM 64
 #define DG_BK 16
-/* shared row stride: TC 1's fragment loads (rows k8 + t4, columns g: lane 4 g
- * + t4) fall in 32 different banks with 72; 68 keeps TC 0's stores spread */
-#define DG_LD(TC) (DG_BM + ((TC) ? 8 : 4))
+#define DG_LD (DG_BM + 4)
 
 /* this thread's 4 elements of op(A)'s and op(B)'s chunk at k0 (zeros
  * outside), along each source's contiguous axis */
@@ -51,14 +46,82 @@ static __device__ __forceinline__ void dg_load(int M, int N, int K, const float 
   }
 }
 
-/* the chunk into shared memory as [k][m] and [k][n], TF32-rounded for TC 1 */
-template <int TC>
-static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb,
-                                                float (*As)[DG_LD(TC)], float (*Bs)[DG_LD(TC)]) {
+static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb, float (*As)[DG_LD],
+                                                float (*Bs)[DG_LD]) {
 #pragma unroll
   for (int r = 0; r < 4; r++) {
     const int x = threadIdx.x + 256 * r;
-    const float a = TC ? __uint_as_float(f2tf32(ra[r])) : ra[r], b = TC ? __uint_as_float(f2tf32(rb[r])) : rb[r];
+    if (ta) As[x / DG_BM][x % DG_BM] = ra[r];
+    else As[x % DG_BK][x / DG_BK] = ra[r];
+    if (tb) Bs[x % DG_BK][x / DG_BK] = rb[r];
+    else Bs[x / DG_BM][x % DG_BM] = rb[r];
+  }
+}
+
+__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
+                                                      const float *B, int ldb, int tb, float *C, int ldc,
+                                                      const float *bias, const float *R, int ldr, int acc,
+                                                      int kper, size_t cz) {
+  __shared__ __align__(16) float As[2][DG_BK][DG_LD], Bs[2][DG_BK][DG_LD];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
+  K = K - klo < kper ? K : klo + kper;
+  C += blockIdx.z * cz;
+  float s[4][4] = {{0}}, ra[4], rb[4];
+  int buf = 0;
+  if (klo < K) {
+    dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
+    dg_store(ta, tb, ra, rb, As[0], Bs[0]);
+  }
+  __syncthreads();
+  for (int k0 = klo; k0 < K; k0 += DG_BK) {
+    const int more = k0 + DG_BK < K;
+    if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
+#pragma unroll
+    for (int kk = 0; kk < DG_BK; kk++) {
+      const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+    }
+    if (more) dg_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    __syncthreads();
+    buf ^= 1;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
+      if (m >= M || n >= N) continue;
+      float v = s[i][j];
+      if (bias) v += bias[n];
+      if (R) v += R[(size_t)m * ldr + n];
+      float *c = C + (size_t)m * ldc + n;
+      *c = acc ? *c + v : v;
+    }
+}
+
+/* dt_gemm_kernel's product with TF32 operands (tensor_cores): the same tile,
+ * chunks and stages, the operands rounded to TF32 as they enter shared
+ * memory (gemm_dev.cuh's f2tf32, as the DQN's TF32 GEMMs round them), warp w
+ * a 16 x 32 slab (rows 16 (w % 4), columns 32 (w / 4)) as four m16n8k8
+ * mma.sync accumulators with fp32 sums. Shared rows DT_TLD apart put a
+ * fragment's 32 reads (rows k8 + t4, columns g: lane 4 g + t4) in 32 banks.
+ * The hardware's order within a k8 step is fixed, so reruns are bit for bit.
+ * Measured against rounding at each fragment read with DG_BK-deep chunks in
+ * 2 or 4 cp.async stages: those took 1,541-1,562 / 3,620-3,655 µs a DT step
+ * at batch 64 / 256, this 1,491 / 3,324 (kernels/dev/DEVICE_NOTES.md item 91). */
+#define DT_TLD (DG_BM + 8)
+
+static __device__ __forceinline__ void dt_tc_store(int ta, int tb, const float *ra, const float *rb,
+                                                   float (*As)[DT_TLD], float (*Bs)[DT_TLD]) {
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int x = threadIdx.x + 256 * r;
+    const float a = __uint_as_float(f2tf32(ra[r])), b = __uint_as_float(f2tf32(rb[r]));
     if (ta) As[x / DG_BM][x % DG_BM] = a;
     else As[x % DG_BK][x / DG_BK] = a;
     if (tb) Bs[x % DG_BK][x / DG_BK] = b;
@@ -66,27 +129,13 @@ static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra,
   }
 }
 
-/* this thread's e-th output (0..15) within the tile */
-template <int TC>
-static __device__ __forceinline__ void dg_elem(int e, int &ml, int &nl) {
-  const int tid = threadIdx.x;
-  if (TC == 0) {
-    ml = (tid / 16) * 4 + e / 4, nl = (tid % 16) * 4 + e % 4;
-  } else { /* accumulator e / 4 of the warp's slab, its element e % 4 (mma_tf32's d) */
-    const int w = tid / 32, lane = tid % 32, c = e % 4;
-    ml = 16 * (w % 4) + lane / 4 + 8 * (c >> 1);
-    nl = 32 * (w / 4) + 8 * (e / 4) + 2 * (lane % 4) + (c & 1);
-  }
-}
-
-template <int TC>
-__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
-                                                      const float *B, int ldb, int tb, float *C, int ldc,
-                                                      const float *bias, const float *R, int ldr, int acc,
-                                                      int kper, size_t cz) {
-  __shared__ __align__(16) float As[2][DG_BK][DG_LD(TC)], Bs[2][DG_BK][DG_LD(TC)];
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int lane = tid % 32, g = lane / 4, t4 = lane % 4, wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
+__global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda, int ta,
+                                                         const float *B, int ldb, int tb, float *C, int ldc,
+                                                         const float *bias, const float *R, int ldr, int acc,
+                                                         int kper, size_t cz) {
+  __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
+  const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
   K = K - klo < kper ? K : klo + kper;
   C += blockIdx.z * cz;
@@ -94,51 +143,37 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, co
   int buf = 0;
   if (klo < K) {
     dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
-    dg_store<TC>(ta, tb, ra, rb, As[0], Bs[0]);
+    dt_tc_store(ta, tb, ra, rb, As[0], Bs[0]);
   }
   __syncthreads();
   for (int k0 = klo; k0 < K; k0 += DG_BK) {
     const int more = k0 + DG_BK < K;
     if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
-    if (TC == 0) {
 #pragma unroll
-      for (int kk = 0; kk < DG_BK; kk++) {
-        const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
-        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+    for (int k8 = 0; k8 < DG_BK; k8 += 8) {
+      const unsigned a[4] = {__float_as_uint(As[buf][k8 + t4][wr + g]), __float_as_uint(As[buf][k8 + t4][wr + g + 8]),
+                             __float_as_uint(As[buf][k8 + t4 + 4][wr + g]),
+                             __float_as_uint(As[buf][k8 + t4 + 4][wr + g + 8])};
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-          for (int j = 0; j < 4; j++) s[4 * i + j] = fmaf(av[i], bv[j], s[4 * i + j]);
-      }
-    } else {
-#pragma unroll
-      for (int k8 = 0; k8 < DG_BK; k8 += 8) {
-        const unsigned a[4] = {__float_as_uint(As[buf][k8 + t4][wr + g]), __float_as_uint(As[buf][k8 + t4][wr + g + 8]),
-                               __float_as_uint(As[buf][k8 + t4 + 4][wr + g]),
-                               __float_as_uint(As[buf][k8 + t4 + 4][wr + g + 8])};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          const int n = wc + 8 * j + g;
-          mma_tf32(*reinterpret_cast<float(*)[4]>(&s[4 * j]), a, __float_as_uint(Bs[buf][k8 + t4][n]),
-                   __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
-        }
+      for (int j = 0; j < 4; j++) {
+        const int n = wc + 8 * j + g;
+        mma_tf32(*reinterpret_cast<float(*)[4]>(&s[4 * j]), a, __float_as_uint(Bs[buf][k8 + t4][n]),
+                 __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
       }
     }
-    if (more) dg_store<TC>(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    if (more) dt_tc_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
     __syncthreads();
     buf ^= 1;
   }
 #pragma unroll
-  for (int e = 0; e < 16; e++) {
-    int ml, nl;
-    dg_elem<TC>(e, ml, nl);
-    const int m = m0 + ml, n = n0 + nl;
+  for (int e = 0; e < 16; e++) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
+    const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4 + (c & 1);
     if (m >= M || n >= N) continue;
     float v = s[e];
     if (bias) v += bias[n];
     if (R) v += R[(size_t)m * ldr + n];
-    float *c = C + (size_t)m * ldc + n;
-    *c = acc ? *c + v : v;
+    float *o = C + (size_t)m * ldc + n;
+    *o = acc ? *o + v : v;
   }
 }
 
@@ -320,8 +355,8 @@ int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B
     const int mm = M - m0 < rows ? M - m0 : rows;
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
-    if (tc) dt_gemm_kernel<1><<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
-    else dt_gemm_kernel<0><<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    if (tc) dt_gemm_tc_kernel<<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    else dt_gemm_kernel<<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
@@ -341,8 +376,8 @@ int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const fl
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  if (tc) dt_gemm_kernel<1><<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
-  else dt_gemm_kernel<0><<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  if (tc) dt_gemm_tc_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  else dt_gemm_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
   dt_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(part, (int)parts, M, N, C, ldc);
