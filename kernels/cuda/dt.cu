@@ -447,6 +447,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   cudaFree(d->tmp);
   d->tmp = NULL;
   cudaError_t e = cudaMalloc((void **)&d->tmp, sizeof(float) * d->tmp_cap);
+  d->csum_cap = 64 * widest; /* as many chunks as tmp allows: the same sums */
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaMalloc((void **)&d->csum[i], sizeof(float) * d->csum_cap);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMalloc((void **)&d->timesteps, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
@@ -466,7 +468,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dgl, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real};
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1]};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cudaFree(*f[i]), *f[i] = NULL;
   cudaFree(d->actions), cudaFree(d->timesteps);
   d->actions = d->timesteps = NULL;

@@ -150,12 +150,16 @@ __global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, in
 // launchers
 
 /* ... and dgamma += the column sums of dy xhat, dbeta += those of dy */
-int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
-              float *dgam, float *dbet, float *tmp, size_t cap, cudaStream_t st) {
+int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
+              float *dx, float *dgam, float *dbet, cudaStream_t st) {
+  /* gamma's and beta's column sums on the side streams, beside dx */
+  CUDA_RET(dt_fork(d, st, 2));
   dt_ln_bwd_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_colsum(dy, xhat, T, E, E, dgam, 1, tmp, cap, st));
-  return dt_colsum(dy, NULL, T, E, E, dbet, 1, tmp, cap, st);
+  CUDA_RET(dt_colsum(dy, xhat, T, E, E, dgam, 1, d->csum[0], d->csum_cap, d->side[0]));
+  CUDA_RET(dt_colsum(dy, NULL, T, E, E, dbet, 1, d->csum[1], d->csum_cap, d->side[1]));
+  CUDA_RET(dt_join(d, st, 0));
+  return dt_join(d, st, 1);
 }
 
 /* a linear layer's backward over T tokens: dW += dy^T x, db += colsum dy,
@@ -163,12 +167,14 @@ int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float
 static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
                    int out, float *dx, int acc, cudaStream_t st) {
   float *g = d->g;
-  /* the weight's and bias's gradients (and tmp) on a side stream, dx beside them */
-  CUDA_RET(dt_fork(d, st, 1));
+  /* the weight's gradient (and tmp) on one side stream, the bias's on the
+   * other, dx beside them */
+  CUDA_RET(dt_fork(d, st, 2));
   CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->tc, d->side[0]));
-  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->tmp, d->tmp_cap, d->side[0]));
+  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->csum[1], d->csum_cap, d->side[1]));
   if (dx) CUDA_RET(dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, d->tc, st));
-  return dt_join(d, st, 0);
+  CUDA_RET(dt_join(d, st, 0));
+  return dt_join(d, st, 1);
 }
 
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
@@ -189,7 +195,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   dt_scatter_state_kernel<<<(unsigned)T, 128, 0, st>>>(d->dxs, K, E, d->dxf);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cudaMemsetAsync(d->dX, 0, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
@@ -202,8 +208,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(cudaGetLastError());
     CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, st));
     CUDA_RET(cudaMemcpyAsync(d->dxm, d->dX, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
-    CUDA_RET(dt_ln_bwd(d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, g + o->ln2_w,
-                       g + o->ln2_b, d->tmp, d->tmp_cap, st));
+    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, g + o->ln2_w,
+                       g + o->ln2_b, st));
     /* xm = X_l + W_o att + b_o */
     CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
@@ -211,12 +217,12 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, st));
     CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, st));
     CUDA_RET(cudaMemcpyAsync(d->dX, d->dxm, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
-    CUDA_RET(dt_ln_bwd(d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, g + o->ln1_w,
-                       g + o->ln1_b, d->tmp, d->tmp_cap, st));
+    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, g + o->ln1_w,
+                       g + o->ln1_b, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf) */
   CUDA_RET(cudaMemsetAsync(d->dxf, 0, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, st));
   dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->st_real);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_gemm_wgrad(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, d->tc, st));

@@ -38,6 +38,8 @@ typedef struct cuda_dt {
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dgl, *dS, *dxf, *dxs, *tmp; /* the backward's */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
+  float *csum[2];                         /* the column sums' scratch on side[0], side[1] (64 chunks of the widest) */
+  size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   cudaStream_t side[2];                   /* independent GEMMs beside the caller's stream (branches of the graph) */
   cudaEvent_t fork, join[2];
@@ -76,8 +78,8 @@ int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const fl
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
               cudaStream_t st);
-int dt_ln_bwd(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E, float *dx,
-              float *dgam, float *dbet, float *tmp, size_t cap, cudaStream_t st);
+int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
+              float *dx, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
 /* the side streams wait for what st has queued (dt_fork); st waits for side
  * stream i's work (dt_join) */
