@@ -26,40 +26,71 @@
 #define DG_BK 16
 #define DG_LD (DG_BM + 4)
 
-/* this thread's 4 elements of op(A)'s and op(B)'s chunk at k0 (zeros
- * outside), along each source's contiguous axis */
-static __device__ __forceinline__ void dg_load(int M, int N, int K, const float *A, int lda, int ta, const float *B,
-                                               int ldb, int tb, int m0, int n0, int k0, float *ra, float *rb) {
+/* This thread's 4 elements of op(A)'s and op(B)'s chunk, along each source's
+ * contiguous axis: element r of x = tid + 256 r. Its source, row (column)
+ * bound and shared offset depend on the block alone, so they are computed
+ * once (per chunk they were most of the loop's instructions: ncu issued
+ * ~360 a warp a 16-deep chunk, DEVICE_NOTES.md item 93); a chunk adds its k
+ * offset. TA, TB: ta, tb of dt_gemm. */
+template <int TA, int TB>
+struct dg_plan {
+  const float *a, *b; /* element 0's sources at the block's first k (A or B where out of range: never read) */
+  int ai, bi;         /* bit r: element r's row of op(A) / column of op(B) in range */
+  int ak, bk;         /* element 0's k within the chunk */
+  int as, bs;         /* element 0's offsets in the [k][row] and [k][column] stages */
+};
+/* element r from element 0: 16 rows (columns) on along a contiguous k, or
+ * 4 k on along contiguous rows (columns) */
+#define DG_RK(T) ((T) ? 4 : 0)  /* A's k step (TA), or B's (!TB) */
+#define DG_RR(T) ((T) ? 0 : 16) /* A's row step (TA), or B's column step (!TB) */
+
+template <int TA, int TB, int LD>
+static __device__ __forceinline__ void dg_plan_init(dg_plan<TA, TB> &p, int M, int N, const float *A, int lda,
+                                                    const float *B, int ldb, int m0, int n0, int klo) {
+  const int tid = threadIdx.x;
+  int m, k, n;
+  if (TA) k = tid / DG_BM, m = tid % DG_BM; /* A[k lda + m]: m contiguous */
+  else m = tid / DG_BK, k = tid % DG_BK;    /* A[m lda + k]: k contiguous */
+  p.ak = k, p.as = k * LD + m, p.ai = 0;
+#pragma unroll
+  for (int r = 0; r < 4; r++) p.ai |= (m0 + m + DG_RR(TA) * r < M) << r;
+  p.a = !(p.ai & 1) ? A : TA ? A + (size_t)(klo + k) * lda + m0 + m : A + (size_t)(m0 + m) * lda + klo + k;
+  if (TB) n = tid / DG_BK, k = tid % DG_BK; /* B[n ldb + k]: k contiguous */
+  else k = tid / DG_BM, n = tid % DG_BM;    /* B[k ldb + n]: n contiguous */
+  p.bk = k, p.bs = k * LD + n, p.bi = 0;
+#pragma unroll
+  for (int r = 0; r < 4; r++) p.bi |= (n0 + n + DG_RR(!TB) * r < N) << r;
+  p.b = !(p.bi & 1) ? B : TB ? B + (size_t)(n0 + n) * ldb + klo + k : B + (size_t)(klo + k) * ldb + n0 + n;
+}
+
+/* the chunk dk k past the block's first (at k0), zeros outside */
+template <int TA, int TB>
+static __device__ __forceinline__ void dg_load(const dg_plan<TA, TB> &p, int K, int lda, int ldb, int k0, int dk,
+                                               float *ra, float *rb) {
 #pragma unroll
   for (int r = 0; r < 4; r++) {
-    const int x = threadIdx.x + 256 * r;
-    int mm, kk;
-    if (ta) kk = x / DG_BM, mm = x % DG_BM; /* A[k lda + m]: m contiguous */
-    else mm = x / DG_BK, kk = x % DG_BK;    /* A[m lda + k]: k contiguous */
-    const int m = m0 + mm, k = k0 + kk;
-    ra[r] = m < M && k < K ? (ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) : 0.0f;
-    int nn, kb;
-    if (tb) nn = x / DG_BK, kb = x % DG_BK; /* B[n ldb + k]: k contiguous */
-    else kb = x / DG_BM, nn = x % DG_BM;    /* B[k ldb + n]: n contiguous */
-    const int n = n0 + nn, kq = k0 + kb;
-    rb[r] = n < N && kq < K ? (tb ? B[(size_t)n * ldb + kq] : B[(size_t)kq * ldb + n]) : 0.0f;
+    /* element r's offset from element 0's source: rows (A) or k (B) apart */
+    const size_t oa = TA ? (size_t)(dk + 4 * r) * lda : (size_t)(16 * r) * lda + dk;
+    const size_t ob = TB ? (size_t)(16 * r) * ldb + dk : (size_t)(dk + 4 * r) * ldb;
+    ra[r] = (p.ai >> r & 1) && k0 + p.ak + DG_RK(TA) * r < K ? p.a[oa] : 0.0f;
+    rb[r] = (p.bi >> r & 1) && k0 + p.bk + DG_RK(!TB) * r < K ? p.b[ob] : 0.0f;
   }
 }
 
-static __device__ __forceinline__ void dg_store(int ta, int tb, const float *ra, const float *rb, float (*As)[DG_LD],
-                                                float (*Bs)[DG_LD]) {
+/* into the stages (TC: rounded to TF32) */
+template <int TC, int TA, int TB, int LD>
+static __device__ __forceinline__ void dg_store(const dg_plan<TA, TB> &p, const float *ra, const float *rb, float *As,
+                                                float *Bs) {
 #pragma unroll
   for (int r = 0; r < 4; r++) {
-    const int x = threadIdx.x + 256 * r;
-    if (ta) As[x / DG_BM][x % DG_BM] = ra[r];
-    else As[x % DG_BK][x / DG_BK] = ra[r];
-    if (tb) Bs[x % DG_BK][x / DG_BK] = rb[r];
-    else Bs[x / DG_BM][x % DG_BM] = rb[r];
+    As[p.as + (TA ? 4 * LD : 16) * r] = TC ? __uint_as_float(f2tf32(ra[r])) : ra[r];
+    Bs[p.bs + (TB ? 16 : 4 * LD) * r] = TC ? __uint_as_float(f2tf32(rb[r])) : rb[r];
   }
 }
 
-__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda, int ta,
-                                                      const float *B, int ldb, int tb, float *C, int ldc,
+template <int TA, int TB>
+__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
+                                                      const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
                                                       int kper, size_t cz) {
   __shared__ __align__(16) float As[2][DG_BK][DG_LD], Bs[2][DG_BK][DG_LD];
@@ -68,15 +99,17 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, co
   K = K - klo < kper ? K : klo + kper;
   C += blockIdx.z * cz;
   float s[4][4] = {{0}}, ra[4], rb[4];
+  dg_plan<TA, TB> pl;
+  dg_plan_init<TA, TB, DG_LD>(pl, M, N, A, lda, B, ldb, m0, n0, klo);
   int buf = 0;
   if (klo < K) {
-    dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
-    dg_store(ta, tb, ra, rb, As[0], Bs[0]);
+    dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
+    dg_store<0, TA, TB, DG_LD>(pl, ra, rb, &As[0][0][0], &Bs[0][0][0]);
   }
   __syncthreads();
   for (int k0 = klo; k0 < K; k0 += DG_BK) {
     const int more = k0 + DG_BK < K;
-    if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
+    if (more) dg_load(pl, K, lda, ldb, k0 + DG_BK, k0 + DG_BK - klo, ra, rb);
 #pragma unroll
     for (int kk = 0; kk < DG_BK; kk++) {
       const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
@@ -86,7 +119,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, co
 #pragma unroll
         for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
     }
-    if (more) dg_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    if (more) dg_store<0, TA, TB, DG_LD>(pl, ra, rb, &As[buf ^ 1][0][0], &Bs[buf ^ 1][0][0]);
     __syncthreads();
     buf ^= 1;
   }
@@ -116,21 +149,9 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, co
  * at batch 64 / 256, this 1,491 / 3,324 (kernels/dev/DEVICE_NOTES.md item 91). */
 #define DT_TLD (DG_BM + 8)
 
-static __device__ __forceinline__ void dt_tc_store(int ta, int tb, const float *ra, const float *rb,
-                                                   float (*As)[DT_TLD], float (*Bs)[DT_TLD]) {
-#pragma unroll
-  for (int r = 0; r < 4; r++) {
-    const int x = threadIdx.x + 256 * r;
-    const float a = __uint_as_float(f2tf32(ra[r])), b = __uint_as_float(f2tf32(rb[r]));
-    if (ta) As[x / DG_BM][x % DG_BM] = a;
-    else As[x % DG_BK][x / DG_BK] = a;
-    if (tb) Bs[x % DG_BK][x / DG_BK] = b;
-    else Bs[x / DG_BM][x % DG_BM] = b;
-  }
-}
-
-__global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda, int ta,
-                                                         const float *B, int ldb, int tb, float *C, int ldc,
+template <int TA, int TB>
+__global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda,
+                                                         const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
                                                          int kper, size_t cz) {
   __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
@@ -140,15 +161,17 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   K = K - klo < kper ? K : klo + kper;
   C += blockIdx.z * cz;
   float s[16] = {0}, ra[4], rb[4];
+  dg_plan<TA, TB> pl;
+  dg_plan_init<TA, TB, DT_TLD>(pl, M, N, A, lda, B, ldb, m0, n0, klo);
   int buf = 0;
   if (klo < K) {
-    dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, klo, ra, rb);
-    dt_tc_store(ta, tb, ra, rb, As[0], Bs[0]);
+    dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
+    dg_store<1, TA, TB, DT_TLD>(pl, ra, rb, &As[0][0][0], &Bs[0][0][0]);
   }
   __syncthreads();
   for (int k0 = klo; k0 < K; k0 += DG_BK) {
     const int more = k0 + DG_BK < K;
-    if (more) dg_load(M, N, K, A, lda, ta, B, ldb, tb, m0, n0, k0 + DG_BK, ra, rb);
+    if (more) dg_load(pl, K, lda, ldb, k0 + DG_BK, k0 + DG_BK - klo, ra, rb);
 #pragma unroll
     for (int k8 = 0; k8 < DG_BK; k8 += 8) {
       const unsigned a[4] = {__float_as_uint(As[buf][k8 + t4][wr + g]), __float_as_uint(As[buf][k8 + t4][wr + g + 8]),
@@ -161,7 +184,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
                  __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
       }
     }
-    if (more) dt_tc_store(ta, tb, ra, rb, As[buf ^ 1], Bs[buf ^ 1]);
+    if (more) dg_store<1, TA, TB, DT_TLD>(pl, ra, rb, &As[buf ^ 1][0][0], &Bs[buf ^ 1][0][0]);
     __syncthreads();
     buf ^= 1;
   }
@@ -175,6 +198,24 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     float *o = C + (size_t)m * ldc + n;
     *o = acc ? *o + v : v;
   }
+}
+
+/* one launch of the tile for tc, ta, tb */
+static void dg_launch(int tc, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
+                      int kper, size_t cz) {
+#define DG_GO(KER, TA, TB) KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz)
+  switch (4 * tc + 2 * ta + tb) {
+    case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
+    case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
+    case 2: DG_GO(dt_gemm_kernel, 1, 0); break;
+    case 3: DG_GO(dt_gemm_kernel, 1, 1); break;
+    case 4: DG_GO(dt_gemm_tc_kernel, 0, 0); break;
+    case 5: DG_GO(dt_gemm_tc_kernel, 0, 1); break;
+    case 6: DG_GO(dt_gemm_tc_kernel, 1, 0); break;
+    default: DG_GO(dt_gemm_tc_kernel, 1, 1); break;
+  }
+#undef DG_GO
 }
 
 /* C[m, n] += the split-K parts' sums, in part order */
@@ -355,8 +396,7 @@ int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B
     const int mm = M - m0 < rows ? M - m0 : rows;
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
-    if (tc) dt_gemm_tc_kernel<<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
-    else dt_gemm_kernel<<<grid, 256, 0, st>>>(mm, N, K, a, lda, ta, B, ldb, tb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    dg_launch(tc, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
@@ -376,8 +416,7 @@ int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const fl
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  if (tc) dt_gemm_tc_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
-  else dt_gemm_kernel<<<grid, 256, 0, st>>>(M, N, K, A, lda, ta, B, ldb, tb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  dg_launch(tc, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
   dt_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(part, (int)parts, M, N, C, ldc);
