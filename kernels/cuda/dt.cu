@@ -29,8 +29,8 @@
 /* This thread's 4 elements of op(A)'s and op(B)'s chunk, along each source's
  * contiguous axis: element r of x = tid + 256 r. Its source, row (column)
  * bound and shared offset depend on the block alone, so they are computed
- * once (per chunk they were most of the loop's instructions: ncu issued
- * ~360 a warp a 16-deep chunk, DEVICE_NOTES.md item 93); a chunk adds its k
+ * once (per chunk they were most of the loop's instructions: ncu counted
+ * about 360 issued a warp a 16-deep chunk, DEVICE_NOTES.md item 93); a chunk adds its k
  * offset. TA, TB: ta, tb of dt_gemm. */
 template <int TA, int TB>
 struct dg_plan {

@@ -67,7 +67,7 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
-/* tc: 0 fp32, 1 TF32 operands (dt.cu's dt_gemm_kernel) */
+/* tc: 0 fp32 (dt.cu's dt_gemm_kernel), 1 TF32 operands (dt_gemm_tc_kernel) */
 int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
             const float *bias, const float *R, int ldr, int acc, int tc, cudaStream_t st);
 /* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order

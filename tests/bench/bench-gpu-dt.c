@@ -6,8 +6,8 @@
  * multiply-adds x 2, forward and twice that backward: the same count as
  * tests/bench/peers/dt_torch.py prints). The replay holds 2,000 episodes of
  * 100 steps. Arguments: the batches (default 64,256), tensor_cores (0 fp32,
- * 1 the GEMMs with TF32 operands), a JSON file. A warm-up call, then the median of
- * 3 timed calls of 50 steps. Exits 77 with no usable GPU.
+ * 1 the GEMMs with TF32 operands), a JSON file. A warm-up call, then the
+ * median of 3 timed calls of 50 steps. Exits 77 with no usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
