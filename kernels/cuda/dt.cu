@@ -30,8 +30,8 @@
  * contiguous axis: element r of x = tid + 256 r. Its source, row (column)
  * bound and shared offset depend on the block alone, so they are computed
  * once (per chunk they were most of the loop's instructions: ncu counted
- * about 360 issued a warp a 16-deep chunk, DEVICE_NOTES.md item 93); a chunk adds its k
- * offset. TA, TB: ta, tb of dt_gemm. */
+ * about 360 issued a warp a 16-deep chunk, DEVICE_NOTES.md item 93); a
+ * chunk adds its k offset. TA, TB: ta, tb of dt_gemm. */
 template <int TA, int TB>
 struct dg_plan {
   const float *a, *b; /* element 0's sources at the block's first k (A or B where out of range: never read) */
