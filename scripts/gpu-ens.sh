@@ -69,19 +69,13 @@ for spec in ${NCU:-}; do
 done
 # NCU_DETAIL="mode:batch:tf32:kernel-regex:skip:count": throughput, occupancy
 # and the top stall reasons of the matching launches (after skip of them)
-mt="gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed"
-mt="$mt,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
-mt="$mt,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
-mt="$mt,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"
-mt="$mt,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+. scripts/ncu-detail.sh
 for spec in ${NCU_DETAIL:-}; do
   IFS=: read -r m b tf kre sk cn <<< "$spec"
   echo "== ncu detail mode $m batch $b tf32 $tf kernels $kre" | tee -a "$out/ncu-detail.log"
   BENCH_TF32=$tf BENCH_CUDA_GRAPH=0 BENCH_PROFILE_MODE=$m "$ncu" --clock-control none --cache-control none -k "regex:$kre" \
-    --launch-skip "$sk" --launch-count "$cn" --metrics "$mt" $bin/bench-gpu-step "$b" 3 2>&1 |
-    grep -E "^  [a-zA-Z_]|duration|grid_size|registers|throughput|warps_active|issue_active|hmma|pipe_lsu|stalled" |
-    awk '{ if ($NF+0 > 0.5 || $0 !~ /stalled/) print }' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' |
-    cut -c1-150 >> "$out/ncu-detail.log"
+    --launch-skip "$sk" --launch-count "$cn" --metrics "$ncu_detail_metrics" $bin/bench-gpu-step "$b" 3 2>&1 |
+    ncu_detail_filter >> "$out/ncu-detail.log"
 done
 if [ -n "${PEER:-}" ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   for prec in ${PEER_PREC:-fp32}; do

@@ -243,13 +243,30 @@ static float *dt_params_of(learner_t *l) {
   return p;
 }
 
+/* a CPU learner of config cc and two CUDA learners of cg */
+static void make3(const learner_config_t *cc, const learner_config_t *cg, learner_t **cpu, learner_t **gpu,
+                  learner_t **gpu2) {
+  char err[512];
+  ck_assert_msg(learner_create(cc, LEARNER_BACKEND_CPU, cpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(cg, LEARNER_BACKEND_CUDA, gpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(cg, LEARNER_BACKEND_CUDA, gpu2, err, sizeof err) == 0, "%s", err);
+}
+
+/* |a - ref| / |ref| over n floats */
+static double rel_dist(const float *a, const float *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double e = (double)a[i] - ref[i];
+    num += e * e, den += (double)ref[i] * ref[i];
+  }
+  return sqrt(num / den);
+}
+
 START_TEST(test_learner) {
   learner_config_t c = lcfg();
   char err[512];
   learner_t *cpu, *gpu, *gpu2;
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu2, err, sizeof err) == 0, "%s", err);
+  make3(&c, &c, &cpu, &gpu, &gpu2);
   const int64_t P = learner_config_num_dt(&c);
   float *p0c = dt_params_of(cpu), *p0g = dt_params_of(gpu);
   ck_assert_msg(!memcmp(p0c, p0g, sizeof(float) * P), "the initial DT parameters differ between the backends");
@@ -273,10 +290,9 @@ START_TEST(test_learner) {
   }
   ck_assert_msg(worst <= 1e-3, "the CUDA loss left the CPU's by %.3g relative", worst);
   float *pc = dt_params_of(cpu), *pg = dt_params_of(gpu), *pg2 = dt_params_of(gpu2);
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < P; i++) num += ((double)pg[i] - pc[i]) * ((double)pg[i] - pc[i]), den += (double)pc[i] * pc[i];
-  printf("DT parameters after 100 steps: relative %.3g\n", sqrt(num / den));
-  ck_assert_msg(sqrt(num / den) <= 1e-3, "the CUDA parameters left the CPU's by %.3g", sqrt(num / den));
+  const double pe = rel_dist(pg, pc, P);
+  printf("DT parameters after 100 steps: relative %.3g\n", pe);
+  ck_assert_msg(pe <= 1e-3, "the CUDA parameters left the CPU's by %.3g", pe);
   ck_assert_msg(!memcmp(pg, pg2, sizeof(float) * P), "a CUDA rerun's parameters differ");
   /* Act: dt_act_f32 on the CUDA learner's own parameters */
   static model_t r2;
@@ -329,9 +345,7 @@ START_TEST(test_learner_tf32) {
   c.tensor_cores = 1;
   char err[512];
   learner_t *cpu, *gpu, *gpu2;
-  ck_assert_msg(learner_create(&c32, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
-  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu2, err, sizeof err) == 0, "%s", err);
+  make3(&c32, &c, &cpu, &gpu, &gpu2);
   const int64_t P = learner_config_num_dt(&c);
   tu_feed(cpu, 200, 3), tu_feed(gpu, 200, 3), tu_feed(gpu2, 200, 3);
   double worst = 0;
@@ -344,12 +358,10 @@ START_TEST(test_learner_tf32) {
     worst = fmax(worst, fabs(sg.loss_last - sc.loss_last) / fabs(sc.loss_last));
   }
   float *pc = dt_params_of(cpu), *pg = dt_params_of(gpu), *pg2 = dt_params_of(gpu2);
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < P; i++) num += ((double)pg[i] - pc[i]) * ((double)pg[i] - pc[i]), den += (double)pc[i] * pc[i];
-  printf("tensor_cores DT, 100 steps against the fp32 CPU: loss within %.2g, parameters %.2g\n", worst,
-         sqrt(num / den));
+  const double pe = rel_dist(pg, pc, P);
+  printf("tensor_cores DT, 100 steps against the fp32 CPU: loss within %.2g, parameters %.2g\n", worst, pe);
   ck_assert_msg(worst <= TF32_LEARN_LOSS, "the TF32 loss left the CPU's by %.3g relative", worst);
-  ck_assert_msg(sqrt(num / den) <= TF32_LEARN_PARAMS, "the TF32 parameters left the CPU's by %.3g", sqrt(num / den));
+  ck_assert_msg(pe <= TF32_LEARN_PARAMS, "the TF32 parameters left the CPU's by %.3g", pe);
   ck_assert_msg(!memcmp(pg, pg2, sizeof(float) * P), "a TF32 rerun's parameters differ");
   free(pc), free(pg), free(pg2);
   learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2);

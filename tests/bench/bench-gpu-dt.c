@@ -17,8 +17,6 @@
 #include "learner.h"
 #include "philox.h"
 
-int cuda_probe(char *name, size_t namelen);
-
 #define EPISODES 2000
 #define EP_LEN 100
 
@@ -49,10 +47,7 @@ static double step_flops(int B, int K, int E, int L, int nh, int S, int A) {
 
 int main(int argc, char **argv) {
   char dev[256];
-  if (!cuda_probe(dev, sizeof dev)) {
-    printf("no usable CUDA device (%s): skipped\n", dev);
-    return 77;
-  }
+  bench_gpu_or_skip(dev, sizeof dev);
   const char *batches = argc > 1 ? argv[1] : "64,256";
   const int tc = argc > 2 ? atoi(argv[2]) : 0;
   const char *prec = tc ? "tf32" : "fp32";

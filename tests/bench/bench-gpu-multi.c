@@ -15,8 +15,6 @@
 #include "learner.h"
 #include "philox.h"
 
-int cuda_probe(char *name, size_t namelen);
-
 typedef struct {
   learner_t *l;
   int calls, rc;
@@ -62,10 +60,7 @@ static learner_t *make(int seed, int occupancy) {
 int main(int argc, char **argv) {
   char dev[256];
   const int occ = argc > 1 ? atoi(argv[1]) : 2;
-  if (!cuda_probe(dev, sizeof dev)) {
-    printf("no usable CUDA device (%s): skipped\n", dev);
-    return 77;
-  }
+  bench_gpu_or_skip(dev, sizeof dev);
   printf("device: %s; ref config, batch 256, uniform replay, Step(200) calls per thread, cuda_gemm_occupancy %d\n",
          dev, occ);
   learner_t *ls[16];

@@ -24,8 +24,6 @@
 #include "learner.h"
 #include "philox.h"
 
-int cuda_probe(char *name, size_t namelen);
-
 enum { POOL = 10000 };
 
 typedef struct {
@@ -76,10 +74,7 @@ static double submit_n(learner_t *l, const pool_t *p, int64_t n, int64_t *chunk)
 
 int main(int argc, char **argv) {
   char dev[256];
-  if (!cuda_probe(dev, sizeof dev)) {
-    printf("no usable CUDA device (%s): skipped\n", dev);
-    return 77;
-  }
+  bench_gpu_or_skip(dev, sizeof dev);
   const char *batches = argc > 1 ? argv[1] : "64,256";
   const char *caps = argc > 2 ? argv[2] : "10000,1000000,10000000";
   int steps = argc > 3 ? atoi(argv[3]) : 300;

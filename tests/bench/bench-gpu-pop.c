@@ -20,8 +20,6 @@
 #include "philox.h"
 #include "population.h"
 
-int cuda_probe(char *name, size_t namelen);
-
 #define FILL 20000
 
 static void feed(learner_t *l, uint64_t seed) {
@@ -54,10 +52,7 @@ static double step_flops(const learner_config_t *c) {
 
 int main(int argc, char **argv) {
   char dev[256];
-  if (!cuda_probe(dev, sizeof dev)) {
-    printf("no usable CUDA device (%s): skipped\n", dev);
-    return 77;
-  }
+  bench_gpu_or_skip(dev, sizeof dev);
   const char *sizes = argc > 1 ? argv[1] : "1,2,4,8,16,32,64";
   const int tc = argc > 2 ? atoi(argv[2]) : 0;
   FILE *js = argc > 3 ? fopen(argv[3], "w") : NULL;

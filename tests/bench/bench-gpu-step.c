@@ -18,14 +18,9 @@
 #include "learner.h"
 #include "philox.h"
 
-int cuda_probe(char *name, size_t namelen);
-
 int main(int argc, char **argv) {
   char dev[256];
-  if (!cuda_probe(dev, sizeof dev)) {
-    printf("no usable CUDA device (%s): skipped\n", dev);
-    return 77;
-  }
+  bench_gpu_or_skip(dev, sizeof dev);
   const char *batches = argc > 1 ? argv[1] : "64,256,1024,4096";
   int steps = argc > 2 ? atoi(argv[2]) : 500;
   printf("device: %s\n", dev);

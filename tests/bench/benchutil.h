@@ -9,6 +9,17 @@
 
 #include "learner.h"
 
+/* the GPU benches: the usable device's name into dev, or a line saying why
+ * none is and exit 77 (meson: skipped). cuda_probe is the CUDA backend's
+ * (kernels/cuda/probe.cu); the CPU benches never call this. */
+int cuda_probe(char *name, size_t namelen);
+static inline void bench_gpu_or_skip(char *dev, size_t n) {
+  if (!cuda_probe(dev, n)) {
+    printf("no usable CUDA device (%s): skipped\n", dev);
+    exit(77);
+  }
+}
+
 static inline double bench_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
