@@ -21,21 +21,26 @@
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
 #define GROUPED 1 /* CUDA members step in the same launches */
-#define CONFIGS 5
+#define CONFIGS 7
 #else
 #define BE LEARNER_BACKEND_CPU
 #define GROUPED 0
 #define CONFIGS 3
 #endif
 
-enum { N = 3 };
+enum { N = 3, NMAX = 8 };
+
+/* members of config which's population: 8 for cfgs 5 and 6 (gemm.cu's SER2
+ * launches, two row tiles a block, from 8 members on) */
+static int npop(int which) { return which >= 5 ? NMAX : N; }
 
 /* cfg 0: NoisyNet + PER; cfg 1: K 3 ensemble heads with priors and masks,
  * attention (2 tokens, 2 heads), 3-step returns; cfg 2: HER (goal 2, ratio
  * 0.5) with 2-step returns, the step's plain launches (cuda_graph 0); cfg 3
  * (CUDA only): the reference network at batch 256 in TF32, NoisyNet + PER —
  * the wgmma tiles and split-K phases; cfg 4 (CUDA only): the same in fp32 (a
- * population adds each tile's split-K parts in one block: gemm.cu's SER) */
+ * population adds each tile's split-K parts in one block: gemm.cu's SER);
+ * cfgs 5 and 6 (CUDA only): 3 and 4 with 8 members (SER2) */
 static learner_config_t config(int which) {
   learner_config_t c;
   learner_config_default(&c);
@@ -49,7 +54,7 @@ static learner_config_t config(int which) {
     c.her_goal_dim = 2, c.hp.her_ratio = 0.5f, c.hp.n_step = 2, c.cuda_graph = 0;
   } else if (which >= 3) {
     learner_config_default(&c);
-    c.batch = 256, c.replay_capacity = 2000, c.seed = 40, c.tensor_cores = which == 3;
+    c.batch = 256, c.replay_capacity = 2000, c.seed = 40, c.tensor_cores = which == 3 || which == 5;
     c.noisy = 1, c.prioritized = 1;
   } else {
     c.ensemble_k = 3, c.ensemble_prior_scale = 1.0f, c.ensemble_mask_p = 0.5f, c.hp.ensemble_diversity = 0.1f;
@@ -73,7 +78,7 @@ static void member_hparams(learner_t *l, int i) {
   learner_hparams_t hp;
   learner_get_hparams(l, &hp);
   hp.lr *= (float)(1 + i);
-  hp.gamma = 0.9f + 0.03f * (float)i;
+  hp.gamma = 0.9f + 0.03f * (float)(i % 3);
   char err[256];
   ck_assert_msg(learner_set_hparams(l, &hp, err, sizeof err) == 0, "%s", err);
 }
@@ -110,17 +115,17 @@ static void lone_twin(const learner_config_t *c, int i, membuf_t *out) {
   learner_destroy(l);
 }
 
-static learner_pop_t *trained_pop(const learner_config_t *c) {
+static learner_pop_t *trained_pop(const learner_config_t *c, int n) {
   learner_pop_t *p;
   char err[256];
-  ck_assert_msg(learner_pop_create(c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_create(c, n, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_pop_grouped(p), GROUPED); /* the shared launches are what is tested */
-  learner_stats_t st[N];
-  for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 0);
+  learner_stats_t st[NMAX];
+  for (int i = 0; i < n; i++) history_part(learner_pop_member(p, i), i, 0);
   ck_assert_msg(learner_pop_step_until(p, 4, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
-  for (int i = 0; i < N; i++) history_part(learner_pop_member(p, i), i, 1);
+  for (int i = 0; i < n; i++) history_part(learner_pop_member(p, i), i, 1);
   ck_assert_msg(learner_pop_step_until(p, 6, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
-  for (int i = 0; i < N; i++) ck_assert_int_eq((long long)st[i].step, 10);
+  for (int i = 0; i < n; i++) ck_assert_int_eq((long long)st[i].step, 10);
   return p;
 }
 
@@ -129,9 +134,10 @@ static learner_pop_t *trained_pop(const learner_config_t *c) {
  * same bytes */
 START_TEST(test_member_is_its_lone_twin) {
   const learner_config_t c = config(_i);
-  learner_pop_t *p = trained_pop(&c);
-  membuf_t mine[N], twin[N];
-  for (int i = 0; i < N; i++) {
+  const int np = npop(_i);
+  learner_pop_t *p = trained_pop(&c, np);
+  membuf_t mine[NMAX], twin[NMAX];
+  for (int i = 0; i < np; i++) {
     save_to(learner_pop_member(p, i), &mine[i]);
     lone_twin(&c, i, &twin[i]);
     ck_assert_msg(same_bytes(&mine[i], &twin[i]), "cfg %d member %d: %zu bytes, its lone twin's %zu, differ", _i, i,
@@ -143,7 +149,7 @@ START_TEST(test_member_is_its_lone_twin) {
   ck_assert_msg(learner_pop_save(p, 1, mem_write, &f, err, sizeof err) == 0, "%s", err);
   size_t off = 24;
   ck_assert_int_eq(memcmp(f.p, "DQNDPOP", 8), 0);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < np; i++) {
     ck_assert_msg(off + twin[i].n <= f.n && !memcmp(f.p + off, twin[i].p, twin[i].n), "member %d's block", i);
     off += twin[i].n;
   }
@@ -151,16 +157,16 @@ START_TEST(test_member_is_its_lone_twin) {
   ck_assert_int_eq(memcmp(f.p + off, "DQNDPEND", 8), 0);
   learner_pop_t *q;
   ck_assert_msg(learner_pop_load(mem_read, &f, BE, &q, err, sizeof err) == 0, "%s", err);
-  ck_assert_int_eq(learner_pop_size(q), N);
+  ck_assert_int_eq(learner_pop_size(q), np);
   ck_assert_int_eq(learner_pop_grouped(q), GROUPED);
   membuf_t g = {0};
   ck_assert_msg(learner_pop_save(q, 1, mem_write, &g, err, sizeof err) == 0, "%s", err);
   ck_assert_msg(same_bytes(&f, &g), "loaded and saved again: %zu bytes, was %zu", g.n, f.n);
   /* and both go on the same way */
-  learner_stats_t a[N], b[N];
+  learner_stats_t a[NMAX], b[NMAX];
   ck_assert_int_eq(learner_pop_step_until(p, 3, NULL, a, NULL, err, sizeof err), 0);
   ck_assert_int_eq(learner_pop_step_until(q, 3, NULL, b, NULL, err, sizeof err), 0);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < np; i++) {
     ck_assert_int_eq(memcmp(&a[i].loss_last, &b[i].loss_last, sizeof a[i].loss_last), 0);
     ck_assert_int_eq((long long)b[i].step, 13);
   }
@@ -168,10 +174,10 @@ START_TEST(test_member_is_its_lone_twin) {
   learner_config_t pc;
   f.pos = 0;
   ck_assert_int_eq(learner_pop_peek(mem_read, &f, &pc, &n, &wr, err, sizeof err), 0);
-  ck_assert_int_eq(n, N);
+  ck_assert_int_eq(n, np);
   ck_assert_int_eq(wr, 1);
   ck_assert_int_eq((long long)pc.seed, (long long)c.seed);
-  for (int i = 0; i < N; i++) free(mine[i].p), free(twin[i].p);
+  for (int i = 0; i < np; i++) free(mine[i].p), free(twin[i].p);
   free(f.p), free(g.p);
   learner_pop_destroy(p);
   learner_pop_destroy(q);
@@ -183,7 +189,7 @@ END_TEST
  * the twin's bytes); bad indices and shapes refused */
 START_TEST(test_one_member) {
   const learner_config_t c = config(0);
-  learner_pop_t *p = trained_pop(&c);
+  learner_pop_t *p = trained_pop(&c, N);
   char err[256];
   membuf_t f = {0}, twin;
   ck_assert_msg(learner_pop_save(p, 1, mem_write, &f, err, sizeof err) == 0, "%s", err);
@@ -340,7 +346,7 @@ static int same_section(membuf_t *a, membuf_t *b, uint32_t tag) {
 START_TEST(test_copy_member) {
   const int with_replay = _i;
   const learner_config_t c = config(0);
-  learner_pop_t *p = trained_pop(&c);
+  learner_pop_t *p = trained_pop(&c, N);
   membuf_t src, dst0, dst1;
   save_to(learner_pop_member(p, 0), &src);
   save_to(learner_pop_member(p, 2), &dst0);
@@ -382,7 +388,7 @@ END_TEST
  * statistics, steps_run 0) */
 START_TEST(test_stop_changes_nothing) {
   const learner_config_t c = config(0);
-  learner_pop_t *p = trained_pop(&c);
+  learner_pop_t *p = trained_pop(&c, N);
   membuf_t before[N];
   for (int i = 0; i < N; i++) save_to(learner_pop_member(p, i), &before[i]);
   *learner_pop_stop_flag(p) = 1;

@@ -40,14 +40,18 @@
  * + t: rows g, columns t) hit 32 different banks and float4 loads stay aligned */
 #define GSA0 (GBK + 4) /* A [m][k] (TA 0) */
 #define GSA1 (GBM + 8) /* A [k][m] (TA 1) */
+#define GSA1M(MR) (GBM * (MR) + 8) /* the same for a block of MR row tiles */
 #define GSW (GBN + 8)  /* W [k][n] */
 #define GA_FLOATS (GBK * GSA1 > GBM * GSA0 ? GBK * GSA1 : GBM * GSA0)
+#define GA_FLOATSM(MR) (GBK * GSA1M(MR) > GBM * (MR) * GSA0 ? GBK * GSA1M(MR) : GBM * (MR) * GSA0)
 #define GW_FLOATS (GBK * GSW)
 #define GPART (GBM * GBN + GBM)     /* partial floats per tile and split: outputs, then bias sums */
 #define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
+#define GSMEMM(MR) (sizeof(float) * GNS * (GA_FLOATSM(MR) + GW_FLOATS))
 #define SPLIT_MIN_CHUNKS 2 /* k chunks per split-K part at least (DEVICE_NOTES.md item 40) */
 #define SPLIT_MAX_K 512    /* k per split-K part at most */
 #define POP_SER_ALWAYS 8 /* members from which every phase of a population runs SER */
+#define POP_SER_PAIRS 8  /* members from which SER blocks take two row tiles (SER2) */
 #define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
 
 // kernels
@@ -58,14 +62,14 @@
  * bounded by kend); the backward's W and the weight gradients' A are GBK
  * rows of k (rows = k) along n or m. V16: 16-byte copies (rows 16-byte
  * aligned), else 4-byte ones. */
-template <int NR, int NC, bool V16>
+template <int NR, int NC, bool V16, int NT = GNT>
 __device__ __forceinline__ void cp_tile(float *__restrict__ s, int ss, const float *src, size_t ld, int row0,
                                         int rowmax, int col0, int colmax) {
   const int tid = threadIdx.x;
   constexpr int W = V16 ? 4 : 1, PER = NC / W;
 #pragma unroll(V16 ? 8 : 4) /* the 4-byte fallbacks: full unrolling spills the large tiles */
-  for (int l = 0; l < NR * PER / GNT; l++) {
-    const int e = tid + GNT * l, r = e / PER, c = W * (e % PER);
+  for (int l = 0; l < NR * PER / NT; l++) {
+    const int e = tid + NT * l, r = e / PER, c = W * (e % PER);
     const int v = row0 + r < rowmax ? max(0, min(W, colmax - (col0 + c))) : 0;
     const float *p = v ? src + (size_t)(row0 + r) * ld + col0 + c : src;
     if (V16) cp_async16z(s + r * ss + c, p, 4 * v);
@@ -73,21 +77,23 @@ __device__ __forceinline__ void cp_tile(float *__restrict__ s, int ss, const flo
   }
 }
 /* R rows along k; GBK rows of k along C columns */
-template <int R, bool V16>
+template <int R, bool V16, int NT = GNT>
 __device__ __forceinline__ void cp_rows_k(float *s, int ss, const float *src, size_t ld, int r0, int rmax, int k0,
                                           int kend) {
-  cp_tile<R, GBK, V16>(s, ss, src, ld, r0, rmax, k0, kend);
+  cp_tile<R, GBK, V16, NT>(s, ss, src, ld, r0, rmax, k0, kend);
 }
-template <int C, bool V16>
+template <int C, bool V16, int NT = GNT>
 __device__ __forceinline__ void cp_k_cols(float *s, int ss, const float *src, size_t ld, int c0, int cmax, int k0,
                                           int kend) {
-  cp_tile<GBK, C, V16>(s, ss, src, ld, k0, kend, c0, cmax);
+  cp_tile<GBK, C, V16, NT>(s, ss, src, ld, k0, kend, c0, cmax);
 }
 
 /* Per-thread copy plan of the 16-byte path, fixed for a block: each thread
  * copies GA16 float4s of A and GW16 of W per chunk at the same offsets, so
  * their source rows, bounds and shared offsets are computed once (computing
- * them per chunk was ~190 of ~820 instructions a chunk: item 23). */
+ * them per chunk was ~190 of ~820 instructions a chunk: item 23). A block
+ * of MR row tiles (SER2: MR x GNT threads, A MR x GBM rows) copies as many
+ * float4s of A a thread and GW16 / MR of W. */
 #define GA16 (GBM * GBK / 4 / GNT)
 #define GW16 (GBK * GBN / 4 / GNT)
 struct gplan {
@@ -97,27 +103,28 @@ struct gplan {
   int ak[GA16], wk[GW16];         /* k of the row within the chunk */
 };
 
-template <int TA, int TW>
+template <int TA, int TW, int MR>
 __device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int n0) {
   const int tid = threadIdx.x;
+  constexpr int NT = GNT * MR, BM = GBM * MR;
 #pragma unroll
   for (int l = 0; l < GA16; l++) {
-    const int e = tid + GNT * l;
+    const int e = tid + NT * l;
     if (TA == 0) {
       const int m = e / (GBK / 4), k = 4 * (e % (GBK / 4));
       const bool ok = m0 + m < g.M;
       pl.a[l] = ok ? g.A + (size_t)(m0 + m) * g.lda + k : g.A;
       pl.ao[l] = m * GSA0 + k, pl.acap[l] = ok ? 4 : 0, pl.ak[l] = k;
     } else {
-      const int k = e / (GBM / 4), m = 4 * (e % (GBM / 4));
+      const int k = e / (BM / 4), m = 4 * (e % (BM / 4));
       pl.acap[l] = max(0, min(4, g.M - (m0 + m)));
       pl.a[l] = pl.acap[l] ? g.A + (size_t)k * g.lda + m0 + m : g.A;
-      pl.ao[l] = k * GSA1 + m, pl.ak[l] = k;
+      pl.ao[l] = k * GSA1M(MR) + m, pl.ak[l] = k;
     }
   }
 #pragma unroll
-  for (int l = 0; l < GW16; l++) {
-    const int e = tid + GNT * l;
+  for (int l = 0; l < GW16 / MR; l++) {
+    const int e = tid + NT * l;
     if (TW == 0) { /* W [k][n] -> sw [k][GSW] */
       const int k = e / (GBN / 4), n = 4 * (e % (GBN / 4));
       pl.wcap[l] = max(0, min(4, g.N - (n0 + n)));
@@ -133,7 +140,7 @@ __device__ __forceinline__ void g_plan(gplan &pl, const gprob_t &g, int m0, int 
 }
 
 /* issue the copies of k chunk [k0, k0 + GBK) (zeros past kend, M, N) */
-template <int TA, int TW>
+template <int TA, int TW, int MR>
 __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g,
                                         const gplan &pl, int m0, int n0, int k0, int kend) {
   const float *A = g.A, *W = g.W;
@@ -146,22 +153,22 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
       cp_async16z(sa + pl.ao[l], v ? pl.a[l] + ka : A, 4 * v);
     }
   } else if (TA == 0) { /* sa [m][GSA0] */
-    cp_rows_k<GBM, false>(sa, GSA0, A, g.lda, m0, g.M, k0, kend);
-  } else { /* sa [k][GSA1] */
-    cp_k_cols<GBM, false>(sa, GSA1, A, g.lda, m0, g.M, k0, kend);
+    cp_rows_k<GBM * MR, false, GNT * MR>(sa, GSA0, A, g.lda, m0, g.M, k0, kend);
+  } else { /* sa [k][GSA1M] */
+    cp_k_cols<GBM * MR, false, GNT * MR>(sa, GSA1M(MR), A, g.lda, m0, g.M, k0, kend);
   }
   if (g.al & 2) {
     const size_t kw = TW == 0 ? (size_t)k0 * g.ldw : (size_t)k0;
 #pragma unroll
-    for (int l = 0; l < GW16; l++) {
+    for (int l = 0; l < GW16 / MR; l++) {
       const int v = TW == 0 ? (k0 + pl.wk[l] < kend ? pl.wcap[l] : 0)
                             : min(pl.wcap[l], max(0, kend - (k0 + pl.wk[l])));
       cp_async16z(sw + pl.wo[l], v ? pl.w[l] + kw : W, 4 * v);
     }
   } else if (TW == 1) { /* sw [n][GSA0] */
-    cp_rows_k<GBN, false>(sw, GSA0, W, g.ldw, n0, g.N, k0, kend);
+    cp_rows_k<GBN, false, GNT * MR>(sw, GSA0, W, g.ldw, n0, g.N, k0, kend);
   } else { /* sw [k][GSW] */
-    cp_k_cols<GBN, false>(sw, GSW, W, g.ldw, n0, g.N, k0, kend);
+    cp_k_cols<GBN, false, GNT * MR>(sw, GSW, W, g.ldw, n0, g.N, k0, kend);
   }
 }
 
@@ -170,7 +177,7 @@ __device__ __forceinline__ void g_issue(float *__restrict__ sa, float *__restric
  * rows, as 2 x 2 m16n8 accumulators in the mma.sync layout */
 template <int TC, int TW>
 __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x % GNT; /* within its row tile (SER2 blocks hold two) */
   if (TC == 0 && TW == 0) {
     ml = 4 * (tid / 16) + e / 4, nl = 4 * (tid % 16) + e % 4;
   } else if (TC == 0) { /* W rows read along k: columns 16 apart spread the banks */
@@ -183,30 +190,37 @@ __device__ __forceinline__ void g_elem(int e, int &ml, int &nl) {
 }
 
 /* One tile (and k part) of a phase's problems. TC: arithmetic, 0 fp32 FFMA
- * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config). */
-template <int TA, int TW, int TC, int SER>
-__global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
+ * (sums over k in order), 1 TF32 mma.sync (the tensor_cores config).
+ * SER (a population's launch, pz.cuh): a block per tile (the launch
+ * numbered by gprob_t.sblk) runs every split in turn and adds them as the
+ * split-K reduction below does, in split order (so a member's bits are its
+ * lone twin's), with no partials in memory. MR 2 (SER2, with SER only): a
+ * block of two row tiles, 2 x GNT threads, each half exactly one tile's
+ * threads on its rows (the same sums in the same order), sharing the W chunk:
+ * half the W traffic through L2 of two blocks. */
+template <int TA, int TW, int TC, int SER, int MR>
+__global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(const gprob_t *__restrict__ probs, const __grid_constant__ gidx_t ix, float slope,
                                                          float *__restrict__ grad, const float *__restrict__ fn,
                                                          float *__restrict__ part, int *__restrict__ cnt,
                                                          long long ps) {
+  static_assert(MR == 1 || (MR == 2 && SER), "two row tiles a block only in a population's SER launch");
+  constexpr int AFL = GA_FLOATSM(MR), SA1 = GSA1M(MR);
   extern __shared__ float4 gsh4[];
-  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * GA_FLOATS;
+  float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * AFL;
   __shared__ int last;
   probs = pz_at(probs, ps), grad = pz_at(grad, ps), fn = pz_at(fn, ps), part = pz_at(part, ps), cnt = pz_at(cnt, ps);
-  const int p = g_find(ix, probs);
+  const int p = g_find<SER ? MR : 0>(ix, probs);
   /* a copy in registers: through a reference every field would be reloaded
    * from global memory after each barrier (measured: half the instructions) */
   const gprob_t g = probs[p];
-  const int local = (int)blockIdx.x - g.blk0, tile = local % g.tiles, split = local / g.tiles;
-  /* SER (a population's launch, pz.cuh): the tile's first block runs every
-   * split in turn and adds them as the split-K reduction below does, in
-   * split order (so a member's bits are its lone twin's), with no partials
-   * in memory; its other blocks have nothing to do */
-  if (SER && split > 0) return;
-  const int m0 = (tile / g.tn) * GBM, n0 = (tile % g.tn) * GBN;
+  const int local = (int)blockIdx.x - (SER ? g.sblk[MR - 1] : g.blk0);
+  const int tile = SER ? local : local % g.tiles, split = SER ? 0 : local / g.tiles;
+  const int m0 = (tile / g.tn) * GBM * MR, n0 = (tile % g.tn) * GBN; /* the block's */
+  const int half = MR == 1 ? 0 : (int)threadIdx.x / GNT;
+  const int mh = m0 + GBM * half; /* this half's row tile */
   const int klo = SER ? 0 : split * g.kper, khi = SER ? g.K : min(g.K, klo + g.kper);
   const int cps = g.kper / GBK; /* chunks per split */
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int tid = (int)threadIdx.x % GNT, tx = tid % 16, ty = tid / 16;
   const int wq = tid / 32, gq = (tid % 32) / 4, tq = tid % 4;
   /* weight gradients: the bias gradient of row tid is the sum over k of A,
    * kept by the first warp of the tiles at n0 = 0, in k order */
@@ -218,10 +232,10 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
   for (int e = 0; e < (SER ? 16 : 1); e++) tot[e] = 0.0f;
   const int nk = khi > klo ? (khi - klo + GBK - 1) / GBK : 0;
   gplan pl;
-  g_plan<TA, TW>(pl, g, m0, n0);
+  g_plan<TA, TW, MR>(pl, g, m0, n0);
 #pragma unroll
   for (int q = 0; q < GNS - 1; q++) {
-    if (q < nk) g_issue<TA, TW>(sA + q * GA_FLOATS, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
+    if (q < nk) g_issue<TA, TW, MR>(sA + q * AFL, sW + q * GW_FLOATS, g, pl, m0, n0, klo + q * GBK, khi);
     cp_async_commit();
   }
   /* the epilogue's operands (the forward's bias, the backward's LeakyReLU
@@ -242,7 +256,7 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
     for (int e = 0; e < 16; e++) {
       int ml, nl;
       g_elem<TC, TW>(e, ml, nl);
-      const int m = m0 + ml, n = n0 + nl;
+      const int m = mh + ml, n = n0 + nl;
       pm[e] = m < g.M && n < g.N && g.mask ? g.mask[(size_t)m * g.ldm + n] : 1.0f;
     }
   }
@@ -256,13 +270,14 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
     __syncthreads();          /* everyone's; and chunk c - 1's buffer is free */
     const int nx = c + GNS - 1;
     if (nx < nk)
-      g_issue<TA, TW>(sA + (nx % GNS) * GA_FLOATS, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
+      g_issue<TA, TW, MR>(sA + (nx % GNS) * AFL, sW + (nx % GNS) * GW_FLOATS, g, pl, m0, n0, klo + nx * GBK, khi);
     cp_async_commit();
-    const float *__restrict__ a = sA + (c % GNS) * GA_FLOATS;
+    /* this half's rows of the A chunk */
+    const float *__restrict__ a = sA + (c % GNS) * AFL + (TA == 0 ? GBM * half * GSA0 : GBM * half);
     const float *__restrict__ w = sW + (c % GNS) * GW_FLOATS;
     if (bias_sums)
 #pragma unroll 8
-      for (int k = 0; k < GBK; k++) bsum += a[k * GSA1 + tid];
+      for (int k = 0; k < GBK; k++) bsum += a[k * SA1 + tid];
     if (TC == 0 && TA == 0) {
       /* A [m][k] float4 along k; W [n][k] (forward, TW 1) float4 along k or
        * [k][n] (backward) float4 along n, both held as wv[column][k] */
@@ -294,7 +309,7 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
     } else if (TC == 0) {
 #pragma unroll 4
       for (int k = 0; k < GBK; k++) {
-        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * GSA1 + 4 * ty);
+        const float4 a4 = *reinterpret_cast<const float4 *>(a + k * SA1 + 4 * ty);
         const float4 w4 = *reinterpret_cast<const float4 *>(w + k * GSW + 4 * tx);
         const float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
@@ -314,8 +329,8 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
             x[0] = a[r * GSA0 + k8 + tq], x[1] = a[(r + 8) * GSA0 + k8 + tq];
             x[2] = a[r * GSA0 + k8 + tq + 4], x[3] = a[(r + 8) * GSA0 + k8 + tq + 4];
           } else {
-            x[0] = a[(k8 + tq) * GSA1 + r], x[1] = a[(k8 + tq) * GSA1 + r + 8];
-            x[2] = a[(k8 + tq + 4) * GSA1 + r], x[3] = a[(k8 + tq + 4) * GSA1 + r + 8];
+            x[0] = a[(k8 + tq) * SA1 + r], x[1] = a[(k8 + tq) * SA1 + r + 8];
+            x[2] = a[(k8 + tq + 4) * SA1 + r], x[3] = a[(k8 + tq + 4) * SA1 + r + 8];
           }
 #pragma unroll
           for (int q = 0; q < 4; q++) ah[mi][q] = f2tf32(x[q]);
@@ -412,7 +427,7 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
     for (int e = 0; e < 16; e++) {
       int ml, nl;
       g_elem<TC, TW>(e, ml, nl);
-      const int m = m0 + ml, n = n0 + nl;
+      const int m = mh + ml, n = n0 + nl;
       if (m >= g.M || n >= g.N) continue;
       float v = acc[e];
       if (TW == 1) v += pb[TC ? 2 * ((e >> 2) & 1) + (e & 1) : e & 3];
@@ -425,15 +440,15 @@ __global__ void __launch_bounds__(GNT, SER ? 4 : 1) fused_gemm_kernel(const gpro
     for (int e = 0; e < 16; e++) {
       int ml, nl;
       g_elem<TC, TW>(e, ml, nl);
-      const int o = m0 + ml, in = n0 + nl;
+      const int o = mh + ml, in = n0 + nl;
       if (o >= g.M || in >= g.N) continue;
       const size_t k = (size_t)o * g.N + in;
       grad[g.gw + k] = acc[e];
       if (g.gsw >= 0) grad[g.gsw + k] = acc[e] * (fn[g.fo + o] * fn[g.fi + in]);
     }
-    if (bias_sums && m0 + tid < g.M) {
-      grad[g.gb + m0 + tid] = bsum;
-      if (g.gsb >= 0) grad[g.gsb + m0 + tid] = bsum * fn[g.fo + m0 + tid];
+    if (bias_sums && mh + tid < g.M) {
+      grad[g.gb + mh + tid] = bsum;
+      if (g.gsb >= 0) grad[g.gsb + mh + tid] = bsum * fn[g.fo + mh + tid];
     }
   }
 }
@@ -616,9 +631,14 @@ static cudaError_t gemm_smem(void) {
   cudaError_t e = cudaSuccess;
 #define GEMM_SMEM(TA, TW)                                                                                              \
   if (e == cudaSuccess)                                                                                                \
-    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM); \
+    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 0, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                             (int)GSMEM);                                                                              \
   if (e == cudaSuccess)                                                                                                \
-    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM);
+    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                             (int)GSMEM);                                                                              \
+  if (e == cudaSuccess)                                                                                                \
+    e = cudaFuncSetAttribute(fused_gemm_kernel<TA, TW, TC, 1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,         \
+                             (int)GSMEMM(2));
   GEMM_SMEM(0, 1) GEMM_SMEM(0, 0) GEMM_SMEM(1, 0)
 #undef GEMM_SMEM
   return e;
@@ -688,6 +708,17 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     const int stride = (p1 - p0 + GEMM_IX - 1) / GEMM_IX > 1 ? (p1 - p0 + GEMM_IX - 1) / GEMM_IX : 1;
     f->ph_stride[ph] = stride;
     for (int i = p0; i < p1; i += stride) f->ph_blk0[ph][(i - p0) / stride] = pr[i].blk0;
+    /* a population's SER launches: a block per tile, or per two row tiles
+     * (SER2); the lookup as above (the big and wgmma phases never run SER) */
+    for (int r = 0; r < 2; r++) {
+      int b = 0;
+      for (int i = p0; i < p1; i++) {
+        pr[i].sblk[r] = b;
+        b += big ? pr[i].tiles : ((pr[i].M + GBM - 1) / GBM + r) / (r + 1) * pr[i].tn;
+      }
+      f->ph_sblocks[r][ph] = b;
+      for (int i = p0; i < p1; i += stride) f->ph_sblk[r][ph][(i - p0) / stride] = pr[i].sblk[r];
+    }
     /* split-K scratch: the main stream's phases (F1..B3) run one after
      * another and share one region; the weight-gradient groups 0..2 (one
      * after another on the side stream) run beside them: a second region;
@@ -731,7 +762,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
 extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float *grad, const float *fn,
                                cudaStream_t st) {
   const gprob_t *probs = (const gprob_t *)f->probs + f->ph[ph][0];
-  const dim3 nb((unsigned)f->ph_blocks[ph], 1, (unsigned)f->pz.n);
   const long long ps = f->pz.stride;
   /* SER from 8 members on, and below that where the members' tiles alone
    * give the planner's blocks per SM; else each member's parts in blocks of
@@ -739,18 +769,25 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
    * Measured (kernels/dev/DEVICE_NOTES.md item 74): SER everywhere cost 2
    * members 101 us a member-step against 82 so, and the rule everywhere cost
    * 8 members 54.1 against 51.9 with SER everywhere. */
-  const int ser = f->pz.n > 1 && (f->pz.n >= POP_SER_ALWAYS ||
-                                  (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm);
+  const int ser = f->pz.n > 1 && !f->ph_big[ph] &&
+                  (f->pz.n >= POP_SER_ALWAYS || (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm);
+  /* SER2 (two row tiles a block) from POP_SER_PAIRS members on */
+  const int mr = ser && f->pz.n >= POP_SER_PAIRS ? 2 : 1;
+  const dim3 nb((unsigned)(ser ? f->ph_sblocks[mr - 1][ph] : f->ph_blocks[ph]), 1, (unsigned)f->pz.n);
   gidx_t ix;
   ix.np = f->ph[ph][1];
   if (ix.np == 0) return 0;
   ix.stride = f->ph_stride[ph];
   ix.nix = (ix.np + ix.stride - 1) / ix.stride;
-  memcpy(ix.blk0, f->ph_blk0[ph], sizeof ix.blk0);
+  memcpy(ix.blk0, ser ? f->ph_sblk[mr - 1][ph] : f->ph_blk0[ph], sizeof ix.blk0);
 #define GEMM_LAUNCH(TA, TW, TC)                                                                                        \
   do {                                                                                                                 \
-    if (ser) fused_gemm_kernel<TA, TW, TC, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
-    else fused_gemm_kernel<TA, TW, TC, 0><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps);  \
+    if (mr == 2)                                                                                                       \
+      fused_gemm_kernel<TA, TW, TC, 1, 2><<<nb, 2 * GNT, GSMEMM(2), st>>>(probs, ix, slope, grad, fn, f->gpart,       \
+                                                                          f->gcnt, ps);                                \
+    else if (ser)                                                                                                      \
+      fused_gemm_kernel<TA, TW, TC, 1, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
+    else fused_gemm_kernel<TA, TW, TC, 0, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
   } while (0)
   if (f->ph_big[ph] == 2) {
     gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,

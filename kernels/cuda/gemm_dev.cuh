@@ -26,6 +26,7 @@ typedef struct gidx {
  * over the first blocks; with K head sets the count finds the group of
  * `stride` problems, and a second count over their first blocks in the
  * problem table (independent loads, so one round trip) the problem. */
+template <int F = 0> /* which numbering: 0 the planner's (blk0), 1 / 2 a population's SER / SER2 launch (sblk) */
 __device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restrict__ probs) {
   int p = 0;
 #pragma unroll 8
@@ -33,7 +34,7 @@ __device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restric
   if (ix.stride == 1) return p;
   const int base = p * ix.stride, end = min(ix.np, base + ix.stride);
   int q = base;
-  for (int j = base + 1; j < end; j++) q += (int)blockIdx.x >= probs[j].blk0;
+  for (int j = base + 1; j < end; j++) q += (int)blockIdx.x >= (F == 0 ? probs[j].blk0 : probs[j].sblk[F - 1]);
   return q;
 }
 
