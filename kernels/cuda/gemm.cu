@@ -22,6 +22,7 @@
  * overwritten: C, or the gradients at grad + gw/gb/gsw/gsb (TA 1).
  */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -682,15 +683,22 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       big = bt >= BIG_PER_SM * nsm;
     }
     /* TF32 forward phases on wgmma's 128 x 128 tiles (gemm_wgmma.cu) when
-     * every problem fits them and they give half the SMs a tile at least;
-     * the rest (F1, F2 at small batches) keep the split-K tiles */
+     * every problem fits them and either they give half the SMs a tile or
+     * every problem fills the tiles' 128 rows (batch 128 and up). The second
+     * rule is for populations, which run their members' phases as the lone
+     * plan says (a member's bits are its lone twin's): at batch 256 it moved
+     * the lone TF32 step by +0.8% and 32 members by -24% a member-step, while
+     * at batch 64 (half-empty tiles) it cost the lone step 10%
+     * (kernels/dev/DEVICE_NOTES.md item 96). The rest keep the split-K tiles. */
     if (ph < PH_B1 && maps) {
-      int bt = 0, fit = 1;
+      int bt = 0, fit = 1, mmin = INT_MAX;
       for (int i = p0; i < p1; i++) {
         bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
         fit &= gemm_wgmma_fits(&pr[i]);
+        mmin = pr[i].M < mmin ? pr[i].M : mmin;
       }
-      if (fit && 2 * bt >= nsm && gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb))
+      if (fit && (2 * bt >= nsm || mmin >= WG_BM) &&
+          gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb))
         big = 2, any = 1;
     }
     int blocks, tiles;
