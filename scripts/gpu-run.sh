@@ -59,10 +59,15 @@ if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
   for p in fp32 tf32; do
     "$bin/bench-gpu-pop" "$sizes" "$([ $p = tf32 ] && echo 1 || echo 0)" "$out/pop_$p.json" 2>&1 | tee -a "$out/pop.log"
   done
+  # the JAX TF32 run at every size has not fit in one call's 600 s: POP_JAX_TF32
+  # gives its sizes (empty: none) and POP_JAX_TF32_S a time limit in seconds
   if [ "${PEER_JAX:-1}" = 1 ] && [ -f .devcarry/anchor_jax_bdq.py ]; then
     u=${PEER_UNROLL:-20}; steps=${PEER_STEPS:-100}
     for p in fp32 tf32; do
-      PYTHONUNBUFFERED=1 python3 .devcarry/anchor_jax_bdq.py --batches "" --population "$sizes" --steps "$steps" \
+      ps=$sizes lim=100000
+      if [ $p = tf32 ]; then ps=${POP_JAX_TF32-$sizes}; lim=${POP_JAX_TF32_S:-100000}; fi
+      [ -n "$ps" ] || continue
+      PYTHONUNBUFFERED=1 timeout "$lim" python3 .devcarry/anchor_jax_bdq.py --batches "" --population "$ps" --steps "$steps" \
         --unroll "$u" $([ $p = tf32 ] && echo --tf32) --json "$out/jax_pop_$p.json" 2>&1 | tee -a "$out/pop.log" |
         grep -E '^B=|^jax|Error'
     done

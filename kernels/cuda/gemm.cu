@@ -15,14 +15,16 @@
  * tile to arrive adds the splits' partial sums in split order, so every sum
  * has one fixed order and reruns are bit-identical. The weight gradients are
  * the same kernel with A = dY^T (TA = 1). Phases with two 64 x 128 tiles per
- * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K).
+ * SM at least run fused_gemm_big_kernel instead (FFMA, no split-K). A
+ * population (pz.cuh) runs each tile's split-K parts in one block (SER), from
+ * 8 members on two row tiles a block (SER2). gemm_plan.cu plans each phase;
+ * the tile shapes are gemm_tiles.cuh's.
  *
  * Shapes: a problem is C [M][N] = A [M][K] W [K][N] (gemm_table.cuh's gprob_t);
  * tiles GBM x GBN (GBM2 x GBN2 big), k chunks of GBK. Every output is
  * overwritten: C, or the gradients at grad + gw/gb/gsw/gsb (TA 1).
  */
 #include <cuda_runtime.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,30 +32,7 @@
 #include "cp_async.cuh"
 #include "gemm_table.cuh"
 #include "gemm_dev.cuh"
-#include "arena.cuh"
-
-#define GBM 32  /* tile rows */
-#define GBN 64  /* tile outputs */
-#define GBK 32  /* k per chunk */
-#define GNS 4   /* pipeline stages */
-#define GNT 128 /* threads: 16 x 8, 4 x 4 outputs each */
-/* shared row strides, padded so the tensor cores' fragment loads (lane = 4 g
- * + t: rows g, columns t) hit 32 different banks and float4 loads stay aligned */
-#define GSA0 (GBK + 4) /* A [m][k] (TA 0) */
-#define GSA1 (GBM + 8) /* A [k][m] (TA 1) */
-#define GSA1M(MR) (GBM * (MR) + 8) /* the same for a block of MR row tiles */
-#define GSW (GBN + 8)  /* W [k][n] */
-#define GA_FLOATS (GBK * GSA1 > GBM * GSA0 ? GBK * GSA1 : GBM * GSA0)
-#define GA_FLOATSM(MR) (GBK * GSA1M(MR) > GBM * (MR) * GSA0 ? GBK * GSA1M(MR) : GBM * (MR) * GSA0)
-#define GW_FLOATS (GBK * GSW)
-#define GPART (GBM * GBN + GBM)     /* partial floats per tile and split: outputs, then bias sums */
-#define GSMEM (sizeof(float) * GNS * (GA_FLOATS + GW_FLOATS))
-#define GSMEMM(MR) (sizeof(float) * GNS * (GA_FLOATSM(MR) + GW_FLOATS))
-#define SPLIT_MIN_CHUNKS 2 /* k chunks per split-K part at least (DEVICE_NOTES.md item 40) */
-#define SPLIT_MAX_K 512    /* k per split-K part at most */
-#define POP_SER_ALWAYS 8 /* members from which every phase of a population runs SER */
-#define POP_SER_PAIRS 8  /* members from which SER blocks take two row tiles (SER2) */
-#define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
+#include "gemm_tiles.cuh"
 
 // kernels
 
@@ -460,12 +439,6 @@ __global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(
  * the load pipe ~75% as busy as the FMA pipe; 8 x 8 needs half that per FMA
  * (DEVICE_NOTES.md item 27). A thread's rows are 8 apart (ty + 8 i) so the
  * two rows a warp reads at once fall in different banks. */
-#define GBM2 64
-#define GBN2 128
-#define GNS2 3
-#define GA2_FLOATS (GBM2 * GSA0) /* A [m][GSA0] */
-#define GW2_FLOATS (GBN2 * GSA0 > GBK * (GBN2 + 8) ? GBN2 * GSA0 : GBK * (GBN2 + 8)) /* W [n][GSA0] or [k][GBN2 + 8] */
-#define GSMEM2 (sizeof(float) * GNS2 * (GA2_FLOATS + GW2_FLOATS))
 
 template <int TW>
 __device__ __forceinline__ void g2_issue(float *__restrict__ sa, float *__restrict__ sw, const gprob_t &g, int m0,
@@ -575,58 +548,6 @@ __global__ void __launch_bounds__(GNT) fused_gemm_big_kernel(const gprob_t *__re
 
 // launchers
 
-/* ---- the split-K planner */
-
-static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
-
-/* Blocks of one launch: tiles, alignment, and split-K parts for problems
- * [p0, p1): about `occ` blocks per SM at least, and at most SPLIT_MAX_K k
- * per part. */
-static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, int *blocks, int *ntiles,
-                       size_t *part_floats) {
-  int tiles = 0;
-  const int bm = big == 2 ? WG_BM : big ? GBM2 : GBM, bn = big == 2 ? WG_BN : big ? GBN2 : GBN;
-  for (int i = p0; i < p1; i++) {
-    gprob_t *g = &pr[i];
-    g->tn = (g->N + bn - 1) / bn;
-    g->tiles = (g->M + bm - 1) / bm * g->tn;
-    g->al = al16(g->A, g->lda) | al16(g->W, g->ldw) << 1;
-    tiles += g->tiles;
-  }
-  if (big) { /* large tiles run only where there are plenty: no split-K */
-    int blk = 0;
-    for (int i = p0; i < p1; i++) {
-      gprob_t *g = &pr[i];
-      g->kper = g->K, g->splits = 1, g->blk0 = blk, g->cnt0 = 0, g->poff = 0;
-      blk += g->tiles;
-    }
-    *blocks = blk, *ntiles = 0, *part_floats = 0;
-    return;
-  }
-  /* split-K target: about `occ` blocks per SM over the phase, each part
-   * SPLIT_MIN_CHUNKS k chunks at least (both measured in DEVICE_NOTES.md
-   * item 40; occ is the config's cuda_gemm_occupancy) */
-  const int want = (occ * nsm + tiles - 1) / tiles;
-  int blk = 0, cnt = 0;
-  size_t pf = 0;
-  for (int i = p0; i < p1; i++) {
-    gprob_t *g = &pr[i];
-    int sp = want;
-    const int kmax = g->K / (SPLIT_MIN_CHUNKS * GBK);
-    if (sp > kmax) sp = kmax;
-    if (g->K > SPLIT_MAX_K * sp) sp = (g->K + SPLIT_MAX_K - 1) / SPLIT_MAX_K;
-    if (sp < 1) sp = 1;
-    g->kper = ((g->K + sp - 1) / sp + GBK - 1) / GBK * GBK;
-    g->splits = (g->K + g->kper - 1) / g->kper;
-    if (g->splits < 1) g->splits = 1;
-    g->blk0 = blk, blk += g->tiles * g->splits;
-    g->cnt0 = cnt, cnt += g->tiles;
-    g->poff = (long long)(pf / GPART);
-    if (g->splits > 1) pf += (size_t)g->tiles * g->splits * GPART;
-  }
-  *blocks = blk, *ntiles = cnt, *part_floats = pf;
-}
-
 template <int TC>
 static cudaError_t gemm_smem(void) {
   cudaError_t e = cudaSuccess;
@@ -645,124 +566,14 @@ static cudaError_t gemm_smem(void) {
   return e;
 }
 
-/* Every phase planned (tile shape, split-K parts, each problem's first
- * block), then the problems and the split-K scratch into device memory. */
-int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
-  gprob_t *pr = t->pr;
-  const int np = t->np;
-  if (t->nph != GEMM_PHASES) return (int)cudaErrorInvalidValue;
-  t->ph0[GEMM_PHASES] = np;
-  int dev = 0, nsm = 132;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return (int)cudaGetLastError();
-  for (int ph = 0; ph < GEMM_PHASES; ph++) {
-    const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
-    if (p1 - p0 > GEMM_MAXP) return (int)cudaErrorInvalidValue; /* cannot happen within the config's bounds */
-    for (int i = p0; i < p1; i++) /* the layer-GEMM kernel's epilogue: a bias only forward, a mask only backward */
-      if ((ph < PH_B1 && pr[i].mask) || (ph >= PH_B1 && ph < PH_WG && pr[i].bias)) return (int)cudaErrorInvalidValue;
-  }
-  const int occ = occupancy >= 1 ? occupancy : 2;
-  /* the wgmma phases' TMA descriptors (A, W per problem), encoded as each
-   * phase is planned: without the kernel's setup or the driver's encoder, or
-   * for a phase whose descriptors the driver refuses, the mma.sync tiles */
-  void *enc = f->tc && gemm_wgmma_usable() ? gemm_wgmma_setup() : NULL;
-  const size_t mb = gemm_wgmma_map_bytes();
-  char *maps = enc ? (char *)aligned_alloc(64, 2 * (size_t)np * mb) : NULL; /* CUtensorMap is 64-byte aligned */
-  if (maps) memset(maps, 0, 2 * (size_t)np * mb);
-  int any = 0;
-  size_t part = 0, part_side = 0, part_t1 = 0;
-  int cnt = 0, cnt_side = 0, cnt_t1 = 0;
-  for (int ph = 0; ph < GEMM_PHASES; ph++) {
-    const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
-    /* large tiles (fp32 FFMA forward and backward phases) when they give
-     * every SM BIG_PER_SM blocks at least */
-    int big = 0;
-    if (f->tc == 0 && ph < PH_WG) {
-      int bt = 0;
-      for (int i = p0; i < p1; i++) bt += (pr[i].M + GBM2 - 1) / GBM2 * ((pr[i].N + GBN2 - 1) / GBN2);
-      big = bt >= BIG_PER_SM * nsm;
-    }
-    /* TF32 forward phases on wgmma's 128 x 128 tiles (gemm_wgmma.cu) when
-     * every problem fits them and either they give half the SMs a tile or
-     * every problem fills the tiles' 128 rows (batch 128 and up). The second
-     * rule is for populations, which run their members' phases as the lone
-     * plan says (a member's bits are its lone twin's): at batch 256 it moved
-     * the lone TF32 step by +0.8% and 32 members by -24% a member-step, while
-     * at batch 64 (half-empty tiles) it cost the lone step 10%
-     * (kernels/dev/DEVICE_NOTES.md item 96). The rest keep the split-K tiles. */
-    if (ph < PH_B1 && maps) {
-      int bt = 0, fit = 1, mmin = INT_MAX;
-      for (int i = p0; i < p1; i++) {
-        bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
-        fit &= gemm_wgmma_fits(&pr[i]);
-        mmin = pr[i].M < mmin ? pr[i].M : mmin;
-      }
-      if (fit && (2 * bt >= nsm || mmin >= WG_BM) &&
-          gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb))
-        big = 2, any = 1;
-    }
-    int blocks, tiles;
-    size_t pf;
-    f->ph_big[ph] = big;
-    plan_phase(pr, p0, p1, nsm, big, occ, &blocks, &tiles, &pf);
-    f->ph[ph][0] = p0, f->ph[ph][1] = p1 - p0, f->ph_blocks[ph] = blocks;
-    /* a population runs a phase's split-K parts in one block (SER) once its
-     * members' tiles alone give the planner's `occ` blocks an SM */
-    {
-      int t = 0;
-      for (int i = p0; i < p1; i++) t += pr[i].tiles;
-      f->ph_tiles[ph] = t, f->ph_occ = occ, f->nsm = nsm;
-    }
-    const int stride = (p1 - p0 + GEMM_IX - 1) / GEMM_IX > 1 ? (p1 - p0 + GEMM_IX - 1) / GEMM_IX : 1;
-    f->ph_stride[ph] = stride;
-    for (int i = p0; i < p1; i += stride) f->ph_blk0[ph][(i - p0) / stride] = pr[i].blk0;
-    /* a population's SER launches: a block per tile, or per two row tiles
-     * (SER2); the lookup as above (the big and wgmma phases never run SER) */
-    for (int r = 0; r < 2; r++) {
-      int b = 0;
-      for (int i = p0; i < p1; i++) {
-        pr[i].sblk[r] = b;
-        b += big ? pr[i].tiles : ((pr[i].M + GBM - 1) / GBM + r) / (r + 1) * pr[i].tn;
-      }
-      f->ph_sblocks[r][ph] = b;
-      for (int i = p0; i < p1; i += stride) f->ph_sblk[r][ph][(i - p0) / stride] = pr[i].sblk[r];
-    }
-    /* split-K scratch: the main stream's phases (F1..B3) run one after
-     * another and share one region; the weight-gradient groups 0..2 (one
-     * after another on the side stream) run beside them: a second region;
-     * group 3 (trunk-1) runs on either stream (step.cu: after B3 on the main
-     * one in a training step), so beside group 2 possibly: a third */
-    if (ph < PH_WG) {
-      part = pf > part ? pf : part;
-      cnt = tiles > cnt ? tiles : cnt;
-    } else if (ph < PH_WG + 3) {
-      part_side = pf > part_side ? pf : part_side;
-      cnt_side = tiles > cnt_side ? tiles : cnt_side;
-    } else {
-      part_t1 = pf, cnt_t1 = tiles;
-    }
-  }
-  for (int ph = PH_WG; ph < GEMM_PHASES; ph++)
-    for (int i = f->ph[ph][0]; i < f->ph[ph][0] + f->ph[ph][1]; i++) {
-      pr[i].poff += (long long)(part / GPART), pr[i].cnt0 += cnt;
-      if (ph == PH_WG + 3) pr[i].poff += (long long)(part_side / GPART), pr[i].cnt0 += cnt_side;
-    }
-  part += part_side + part_t1, cnt += cnt_side + cnt_t1;
-  cudaError_t e = dev_alloc_t(&f->probs, sizeof(gprob_t) * (size_t)np);
-  if (e == cudaSuccess) e = cudaMemcpy(f->probs, pr, sizeof(gprob_t) * (size_t)np, cudaMemcpyHostToDevice);
-  if (e == cudaSuccess && part) e = dev_alloc_t(&f->gpart, sizeof(float) * part);
-  if (e == cudaSuccess) e = dev_alloc_t(&f->gcnt, sizeof(int) * (size_t)cnt);
-  if (e == cudaSuccess) e = cudaMemset(f->gcnt, 0, sizeof(int) * (size_t)cnt);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
+/* every layer-GEMM kernel's shared-memory limit (gemm_plan.cu, once a plan) */
+cudaError_t gemm_kernel_attrs(void) {
+  cudaError_t e = cudaFuncSetAttribute(fused_gemm_big_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
-  if (e == cudaSuccess && any) e = dev_alloc_t(&f->wg_maps, 2 * (size_t)np * mb);
-  if (e == cudaSuccess && any) e = cudaMemcpy(f->wg_maps, maps, 2 * (size_t)np * mb, cudaMemcpyHostToDevice);
-  free(maps);
-  return (int)e;
+  return e;
 }
 
 /* ---- a phase's launch */

@@ -55,6 +55,9 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* gemm.cu: every layer-GEMM kernel's shared-memory limit set (once a plan) */
+cudaError_t gemm_kernel_attrs(void);
+
 /* ---- gemm_wgmma.cu: forward phases (C = act(A W^T + b), A [m][k], W [n][k])
  * on 128 x 128 tiles of wgmma (sm_90a), TF32 operands rounded like f2tf32 */
 #define WG_BM 128 /* tile rows: two warpgroups of 64 */
