@@ -17,19 +17,26 @@
 #include "dt_cuda.cuh"
 
 #define DT_ATTN_WARPS 8
+#define DT_ATTN_QW 4 /* queries (keys in dk, dv) a warp takes at once */
 
 // kernels: blocks per (head, window)
 
+/* Rows in shared memory have stride dh + 4: 16-byte aligned for float4 reads
+ * (the window way needs dh % 4 == 0), and eight lanes reading the same
+ * columns of eight rows hit 32 different banks. */
+
 /* the floats of shared memory the window kernels take: the forward's and
- * dt_attn_bwd_q_win_kernel's (two [N, dh + 1] arrays, a warp's query row and
- * scores), dt_attn_bwd_kv_win_kernel's (two [N, dh + 1], two [N, N + 1]) */
+ * dt_attn_bwd_q_win_kernel's (two [N, dh + 4] arrays, each warp's QW query
+ * rows and QW score rows), dt_attn_bwd_kv_win_kernel's (two [N, dh + 4], two
+ * [N, N + 1]) */
 static size_t win_floats(int N, int dh, int kv) {
-  return 2 * (size_t)N * (dh + 1) + (kv ? 2 * (size_t)N * (N + 1) : (size_t)DT_ATTN_WARPS * (dh + N));
+  return 2 * (size_t)N * (dh + 4) +
+         (kv ? 2 * (size_t)N * (N + 1) : (size_t)DT_ATTN_WARPS * DT_ATTN_QW * (dh + N));
 }
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major) into S (row
- * stride dh + 1: lanes reading a column of different rows hit different banks) */
-static __device__ void stage(const float *X, size_t base, int N, int dh, int E, float *S) {
+ * stride ld) */
+static __device__ void stage(const float *X, size_t base, int N, int dh, int E, float *S, int ld) {
   const int n = N * dh, step = blockDim.x;
   for (int x0 = threadIdx.x; x0 < n; x0 += 8 * step) {
     float r[8]; /* eight loads in flight a thread */
@@ -41,90 +48,121 @@ static __device__ void stage(const float *X, size_t base, int N, int dh, int E, 
 #pragma unroll
     for (int u = 0; u < 8; u++) {
       const int x = x0 + u * step;
-      if (x < n) S[(x / dh) * (dh + 1) + x % dh] = r[u];
+      if (x < n) S[(x / dh) * ld + x % dh] = r[u];
     }
   }
 }
 
-/* a . b over n (shared memory), in four interleaved partial sums */
-static __device__ __forceinline__ float dot4(const float *a, const float *b, int n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int c = 0;
-  for (; c + 4 <= n; c += 4) {
-    s0 = fmaf(a[c], b[c], s0), s1 = fmaf(a[c + 1], b[c + 1], s1);
-    s2 = fmaf(a[c + 2], b[c + 2], s2), s3 = fmaf(a[c + 3], b[c + 3], s3);
+/* s[m] = a_m . b over dh (shared memory; dh % 4 == 0) for the warp's QW rows
+ * a_m (stride dh), each in four interleaved partial sums (column c % 4 in
+ * sum c % 4, then (s0 + s1) + (s2 + s3)): one read of b for QW dot products */
+static __device__ __forceinline__ void dots(const float *a, const float *b, int dh, float (&s)[DT_ATTN_QW]) {
+  float t[DT_ATTN_QW][4];
+#pragma unroll
+  for (int m = 0; m < DT_ATTN_QW; m++) t[m][0] = t[m][1] = t[m][2] = t[m][3] = 0.0f;
+  for (int c = 0; c < dh; c += 4) {
+    const float4 y = *reinterpret_cast<const float4 *>(b + c);
+#pragma unroll
+    for (int m = 0; m < DT_ATTN_QW; m++) {
+      const float4 x = *reinterpret_cast<const float4 *>(a + m * dh + c);
+      t[m][0] = fmaf(x.x, y.x, t[m][0]), t[m][1] = fmaf(x.y, y.y, t[m][1]);
+      t[m][2] = fmaf(x.z, y.z, t[m][2]), t[m][3] = fmaf(x.w, y.w, t[m][3]);
+    }
   }
-  for (; c < n; c++) s0 = fmaf(a[c], b[c], s0);
-  return (s0 + s1) + (s2 + s3);
+#pragma unroll
+  for (int m = 0; m < DT_ATTN_QW; m++) s[m] = (t[m][0] + t[m][1]) + (t[m][2] + t[m][3]);
 }
 
-/* out[c] = scale sum_{j < n, w[j] != 0} w[j] S[j, c] for the lane's columns c
- * (lane + 32 m), each in j order, four columns at a time */
-static __device__ __forceinline__ void wsum_rows(const float *w, const float *S, int ld, int n, int dh, float scale,
-                                                 float *out, int lane) {
+/* out_m[c] = scale sum_{j < n, w_m[j] != 0} w_m[j] S[j, c] for the warp's QW
+ * weight rows w_m (stride N; rows m >= nm unused) and the lane's columns c
+ * (lane + 32 u), each in j order: one read of S's row for QW sums */
+static __device__ __forceinline__ void wsums(const float *w, int N, int nm, const float *S, int ld, int n, int dh,
+                                             float scale, float *out, size_t ostride, int lane) {
   for (int c0 = lane; c0 < dh; c0 += 128) {
-    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    float a[DT_ATTN_QW][4];
+#pragma unroll
+    for (int m = 0; m < DT_ATTN_QW; m++) a[m][0] = a[m][1] = a[m][2] = a[m][3] = 0.0f;
     for (int j = 0; j < n; j++) {
-      const float wj = w[j];
-      if (wj == 0) continue;
       const float *r = S + j * ld + c0;
-      a0 += wj * r[0];
-      if (c0 + 32 < dh) a1 += wj * r[32];
-      if (c0 + 64 < dh) a2 += wj * r[64];
-      if (c0 + 96 < dh) a3 += wj * r[96];
+      const float r0 = r[0], r1 = c0 + 32 < dh ? r[32] : 0.0f, r2 = c0 + 64 < dh ? r[64] : 0.0f,
+                  r3 = c0 + 96 < dh ? r[96] : 0.0f;
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) {
+        const float wj = w[m * N + j];
+        if (wj == 0) continue;
+        a[m][0] = fmaf(wj, r0, a[m][0]), a[m][1] = fmaf(wj, r1, a[m][1]);
+        a[m][2] = fmaf(wj, r2, a[m][2]), a[m][3] = fmaf(wj, r3, a[m][3]);
+      }
     }
-    out[c0] = a0 * scale;
-    if (c0 + 32 < dh) out[c0 + 32] = a1 * scale;
-    if (c0 + 64 < dh) out[c0 + 64] = a2 * scale;
-    if (c0 + 96 < dh) out[c0 + 96] = a3 * scale;
+#pragma unroll
+    for (int m = 0; m < DT_ATTN_QW; m++) {
+      if (m >= nm) break;
+      float *o = out + m * ostride;
+      o[c0] = a[m][0] * scale;
+      if (c0 + 32 < dh) o[c0 + 32] = a[m][1] * scale;
+      if (c0 + 64 < dh) o[c0 + 64] = a[m][2] * scale;
+      if (c0 + 96 < dh) o[c0 + 96] = a[m][3] * scale;
+    }
   }
 }
 
-/* grid (nh, B, splits): block z's warps take queries i = 8 z + w + 8 splits
- * m. P [B, nh, N, N], att [T, E] */
+/* grid (nh, B, splits): block z's warps take queries i0 .. i0 + QW - 1 with
+ * i0 = QW (8 z + w + 8 splits m). P [B, nh, N, N], att [T, E] */
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const float *q, const float *k, const float *v,
                                                                          const float *mask, int K, int E, int nh,
                                                                          float scale, float *P, float *att) {
-  extern __shared__ float sm[];
-  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 1;
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float *Ks = sm, *Vs = Ks + N * ld, *qs = Vs + N * ld + w * dh, *ps = Vs + N * ld + DT_ATTN_WARPS * dh + w * N;
+  float *Ks = sm, *Vs = Ks + N * ld, *qs = Vs + N * ld + w * DT_ATTN_QW * dh;
+  float *ps = Vs + N * ld + DT_ATTN_WARPS * DT_ATTN_QW * dh + w * DT_ATTN_QW * N;
   const size_t base = (size_t)b * N * E + (size_t)h * dh;
   const float *mb = mask + (size_t)b * K;
-  stage(k, base, N, dh, E, Ks);
-  stage(v, base, N, dh, E, Vs);
+  stage(k, base, N, dh, E, Ks, ld);
+  stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i = DT_ATTN_WARPS * blockIdx.z + w; i < N; i += DT_ATTN_WARPS * gridDim.z) {
-    float *Pi = P + (((size_t)b * nh + h) * N + i) * N, *ai = att + base + (size_t)i * E;
-    if (mb[i / 3] == 0) { /* a padded query */
-      for (int j = lane; j < N; j += 32) Pi[j] = 0;
-      for (int c = lane; c < dh; c += 32) ai[c] = 0;
-      continue;
-    }
-    for (int c = lane; c < dh; c += 32) qs[c] = q[base + (size_t)i * E + c];
+  for (int i0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
+       i0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(DT_ATTN_QW, N - i0), last = i0 + nm - 1;
+    for (int x = lane; x < DT_ATTN_QW * dh; x += 32) /* the queries' rows (zeros past N) */
+      qs[x] = x / dh < nm ? q[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
     __syncwarp();
-    float mx = -INFINITY;
-    for (int j = lane; j < N; j += 32) {
-      const float s = j <= i && mb[j / 3] != 0 ? dot4(qs, Ks + j * ld, dh) * scale : -INFINITY;
-      ps[j] = s;
-      mx = fmaxf(mx, s);
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0;
-    for (int j = lane; j < N; j += 32) {
-      const float e = ps[j] == -INFINITY ? 0.0f : expf(ps[j] - mx);
-      ps[j] = e;
-      sum += e;
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    for (int j = lane; j < N; j += 32) {
-      const float pj = ps[j] / sum;
-      ps[j] = pj;
-      Pi[j] = pj;
+    for (int j = lane; j < N; j += 32) { /* scores of key j: -inf where not seen */
+      const int kj = j <= last && mb[j / 3] != 0;
+      float s[DT_ATTN_QW];
+      if (kj) dots(qs, Ks + j * ld, dh, s);
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) ps[m * N + j] = kj && j <= i0 + m ? s[m] * scale : -INFINITY;
     }
     __syncwarp();
-    wsum_rows(ps, Vs, ld, i + 1, dh, 1.0f, ai, lane);
-    __syncwarp(); /* qs and ps are the next query's */
+    for (int m = 0; m < nm; m++) { /* each query's softmax, as one query a warp did it */
+      const int i = i0 + m;
+      float *Pi = P + (((size_t)b * nh + h) * N + i) * N, *pm = ps + m * N;
+      if (mb[i / 3] == 0) { /* a padded query: zeros */
+        for (int j = lane; j < N; j += 32) Pi[j] = 0, pm[j] = 0;
+        continue;
+      }
+      float mx = -INFINITY;
+      for (int j = lane; j < N; j += 32) mx = fmaxf(mx, pm[j]);
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      float sum = 0;
+      for (int j = lane; j < N; j += 32) {
+        const float e = pm[j] == -INFINITY ? 0.0f : expf(pm[j] - mx);
+        pm[j] = e;
+        sum += e;
+      }
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      for (int j = lane; j < N; j += 32) {
+        const float pj = pm[j] / sum;
+        pm[j] = pj;
+        Pi[j] = pj;
+      }
+    }
+    __syncwarp();
+    /* att rows (a padded query's weights are zeros, so its row is zeros) */
+    wsums(ps, N, nm, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
+    __syncwarp(); /* qs and ps are the next queries' */
   }
 }
 
@@ -135,50 +173,74 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
                                                                                const float *k, const float *v, int K,
                                                                                int E, int nh, float scale, float *dS,
                                                                                float *dq) {
-  extern __shared__ float sm[];
-  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 1;
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float *Ks = sm, *Vs = Ks + N * ld, *ds = Vs + N * ld + w * dh, *ps = Vs + N * ld + DT_ATTN_WARPS * dh + w * N;
+  float *Ks = sm, *Vs = Ks + N * ld, *ds = Vs + N * ld + w * DT_ATTN_QW * dh;
+  float *ps = Vs + N * ld + DT_ATTN_WARPS * DT_ATTN_QW * dh + w * DT_ATTN_QW * N;
   const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
-  stage(k, base, N, dh, E, Ks);
-  stage(v, base, N, dh, E, Vs);
+  stage(k, base, N, dh, E, Ks, ld);
+  stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i = DT_ATTN_WARPS * blockIdx.z + w; i < N; i += DT_ATTN_WARPS * gridDim.z) {
-    const float *Pi = P + pb + (size_t)i * N;
-    for (int c = lane; c < dh; c += 32) ds[c] = datt[base + (size_t)i * E + c];
+  for (int i0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
+       i0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(DT_ATTN_QW, N - i0), last = i0 + nm - 1;
+    for (int x = lane; x < DT_ATTN_QW * dh; x += 32)
+      ds[x] = x / dh < nm ? datt[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
     __syncwarp();
-    float dot = 0;
-    for (int j = lane; j < N; j += 32) {
-      const float pij = Pi[j], dp = pij != 0 ? dot4(ds, Vs + j * ld, dh) : 0.0f;
-      ps[j] = dp;
-      dot += pij * dp;
+    float dot[DT_ATTN_QW];
+#pragma unroll
+    for (int m = 0; m < DT_ATTN_QW; m++) dot[m] = 0;
+    for (int j = lane; j < N; j += 32) { /* dP (in ps) and each query's sum of P dP */
+      float pij[DT_ATTN_QW], dp[DT_ATTN_QW];
+      int any = 0;
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) {
+        pij[m] = m < nm ? P[pb + (size_t)(i0 + m) * N + j] : 0.0f;
+        any |= pij[m] != 0;
+      }
+      if (any) dots(ds, Vs + j * ld, dh, dp);
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) {
+        const float d = pij[m] != 0 ? dp[m] : 0.0f;
+        ps[m * N + j] = d;
+        dot[m] += pij[m] * d;
+      }
     }
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+#pragma unroll
+    for (int m = 0; m < DT_ATTN_QW; m++)
+      for (int o = 16; o > 0; o >>= 1) dot[m] += __shfl_xor_sync(0xffffffffu, dot[m], o);
     for (int j = lane; j < N; j += 32) {
-      const float s = Pi[j] * (ps[j] - dot);
-      ps[j] = s;
-      dS[pb + (size_t)i * N + j] = s;
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) {
+        if (m >= nm) break;
+        const float s = P[pb + (size_t)(i0 + m) * N + j] * (ps[m * N + j] - dot[m]);
+        ps[m * N + j] = s;
+        dS[pb + (size_t)(i0 + m) * N + j] = s;
+      }
     }
     __syncwarp();
-    wsum_rows(ps, Ks, ld, i + 1, dh, scale, dq + base + (size_t)i * E, lane);
+    wsums(ps, N, nm, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp();
   }
 }
 
-/* grid (nh, B, splits): block z's warps take keys j = 8 z + w + 8 splits m.
- * dk_j = scale sum_{i >= j} dS_ij q_i, dv_j = sum_{i >= j} P_ij datt_i (i in
- * order) */
+/* grid (nh, B, splits): block z's warps take keys j0 .. j0 + QW - 1 with j0 =
+ * QW (8 z + w + 8 splits m). dk_j = scale sum_{i >= j} dS_ij q_i, dv_j =
+ * sum_{i >= j} P_ij datt_i (i in order) */
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(const float *P, const float *dS,
                                                                                 const float *q, const float *datt,
                                                                                 int K, int E, int nh, float scale,
                                                                                 float *dk, float *dv) {
-  extern __shared__ float sm[];
-  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 1;
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   float *Qs = sm, *Ds = Qs + N * ld, *Ps = Ds + N * ld, *Ss = Ps + N * (N + 1);
   const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
-  stage(q, base, N, dh, E, Qs);
-  stage(datt, base, N, dh, E, Ds);
+  stage(q, base, N, dh, E, Qs, ld);
+  stage(datt, base, N, dh, E, Ds, ld);
   for (int x0 = threadIdx.x; x0 < N * N; x0 += 4 * blockDim.x) {
     float rp[4], rs[4];
 #pragma unroll
@@ -193,18 +255,33 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
     }
   }
   __syncthreads();
-  for (int j = DT_ATTN_WARPS * blockIdx.z + w; j < N; j += DT_ATTN_WARPS * gridDim.z) {
+  for (int j0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); j0 < N;
+       j0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(DT_ATTN_QW, N - j0);
     for (int c0 = lane; c0 < dh; c0 += 64) {
       const int c1 = c0 + 32 < dh ? c0 + 32 : c0;
-      float sk0 = 0, sv0 = 0, sk1 = 0, sv1 = 0;
-      for (int i = j; i < N; i++) {
-        const float s = Ss[i * (N + 1) + j], p = Ps[i * (N + 1) + j];
-        if (p == 0 && s == 0) continue;
-        sk0 += s * Qs[i * ld + c0], sv0 += p * Ds[i * ld + c0];
-        sk1 += s * Qs[i * ld + c1], sv1 += p * Ds[i * ld + c1];
+      float sk0[DT_ATTN_QW], sv0[DT_ATTN_QW], sk1[DT_ATTN_QW], sv1[DT_ATTN_QW];
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) sk0[m] = sv0[m] = sk1[m] = sv1[m] = 0;
+      for (int i = j0; i < N; i++) {
+        const float q0 = Qs[i * ld + c0], d0 = Ds[i * ld + c0], q1 = Qs[i * ld + c1], d1 = Ds[i * ld + c1];
+#pragma unroll
+        for (int m = 0; m < DT_ATTN_QW; m++) {
+          const int j = j0 + m;
+          if (m >= nm || i < j) continue;
+          const float s = Ss[i * (N + 1) + j], p = Ps[i * (N + 1) + j];
+          if (p == 0 && s == 0) continue;
+          sk0[m] = fmaf(s, q0, sk0[m]), sv0[m] = fmaf(p, d0, sv0[m]);
+          sk1[m] = fmaf(s, q1, sk1[m]), sv1[m] = fmaf(p, d1, sv1[m]);
+        }
       }
-      dk[base + (size_t)j * E + c0] = sk0 * scale, dv[base + (size_t)j * E + c0] = sv0;
-      if (c1 != c0) dk[base + (size_t)j * E + c1] = sk1 * scale, dv[base + (size_t)j * E + c1] = sv1;
+#pragma unroll
+      for (int m = 0; m < DT_ATTN_QW; m++) {
+        if (m >= nm) break;
+        const size_t o = base + (size_t)(j0 + m) * E;
+        dk[o + c0] = sk0[m] * scale, dv[o + c0] = sv0[m];
+        if (c1 != c0) dk[o + c1] = sk1[m] * scale, dv[o + c1] = sv1[m];
+      }
     }
   }
 }
@@ -312,7 +389,8 @@ __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const flo
  * windows and heads (132 SMs on an H200), at most one a warp's worth of
  * queries. The outputs do not depend on it. */
 static unsigned win_splits(const cuda_dt_t *d) {
-  const int N = 3 * d->L.K, most = (N + DT_ATTN_WARPS - 1) / DT_ATTN_WARPS, units = d->L.nh * d->B;
+  const int N = 3 * d->L.K, most = (N + DT_ATTN_WARPS * DT_ATTN_QW - 1) / (DT_ATTN_WARPS * DT_ATTN_QW),
+            units = d->L.nh * d->B;
   const int s = (264 + units - 1) / units;
   return (unsigned)(s < most ? s : most);
 }
@@ -323,7 +401,7 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int N = 3 * L->K, dh = L->E / L->nh;
   const size_t fq = sizeof(float) * win_floats(N, dh, 0), kv = sizeof(float) * win_floats(N, dh, 1);
-  *win = fq <= (size_t)optin && kv <= (size_t)optin;
+  *win = fq <= (size_t)optin && kv <= (size_t)optin && dh % 4 == 0; /* float4 rows */
   if (!*win) return 0;
   /* the device's whole opt-in, whatever these shapes need: the limit is the
    * kernel's, shared by every trainer in the process, so one with smaller
