@@ -192,14 +192,18 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
 }
 
-/* small shapes; the reference sizes (context 20, embed 128, one head: the
- * split-K weight gradients and chunked sums at their real sizes); and a
- * window too large for shared memory (the attention a block a query) */
+/* small shapes, with 24 windows and with 144 (dt_attn.cu's warps take two
+ * queries at once, then four); the reference sizes (context 20, embed 128,
+ * one head: the split-K weight gradients and chunked sums at their real
+ * sizes); and a window too large for shared memory (the attention a block a
+ * query) */
 START_TEST(test_cpu_parity) {
   const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
   int win;
   parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(win, "the small case should take a block a window");
+  parity_case(144, 6, 7, 3, n3, 2, 24, 3, "small, 144 windows", 0, 1e-5, 1e-4, 1e-5, &win);
+  ck_assert_msg(win, "144 small windows should take a block a window");
   parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(win, "the reference sizes should take a block a window");
   parity_case(3, 80, 5, 3, n3, 1, 128, 1, "context 80", 0, 1e-5, 1e-4, 1e-5, &win);

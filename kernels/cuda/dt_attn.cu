@@ -17,7 +17,10 @@
 #include "dt_cuda.cuh"
 
 #define DT_ATTN_WARPS 8
-#define DT_ATTN_QW 4 /* queries (keys in dk, dv) a warp takes at once */
+/* Queries (keys in dk, dv) a warp takes at once, QW: 4 where that still
+ * leaves some 16 warps an SM of an H200 (132 SMs) busy, else 2 (batch 64:
+ * 4 left 8 warps an SM and the kernels latency-bound; DEVICE_NOTES.md 97) */
+#define DT_ATTN_QW_WARPS (16 * 132)
 
 // kernels: blocks per (head, window)
 
@@ -29,9 +32,8 @@
  * dt_attn_bwd_q_win_kernel's (two [N, dh + 4] arrays, each warp's QW query
  * rows and QW score rows), dt_attn_bwd_kv_win_kernel's (two [N, dh + 4], two
  * [N, N + 1]) */
-static size_t win_floats(int N, int dh, int kv) {
-  return 2 * (size_t)N * (dh + 4) +
-         (kv ? 2 * (size_t)N * (N + 1) : (size_t)DT_ATTN_WARPS * DT_ATTN_QW * (dh + N));
+static size_t win_floats(int N, int dh, int kv, int qw) {
+  return 2 * (size_t)N * (dh + 4) + (kv ? 2 * (size_t)N * (N + 1) : (size_t)DT_ATTN_WARPS * qw * (dh + N));
 }
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major) into S (row
@@ -56,38 +58,40 @@ static __device__ void stage(const float *X, size_t base, int N, int dh, int E, 
 /* s[m] = a_m . b over dh (shared memory; dh % 4 == 0) for the warp's QW rows
  * a_m (stride dh), each in four interleaved partial sums (column c % 4 in
  * sum c % 4, then (s0 + s1) + (s2 + s3)): one read of b for QW dot products */
-static __device__ __forceinline__ void dots(const float *a, const float *b, int dh, float (&s)[DT_ATTN_QW]) {
-  float t[DT_ATTN_QW][4];
+template <int QW>
+static __device__ __forceinline__ void dots(const float *a, const float *b, int dh, float (&s)[QW]) {
+  float t[QW][4];
 #pragma unroll
-  for (int m = 0; m < DT_ATTN_QW; m++) t[m][0] = t[m][1] = t[m][2] = t[m][3] = 0.0f;
+  for (int m = 0; m < QW; m++) t[m][0] = t[m][1] = t[m][2] = t[m][3] = 0.0f;
   for (int c = 0; c < dh; c += 4) {
     const float4 y = *reinterpret_cast<const float4 *>(b + c);
 #pragma unroll
-    for (int m = 0; m < DT_ATTN_QW; m++) {
+    for (int m = 0; m < QW; m++) {
       const float4 x = *reinterpret_cast<const float4 *>(a + m * dh + c);
       t[m][0] = fmaf(x.x, y.x, t[m][0]), t[m][1] = fmaf(x.y, y.y, t[m][1]);
       t[m][2] = fmaf(x.z, y.z, t[m][2]), t[m][3] = fmaf(x.w, y.w, t[m][3]);
     }
   }
 #pragma unroll
-  for (int m = 0; m < DT_ATTN_QW; m++) s[m] = (t[m][0] + t[m][1]) + (t[m][2] + t[m][3]);
+  for (int m = 0; m < QW; m++) s[m] = (t[m][0] + t[m][1]) + (t[m][2] + t[m][3]);
 }
 
 /* out_m[c] = scale sum_{j < n, w_m[j] != 0} w_m[j] S[j, c] for the warp's QW
  * weight rows w_m (stride N; rows m >= nm unused) and the lane's columns c
  * (lane + 32 u), each in j order: one read of S's row for QW sums */
+template <int QW>
 static __device__ __forceinline__ void wsums(const float *w, int N, int nm, const float *S, int ld, int n, int dh,
                                              float scale, float *out, size_t ostride, int lane) {
   for (int c0 = lane; c0 < dh; c0 += 128) {
-    float a[DT_ATTN_QW][4];
+    float a[QW][4];
 #pragma unroll
-    for (int m = 0; m < DT_ATTN_QW; m++) a[m][0] = a[m][1] = a[m][2] = a[m][3] = 0.0f;
+    for (int m = 0; m < QW; m++) a[m][0] = a[m][1] = a[m][2] = a[m][3] = 0.0f;
     for (int j = 0; j < n; j++) {
       const float *r = S + j * ld + c0;
       const float r0 = r[0], r1 = c0 + 32 < dh ? r[32] : 0.0f, r2 = c0 + 64 < dh ? r[64] : 0.0f,
                   r3 = c0 + 96 < dh ? r[96] : 0.0f;
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) {
+      for (int m = 0; m < QW; m++) {
         const float wj = w[m * N + j];
         if (wj == 0) continue;
         a[m][0] = fmaf(wj, r0, a[m][0]), a[m][1] = fmaf(wj, r1, a[m][1]);
@@ -95,7 +99,7 @@ static __device__ __forceinline__ void wsums(const float *w, int N, int nm, cons
       }
     }
 #pragma unroll
-    for (int m = 0; m < DT_ATTN_QW; m++) {
+    for (int m = 0; m < QW; m++) {
       if (m >= nm) break;
       float *o = out + m * ostride;
       o[c0] = a[m][0] * scale;
@@ -108,6 +112,7 @@ static __device__ __forceinline__ void wsums(const float *w, int N, int nm, cons
 
 /* grid (nh, B, splits): block z's warps take queries i0 .. i0 + QW - 1 with
  * i0 = QW (8 z + w + 8 splits m). P [B, nh, N, N], att [T, E] */
+template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const float *q, const float *k, const float *v,
                                                                          const float *mask, int K, int E, int nh,
                                                                          float scale, float *P, float *att) {
@@ -115,25 +120,25 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float *Ks = sm, *Vs = Ks + N * ld, *qs = Vs + N * ld + w * DT_ATTN_QW * dh;
-  float *ps = Vs + N * ld + DT_ATTN_WARPS * DT_ATTN_QW * dh + w * DT_ATTN_QW * N;
+  float *Ks = sm, *Vs = Ks + N * ld, *qs = Vs + N * ld + w * QW * dh;
+  float *ps = Vs + N * ld + DT_ATTN_WARPS * QW * dh + w * QW * N;
   const size_t base = (size_t)b * N * E + (size_t)h * dh;
   const float *mb = mask + (size_t)b * K;
   stage(k, base, N, dh, E, Ks, ld);
   stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
-       i0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
-    const int nm = min(DT_ATTN_QW, N - i0), last = i0 + nm - 1;
-    for (int x = lane; x < DT_ATTN_QW * dh; x += 32) /* the queries' rows (zeros past N) */
+  for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
+       i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(QW, N - i0), last = i0 + nm - 1;
+    for (int x = lane; x < QW * dh; x += 32) /* the queries' rows (zeros past N) */
       qs[x] = x / dh < nm ? q[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
     __syncwarp();
     for (int j = lane; j < N; j += 32) { /* scores of key j: -inf where not seen */
       const int kj = j <= last && mb[j / 3] != 0;
-      float s[DT_ATTN_QW];
-      if (kj) dots(qs, Ks + j * ld, dh, s);
+      float s[QW];
+      if (kj) dots<QW>(qs, Ks + j * ld, dh, s);
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) ps[m * N + j] = kj && j <= i0 + m ? s[m] * scale : -INFINITY;
+      for (int m = 0; m < QW; m++) ps[m * N + j] = kj && j <= i0 + m ? s[m] * scale : -INFINITY;
     }
     __syncwarp();
     for (int m = 0; m < nm; m++) { /* each query's softmax, as one query a warp did it */
@@ -161,7 +166,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
     }
     __syncwarp();
     /* att rows (a padded query's weights are zeros, so its row is zeros) */
-    wsums(ps, N, nm, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp(); /* qs and ps are the next queries' */
   }
 }
@@ -169,6 +174,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
 /* grid (nh, B, splits), queries as the forward's. Query i: dP_ij = datt_i .
  * v_j, dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij) into dS, dq_i = scale sum_j
  * dS_ij k_j */
+template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(const float *P, const float *datt,
                                                                                const float *k, const float *v, int K,
                                                                                int E, int nh, float scale, float *dS,
@@ -177,43 +183,43 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float *Ks = sm, *Vs = Ks + N * ld, *ds = Vs + N * ld + w * DT_ATTN_QW * dh;
-  float *ps = Vs + N * ld + DT_ATTN_WARPS * DT_ATTN_QW * dh + w * DT_ATTN_QW * N;
+  float *Ks = sm, *Vs = Ks + N * ld, *ds = Vs + N * ld + w * QW * dh;
+  float *ps = Vs + N * ld + DT_ATTN_WARPS * QW * dh + w * QW * N;
   const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
   stage(k, base, N, dh, E, Ks, ld);
   stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
-       i0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
-    const int nm = min(DT_ATTN_QW, N - i0), last = i0 + nm - 1;
-    for (int x = lane; x < DT_ATTN_QW * dh; x += 32)
+  for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
+       i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(QW, N - i0), last = i0 + nm - 1;
+    for (int x = lane; x < QW * dh; x += 32)
       ds[x] = x / dh < nm ? datt[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
     __syncwarp();
-    float dot[DT_ATTN_QW];
+    float dot[QW];
 #pragma unroll
-    for (int m = 0; m < DT_ATTN_QW; m++) dot[m] = 0;
+    for (int m = 0; m < QW; m++) dot[m] = 0;
     for (int j = lane; j < N; j += 32) { /* dP (in ps) and each query's sum of P dP */
-      float pij[DT_ATTN_QW], dp[DT_ATTN_QW];
+      float pij[QW], dp[QW];
       int any = 0;
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) {
+      for (int m = 0; m < QW; m++) {
         pij[m] = m < nm ? P[pb + (size_t)(i0 + m) * N + j] : 0.0f;
         any |= pij[m] != 0;
       }
-      if (any) dots(ds, Vs + j * ld, dh, dp);
+      if (any) dots<QW>(ds, Vs + j * ld, dh, dp);
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) {
+      for (int m = 0; m < QW; m++) {
         const float d = pij[m] != 0 ? dp[m] : 0.0f;
         ps[m * N + j] = d;
         dot[m] += pij[m] * d;
       }
     }
 #pragma unroll
-    for (int m = 0; m < DT_ATTN_QW; m++)
+    for (int m = 0; m < QW; m++)
       for (int o = 16; o > 0; o >>= 1) dot[m] += __shfl_xor_sync(0xffffffffu, dot[m], o);
     for (int j = lane; j < N; j += 32) {
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) {
+      for (int m = 0; m < QW; m++) {
         if (m >= nm) break;
         const float s = P[pb + (size_t)(i0 + m) * N + j] * (ps[m * N + j] - dot[m]);
         ps[m * N + j] = s;
@@ -221,7 +227,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
       }
     }
     __syncwarp();
-    wsums(ps, N, nm, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp();
   }
 }
@@ -229,6 +235,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
 /* grid (nh, B, splits): block z's warps take keys j0 .. j0 + QW - 1 with j0 =
  * QW (8 z + w + 8 splits m). dk_j = scale sum_{i >= j} dS_ij q_i, dv_j =
  * sum_{i >= j} P_ij datt_i (i in order) */
+template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(const float *P, const float *dS,
                                                                                 const float *q, const float *datt,
                                                                                 int K, int E, int nh, float scale,
@@ -255,18 +262,18 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
     }
   }
   __syncthreads();
-  for (int j0 = DT_ATTN_QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); j0 < N;
-       j0 += DT_ATTN_QW * DT_ATTN_WARPS * (int)gridDim.z) {
-    const int nm = min(DT_ATTN_QW, N - j0);
+  for (int j0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); j0 < N;
+       j0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+    const int nm = min(QW, N - j0);
     for (int c0 = lane; c0 < dh; c0 += 64) {
       const int c1 = c0 + 32 < dh ? c0 + 32 : c0;
-      float sk0[DT_ATTN_QW], sv0[DT_ATTN_QW], sk1[DT_ATTN_QW], sv1[DT_ATTN_QW];
+      float sk0[QW], sv0[QW], sk1[QW], sv1[QW];
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) sk0[m] = sv0[m] = sk1[m] = sv1[m] = 0;
+      for (int m = 0; m < QW; m++) sk0[m] = sv0[m] = sk1[m] = sv1[m] = 0;
       for (int i = j0; i < N; i++) {
         const float q0 = Qs[i * ld + c0], d0 = Ds[i * ld + c0], q1 = Qs[i * ld + c1], d1 = Ds[i * ld + c1];
 #pragma unroll
-        for (int m = 0; m < DT_ATTN_QW; m++) {
+        for (int m = 0; m < QW; m++) {
           const int j = j0 + m;
           if (m >= nm || i < j) continue;
           const float s = Ss[i * (N + 1) + j], p = Ps[i * (N + 1) + j];
@@ -276,7 +283,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
         }
       }
 #pragma unroll
-      for (int m = 0; m < DT_ATTN_QW; m++) {
+      for (int m = 0; m < QW; m++) {
         if (m >= nm) break;
         const size_t o = base + (size_t)(j0 + m) * E;
         dk[o + c0] = sk0[m] * scale, dv[o + c0] = sv0[m];
@@ -388,9 +395,11 @@ __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const flo
 /* the query (or key) splits of a window: about two blocks an SM over the
  * windows and heads (132 SMs on an H200), at most one a warp's worth of
  * queries. The outputs do not depend on it. */
-static unsigned win_splits(const cuda_dt_t *d) {
-  const int N = 3 * d->L.K, most = (N + DT_ATTN_WARPS * DT_ATTN_QW - 1) / (DT_ATTN_WARPS * DT_ATTN_QW),
-            units = d->L.nh * d->B;
+static int win_qw(const cuda_dt_t *d) {
+  return (long long)d->L.nh * d->B * ((3 * d->L.K + 3) / 4) >= DT_ATTN_QW_WARPS ? 4 : 2;
+}
+static unsigned win_splits(const cuda_dt_t *d, int qw) {
+  const int N = 3 * d->L.K, most = (N + DT_ATTN_WARPS * qw - 1) / (DT_ATTN_WARPS * qw), units = d->L.nh * d->B;
   const int s = (264 + units - 1) / units;
   return (unsigned)(s < most ? s : most);
 }
@@ -400,16 +409,19 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
   CUDA_RET(cudaGetDevice(&dev));
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const int N = 3 * L->K, dh = L->E / L->nh;
-  const size_t fq = sizeof(float) * win_floats(N, dh, 0), kv = sizeof(float) * win_floats(N, dh, 1);
+  const size_t fq = sizeof(float) * win_floats(N, dh, 0, 4), kv = sizeof(float) * win_floats(N, dh, 1, 4);
   *win = fq <= (size_t)optin && kv <= (size_t)optin && dh % 4 == 0; /* float4 rows */
   if (!*win) return 0;
   /* the device's whole opt-in, whatever these shapes need: the limit is the
    * kernel's, shared by every trainer in the process, so one with smaller
    * windows must not lower it under another's (setting the same value again
    * from another thread is harmless) */
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   return 0;
 }
 
@@ -417,10 +429,13 @@ int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, 
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, E = L->E, nh = L->nh;
   const float scale = 1.0f / sqrtf((float)(E / nh));
-  if (d->attn_win)
-    dt_attn_win_kernel<<<dim3((unsigned)nh, (unsigned)d->B, win_splits(d)), 32 * DT_ATTN_WARPS,
-                         sizeof(float) * win_floats(N, E / nh, 0), st>>>(q, k, v, d->mask, K, E, nh, scale, P, att);
-  else
+  if (d->attn_win) {
+    const int qw = win_qw(d);
+    const dim3 grid((unsigned)nh, (unsigned)d->B, win_splits(d, qw));
+    const size_t sh = sizeof(float) * win_floats(N, E / nh, 0, qw);
+    if (qw == 4) dt_attn_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att);
+    else dt_attn_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att);
+  } else
     dt_attn_kernel<<<dim3((unsigned)N, (unsigned)nh, (unsigned)d->B), 128, sizeof(float) * (N + 32), st>>>(
         q, k, v, d->mask, K, E, nh, scale, P, att);
   return (int)cudaGetLastError();
@@ -432,12 +447,18 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
   const int K = L->K, N = 3 * K, E = L->E, nh = L->nh;
   const float scale = 1.0f / sqrtf((float)(E / nh));
   if (d->attn_win) {
-    const dim3 grid((unsigned)nh, (unsigned)d->B, win_splits(d));
-    dt_attn_bwd_q_win_kernel<<<grid, 32 * DT_ATTN_WARPS, sizeof(float) * win_floats(N, E / nh, 0), st>>>(
-        P, datt, k, v, K, E, nh, scale, dS, dq);
-    CUDA_RET(cudaGetLastError());
-    dt_attn_bwd_kv_win_kernel<<<grid, 32 * DT_ATTN_WARPS, sizeof(float) * win_floats(N, E / nh, 1), st>>>(
-        P, dS, q, datt, K, E, nh, scale, dk, dv);
+    const int qw = win_qw(d);
+    const dim3 grid((unsigned)nh, (unsigned)d->B, win_splits(d, qw));
+    const size_t sq = sizeof(float) * win_floats(N, E / nh, 0, qw), skv = sizeof(float) * win_floats(N, E / nh, 1, qw);
+    if (qw == 4) {
+      dt_attn_bwd_q_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq);
+      CUDA_RET(cudaGetLastError());
+      dt_attn_bwd_kv_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv);
+    } else {
+      dt_attn_bwd_q_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq);
+      CUDA_RET(cudaGetLastError());
+      dt_attn_bwd_kv_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv);
+    }
     return (int)cudaGetLastError();
   }
   const dim3 grid((unsigned)N, (unsigned)nh, (unsigned)d->B);
