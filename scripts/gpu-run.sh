@@ -75,7 +75,8 @@ if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
 fi
 # issue 30: the Decision Transformer's pre-training step, dqnd's (bench-gpu-dt,
 # fp32 and TF32) and the PyTorch peer's (tests/bench/peers/dt_torch.py) at the
-# reference sizes, fp32 and TF32, each mode, in the same call
+# reference sizes, fp32 and TF32, in the same call; DT_PEER_MODES: the
+# peer's modes (eager, graph and compile_graph by default)
 if [ "${1:-}" = --dt ] && [ -f .devcarry/dt_torch.py ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/dt.log"
   for tc in 0 1; do
@@ -83,6 +84,7 @@ if [ "${1:-}" = --dt ] && [ -f .devcarry/dt_torch.py ]; then
   done
   for p in fp32 tf32; do
     PYTHONUNBUFFERED=1 python3 .devcarry/dt_torch.py --batches "${DT_BATCHES:-64,256}" --steps "${PEER_STEPS:-100}" \
+      --modes "${DT_PEER_MODES:-eager,graph,compile_graph}" \
       $([ $p = tf32 ] && echo --tf32) --json "$out/dt_torch_$p.json" 2>&1 | tee -a "$out/dt.log" | grep -E '^B=|^[0-9]'
   done
 fi
