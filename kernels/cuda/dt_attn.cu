@@ -12,6 +12,7 @@
  * weighted sum over rows in row order).
  */
 #include <math.h>
+#include <stdint.h>
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
@@ -37,21 +38,36 @@ static size_t win_floats(int N, int dh, int kv, int qw) {
 }
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major) into S (row
- * stride ld) */
+ * stride ld), as float4s (dh and E multiples of 4: 16-byte aligned rows),
+ * eight in flight a thread: at the reference sizes one round trip to L2 for
+ * the whole window, where 4-byte loads took eight */
 static __device__ void stage(const float *X, size_t base, int N, int dh, int E, float *S, int ld) {
-  const int n = N * dh, step = blockDim.x;
+  const int d4 = dh / 4, n = N * d4, step = blockDim.x;
   for (int x0 = threadIdx.x; x0 < n; x0 += 8 * step) {
-    float r[8]; /* eight loads in flight a thread */
+    float4 r[8];
 #pragma unroll
     for (int u = 0; u < 8; u++) {
       const int x = x0 + u * step;
-      r[u] = x < n ? X[base + (size_t)(x / dh) * E + x % dh] : 0.0f;
+      r[u] = x < n ? *reinterpret_cast<const float4 *>(X + base + (size_t)(x / d4) * E + 4 * (x % d4))
+                   : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < 8; u++) {
       const int x = x0 + u * step;
-      if (x < n) S[(x / dh) * ld + x % dh] = r[u];
+      if (x < n) *reinterpret_cast<float4 *>(S + (x / d4) * ld + 4 * (x % d4)) = r[u];
     }
+  }
+}
+
+/* a warp's rows i0 .. i0 + nm - 1 of X (as stage's) into S [qw][dh] as
+ * float4s, zeros for rows m >= nm */
+static __device__ __forceinline__ void rows4(const float *X, size_t base, int E, int i0, int nm, int dh, float *S,
+                                             int lane, int qw) {
+  const int d4 = dh / 4;
+  for (int x = lane; x < qw * d4; x += 32) {
+    const int m = x / d4, c = 4 * (x % d4);
+    *reinterpret_cast<float4 *>(S + m * dh + c) =
+        m < nm ? *reinterpret_cast<const float4 *>(X + base + (size_t)(i0 + m) * E + c) : make_float4(0, 0, 0, 0);
   }
 }
 
@@ -130,8 +146,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
   for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
        i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
     const int nm = min(QW, N - i0), last = i0 + nm - 1;
-    for (int x = lane; x < QW * dh; x += 32) /* the queries' rows (zeros past N) */
-      qs[x] = x / dh < nm ? q[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
+    rows4(q, base, E, i0, nm, dh, qs, lane, QW); /* the queries' rows (zeros past N) */
     __syncwarp();
     for (int j = lane; j < N; j += 32) { /* scores of key j: -inf where not seen */
       const int kj = j <= last && mb[j / 3] != 0;
@@ -192,8 +207,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
   for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
        i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
     const int nm = min(QW, N - i0), last = i0 + nm - 1;
-    for (int x = lane; x < QW * dh; x += 32)
-      ds[x] = x / dh < nm ? datt[base + (size_t)(i0 + x / dh) * E + x % dh] : 0.0f;
+    rows4(datt, base, E, i0, nm, dh, ds, lane, QW);
     __syncwarp();
     float dot[QW];
 #pragma unroll
@@ -248,17 +262,33 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
   const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
   stage(q, base, N, dh, E, Qs, ld);
   stage(datt, base, N, dh, E, Ds, ld);
-  for (int x0 = threadIdx.x; x0 < N * N; x0 += 4 * blockDim.x) {
-    float rp[4], rs[4];
+  /* P's and dS's [N, N] blocks: as float4s where they are 16-byte aligned
+   * (N even), else floats; four in flight a thread */
+  const int v4 = (N * N) % 4 == 0 && ((uintptr_t)(P + pb) & 15) == 0 && ((uintptr_t)(dS + pb) & 15) == 0;
+  const int W = v4 ? 4 : 1, nn = N * N / W;
+  for (int x0 = threadIdx.x; x0 < nn; x0 += 4 * blockDim.x) {
+    float4 rp[4], rs[4];
 #pragma unroll
     for (int u = 0; u < 4; u++) {
       const int x = x0 + u * blockDim.x;
-      rp[u] = x < N * N ? P[pb + x] : 0.0f, rs[u] = x < N * N ? dS[pb + x] : 0.0f;
+      rp[u] = rs[u] = make_float4(0, 0, 0, 0);
+      if (x >= nn) continue;
+      if (v4) {
+        rp[u] = *reinterpret_cast<const float4 *>(P + pb + 4 * (size_t)x);
+        rs[u] = *reinterpret_cast<const float4 *>(dS + pb + 4 * (size_t)x);
+      } else {
+        rp[u].x = P[pb + x], rs[u].x = dS[pb + x];
+      }
     }
 #pragma unroll
     for (int u = 0; u < 4; u++) {
       const int x = x0 + u * blockDim.x;
-      if (x < N * N) Ps[(x / N) * (N + 1) + x % N] = rp[u], Ss[(x / N) * (N + 1) + x % N] = rs[u];
+      if (x >= nn) continue;
+      const float ep[4] = {rp[u].x, rp[u].y, rp[u].z, rp[u].w}, es[4] = {rs[u].x, rs[u].y, rs[u].z, rs[u].w};
+      for (int e = 0; e < W; e++) {
+        const int f = W * x + e, o = (f / N) * (N + 1) + f % N;
+        Ps[o] = ep[e], Ss[o] = es[e];
+      }
     }
   }
   __syncthreads();
