@@ -5,11 +5,13 @@
  * j <= i; a padded query's probabilities and output are zeros.
  *
  * Two ways, chosen by the shapes alone (dt_attn_init): blocks per (head,
- * window) with the window's rows in shared memory, a warp a query (or key),
- * when they fit the device's shared memory; else a block per query reading
- * them from global memory. Both sum in a fixed order, so reruns are
- * bit-identical (the dot products in four interleaved partial sums, each
- * weighted sum over rows in row order).
+ * window) with the window's rows in shared memory (staged as float4s), a
+ * warp two or four queries (or keys) at once, when they fit the device's
+ * shared memory and the head width is a multiple of 4; else a block per
+ * query reading them from global memory. Both sum in a fixed order, so
+ * reruns are bit-identical (the dot products in four interleaved partial
+ * sums, each weighted sum over rows in row order), and a query's sums do
+ * not depend on how many a warp takes.
  */
 #include <math.h>
 #include <stdint.h>
