@@ -25,6 +25,8 @@
 #define DG_BM 64
 #define DG_BK 16
 #define DG_LD (DG_BM + 4)
+#define DG_S 2 /* the fp32 tile's chunks a round trip: DG_S loaded into registers while the previous DG_S are
+                * multiplied (kernels/dev/DEVICE_NOTES.md item 100: 2 at three blocks an SM beat 1 and 4) */
 
 /* This thread's 4 elements of op(A)'s and op(B)'s chunk, along each source's
  * contiguous axis: element r of x = tid + 256 r. Its source, row (column)
@@ -89,39 +91,44 @@ static __device__ __forceinline__ void dg_store(const dg_plan<TA, TB> &p, const 
 }
 
 template <int TA, int TB>
-__global__ void __launch_bounds__(256, 4) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
+__global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
                                                       const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
                                                       int kper, size_t cz) {
-  __shared__ __align__(16) float As[2][DG_BK][DG_LD], Bs[2][DG_BK][DG_LD];
+  __shared__ __align__(16) float As[DG_S][DG_BK][DG_LD], Bs[DG_S][DG_BK][DG_LD];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
   K = K - klo < kper ? K : klo + kper;
   C += blockIdx.z * cz;
-  float s[4][4] = {{0}}, ra[4], rb[4];
+  float s[4][4] = {{0}}, ra[DG_S][4], rb[DG_S][4];
   dg_plan<TA, TB> pl;
   dg_plan_init<TA, TB, DG_LD>(pl, M, N, A, lda, B, ldb, m0, n0, klo);
-  int buf = 0;
-  if (klo < K) {
-    dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
-    dg_store<0, TA, TB, DG_LD>(pl, ra, rb, &As[0][0][0], &Bs[0][0][0]);
-  }
-  __syncthreads();
-  for (int k0 = klo; k0 < K; k0 += DG_BK) {
-    const int more = k0 + DG_BK < K;
-    if (more) dg_load(pl, K, lda, ldb, k0 + DG_BK, k0 + DG_BK - klo, ra, rb);
 #pragma unroll
-    for (int kk = 0; kk < DG_BK; kk++) {
-      const float4 a = *(const float4 *)&As[buf][kk][ty * 4], b = *(const float4 *)&Bs[buf][kk][tx * 4];
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+  for (int u = 0; u < DG_S; u++)
+    if (klo + u * DG_BK < K) dg_load(pl, K, lda, ldb, klo + u * DG_BK, u * DG_BK, ra[u], rb[u]);
+  for (int k0 = klo; k0 < K; k0 += DG_S * DG_BK) {
 #pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
-    }
-    if (more) dg_store<0, TA, TB, DG_LD>(pl, ra, rb, &As[buf ^ 1][0][0], &Bs[buf ^ 1][0][0]);
+    for (int u = 0; u < DG_S; u++)
+      if (k0 + u * DG_BK < K) dg_store<0, TA, TB, DG_LD>(pl, ra[u], rb[u], &As[u][0][0], &Bs[u][0][0]);
     __syncthreads();
-    buf ^= 1;
+    const int nx = k0 + DG_S * DG_BK; /* the next round's chunks in flight while these are multiplied */
+#pragma unroll
+    for (int u = 0; u < DG_S; u++)
+      if (nx + u * DG_BK < K) dg_load(pl, K, lda, ldb, nx + u * DG_BK, nx + u * DG_BK - klo, ra[u], rb[u]);
+#pragma unroll
+    for (int u = 0; u < DG_S; u++) {
+      if (k0 + u * DG_BK >= K) break;
+#pragma unroll
+      for (int kk = 0; kk < DG_BK; kk++) {
+        const float4 a = *(const float4 *)&As[u][kk][ty * 4], b = *(const float4 *)&Bs[u][kk][tx * 4];
+        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+      }
+    }
+    __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; i++)

@@ -94,12 +94,15 @@ static __device__ __forceinline__ void dots(const float *a, const float *b, int 
   for (int m = 0; m < QW; m++) s[m] = (t[m][0] + t[m][1]) + (t[m][2] + t[m][3]);
 }
 
-/* out_m[c] = scale sum_{j < n, w_m[j] != 0} w_m[j] S[j, c] for the warp's QW
- * weight rows w_m (stride N; rows m >= nm unused) and the lane's columns c
- * (lane + 32 u), each in j order: one read of S's row for QW sums */
+/* out_m[c] = scale sum_{j <= i0 + m, j < n, w_m[j] != 0} w_m[j] S[j, c] for the
+ * warp's QW weight rows w_m (stride N; rows m >= nm unused; row m is query
+ * i0 + m, so it never reads a key past its own: a zero weight there times an
+ * infinite one elsewhere stays out of the sum, as in the block-a-query
+ * kernels) and the lane's columns c (lane + 32 u), each in j order: one read
+ * of S's row for QW sums */
 template <int QW>
-static __device__ __forceinline__ void wsums(const float *w, int N, int nm, const float *S, int ld, int n, int dh,
-                                             float scale, float *out, size_t ostride, int lane) {
+static __device__ __forceinline__ void wsums(const float *w, int N, int nm, int i0, const float *S, int ld, int n,
+                                             int dh, float scale, float *out, size_t ostride, int lane) {
   for (int c0 = lane; c0 < dh; c0 += 128) {
     float a[QW][4];
 #pragma unroll
@@ -111,7 +114,7 @@ static __device__ __forceinline__ void wsums(const float *w, int N, int nm, cons
 #pragma unroll
       for (int m = 0; m < QW; m++) {
         const float wj = w[m * N + j];
-        if (wj == 0) continue;
+        if (j > i0 + m || wj == 0) continue;
         a[m][0] = fmaf(wj, r0, a[m][0]), a[m][1] = fmaf(wj, r1, a[m][1]);
         a[m][2] = fmaf(wj, r2, a[m][2]), a[m][3] = fmaf(wj, r3, a[m][3]);
       }
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
     }
     __syncwarp();
     /* att rows (a padded query's weights are zeros, so its row is zeros) */
-    wsums<QW>(ps, N, nm, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, i0, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp(); /* qs and ps are the next queries' */
   }
 }
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
       }
     }
     __syncwarp();
-    wsums<QW>(ps, N, nm, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, i0, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp();
   }
 }
