@@ -114,6 +114,14 @@ typedef struct learner_backend_ops {
   int (*dt_step)(void *impl, int n, learner_stop_ctl_t *stop, struct learner_dt_stats *st, char *err, size_t errlen);
   int (*dt_act)(void *impl, const float *states, const float *rtg, const int32_t *actions, const int32_t *timesteps,
                 const float *mask, int32_t *action, char *err, size_t errlen);
+  /* group_dt_step: n pre-training steps of every member of the group in the
+   * same launches (each member's window checked by its dt_step with n 0
+   * first), per member its statistics and code as dt_step gives them
+   * (errs[i]); LEARNER_EUNSUPPORTED when these shapes cannot share launches
+   * (the members then pre-train alone); a device failure returns its code.
+   * NULL where the backend has no groups. */
+  int (*group_dt_step)(void *group, int n, learner_stop_ctl_t *stop, struct learner_dt_stats *st, int *rcs,
+                       char (*errs)[512], char *err, size_t errlen);
 } learner_backend_ops_t;
 
 extern const learner_backend_ops_t learner_cpu_ops;

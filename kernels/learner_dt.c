@@ -80,6 +80,10 @@ int learner_pretrain_dt_ctl(learner_t *l, int n, learner_stop_ctl_t *ctl, learne
     return LEARNER_EINVAL;
   }
   rc = l->ops->dt_step(l->impl, n, ctl, st, err, errlen);
+  return learner_dt_after(l, rc, st, err, errlen);
+}
+
+int learner_dt_after(learner_t *l, int rc, learner_dt_stats_t *st, char *err, size_t errlen) {
   if (st->steps_run > 0 && l->cfg.dt_handover == LEARNER_DT_HANDOVER_TRUNK1) {
     learner_counters_t c;
     int r2 = l->ops->get_counters(l->impl, &c);

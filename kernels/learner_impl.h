@@ -54,5 +54,8 @@ int learner_section_write(struct learner *l, uint32_t tag, int64_t off, int64_t 
 struct learner_dt_stats;
 int learner_pretrain_dt_ctl(struct learner *l, int n, learner_stop_ctl_t *ctl, struct learner_dt_stats *st, char *err,
                             size_t errlen);
+/* what follows the backend's dt_step (rc its code, st its statistics): the
+ * hand-over to the DQN's trunk (dt_handover); rc, or the hand-over's error */
+int learner_dt_after(struct learner *l, int rc, struct learner_dt_stats *st, char *err, size_t errlen);
 
 #endif

@@ -246,6 +246,35 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
   return result;
 }
 
+/* every member's n pre-training steps in the group's shared launches; the
+ * codes and messages as the member-by-member loop gives them, except that a
+ * stop reaches every member at once and a member that diverges or runs out
+ * of windows does not keep the later members from their steps;
+ * LEARNER_EUNSUPPORTED (nothing run) when the shapes cannot share launches */
+static int group_pretrain_dt(learner_pop_t *p, int n, learner_stop_ctl_t *ctl, learner_dt_stats_t *st, char *err,
+                             size_t errlen) {
+  int *mrc = calloc((size_t)p->n, sizeof *mrc);
+  char(*errs)[512] = calloc((size_t)p->n, sizeof *errs);
+  if (!mrc || !errs) {
+    free(mrc), free(errs);
+    seterr(err, errlen, "population: out of memory");
+    return LEARNER_ENOMEM;
+  }
+  const learner_group_t *g = p->group;
+  int rc = g->ops->group_dt_step(g->impl, n, ctl, st, mrc, errs, err, errlen);
+  int first_div = -1, first_other = -1;
+  for (int i = 0; i < p->n && !rc; i++) {
+    mrc[i] = learner_dt_after(p->m[i], mrc[i], &st[i], errs[i], sizeof errs[i]);
+    if (mrc[i]) prefix_member(errs[i], sizeof errs[i], p->n, i);
+    if (mrc[i] == LEARNER_EDIVERGED && first_div < 0) first_div = i;
+    else if (mrc[i] && mrc[i] != LEARNER_EDIVERGED && first_other < 0) first_other = i;
+  }
+  if (!rc && first_other >= 0) rc = mrc[first_other], seterr(err, errlen, "%s", errs[first_other]);
+  else if (!rc && first_div >= 0) rc = LEARNER_EDIVERGED, seterr(err, errlen, "%s", errs[first_div]);
+  free(mrc), free(errs);
+  return rc;
+}
+
 int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
                             size_t errlen) {
   memset(st, 0, sizeof *st * (size_t)p->n);
@@ -258,6 +287,13 @@ int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learn
     int rc = learner_pretrain_dt_ctl(p->m[i], 0, &ctl, &st[i], err, errlen);
     if (rc) {
       prefix_member(err, errlen, p->n, i);
+      return rc;
+    }
+  }
+  if (p->group && p->group->ops->group_dt_step) {
+    int rc = group_pretrain_dt(p, n, &ctl, st, err, errlen);
+    if (rc != LEARNER_EUNSUPPORTED) {
+      if (stop) stop->why = ctl.why;
       return rc;
     }
   }

@@ -10,6 +10,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -417,6 +418,88 @@ START_TEST(test_stop_changes_nothing) {
 }
 END_TEST
 
+/* the Decision Transformer in a population (issue 30 item 8): each member
+ * pre-trains its own DT on its own episodes with its own DT hyperparameters
+ * (dt_lr, dt_warmup, dt_clip, dt_weight_decay) and seed, in the same launches
+ * on CUDA (every member along the grid's z, docs/population.md), and saves
+ * the bytes of a lone twin that saw the same calls. DT config 0: small
+ * windows in fp32 (the attention a block a window); on CUDA also 1: the
+ * reference DT sizes (context 20, embed 128, 3 layers, batch 64) in TF32,
+ * and 2: context 80, whose windows take the block-a-query attention. */
+#ifdef POP_TEST_CUDA
+#define DT_CONFIGS 3
+#else
+#define DT_CONFIGS 1
+#endif
+static learner_config_t dt_config(int which) {
+  learner_config_t c = config(0);
+  c.noisy = 0, c.prioritized = 0, c.replay_capacity = 400;
+  c.dt_layers = 2, c.dt_context = 4, c.dt_embed = 16, c.dt_heads = 2, c.dt_max_ep_len = 30, c.dt_batch = 12;
+  c.dt_rtg_scale = 4, c.hp.dt_lr = 3e-3f, c.hp.dt_warmup = 6;
+  if (which == 1) { /* the reference network, whose shapes the TF32 step covers */
+    learner_config_default(&c);
+    c.replay_capacity = 3000, c.seed = 40, c.tensor_cores = 1;
+    c.dt_layers = 3, c.dt_context = 20, c.dt_embed = 128, c.dt_heads = 1, c.dt_max_ep_len = 200, c.dt_batch = 64;
+    c.dt_rtg_scale = 4, c.hp.dt_lr = 3e-3f, c.hp.dt_warmup = 6;
+  } else if (which == 2) {
+    c.dt_layers = 1, c.dt_context = 80, c.dt_max_ep_len = 120, c.dt_batch = 4;
+  }
+  return c;
+}
+
+/* member i's DT hyperparameters and episodes (part 0), more episodes (part 1) */
+static void dt_history(learner_t *l, int i, int part) {
+  char err[256];
+  if (part == 0) {
+    learner_hparams_t hp;
+    learner_get_hparams(l, &hp);
+    hp.dt_lr *= (float)(1 + i), hp.dt_warmup = 3 + 2 * i;
+    hp.dt_clip = 0.1f + 0.2f * (float)i, hp.dt_weight_decay = 1e-3f * (float)i;
+    ck_assert_msg(learner_set_hparams(l, &hp, err, sizeof err) == 0, "%s", err);
+    tu_feed(l, 150 + 20 * i, 300 + (uint64_t)i);
+  } else {
+    tu_feed(l, 60, 400 + (uint64_t)i);
+  }
+}
+
+START_TEST(test_dt_member_is_its_lone_twin) {
+  const learner_config_t c = dt_config(_i);
+  char err[256];
+  learner_pop_t *p;
+  ck_assert_msg(learner_pop_create(&c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(learner_pop_grouped(p), GROUPED);
+  learner_dt_stats_t st[N], lt;
+  for (int i = 0; i < N; i++) dt_history(learner_pop_member(p, i), i, 0);
+  ck_assert_msg(learner_pop_pretrain_dt(p, 12, NULL, st, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < N; i++) dt_history(learner_pop_member(p, i), i, 1);
+  ck_assert_msg(learner_pop_pretrain_dt(p, 7, NULL, st, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq((long long)st[i].dt_step, 19);
+    ck_assert_int_eq(st[i].steps_run, 7);
+    ck_assert_msg(i == 0 || st[i].loss_mean != st[0].loss_mean, "members 0 and %d pre-trained alike", i);
+    learner_config_t mc = c;
+    mc.seed = c.seed + (uint64_t)i;
+    learner_t *l;
+    ck_assert_msg(learner_create(&mc, BE, &l, err, sizeof err) == 0, "%s", err);
+    dt_history(l, i, 0);
+    ck_assert_int_eq(learner_pretrain_dt(l, 12, NULL, &lt, err, sizeof err), 0);
+    dt_history(l, i, 1);
+    ck_assert_int_eq(learner_pretrain_dt(l, 7, NULL, &lt, err, sizeof err), 0);
+    ck_assert_msg(lt.loss_mean == st[i].loss_mean && lt.grad_norm_last == st[i].grad_norm_last,
+                  "DT config %d member %d: loss %.9g norm %.9g, alone %.9g %.9g", _i, i, st[i].loss_mean,
+                  st[i].grad_norm_last, lt.loss_mean, lt.grad_norm_last);
+    membuf_t mine, twin;
+    save_to(learner_pop_member(p, i), &mine), save_to(l, &twin);
+    ck_assert_msg(same_bytes(&mine, &twin), "DT config %d: member %d differs from its lone twin", _i, i);
+    free(mine.p), free(twin.p);
+    learner_destroy(l);
+  }
+  printf("DT population %d: %d members, each its lone twin's bytes (losses %.6f %.6f %.6f)\n", _i, N,
+         (double)st[0].loss_mean, (double)st[1].loss_mean, (double)st[2].loss_mean);
+  learner_pop_destroy(p);
+}
+END_TEST
+
 /* bad input: each refused with a message naming it, nothing changed */
 START_TEST(test_bad_input) {
   const learner_config_t c = config(0);
@@ -495,6 +578,7 @@ int main(void) {
   tcase_add_test(tc, test_member_diverges_alone);
   tcase_add_loop_test(tc, test_copy_member, 0, 2);
   tcase_add_test(tc, test_stop_changes_nothing);
+  tcase_add_loop_test(tc, test_dt_member_is_its_lone_twin, 0, DT_CONFIGS);
   tcase_add_test(tc, test_bad_input);
   suite_add_tcase(s, tc);
   return tu_run(s);

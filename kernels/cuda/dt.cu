@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 #include "gemm_dev.cuh"
@@ -94,15 +95,14 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
                                                       const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
-                                                      int kper, size_t cz) {
+                                                      int kper, size_t cz, cuda_pz_t pz) {
   __shared__ __align__(16) float As[DG_S][DG_BK][DG_LD], Bs[DG_S][DG_BK][DG_LD];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
+  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, z = dt_z(pz), klo = z * kper;
   K = K - klo < kper ? K : klo + kper;
-  C += blockIdx.z * cz;
   float s[4][4] = {{0}}, ra[DG_S][4], rb[DG_S][4];
   dg_plan<TA, TB> pl;
-  dg_plan_init<TA, TB, DG_LD>(pl, M, N, A, lda, B, ldb, m0, n0, klo);
+  dg_plan_init<TA, TB, DG_LD>(pl, M, N, dt_at(A, pz), lda, dt_at(B, pz), ldb, m0, n0, klo);
 #pragma unroll
   for (int u = 0; u < DG_S; u++)
     if (klo + u * DG_BK < K) dg_load(pl, K, lda, ldb, klo + u * DG_BK, u * DG_BK, ra[u], rb[u]);
@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
     }
     __syncthreads();
   }
+  /* the member's pointers from the parameters here, not held through the loop */
+  bias = dt_at(bias, pz), R = dt_at(R, pz), C = dt_at(C, pz) + dt_z(pz) * cz;
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -160,16 +162,15 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda,
                                                          const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
-                                                         int kper, size_t cz) {
+                                                         int kper, size_t cz, cuda_pz_t pz) {
   __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
-  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, klo = blockIdx.z * kper;
+  const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, z = dt_z(pz), klo = z * kper;
   K = K - klo < kper ? K : klo + kper;
-  C += blockIdx.z * cz;
   float s[16] = {0}, ra[4], rb[4];
   dg_plan<TA, TB> pl;
-  dg_plan_init<TA, TB, DT_TLD>(pl, M, N, A, lda, B, ldb, m0, n0, klo);
+  dg_plan_init<TA, TB, DT_TLD>(pl, M, N, dt_at(A, pz), lda, dt_at(B, pz), ldb, m0, n0, klo);
   int buf = 0;
   if (klo < K) {
     dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     __syncthreads();
     buf ^= 1;
   }
+  bias = dt_at(bias, pz), R = dt_at(R, pz), C = dt_at(C, pz) + dt_z(pz) * cz; /* as dt_gemm_kernel's */
 #pragma unroll
   for (int e = 0; e < 16; e++) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
     const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4 + (c & 1);
@@ -208,10 +210,13 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
 }
 
 /* one launch of the tile for tc, ta, tb */
-static void dg_launch(int tc, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
-                      const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
-                      int kper, size_t cz) {
-#define DG_GO(KER, TA, TB) KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz)
+static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
+                      const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
+                      const float *R, int ldr, int acc, int kper, size_t cz) {
+  const int tc = d->tc;
+  grid = dt_grid(d, grid);
+#define DG_GO(KER, TA, TB)                                                                                           \
+  KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz, d->pz)
   switch (4 * tc + 2 * ta + tb) {
     case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
     case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
@@ -226,8 +231,9 @@ static void dg_launch(int tc, int ta, int tb, dim3 grid, cudaStream_t st, int M,
 }
 
 /* C[m, n] += the split-K parts' sums, in part order */
-__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc) {
+__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, cuda_pz_t pz) {
   const size_t MN = (size_t)M * N;
+  part = dt_at(part, pz), C = dt_at(C, pz);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < MN; i += (size_t)gridDim.x * blockDim.x) {
     float s = 0;
     for (int z = 0; z < parts; z++) s += part[z * MN + i];
@@ -241,8 +247,9 @@ __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int
  * sums the chunk's rows w, w + 8, ... in order, then the 8 warps' sums are
  * added in warp order */
 __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *Y, int rows, int cols, int ld,
-                                                             int per, float *part) {
+                                                             int per, float *part, cuda_pz_t pz) {
   __shared__ float sh[8][33];
+  X = dt_at(X, pz), Y = dt_at(Y, pz), part = dt_at(part, pz);
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane, ch = blockIdx.y;
   const int r0 = ch * per, r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
   float s = 0;
@@ -267,7 +274,8 @@ __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, con
 
 /* out[c] (=, or +=) the chunks' partial sums: a warp a column, lane l the
  * chunks l, l + 32, ... in order, then a fixed tree over the lanes */
-__global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc) {
+__global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc, cuda_pz_t pz) {
+  part = dt_at(part, pz), out = dt_at(out, pz);
   const int lane = threadIdx.x & 31, c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= cols) return;
   float s = 0;
@@ -280,7 +288,10 @@ __global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, 
  * window; a padded step's tokens are zeros (its inputs are not read); se
  * [B K, E]: W_s s_t + b_s of every step (a GEMM before) */
 __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
-                                const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0) {
+                                const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0,
+                                cuda_pz_t pz) {
+  p = dt_at(p, pz), se = dt_at(se, pz), rtg = dt_at(rtg, pz), mask = dt_at(mask, pz);
+  actions = dt_at(actions, pz), timesteps = dt_at(timesteps, pz), x0 = dt_at(x0, pz);
   const int N = 3 * L.K, E = L.E, tok = blockIdx.x, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
   const size_t step = (size_t)b * L.K + t;
   float *x = x0 + (size_t)tok * E;
@@ -311,9 +322,11 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
 /* LayerNorm of each of T tokens (one warp a token): y = xhat gamma + beta,
  * xhat and 1/std kept (dt_ln) */
 __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xhat,
-                             float *rstd) {
+                             float *rstd, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
+  x = dt_at(x, pz), gam = dt_at(gam, pz), bet = dt_at(bet, pz), y = dt_at(y, pz), xhat = dt_at(xhat, pz);
+  rstd = dt_at(rstd, pz);
   const float *xr = x + (size_t)tok * E;
   float s = 0;
   for (int e = lane; e < E; e += 32) s += xr[e];
@@ -335,20 +348,23 @@ __device__ __forceinline__ float dt_gelu(float u) {
   return 0.5f * u * (1.0f + tanhf(DT_GELU_C * (u + 0.044715f * u * u * u)));
 }
 
-__global__ void dt_gelu_kernel(const float *u, float *g, size_t n) {
+__global__ void dt_gelu_kernel(const float *u, float *g, size_t n, cuda_pz_t pz) {
+  u = dt_at(u, pz), g = dt_at(g, pz);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     g[i] = dt_gelu(u[i]);
 }
 
 /* xs [B K, E]: the state tokens (3t + 1) of xf */
-__global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs) {
+__global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs, cuda_pz_t pz) {
+  xf = dt_at(xf, pz), xs = dt_at(xs, pz);
   const int s = blockIdx.x, b = s / K, t = s % K;
   const float *src = xf + ((size_t)b * 3 * K + 3 * t + 1) * E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) xs[(size_t)s * E + e] = src[e];
 }
 
 /* the real steps, into sums[1] (one block, in order) */
-__global__ void dt_count_kernel(const float *mask, int BK, float *sums) {
+__global__ void dt_count_kernel(const float *mask, int BK, float *sums, cuda_pz_t pz) {
+  mask = dt_at(mask, pz), sums = dt_at(sums, pz);
   __shared__ float red[32];
   float c = 0;
   for (int i = threadIdx.x; i < BK; i += blockDim.x) c += mask[i] != 0;
@@ -359,9 +375,11 @@ __global__ void dt_count_kernel(const float *mask, int BK, float *sums) {
 /* each step's branch-mean cross-entropy and dz = (softmax - onehot) /
  * (D x real steps); padded steps: 0, and their logits 0 (as the CPU's) */
 __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32_t *actions, int BK, float *z, float *dz,
-                             float *loss_step, const float *sums) {
+                             float *loss_step, const float *sums, cuda_pz_t pz) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= BK) return;
+  mask = dt_at(mask, pz), actions = dt_at(actions, pz), z = dt_at(z, pz), dz = dt_at(dz, pz);
+  loss_step = dt_at(loss_step, pz), sums = dt_at(sums, pz);
   float *zr = z + (size_t)s * L.A, *dr = dz + (size_t)s * L.A;
   if (mask[s] == 0) {
     for (int c = 0; c < L.A; c++) zr[c] = 0, dr[c] = 0;
@@ -385,7 +403,8 @@ __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32
 }
 
 /* sums[0] = sum of the steps' CE / real steps (one block, in order) */
-__global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
+__global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums, cuda_pz_t pz) {
+  loss_step = dt_at(loss_step, pz), sums = dt_at(sums, pz);
   __shared__ float red[32];
   float s = 0;
   for (int i = threadIdx.x; i < BK; i += blockDim.x) s += loss_step[i];
@@ -395,22 +414,22 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums) {
 
 // launchers
 
-int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
-            const float *bias, const float *R, int ldr, int acc, int tc, cudaStream_t st) {
+int dt_gemm(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+            float *C, int ldc, const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
   const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
-    dg_launch(tc, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    dg_launch(d, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
 }
 
-int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
-                  int ldc, float *part, size_t cap, int tc, cudaStream_t st) {
+int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   /* about two blocks an SM (132 on an H200) over the tiles and the parts of
    * k, each part at least 64 deep; the split depends on the shapes alone,
@@ -419,19 +438,19 @@ int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const fl
   long long parts = (264 + tiles - 1) / tiles, kper;
   if (parts > K / 64) parts = K / 64;
   if (parts > (long long)cap / MN) parts = (long long)cap / MN;
-  if (parts <= 1) return dt_gemm(M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, tc, st);
+  if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  dg_launch(tc, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
-  dt_splitk_reduce_kernel<<<(unsigned)blocks, 256, 0, st>>>(part, (int)parts, M, N, C, ldc);
+  dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, d->pz);
   return (int)cudaGetLastError();
 }
 
-int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
-              cudaStream_t st) {
+int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
+              float *part, size_t cap, cudaStream_t st) {
   /* up to 64 chunks of rows, as many as the scratch holds (a fixed count for
    * the shapes: the same sums in the same order on every call) */
   long long chunks = rows < 64 ? rows : 64;
@@ -439,21 +458,23 @@ int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float 
   if (chunks < 1) chunks = 1;
   const int per = (int)((rows + chunks - 1) / chunks);
   chunks = (rows + per - 1) / per;
-  dt_colsum_part_kernel<<<dim3((unsigned)((cols + 31) / 32), (unsigned)chunks), 256, 0, st>>>(X, Y, rows, cols, ld,
-                                                                                            per, part);
-  dt_colsum_final_kernel<<<(unsigned)((cols + 7) / 8), 256, 0, st>>>(part, (int)chunks, cols, out, acc);
+  dt_colsum_part_kernel<<<dt_grid(d, dim3((unsigned)((cols + 31) / 32), (unsigned)chunks)), 256, 0, st>>>(
+      X, Y, rows, cols, ld, per, part, d->pz);
+  dt_colsum_final_kernel<<<dt_grid(d, dim3((unsigned)((cols + 7) / 8))), 256, 0, st>>>(part, (int)chunks, cols, out, acc,
+                                                                                      d->pz);
   return (int)cudaGetLastError();
 }
 
-static int ln(const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xh, float *r,
-              cudaStream_t st) {
-  dt_ln_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(x, T, E, gam, bet, y, xh, r);
+static int ln(const cuda_dt_t *d, const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xh,
+              float *r, cudaStream_t st) {
+  dt_ln_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(x, T, E, gam, bet, y, xh, r, d->pz);
   return (int)cudaGetLastError();
 }
 
-static int lin(const float *p, int64_t w, int64_t b, const float *x, int T, int in, int out, float *y, const float *res,
-               int tc, cudaStream_t st) {
-  return dt_gemm(T, out, in, x, in, 0, p + w, in, 1, y, out, p + b, res, out, 0, tc, st);
+static int lin(const cuda_dt_t *d, int64_t w, int64_t b, const float *x, int T, int in, int out, float *y,
+               const float *res, cudaStream_t st) {
+  const float *p = d->p;
+  return dt_gemm(d, T, out, in, x, in, 0, p + w, in, 1, y, out, p + b, res, out, 0, st);
 }
 
 extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
@@ -461,6 +482,16 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   d->L = *L, d->B = B;
   const size_t N = 3 * (size_t)L->K, T = (size_t)B * N, E = (size_t)L->E, F = 4 * E, NL = (size_t)L->L;
   const size_t NE = T * E, NF = T * F, NN = (size_t)B * L->nh * N * N, BK = (size_t)B * L->K, P = (size_t)L->n_params;
+  d->pz = cuda_pz_t{1, 0};
+  /* the scratch of the column sums (64 chunks of the widest: 4E or a
+   * branch's n_d), the embeddings' backward (64 chunks of the A + 1 chunked
+   * rows, 2E each) and the weight gradients' split-K parts (what fits: at
+   * least a T x 4E activation's floats, or 256 of the widest) */
+  size_t widest = 4 * (size_t)L->E;
+  for (int i = 0; i < L->D; i++) widest = (size_t)L->n[i] > widest ? (size_t)L->n[i] : widest;
+  d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
+  if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
+  d->csum_cap = 64 * widest; /* as many chunks as tmp allows: the same sums */
   struct {
     float **ptr;
     size_t n;
@@ -472,31 +503,19 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, NF},            {&d->dgl, NF},         {&d->dS, NN},
-           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, NF},           {&d->sums, 4},
-           {&d->st_real, BK * L->S}};
+           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
+           {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap}};
+  /* dev_alloc: a population member's come from its slice of the arena */
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    cudaError_t e = cudaMalloc((void **)f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
+    cudaError_t e = dev_alloc_t(f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
     if (e == cudaSuccess) e = cudaMemset(*f[i].ptr, 0, sizeof(float) * (f[i].n ? f[i].n : 1));
     if (e != cudaSuccess) {
       cuda_dt_free(d);
       return (int)e;
     }
   }
-  /* the scratch of the column sums (64 chunks of the widest: 4E or a
-   * branch's n_d), the embeddings' backward (64 chunks of the A + 1 chunked
-   * rows, 2E each) and the weight gradients' split-K parts (what fits: at
-   * least a T x 4E activation's floats, or 256 of the widest) */
-  size_t widest = 4 * (size_t)L->E;
-  for (int i = 0; i < L->D; i++) widest = (size_t)L->n[i] > widest ? (size_t)L->n[i] : widest;
-  d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
-  if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
-  cudaFree(d->tmp);
-  d->tmp = NULL;
-  cudaError_t e = cudaMalloc((void **)&d->tmp, sizeof(float) * d->tmp_cap);
-  d->csum_cap = 64 * widest; /* as many chunks as tmp allows: the same sums */
-  for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaMalloc((void **)&d->csum[i], sizeof(float) * d->csum_cap);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&d->actions, sizeof(int32_t) * BK);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&d->timesteps, sizeof(int32_t) * BK);
+  cudaError_t e = dev_alloc_t(&d->actions, sizeof(int32_t) * BK);
+  if (e == cudaSuccess) e = dev_alloc_t(&d->timesteps, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
@@ -515,8 +534,8 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dgl, &d->dS,
                  &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1]};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) cudaFree(*f[i]), *f[i] = NULL;
-  cudaFree(d->actions), cudaFree(d->timesteps);
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
+  dev_free(d->actions), dev_free(d->timesteps);
   d->actions = d->timesteps = NULL;
   for (int i = 0; i < 2; i++) {
     if (d->side[i]) cudaStreamDestroy(d->side[i]);
@@ -538,47 +557,60 @@ int dt_join(cuda_dt_t *d, cudaStream_t st, int i) {
   return (int)cudaStreamWaitEvent(st, d->join[i], 0);
 }
 
+int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st) {
+  if (d->pz.n == 1) return (int)cudaMemsetAsync(p, 0, bytes, st);
+  return (int)cudaMemset2DAsync(p, (size_t)d->pz.stride, 0, bytes, (size_t)d->pz.n, st);
+}
+
+int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaStream_t st) {
+  if (d->pz.n == 1) return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st);
+  return (int)cudaMemcpy2DAsync(dst, (size_t)d->pz.stride, src, (size_t)d->pz.stride, bytes, (size_t)d->pz.n,
+                                cudaMemcpyDeviceToDevice, st);
+}
+
 extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
   const float *p = d->p;
   /* the state tokens' W_s s + b_s into xs (free until the heads) */
-  CUDA_RET(dt_gemm(BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, d->tc, st));
-  dt_embed_kernel<<<(unsigned)T, 128, 0, st>>>(*L, p, d->xs, d->rtg, d->mask, d->actions, d->timesteps, d->x0);
+  CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
+  dt_embed_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(*L, p, d->xs, d->rtg, d->mask, d->actions, d->timesteps,
+                                                                 d->x0, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(ln(d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, st));
+  CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, st));
   for (int l = 0; l < L->L; l++) {
     const dt_block_off_t *o = &L->blk[l];
     const float *Xl = d->X + (size_t)l * NE;
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
     float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
-    CUDA_RET(ln(Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, st));
+    CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
-    CUDA_RET(lin(p, o->q_w, o->q_b, h1, T, E, E, q, NULL, d->tc, st));
-    CUDA_RET(lin(p, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->tc, d->side[0]));
-    CUDA_RET(lin(p, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->tc, d->side[1]));
+    CUDA_RET(lin(d, o->q_w, o->q_b, h1, T, E, E, q, NULL, st));
+    CUDA_RET(lin(d, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
+    CUDA_RET(lin(d, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
-    CUDA_RET(lin(p, o->o_w, o->o_b, att, T, E, E, xm, Xl, d->tc, st)); /* x + W_o c + b_o */
-    CUDA_RET(ln(xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
-    CUDA_RET(lin(p, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, d->tc, st));
-    dt_gelu_kernel<<<(unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096), 256, 0, st>>>(u, gl, NF);
+    CUDA_RET(lin(d, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
+    CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
+    CUDA_RET(lin(d, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, st));
+    dt_gelu_kernel<<<dt_grid(d, dim3((unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096))), 256, 0, st>>>(
+        u, gl, NF, d->pz);
     CUDA_RET(cudaGetLastError());
-    CUDA_RET(lin(p, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, d->tc, st));
+    CUDA_RET(lin(d, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }
-  CUDA_RET(ln(d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, st));
-  dt_gather_state_kernel<<<(unsigned)BK, 128, 0, st>>>(d->xf, K, E, d->xs);
+  CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, st));
+  dt_gather_state_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->xf, K, E, d->xs, d->pz);
   CUDA_RET(cudaGetLastError());
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)
-    CUDA_RET(dt_gemm(BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd], NULL, 0,
-                     0, d->tc, st));
-  dt_count_kernel<<<1, 256, 0, st>>>(d->mask, BK, d->sums);
-  dt_ce_kernel<<<(unsigned)((BK + 127) / 128), 128, 0, st>>>(*L, d->mask, d->actions, BK, d->z, d->dz, d->loss_step,
-                                                              d->sums);
-  dt_loss_kernel<<<1, 256, 0, st>>>(d->loss_step, BK, d->sums);
+    CUDA_RET(dt_gemm(d, BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd], NULL,
+                     0, 0, st));
+  dt_count_kernel<<<dt_grid(d, dim3(1)), 256, 0, st>>>(d->mask, BK, d->sums, d->pz);
+  dt_ce_kernel<<<dt_grid(d, dim3((unsigned)((BK + 127) / 128))), 128, 0, st>>>(*L, d->mask, d->actions, BK, d->z, d->dz,
+                                                                                d->loss_step, d->sums, d->pz);
+  dt_loss_kernel<<<dt_grid(d, dim3(1)), 256, 0, st>>>(d->loss_step, BK, d->sums, d->pz);
   return (int)cudaGetLastError();
 }
 

@@ -136,20 +136,20 @@ static __device__ __forceinline__ void wsums(const float *w, int N, int nm, int 
 template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const float *q, const float *k, const float *v,
                                                                          const float *mask, int K, int E, int nh,
-                                                                         float scale, float *P, float *att) {
+                                                                         float scale, float *P, float *att,
+                                                                         cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   float *Ks = sm, *Vs = Ks + N * ld, *qs = Vs + N * ld + w * QW * dh;
   float *ps = Vs + N * ld + DT_ATTN_WARPS * QW * dh + w * QW * N;
-  const size_t base = (size_t)b * N * E + (size_t)h * dh;
-  const float *mb = mask + (size_t)b * K;
+  const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh; /* the member's rows */
+  const float *mb = mask + mf + (size_t)b * K;
   stage(k, base, N, dh, E, Ks, ld);
   stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
-       i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+  for (int i0 = QW * (DT_ATTN_WARPS * dt_z(pz) + w); i0 < N; i0 += QW * DT_ATTN_WARPS * dt_nz(pz)) {
     const int nm = min(QW, N - i0), last = i0 + nm - 1;
     rows4(q, base, E, i0, nm, dh, qs, lane, QW); /* the queries' rows (zeros past N) */
     __syncwarp();
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
     __syncwarp();
     for (int m = 0; m < nm; m++) { /* each query's softmax, as one query a warp did it */
       const int i = i0 + m;
-      float *Pi = P + (((size_t)b * nh + h) * N + i) * N, *pm = ps + m * N;
+      float *Pi = P + mf + (((size_t)b * nh + h) * N + i) * N, *pm = ps + m * N;
       if (mb[i / 3] == 0) { /* a padded query: zeros */
         for (int j = lane; j < N; j += 32) Pi[j] = 0, pm[j] = 0;
         continue;
@@ -198,19 +198,19 @@ template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(const float *P, const float *datt,
                                                                                const float *k, const float *v, int K,
                                                                                int E, int nh, float scale, float *dS,
-                                                                               float *dq) {
+                                                                               float *dq, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   float *Ks = sm, *Vs = Ks + N * ld, *ds = Vs + N * ld + w * QW * dh;
   float *ps = Vs + N * ld + DT_ATTN_WARPS * QW * dh + w * QW * N;
-  const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
+  const size_t mf = dt_mf(pz); /* the member's rows */
+  const size_t base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
   stage(k, base, N, dh, E, Ks, ld);
   stage(v, base, N, dh, E, Vs, ld);
   __syncthreads();
-  for (int i0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); i0 < N;
-       i0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+  for (int i0 = QW * (DT_ATTN_WARPS * dt_z(pz) + w); i0 < N; i0 += QW * DT_ATTN_WARPS * dt_nz(pz)) {
     const int nm = min(QW, N - i0), last = i0 + nm - 1;
     rows4(datt, base, E, i0, nm, dh, ds, lane, QW);
     __syncwarp();
@@ -258,13 +258,14 @@ template <int QW>
 __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(const float *P, const float *dS,
                                                                                 const float *q, const float *datt,
                                                                                 int K, int E, int nh, float scale,
-                                                                                float *dk, float *dv) {
+                                                                                float *dk, float *dv, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   float *Qs = sm, *Ds = Qs + N * ld, *Ps = Ds + N * ld, *Ss = Ps + N * (N + 1);
-  const size_t base = (size_t)b * N * E + (size_t)h * dh, pb = ((size_t)b * nh + h) * N * N;
+  const size_t mf = dt_mf(pz); /* the member's rows */
+  const size_t base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
   stage(q, base, N, dh, E, Qs, ld);
   stage(datt, base, N, dh, E, Ds, ld);
   /* P's and dS's [N, N] blocks: as float4s where they are 16-byte aligned
@@ -297,8 +298,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
     }
   }
   __syncthreads();
-  for (int j0 = QW * (DT_ATTN_WARPS * (int)blockIdx.z + w); j0 < N;
-       j0 += QW * DT_ATTN_WARPS * (int)gridDim.z) {
+  for (int j0 = QW * (DT_ATTN_WARPS * dt_z(pz) + w); j0 < N; j0 += QW * DT_ATTN_WARPS * dt_nz(pz)) {
     const int nm = min(QW, N - j0);
     for (int c0 = lane; c0 < dh; c0 += 64) {
       const int c1 = c0 + 32 < dh ? c0 + 32 : c0;
@@ -332,9 +332,10 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
 
 /* grid (N, nh, B) */
 __global__ void dt_attn_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
-                               float scale, float *P, float *att) {
+                               float scale, float *P, float *att, cuda_pz_t pz) {
   extern __shared__ float sc[]; /* N scores, then 32 for the reductions */
-  const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, dh = E / nh;
+  const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
+  q = dt_at(q, pz), k = dt_at(k, pz), v = dt_at(v, pz), mask = dt_at(mask, pz), P = dt_at(P, pz), att = dt_at(att, pz);
   float *red = sc + N;
   float *Pi = P + (((size_t)b * nh + h) * N + i) * N;
   const size_t qi = ((size_t)b * N + i) * E + (size_t)h * dh;
@@ -376,9 +377,10 @@ __global__ void dt_attn_kernel(const float *q, const float *k, const float *v, c
 
 /* grid (N, nh, B): query i's dS row and dq */
 __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E,
-                                     int nh, float scale, float *dS, float *dq) {
+                                     int nh, float scale, float *dS, float *dq, cuda_pz_t pz) {
   extern __shared__ float sh[]; /* N, then 32 */
-  const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, dh = E / nh;
+  const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
+  P = dt_at(P, pz), datt = dt_at(datt, pz), k = dt_at(k, pz), v = dt_at(v, pz), dS = dt_at(dS, pz), dq = dt_at(dq, pz);
   float *red = sh + N;
   const size_t row = (((size_t)b * nh + h) * N + i) * N, qi = ((size_t)b * N + i) * E + (size_t)h * dh;
   float dot = 0;
@@ -409,8 +411,9 @@ __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const fl
 
 /* grid (N, nh, B): key j's dk and dv (queries i >= j, in order) */
 __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E,
-                                      int nh, float scale, float *dk, float *dv) {
-  const int N = 3 * K, j = blockIdx.x, h = blockIdx.y, b = blockIdx.z, dh = E / nh;
+                                      int nh, float scale, float *dk, float *dv, cuda_pz_t pz) {
+  const int N = 3 * K, j = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
+  P = dt_at(P, pz), dS = dt_at(dS, pz), q = dt_at(q, pz), datt = dt_at(datt, pz), dk = dt_at(dk, pz), dv = dt_at(dv, pz);
   const size_t base = ((size_t)b * nh + h) * N * N, kj = ((size_t)b * N + j) * E + (size_t)h * dh;
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     float sk = 0, sv = 0;
@@ -466,13 +469,14 @@ int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, 
   const float scale = 1.0f / sqrtf((float)(E / nh));
   if (d->attn_win) {
     const int qw = win_qw(d);
-    const dim3 grid((unsigned)nh, (unsigned)d->B, win_splits(d, qw));
+    const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));
     const size_t sh = sizeof(float) * win_floats(N, E / nh, 0, qw);
-    if (qw == 4) dt_attn_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att);
-    else dt_attn_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att);
+    if (qw == 4)
+      dt_attn_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
+    else dt_attn_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sh, st>>>(q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
   } else
-    dt_attn_kernel<<<dim3((unsigned)N, (unsigned)nh, (unsigned)d->B), 128, sizeof(float) * (N + 32), st>>>(
-        q, k, v, d->mask, K, E, nh, scale, P, att);
+    dt_attn_kernel<<<dt_grid(d, dim3((unsigned)N, (unsigned)nh, (unsigned)d->B)), 128, sizeof(float) * (N + 32), st>>>(
+        q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 
@@ -483,21 +487,21 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
   const float scale = 1.0f / sqrtf((float)(E / nh));
   if (d->attn_win) {
     const int qw = win_qw(d);
-    const dim3 grid((unsigned)nh, (unsigned)d->B, win_splits(d, qw));
+    const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));
     const size_t sq = sizeof(float) * win_floats(N, E / nh, 0, qw), skv = sizeof(float) * win_floats(N, E / nh, 1, qw);
     if (qw == 4) {
-      dt_attn_bwd_q_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq);
+      dt_attn_bwd_q_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq, d->pz);
       CUDA_RET(cudaGetLastError());
-      dt_attn_bwd_kv_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv);
+      dt_attn_bwd_kv_win_kernel<4><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
     } else {
-      dt_attn_bwd_q_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq);
+      dt_attn_bwd_q_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, sq, st>>>(P, datt, k, v, K, E, nh, scale, dS, dq, d->pz);
       CUDA_RET(cudaGetLastError());
-      dt_attn_bwd_kv_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv);
+      dt_attn_bwd_kv_win_kernel<2><<<grid, 32 * DT_ATTN_WARPS, skv, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
     }
     return (int)cudaGetLastError();
   }
-  const dim3 grid((unsigned)N, (unsigned)nh, (unsigned)d->B);
-  dt_attn_bwd_q_kernel<<<grid, 128, sizeof(float) * (N + 32), st>>>(P, datt, k, v, K, E, nh, scale, dS, dq);
-  dt_attn_bwd_kv_kernel<<<grid, 128, 0, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv);
+  const dim3 grid = dt_grid(d, dim3((unsigned)N, (unsigned)nh, (unsigned)d->B));
+  dt_attn_bwd_q_kernel<<<grid, 128, sizeof(float) * (N + 32), st>>>(P, datt, k, v, K, E, nh, scale, dS, dq, d->pz);
+  dt_attn_bwd_kv_kernel<<<grid, 128, 0, st>>>(P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
   return (int)cudaGetLastError();
 }

@@ -15,9 +15,10 @@
 /* dx (+)= rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)), one
  * warp a token */
 __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-                                 float *dx) {
+                                 float *dx, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
+  dy = dt_at(dy, pz), xhat = dt_at(xhat, pz), rstd = dt_at(rstd, pz), gam = dt_at(gam, pz), dx = dt_at(dx, pz);
   const float *g = dy + (size_t)tok * E, *xh = xhat + (size_t)tok * E;
   float m1 = 0, m2 = 0;
   for (int e = lane; e < E; e += 32) {
@@ -33,7 +34,8 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
   for (int e = lane; e < E; e += 32) dx[(size_t)tok * E + e] += r * (g[e] * gam[e] - m1 - xh[e] * m2);
 }
 
-__global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, size_t n) {
+__global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, size_t n, cuda_pz_t pz) {
+  u = dt_at(u, pz), dg = dt_at(dg, pz), du = dt_at(du, pz);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float x = u[i], t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
     du[i] = dg[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x));
@@ -41,7 +43,8 @@ __global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, s
 }
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
-__global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *dxf) {
+__global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *dxf, cuda_pz_t pz) {
+  dxs = dt_at(dxs, pz), dxf = dt_at(dxf, pz);
   const int tok = blockIdx.x, n = tok % (3 * K), b = tok / (3 * K);
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     dxf[(size_t)tok * E + e] = n % 3 == 1 ? dxs[((size_t)b * K + n / 3) * E + e] : 0.0f;
@@ -50,7 +53,8 @@ __global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *d
 /* the state tokens' rows of dx0 into dxs, and the states of real steps into
  * st (zeros for padding: its inputs are not read) */
 __global__ void dt_state_rows_kernel(const float *dx0, const float *states, const float *mask, int K, int E, int S,
-                                     float *dxs, float *st) {
+                                     float *dxs, float *st, cuda_pz_t pz) {
+  dx0 = dt_at(dx0, pz), states = dt_at(states, pz), mask = dt_at(mask, pz), dxs = dt_at(dxs, pz), st = dt_at(st, pz);
   const int s = blockIdx.x, b = s / K, t = s % K;
   for (int e = threadIdx.x; e < E; e += blockDim.x) dxs[(size_t)s * E + e] = dx0[((size_t)b * 3 * K + 3 * t + 1) * E + e];
   for (int i = threadIdx.x; i < S; i += blockDim.x) st[(size_t)s * S + i] = mask[s] != 0 ? states[(size_t)s * S + i] : 0.0f;
@@ -72,8 +76,10 @@ __global__ void dt_state_rows_kernel(const float *dx0, const float *states, cons
 __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, const float *dx0, const float *rtg,
                                                            const float *mask, const int32_t *actions,
                                                            const int32_t *timesteps, int BK, int r0, int per,
-                                                           float *g, float *part) {
+                                                           float *g, float *part, cuda_pz_t pz) {
   __shared__ int list[128], wcount[4];
+  dx0 = dt_at(dx0, pz), rtg = dt_at(rtg, pz), mask = dt_at(mask, pz), actions = dt_at(actions, pz);
+  timesteps = dt_at(timesteps, pz), g = dt_at(g, pz), part = dt_at(part, pz);
   const int E = L.E, K = L.K, tid = threadIdx.x, lane = tid & 31, w = tid / 32;
   const int64_t r = r0 + blockIdx.x;
   const int rrow = r == (int64_t)L.T + L.A; /* the W_R, b_R row */
@@ -131,7 +137,8 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
 
 /* the chunked rows' sums (rows L.T to L.T + A, dt_embed_bwd_kernel's part)
  * into g, in chunk order */
-__global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, int chunks, float *g) {
+__global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, int chunks, float *g, cuda_pz_t pz) {
+  part = dt_at(part, pz), g = dt_at(g, pz);
   const int E = L.E, rows = L.A + 1;
   for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < rows * 2 * E; x += gridDim.x * blockDim.x) {
     const int row = x / (2 * E), e2 = x % (2 * E);
@@ -154,10 +161,10 @@ int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rst
               float *dx, float *dgam, float *dbet, cudaStream_t st) {
   /* gamma's and beta's column sums on the side streams, beside dx */
   CUDA_RET(dt_fork(d, st, 2));
-  dt_ln_bwd_kernel<<<(unsigned)((T + 7) / 8), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx);
+  dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_colsum(dy, xhat, T, E, E, dgam, 1, d->csum[0], d->csum_cap, d->side[0]));
-  CUDA_RET(dt_colsum(dy, NULL, T, E, E, dbet, 1, d->csum[1], d->csum_cap, d->side[1]));
+  CUDA_RET(dt_colsum(d, dy, xhat, T, E, E, dgam, 1, d->csum[0], d->csum_cap, d->side[0]));
+  CUDA_RET(dt_colsum(d, dy, NULL, T, E, E, dbet, 1, d->csum[1], d->csum_cap, d->side[1]));
   CUDA_RET(dt_join(d, st, 0));
   return dt_join(d, st, 1);
 }
@@ -170,9 +177,9 @@ static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const flo
   /* the weight's gradient (and tmp) on one side stream, the bias's on the
    * other, dx beside them */
   CUDA_RET(dt_fork(d, st, 2));
-  CUDA_RET(dt_gemm_wgrad(out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->tc, d->side[0]));
-  CUDA_RET(dt_colsum(dy, NULL, T, out, out, g + b, 1, d->csum[1], d->csum_cap, d->side[1]));
-  if (dx) CUDA_RET(dt_gemm(T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, d->tc, st));
+  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[0]));
+  CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[1], d->csum_cap, d->side[1]));
+  if (dx) CUDA_RET(dt_gemm(d, T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st));
   CUDA_RET(dt_join(d, st, 0));
   return dt_join(d, st, 1);
 }
@@ -183,18 +190,18 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
   const float *p = d->p;
   float *g = d->g;
-  CUDA_RET(cudaMemsetAsync(g, 0, sizeof(float) * (size_t)L->n_params, st));
+  CUDA_RET(dt_zero(d, g, sizeof(float) * (size_t)L->n_params, st));
   /* the heads, at the state tokens */
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
-    CUDA_RET(dt_gemm_wgrad(L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, d->tmp, d->tmp_cap,
-                           d->tc, st));
-    CUDA_RET(dt_colsum(d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
-    CUDA_RET(dt_gemm(BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
-                     d->tc, st));
+    CUDA_RET(dt_gemm_wgrad(d, L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, d->tmp,
+                           d->tmp_cap, st));
+    CUDA_RET(dt_colsum(d, d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
+    CUDA_RET(dt_gemm(d, BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
+                     st));
   }
-  dt_scatter_state_kernel<<<(unsigned)T, 128, 0, st>>>(d->dxs, K, E, d->dxf);
+  dt_scatter_state_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(d->dxs, K, E, d->dxf, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(cudaMemsetAsync(d->dX, 0, sizeof(float) * NE, st));
+  CUDA_RET(dt_zero(d, d->dX, sizeof(float) * NE, st));
   CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
@@ -203,11 +210,11 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     const float *P = d->P + l * NN;
     /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2 */
     CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->dgl, 0, st));
-    dt_gelu_bwd_kernel<<<(unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096), 256, 0, st>>>(u, d->dgl, d->du,
-                                                                                                    NF);
+    dt_gelu_bwd_kernel<<<dt_grid(d, dim3((unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096))), 256, 0, st>>>(
+        u, d->dgl, d->du, NF, d->pz);
     CUDA_RET(cudaGetLastError());
     CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, st));
-    CUDA_RET(cudaMemcpyAsync(d->dxm, d->dX, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
+    CUDA_RET(dt_copy(d, d->dxm, d->dX, sizeof(float) * NE, st));
     CUDA_RET(dt_ln_bwd(d, d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, g + o->ln2_w,
                        g + o->ln2_b, st));
     /* xm = X_l + W_o att + b_o */
@@ -216,21 +223,22 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin_bwd(d, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, st));
     CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, st));
     CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, st));
-    CUDA_RET(cudaMemcpyAsync(d->dX, d->dxm, sizeof(float) * NE, cudaMemcpyDeviceToDevice, st));
+    CUDA_RET(dt_copy(d, d->dX, d->dxm, sizeof(float) * NE, st));
     CUDA_RET(dt_ln_bwd(d, d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, g + o->ln1_w,
                        g + o->ln1_b, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf) */
-  CUDA_RET(cudaMemsetAsync(d->dxf, 0, sizeof(float) * NE, st));
+  CUDA_RET(dt_zero(d, d->dxf, sizeof(float) * NE, st));
   CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, st));
-  dt_state_rows_kernel<<<(unsigned)BK, 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs, d->st_real);
+  dt_state_rows_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs,
+                                                                        d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm_wgrad(E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, d->tc, st));
-  CUDA_RET(dt_colsum(d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */
-  dt_embed_bwd_kernel<<<(unsigned)L->T, 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, 0, BK,
-                                                      g, NULL);
+  dt_embed_bwd_kernel<<<dt_grid(d, dim3((unsigned)L->T)), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions,
+                                                                        d->timesteps, BK, 0, BK, g, NULL, d->pz);
   CUDA_RET(cudaGetLastError());
   const size_t row_floats = (size_t)(L->A + 1) * 2 * E;
   long long chunks = BK < 64 ? BK : 64;
@@ -238,9 +246,10 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   if (chunks < 1) chunks = 1;
   const int per = (int)((BK + chunks - 1) / chunks);
   chunks = (BK + per - 1) / per;
-  dt_embed_bwd_kernel<<<dim3((unsigned)(L->A + 1), (unsigned)chunks), 128, 0, st>>>(
-      *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, L->T, per, g, d->tmp);
+  dt_embed_bwd_kernel<<<dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st>>>(
+      *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, L->T, per, g, d->tmp, d->pz);
   CUDA_RET(cudaGetLastError());
-  dt_embed_final_kernel<<<(unsigned)((row_floats + 255) / 256), 256, 0, st>>>(*L, d->tmp, (int)chunks, g);
+  dt_embed_final_kernel<<<dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st>>>(*L, d->tmp, (int)chunks,
+                                                                                                g, d->pz);
   return (int)cudaGetLastError();
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "dt.h"
+#include "pz.cuh"
 
 typedef struct cuda_dt {
   dt_layout_t L;
@@ -44,6 +45,7 @@ typedef struct cuda_dt {
   cudaStream_t side[2];                   /* independent GEMMs beside the caller's stream (branches of the graph) */
   cudaEvent_t fork, join[2];
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
+  cuda_pz_t pz;                           /* the members each launch runs ({1, 0} alone; "DT populations" below) */
 } cuda_dt_t;
 
 #ifdef __cplusplus
@@ -64,20 +66,46 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 #endif
 
 #ifdef __CUDACC__
+/* DT populations (docs/population.md, "The Decision Transformer"): every
+ * member's DT buffers lie at member 0's plus i x pz.stride bytes (the
+ * arena), so each launch runs all pz.n members with grid z = pz.n x its own
+ * z: block z works for member z % pz.n on its own z / pz.n. A member's
+ * blocks do exactly what a lone learner's do (the plans depend on the
+ * shapes alone), so a member is bit for bit its lone twin. */
+static __device__ __forceinline__ int dt_z(cuda_pz_t pz) { return (int)blockIdx.z / pz.n; }
+static __device__ __forceinline__ int dt_nz(cuda_pz_t pz) { return (int)gridDim.z / pz.n; }
+/* p of the block's member; NULL stays NULL */
+template <typename T> static __device__ __forceinline__ T *dt_at(T *p, cuda_pz_t pz) {
+  return p ? (T *)((char *)p + (long long)(blockIdx.z % (unsigned)pz.n) * pz.stride) : p;
+}
+/* the block's member's offset in floats (from any float buffer of member 0) */
+static __device__ __forceinline__ size_t dt_mf(cuda_pz_t pz) {
+  return (size_t)(blockIdx.z % (unsigned)pz.n) * (size_t)(pz.stride / 4);
+}
+/* a launch's grid with the members along z */
+static inline dim3 dt_grid(const cuda_dt_t *d, dim3 g) {
+  g.z *= (unsigned)d->pz.n;
+  return g;
+}
+/* bytes at p zeroed, and copied, for every member */
+int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st);
+int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaStream_t st);
+
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
-/* tc: 0 fp32 (dt.cu's dt_gemm_kernel), 1 TF32 operands (dt_gemm_tc_kernel) */
-int dt_gemm(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C, int ldc,
-            const float *bias, const float *R, int ldr, int acc, int tc, cudaStream_t st);
+/* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
+ * dt_gemm_tc_kernel) and members (d->pz); the pointers member 0's */
+int dt_gemm(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+            float *C, int ldc, const float *bias, const float *R, int ldr, int acc, cudaStream_t st);
 /* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order
  * (part: scratch of cap floats; the weight gradients, K the tokens) */
-int dt_gemm_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb, float *C,
-                  int ldc, float *part, size_t cap, int tc, cudaStream_t st);
+int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st);
 /* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
-int dt_colsum(const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc, float *part, size_t cap,
-              cudaStream_t st);
+int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
+              float *part, size_t cap, cudaStream_t st);
 int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
               float *dx, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);

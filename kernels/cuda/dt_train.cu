@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "arena.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 #include "dt_train_cuda.cuh"
@@ -21,10 +22,15 @@
 
 /* row i's window (one block a row): thread 0 walks the Philox draws and the
  * returns-to-go from the episode's end back, the others copy the states */
-__global__ void dt_sample_kernel(cuda_dt_replay_t rp, unsigned long long seed, const unsigned long long *ctr, int K,
-                                 float rtg_scale, float *states, float *rtg, int32_t *actions, int32_t *timesteps,
-                                 float *mask, float *sums) {
+__global__ void dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *seedp, const unsigned long long *ctr,
+                                 int K, float rtg_scale, float *states, float *rtg, int32_t *actions,
+                                 int32_t *timesteps, float *mask, float *sums, cuda_pz_t pz) {
   extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding */
+  rp.s = dt_at(rp.s, pz), rp.r = dt_at(rp.r, pz), rp.a = dt_at(rp.a, pz), rp.ep_first = dt_at(rp.ep_first, pz);
+  rp.ep_last = dt_at(rp.ep_last, pz), rp.ring = dt_at(rp.ring, pz), ctr = dt_at(ctr, pz);
+  states = dt_at(states, pz), rtg = dt_at(rtg, pz), actions = dt_at(actions, pz), timesteps = dt_at(timesteps, pz);
+  mask = dt_at(mask, pz), sums = dt_at(sums, pz);
+  const unsigned long long seed = *dt_at(seedp, pz);
   const int i = blockIdx.x, S = rp.S;
   const long long size = rp.ring[0], head = rp.ring[1], total = rp.ring[2];
   if (threadIdx.x == 0) {
@@ -65,8 +71,9 @@ __global__ void dt_sample_kernel(cuda_dt_replay_t rp, unsigned long long seed, c
 
 /* partial sums of g^2 in double (the CPU's grad_norm sums in double),
  * DT_NORM_BLOCKS blocks, each its stride in order */
-__global__ void dt_norm_partial_kernel(const float *g, long long n, double *part) {
+__global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, cuda_pz_t pz) {
   __shared__ double red[32];
+  g = dt_at(g, pz), part = dt_at(part, pz);
   double s = 0;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
     s += (double)g[k] * g[k];
@@ -79,9 +86,10 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
  * an applied step's into the call's stats (as dt_train_step's loop keeps
  * them: a halting step's go only to its message) */
 __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
-                               float *sums, double *acc) {
+                               float *sums, double *acc, cuda_pz_t pz) {
   __shared__ double red[32];
   __shared__ float redf[32];
+  part = dt_at(part, pz), hp = dt_at(hp, pz), ctr = dt_at(ctr, pz), sums = dt_at(sums, pz), acc = dt_at(acc, pz);
   double s = 0;
   for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
   s = dt_block_sum(s, red);
@@ -112,8 +120,10 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
  * warm-up's lr, when the step applies */
 __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
-                                const unsigned long long *ctr, const float *sums) {
+                                const unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
+  sums = dt_at(sums, pz);
   if (sums[DT_SUM_APPLY] == 0) return;
+  p = dt_at(p, pz), g = dt_at(g, pz), m = dt_at(m, pz), v = dt_at(v, pz), hp = dt_at(hp, pz), ctr = dt_at(ctr, pz);
   const float norm = sums[DT_SUM_NORM], lr = sums[DT_SUM_LR];
   float scale = 1.0f;
   if (hp->dt_clip > 0) {
@@ -133,7 +143,8 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
   }
 }
 
-__global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums) {
+__global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
+  ctr = dt_at(ctr, pz), sums = dt_at(sums, pz);
   if (sums[DT_SUM_APPLY] != 0) *ctr += 1;
 }
 
@@ -149,13 +160,14 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
   memset(t, 0, sizeof *t);
   int e = cuda_dt_alloc(&t->dt, L, B);
   const size_t P = (size_t)L->n_params;
-  if (!e) e = (int)cudaMalloc((void **)&t->m, sizeof(float) * P);
-  if (!e) e = (int)cudaMalloc((void **)&t->v, sizeof(float) * P);
-  if (!e) e = (int)cudaMalloc((void **)&t->ctr, sizeof(unsigned long long));
-  if (!e) e = (int)cudaMalloc((void **)&t->part, sizeof(double) * DT_NORM_BLOCKS);
-  if (!e) e = (int)cudaMalloc((void **)&t->acc, sizeof(double) * 2);
-  if (!e) e = (int)cudaMalloc((void **)&t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
-  if (!e) e = (int)cudaMalloc((void **)&t->flag, sizeof(int));
+  /* dev_alloc: a population member's come from its slice of the arena */
+  if (!e) e = (int)dev_alloc_t(&t->m, sizeof(float) * P);
+  if (!e) e = (int)dev_alloc_t(&t->v, sizeof(float) * P);
+  if (!e) e = (int)dev_alloc_t(&t->ctr, sizeof(unsigned long long));
+  if (!e) e = (int)dev_alloc_t(&t->part, sizeof(double) * DT_NORM_BLOCKS);
+  if (!e) e = (int)dev_alloc_t(&t->acc, sizeof(double) * 2);
+  if (!e) e = (int)dev_alloc_t(&t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
+  if (!e) e = (int)dev_alloc_t(&t->flag, sizeof(int));
   if (!e) e = (int)cudaMemset(t->m, 0, sizeof(float) * P);
   if (!e) e = (int)cudaMemset(t->v, 0, sizeof(float) * P);
   if (!e) e = (int)cudaMemset(t->ctr, 0, sizeof(unsigned long long));
@@ -166,8 +178,8 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
 
 extern "C" void cuda_dt_train_free(cuda_dt_train_t *t) {
   cuda_dt_free(&t->dt);
-  cudaFree(t->m), cudaFree(t->v), cudaFree(t->ctr), cudaFree(t->part), cudaFree(t->acc), cudaFree(t->sums);
-  cudaFree(t->flag);
+  dev_free(t->m), dev_free(t->v), dev_free(t->ctr), dev_free(t->part), dev_free(t->acc), dev_free(t->sums);
+  dev_free(t->flag);
   t->m = t->v = NULL, t->ctr = NULL, t->part = t->acc = NULL, t->sums = NULL, t->flag = NULL;
 }
 
@@ -180,24 +192,25 @@ extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *r
 }
 
 extern "C" int cuda_dt_call_begin(cuda_dt_train_t *t, cudaStream_t st) {
-  CUDA_RET(cudaMemsetAsync(t->acc, 0, sizeof(double) * 2, st));
-  return (int)cudaMemsetAsync(t->sums, 0, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + t->dt.B), st);
+  CUDA_RET(dt_zero(&t->dt, t->acc, sizeof(double) * 2, st));
+  return dt_zero(&t->dt, t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + t->dt.B), st);
 }
 
-extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, unsigned long long seed,
+extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, const unsigned long long *seed,
                                   float rtg_scale, const learner_hparams_t *hp, cudaStream_t st) {
   cuda_dt_t *d = &t->dt;
   const int K = d->L.K, B = d->B;
-  dt_sample_kernel<<<(unsigned)B, 128, sizeof(long long) * K, st>>>(*rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg,
-                                                                   d->actions, d->timesteps, d->mask, t->sums);
+  const cuda_pz_t pz = d->pz;
+  dt_sample_kernel<<<dt_grid(d, dim3((unsigned)B)), 128, sizeof(long long) * K, st>>>(
+      *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cuda_dt_loss_grad(d, st));
-  CUDA_RET(cudaMemcpyAsync(t->sums + DT_SUM_LOSS, d->sums, sizeof(float), cudaMemcpyDeviceToDevice, st));
+  CUDA_RET(dt_copy(d, t->sums + DT_SUM_LOSS, d->sums, sizeof(float), st));
   const long long n = d->L.n_params;
-  dt_norm_partial_kernel<<<DT_NORM_BLOCKS, 256, 0, st>>>(d->g, n, t->part);
-  dt_norm_kernel<<<1, 256, 0, st>>>(t->part, B, hp, t->ctr, t->sums, t->acc);
-  dt_adamw_kernel<<<(unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048), 256, 0, st>>>(d->p, d->g, t->m, t->v,
-                                                                                              n, hp, t->ctr, t->sums);
-  dt_count_step_kernel<<<1, 1, 0, st>>>(t->ctr, t->sums);
+  dt_norm_partial_kernel<<<dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st>>>(d->g, n, t->part, pz);
+  dt_norm_kernel<<<dt_grid(d, dim3(1)), 256, 0, st>>>(t->part, B, hp, t->ctr, t->sums, t->acc, pz);
+  dt_adamw_kernel<<<dt_grid(d, dim3((unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048))), 256, 0, st>>>(
+      d->p, d->g, t->m, t->v, n, hp, t->ctr, t->sums, pz);
+  dt_count_step_kernel<<<dt_grid(d, dim3(1)), 1, 0, st>>>(t->ctr, t->sums, pz);
   return (int)cudaGetLastError();
 }

@@ -56,9 +56,10 @@ int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaStre
 /* clears the call's sums (before the first step of a call) */
 int cuda_dt_call_begin(cuda_dt_train_t *t, cudaStream_t st);
 /* one step, queued on st (capturable): windows for step *ctr, loss and
- * gradient, norm, clip, AdamW; hp a device pointer */
-int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, unsigned long long seed, float rtg_scale,
-                       const learner_hparams_t *hp, cudaStream_t st);
+ * gradient, norm, clip, AdamW; seed and hp device pointers; for every
+ * member of t->dt.pz (the pointers member 0's) */
+int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, const unsigned long long *seed,
+                       float rtg_scale, const learner_hparams_t *hp, cudaStream_t st);
 #ifdef __cplusplus
 }
 #endif

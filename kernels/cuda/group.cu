@@ -16,7 +16,9 @@
 
 #include "arena.cuh"
 #include "cuda_check.h"
+#include "dt_train_cuda.cuh"
 #include "learner_cuda.cuh"
+#include "model.h"
 
 /* ---- the arena */
 
@@ -79,6 +81,8 @@ static void group_free(cuda_group_t *g) {
   if (!g) return;
   if (g->exec) cudaGraphExecDestroy(g->exec);
   if (g->graph) cudaGraphDestroy(g->graph);
+  if (g->dt_exec) cudaGraphExecDestroy(g->dt_exec);
+  if (g->dt_graph) cudaGraphDestroy(g->dt_graph);
   if (g->base) {
     pthread_mutex_lock(&ranges_mu);
     for (arena_range_t **r = &ranges; *r; r = &(*r)->next)
@@ -99,10 +103,6 @@ static void group_free(cuda_group_t *g) {
 
 extern "C" int cuda_group_create(const learner_config_t *c, int n, void **group, char *err, size_t errlen) {
   *group = NULL;
-  if (c->dt_layers) { /* the Decision Transformer's buffers are each member's own (learner_dt_cuda.cu) */
-    snprintf(err, errlen, "population: members with a Decision Transformer step alone");
-    return LEARNER_EUNSUPPORTED;
-  }
   /* the slice: one member created with every buffer counted, then freed */
   arena_t probe = {NULL, 0, 0, 1};
   void *impl = NULL;
@@ -120,6 +120,17 @@ extern "C" int cuda_group_create(const learner_config_t *c, int n, void **group,
   if (!g) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   g->cfg = *c;
   g->n = n;
+  /* the DT's launches put the members along grid z beside the splits (at
+   * most 264 a GEMM) and, for windows too large for shared memory, the
+   * batch: within CUDA's 65,535 */
+  if (c->dt_layers) {
+    int win = 0;
+    static thread_local model_t reg;
+    dt_layout_t L;
+    char why[256];
+    g->dt_shared = !dt_layout_from_config(c, &reg, &L, why, sizeof why) && !dt_attn_init(&L, &win) &&
+                   (long long)n * 264 <= 65535 && (win || (long long)n * c->dt_batch <= 65535);
+  }
   g->stride = probe.used;
   g->m = (cuda_learner_t **)calloc((size_t)n, sizeof *g->m);
   arena_range_t *r = (arena_range_t *)calloc(1, sizeof *r);

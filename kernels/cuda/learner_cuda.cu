@@ -505,4 +505,5 @@ extern "C" const learner_backend_ops_t learner_cuda_ops = {
     cuda_group_destroy,
     cuda_dt_step,
     cuda_dt_act,
+    cuda_group_dt_step,
 };

@@ -90,6 +90,9 @@ typedef struct cuda_group {
   int her;               /* the HER/n-step kernel captured in it (any member's) */
   unsigned char *resets; /* pinned [n][CUDA_GROUP_RESET_BYTES]: each call's per-member sums and halt words */
   int *halts;            /* pinned [n] ones: a stop's halt words */
+  int dt_shared;         /* the Decision Transformer's pre-training step runs every member in one launch */
+  cudaGraph_t dt_graph;  /* that step, captured on member 0's streams (learner_dt_cuda.cu) */
+  cudaGraphExec_t dt_exec;
 } cuda_group_t;
 /* dev_state_t from loss_sum through halt_next */
 #define CUDA_GROUP_RESET_BYTES (offsetof(dev_state_t, halt_next) + sizeof(int) - offsetof(dev_state_t, loss_sum))
@@ -110,6 +113,8 @@ extern "C" {
 int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen);
 void cuda_learner_dt_free(cuda_learner_t *m);
 int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err, size_t errlen);
+int cuda_group_dt_step(void *group, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, int *rcs,
+                       char (*errs)[512], char *err, size_t errlen);
 int cuda_dt_act(void *impl, const float *states, const float *rtg, const int32_t *actions, const int32_t *timesteps,
                 const float *mask, int32_t *action, char *err, size_t errlen);
 

@@ -61,51 +61,37 @@ static cuda_dt_replay_t replay_of(const cuda_learner_t *m) {
   return rp;
 }
 
-/* one step queued on m->st: the captured graph's replay, or its launches */
-static int launch(cuda_learner_t *m, const cuda_dt_replay_t *rp) {
-  if (!m->cfg.cuda_graph)
-    return cuda_dt_train_step(m->dt, rp, m->cfg.seed, m->cfg.dt_rtg_scale, m->hp, m->st);
-  if (!m->dt_exec) {
+/* one step of t's members queued on m->st (member 0's for a group): the
+ * captured graph's replay (captured into *graph, *exec the first time), or
+ * its launches */
+static int launch(cuda_learner_t *m, cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaGraph_t *graph,
+                  cudaGraphExec_t *exec) {
+  const unsigned long long *seed = &m->ds->seed; /* each member's (t's pz moves it) */
+  if (!m->cfg.cuda_graph) return cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st);
+  if (!*exec) {
     CUDA_RET(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
-    int e = cuda_dt_train_step(m->dt, rp, m->cfg.seed, m->cfg.dt_rtg_scale, m->hp, m->st);
+    int e = cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st);
     cudaGraph_t g = NULL;
     const cudaError_t e2 = cudaStreamEndCapture(m->st, &g);
     if (e || e2 != cudaSuccess) {
       if (g) cudaGraphDestroy(g);
       return e ? e : (int)e2;
     }
-    const cudaError_t e3 = cudaGraphInstantiate(&m->dt_exec, g, 0);
+    const cudaError_t e3 = cudaGraphInstantiate(exec, g, 0);
     if (e3 != cudaSuccess) {
       cudaGraphDestroy(g);
-      m->dt_exec = NULL;
+      *exec = NULL;
       return (int)e3;
     }
-    m->dt_graph = g;
+    *graph = g;
   }
-  return (int)cudaGraphLaunch(m->dt_exec, m->st);
+  return (int)cudaGraphLaunch(*exec, m->st);
 }
 
-extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err,
-                            size_t errlen) {
-  cuda_learner_t *m = (cuda_learner_t *)impl;
-  const cuda_dt_replay_t rp = replay_of(m);
-  int has = 0;
-  CUDA_TRY((cudaError_t)cuda_dt_has_episode(m->dt, &rp, m->st, &has), err, errlen);
-  float sums[DT_SUM_ROWS_ANY];
-  memset(sums, 0, sizeof sums);
-  int stopped = 0;
-  if (has) {
-    CUDA_TRY((cudaError_t)cuda_dt_call_begin(m->dt, m->st), err, errlen);
-    for (int done = 0; done < n && !stopped;) {
-      if ((stopped = learner_should_stop(stop))) break;
-      const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
-      for (int i = 0; i < k; i++) CUDA_TRY((cudaError_t)launch(m, &rp), err, errlen);
-      done += k;
-      CUDA_TRY(cudaMemcpyAsync(sums, m->dt->sums, sizeof sums, cudaMemcpyDeviceToHost, m->st), err, errlen);
-      CUDA_TRY(cudaStreamSynchronize(m->st), err, errlen);
-      if (sums[DT_SUM_HALT] != 0) break;
-    }
-  }
+/* member m's statistics and code for a call of n steps from its sums (has:
+ * the replay held a whole episode; stopped: learner_should_stop's) */
+static int call_result(cuda_learner_t *m, int has, const float *sums, int stopped, int n, learner_dt_stats_t *st,
+                       char *err, size_t errlen) {
   unsigned long long ctr = 0;
   double acc[2] = {0, 0};
   CUDA_TRY(cudaMemcpy(&ctr, m->dt->ctr, sizeof ctr, cudaMemcpyDeviceToHost), err, errlen);
@@ -129,6 +115,75 @@ extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner
              stopped == LEARNER_STOP_DEADLINE ? "its deadline passed" : "its stop flag was set");
     return LEARNER_ESTOPPED;
   }
+  return LEARNER_OK;
+}
+
+extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err,
+                            size_t errlen) {
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  const cuda_dt_replay_t rp = replay_of(m);
+  int has = 0;
+  CUDA_TRY((cudaError_t)cuda_dt_has_episode(m->dt, &rp, m->st, &has), err, errlen);
+  float sums[DT_SUM_ROWS_ANY];
+  memset(sums, 0, sizeof sums);
+  int stopped = 0;
+  if (has) {
+    CUDA_TRY((cudaError_t)cuda_dt_call_begin(m->dt, m->st), err, errlen);
+    for (int done = 0; done < n && !stopped;) {
+      if ((stopped = learner_should_stop(stop))) break;
+      const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
+      for (int i = 0; i < k; i++) CUDA_TRY((cudaError_t)launch(m, m->dt, &rp, &m->dt_graph, &m->dt_exec), err, errlen);
+      done += k;
+      CUDA_TRY(cudaMemcpyAsync(sums, m->dt->sums, sizeof sums, cudaMemcpyDeviceToHost, m->st), err, errlen);
+      CUDA_TRY(cudaStreamSynchronize(m->st), err, errlen);
+      if (sums[DT_SUM_HALT] != 0) break;
+    }
+  }
+  return call_result(m, has, sums, stopped, n, st, err, errlen);
+}
+
+extern "C" int cuda_group_dt_step(void *group, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, int *rcs,
+                                  char (*errs)[512], char *err, size_t errlen) {
+  cuda_group_t *g = (cuda_group_t *)group;
+  cuda_learner_t *m = g->m[0];
+  if (!g->dt_shared) {
+    snprintf(err, errlen, "population: these Decision Transformer shapes do not fit one launch; each member pre-trains "
+                          "alone");
+    return LEARNER_EUNSUPPORTED;
+  }
+  /* member 0's buffers, with every member along z */
+  cuda_dt_train_t t = *m->dt;
+  t.dt.pz = cuda_pz_t{g->n, (long long)g->stride};
+  const cuda_dt_replay_t rp = replay_of(m);
+  const size_t R = sizeof(float) * DT_SUM_ROWS_ANY;
+  float *sums = (float *)calloc((size_t)g->n, R);
+  if (!sums) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
+  int stopped = 0;
+  cudaError_t e = (cudaError_t)cuda_dt_call_begin(&t, m->st);
+  for (int done = 0; done < n && !stopped && e == cudaSuccess;) {
+    if ((stopped = learner_should_stop(stop))) break;
+    const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
+    for (int i = 0; i < k && e == cudaSuccess; i++) e = (cudaError_t)launch(m, &t, &rp, &g->dt_graph, &g->dt_exec);
+    done += k;
+    if (e == cudaSuccess)
+      e = cudaMemcpy2DAsync(sums, R, m->dt->sums, g->stride, R, (size_t)g->n, cudaMemcpyDeviceToHost, m->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
+    int live = 0; /* a member's halt ends its own steps, not the others' */
+    for (int i = 0; i < g->n && e == cudaSuccess; i++) live += sums[(size_t)i * DT_SUM_ROWS_ANY + DT_SUM_HALT] == 0;
+    if (e == cudaSuccess && !live) break;
+  }
+  if (e != cudaSuccess) {
+    free(sums);
+    snprintf(err, errlen, "cuda: %s", cudaGetErrorString(e));
+    return LEARNER_EDEVICE;
+  }
+  int any_stopped = 0;
+  for (int i = 0; i < g->n; i++) {
+    rcs[i] = call_result(g->m[i], 1, sums + (size_t)i * DT_SUM_ROWS_ANY, stopped, n, &st[i], errs[i], sizeof errs[i]);
+    any_stopped |= rcs[i] == LEARNER_ESTOPPED;
+  }
+  free(sums);
+  if (!any_stopped) stop->why = LEARNER_STOP_NONE;
   return LEARNER_OK;
 }
 
