@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
   K = K - klo < kper ? K : klo + kper;
   float s[4][4] = {{0}}, ra[DG_S][4], rb[DG_S][4];
   dg_plan<TA, TB> pl;
-  dg_plan_init<TA, TB, DG_LD>(pl, M, N, dt_at(A, pz), lda, dt_at(B, pz), ldb, m0, n0, klo);
+  dg_plan_init<TA, TB, DG_LD>(pl, M, N, dt_off(A, dt_moz(pz)), lda, dt_off(B, dt_moz(pz)), ldb, m0, n0, klo);
 #pragma unroll
   for (int u = 0; u < DG_S; u++)
     if (klo + u * DG_BK < K) dg_load(pl, K, lda, ldb, klo + u * DG_BK, u * DG_BK, ra[u], rb[u]);
@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
     __syncthreads();
   }
   /* the member's pointers from the parameters here, not held through the loop */
-  bias = dt_at(bias, pz), R = dt_at(R, pz), C = dt_at(C, pz) + dt_z(pz) * cz;
+  const long long mo = dt_moz(pz);
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz;
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   K = K - klo < kper ? K : klo + kper;
   float s[16] = {0}, ra[4], rb[4];
   dg_plan<TA, TB> pl;
-  dg_plan_init<TA, TB, DT_TLD>(pl, M, N, dt_at(A, pz), lda, dt_at(B, pz), ldb, m0, n0, klo);
+  dg_plan_init<TA, TB, DT_TLD>(pl, M, N, dt_off(A, dt_moz(pz)), lda, dt_off(B, dt_moz(pz)), ldb, m0, n0, klo);
   int buf = 0;
   if (klo < K) {
     dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
@@ -196,7 +197,8 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     __syncthreads();
     buf ^= 1;
   }
-  bias = dt_at(bias, pz), R = dt_at(R, pz), C = dt_at(C, pz) + dt_z(pz) * cz; /* as dt_gemm_kernel's */
+  const long long mo = dt_moz(pz); /* as dt_gemm_kernel's */
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz;
 #pragma unroll
   for (int e = 0; e < 16; e++) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
     const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4 + (c & 1);
@@ -233,7 +235,8 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 /* C[m, n] += the split-K parts' sums, in part order */
 __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, cuda_pz_t pz) {
   const size_t MN = (size_t)M * N;
-  part = dt_at(part, pz), C = dt_at(C, pz);
+  const long long mo = dt_mo(pz);
+  part = dt_off(part, mo), C = dt_off(C, mo);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < MN; i += (size_t)gridDim.x * blockDim.x) {
     float s = 0;
     for (int z = 0; z < parts; z++) s += part[z * MN + i];
@@ -249,7 +252,8 @@ __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int
 __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *Y, int rows, int cols, int ld,
                                                              int per, float *part, cuda_pz_t pz) {
   __shared__ float sh[8][33];
-  X = dt_at(X, pz), Y = dt_at(Y, pz), part = dt_at(part, pz);
+  const long long mo = dt_mo(pz);
+  X = dt_off(X, mo), Y = dt_off0(Y, mo), part = dt_off(part, mo);
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane, ch = blockIdx.y;
   const int r0 = ch * per, r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
   float s = 0;
@@ -275,7 +279,8 @@ __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, con
 /* out[c] (=, or +=) the chunks' partial sums: a warp a column, lane l the
  * chunks l, l + 32, ... in order, then a fixed tree over the lanes */
 __global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc, cuda_pz_t pz) {
-  part = dt_at(part, pz), out = dt_at(out, pz);
+  const long long mo = dt_mo(pz);
+  part = dt_off(part, mo), out = dt_off(out, mo);
   const int lane = threadIdx.x & 31, c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= cols) return;
   float s = 0;
@@ -290,8 +295,9 @@ __global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, 
 __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
                                 const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0,
                                 cuda_pz_t pz) {
-  p = dt_at(p, pz), se = dt_at(se, pz), rtg = dt_at(rtg, pz), mask = dt_at(mask, pz);
-  actions = dt_at(actions, pz), timesteps = dt_at(timesteps, pz), x0 = dt_at(x0, pz);
+  const long long mo = dt_mo(pz);
+  p = dt_off(p, mo), se = dt_off(se, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
+  actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo), x0 = dt_off(x0, mo);
   const int N = 3 * L.K, E = L.E, tok = blockIdx.x, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
   const size_t step = (size_t)b * L.K + t;
   float *x = x0 + (size_t)tok * E;
@@ -325,8 +331,9 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
                              float *rstd, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
-  x = dt_at(x, pz), gam = dt_at(gam, pz), bet = dt_at(bet, pz), y = dt_at(y, pz), xhat = dt_at(xhat, pz);
-  rstd = dt_at(rstd, pz);
+  const long long mo = dt_mo(pz);
+  x = dt_off(x, mo), gam = dt_off(gam, mo), bet = dt_off(bet, mo), y = dt_off(y, mo), xhat = dt_off(xhat, mo);
+  rstd = dt_off(rstd, mo);
   const float *xr = x + (size_t)tok * E;
   float s = 0;
   for (int e = lane; e < E; e += 32) s += xr[e];
@@ -349,14 +356,16 @@ __device__ __forceinline__ float dt_gelu(float u) {
 }
 
 __global__ void dt_gelu_kernel(const float *u, float *g, size_t n, cuda_pz_t pz) {
-  u = dt_at(u, pz), g = dt_at(g, pz);
+  const long long mo = dt_mo(pz);
+  u = dt_off(u, mo), g = dt_off(g, mo);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     g[i] = dt_gelu(u[i]);
 }
 
 /* xs [B K, E]: the state tokens (3t + 1) of xf */
 __global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs, cuda_pz_t pz) {
-  xf = dt_at(xf, pz), xs = dt_at(xs, pz);
+  const long long mo = dt_mo(pz);
+  xf = dt_off(xf, mo), xs = dt_off(xs, mo);
   const int s = blockIdx.x, b = s / K, t = s % K;
   const float *src = xf + ((size_t)b * 3 * K + 3 * t + 1) * E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) xs[(size_t)s * E + e] = src[e];
@@ -364,7 +373,8 @@ __global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs,
 
 /* the real steps, into sums[1] (one block, in order) */
 __global__ void dt_count_kernel(const float *mask, int BK, float *sums, cuda_pz_t pz) {
-  mask = dt_at(mask, pz), sums = dt_at(sums, pz);
+  const long long mo = dt_mo(pz);
+  mask = dt_off(mask, mo), sums = dt_off(sums, mo);
   __shared__ float red[32];
   float c = 0;
   for (int i = threadIdx.x; i < BK; i += blockDim.x) c += mask[i] != 0;
@@ -378,8 +388,9 @@ __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32
                              float *loss_step, const float *sums, cuda_pz_t pz) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= BK) return;
-  mask = dt_at(mask, pz), actions = dt_at(actions, pz), z = dt_at(z, pz), dz = dt_at(dz, pz);
-  loss_step = dt_at(loss_step, pz), sums = dt_at(sums, pz);
+  const long long mo = dt_mo(pz);
+  mask = dt_off(mask, mo), actions = dt_off(actions, mo), z = dt_off(z, mo), dz = dt_off(dz, mo);
+  loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
   float *zr = z + (size_t)s * L.A, *dr = dz + (size_t)s * L.A;
   if (mask[s] == 0) {
     for (int c = 0; c < L.A; c++) zr[c] = 0, dr[c] = 0;
@@ -404,7 +415,8 @@ __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32
 
 /* sums[0] = sum of the steps' CE / real steps (one block, in order) */
 __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums, cuda_pz_t pz) {
-  loss_step = dt_at(loss_step, pz), sums = dt_at(sums, pz);
+  const long long mo = dt_mo(pz);
+  loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
   __shared__ float red[32];
   float s = 0;
   for (int i = threadIdx.x; i < BK; i += blockDim.x) s += loss_step[i];

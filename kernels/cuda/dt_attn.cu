@@ -335,7 +335,8 @@ __global__ void dt_attn_kernel(const float *q, const float *k, const float *v, c
                                float scale, float *P, float *att, cuda_pz_t pz) {
   extern __shared__ float sc[]; /* N scores, then 32 for the reductions */
   const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
-  q = dt_at(q, pz), k = dt_at(k, pz), v = dt_at(v, pz), mask = dt_at(mask, pz), P = dt_at(P, pz), att = dt_at(att, pz);
+  const long long mo = dt_moz(pz);
+  q = dt_off(q, mo), k = dt_off(k, mo), v = dt_off(v, mo), mask = dt_off(mask, mo), P = dt_off(P, mo), att = dt_off(att, mo);
   float *red = sc + N;
   float *Pi = P + (((size_t)b * nh + h) * N + i) * N;
   const size_t qi = ((size_t)b * N + i) * E + (size_t)h * dh;
@@ -380,7 +381,8 @@ __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const fl
                                      int nh, float scale, float *dS, float *dq, cuda_pz_t pz) {
   extern __shared__ float sh[]; /* N, then 32 */
   const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
-  P = dt_at(P, pz), datt = dt_at(datt, pz), k = dt_at(k, pz), v = dt_at(v, pz), dS = dt_at(dS, pz), dq = dt_at(dq, pz);
+  const long long mo = dt_moz(pz);
+  P = dt_off(P, mo), datt = dt_off(datt, mo), k = dt_off(k, mo), v = dt_off(v, mo), dS = dt_off(dS, mo), dq = dt_off(dq, mo);
   float *red = sh + N;
   const size_t row = (((size_t)b * nh + h) * N + i) * N, qi = ((size_t)b * N + i) * E + (size_t)h * dh;
   float dot = 0;
@@ -413,7 +415,8 @@ __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const fl
 __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E,
                                       int nh, float scale, float *dk, float *dv, cuda_pz_t pz) {
   const int N = 3 * K, j = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
-  P = dt_at(P, pz), dS = dt_at(dS, pz), q = dt_at(q, pz), datt = dt_at(datt, pz), dk = dt_at(dk, pz), dv = dt_at(dv, pz);
+  const long long mo = dt_moz(pz);
+  P = dt_off(P, mo), dS = dt_off(dS, mo), q = dt_off(q, mo), datt = dt_off(datt, mo), dk = dt_off(dk, mo), dv = dt_off(dv, mo);
   const size_t base = ((size_t)b * nh + h) * N * N, kj = ((size_t)b * N + j) * E + (size_t)h * dh;
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     float sk = 0, sv = 0;

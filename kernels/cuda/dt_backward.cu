@@ -18,7 +18,8 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
                                  float *dx, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
-  dy = dt_at(dy, pz), xhat = dt_at(xhat, pz), rstd = dt_at(rstd, pz), gam = dt_at(gam, pz), dx = dt_at(dx, pz);
+  const long long mo = dt_mo(pz);
+  dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);
   const float *g = dy + (size_t)tok * E, *xh = xhat + (size_t)tok * E;
   float m1 = 0, m2 = 0;
   for (int e = lane; e < E; e += 32) {
@@ -35,7 +36,8 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
 }
 
 __global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, size_t n, cuda_pz_t pz) {
-  u = dt_at(u, pz), dg = dt_at(dg, pz), du = dt_at(du, pz);
+  const long long mo = dt_mo(pz);
+  u = dt_off(u, mo), dg = dt_off(dg, mo), du = dt_off(du, mo);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float x = u[i], t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
     du[i] = dg[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x));
@@ -44,7 +46,8 @@ __global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, s
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
 __global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *dxf, cuda_pz_t pz) {
-  dxs = dt_at(dxs, pz), dxf = dt_at(dxf, pz);
+  const long long mo = dt_mo(pz);
+  dxs = dt_off(dxs, mo), dxf = dt_off(dxf, mo);
   const int tok = blockIdx.x, n = tok % (3 * K), b = tok / (3 * K);
   for (int e = threadIdx.x; e < E; e += blockDim.x)
     dxf[(size_t)tok * E + e] = n % 3 == 1 ? dxs[((size_t)b * K + n / 3) * E + e] : 0.0f;
@@ -54,7 +57,8 @@ __global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *d
  * st (zeros for padding: its inputs are not read) */
 __global__ void dt_state_rows_kernel(const float *dx0, const float *states, const float *mask, int K, int E, int S,
                                      float *dxs, float *st, cuda_pz_t pz) {
-  dx0 = dt_at(dx0, pz), states = dt_at(states, pz), mask = dt_at(mask, pz), dxs = dt_at(dxs, pz), st = dt_at(st, pz);
+  const long long mo = dt_mo(pz);
+  dx0 = dt_off(dx0, mo), states = dt_off(states, mo), mask = dt_off(mask, mo), dxs = dt_off(dxs, mo), st = dt_off(st, mo);
   const int s = blockIdx.x, b = s / K, t = s % K;
   for (int e = threadIdx.x; e < E; e += blockDim.x) dxs[(size_t)s * E + e] = dx0[((size_t)b * 3 * K + 3 * t + 1) * E + e];
   for (int i = threadIdx.x; i < S; i += blockDim.x) st[(size_t)s * S + i] = mask[s] != 0 ? states[(size_t)s * S + i] : 0.0f;
@@ -78,8 +82,9 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
                                                            const int32_t *timesteps, int BK, int r0, int per,
                                                            float *g, float *part, cuda_pz_t pz) {
   __shared__ int list[128], wcount[4];
-  dx0 = dt_at(dx0, pz), rtg = dt_at(rtg, pz), mask = dt_at(mask, pz), actions = dt_at(actions, pz);
-  timesteps = dt_at(timesteps, pz), g = dt_at(g, pz), part = dt_at(part, pz);
+  const long long mo = dt_mo(pz);
+  dx0 = dt_off(dx0, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo);
+  timesteps = dt_off(timesteps, mo), g = dt_off(g, mo), part = dt_off0(part, mo);
   const int E = L.E, K = L.K, tid = threadIdx.x, lane = tid & 31, w = tid / 32;
   const int64_t r = r0 + blockIdx.x;
   const int rrow = r == (int64_t)L.T + L.A; /* the W_R, b_R row */
@@ -138,7 +143,8 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
 /* the chunked rows' sums (rows L.T to L.T + A, dt_embed_bwd_kernel's part)
  * into g, in chunk order */
 __global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, int chunks, float *g, cuda_pz_t pz) {
-  part = dt_at(part, pz), g = dt_at(g, pz);
+  const long long mo = dt_mo(pz);
+  part = dt_off(part, mo), g = dt_off(g, mo);
   const int E = L.E, rows = L.A + 1;
   for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < rows * 2 * E; x += gridDim.x * blockDim.x) {
     const int row = x / (2 * E), e2 = x % (2 * E);

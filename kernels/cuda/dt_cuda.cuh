@@ -72,13 +72,28 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * z: block z works for member z % pz.n on its own z / pz.n. A member's
  * blocks do exactly what a lone learner's do (the plans depend on the
  * shapes alone), so a member is bit for bit its lone twin. */
-static __device__ __forceinline__ int dt_z(cuda_pz_t pz) { return (int)blockIdx.z / pz.n; }
-static __device__ __forceinline__ int dt_nz(cuda_pz_t pz) { return (int)gridDim.z / pz.n; }
-/* p of the block's member; NULL stays NULL */
-template <typename T> static __device__ __forceinline__ T *dt_at(T *p, cuda_pz_t pz) {
-  return p ? (T *)((char *)p + (long long)(blockIdx.z % (unsigned)pz.n) * pz.stride) : p;
+/* a kernel whose own grid has z 1: block z works for member z */
+static __device__ __forceinline__ long long dt_mo(cuda_pz_t pz) { return (long long)blockIdx.z * pz.stride; }
+/* a kernel with its own z: member z % n on its own z / n (alone, n 1:
+ * no division) */
+static __device__ __forceinline__ long long dt_moz(cuda_pz_t pz) {
+  return pz.n == 1 ? 0 : (long long)(blockIdx.z % (unsigned)pz.n) * pz.stride;
 }
-/* the block's member's offset in floats (from any float buffer of member 0) */
+static __device__ __forceinline__ int dt_z(cuda_pz_t pz) {
+  return pz.n == 1 ? (int)blockIdx.z : (int)(blockIdx.z / (unsigned)pz.n);
+}
+static __device__ __forceinline__ int dt_nz(cuda_pz_t pz) {
+  return pz.n == 1 ? (int)gridDim.z : (int)(gridDim.z / (unsigned)pz.n);
+}
+/* p moved by mo bytes (the member's offset); dt_off0 keeps NULL NULL */
+template <typename T> static __device__ __forceinline__ T *dt_off(T *p, long long mo) {
+  return (T *)((char *)p + mo);
+}
+template <typename T> static __device__ __forceinline__ T *dt_off0(T *p, long long mo) {
+  return p ? dt_off(p, mo) : p;
+}
+/* dt_moz in floats (from any float buffer of member 0), for kernels whose
+ * threads do enough work that a division each is nothing */
 static __device__ __forceinline__ size_t dt_mf(cuda_pz_t pz) {
   return (size_t)(blockIdx.z % (unsigned)pz.n) * (size_t)(pz.stride / 4);
 }

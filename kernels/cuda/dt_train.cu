@@ -26,11 +26,12 @@ __global__ void dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *
                                  int K, float rtg_scale, float *states, float *rtg, int32_t *actions,
                                  int32_t *timesteps, float *mask, float *sums, cuda_pz_t pz) {
   extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding */
-  rp.s = dt_at(rp.s, pz), rp.r = dt_at(rp.r, pz), rp.a = dt_at(rp.a, pz), rp.ep_first = dt_at(rp.ep_first, pz);
-  rp.ep_last = dt_at(rp.ep_last, pz), rp.ring = dt_at(rp.ring, pz), ctr = dt_at(ctr, pz);
-  states = dt_at(states, pz), rtg = dt_at(rtg, pz), actions = dt_at(actions, pz), timesteps = dt_at(timesteps, pz);
-  mask = dt_at(mask, pz), sums = dt_at(sums, pz);
-  const unsigned long long seed = *dt_at(seedp, pz);
+  const long long mo = dt_mo(pz);
+  rp.s = dt_off(rp.s, mo), rp.r = dt_off(rp.r, mo), rp.a = dt_off(rp.a, mo), rp.ep_first = dt_off(rp.ep_first, mo);
+  rp.ep_last = dt_off(rp.ep_last, mo), rp.ring = dt_off(rp.ring, mo), ctr = dt_off(ctr, mo);
+  states = dt_off(states, mo), rtg = dt_off(rtg, mo), actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo);
+  mask = dt_off(mask, mo), sums = dt_off(sums, mo);
+  const unsigned long long seed = *dt_off(seedp, mo);
   const int i = blockIdx.x, S = rp.S;
   const long long size = rp.ring[0], head = rp.ring[1], total = rp.ring[2];
   if (threadIdx.x == 0) {
@@ -73,7 +74,8 @@ __global__ void dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *
  * DT_NORM_BLOCKS blocks, each its stride in order */
 __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, cuda_pz_t pz) {
   __shared__ double red[32];
-  g = dt_at(g, pz), part = dt_at(part, pz);
+  const long long mo = dt_mo(pz);
+  g = dt_off(g, mo), part = dt_off(part, mo);
   double s = 0;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
     s += (double)g[k] * g[k];
@@ -89,7 +91,8 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
                                float *sums, double *acc, cuda_pz_t pz) {
   __shared__ double red[32];
   __shared__ float redf[32];
-  part = dt_at(part, pz), hp = dt_at(hp, pz), ctr = dt_at(ctr, pz), sums = dt_at(sums, pz), acc = dt_at(acc, pz);
+  const long long mo = dt_mo(pz);
+  part = dt_off(part, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
   double s = 0;
   for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
   s = dt_block_sum(s, red);
@@ -121,9 +124,10 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
  * warm-up's lr, when the step applies */
 __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
                                 const unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
-  sums = dt_at(sums, pz);
+  const long long mo = dt_mo(pz);
+  sums = dt_off(sums, mo);
   if (sums[DT_SUM_APPLY] == 0) return;
-  p = dt_at(p, pz), g = dt_at(g, pz), m = dt_at(m, pz), v = dt_at(v, pz), hp = dt_at(hp, pz), ctr = dt_at(ctr, pz);
+  p = dt_off(p, mo), g = dt_off(g, mo), m = dt_off(m, mo), v = dt_off(v, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo);
   const float norm = sums[DT_SUM_NORM], lr = sums[DT_SUM_LR];
   float scale = 1.0f;
   if (hp->dt_clip > 0) {
@@ -144,7 +148,8 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
 }
 
 __global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
-  ctr = dt_at(ctr, pz), sums = dt_at(sums, pz);
+  const long long mo = dt_mo(pz);
+  ctr = dt_off(ctr, mo), sums = dt_off(sums, mo);
   if (sums[DT_SUM_APPLY] != 0) *ctr += 1;
 }
 
