@@ -17,12 +17,14 @@
  * op(A)[m, k] = ta ? A[k lda + m] : A[m lda + k], op(B)[k, n] = tb ? B[n ldb +
  * k] : B[k ldb + n]. A block of 256 threads computes a 64 x 64 tile, a
  * thread 4 x 4 outputs (4 rows, 4 columns each contiguous: one 16-byte
- * shared load of each operand per k), k in chunks of 16 through two
- * shared-memory stages (the next chunk read into registers while this one
- * is computed); every output is summed in k order (reruns are bit for bit).
- * Split over k (the weight gradients, dt_gemm_wgrad): block z sums k in
- * [z kper, (z + 1) kper) into C + z cz, plain (no bias, R or acc). With
- * tensor_cores dt_gemm_tc_kernel below takes the same calls. */
+ * shared load of each operand per k), k in chunks of 16, DG_S chunks a
+ * round trip into DG_S shared-memory stages (the next DG_S read into
+ * registers while these are computed); every output is summed in k order
+ * (reruns are bit for bit). Split over k (the weight gradients,
+ * dt_gemm_wgrad): block z sums k in [z kper, (z + 1) kper) into C + z cz,
+ * plain (no bias, R or acc). With tensor_cores dt_gemm_tc_kernel below
+ * takes the same calls. In a population block z is member z % n's part z /
+ * n (dt_cuda.cuh). */
 #define DG_BM 64
 #define DG_BK 16
 #define DG_LD (DG_BM + 4)
