@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dqnd_build_config.h"
 #include "dt.h"
 #include "dt_cuda.cuh"
 #include "feed.h"
@@ -226,6 +227,90 @@ START_TEST(test_tf32_parity) {
 }
 END_TEST
 
+/* TF32 as cvt.rna.tf32.f32 rounds: to nearest, ties away from zero, 10
+ * mantissa bits */
+static float tf32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u = (u + 0x1000u) & ~0x1FFFu;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* one TF32 GEMM as the DT makes them (C (=, +=) op(A) op(B) + bias; split:
+ * the weight gradients' split-K form, C +=) on the wgmma tile and on the
+ * mma.sync tile, each output against the products of the TF32-rounded
+ * operands summed in double (exact products: only fp32's sums differ), to
+ * K x 6e-8 + 1e-6 of the sum of the terms' magnitudes. wg_fits: the
+ * operands suit the wgmma tile (on an sm_90 device of an sm_90a build it
+ * must have run there). */
+static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
+                      int wg_fits) {
+  const int ldc = N + 3, ar = ta ? K : M, br = tb ? N : K;
+  float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb), *bias = malloc(sizeof(float) * N);
+  float *C0 = malloc(sizeof(float) * M * ldc), *C = malloc(sizeof(float) * M * ldc);
+  tu_fill_uniform_f32(A, (size_t)ar * lda, -1, 1, 11, 3);
+  tu_fill_uniform_f32(B, (size_t)br * ldb, -1, 1, 12, 3);
+  tu_fill_uniform_f32(bias, N, -1, 1, 13, 3);
+  tu_fill_uniform_f32(C0, (size_t)M * ldc, -1, 1, 14, 3);
+  const size_t cap = (size_t)M * N * 64;
+  float *dA, *dB, *dbias, *dC, *dpart;
+  CK(cudaMalloc((void **)&dA, sizeof(float) * ar * lda));
+  CK(cudaMalloc((void **)&dB, sizeof(float) * br * ldb));
+  CK(cudaMalloc((void **)&dbias, sizeof(float) * N));
+  CK(cudaMalloc((void **)&dC, sizeof(float) * M * ldc));
+  CK(cudaMalloc((void **)&dpart, sizeof(float) * cap));
+  CK(cudaMemcpy(dA, A, sizeof(float) * ar * lda, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, B, sizeof(float) * br * ldb, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dbias, bias, sizeof(float) * N, cudaMemcpyHostToDevice));
+  int sm90 = 0;
+  struct cudaDeviceProp pr;
+  if (DQN_SM90A && cudaGetDeviceProperties(&pr, 0) == cudaSuccess) sm90 = pr.major == 9 && pr.minor == 0;
+  const int add = acc || split;
+  for (int wg = 1; wg >= 0; wg--) {
+    CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
+    int used = -1;
+    CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
+                                      split ? dpart : NULL, cap, &used));
+    ck_assert_int_eq(used, wg && sm90 && wg_fits);
+    CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N; n++) {
+        double s = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+          const double t = (double)tf32(ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k]) *
+                           (double)tf32(tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+          s += t, mag += fabs(t);
+        }
+        if (with_bias && !split) s += bias[n], mag += fabs(bias[n]);
+        if (add) s += C0[(size_t)m * ldc + n], mag += fabs(C0[(size_t)m * ldc + n]);
+        const double e = fabs(C[(size_t)m * ldc + n] - s), tol = (K * 6e-8 + 1e-6) * mag;
+        worst = e / mag > worst ? e / mag : worst;
+        ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s) on the %s tile: C[%d][%d] %.9g, want %.9g", M, N, K, ta,
+                      tb, split ? ", split" : "", used ? "wgmma" : "mma.sync", m, n, C[(size_t)m * ldc + n], s);
+      }
+    printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s) on the %s tile: within %.2g of the terms' magnitude\n", M, N, K,
+           ta, tb, split ? ", split over k" : "", used ? "wgmma" : "mma.sync", worst);
+  }
+  cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart);
+  free(A), free(B), free(bias), free(C0), free(C);
+}
+
+/* the TF32 GEMM tiles (dt_wgmma.cu and dt.cu's mma.sync tile) in each of
+ * the DT's forms, at sizes that leave partial tiles, partial 64-k chunks
+ * and split-K parts ending mid-chunk; and operands the wgmma tile cannot
+ * take (rows not 16-byte aligned: the mma.sync tile runs them) */
+START_TEST(test_tf32_gemm) {
+  gemm_case(200, 136, 132, 0, 1, 0, 1, 0, 132, 140, 1);  /* a layer's forward: x W^T + b */
+  gemm_case(200, 132, 136, 0, 0, 1, 0, 0, 140, 132, 1);  /* an input gradient: dx += dy W */
+  gemm_case(132, 68, 1000, 1, 0, 0, 0, 1, 136, 72, 1);   /* a weight gradient: dW += dy^T x, split over k */
+  gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1);     /* both transposed */
+  gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1); /* the reference sizes' q at batch 64 */
+  gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0);        /* a head's forward over rows of 15 */
+}
+END_TEST
+
 /* the learner: a CUDA learner's PretrainDT against the CPU learner's on the
  * same data (the same windows: the same Philox draws) over 100 steps, its
  * reruns bit for bit, a checkpoint that continues bit for bit on CUDA, Act
@@ -382,6 +467,7 @@ int main(void) {
   tcase_add_test(tc, test_cpu_parity);
   tcase_add_test(tc, test_learner);
   tcase_add_test(tc, test_tf32_parity);
+  tcase_add_test(tc, test_tf32_gemm);
   tcase_add_test(tc, test_learner_tf32);
   suite_add_tcase(s, tc);
   return tu_run(s);

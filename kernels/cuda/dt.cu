@@ -219,6 +219,10 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
                       const float *R, int ldr, int acc, int kper, size_t cz) {
   const int tc = d->tc;
   grid = dt_grid(d, grid);
+  if (tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) {
+    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz, d->pz);
+    return;
+  }
 #define DG_GO(KER, TA, TB)                                                                                           \
   KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz, d->pz)
   switch (4 * tc + 2 * ta + tb) {
@@ -533,6 +537,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
+  d->wg = dt_wg_setup();
   for (int i = 0; i < 2 && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);

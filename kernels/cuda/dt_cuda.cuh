@@ -24,6 +24,7 @@ typedef struct cuda_dt {
   dt_layout_t L;
   int B;                                  /* windows a batch */
   int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
+  int wg;                                 /* 1: TF32 GEMMs on wgmma where they fit (dt_wgmma.cu; sm_90a) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -61,6 +62,14 @@ void cuda_dt_free(cuda_dt_t *d);
 int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st);
 /* its forward alone: d->z, d->loss_step, d->sums[0..1] (Act reads the logits) */
 int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
+/* for the tests: one TF32 GEMM as the DT makes them, on device buffers (C
+ * (=, += with acc) op(A) op(B) + bias, dt.cu's dt_gemm), or with part (cap
+ * floats of scratch) split over k as the weight gradients are
+ * (dt_gemm_wgrad, C +=); on the wgmma tile where wg asks for it and it
+ * fits (*used: it ran there), else the mma.sync tile; synchronised. 0 or a
+ * cudaError_t. */
+int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+                      float *C, int ldc, const float *bias, int acc, float *part, size_t cap, int *used);
 #ifdef __cplusplus
 }
 #endif
@@ -121,6 +130,15 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
               float *part, size_t cap, cudaStream_t st);
+/* dt_wgmma.cu: dt_gemm's TF32 tile on wgmma. dt_wg_setup: 1 when this
+ * build and device run it (its shared memory set); dt_wg_fits: 1 when a
+ * call's operands suit it (16-byte aligned rows, k and the contiguous
+ * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch, the same grid */
+int dt_wg_setup(void);
+int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
+void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
+                  int kper, size_t cz, cuda_pz_t pz);
 int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
               float *dx, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);

@@ -36,6 +36,7 @@
 
 #include "dqnd_build_config.h"
 #include "gemm_dev.cuh"
+#include "wgmma.cuh"
 
 #define WG_BK 32  /* k per chunk: one 128-byte swizzle row */
 #define WG_NS 3   /* stages: 3 x 32 KB, two blocks per SM (four stages at one block per SM: 25-30% slower) */
@@ -52,36 +53,6 @@ static_assert(WG_BM * WG_EST * sizeof(float) <= WG_NS * WG_STAGE, "the epilogue'
 // kernels
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* a K-major operand's descriptor: start address, leading offset 16 (unused
- * by K-major swizzled layouts), 1,024 bytes between 8-row groups, 128-byte
- * swizzle */
-__device__ __forceinline__ unsigned long long wg_desc(uint32_t saddr) {
-  return (unsigned long long)((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
-         (1ull << 62);
-}
-
-/* D[64][128] += A[64][8] B[128][8]^T (warpgroup: warp w rows 16 w.., d[4 j + q] at row
- * 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2), both operands
- * K-major in shared memory behind the descriptors; TF32 has no transposes */
-__device__ __forceinline__ void wgmma_tf32_m64n128k8(float (&d)[64], unsigned long long da, unsigned long long db) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-               "%64, %65, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db));
-}
-
 /* mbarriers and the tensor memory accelerator (TMA), by PTX */
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

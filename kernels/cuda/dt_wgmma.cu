@@ -1,0 +1,235 @@
+/*
+ * dt_wgmma.cu — the Decision Transformer's GEMMs in TF32 on Hopper's
+ * warpgroup MMA (sm_90a): dt_gemm's product (dt.cu) for tensor_cores where
+ * the operands allow, the same 64 x 64 tiles, split-K parts and member axis
+ * (docs/learner.md §16, "The GEMMs").
+ *
+ * dt.cu's mma.sync tile loads 16 k a round trip and waits for each: a
+ * 3,840 x 128 x 128 product is eight L2 round trips in a row at one block an
+ * SM (kernels/dev/DEVICE_NOTES.md items 93, 99-100). Here one warpgroup (128
+ * threads) takes a 64 x 64 tile in chunks of 64 k (four round trips fewer
+ * at K = 128): each thread loads its 8 float4 of each operand's chunk into
+ * registers (the next chunk in flight while this one is multiplied), rounds
+ * them to TF32 (f2tf32, as the mma.sync tile does: the same operands) and
+ * stores them K-major in the 128-byte swizzle wgmma reads (wgmma.cuh): a
+ * chunk is two 32-k atoms of 64 rows. TF32 wgmma has no transposes, so an
+ * operand whose rows are contiguous in memory (op(A) with ta, op(B) without
+ * tb: the weight gradients' dy^T and x, the input gradients' W) is
+ * transposed on the way in: lane l loads rows 4 m4.. at k = l % 16 (16 k
+ * rows of 32 bytes a warp, whole sectors) and writes each float to its own
+ * row, and the swizzle puts the warp's 32 writes in 32 banks. The tile's
+ * four k8 steps an atom are one wgmma group; the stage the next chunk goes
+ * to is free once the group before has completed. Every output is one fixed
+ * sum (wgmma's order within a k8 step is the hardware's), so reruns are bit
+ * for bit, and a population's member is its lone twin.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "dqnd_build_config.h"
+#include "dt_cuda.cuh"
+#include "gemm_dev.cuh"
+#include "wgmma.cuh"
+
+#define DW_T 64                   /* tile rows and columns (m64n64) */
+#define DW_BK 64                  /* k a chunk: two 32-k atoms */
+#define DW_NT 128                 /* one warpgroup */
+#define DW_ATOM (DW_T * 128)      /* bytes: 64 rows of 32 k */
+#define DW_OP (2 * DW_ATOM)       /* one operand's chunk */
+#define DW_STAGE (2 * DW_OP)      /* A's and B's */
+#define DW_SMEM (2 * DW_STAGE + 1024) /* two stages, + the slack to align them to 1,024 bytes */
+
+// kernels
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* This thread's 8 float4 of an operand's chunk (64 rows of the tile, 64 k
+ * from k0; zeros outside). KC 1: the operand is k-contiguous (src[row ld +
+ * k]): float4 i is row tid / 16 + 8 i, k 4 (tid % 16). KC 0: rows are
+ * contiguous (src[k ld + row]): float4 i is rows 4 (lane / 16) + 8 (w + 4 (i
+ * / 4)).., k lane % 16 + 16 (i % 4). src: the tile's row 0 at k 0; nrow:
+ * its rows in range (a multiple of 4 for KC 0); kend: the part's end. */
+template <int KC>
+static __device__ __forceinline__ void dw_load(const float *src, int ld, int nrow, int k0, int kend, float4 (&r)[8]) {
+  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const int row = KC ? tid / 16 + 8 * i : 4 * (lane / 16) + 8 * (w + 4 * (i / 4));
+    const int k = KC ? k0 + 4 * (tid % 16) : k0 + lane % 16 + 16 * (i % 4);
+    const float *p = KC ? src + (size_t)row * ld + k : src + (size_t)k * ld + row;
+    r[i] = row < nrow && k < kend ? *reinterpret_cast<const float4 *>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+/* the accumulators pinned where they are (no copies the compiler might put
+ * between a wgmma's issue and its completion) */
+static __device__ __forceinline__ void dw_pin(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+static __device__ __forceinline__ float dw_tf32(float x) { return __uint_as_float(f2tf32(x)); }
+
+/* dw_load's floats, rounded to TF32, into the operand's chunk at op (two
+ * atoms of 64 K-major rows: element (row, k) at (k / 32) DW_ATOM + row 128 +
+ * 16 ((k % 32 / 4) ^ row % 8) + 4 (k % 4)) */
+template <int KC>
+static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[8]) {
+  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    if (KC) {
+      const int row = tid / 16 + 8 * i, c = tid % 16;
+      const float4 v = make_float4(dw_tf32(r[i].x), dw_tf32(r[i].y), dw_tf32(r[i].z), dw_tf32(r[i].w));
+      *reinterpret_cast<float4 *>(op + (c / 8) * DW_ATOM + row * 128 + (((c % 8) ^ (row % 8)) << 4)) = v;
+    } else {
+      const int row = 4 * (lane / 16) + 8 * (w + 4 * (i / 4)), k = lane % 16 + 16 * (i % 4), kk = k % 32;
+      unsigned char *a = op + (k / 32) * DW_ATOM + 4 * (kk % 4);
+      const float v[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        *reinterpret_cast<float *>(a + (row + j) * 128 + (((kk / 4) ^ ((row + j) % 8)) << 4)) = dw_tf32(v[j]);
+    }
+  }
+}
+#endif
+
+/* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R over k in
+ * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
+template <int TA, int TB>
+__global__ void __launch_bounds__(DW_NT, 2) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
+                                                            const float *B, int ldb, float *C, int ldc,
+                                                            const float *bias, const float *R, int ldr, int acc,
+                                                            int kper, size_t cz, cuda_pz_t pz) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ float4 dw_sh[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
+  unsigned char *sm = reinterpret_cast<unsigned char *>(dw_sh) + (base - raw);
+  const int m0 = blockIdx.y * DW_T, n0 = blockIdx.x * DW_T, z = dt_z(pz), klo = z * kper;
+  const int kend = K - klo < kper ? K : klo + kper, nk = (kend - klo + DW_BK - 1) / DW_BK;
+  const long long mo = dt_moz(pz);
+  /* op(A)'s rows from m0 and op(B)'s from n0, at k 0 */
+  const float *as = TA ? dt_off(A, mo) + m0 : dt_off(A, mo) + (size_t)m0 * lda;
+  const float *bs = TB ? dt_off(B, mo) + (size_t)n0 * ldb : dt_off(B, mo) + n0;
+  const int ma = M - m0, nb = N - n0;
+  float4 ra[8], rb[8];
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
+  dw_pin(d);
+  if (nk > 0) {
+    dw_load<!TA>(as, lda, ma, klo, kend, ra);
+    dw_load<TB>(bs, ldb, nb, klo, kend, rb);
+    dw_store<!TA>(sm, ra);
+    dw_store<TB>(sm + DW_OP, rb);
+    if (nk > 1) dw_load<!TA>(as, lda, ma, klo + DW_BK, kend, ra), dw_load<TB>(bs, ldb, nb, klo + DW_BK, kend, rb);
+  }
+  for (int c = 0; c < nk; c++) {
+    fence_proxy_async(); /* this thread's stores of chunk c, for wgmma */
+    __syncthreads();
+    const uint32_t sa = base + (uint32_t)((c & 1) * DW_STAGE);
+    wgmma_fence();
+    dw_pin(d);
+#pragma unroll
+    for (int at = 0; at < 2; at++) {
+      const unsigned long long da = wg_desc(sa + at * DW_ATOM), db = wg_desc(sa + DW_OP + at * DW_ATOM);
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
+    }
+    wgmma_commit();
+    dw_pin(d);
+    if (c + 1 < nk) {
+      /* chunk c - 1's group read the other stage: every warp past it before
+       * any thread writes there */
+      wgmma_wait<1>();
+      __syncthreads();
+      unsigned char *nx = sm + ((c + 1) & 1) * DW_STAGE;
+      dw_store<!TA>(nx, ra);
+      dw_store<TB>(nx + DW_OP, rb);
+      if (c + 2 < nk) {
+        const int k2 = klo + (c + 2) * DW_BK;
+        dw_load<!TA>(as, lda, ma, k2, kend, ra), dw_load<TB>(bs, ldb, nb, k2, kend, rb);
+      }
+    }
+  }
+  wgmma_wait<0>();
+  dw_pin(d);
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+#pragma unroll
+  for (int e = 0; e < 32; e++) { /* d[4 j + q]: row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
+    const int q = e % 4, m = m0 + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4) + q % 2;
+    if (m >= M || n >= N) continue;
+    float v = d[e];
+    if (bias) v += bias[n];
+    if (R) v += R[(size_t)m * ldr + n];
+    float *o = C + (size_t)m * ldc + n;
+    *o = acc ? *o + v : v;
+  }
+#else
+  (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)bias, (void)R;
+  (void)ldr, (void)acc, (void)kper, (void)cz, (void)pz;
+  __trap(); /* never launched: dt_wg_setup() is 0 without sm_90a code */
+#endif
+}
+
+// launchers
+
+int dt_wg_setup(void) {
+#if DQN_SM90A
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess || major != 9 ||
+      minor != 0) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
+                     (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
+  for (int i = 0; i < 4; i++)
+    if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM) != cudaSuccess) {
+      (void)cudaGetLastError(); /* the mma.sync tile takes every call: no error left pending */
+      return 0;
+    }
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb) {
+  /* every float4 of an operand 16-byte aligned and wholly in or out of range */
+  const int al = (uintptr_t)A % 16 == 0 && lda % 4 == 0 && (uintptr_t)B % 16 == 0 && ldb % 4 == 0;
+  return al && K % 4 == 0 && (!ta || M % 4 == 0) && (tb || N % 4 == 0);
+}
+
+void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
+                  int kper, size_t cz, cuda_pz_t pz) {
+#define DW_GO(TA, TB)                                                                                                \
+  dt_gemm_wg_kernel<TA, TB><<<grid, DW_NT, DW_SMEM, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, \
+                                                         cz, pz)
+  switch (2 * ta + tb) {
+    case 0: DW_GO(0, 0); break;
+    case 1: DW_GO(0, 1); break;
+    case 2: DW_GO(1, 0); break;
+    default: DW_GO(1, 1); break;
+  }
+#undef DW_GO
+}
+
+extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                                 int tb, float *C, int ldc, const float *bias, int acc, float *part, size_t cap,
+                                 int *used) {
+  cuda_dt_t d;
+  memset(&d, 0, sizeof d);
+  d.tc = 1, d.pz = cuda_pz_t{1, 0};
+  d.wg = wg ? dt_wg_setup() : 0;
+  *used = d.wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb);
+  const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, part, cap, 0)
+                     : dt_gemm(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, NULL, 0, acc, 0);
+  if (e) return e;
+  return (int)cudaDeviceSynchronize();
+}
