@@ -30,7 +30,8 @@ for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/
 done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
 # carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
-tar -C .devcarry -cJf .devcarry/bin.tar.xz bin
+# xz -9: a 64 MB dictionary, so the binaries (8 MB each, the same kernels in each) compress as one
+tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
 cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tests/bench/peers/dt_torch.py .devcarry/
 # the Python package (gpu-run.sh --search): carry [..., ".devcarry/py.tar.xz"]
 rm -rf .devcarry/py && mkdir -p .devcarry/py/dqnd/v1

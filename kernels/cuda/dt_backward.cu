@@ -68,20 +68,26 @@ __global__ void dt_state_rows_kernel(const float *dx0, const float *states, cons
  * blockIdx.y, per steps each): rows r0 + blockIdx.x of the time embedding's
  * L.T rows (all three tokens of each real step of that clipped timestep),
  * each branch's action rows, and a last row for W_R and b_R (the
- * return-to-go tokens). The block scans its steps 128 at a time, lists the
- * ones that are the row's in step order (a ballot and a prefix over the
- * warps), then adds their tokens' gradients in that order: each element is
- * the CPU's sum over steps in order (chunk by chunk when chunked), for about
- * steps + matches x E work a row instead of steps x E. Unchunked (part NULL)
- * the sums go into g; chunked into part [row - r0][chunk][2E] (W_R's in the
+ * return-to-go tokens). The block scans its steps DT_EMB_SCAN x 128 at a
+ * time (every thread's loads first, then a ballot and a prefix over the
+ * groups and warps), lists the ones that are the row's in step order, then
+ * adds their tokens' gradients in that order, DT_EMB_U steps' loads in
+ * flight before their adds: each element is the CPU's sum over steps in
+ * order (chunk by chunk when chunked), for about steps + matches x E work
+ * a row instead of steps x E. (A step at a time, each scan round and each
+ * matched step waited for its own L2 round trip: 131 µs a step at batch
+ * 256, kernels/dev/DEVICE_NOTES.md item 102.) Unchunked (part NULL) the
+ * sums go into g; chunked into part [row - r0][chunk][2E] (W_R's in the
  * first E, b_R's in the second), which dt_embed_final_kernel adds in chunk
  * order. E <= 128 x DT_EMB_PER. */
 #define DT_EMB_PER 32
+#define DT_EMB_SCAN 8
+#define DT_EMB_U 8
 __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, const float *dx0, const float *rtg,
                                                            const float *mask, const int32_t *actions,
                                                            const int32_t *timesteps, int BK, int r0, int per,
                                                            float *g, float *part, cuda_pz_t pz) {
-  __shared__ int list[128], wcount[4];
+  __shared__ int list[128 * DT_EMB_SCAN], wcount[DT_EMB_SCAN][4];
   const long long mo = dt_mo(pz);
   dx0 = dt_off(dx0, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo);
   timesteps = dt_off(timesteps, mo), g = dt_off(g, mo), part = dt_off0(part, mo);
@@ -95,34 +101,61 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
 #pragma unroll
   for (int k = 0; k < DT_EMB_PER; k++) aw[k] = 0, ab[k] = 0;
   const int lo = blockIdx.y * per, hi = lo + per < BK ? lo + per : BK;
-  for (int s0 = lo; s0 < hi; s0 += 128) {
-    const int s = s0 + tid;
-    int match = 0;
-    if (s < hi && mask[s] != 0) {
-      if (rrow) match = 1;
-      else if (r < L.T) {
-        int tm = timesteps[s];
-        tm = tm < 0 ? 0 : tm >= L.T ? L.T - 1 : tm;
-        match = tm == r;
-      } else match = (actions[s] / L.radix_after[d]) % L.n[d] == c;
-    }
-    const unsigned bal = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) wcount[w] = __popc(bal);
-    __syncthreads();
-    int base = 0, total = 0;
-    for (int k = 0; k < 4; k++) base += k < w ? wcount[k] : 0, total += wcount[k];
-    if (match) list[base + __popc(bal & ((1u << lane) - 1))] = s;
-    __syncthreads();
-    for (int i = 0; i < total; i++) {
-      const int st = list[i];
-      const float *x = dx0 + ((size_t)(st / K) * 3 * K + 3 * (st % K)) * E;
+  for (int s0 = lo; s0 < hi; s0 += 128 * DT_EMB_SCAN) {
+    float mk[DT_EMB_SCAN];
+    int key[DT_EMB_SCAN];
 #pragma unroll
-      for (int k = 0; k < DT_EMB_PER; k++) {
-        const int e = tid + 128 * k;
-        if (e >= E) break;
-        if (rrow) aw[k] += x[e] * rtg[st], ab[k] += x[e];
-        else if (r < L.T) aw[k] += x[e] + x[E + e] + x[2 * E + e];
-        else aw[k] += x[2 * E + e];
+    for (int j = 0; j < DT_EMB_SCAN; j++) { /* the loads, all in flight */
+      const int s = s0 + 128 * j + tid;
+      mk[j] = s < hi ? mask[s] : 0.0f;
+      key[j] = s < hi && !rrow ? (r < L.T ? timesteps[s] : actions[s]) : 0;
+    }
+    unsigned bal[DT_EMB_SCAN];
+#pragma unroll
+    for (int j = 0; j < DT_EMB_SCAN; j++) {
+      int match = 0;
+      if (mk[j] != 0) {
+        if (rrow) match = 1;
+        else if (r < L.T) {
+          const int tm = key[j] < 0 ? 0 : key[j] >= L.T ? L.T - 1 : key[j];
+          match = tm == r;
+        } else match = (key[j] / L.radix_after[d]) % L.n[d] == c;
+      }
+      bal[j] = __ballot_sync(0xffffffffu, match);
+      if (lane == 0) wcount[j][w] = __popc(bal[j]);
+    }
+    __syncthreads();
+    int total = 0; /* the matches before group j, then all of them */
+#pragma unroll
+    for (int j = 0; j < DT_EMB_SCAN; j++) {
+      int mine = total;
+      for (int k = 0; k < 4; k++) mine += k < w ? wcount[j][k] : 0, total += wcount[j][k];
+      if (bal[j] >> lane & 1) list[mine + __popc(bal[j] & ((1u << lane) - 1))] = s0 + 128 * j + tid;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < DT_EMB_PER; k++) {
+      const int e = tid + 128 * k;
+      if (e >= E) break;
+      for (int i = 0; i < total; i += DT_EMB_U) {
+        float v[DT_EMB_U], rv[DT_EMB_U];
+#pragma unroll
+        for (int u = 0; u < DT_EMB_U; u++) { /* DT_EMB_U steps' loads in flight */
+          v[u] = 0.0f, rv[u] = 0.0f;
+          if (i + u < total) {
+            const int st = list[i + u];
+            const float *x = dx0 + ((size_t)(st / K) * 3 * K + 3 * (st % K)) * E;
+            if (rrow) v[u] = x[e], rv[u] = rtg[st];
+            else if (r < L.T) v[u] = x[e] + x[E + e] + x[2 * E + e];
+            else v[u] = x[2 * E + e];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < DT_EMB_U; u++) { /* then added in step order */
+          if (i + u >= total) break;
+          if (rrow) aw[k] += v[u] * rv[u], ab[k] += v[u];
+          else aw[k] += v[u];
+        }
       }
     }
     __syncthreads(); /* list and wcount are rewritten next */

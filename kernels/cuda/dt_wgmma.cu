@@ -34,10 +34,14 @@
 #include "wgmma.cuh"
 
 #define DW_T 64                   /* tile rows and columns (m64n64) */
-#define DW_BK 64                  /* k a chunk: two 32-k atoms */
+#ifndef DW_NA
+#define DW_NA 1                   /* 32-k atoms a chunk */
+#endif
+#define DW_BK (32 * DW_NA)        /* k a chunk */
+#define DW_NL (4 * DW_NA)         /* float4 a thread an operand a chunk */
 #define DW_NT 128                 /* one warpgroup */
 #define DW_ATOM (DW_T * 128)      /* bytes: 64 rows of 32 k */
-#define DW_OP (2 * DW_ATOM)       /* one operand's chunk */
+#define DW_OP (DW_NA * DW_ATOM)   /* one operand's chunk */
 #define DW_STAGE (2 * DW_OP)      /* A's and B's */
 #define DW_SMEM (2 * DW_STAGE + 1024) /* two stages, + the slack to align them to 1,024 bytes */
 
@@ -51,12 +55,13 @@
  * / 4)).., k lane % 16 + 16 (i % 4). src: the tile's row 0 at k 0; nrow:
  * its rows in range (a multiple of 4 for KC 0); kend: the part's end. */
 template <int KC>
-static __device__ __forceinline__ void dw_load(const float *src, int ld, int nrow, int k0, int kend, float4 (&r)[8]) {
+static __device__ __forceinline__ void dw_load(const float *src, int ld, int nrow, int k0, int kend,
+                                               float4 (&r)[DW_NL]) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
-    const int row = KC ? tid / 16 + 8 * i : 4 * (lane / 16) + 8 * (w + 4 * (i / 4));
-    const int k = KC ? k0 + 4 * (tid % 16) : k0 + lane % 16 + 16 * (i % 4);
+  for (int i = 0; i < DW_NL; i++) {
+    const int row = KC ? tid / (8 * DW_NA) + (16 / DW_NA) * i : 4 * (lane / 16) + 8 * (w + 4 * (i / (2 * DW_NA)));
+    const int k = KC ? k0 + 4 * (tid % (8 * DW_NA)) : k0 + lane % 16 + 16 * (i % (2 * DW_NA));
     const float *p = KC ? src + (size_t)row * ld + k : src + (size_t)k * ld + row;
     r[i] = row < nrow && k < kend ? *reinterpret_cast<const float4 *>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
@@ -75,16 +80,17 @@ static __device__ __forceinline__ float dw_tf32(float x) { return __uint_as_floa
  * atoms of 64 K-major rows: element (row, k) at (k / 32) DW_ATOM + row 128 +
  * 16 ((k % 32 / 4) ^ row % 8) + 4 (k % 4)) */
 template <int KC>
-static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[8]) {
+static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[DW_NL]) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
 #pragma unroll
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < DW_NL; i++) {
     if (KC) {
-      const int row = tid / 16 + 8 * i, c = tid % 16;
+      const int row = tid / (8 * DW_NA) + (16 / DW_NA) * i, c = tid % (8 * DW_NA);
       const float4 v = make_float4(dw_tf32(r[i].x), dw_tf32(r[i].y), dw_tf32(r[i].z), dw_tf32(r[i].w));
       *reinterpret_cast<float4 *>(op + (c / 8) * DW_ATOM + row * 128 + (((c % 8) ^ (row % 8)) << 4)) = v;
     } else {
-      const int row = 4 * (lane / 16) + 8 * (w + 4 * (i / 4)), k = lane % 16 + 16 * (i % 4), kk = k % 32;
+      const int row = 4 * (lane / 16) + 8 * (w + 4 * (i / (2 * DW_NA))), k = lane % 16 + 16 * (i % (2 * DW_NA));
+      const int kk = k % 32;
       unsigned char *a = op + (k / 32) * DW_ATOM + 4 * (kk % 4);
       const float v[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
 #pragma unroll
@@ -98,7 +104,7 @@ static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 
 /* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R over k in
  * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
 template <int TA, int TB>
-__global__ void __launch_bounds__(DW_NT, 2) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
+__global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
                                                             const float *B, int ldb, float *C, int ldc,
                                                             const float *bias, const float *R, int ldr, int acc,
                                                             int kper, size_t cz, cuda_pz_t pz) {
@@ -113,7 +119,7 @@ __global__ void __launch_bounds__(DW_NT, 2) dt_gemm_wg_kernel(int M, int N, int 
   const float *as = TA ? dt_off(A, mo) + m0 : dt_off(A, mo) + (size_t)m0 * lda;
   const float *bs = TB ? dt_off(B, mo) + (size_t)n0 * ldb : dt_off(B, mo) + n0;
   const int ma = M - m0, nb = N - n0;
-  float4 ra[8], rb[8];
+  float4 ra[DW_NL], rb[DW_NL];
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(DW_NT, 2) dt_gemm_wg_kernel(int M, int N, int 
     wgmma_fence();
     dw_pin(d);
 #pragma unroll
-    for (int at = 0; at < 2; at++) {
+    for (int at = 0; at < DW_NA; at++) {
       const unsigned long long da = wg_desc(sa + at * DW_ATOM), db = wg_desc(sa + DW_OP + at * DW_ATOM);
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
