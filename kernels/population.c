@@ -14,6 +14,7 @@ struct learner_pop {
   int n;
   learner_t **m;
   learner_group_t *group; /* the members' shared launches (learner_impl.h), or NULL: each steps alone */
+  int dt_grouped;         /* the last PretrainDT ran every member in the same launches */
   int *diverged;
   volatile int stop;
 };
@@ -290,9 +291,11 @@ int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learn
       return rc;
     }
   }
+  p->dt_grouped = 0;
   if (p->group && p->group->ops->group_dt_step) {
     int rc = group_pretrain_dt(p, n, &ctl, st, err, errlen);
     if (rc != LEARNER_EUNSUPPORTED) {
+      p->dt_grouped = 1;
       if (stop) stop->why = ctl.why;
       return rc;
     }
@@ -336,6 +339,8 @@ int learner_pop_step_member(learner_pop_t *p, int i, int n, learner_stop_t *stop
 }
 
 int learner_pop_grouped(const learner_pop_t *p) { return p->group != NULL; }
+
+int learner_pop_dt_grouped(const learner_pop_t *p) { return p->dt_grouped; }
 
 int learner_pop_n_diverged(const learner_pop_t *p) {
   int k = 0;

@@ -82,6 +82,10 @@ int learner_pop_n_diverged(const learner_pop_t *p);
 /* 1: the members step in the same launches (the CUDA backend, shapes its
  * fused kernels stage; docs/population.md); 0: one after another */
 int learner_pop_grouped(const learner_pop_t *p);
+/* 1: the last learner_pop_pretrain_dt ran every member's Decision
+ * Transformer steps in the same launches; 0: one member after another (the
+ * CPU backend, or shapes past one launch's grid) */
+int learner_pop_dt_grouped(const learner_pop_t *p);
 /* Member i's hyperparameters (learner_set_hparams); a diverged member trains
  * again with them (the way out of a divergence that a too large lr caused). */
 int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp, char *err, size_t errlen);

@@ -473,6 +473,9 @@ START_TEST(test_dt_member_is_its_lone_twin) {
   ck_assert_msg(learner_pop_pretrain_dt(p, 12, NULL, st, err, sizeof err) == 0, "%s", err);
   for (int i = 0; i < N; i++) dt_history(learner_pop_member(p, i), i, 1);
   ck_assert_msg(learner_pop_pretrain_dt(p, 7, NULL, st, err, sizeof err) == 0, "%s", err);
+  /* CUDA: the DT steps in shared launches (population.c's member-by-member
+   * fallback would pass the twin test too) */
+  ck_assert_int_eq(learner_pop_dt_grouped(p), GROUPED);
   for (int i = 0; i < N; i++) {
     ck_assert_int_eq((long long)st[i].dt_step, 19);
     ck_assert_int_eq(st[i].steps_run, 7);

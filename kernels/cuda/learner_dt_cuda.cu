@@ -118,6 +118,32 @@ static int call_result(cuda_learner_t *m, int has, const float *sums, int stoppe
   return LEARNER_OK;
 }
 
+/* a call's loop, for a lone learner (nm 1) or a group's nm members (their
+ * sums stride bytes apart from m's): up to n steps of t in rounds of
+ * DT_GROUP, each round's sums of every member into sums (DT_SUM_ROWS_ANY
+ * floats a member) once it has run; it ends at a stop (*stopped:
+ * learner_should_stop's) or once every member has halted (a member's halt
+ * ends its own steps, not the others') */
+static cudaError_t run_steps(cuda_learner_t *m, cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaGraph_t *graph,
+                             cudaGraphExec_t *exec, int n, int nm, size_t stride, learner_stop_ctl_t *stop,
+                             float *sums, int *stopped) {
+  const size_t R = sizeof(float) * DT_SUM_ROWS_ANY;
+  cudaError_t e = (cudaError_t)cuda_dt_call_begin(t, m->st);
+  for (int done = 0; done < n && e == cudaSuccess;) {
+    if ((*stopped = learner_should_stop(stop))) break;
+    const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
+    for (int i = 0; i < k && e == cudaSuccess; i++) e = (cudaError_t)launch(m, t, rp, graph, exec);
+    done += k;
+    if (e == cudaSuccess)
+      e = cudaMemcpy2DAsync(sums, R, m->dt->sums, nm > 1 ? stride : R, R, (size_t)nm, cudaMemcpyDeviceToHost, m->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
+    int live = 0;
+    for (int i = 0; i < nm && e == cudaSuccess; i++) live += sums[(size_t)i * DT_SUM_ROWS_ANY + DT_SUM_HALT] == 0;
+    if (e == cudaSuccess && !live) break;
+  }
+  return e;
+}
+
 extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_stats_t *st, char *err,
                             size_t errlen) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
@@ -127,18 +153,7 @@ extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner
   float sums[DT_SUM_ROWS_ANY];
   memset(sums, 0, sizeof sums);
   int stopped = 0;
-  if (has) {
-    CUDA_TRY((cudaError_t)cuda_dt_call_begin(m->dt, m->st), err, errlen);
-    for (int done = 0; done < n && !stopped;) {
-      if ((stopped = learner_should_stop(stop))) break;
-      const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
-      for (int i = 0; i < k; i++) CUDA_TRY((cudaError_t)launch(m, m->dt, &rp, &m->dt_graph, &m->dt_exec), err, errlen);
-      done += k;
-      CUDA_TRY(cudaMemcpyAsync(sums, m->dt->sums, sizeof sums, cudaMemcpyDeviceToHost, m->st), err, errlen);
-      CUDA_TRY(cudaStreamSynchronize(m->st), err, errlen);
-      if (sums[DT_SUM_HALT] != 0) break;
-    }
-  }
+  if (has) CUDA_TRY(run_steps(m, m->dt, &rp, &m->dt_graph, &m->dt_exec, n, 1, 0, stop, sums, &stopped), err, errlen);
   return call_result(m, has, sums, stopped, n, st, err, errlen);
 }
 
@@ -155,23 +170,10 @@ extern "C" int cuda_group_dt_step(void *group, int n, learner_stop_ctl_t *stop, 
   cuda_dt_train_t t = *m->dt;
   t.dt.pz = cuda_pz_t{g->n, (long long)g->stride};
   const cuda_dt_replay_t rp = replay_of(m);
-  const size_t R = sizeof(float) * DT_SUM_ROWS_ANY;
-  float *sums = (float *)calloc((size_t)g->n, R);
+  float *sums = (float *)calloc((size_t)g->n, sizeof(float) * DT_SUM_ROWS_ANY);
   if (!sums) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   int stopped = 0;
-  cudaError_t e = (cudaError_t)cuda_dt_call_begin(&t, m->st);
-  for (int done = 0; done < n && !stopped && e == cudaSuccess;) {
-    if ((stopped = learner_should_stop(stop))) break;
-    const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
-    for (int i = 0; i < k && e == cudaSuccess; i++) e = (cudaError_t)launch(m, &t, &rp, &g->dt_graph, &g->dt_exec);
-    done += k;
-    if (e == cudaSuccess)
-      e = cudaMemcpy2DAsync(sums, R, m->dt->sums, g->stride, R, (size_t)g->n, cudaMemcpyDeviceToHost, m->st);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
-    int live = 0; /* a member's halt ends its own steps, not the others' */
-    for (int i = 0; i < g->n && e == cudaSuccess; i++) live += sums[(size_t)i * DT_SUM_ROWS_ANY + DT_SUM_HALT] == 0;
-    if (e == cudaSuccess && !live) break;
-  }
+  const cudaError_t e = run_steps(m, &t, &rp, &g->dt_graph, &g->dt_exec, n, g->n, g->stride, stop, sums, &stopped);
   if (e != cudaSuccess) {
     free(sums);
     snprintf(err, errlen, "cuda: %s", cudaGetErrorString(e));
