@@ -97,7 +97,7 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
                                                       const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
-                                                      int kper, size_t cz, cuda_pz_t pz) {
+                                                      int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
   __shared__ __align__(16) float As[DG_S][DG_BK][DG_LD], Bs[DG_S][DG_BK][DG_LD];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, z = dt_z(pz), klo = z * kper;
@@ -134,18 +134,13 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
   }
   /* the member's pointers from the parameters here, not held through the loop */
   const long long mo = dt_moz(pz);
-  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz;
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       const int m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-      if (m >= M || n >= N) continue;
-      float v = s[i][j];
-      if (bias) v += bias[n];
-      if (R) v += R[(size_t)m * ldr + n];
-      float *c = C + (size_t)m * ldc + n;
-      *c = acc ? *c + v : v;
+      if (m < M && n < N) dt_ep_store(s[i][j], m, n, C, ldc, bias, R, ldr, acc, op, G);
     }
 }
 
@@ -165,7 +160,7 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda,
                                                          const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
-                                                         int kper, size_t cz, cuda_pz_t pz) {
+                                                         int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
   __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
@@ -200,31 +195,26 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     buf ^= 1;
   }
   const long long mo = dt_moz(pz); /* as dt_gemm_kernel's */
-  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz;
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
 #pragma unroll
   for (int e = 0; e < 16; e++) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
     const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4 + (c & 1);
-    if (m >= M || n >= N) continue;
-    float v = s[e];
-    if (bias) v += bias[n];
-    if (R) v += R[(size_t)m * ldr + n];
-    float *o = C + (size_t)m * ldc + n;
-    *o = acc ? *o + v : v;
+    if (m < M && n < N) dt_ep_store(s[e], m, n, C, ldc, bias, R, ldr, acc, op, G);
   }
 }
 
 /* one launch of the tile for tc, ta, tb */
 static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
                       const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
-                      const float *R, int ldr, int acc, int kper, size_t cz) {
+                      const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
   const int tc = d->tc;
   grid = dt_grid(d, grid);
   if (tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) {
-    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz, d->pz);
+    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
 #define DG_GO(KER, TA, TB)                                                                                           \
-  KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, cz, d->pz)
+  KER<TA, TB><<<grid, 256, 0, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
   switch (4 * tc + 2 * ta + tb) {
     case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
     case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
@@ -357,17 +347,6 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
   if (lane == 0) rstd[tok] = r;
 }
 
-__device__ __forceinline__ float dt_gelu(float u) {
-  return 0.5f * u * (1.0f + tanhf(DT_GELU_C * (u + 0.044715f * u * u * u)));
-}
-
-__global__ void dt_gelu_kernel(const float *u, float *g, size_t n, cuda_pz_t pz) {
-  const long long mo = dt_mo(pz);
-  u = dt_off(u, mo), g = dt_off(g, mo);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    g[i] = dt_gelu(u[i]);
-}
-
 /* xs [B K, E]: the state tokens (3t + 1) of xf */
 __global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs, cuda_pz_t pz) {
   const long long mo = dt_mo(pz);
@@ -434,13 +413,20 @@ __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums, cuda
 
 int dt_gemm(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
             float *C, int ldc, const float *bias, const float *R, int ldr, int acc, cudaStream_t st) {
+  return dt_gemm_op(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, DT_EP_PLAIN, NULL, st);
+}
+
+int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+               float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+               cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
   const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
-    dg_launch(d, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, K, 0);
+    dg_launch(d, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, op,
+              G ? G + (size_t)m0 * ldc : NULL, K, 0);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
@@ -460,7 +446,8 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, (int)kper, (size_t)MN);
+  dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
+            (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
   dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, d->pz);
@@ -520,7 +507,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->r2, NL * T},    {&d->u, NL * NF},    {&d->gl, NL * NF},       {&d->xf, NE},          {&d->xhf, NE},
            {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
-           {&d->dv, NE},        {&d->datt, NE},      {&d->du, NF},            {&d->dgl, NF},         {&d->dS, NN},
+           {&d->dv, NE},        {&d->datt, NE},      {&d->du, NF},            {&d->dS, NN},
            {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
            {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap}};
   /* dev_alloc: a population member's come from its slice of the arena */
@@ -551,7 +538,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
   float **f[] = {&d->p,   &d->g,   &d->states, &d->rtg,  &d->mask, &d->x0,   &d->xh0, &d->r0, &d->X,   &d->h1,
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
-                 &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dgl, &d->dS,
+                 &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
                  &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1]};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
   dev_free(d->actions), dev_free(d->timesteps);
@@ -614,10 +601,8 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
     CUDA_RET(lin(d, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
-    CUDA_RET(lin(d, o->m1_w, o->m1_b, h2, T, E, F, u, NULL, st));
-    dt_gelu_kernel<<<dt_grid(d, dim3((unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096))), 256, 0, st>>>(
-        u, gl, NF, d->pz);
-    CUDA_RET(cudaGetLastError());
+    /* u = W_1 h2 + b_1 and gl = gelu(u), one GEMM */
+    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, p + o->m1_w, E, 1, u, F, p + o->m1_b, NULL, 0, 0, DT_EP_GELU, gl, st));
     CUDA_RET(lin(d, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }
   CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, st));

@@ -12,14 +12,15 @@
 
 // kernels
 
-/* dx (+)= rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)), one
- * warp a token */
+/* dx = res + rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)),
+ * one warp a token (res may be dx) */
 __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-                                 float *dx, cuda_pz_t pz) {
+                                 float *dx, const float *res, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);
+  res = dt_off(res, mo);
   const float *g = dy + (size_t)tok * E, *xh = xhat + (size_t)tok * E;
   float m1 = 0, m2 = 0;
   for (int e = lane; e < E; e += 32) {
@@ -32,16 +33,8 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
   }
   m1 /= (float)E, m2 /= (float)E;
   const float r = rstd[tok];
-  for (int e = lane; e < E; e += 32) dx[(size_t)tok * E + e] += r * (g[e] * gam[e] - m1 - xh[e] * m2);
-}
-
-__global__ void dt_gelu_bwd_kernel(const float *u, const float *dg, float *du, size_t n, cuda_pz_t pz) {
-  const long long mo = dt_mo(pz);
-  u = dt_off(u, mo), dg = dt_off(dg, mo), du = dt_off(du, mo);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const float x = u[i], t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
-    du[i] = dg[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x));
-  }
+  for (int e = lane; e < E; e += 32)
+    dx[(size_t)tok * E + e] = res[(size_t)tok * E + e] + r * (g[e] * gam[e] - m1 - xh[e] * m2);
 }
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
@@ -197,10 +190,11 @@ __global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, in
 
 /* ... and dgamma += the column sums of dy xhat, dbeta += those of dy */
 int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-              float *dx, float *dgam, float *dbet, cudaStream_t st) {
+              float *dx, const float *res, float *dgam, float *dbet, cudaStream_t st) {
   /* gamma's and beta's column sums on the side streams, beside dx */
   CUDA_RET(dt_fork(d, st, 2));
-  dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx, d->pz);
+  dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx, res,
+                                                                                     d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_colsum(d, dy, xhat, T, E, E, dgam, 1, d->csum[0], d->csum_cap, d->side[0]));
   CUDA_RET(dt_colsum(d, dy, NULL, T, E, E, dbet, 1, d->csum[1], d->csum_cap, d->side[1]));
@@ -209,16 +203,19 @@ int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rst
 }
 
 /* a linear layer's backward over T tokens: dW += dy^T x, db += colsum dy,
- * dx (=, or += with acc) dy W */
+ * dx (=, or += with acc) dy W; with gu, dx = (dy W) gelu'(gu) (the
+ * gradient at the pre-activation gu of the GELU that made x) */
 static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
-                   int out, float *dx, int acc, cudaStream_t st) {
+                   int out, float *dx, int acc, const float *gu, cudaStream_t st) {
   float *g = d->g;
   /* the weight's gradient (and tmp) on one side stream, the bias's on the
    * other, dx beside them */
   CUDA_RET(dt_fork(d, st, 2));
   CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[0]));
   CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[1], d->csum_cap, d->side[1]));
-  if (dx) CUDA_RET(dt_gemm(d, T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, NULL, 0, acc, st));
+  if (dx)
+    CUDA_RET(dt_gemm_op(d, T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, gu, in, acc,
+                        gu ? DT_EP_DGELU : DT_EP_PLAIN, NULL, st));
   CUDA_RET(dt_join(d, st, 0));
   return dt_join(d, st, 1);
 }
@@ -241,34 +238,31 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   dt_scatter_state_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(d->dxs, K, E, d->dxf, d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_zero(d, d->dX, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, g + L->lnf_w, g + L->lnf_b, st));
+  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, d->dX, g + L->lnf_w, g + L->lnf_b, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
     const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
     const float *P = d->P + l * NN;
-    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2 */
-    CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->dgl, 0, st));
-    dt_gelu_bwd_kernel<<<dt_grid(d, dim3((unsigned)((NF + 255) / 256 < 4096 ? (NF + 255) / 256 : 4096))), 256, 0, st>>>(
-        u, d->dgl, d->du, NF, d->pz);
-    CUDA_RET(cudaGetLastError());
-    CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, st));
-    CUDA_RET(dt_copy(d, d->dxm, d->dX, sizeof(float) * NE, st));
-    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, g + o->ln2_w,
-                       g + o->ln2_b, st));
+    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM */
+    CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->du, 0, u, st));
+    CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, NULL, st));
+    /* dxm = dX (the residual) + LN2's input gradient */
+    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, d->dX,
+                       g + o->ln2_w, g + o->ln2_b, st));
     /* xm = X_l + W_o att + b_o */
-    CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, st));
+    CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, NULL, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
-    CUDA_RET(lin_bwd(d, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, st));
-    CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, st));
-    CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, st));
-    CUDA_RET(dt_copy(d, d->dX, d->dxm, sizeof(float) * NE, st));
-    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, g + o->ln1_w,
-                       g + o->ln1_b, st));
+    CUDA_RET(lin_bwd(d, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, NULL, st));
+    CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, NULL, st));
+    CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, NULL, st));
+    /* dX = dxm (the residual) + LN1's input gradient */
+    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, d->dxm,
+                       g + o->ln1_w, g + o->ln1_b, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf) */
   CUDA_RET(dt_zero(d, d->dxf, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, g + L->lne_w, g + L->lne_b, st));
+  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, d->dxf, g + L->lne_w, g + L->lne_b, st));
   dt_state_rows_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs,
                                                                         d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());

@@ -37,7 +37,7 @@ typedef struct cuda_dt {
   float *xs;                              /* the state tokens of xf: [B K, E] */
   float *z, *dz;                          /* logits and their gradient [B K, A] */
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
-  float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dgl, *dS, *dxf, *dxs, *tmp; /* the backward's */
+  float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dS, *dxf, *dxs, *tmp; /* the backward's */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
   float *csum[2];                         /* the column sums' scratch on side[0], side[1] (64 chunks of the widest) */
@@ -118,10 +118,43 @@ int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaSt
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
+/* the CPU spec's dt_gelu and dt_gelu_d (kernels/cpu/dt_impl.h) */
+static __device__ __forceinline__ float dt_gelu(float u) {
+  return 0.5f * u * (1.0f + tanhf(DT_GELU_C * (u + 0.044715f * u * u * u)));
+}
+static __device__ __forceinline__ float dt_gelu_d(float x) {
+  const float t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
+}
+/* what a DT GEMM's epilogue writes for output (m, n) of value v (the
+ * product), dt_gemm_op's op: */
+#define DT_EP_PLAIN 0 /* C (=, += with acc) v + bias + R */
+#define DT_EP_GELU 1  /* C = v + bias (+ R), G = gelu(C): the MLP's pre-activation and its GELU (G: C's layout) */
+#define DT_EP_DGELU 2 /* C = v gelu'(R): the MLP's input gradient through the GELU of pre-activation R */
+static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float *C, int ldc, const float *bias,
+                                                   const float *R, int ldr, int acc, int op, float *G) {
+  float *o = C + (size_t)m * ldc + n;
+  if (op == DT_EP_DGELU) {
+    *o = v * dt_gelu_d(R[(size_t)m * ldr + n]);
+    return;
+  }
+  if (bias) v += bias[n];
+  if (R) v += R[(size_t)m * ldr + n];
+  if (op == DT_EP_GELU) {
+    *o = v;
+    G[(size_t)m * ldc + n] = dt_gelu(v);
+    return;
+  }
+  *o = acc ? *o + v : v;
+}
 /* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
  * dt_gemm_tc_kernel) and members (d->pz); the pointers member 0's */
 int dt_gemm(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
             float *C, int ldc, const float *bias, const float *R, int ldr, int acc, cudaStream_t st);
+/* dt_gemm with the epilogue op (DT_EP_*; G for DT_EP_GELU) */
+int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+               float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+               cudaStream_t st);
 /* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order
  * (part: scratch of cap floats; the weight gradients, K the tokens) */
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
@@ -138,9 +171,11 @@ int dt_wg_setup(void);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
-                  int kper, size_t cz, cuda_pz_t pz);
+                  int op, float *G, int kper, size_t cz, cuda_pz_t pz);
+/* dx = res + LayerNorm's input gradient (res may be dx: +=), dgamma and
+ * dbeta += their column sums */
 int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-              float *dx, float *dgam, float *dbet, cudaStream_t st);
+              float *dx, const float *res, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
 /* the side streams wait for what st has queued (dt_fork); st waits for side
  * stream i's work (dt_join) */

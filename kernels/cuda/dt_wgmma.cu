@@ -107,7 +107,7 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
                                                             const float *B, int ldb, float *C, int ldc,
                                                             const float *bias, const float *R, int ldr, int acc,
-                                                            int kper, size_t cz, cuda_pz_t pz) {
+                                                            int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dw_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
@@ -161,21 +161,16 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
   }
   wgmma_wait<0>();
   dw_pin(d);
-  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz;
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
 #pragma unroll
   for (int e = 0; e < 32; e++) { /* d[4 j + q]: row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
     const int q = e % 4, m = m0 + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4) + q % 2;
-    if (m >= M || n >= N) continue;
-    float v = d[e];
-    if (bias) v += bias[n];
-    if (R) v += R[(size_t)m * ldr + n];
-    float *o = C + (size_t)m * ldc + n;
-    *o = acc ? *o + v : v;
+    if (m < M && n < N) dt_ep_store(d[e], m, n, C, ldc, bias, R, ldr, acc, op, G);
   }
 #else
   (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)bias, (void)R;
-  (void)ldr, (void)acc, (void)kper, (void)cz, (void)pz;
+  (void)ldr, (void)acc, (void)op, (void)G, (void)kper, (void)cz, (void)pz;
   __trap(); /* never launched: dt_wg_setup() is 0 without sm_90a code */
 #endif
 }
@@ -213,10 +208,10 @@ int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float
 
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
-                  int kper, size_t cz, cuda_pz_t pz) {
+                  int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
 #define DW_GO(TA, TB)                                                                                                \
-  dt_gemm_wg_kernel<TA, TB><<<grid, DW_NT, DW_SMEM, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, kper, \
-                                                         cz, pz)
+  dt_gemm_wg_kernel<TA, TB><<<grid, DW_NT, DW_SMEM, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, \
+                                                         kper, cz, pz)
   switch (2 * ta + tb) {
     case 0: DW_GO(0, 0); break;
     case 1: DW_GO(0, 1); break;
