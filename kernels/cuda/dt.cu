@@ -203,30 +203,14 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
 }
 
-/* the tile a call takes (its side): 0 dt.cu's tiles (64), 1 dt_wgmma.cu's
- * one-warpgroup tile (64), 2 its two-warpgroup tile (128). TF32 calls whose
- * operands suit wgmma take it; the 128 tile where it still gives every SM
- * two blocks (big: the caller's count of 128 tiles, or 0 to ask for the
- * 64), since a tile's time is mostly its chunks' round trips and four times
- * the work a tile costs about the same (kernels/dev/DEVICE_NOTES.md item
- * 102). The choice depends on the shapes and alignments alone: a
- * population's member takes its lone twin's. */
-int dg_kind(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                   int tb, int big) {
-  if (!d->tc || !d->wg || !dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) return 0;
-  return big ? 2 : 1;
-}
-#define DG_SIDE(kind) ((kind) == 2 ? 128 : DG_BM)
-
-/* one launch of the tile kind for tc, ta, tb */
-static void dg_launch(const cuda_dt_t *d, int kind, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
+/* one launch of the tile for tc, ta, tb */
+static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
                       const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
                       const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
   const int tc = d->tc;
   grid = dt_grid(d, grid);
-  if (kind) {
-    dt_wg_launch(kind == 2, ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
-                 d->pz);
+  if (tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) {
+    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
 #define DG_GO(KER, TA, TB)                                                                                           \
@@ -436,14 +420,12 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
                float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                cudaStream_t st) {
   if (M <= 0 || N <= 0) return 0;
-  const long long t128 = (long long)((M + 127) / 128) * ((N + 127) / 128);
-  const int kind = dg_kind(d, M, N, K, A, lda, ta, B, ldb, tb, t128 >= 264), side = DG_SIDE(kind);
-  const int rows = 65535 * side; /* grid.y's limit: M in chunks of this many rows */
+  const int rows = 65535 * DG_BM; /* grid.y's limit: M in chunks of this many rows */
   for (int m0 = 0; m0 < M; m0 += rows) {
     const int mm = M - m0 < rows ? M - m0 : rows;
-    const dim3 grid((unsigned)((N + side - 1) / side), (unsigned)((mm + side - 1) / side));
+    const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
-    dg_launch(d, kind, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, op,
+    dg_launch(d, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, op,
               G ? G + (size_t)m0 * ldc : NULL, K, 0);
     CUDA_RET(cudaGetLastError());
   }
@@ -454,23 +436,18 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
                   int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   /* about two blocks an SM (132 on an H200) over the tiles and the parts of
-   * k (one of the 128 tiles, which hold eight warps), each part at least 64
-   * deep; the split depends on the shapes alone, so every call sums in the
-   * same order */
-  const long long t128 = (long long)((M + 127) / 128) * ((N + 127) / 128), k64 = K / 64 < 132 ? K / 64 : 132;
-  const int kind = dg_kind(d, M, N, K, A, lda, ta, B, ldb, tb, M >= 128 && N >= 128 && t128 * k64 >= 132);
-  const int side = DG_SIDE(kind);
-  const long long tiles = (long long)((M + side - 1) / side) * ((N + side - 1) / side), MN = (long long)M * N;
-  const long long want = kind == 2 ? 132 : 264;
-  long long parts = (want + tiles - 1) / tiles, kper;
+   * k, each part at least 64 deep; the split depends on the shapes alone,
+   * so every call sums in the same order */
+  const long long tiles = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM), MN = (long long)M * N;
+  long long parts = (264 + tiles - 1) / tiles, kper;
   if (parts > K / 64) parts = K / 64;
   if (parts > (long long)cap / MN) parts = (long long)cap / MN;
   if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
-  const dim3 grid((unsigned)((N + side - 1) / side), (unsigned)((M + side - 1) / side), (unsigned)parts);
-  dg_launch(d, kind, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL,
-            (int)kper, (size_t)MN);
+  const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
+  dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
+            (size_t)MN);
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
   dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, d->pz);

@@ -72,10 +72,11 @@ __global__ void dt_state_rows_kernel(const float *dx0, const float *states, cons
  * 256, kernels/dev/DEVICE_NOTES.md item 102.) Unchunked (part NULL) the
  * sums go into g; chunked into part [row - r0][chunk][2E] (W_R's in the
  * first E, b_R's in the second), which dt_embed_final_kernel adds in chunk
- * order. E <= 128 x DT_EMB_PER. */
-#define DT_EMB_PER 32
+ * order. E <= 128 x PER (1 up to 128, the reference width: a few registers,
+ * so 16 blocks an SM; else 32, what dt_embed allows). */
 #define DT_EMB_SCAN 8
 #define DT_EMB_U 8
+template <int PER>
 __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, const float *dx0, const float *rtg,
                                                            const float *mask, const int32_t *actions,
                                                            const int32_t *timesteps, int BK, int r0, int per,
@@ -90,9 +91,9 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
   int d = 0, c = (int)(r - L.T);
   if (!rrow && r >= L.T)
     while (c >= L.n[d]) c -= L.n[d], d++;
-  float aw[DT_EMB_PER], ab[DT_EMB_PER];
+  float aw[PER], ab[PER];
 #pragma unroll
-  for (int k = 0; k < DT_EMB_PER; k++) aw[k] = 0, ab[k] = 0;
+  for (int k = 0; k < PER; k++) aw[k] = 0, ab[k] = 0;
   const int lo = blockIdx.y * per, hi = lo + per < BK ? lo + per : BK;
   for (int s0 = lo; s0 < hi; s0 += 128 * DT_EMB_SCAN) {
     float mk[DT_EMB_SCAN];
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
     }
     __syncthreads();
 #pragma unroll
-    for (int k = 0; k < DT_EMB_PER; k++) {
+    for (int k = 0; k < PER; k++) {
       const int e = tid + 128 * k;
       if (e >= E) break;
       for (int i = 0; i < total; i += DT_EMB_U) {
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
     __syncthreads(); /* list and wcount are rewritten next */
   }
 #pragma unroll
-  for (int k = 0; k < DT_EMB_PER; k++) {
+  for (int k = 0; k < PER; k++) {
     const int e = tid + 128 * k;
     if (e >= E) break;
     if (part) {
@@ -270,8 +271,9 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */
-  dt_embed_bwd_kernel<<<dt_grid(d, dim3((unsigned)L->T)), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions,
-                                                                        d->timesteps, BK, 0, BK, g, NULL, d->pz);
+  auto emb = E <= 128 ? dt_embed_bwd_kernel<1> : dt_embed_bwd_kernel<32>;
+  emb<<<dt_grid(d, dim3((unsigned)L->T)), 128, 0, st>>>(*L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, 0, BK,
+                                                        g, NULL, d->pz);
   CUDA_RET(cudaGetLastError());
   const size_t row_floats = (size_t)(L->A + 1) * 2 * E;
   long long chunks = BK < 64 ? BK : 64;
@@ -279,7 +281,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   if (chunks < 1) chunks = 1;
   const int per = (int)((BK + chunks - 1) / chunks);
   chunks = (BK + per - 1) / per;
-  dt_embed_bwd_kernel<<<dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st>>>(
+  emb<<<dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st>>>(
       *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, L->T, per, g, d->tmp, d->pz);
   CUDA_RET(cudaGetLastError());
   dt_embed_final_kernel<<<dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st>>>(*L, d->tmp, (int)chunks,

@@ -66,8 +66,8 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * (=, += with acc) op(A) op(B) + bias, dt.cu's dt_gemm), or with part (cap
  * floats of scratch) split over k as the weight gradients are
  * (dt_gemm_wgrad, C +=); on the wgmma tile where wg asks for it and it
- * fits (*used: 1 on its 64 tiles, 2 on its 128 tiles), else the mma.sync
- * tile (*used 0); synchronised. 0 or a cudaError_t. */
+ * fits (*used: it ran there), else the mma.sync tile; synchronised. 0 or a
+ * cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, float *part, size_t cap, int *used);
 #ifdef __cplusplus
@@ -166,15 +166,10 @@ int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int 
 /* dt_wgmma.cu: dt_gemm's TF32 tile on wgmma. dt_wg_setup: 1 when this
  * build and device run it (its shared memory set); dt_wg_fits: 1 when a
  * call's operands suit it (16-byte aligned rows, k and the contiguous
- * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch on 64-square
- * tiles, or on 128-square tiles with big (grid: those tiles) */
+ * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch, the same grid */
 int dt_wg_setup(void);
-/* dt.cu: the tile a call takes (0 dt.cu's, 1 dt_wgmma.cu's 64, 2 its 128;
- * big: 128 tiles fill the GPU) */
-int dg_kind(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
-            int big);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
-void dt_wg_launch(int big, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
+void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz);
 /* dx = res + LayerNorm's input gradient (res may be dx: +=), dgamma and

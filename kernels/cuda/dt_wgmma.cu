@@ -7,18 +7,20 @@
  * dt.cu's mma.sync tile loads 16 k a round trip and waits for each: a
  * 3,840 x 128 x 128 product is eight L2 round trips in a row at one block an
  * SM (kernels/dev/DEVICE_NOTES.md items 93, 99-100). Here one warpgroup (128
- * threads) takes a 64 x 64 tile in chunks of 64 k (four round trips fewer
- * at K = 128): each thread loads its 8 float4 of each operand's chunk into
- * registers (the next chunk in flight while this one is multiplied), rounds
- * them to TF32 (f2tf32, as the mma.sync tile does: the same operands) and
- * stores them K-major in the 128-byte swizzle wgmma reads (wgmma.cuh): a
- * chunk is two 32-k atoms of 64 rows. TF32 wgmma has no transposes, so an
+ * threads, 114-126 registers: four blocks an SM) takes a 64 x 64 tile in
+ * chunks of 32 k: each thread loads its 4 float4 of each operand's chunk
+ * into registers (the next chunk in flight while this one is multiplied),
+ * rounds them to TF32 (f2tf32, as the mma.sync tile does: the same
+ * operands) and stores them K-major in the 128-byte swizzle wgmma reads
+ * (wgmma.cuh): a chunk is one 32-k atom of 64 rows. (Chunks of 64 k took
+ * 200-220 registers, two blocks an SM, and lost; so did a 128-square tile
+ * of two warpgroups: DEVICE_NOTES.md item 102.) TF32 wgmma has no transposes, so an
  * operand whose rows are contiguous in memory (op(A) with ta, op(B) without
  * tb: the weight gradients' dy^T and x, the input gradients' W) is
  * transposed on the way in: lane l loads rows 4 m4.. at k = l % 16 (16 k
  * rows of 32 bytes a warp, whole sectors) and writes each float to its own
  * row, and the swizzle puts the warp's 32 writes in 32 banks. The tile's
- * four k8 steps an atom are one wgmma group; the stage the next chunk goes
+ * four k8 steps a chunk are one wgmma group; the stage the next chunk goes
  * to is free once the group before has completed. Every output is one fixed
  * sum (wgmma's order within a k8 step is the hardware's), so reruns are bit
  * for bit, and a population's member is its lone twin.
@@ -33,31 +35,30 @@
 #include "gemm_dev.cuh"
 #include "wgmma.cuh"
 
-/* A block of W warpgroups (W 1 or 2) takes a square tile of 64 W rows and
- * columns in chunks of 32 k (one 128-byte swizzle atom a row): warpgroup g
- * multiplies rows 64 g.. by every column (m64n64k8, or m64n128k8 with two). */
-#define DW_BK 32                               /* k a chunk */
-#define DW_NT(W) (128 * (W))                   /* threads */
-#define DW_TS(W) (64 * (W))                    /* tile rows and columns */
-#define DW_OP(W) (DW_TS(W) * 128)              /* bytes: one operand's chunk */
-#define DW_SMEM(W) (4 * DW_OP(W) + 1024)       /* two stages of A's and B's, + the slack to align them to 1,024 */
+#define DW_T 64                   /* tile rows and columns (m64n64) */
+#define DW_BK 32                  /* k a chunk: one 32-k atom (two lost: DEVICE_NOTES.md item 102) */
+#define DW_NL 4                   /* float4 a thread an operand a chunk */
+#define DW_NT 128                 /* one warpgroup */
+#define DW_OP (DW_T * 128)        /* bytes: one operand's chunk, 64 rows of 32 k */
+#define DW_STAGE (2 * DW_OP)      /* A's and B's */
+#define DW_SMEM (2 * DW_STAGE + 1024) /* two stages, + the slack to align them to 1,024 bytes */
 
 // kernels
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* This thread's 4 float4 of an operand's chunk (64 W rows of the tile, 32 k
+/* This thread's 4 float4 of an operand's chunk (64 rows of the tile, 32 k
  * from k0; zeros outside). KC 1: the operand is k-contiguous (src[row ld +
- * k]): float4 i is row tid / 8 + 16 W i, k 4 (tid % 8). KC 0: rows are
- * contiguous (src[k ld + row]): float4 i is rows 4 (lane / 16) + 8 (w + 4 W
- * (i / 2)).., k lane % 16 + 16 (i % 2) (warp w). src: the tile's row 0 at k
- * 0; nrow: its rows in range (a multiple of 4 for KC 0); kend: the part's
- * end. */
-template <int KC, int W>
-static __device__ __forceinline__ void dw_load(const float *src, int ld, int nrow, int k0, int kend, float4 (&r)[4]) {
+ * k]): float4 i is row tid / 8 + 16 i, k 4 (tid % 8). KC 0: rows are
+ * contiguous (src[k ld + row]): float4 i is rows 4 (lane / 16) + 8 (w + 4 (i
+ * / 2)).., k lane % 16 + 16 (i % 2). src: the tile's row 0 at k 0; nrow:
+ * its rows in range (a multiple of 4 for KC 0); kend: the part's end. */
+template <int KC>
+static __device__ __forceinline__ void dw_load(const float *src, int ld, int nrow, int k0, int kend,
+                                               float4 (&r)[DW_NL]) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int row = KC ? tid / 8 + 16 * W * i : 4 * (lane / 16) + 8 * (w + 4 * W * (i / 2));
+  for (int i = 0; i < DW_NL; i++) {
+    const int row = KC ? tid / 8 + 16 * i : 4 * (lane / 16) + 8 * (w + 4 * (i / 2));
     const int k = KC ? k0 + 4 * (tid % 8) : k0 + lane % 16 + 16 * (i % 2);
     const float *p = KC ? src + (size_t)row * ld + k : src + (size_t)k * ld + row;
     r[i] = row < nrow && k < kend ? *reinterpret_cast<const float4 *>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -66,27 +67,27 @@ static __device__ __forceinline__ void dw_load(const float *src, int ld, int nro
 
 /* the accumulators pinned where they are (no copies the compiler might put
  * between a wgmma's issue and its completion) */
-template <int N> static __device__ __forceinline__ void dw_pin(float (&d)[N]) {
+static __device__ __forceinline__ void dw_pin(float (&d)[32]) {
 #pragma unroll
-  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 static __device__ __forceinline__ float dw_tf32(float x) { return __uint_as_float(f2tf32(x)); }
 
-/* dw_load's floats, rounded to TF32, into the operand's chunk at op (64 W
+/* dw_load's floats, rounded to TF32, into the operand's chunk at op (64
  * K-major rows: element (row, k) at row 128 + 16 (k / 4 ^ row % 8) + 4 (k %
- * 4)); KC 0's writes land in 32 banks (the XOR spreads lane / 16's rows) */
-template <int KC, int W>
-static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[4]) {
+ * 4)) */
+template <int KC>
+static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[DW_NL]) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < DW_NL; i++) {
     if (KC) {
-      const int row = tid / 8 + 16 * W * i, c = tid % 8;
+      const int row = tid / 8 + 16 * i, c = tid % 8;
       const float4 v = make_float4(dw_tf32(r[i].x), dw_tf32(r[i].y), dw_tf32(r[i].z), dw_tf32(r[i].w));
       *reinterpret_cast<float4 *>(op + row * 128 + ((c ^ (row % 8)) << 4)) = v;
     } else {
-      const int row = 4 * (lane / 16) + 8 * (w + 4 * W * (i / 2)), k = lane % 16 + 16 * (i % 2);
+      const int row = 4 * (lane / 16) + 8 * (w + 4 * (i / 2)), k = lane % 16 + 16 * (i % 2);
       unsigned char *a = op + 4 * (k % 4);
       const float v[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
 #pragma unroll
@@ -95,60 +96,47 @@ static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 
     }
   }
 }
-
-/* one k8 step of a warpgroup: 64 rows by the tile's 64 or 128 columns */
-static __device__ __forceinline__ void dw_mma(float (&d)[32], unsigned long long da, unsigned long long db) {
-  wgmma_tf32_m64n64k8(d, da, db);
-}
-static __device__ __forceinline__ void dw_mma(float (&d)[64], unsigned long long da, unsigned long long db) {
-  wgmma_tf32_m64n128k8(d, da, db);
-}
 #endif
 
-/* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R, or
- * dt_gemm_op's epilogue, over k in [z kper, (z + 1) kper) into C + z cz) on
- * wgmma; TA, TB: ta, tb; W warpgroups (64 W square tiles). Two stages: the
- * next chunk's loads in flight while this one is multiplied; the stage the
- * next chunk goes to is free once every warp has seen the group before
- * complete. */
-template <int TA, int TB, int W>
-__global__ void __launch_bounds__(DW_NT(W), 4 / W) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
-                                                                   const float *B, int ldb, float *C, int ldc,
-                                                                   const float *bias, const float *R, int ldr,
-                                                                   int acc, int op, float *G, int kper, size_t cz,
-                                                                   cuda_pz_t pz) {
+/* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R over k in
+ * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
+template <int TA, int TB>
+__global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
+                                                            const float *B, int ldb, float *C, int ldc,
+                                                            const float *bias, const float *R, int ldr, int acc,
+                                                            int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dw_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(dw_sh) + (base - raw);
-  const int m0 = blockIdx.y * DW_TS(W), n0 = blockIdx.x * DW_TS(W), z = dt_z(pz), klo = z * kper;
+  const int m0 = blockIdx.y * DW_T, n0 = blockIdx.x * DW_T, z = dt_z(pz), klo = z * kper;
   const int kend = K - klo < kper ? K : klo + kper, nk = (kend - klo + DW_BK - 1) / DW_BK;
   const long long mo = dt_moz(pz);
   /* op(A)'s rows from m0 and op(B)'s from n0, at k 0 */
   const float *as = TA ? dt_off(A, mo) + m0 : dt_off(A, mo) + (size_t)m0 * lda;
   const float *bs = TB ? dt_off(B, mo) + (size_t)n0 * ldb : dt_off(B, mo) + n0;
-  const int ma = M - m0, nb = N - n0, wg = threadIdx.x / 128;
-  float4 ra[4], rb[4];
-  float d[32 * W];
+  const int ma = M - m0, nb = N - n0;
+  float4 ra[DW_NL], rb[DW_NL];
+  float d[32];
 #pragma unroll
-  for (int i = 0; i < 32 * W; i++) d[i] = 0.0f;
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
   dw_pin(d);
   if (nk > 0) {
-    dw_load<!TA, W>(as, lda, ma, klo, kend, ra);
-    dw_load<TB, W>(bs, ldb, nb, klo, kend, rb);
-    dw_store<!TA, W>(sm, ra);
-    dw_store<TB, W>(sm + DW_OP(W), rb);
-    if (nk > 1) dw_load<!TA, W>(as, lda, ma, klo + DW_BK, kend, ra), dw_load<TB, W>(bs, ldb, nb, klo + DW_BK, kend, rb);
+    dw_load<!TA>(as, lda, ma, klo, kend, ra);
+    dw_load<TB>(bs, ldb, nb, klo, kend, rb);
+    dw_store<!TA>(sm, ra);
+    dw_store<TB>(sm + DW_OP, rb);
+    if (nk > 1) dw_load<!TA>(as, lda, ma, klo + DW_BK, kend, ra), dw_load<TB>(bs, ldb, nb, klo + DW_BK, kend, rb);
   }
   for (int c = 0; c < nk; c++) {
     fence_proxy_async(); /* this thread's stores of chunk c, for wgmma */
     __syncthreads();
-    const uint32_t sa = base + (uint32_t)((c & 1) * 2 * DW_OP(W));
+    const uint32_t sa = base + (uint32_t)((c & 1) * DW_STAGE);
     wgmma_fence();
     dw_pin(d);
-    const unsigned long long da = wg_desc(sa + wg * 64 * 128), db = wg_desc(sa + DW_OP(W));
+    const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) dw_mma(d, da + 2 * kk, db + 2 * kk);
+    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
     wgmma_commit();
     dw_pin(d);
     if (c + 1 < nk) {
@@ -156,22 +144,22 @@ __global__ void __launch_bounds__(DW_NT(W), 4 / W) dt_gemm_wg_kernel(int M, int 
        * any thread writes there */
       wgmma_wait<1>();
       __syncthreads();
-      unsigned char *nx = sm + ((c + 1) & 1) * 2 * DW_OP(W);
-      dw_store<!TA, W>(nx, ra);
-      dw_store<TB, W>(nx + DW_OP(W), rb);
+      unsigned char *nx = sm + ((c + 1) & 1) * DW_STAGE;
+      dw_store<!TA>(nx, ra);
+      dw_store<TB>(nx + DW_OP, rb);
       if (c + 2 < nk) {
         const int k2 = klo + (c + 2) * DW_BK;
-        dw_load<!TA, W>(as, lda, ma, k2, kend, ra), dw_load<TB, W>(bs, ldb, nb, k2, kend, rb);
+        dw_load<!TA>(as, lda, ma, k2, kend, ra), dw_load<TB>(bs, ldb, nb, k2, kend, rb);
       }
     }
   }
   wgmma_wait<0>();
   dw_pin(d);
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
-  const int lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
 #pragma unroll
-  for (int e = 0; e < 32 * W; e++) { /* d[4 j + q]: row 64 wg + 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
-    const int q = e % 4, m = m0 + 64 * wg + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4) + q % 2;
+  for (int e = 0; e < 32; e++) { /* d[4 j + q]: row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
+    const int q = e % 4, m = m0 + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4) + q % 2;
     if (m < M && n < N) dt_ep_store(d[e], m, n, C, ldc, bias, R, ldr, acc, op, G);
   }
 #else
@@ -183,10 +171,6 @@ __global__ void __launch_bounds__(DW_NT(W), 4 / W) dt_gemm_wg_kernel(int M, int 
 
 // launchers
 
-#define DW_KERNELS(W)                                                                                                \
-  {(const void *)dt_gemm_wg_kernel<0, 0, W>, (const void *)dt_gemm_wg_kernel<0, 1, W>,                               \
-   (const void *)dt_gemm_wg_kernel<1, 0, W>, (const void *)dt_gemm_wg_kernel<1, 1, W>}
-
 int dt_wg_setup(void) {
 #if DQN_SM90A
   int dev = 0, major = 0, minor = 0;
@@ -197,10 +181,10 @@ int dt_wg_setup(void) {
     (void)cudaGetLastError();
     return 0;
   }
-  const void *k1[] = DW_KERNELS(1), *k2[] = DW_KERNELS(2);
+  const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
+                     (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
   for (int i = 0; i < 4; i++)
-    if (cudaFuncSetAttribute(k1[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM(1)) != cudaSuccess ||
-        cudaFuncSetAttribute(k2[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM(2)) != cudaSuccess) {
+    if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM) != cudaSuccess) {
       (void)cudaGetLastError(); /* the mma.sync tile takes every call: no error left pending */
       return 0;
     }
@@ -216,21 +200,17 @@ int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float
   return al && K % 4 == 0 && (!ta || M % 4 == 0) && (tb || N % 4 == 0);
 }
 
-void dt_wg_launch(int big, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
+void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
-#define DW_GO(TA, TB, W)                                                                                             \
-  dt_gemm_wg_kernel<TA, TB, W><<<grid, DW_NT(W), DW_SMEM(W), st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr,    \
-                                                                   acc, op, G, kper, cz, pz)
-  switch (4 * big + 2 * ta + tb) {
-    case 0: DW_GO(0, 0, 1); break;
-    case 1: DW_GO(0, 1, 1); break;
-    case 2: DW_GO(1, 0, 1); break;
-    case 3: DW_GO(1, 1, 1); break;
-    case 4: DW_GO(0, 0, 2); break;
-    case 5: DW_GO(0, 1, 2); break;
-    case 6: DW_GO(1, 0, 2); break;
-    default: DW_GO(1, 1, 2); break;
+#define DW_GO(TA, TB)                                                                                                \
+  dt_gemm_wg_kernel<TA, TB><<<grid, DW_NT, DW_SMEM, st>>>(M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, \
+                                                         kper, cz, pz)
+  switch (2 * ta + tb) {
+    case 0: DW_GO(0, 0); break;
+    case 1: DW_GO(0, 1); break;
+    case 2: DW_GO(1, 0); break;
+    default: DW_GO(1, 1); break;
   }
 #undef DW_GO
 }
@@ -242,10 +222,7 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
   memset(&d, 0, sizeof d);
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
-  /* the kind dt_gemm_op and dt_gemm_wgrad pick (their rules for big) */
-  const long long t128 = (long long)((M + 127) / 128) * ((N + 127) / 128), k64 = K / 64 < 132 ? K / 64 : 132;
-  const int big = part ? M >= 128 && N >= 128 && t128 * k64 >= 132 : t128 >= 264;
-  *used = dg_kind(&d, M, N, K, A, lda, ta, B, ldb, tb, big);
+  *used = d.wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb);
   const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, part, cap, 0)
                      : dt_gemm(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, NULL, 0, acc, 0);
   if (e) return e;
