@@ -22,9 +22,11 @@
  * registers while these are computed); every output is summed in k order
  * (reruns are bit for bit). Split over k (the weight gradients,
  * dt_gemm_wgrad): block z sums k in [z kper, (z + 1) kper) into C + z cz,
- * plain (no bias, R or acc). With tensor_cores dt_gemm_tc_kernel below
- * takes the same calls. In a population block z is member z % n's part z /
- * n (dt_cuda.cuh). */
+ * plain (no bias, R or acc). With tensor_cores dt_wgmma.cu's wgmma tile
+ * (Hopper; operands 16-byte aligned) or dt_gemm_tc_kernel below takes the
+ * same calls. The epilogue is dt_ep_store's (dt_gemm_op: the plain sum, or
+ * with the MLP's GELU or its derivative). In a population block z is member
+ * z % n's part z / n (dt_cuda.cuh). */
 #define DG_BM 64
 #define DG_BK 16
 #define DG_LD (DG_BM + 4)

@@ -8,8 +8,9 @@
  * tokens are computed from zeros and reach nothing (they are never keys,
  * their output gradients are zero), so their rows add exact zeros. Every sum
  * has a fixed order (no atomics): reruns are bit-identical. The GEMMs are
- * 64 x 64 shared-memory tiles of 4 x 4 outputs a thread in fp32
- * (kernels/dev/DEVICE_NOTES.md items 76-79 have their speed).
+ * 64 x 64 shared-memory tiles: 4 x 4 outputs a thread in fp32; in TF32
+ * wgmma (dt_wgmma.cu) or mma.sync (kernels/dev/DEVICE_NOTES.md items 76-79,
+ * 91-102 have their speed).
  */
 #ifndef DQN_CUDA_DT_CUH
 #define DQN_CUDA_DT_CUH
