@@ -279,6 +279,7 @@ static int group_pretrain_dt(learner_pop_t *p, int n, learner_stop_ctl_t *ctl, l
 int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
                             size_t errlen) {
   memset(st, 0, sizeof *st * (size_t)p->n);
+  p->dt_grouped = 0;
   if (n < 1 || n > LEARNER_MAX_STEPS) {
     seterr(err, errlen, "n: %d is outside [1, %d]", n, LEARNER_MAX_STEPS);
     return LEARNER_EINVAL;
@@ -291,7 +292,6 @@ int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learn
       return rc;
     }
   }
-  p->dt_grouped = 0;
   if (p->group && p->group->ops->group_dt_step) {
     int rc = group_pretrain_dt(p, n, &ctl, st, err, errlen);
     if (rc != LEARNER_EUNSUPPORTED) {

@@ -240,23 +240,35 @@ static float tf32(float x) {
 }
 
 /* one TF32 GEMM as the DT makes them (C (=, +=) op(A) op(B) + bias; split:
- * the weight gradients' split-K form, C +=) on the wgmma tile and on the
- * mma.sync tile, each output against the products of the TF32-rounded
+ * the weight gradients' split-K form, C +=; op DT_EP_GELU: also G =
+ * gelu(C); op DT_EP_DGELU: C = op(A) op(B) gelu'(R), R a pre-activation) on
+ * the wgmma tile and on the mma.sync tile, each output against the products of the TF32-rounded
  * operands summed in double (exact products: only fp32's sums differ), to
  * K x 6e-8 + 1e-6 of the sum of the terms' magnitudes. wg_fits: the
  * operands suit the wgmma tile (on an sm_90 device of an sm_90a build it
  * must have run there). */
+static double gelu(double u) { return 0.5 * u * (1 + tanh(0.7978845608028654 * (u + 0.044715 * u * u * u))); }
+static double gelu_d(double x) {
+  const double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+
 static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
-                      int wg_fits) {
+                      int wg_fits, int op) {
   const int ldc = N + 3, ar = ta ? K : M, br = tb ? N : K;
   float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb), *bias = malloc(sizeof(float) * N);
-  float *C0 = malloc(sizeof(float) * M * ldc), *C = malloc(sizeof(float) * M * ldc);
+  float *C0 = malloc(sizeof(float) * M * ldc), *C = malloc(sizeof(float) * M * ldc), *G = malloc(sizeof(float) * M * ldc);
+  float *R = malloc(sizeof(float) * M * ldc);
+  tu_fill_uniform_f32(R, (size_t)M * ldc, -3, 3, 15, 3);
   tu_fill_uniform_f32(A, (size_t)ar * lda, -1, 1, 11, 3);
   tu_fill_uniform_f32(B, (size_t)br * ldb, -1, 1, 12, 3);
   tu_fill_uniform_f32(bias, N, -1, 1, 13, 3);
   tu_fill_uniform_f32(C0, (size_t)M * ldc, -1, 1, 14, 3);
   const size_t cap = (size_t)M * N * 64;
-  float *dA, *dB, *dbias, *dC, *dpart;
+  float *dA, *dB, *dbias, *dC, *dpart, *dR, *dG;
+  CK(cudaMalloc((void **)&dR, sizeof(float) * M * ldc));
+  CK(cudaMalloc((void **)&dG, sizeof(float) * M * ldc));
+  CK(cudaMemcpy(dR, R, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
   CK(cudaMalloc((void **)&dA, sizeof(float) * ar * lda));
   CK(cudaMalloc((void **)&dB, sizeof(float) * br * ldb));
   CK(cudaMalloc((void **)&dbias, sizeof(float) * N));
@@ -273,9 +285,11 @@ static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bia
     CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
+                                      op, op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
                                       split ? dpart : NULL, cap, &used));
     ck_assert_int_eq(used, wg && sm90 && wg_fits);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     double worst = 0;
     for (int m = 0; m < M; m++)
       for (int n = 0; n < N; n++) {
@@ -285,31 +299,45 @@ static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bia
                            (double)tf32(tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
           s += t, mag += fabs(t);
         }
-        if (with_bias && !split) s += bias[n], mag += fabs(bias[n]);
-        if (add) s += C0[(size_t)m * ldc + n], mag += fabs(C0[(size_t)m * ldc + n]);
-        const double e = fabs(C[(size_t)m * ldc + n] - s), tol = (K * 6e-8 + 1e-6) * mag;
+        if (op == DT_EP_DGELU) { /* C = the product times gelu'(R) */
+          const double gd = gelu_d(R[(size_t)m * ldc + n]);
+          s *= gd, mag *= fabs(gd);
+        } else {
+          if (with_bias && !split) s += bias[n], mag += fabs(bias[n]);
+          if (add) s += C0[(size_t)m * ldc + n], mag += fabs(C0[(size_t)m * ldc + n]);
+        }
+        if (op == DT_EP_GELU) { /* G = gelu(C), from C as the GPU wrote it */
+          const double gc = C[(size_t)m * ldc + n], ge = fabs(G[(size_t)m * ldc + n] - gelu(gc));
+          ck_assert_msg(ge <= 1e-6 * (1 + fabs(gc)), "%d x %d x %d: G[%d][%d] %.9g, gelu(C) %.9g", M, N, K, m, n,
+                        G[(size_t)m * ldc + n], gelu(gc));
+        }
+        const double e = fabs(C[(size_t)m * ldc + n] - s), tol = (K * 6e-8 + 1e-6) * mag + 1e-30;
         worst = e / mag > worst ? e / mag : worst;
         ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s) on the %s tile: C[%d][%d] %.9g, want %.9g", M, N, K, ta,
                       tb, split ? ", split" : "", used ? "wgmma" : "mma.sync", m, n, C[(size_t)m * ldc + n], s);
       }
-    printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s) on the %s tile: within %.2g of the terms' magnitude\n", M, N, K,
-           ta, tb, split ? ", split over k" : "", used ? "wgmma" : "mma.sync", worst);
+    printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s) on the %s tile: within %.2g of the terms' magnitude\n", M, N,
+           K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
+           used ? "wgmma" : "mma.sync", worst);
   }
-  cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart);
-  free(A), free(B), free(bias), free(C0), free(C);
+  cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart), cudaFree(dR), cudaFree(dG);
+  free(A), free(B), free(bias), free(C0), free(C), free(G), free(R);
 }
 
 /* the TF32 GEMM tiles (dt_wgmma.cu and dt.cu's mma.sync tile) in each of
- * the DT's forms, at sizes that leave partial tiles, partial 64-k chunks
- * and split-K parts ending mid-chunk; and operands the wgmma tile cannot
- * take (rows not 16-byte aligned: the mma.sync tile runs them) */
+ * the DT's forms and epilogues, at sizes that leave partial tiles, partial
+ * 32-k chunks and split-K parts ending mid-chunk; and operands the wgmma
+ * tile cannot take (rows not 16-byte aligned: the mma.sync tile runs them) */
 START_TEST(test_tf32_gemm) {
-  gemm_case(200, 136, 132, 0, 1, 0, 1, 0, 132, 140, 1);  /* a layer's forward: x W^T + b */
-  gemm_case(200, 132, 136, 0, 0, 1, 0, 0, 140, 132, 1);  /* an input gradient: dx += dy W */
-  gemm_case(132, 68, 1000, 1, 0, 0, 0, 1, 136, 72, 1);   /* a weight gradient: dW += dy^T x, split over k */
-  gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1);     /* both transposed */
-  gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1); /* the reference sizes' q at batch 64 */
-  gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0);        /* a head's forward over rows of 15 */
+  const int P = DT_EP_PLAIN;
+  gemm_case(200, 136, 132, 0, 1, 0, 1, 0, 132, 140, 1, P);  /* a layer's forward: x W^T + b */
+  gemm_case(200, 132, 136, 0, 0, 1, 0, 0, 140, 132, 1, P);  /* an input gradient: dx += dy W */
+  gemm_case(132, 68, 1000, 1, 0, 0, 0, 1, 136, 72, 1, P);   /* a weight gradient: dW += dy^T x, split over k */
+  gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1, P);     /* both transposed */
+  gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1, P); /* the reference sizes' q at batch 64 */
+  gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */
+  gemm_case(200, 132, 36, 0, 1, 0, 1, 0, 36, 40, 1, DT_EP_GELU);  /* the MLP's u = W_1 h + b_1, gl = gelu(u) */
+  gemm_case(200, 132, 36, 0, 0, 0, 0, 0, 40, 132, 1, DT_EP_DGELU); /* du = (dX W_2) gelu'(u) */
 }
 END_TEST
 

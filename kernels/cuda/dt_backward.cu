@@ -2,8 +2,8 @@
  * dt_backward.cu — the exact backward of dt.cu's forward (the CPU spec's
  * dt_lin_bwd, dt_ln_bwd, dt_gelu_d and the attention's, kernels/cpu/
  * dt_impl.h), into d->g. Each parameter's gradient is a fixed-order sum over
- * the batch's tokens (column sums, GEMMs over the token axis, one thread an
- * embedding row); padded tokens carry zero gradients.
+ * the batch's tokens (column sums, GEMMs over the token axis, a block an
+ * embedding row, a thread an element); padded tokens carry zero gradients.
  */
 #include <math.h>
 

@@ -50,6 +50,12 @@ typedef struct cuda_dt {
   cuda_pz_t pz;                           /* the members each launch runs ({1, 0} alone; "DT populations" below) */
 } cuda_dt_t;
 
+/* what a DT GEMM's epilogue writes (dt_gemm_op's op, dt_ep_store), for
+ * output (m, n) of value v (the product): */
+#define DT_EP_PLAIN 0 /* C (=, += with acc) v + bias + R */
+#define DT_EP_GELU 1  /* C = v + bias (+ R), G = gelu(C): the MLP's pre-activation and its GELU (G: C's layout) */
+#define DT_EP_DGELU 2 /* C = v gelu'(R): the MLP's input gradient through the GELU of pre-activation R */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -67,10 +73,11 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * (=, += with acc) op(A) op(B) + bias, dt.cu's dt_gemm), or with part (cap
  * floats of scratch) split over k as the weight gradients are
  * (dt_gemm_wgrad, C +=); on the wgmma tile where wg asks for it and it
- * fits (*used: it ran there), else the mma.sync tile; synchronised. 0 or a
- * cudaError_t. */
+ * fits (*used: it ran there), else the mma.sync tile; op, R, ldr, G as
+ * dt_gemm_op's (unsplit only); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
-                      float *C, int ldc, const float *bias, int acc, float *part, size_t cap, int *used);
+                      float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
+                      float *part, size_t cap, int *used);
 #ifdef __cplusplus
 }
 #endif
@@ -127,11 +134,8 @@ static __device__ __forceinline__ float dt_gelu_d(float x) {
   const float t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
 }
-/* what a DT GEMM's epilogue writes for output (m, n) of value v (the
- * product), dt_gemm_op's op: */
-#define DT_EP_PLAIN 0 /* C (=, += with acc) v + bias + R */
-#define DT_EP_GELU 1  /* C = v + bias (+ R), G = gelu(C): the MLP's pre-activation and its GELU (G: C's layout) */
-#define DT_EP_DGELU 2 /* C = v gelu'(R): the MLP's input gradient through the GELU of pre-activation R */
+/* dt_ep_store: what a DT GEMM's epilogue writes for output (m, n) of value
+ * v (the product), by dt_gemm_op's op (DT_EP_*, above) */
 static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float *C, int ldc, const float *bias,
                                                    const float *R, int ldr, int acc, int op, float *G) {
   float *o = C + (size_t)m * ldc + n;
@@ -149,6 +153,7 @@ static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float 
   *o = acc ? *o + v : v;
 }
 /* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
+ * dt_wgmma.cu's tile with d->wg where the operands suit it, else
  * dt_gemm_tc_kernel) and members (d->pz); the pointers member 0's */
 int dt_gemm(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
             float *C, int ldc, const float *bias, const float *R, int ldr, int acc, cudaStream_t st);

@@ -216,15 +216,15 @@ void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int 
 }
 
 extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                                 int tb, float *C, int ldc, const float *bias, int acc, float *part, size_t cap,
-                                 int *used) {
+                                 int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
+                                 float *G, float *part, size_t cap, int *used) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
   *used = d.wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb);
   const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, part, cap, 0)
-                     : dt_gemm(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, NULL, 0, acc, 0);
+                     : dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;
   return (int)cudaDeviceSynchronize();
 }
