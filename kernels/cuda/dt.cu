@@ -205,13 +205,18 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
 }
 
+int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                int tb) {
+  return d->tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb);
+}
+
 /* one launch of the tile for tc, ta, tb */
 static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
                       const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
                       const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
   const int tc = d->tc;
   grid = dt_grid(d, grid);
-  if (tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) {
+  if (dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb)) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }

@@ -13,14 +13,14 @@
 // kernels
 
 /* dx = res + rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)),
- * one warp a token (res may be dx) */
+ * one warp a token (res may be dx; NULL: no residual) */
 __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
                                  float *dx, const float *res, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);
-  res = dt_off(res, mo);
+  res = dt_off0(res, mo);
   const float *g = dy + (size_t)tok * E, *xh = xhat + (size_t)tok * E;
   float m1 = 0, m2 = 0;
   for (int e = lane; e < E; e += 32) {
@@ -34,7 +34,7 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
   m1 /= (float)E, m2 /= (float)E;
   const float r = rstd[tok];
   for (int e = lane; e < E; e += 32)
-    dx[(size_t)tok * E + e] = res[(size_t)tok * E + e] + r * (g[e] * gam[e] - m1 - xh[e] * m2);
+    dx[(size_t)tok * E + e] = (res ? res[(size_t)tok * E + e] : 0.0f) + r * (g[e] * gam[e] - m1 - xh[e] * m2);
 }
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
@@ -238,8 +238,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   }
   dt_scatter_state_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(d->dxs, K, E, d->dxf, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_zero(d, d->dX, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, d->dX, g + L->lnf_w, g + L->lnf_b, st));
+  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, NULL, g + L->lnf_w, g + L->lnf_b, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
@@ -262,8 +261,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
                        g + o->ln1_w, g + o->ln1_b, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf) */
-  CUDA_RET(dt_zero(d, d->dxf, sizeof(float) * NE, st));
-  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, d->dxf, g + L->lne_w, g + L->lne_b, st));
+  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, NULL, g + L->lne_w, g + L->lne_b, st));
   dt_state_rows_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs,
                                                                         d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());

@@ -174,12 +174,16 @@ int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int 
  * call's operands suit it (16-byte aligned rows, k and the contiguous
  * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch, the same grid */
 int dt_wg_setup(void);
+/* dt.cu: 1 when d's call with these operands runs on the wgmma tile (TF32,
+ * d->wg, and they fit) */
+int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                int tb);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz);
-/* dx = res + LayerNorm's input gradient (res may be dx: +=), dgamma and
- * dbeta += their column sums */
+/* dx = res + LayerNorm's input gradient (res may be dx: +=; NULL: dx =
+ * the gradient alone), dgamma and dbeta += their column sums */
 int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
               float *dx, const float *res, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);

@@ -133,17 +133,17 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
     while (!mbar_try(bars + 8 * s, (unsigned)(c / WG_NS) & 1u)) {
     }
     wg_round(sm + s * WG_STAGE, r0, sw);
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the rounded A visible to wgmma */
+    fence_proxy_async(); /* the rounded A visible to wgmma */
     __syncthreads(); /* everyone's; and chunk c - 1's wgmma are done (waited below), so its stage is free */
     const int nx = c + WG_NS - 1;
     if (tid == 0 && nx < nk) wg_issue(base + (nx % WG_NS) * WG_STAGE, bars + 8 * (nx % WG_NS), pm, nx, m0, n0);
     const uint32_t sa = base + (uint32_t)(s * WG_STAGE);
     const unsigned long long da = wg_desc(sa + (uint32_t)(wg * 64 * 128)), db = wg_desc(sa + WG_A_BYTES);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < WG_BK / 8; kk++) wgmma_tf32_m64n128k8(d, da + 2 * kk, db + 2 * kk);
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_commit();
+    wgmma_wait<0>();
   }
   /* the epilogue through shared memory (the stages are free once every
    * warpgroup is past its last wgmma): the accumulators as they lie, then
