@@ -5,6 +5,7 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "optim.cuh"
 #include "adam_scalars.cuh"
@@ -129,14 +130,18 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
 
 /* adamw_kernel then the per-step target rule (target_kernel with no
  * override) on the same element: one pass over p, g, m, v and the target.
- * The step's scalars are computed once per block, by the same expressions. */
+ * The step's scalars are computed once per block, by the same expressions.
+ * V elements a thread: 4 where every vector is 16-byte aligned (float4
+ * loads and stores, the same arithmetic element by element, so the same
+ * bits), issued before the block waits for its scalars. */
+template <int V>
 __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
                                     float *__restrict__ v, float *__restrict__ tg, long long n,
                                     const float *__restrict__ norm, const float *__restrict__ scal,
                                     const unsigned long long *__restrict__ step,
                                     const learner_hparams_t *__restrict__ hp, long long ps) {
   __shared__ float sc[6];
-  __shared__ int mode; /* 0 none, 1 Polyak, 2 copy */
+  __shared__ int mode, ok; /* mode 0 none, 1 Polyak, 2 copy; ok: the norm is finite */
   p = pz_at(p, ps), g = pz_at(g, ps), m = pz_at(m, ps), v = pz_at(v, ps), tg = pz_at(tg, ps);
   norm = pz_at(norm, ps), scal = pz_at(scal, ps), step = pz_at(step, ps), hp = pz_at(hp, ps);
   if (threadIdx.x == 0) {
@@ -146,22 +151,76 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
     } else {
       adam_scalars(*norm, step, hp, sc, &mode);
     }
+    ok = isfinite(*norm);
+  }
+  const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * V;
+  const bool full = V == 4 && i0 + 3 < n;
+  float pv[V], gv[V], mv[V], vv[V];
+  if (full) {
+    const float4 a = *reinterpret_cast<const float4 *>(p + i0), b = *reinterpret_cast<const float4 *>(g + i0);
+    const float4 c = *reinterpret_cast<const float4 *>(m + i0), d = *reinterpret_cast<const float4 *>(v + i0);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, cv[4] = {c.x, c.y, c.z, c.w},
+                dv[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+    for (int u = 0; u < V; u++) pv[u] = av[u % 4], gv[u] = bv[u % 4], mv[u] = cv[u % 4], vv[u] = dv[u % 4];
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; u++) {
+      const bool in = i0 + u < n;
+      pv[u] = in ? p[i0 + u] : 0.0f, gv[u] = in ? g[i0 + u] : 0.0f, mv[u] = in ? m[i0 + u] : 0.0f;
+      vv[u] = in ? v[i0 + u] : 0.0f;
+    }
   }
   __syncthreads();
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n || !isfinite(*norm)) return; /* the divergence guard (learner.h): nothing of the step is applied */
-  float b1 = hp->adam_beta1, b2 = hp->adam_beta2;
-  float gi = g[i] * sc[0];
-  float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
-  float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
-  m[i] = mi;
-  v[i] = vi;
-  float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), sc[1]), sc[5]);
-  float pi = __fsub_rn(__fmul_rn(p[i], sc[3]), __fdiv_rn(__fmul_rn(sc[2], mi), denom));
-  p[i] = pi;
-  float tau = sc[4];
-  if (mode == 1) tg[i] = tau >= 1.0f ? pi : __fadd_rn(__fmul_rn(tau, pi), __fmul_rn(1.0f - tau, tg[i]));
-  else if (mode == 2) tg[i] = pi;
+  if (i0 >= n || !ok) return; /* the divergence guard (learner.h): nothing of the step is applied */
+  const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, tau = sc[4];
+  float tv[V];
+#pragma unroll
+  for (int u = 0; u < V; u++) {
+    const float gi = gv[u] * sc[0];
+    const float mi = __fadd_rn(__fmul_rn(b1, mv[u]), __fmul_rn(1.0f - b1, gi));
+    const float vi = __fadd_rn(__fmul_rn(b2, vv[u]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
+    const float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), sc[1]), sc[5]);
+    pv[u] = __fsub_rn(__fmul_rn(pv[u], sc[3]), __fdiv_rn(__fmul_rn(sc[2], mi), denom));
+    mv[u] = mi, vv[u] = vi;
+  }
+  if (mode == 1 && tau < 1.0f) {
+    if (full) {
+      const float4 t = *reinterpret_cast<const float4 *>(tg + i0);
+      const float t4[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+      for (int u = 0; u < V; u++) tv[u] = t4[u % 4];
+    } else {
+#pragma unroll
+      for (int u = 0; u < V; u++) tv[u] = i0 + u < n ? tg[i0 + u] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < V; u++) tv[u] = __fadd_rn(__fmul_rn(tau, pv[u]), __fmul_rn(1.0f - tau, tv[u]));
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; u++) tv[u] = pv[u];
+  }
+  const bool wt = mode == 1 || mode == 2;
+  if (full) {
+    *reinterpret_cast<float4 *>(p + i0) = make_float4(pv[0], pv[V > 1 ? 1 : 0], pv[V > 2 ? 2 : 0], pv[V > 3 ? 3 : 0]);
+    *reinterpret_cast<float4 *>(m + i0) = make_float4(mv[0], mv[V > 1 ? 1 : 0], mv[V > 2 ? 2 : 0], mv[V > 3 ? 3 : 0]);
+    *reinterpret_cast<float4 *>(v + i0) = make_float4(vv[0], vv[V > 1 ? 1 : 0], vv[V > 2 ? 2 : 0], vv[V > 3 ? 3 : 0]);
+    if (wt)
+      *reinterpret_cast<float4 *>(tg + i0) = make_float4(tv[0], tv[V > 1 ? 1 : 0], tv[V > 2 ? 2 : 0], tv[V > 3 ? 3 : 0]);
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; u++)
+      if (i0 + u < n) {
+        p[i0 + u] = pv[u], m[i0 + u] = mv[u], v[i0 + u] = vv[u];
+        if (wt) tg[i0 + u] = tv[u];
+      }
+  }
+}
+
+/* 16-byte vectors: every one of them (a population's members lie a multiple
+ * of 256 bytes apart, arena.cuh) */
+static int al16v(const float *p, const float *g, const float *m, const float *v, const float *tg) {
+  return ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | (uintptr_t)tg) % 16 == 0;
 }
 
 __global__ void target_kernel(float *__restrict__ tg, const float *__restrict__ on, long long n,
@@ -196,8 +255,8 @@ extern "C" int cuda_adamw_update(float *p, const float *g, float *m, float *v, l
 extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                  const float *norm_dev, const unsigned long long *step_dev,
                                  const learner_hparams_t *hp_dev, cudaStream_t st) {
-  adamw_target_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, NULL, step_dev,
-                                                                    hp_dev, 0);
+  adamw_target_kernel<1><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, NULL, step_dev,
+                                                                       hp_dev, 0);
   return (int)cudaGetLastError();
 }
 
@@ -221,8 +280,12 @@ extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float 
     cudaError_t e = cudaEventRecord(norm_done, st);
     if (e != cudaSuccess) return (int)e;
   }
-  adamw_target_kernel<<<dim3((unsigned)((n + 255) / 256), 1, z), 256, 0, st>>>(
-      p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
+  if (al16v(p, g, m, v, target))
+    adamw_target_kernel<4><<<dim3((unsigned)((n + 1023) / 1024), 1, z), 256, 0, st>>>(
+        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
+  else
+    adamw_target_kernel<1><<<dim3((unsigned)((n + 255) / 256), 1, z), 256, 0, st>>>(
+        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
   return (int)cudaGetLastError();
 }
 
