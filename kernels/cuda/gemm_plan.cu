@@ -158,7 +158,7 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       memcpy(keep, pr + p0, sizeof(gprob_t) * (size_t)(p1 - p0));
       for (int i = p0; i < p1; i++) {
         const wt_job_t *j = &f->wt.j[wj0[ph] + i - p0];
-        pr[i].W = f->w_t + j->dst, pr[i].ldw = j->dld, pr[i].ka = (int)((uintptr_t)pr[i].A % 16 / sizeof(float));
+        pr[i].W = f->w_t + j->dst, pr[i].ldw = j->dld;
       }
       if (gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb)) big = 2, any = 1;
       else memcpy(pr + p0, keep, sizeof(gprob_t) * (size_t)(p1 - p0)); /* the copies are made, and unread */

@@ -32,7 +32,6 @@ typedef struct gprob {
   int splits; /* split-K parts */
   int kper;   /* k per part (a multiple of GBK) */
   int al;     /* bit 0: A rows take 16-byte copies; bit 1: W rows do */
-  int ka;     /* wgmma tiles: A's first k in its TMA map, whose base is A rounded down to 16 bytes */
   int cnt0;   /* this problem's first tile among the launch's arrival counters */
   long long poff; /* its first partial tile (GPART floats each) in the split-K scratch */
   long long gw, gb, gsw, gsb, fi, fo; /* TA 1: offsets in grad and fn, -1 when absent */

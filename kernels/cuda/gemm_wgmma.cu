@@ -4,9 +4,11 @@
  * Hopper's warpgroup MMA, for the tensor_cores config (TF32 operands, fp32
  * sums); and the backward phases B1..B3 (C = (A W) lrelu'(mask)), whose W
  * the pack also writes transposed, [n][k] (pack_transpose_kernel), since
- * wgmma takes TF32 operands k-contiguous only. A's TMA map starts at A
- * rounded down to 16 bytes (TMA's rule) and its boxes at k = ka (gprob_t),
- * so a head's gradient columns need not start on 16 bytes. gemm.cu's mma.sync tiles (32 x 64, four warps) stream 98 KB of
+ * wgmma takes TF32 operands k-contiguous only. TMA reads a box only from
+ * a 16-byte aligned start (a box at k = 3 of float rows is an illegal
+ * instruction on the H200), so A must start on 16 bytes: the ref network's
+ * B1, whose heads' gradient columns start at 51, 510 and 663, keeps the
+ * mma.sync tiles. gemm.cu's mma.sync tiles (32 x 64, four warps) stream 98 KB of
  * operands through L2 per 1 MFLOP tile: the ensemble's head layers (F3, F4 at
  * batch 256: 1,800-1,920 tiles) ran at 65-71% of L2 throughput with the
  * tensor pipe 13% busy, 48 us each. Here a block of two warpgroups computes
@@ -80,12 +82,10 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, i
                : "memory");
 }
 
-/* chunk q (k from q WG_BK) of A and W into stage st, by one thread; A's k
- * at ka in its map (gprob_t.ka) */
-__device__ __forceinline__ void wg_issue(uint32_t st, uint32_t bar, const CUtensorMap *maps, int q, int m0, int n0,
-                                         int ka) {
+/* chunk q (k from q WG_BK) of A and W into stage st, by one thread */
+__device__ __forceinline__ void wg_issue(uint32_t st, uint32_t bar, const CUtensorMap *maps, int q, int m0, int n0) {
   mbar_expect_tx(bar, WG_STAGE);
-  tma_load(st, maps, q * WG_BK + ka, m0, bar);
+  tma_load(st, maps, q * WG_BK, m0, bar);
   tma_load(st + WG_A_BYTES, maps + 1, q * WG_BK, n0, bar);
 }
 
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
   }
   __syncthreads();
   if (tid == 0)
-    for (int q = 0; q < WG_NS - 1 && q < nk; q++) wg_issue(base + q * WG_STAGE, bars + 8 * q, pm, q, m0, n0, g.ka);
+    for (int q = 0; q < WG_NS - 1 && q < nk; q++) wg_issue(base + q * WG_STAGE, bars + 8 * q, pm, q, m0, n0);
   float d[64];
 #pragma unroll
   for (int i = 0; i < 64; i++) d[i] = 0.0f;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
     fence_proxy_async(); /* the rounded A visible to wgmma */
     __syncthreads(); /* everyone's; and chunk c - 1's wgmma are done (waited below), so its stage is free */
     const int nx = c + WG_NS - 1;
-    if (tid == 0 && nx < nk) wg_issue(base + (nx % WG_NS) * WG_STAGE, bars + 8 * (nx % WG_NS), pm, nx, m0, n0, g.ka);
+    if (tid == 0 && nx < nk) wg_issue(base + (nx % WG_NS) * WG_STAGE, bars + 8 * (nx % WG_NS), pm, nx, m0, n0);
     const uint32_t sa = base + (uint32_t)(s * WG_STAGE);
     const unsigned long long da = wg_desc(sa + (uint32_t)(wg * 64 * 128)), db = wg_desc(sa + WG_A_BYTES);
     wgmma_fence();
@@ -214,7 +214,7 @@ int gemm_wgmma_fits(const gprob_t *g) {
   return al && g->K % 4 == 0 && !g->mask;
 }
 
-int gemm_wgmma_fits_bwd(const gprob_t *g) { return (uintptr_t)g->A % 4 == 0 && g->lda % 4 == 0 && g->K > 0; }
+int gemm_wgmma_fits_bwd(const gprob_t *g) { return (uintptr_t)g->A % 16 == 0 && g->lda % 4 == 0 && g->K > 0; }
 
 void *gemm_wgmma_setup(void) {
   void *fn = NULL;
@@ -246,7 +246,7 @@ static int wg_map(wg_encode_t enc, CUtensorMap *m, const float *p, int K, int ro
 int gemm_wgmma_encode(void *enc, const gprob_t *pr, int n, void *host) {
   CUtensorMap *m = (CUtensorMap *)host;
   for (int i = 0; i < n; i++)
-    if (!wg_map((wg_encode_t)enc, &m[2 * i], pr[i].A - pr[i].ka, pr[i].ka + pr[i].K, pr[i].M, pr[i].lda) ||
+    if (!wg_map((wg_encode_t)enc, &m[2 * i], pr[i].A, pr[i].K, pr[i].M, pr[i].lda) ||
         !wg_map((wg_encode_t)enc, &m[2 * i + 1], pr[i].W, pr[i].K, pr[i].N, pr[i].ldw))
       return 0;
   return 1;
