@@ -67,9 +67,6 @@ int gemm_wgmma_usable(void);
 /* a problem it takes: rows of A and W 16-byte aligned (TMA's rule for the
  * descriptors' base and strides), k a multiple of 4 (the shapes it is tested on) */
 int gemm_wgmma_fits(const gprob_t *g);
-/* a backward phase's problem it takes, its W transposed by the pack: A's rows
- * 16-byte aligned (the transposed W is by construction), any k */
-int gemm_wgmma_fits_bwd(const gprob_t *g);
 /* once per plan: the kernel's shared memory set, and the driver's descriptor
  * encoder; NULL (no error left pending) when either is refused */
 void *gemm_wgmma_setup(void);

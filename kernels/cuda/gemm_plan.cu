@@ -1,8 +1,7 @@
 /*
  * gemm_plan.cu — the layer GEMM's planner (host side): for each phase of the
  * problem table (gemm_table.cuh) its kernel (the 32 x 64 split-K tiles, the
- * 64 x 128 FFMA tiles, or wgmma's 128 x 128 TF32 tiles, forward and, with
- * the pack's transposed copies of their weights, backward), tiles, split-K
+ * 64 x 128 FFMA tiles, or wgmma's 128 x 128 TF32 tiles), tiles, split-K
  * parts, each problem's first block in the launch and in a population's SER
  * launches, and the split-K scratch; gemm.cu launches what it planned.
  */
@@ -91,36 +90,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
   const size_t mb = gemm_wgmma_map_bytes();
   char *maps = enc ? (char *)aligned_alloc(64, 2 * (size_t)np * mb) : NULL; /* CUtensorMap is 64-byte aligned */
   if (maps) memset(maps, 0, 2 * (size_t)np * mb);
-  /* The backward phases B1..B3 on wgmma by the forward's rule below, each
-   * problem's W read from a transposed copy of its block of the online pack
-   * (wgmma's TF32 operands are k-contiguous only; pack.cu makes the copy
-   * after each pack). Chosen first, so the copy exists before the
-   * descriptors are encoded. */
-  int bwd_wg[GEMM_PHASES] = {0}, wj0[GEMM_PHASES] = {0};
-  long long wt_total = 0;
-  memset(&f->wt, 0, sizeof f->wt);
-  for (int ph = PH_B1; maps && ph < PH_WG; ph++) {
-    const int p0 = t->ph0[ph], p1 = t->ph0[ph + 1];
-    if (p1 == p0 || f->wt.n + (p1 - p0) > WT_MAXJ) continue;
-    int bt = 0, fit = 1, mmin = INT_MAX;
-    for (int i = p0; i < p1; i++) {
-      bt += (pr[i].M + WG_BM - 1) / WG_BM * ((pr[i].N + WG_BN - 1) / WG_BN);
-      fit &= gemm_wgmma_fits_bwd(&pr[i]) && pr[i].W >= f->w_on && pr[i].W < f->w_on + f->pw.total;
-      mmin = pr[i].M < mmin ? pr[i].M : mmin;
-    }
-    if (!fit || !(2 * bt >= nsm || mmin >= 2 * WG_BM)) continue;
-    bwd_wg[ph] = 1, wj0[ph] = f->wt.n;
-    for (int i = p0; i < p1; i++) {
-      wt_job_t *j = &f->wt.j[f->wt.n++];
-      j->src = pr[i].W - f->w_on, j->sld = pr[i].ldw, j->rows = pr[i].K, j->cols = pr[i].N;
-      j->dld = (pr[i].K + 3) / 4 * 4, j->dst = wt_total, wt_total += (long long)pr[i].N * j->dld;
-      j->t0 = f->wt.tiles, f->wt.tiles += (j->rows + 31) / 32 * ((j->cols + 31) / 32);
-    }
-  }
-  if (wt_total) {
-    cudaError_t e = dev_alloc_t(&f->w_t, sizeof(float) * (size_t)wt_total);
-    if (e != cudaSuccess) return free(maps), (int)e;
-  }
   int any = 0;
   size_t part = 0, part_side = 0, part_t1 = 0;
   int cnt = 0, cnt_side = 0, cnt_t1 = 0;
@@ -152,16 +121,6 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
       if (fit && (2 * bt >= nsm || mmin >= 2 * WG_BM) &&
           gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb))
         big = 2, any = 1;
-    }
-    if (bwd_wg[ph]) {
-      gprob_t keep[GEMM_MAXP];
-      memcpy(keep, pr + p0, sizeof(gprob_t) * (size_t)(p1 - p0));
-      for (int i = p0; i < p1; i++) {
-        const wt_job_t *j = &f->wt.j[wj0[ph] + i - p0];
-        pr[i].W = f->w_t + j->dst, pr[i].ldw = j->dld;
-      }
-      if (gemm_wgmma_encode(enc, pr + p0, p1 - p0, maps + 2 * (size_t)p0 * mb)) big = 2, any = 1;
-      else memcpy(pr + p0, keep, sizeof(gprob_t) * (size_t)(p1 - p0)); /* the copies are made, and unread */
     }
     int blocks, tiles;
     size_t pf;

@@ -2,13 +2,7 @@
  * gemm_wgmma.cu — the forward phases of the layer GEMM (gemm.cu's problem
  * table: C = act(A W^T + b), A [m][k] and W [n][k], both k-contiguous) on
  * Hopper's warpgroup MMA, for the tensor_cores config (TF32 operands, fp32
- * sums); and the backward phases B1..B3 (C = (A W) lrelu'(mask)), whose W
- * the pack also writes transposed, [n][k] (pack_transpose_kernel), since
- * wgmma takes TF32 operands k-contiguous only. TMA reads a box only from
- * a 16-byte aligned start (a box at k = 3 of float rows is an illegal
- * instruction on the H200), so A must start on 16 bytes: the ref network's
- * B1, whose heads' gradient columns start at 51, 510 and 663, keeps the
- * mma.sync tiles. gemm.cu's mma.sync tiles (32 x 64, four warps) stream 98 KB of
+ * sums). gemm.cu's mma.sync tiles (32 x 64, four warps) stream 98 KB of
  * operands through L2 per 1 MFLOP tile: the ensemble's head layers (F3, F4 at
  * batch 256: 1,800-1,920 tiles) ran at 65-71% of L2 throughput with the
  * tensor pipe 13% busy, 48 us each. Here a block of two warpgroups computes
@@ -184,7 +178,6 @@ __global__ void __launch_bounds__(WG_NT, WG_MINB) fused_gemm_wgmma_kernel(const 
       if (n0 + nl >= g.N) break;
       float v = st[ml * WG_EST + nl] + bq[q];
       if (g.act) v = v > 0.0f ? v : slope * v;
-      if (g.mask && !(g.mask[(size_t)m * g.ldm + n0 + nl] > 0.0f)) v *= slope; /* the backward's lrelu' */
       cr[n0 + nl] = v;
     }
   }
@@ -213,8 +206,6 @@ int gemm_wgmma_fits(const gprob_t *g) {
   const int al = (uintptr_t)g->A % 16 == 0 && g->lda % 4 == 0 && (uintptr_t)g->W % 16 == 0 && g->ldw % 4 == 0;
   return al && g->K % 4 == 0 && !g->mask;
 }
-
-int gemm_wgmma_fits_bwd(const gprob_t *g) { return (uintptr_t)g->A % 16 == 0 && g->lda % 4 == 0 && g->K > 0; }
 
 void *gemm_wgmma_setup(void) {
   void *fn = NULL;

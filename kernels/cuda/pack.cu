@@ -28,8 +28,7 @@
  * per-element layer search took 149 us a step). With tensor_cores (f->tc) the
  * weights, not the biases, are rounded to TF32 here, once, as every layer
  * GEMM would round them (f2tf32): the wgmma tiles (gemm_wgmma.cu) read them
- * as they are, and the backward phases that run them read a transposed copy
- * of their blocks (pack_transpose_kernel, after the pack).
+ * as they are.
  *
  * Shapes: P parameters (net_layout.h), N noise length, n elements.
  */
@@ -148,27 +147,6 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
       if (l.src_pb >= 0) v = v + beta * prior[l.src_pb + o];
       W[l.b_dst + o] = v;
     }
-}
-
-/* The backward's transposed blocks of the online pack (step_phases.cuh's
- * wt_jobs_t): a block per 32 x 32 tile of a job, read along the pack's rows
- * and written along the copy's through shared memory (both coalesced). */
-__global__ void pack_transpose_kernel(const __grid_constant__ wt_jobs_t a, const float *__restrict__ w,
-                                      float *__restrict__ wt, long long ps) {
-  __shared__ float tile[32][33];
-  w = pz_at(w, ps), wt = pz_at(wt, ps);
-  int j = 0;
-  for (int i = 1; i < a.n; i++) j += (int)blockIdx.x >= a.j[i].t0;
-  const wt_job_t jb = a.j[j];
-  const int t = (int)blockIdx.x - jb.t0, tcol = (jb.cols + 31) / 32;
-  const int r0 = t / tcol * 32, c0 = t % tcol * 32, tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-#pragma unroll
-  for (int r = ty; r < 32; r += 8)
-    if (r0 + r < jb.rows && c0 + tx < jb.cols) tile[r][tx] = w[jb.src + (long long)(r0 + r) * jb.sld + c0 + tx];
-  __syncthreads();
-#pragma unroll
-  for (int c = ty; c < 32; c += 8)
-    if (c0 + c < jb.cols && r0 + tx < jb.rows) wt[jb.dst + (long long)(c0 + c) * jb.dld + r0 + tx] = tile[tx][c];
 }
 
 /* W = mu + sigma * (f(eps_out) f(eps_in)^T), b = mu_b + sigma_b f(eps_out) for one layer */
@@ -358,13 +336,6 @@ extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, c
   fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2, (unsigned)f->pz.n), 256, 0, st>>>(
       (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy, f->tc,
       f->pz.stride);
-  return (int)cudaGetLastError();
-}
-
-extern "C" int cuda_pack_transpose(const cuda_fused_t *f, cudaStream_t st) {
-  if (!f->wt.n) return 0;
-  pack_transpose_kernel<<<dim3((unsigned)f->wt.tiles, 1, (unsigned)f->pz.n), 256, 0, st>>>(f->wt, f->w_on, f->w_t,
-                                                                                          f->pz.stride);
   return (int)cudaGetLastError();
 }
 

@@ -8,11 +8,10 @@
  *   main stream                         side stream
  *   ----------------------------------  -----------------------------------
  *   (fork: ev[5])                       noise, packs (pack.cu)  -> ev[6]
- *   sample + gather (replay.cu)         transposed packs (if any) -> ev[7]
+ *   sample + gather (replay.cu)
  *   (join ev[6])
  *   F1..F4, tail (step_forward.cu)
  *   loss (step_loss.cu)               ev[0] batch loss; weight grads group 0 (g2)
- *   (join ev[7])
  *   B1                           ev[1] group 1 (g1)
  *   B2                           ev[2] group 2 (gh)
  *   B3; group 3 (trunk 1);             gradient norm, all layers but trunk 1
@@ -147,7 +146,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   free(t);
   if (rc) return rc;
   if ((e = cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking)) != cudaSuccess) return (int)e;
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 7; i++)
     if ((e = cudaEventCreateWithFlags(&f->ev[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
   f->ok = 1;
   return 0;
@@ -158,10 +157,9 @@ extern "C" void cuda_fused_free(cuda_fused_t *f) {
   dev_free(f->pack_tab);
   dev_free(f->probs);
   dev_free(f->wg_maps);
-  dev_free(f->w_t);
   dev_free(f->gpart);
   dev_free(f->gcnt);
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 7; i++)
     if (f->ev[i]) cudaEventDestroy(f->ev[i]);
   if (f->side) cudaStreamDestroy(f->side);
   memset(f, 0, sizeof *f);
@@ -199,7 +197,6 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
     f->p_on = online, f->p_tg = target;
     CUDA_RET(cuda_pack_priors(f, st));
     CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
-    CUDA_RET(cuda_pack_transpose(f, st));
   }
   CUDA_RET(cuda_forward(L, f, B, sl, grad, fn, st));
   if (f->ens) CUDA_RET(cuda_loss_ens(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, st));
@@ -208,7 +205,6 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   CUDA_RET(cudaStreamWaitEvent(sd, f->ev[0], 0));
   CUDA_RET(cuda_batch_loss(ws->loss_i, ws->loss_i + B, ws->w, B, L->D * f->K, ws->loss, ws->q_taken, f->pz, sd));
   CUDA_RET(cuda_weight_grads(f, 0, sl, grad, fn, sd));
-  if (m && f->wt.n) CUDA_RET(cudaStreamWaitEvent(st, f->ev[7], 0)); /* the transposed packs B1..B3 may read */
   for (int k = 1; k <= 3; k++) {
     CUDA_RET(cuda_backward(f, k, sl, grad, fn, st));
     if (k == 2 && f->attn) /* B2 gave dL/dh': the attention's backward gives trunk 2's gh */
@@ -285,10 +281,6 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   }
   DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg, sd));
   DEV(cudaEventRecord(f->ev[6], sd));
-  if (f->wt.n) { /* the backward's transposed packs, beside the forward: joined before B1 */
-    DEV((cudaError_t)cuda_pack_transpose(f, sd));
-    DEV(cudaEventRecord(f->ev[7], sd));
-  }
   DEV((cudaError_t)cuda_replay_sample(m, (unsigned *)(m->norm_scratch + CUDA_NORM_PARTS), m->st));
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
   int rc = fused_loss_grad(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m, m->st);

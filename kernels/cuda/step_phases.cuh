@@ -78,22 +78,6 @@ typedef struct fused_pack_layout {
 #define GEMM_IX 40
 enum { PH_F1 = 0, PH_B1 = 4, PH_WG = 7 }; /* F_k = PH_F1 + k - 1, B_k = PH_B1 + k - 1, group g = PH_WG + g */
 
-/* The backward phases that run wgmma's tiles (gemm_plan.cu) read their
- * weights as [n = in][k = out], k-contiguous as wgmma's TF32 operands must
- * be: a transposed copy of those blocks of the online pack, made after each
- * pack (pack.cu, cuda_pack_transpose). Job j copies the [rows][cols] block at
- * w_on + src (row stride sld) to w_t + dst as [cols][rows] (row stride dld);
- * t0: its first 32 x 32 tile in the launch. */
-#define WT_MAXJ 40
-typedef struct wt_job {
-  long long src, dst;
-  int sld, dld, rows, cols, t0;
-} wt_job_t;
-typedef struct wt_jobs {
-  wt_job_t j[WT_MAXJ];
-  int n, tiles;
-} wt_jobs_t;
-
 typedef struct cuda_fused {
   int ok;                     /* 1: shapes fit; the fused path can run */
   cuda_pz_t pz;               /* the members each launch runs (pz.cuh): {1, 0} for a lone learner */
@@ -137,8 +121,6 @@ typedef struct cuda_fused {
   fused_pack_layout_t pw;     /* the W [out][in] packs */
   float *mem;
   float *w_on, *w_tg;         /* packs: online, target */
-  float *w_t;                 /* the transposed blocks of w_on that wgmma backward phases read, or NULL */
-  wt_jobs_t wt;               /* and the copies that make them (wt.n 0: none) */
   float *logp;                /* [3B, AW] online s, online s', target s' */
   float *h1, *h, *hh;         /* activations [3B,H1], [3B,H2], [3B,HC] (the backward reads the first B rows) */
   float *O;                   /* [3B, O2] second head layers' outputs */
@@ -159,8 +141,7 @@ typedef struct cuda_fused {
   /* step.cu: the weight-gradient groups and the batch loss run on a second
    * stream beside the backward (forked and joined inside each step) */
   cudaStream_t side;
-  cudaEvent_t ev[8];          /* loss done, B1 done, B2 done, B3 done, side stream done; step start, packs done,
-                                 transposed packs done */
+  cudaEvent_t ev[7];          /* loss done, B1 done, B2 done, B3 done, side stream done; step start, packs done */
 } cuda_fused_t;
 
 typedef struct cuda_dqn_hp {
@@ -185,8 +166,6 @@ void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
 int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
 int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
-/* the transposed blocks of the online pack (f->wt), after cuda_pack_weights; 0 with none */
-int cuda_pack_transpose(const cuda_fused_t *f, cudaStream_t st);
 /* both networks' effective weights into f's packs; the noise fn_on / fn_tg
  * (already f-transformed) composed when noisy */
 int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
