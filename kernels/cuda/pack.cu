@@ -34,7 +34,6 @@
  */
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
 
 #include "../philox.h"
@@ -74,7 +73,6 @@ typedef struct pack_entry {
 
 #define PACK_JOB_ELEMS 4096 /* weight elements per job, about */
 #define PACK_U 16           /* loads in flight per thread */
-#define PACK_V 4            /* 16-byte loads in flight per thread (and as many of sigma) */
 
 // kernels
 
@@ -122,36 +120,6 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
   const bool nz = noisy && l.src_sw >= 0;
   const int n = (l.r1 - l.r0) * l.in;
   const float *src = P + l.src_w + (size_t)l.r0 * l.in;
-  /* 16-byte vectors where every row of the source, its sigma and the pack
-   * starts on 16 bytes: four elements of one row a thread, the same
-   * expressions element by element (so the same values) */
-  const float *ssw = nz ? P + l.src_sw + (size_t)l.r0 * l.in : src;
-  if (l.in % 4 == 0 && l.w_ld % 4 == 0 && ((uintptr_t)src | (uintptr_t)ssw | (uintptr_t)(W + l.w_dst)) % 16 == 0) {
-    for (int k0 = 4 * (int)threadIdx.x; k0 < n; k0 += 4 * PACK_V * (int)blockDim.x) {
-      float4 v[PACK_V], sg[PACK_V];
-#pragma unroll
-      for (int u = 0; u < PACK_V; u++) {
-        const int k = k0 + 4 * u * (int)blockDim.x;
-        v[u] = k < n ? *reinterpret_cast<const float4 *>(src + k) : make_float4(0, 0, 0, 0);
-        sg[u] = nz && k < n ? *reinterpret_cast<const float4 *>(ssw + k) : make_float4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < PACK_V; u++) {
-        const int k = k0 + 4 * u * (int)blockDim.x;
-        if (k >= n) break;
-        const int o = l.r0 + k / l.in, i = k % l.in;
-        float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        const float sw[4] = {sg[u].x, sg[u].y, sg[u].z, sg[u].w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          if (nz) x[e] = x[e] + sw[e] * (fn[l.fo + o] * fn[l.fi + i + e]);
-          if (l.wbeta) x[e] = beta * x[e];
-          if (tf32) x[e] = __uint_as_float(f2tf32(x[e]));
-        }
-        *reinterpret_cast<float4 *>(W + l.w_dst + (long long)o * l.w_ld + i) = make_float4(x[0], x[1], x[2], x[3]);
-      }
-    }
-  } else
   /* PACK_U loads in flight before their stores (a load then its store per
    * iteration waited out one L2 round trip each: 18.7 us; so 10.5 us) */
   for (int k0 = threadIdx.x; k0 < n; k0 += PACK_U * blockDim.x) {

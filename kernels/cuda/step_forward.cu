@@ -102,36 +102,26 @@ __global__ void fused_tail_kernel(tail_args_t a) {
     }
   }
   float *lp0 = p_logp + (size_t)r * a.LW + (size_t)k * a.AW + a.aoff[d];
-  /* two actions at a time, each by its own operations in its own order (the
-   * same bits as one at a time): their two shuffle chains interleave instead
-   * of each waiting out its own */
-  for (int q = 0; q < nd; q += 2) {
-    const bool two = q + 1 < nd;
-    const float *Aq = Ad + (size_t)q * Z, *Aq1 = two ? Aq + Z : Aq;
-    float v[ZL], v1[ZL], mx = -INFINITY, mx1 = -INFINITY;
+  for (int q = 0; q < nd; q++) {
+    const float *Aq = Ad + (size_t)q * Z;
+    float v[ZL], mx = -INFINITY;
 #pragma unroll
     for (int zi = 0; zi < ZL; zi++) {
       const int z = lane + 32 * zi;
       v[zi] = z < Z ? Aq[z] + base[zi] : -INFINITY;
-      v1[zi] = z < Z ? Aq1[z] + base[zi] : -INFINITY;
-      mx = fmaxf(mx, v[zi]), mx1 = fmaxf(mx1, v1[zi]);
+      mx = fmaxf(mx, v[zi]);
     }
-    for (int off = 16; off; off >>= 1)
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off)), mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    float s = 0.0f, s1 = 0.0f;
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float s = 0.0f;
 #pragma unroll
     for (int zi = 0; zi < ZL; zi++)
-      if (lane + 32 * zi < Z) s += expf(v[zi] - mx), s1 += expf(v1[zi] - mx1);
-    for (int off = 16; off; off >>= 1)
-      s += __shfl_xor_sync(0xffffffffu, s, off), s1 += __shfl_xor_sync(0xffffffffu, s1, off);
-    const float lse = mx + logf(s), lse1 = mx1 + logf(s1);
+      if (lane + 32 * zi < Z) s += expf(v[zi] - mx);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float lse = mx + logf(s);
 #pragma unroll
     for (int zi = 0; zi < ZL; zi++) {
       const int z = lane + 32 * zi;
-      if (z < Z) {
-        lp0[(size_t)q * Z + z] = v[zi] - lse;
-        if (two) lp0[(size_t)(q + 1) * Z + z] = v1[zi] - lse1;
-      }
+      if (z < Z) lp0[(size_t)q * Z + z] = v[zi] - lse;
     }
   }
 }
