@@ -128,6 +128,15 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
   p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
+/* four floats at s (16-byte aligned) into x, and back */
+static __device__ __forceinline__ void ld4(const float *s, float (&x)[4]) {
+  const float4 t = *reinterpret_cast<const float4 *>(s);
+  x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
+}
+static __device__ __forceinline__ void st4(float *d, const float (&x)[4]) {
+  *reinterpret_cast<float4 *>(d) = make_float4(x[0], x[1], x[2], x[3]);
+}
+
 /* adamw_kernel then the per-step target rule (target_kernel with no
  * override) on the same element: one pass over p, g, m, v and the target.
  * The step's scalars are computed once per block, by the same expressions.
@@ -155,14 +164,9 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   }
   const long long i0 = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * V;
   const bool full = V == 4 && i0 + 3 < n;
-  float pv[V], gv[V], mv[V], vv[V];
+  float pv[4], gv[4], mv[4], vv[4], tv[4]; /* the first V used */
   if (full) {
-    const float4 a = *reinterpret_cast<const float4 *>(p + i0), b = *reinterpret_cast<const float4 *>(g + i0);
-    const float4 c = *reinterpret_cast<const float4 *>(m + i0), d = *reinterpret_cast<const float4 *>(v + i0);
-    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, cv[4] = {c.x, c.y, c.z, c.w},
-                dv[4] = {d.x, d.y, d.z, d.w};
-#pragma unroll
-    for (int u = 0; u < V; u++) pv[u] = av[u % 4], gv[u] = bv[u % 4], mv[u] = cv[u % 4], vv[u] = dv[u % 4];
+    ld4(p + i0, pv), ld4(g + i0, gv), ld4(m + i0, mv), ld4(v + i0, vv);
   } else {
 #pragma unroll
     for (int u = 0; u < V; u++) {
@@ -174,7 +178,6 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   __syncthreads();
   if (i0 >= n || !ok) return; /* the divergence guard (learner.h): nothing of the step is applied */
   const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, tau = sc[4];
-  float tv[V];
 #pragma unroll
   for (int u = 0; u < V; u++) {
     const float gi = gv[u] * sc[0];
@@ -186,10 +189,7 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   }
   if (mode == 1 && tau < 1.0f) {
     if (full) {
-      const float4 t = *reinterpret_cast<const float4 *>(tg + i0);
-      const float t4[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-      for (int u = 0; u < V; u++) tv[u] = t4[u % 4];
+      ld4(tg + i0, tv);
     } else {
 #pragma unroll
       for (int u = 0; u < V; u++) tv[u] = i0 + u < n ? tg[i0 + u] : 0.0f;
@@ -202,11 +202,8 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   }
   const bool wt = mode == 1 || mode == 2;
   if (full) {
-    *reinterpret_cast<float4 *>(p + i0) = make_float4(pv[0], pv[V > 1 ? 1 : 0], pv[V > 2 ? 2 : 0], pv[V > 3 ? 3 : 0]);
-    *reinterpret_cast<float4 *>(m + i0) = make_float4(mv[0], mv[V > 1 ? 1 : 0], mv[V > 2 ? 2 : 0], mv[V > 3 ? 3 : 0]);
-    *reinterpret_cast<float4 *>(v + i0) = make_float4(vv[0], vv[V > 1 ? 1 : 0], vv[V > 2 ? 2 : 0], vv[V > 3 ? 3 : 0]);
-    if (wt)
-      *reinterpret_cast<float4 *>(tg + i0) = make_float4(tv[0], tv[V > 1 ? 1 : 0], tv[V > 2 ? 2 : 0], tv[V > 3 ? 3 : 0]);
+    st4(p + i0, pv), st4(m + i0, mv), st4(v + i0, vv);
+    if (wt) st4(tg + i0, tv);
   } else {
 #pragma unroll
     for (int u = 0; u < V; u++)
