@@ -22,7 +22,7 @@
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
 #define GROUPED 1 /* CUDA members step in the same launches */
-#define CONFIGS 7
+#define CONFIGS 8
 #else
 #define BE LEARNER_BACKEND_CPU
 #define GROUPED 0
@@ -31,8 +31,9 @@
 
 enum { N = 3, NMAX = 8 };
 
-/* members of config which's population: 8 for cfgs 5 and 6 (gemm.cu's SER2
- * launches, two row tiles a block, from 8 members on) */
+/* members of config which's population: 8 for cfgs 5 to 7 (gemm.cu's SER2
+ * launches, two row tiles a block, and in fp32 gemm_pop.cu's tiles, from 8
+ * members on) */
 static int npop(int which) { return which >= 5 ? NMAX : N; }
 
 /* cfg 0: NoisyNet + PER; cfg 1: K 3 ensemble heads with priors and masks,
@@ -41,7 +42,10 @@ static int npop(int which) { return which >= 5 ? NMAX : N; }
  * (CUDA only): the reference network at batch 256 in TF32, NoisyNet + PER —
  * the wgmma tiles and split-K phases; cfg 4 (CUDA only): the same in fp32 (a
  * population adds each tile's split-K parts in one block: gemm.cu's SER);
- * cfgs 5 and 6 (CUDA only): 3 and 4 with 8 members (SER2) */
+ * cfgs 5 and 6 (CUDA only): 3 and 4 with 8 members (SER2; in fp32 the
+ * forward and backward on gemm_pop.cu's 128 x 64 tiles); cfg 7 (CUDA only):
+ * cfg 0 with 8 members, those tiles on odd shapes (partial tiles, 4-byte
+ * copies, k short of a chunk) */
 static learner_config_t config(int which) {
   learner_config_t c;
   learner_config_default(&c);
@@ -49,7 +53,7 @@ static learner_config_t config(int which) {
   c.n_branches = 2, c.branch_sizes[0] = 3, c.branch_sizes[1] = 4;
   c.batch = 8, c.replay_capacity = 50, c.seed = 40;
   c.hp.lr = 1e-2f, c.hp.target_period = 3;
-  if (which == 0) {
+  if (which == 0 || which == 7) {
     c.noisy = 1, c.prioritized = 1;
   } else if (which == 2) {
     c.her_goal_dim = 2, c.hp.her_ratio = 0.5f, c.hp.n_step = 2, c.cuda_graph = 0;
