@@ -59,12 +59,12 @@ if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
   for p in fp32 tf32; do
     "$bin/bench-gpu-pop" "$sizes" "$([ $p = tf32 ] && echo 1 || echo 0)" "$out/pop_$p.json" 2>&1 | tee -a "$out/pop.log"
   done
-  # the JAX TF32 run at every size has not fit in one call's 600 s: POP_JAX_TF32
-  # gives its sizes (empty: none) and POP_JAX_TF32_S a time limit in seconds
+  # the JAX runs at every size have not fit in one call's 600 s: POP_JAX_FP32 and
+  # POP_JAX_TF32 give their sizes (empty: none), POP_JAX_TF32_S a time limit in seconds
   if [ "${PEER_JAX:-1}" = 1 ] && [ -f .devcarry/anchor_jax_bdq.py ]; then
     u=${PEER_UNROLL:-20}; steps=${PEER_STEPS:-100}
     for p in fp32 tf32; do
-      ps=$sizes lim=100000
+      ps=${POP_JAX_FP32-$sizes} lim=100000
       if [ $p = tf32 ]; then ps=${POP_JAX_TF32-$sizes}; lim=${POP_JAX_TF32_S:-100000}; fi
       [ -n "$ps" ] || continue
       PYTHONUNBUFFERED=1 timeout "$lim" python3 .devcarry/anchor_jax_bdq.py --batches "" --population "$ps" --steps "$steps" \

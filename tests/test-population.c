@@ -32,8 +32,7 @@
 enum { N = 3, NMAX = 8 };
 
 /* members of config which's population: 8 for cfgs 5 to 7 (gemm.cu's SER2
- * launches, two row tiles a block, and in fp32 gemm_pop.cu's tiles, from 8
- * members on) */
+ * launches, two row tiles a block, from 8 members on) */
 static int npop(int which) { return which >= 5 ? NMAX : N; }
 
 /* cfg 0: NoisyNet + PER; cfg 1: K 3 ensemble heads with priors and masks,
@@ -42,9 +41,8 @@ static int npop(int which) { return which >= 5 ? NMAX : N; }
  * (CUDA only): the reference network at batch 256 in TF32, NoisyNet + PER —
  * the wgmma tiles and split-K phases; cfg 4 (CUDA only): the same in fp32 (a
  * population adds each tile's split-K parts in one block: gemm.cu's SER);
- * cfgs 5 and 6 (CUDA only): 3 and 4 with 8 members (SER2; in fp32 the
- * forward and backward on gemm_pop.cu's 128 x 64 tiles); cfg 7 (CUDA only):
- * cfg 0 with 8 members, those tiles on odd shapes (partial tiles, 4-byte
+ * cfgs 5 and 6 (CUDA only): 3 and 4 with 8 members (SER2); cfg 7 (CUDA
+ * only): cfg 0 with 8 members, SER2 on odd shapes (partial tiles, 4-byte
  * copies, k short of a chunk) */
 static learner_config_t config(int which) {
   learner_config_t c;

@@ -33,7 +33,6 @@
 #include "gemm_table.cuh"
 #include "gemm_dev.cuh"
 #include "gemm_tiles.cuh"
-#include "gemm_pop.cuh"
 
 // kernels
 
@@ -574,7 +573,6 @@ cudaError_t gemm_kernel_attrs(void) {
     e = cudaFuncSetAttribute(fused_gemm_big_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GSMEM2);
   if (e == cudaSuccess) e = gemm_smem<0>();
   if (e == cudaSuccess) e = gemm_smem<1>();
-  if (e == cudaSuccess) e = gemm_pop_attrs();
   return e;
 }
 
@@ -592,11 +590,8 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
    * 8 members 54.1 against 51.9 with SER everywhere. */
   const int ser = f->pz.n > 1 && !f->ph_big[ph] &&
                   (f->pz.n >= POP_SER_ALWAYS || (long long)f->ph_tiles[ph] * f->pz.n >= (long long)f->ph_occ * f->nsm);
-  /* SER2 (two row tiles a block) from POP_SER_PAIRS members on; fp32
-   * forward and backward phases on gemm_pop.cu's tiles (four row tiles a
-   * block, 8 x 8 sums a thread) from POP_SER_QUADS on */
-  const int quad = ser && !f->tc && ph < PH_WG && f->pz.n >= POP_SER_QUADS;
-  const int mr = quad ? 3 : ser && f->pz.n >= POP_SER_PAIRS ? 2 : 1; /* numbering sblk[mr - 1] */
+  /* SER2 (two row tiles a block) from POP_SER_PAIRS members on */
+  const int mr = ser && f->pz.n >= POP_SER_PAIRS ? 2 : 1;
   const dim3 nb((unsigned)(ser ? f->ph_sblocks[mr - 1][ph] : f->ph_blocks[ph]), 1, (unsigned)f->pz.n);
   gidx_t ix;
   ix.np = f->ph[ph][1];
@@ -613,9 +608,7 @@ extern "C" int cuda_gemm_phase(const cuda_fused_t *f, int ph, float slope, float
       fused_gemm_kernel<TA, TW, TC, 1, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
     else fused_gemm_kernel<TA, TW, TC, 0, 1><<<nb, GNT, GSMEM, st>>>(probs, ix, slope, grad, fn, f->gpart, f->gcnt, ps); \
   } while (0)
-  if (quad) {
-    gemm_pop_launch(probs, ix, ph < PH_B1, nb, slope, ps, st);
-  } else if (f->ph_big[ph] == 2) {
+  if (f->ph_big[ph] == 2) {
     gemm_wgmma_launch(probs, ix, (const char *)f->wg_maps + gemm_wgmma_map_bytes() * 2 * (size_t)f->ph[ph][0], nb,
                       slope, ps, st);
   } else if (f->ph_big[ph]) {

@@ -26,7 +26,7 @@ typedef struct gidx {
  * over the first blocks; with K head sets the count finds the group of
  * `stride` problems, and a second count over their first blocks in the
  * problem table (independent loads, so one round trip) the problem. */
-template <int F = 0> /* which numbering: 0 the planner's (blk0), 1 / 2 / 3 a population's SER / SER2 / quad-tile launch (sblk) */
+template <int F = 0> /* which numbering: 0 the planner's (blk0), 1 / 2 a population's SER / SER2 launch (sblk) */
 __device__ __forceinline__ int g_find(const gidx_t &ix, const gprob_t *__restrict__ probs) {
   int p = 0;
 #pragma unroll 8

@@ -137,15 +137,13 @@ int gemm_plan(cuda_fused_t *f, gemm_table_t *t, int occupancy) {
     const int stride = (p1 - p0 + GEMM_IX - 1) / GEMM_IX > 1 ? (p1 - p0 + GEMM_IX - 1) / GEMM_IX : 1;
     f->ph_stride[ph] = stride;
     for (int i = p0; i < p1; i += stride) f->ph_blk0[ph][(i - p0) / stride] = pr[i].blk0;
-    /* a population's SER launches: a block per tile, per two row tiles
-     * (SER2), or per four (gemm_pop.cu's fp32 tiles); the lookup as above
-     * (the big and wgmma phases never run SER) */
-    for (int r = 0; r < 3; r++) {
-      const int rows = GBM << r;
+    /* a population's SER launches: a block per tile, or per two row tiles
+     * (SER2); the lookup as above (the big and wgmma phases never run SER) */
+    for (int r = 0; r < 2; r++) {
       int b = 0;
       for (int i = p0; i < p1; i++) {
         pr[i].sblk[r] = b;
-        b += big ? pr[i].tiles : (pr[i].M + rows - 1) / rows * pr[i].tn;
+        b += big ? pr[i].tiles : ((pr[i].M + GBM - 1) / GBM + r) / (r + 1) * pr[i].tn;
       }
       f->ph_sblocks[r][ph] = b;
       for (int i = p0; i < p1; i += stride) f->ph_sblk[r][ph][(i - p0) / stride] = pr[i].sblk[r];

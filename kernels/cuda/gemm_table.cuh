@@ -26,8 +26,7 @@ typedef struct gprob {
   int lda, ldw, ldc, ldm;
   int M, N, K, act;
   int blk0;   /* first block of this problem in its launch */
-  int sblk[3]; /* the same in a population's SER launch (a block per tile), SER2 one (a block per two row tiles)
-                 and its fp32 quad-tile one (gemm_pop.cu: a block per four row tiles) */
+  int sblk[2]; /* the same in a population's SER launch (a block per tile) and SER2 one (a block per two row tiles) */
   int tn;     /* tiles along n */
   int tiles;  /* tiles (tm * tn) */
   int splits; /* split-K parts */

@@ -27,7 +27,6 @@
 #define SPLIT_MAX_K 512    /* k per split-K part at most */
 #define POP_SER_ALWAYS 8 /* members from which every phase of a population runs SER */
 #define POP_SER_PAIRS 8  /* members from which SER blocks take two row tiles (SER2) */
-#define POP_SER_QUADS 8  /* members from which fp32 forward and backward phases take gemm_pop.cu's 128 x 64 tiles */
 #define BIG_PER_SM 2       /* 64 x 128 tiles per SM a phase needs to run them */
 /* large-batch tiles (gemm.cu's fused_gemm_big_kernel): 64 x 128 outputs per
  * block, 8 x 8 per thread */

@@ -134,8 +134,8 @@ typedef struct cuda_fused {
   int ph_occ, nsm;            /* the planner's blocks per SM aimed for; the device's SMs */
   int ph_blk0[GEMM_PHASES][GEMM_IX]; /* the launch's lookup table (gemm.cu's gidx_t) */
   int ph_stride[GEMM_PHASES];         /* problems per lookup entry (1: every problem's first block) */
-  int ph_sblocks[3][GEMM_PHASES];           /* blocks of a population's SER / SER2 / quad-tile launch (gemm.cu) */
-  int ph_sblk[3][GEMM_PHASES][GEMM_IX];     /* and their lookup tables */
+  int ph_sblocks[2][GEMM_PHASES];           /* blocks of a population's SER / SER2 launch (gemm.cu) */
+  int ph_sblk[2][GEMM_PHASES][GEMM_IX];     /* and their lookup tables */
   float *gpart;               /* split-K partial sums */
   int *gcnt;                  /* split-K arrival counters per tile (zero between launches) */
   /* step.cu: the weight-gradient groups and the batch loss run on a second
