@@ -25,6 +25,7 @@
 
 #include "cuda_check.h"
 #include "gemm_table.cuh"
+#include "tail.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
 
@@ -65,8 +66,7 @@ __device__ __forceinline__ void warp_copy(float *__restrict__ dst, const float *
 
 /* Dueling combine and log-softmax, one warp per (row, branch), from the
  * second head layers' outputs O [rows][O2] (V then every A_d) to logp
- * [rows][AW]: dueling_log_softmax's operations in its order (the mean over
- * actions serial, in action order). */
+ * [rows][AW]: dueling_log_softmax's operations in its order (tail.cuh). */
 template <int ZL> /* atoms per lane: Z <= 32 ZL */
 __global__ void fused_tail_kernel(tail_args_t a) {
   auto *const p_O = pz_at(a.O, a.ps);
@@ -86,44 +86,10 @@ __global__ void fused_tail_kernel(tail_args_t a) {
     warp_copy(sa, Ad, nd * Z);
     Ad = sa;
   }
-  float vz[ZL];
-#pragma unroll
-  for (int zi = 0; zi < ZL; zi++) vz[zi] = lane + 32 * zi < Z ? V[lane + 32 * zi] : 0.0f;
-  __syncwarp();
   float base[ZL];
-#pragma unroll
-  for (int zi = 0; zi < ZL; zi++) {
-    const int z = lane + 32 * zi;
-    base[zi] = 0.0f;
-    if (z < Z) {
-      float m = 0.0f;
-      for (int k = 0; k < nd; k++) m += Ad[(size_t)k * Z + z];
-      base[zi] = vz[zi] - m / (float)nd;
-    }
-  }
+  tail_base<ZL>(V, Ad, nd, Z, lane, base);
   float *lp0 = p_logp + (size_t)r * a.LW + (size_t)k * a.AW + a.aoff[d];
-  for (int q = 0; q < nd; q++) {
-    const float *Aq = Ad + (size_t)q * Z;
-    float v[ZL], mx = -INFINITY;
-#pragma unroll
-    for (int zi = 0; zi < ZL; zi++) {
-      const int z = lane + 32 * zi;
-      v[zi] = z < Z ? Aq[z] + base[zi] : -INFINITY;
-      mx = fmaxf(mx, v[zi]);
-    }
-    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float s = 0.0f;
-#pragma unroll
-    for (int zi = 0; zi < ZL; zi++)
-      if (lane + 32 * zi < Z) s += expf(v[zi] - mx);
-    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float lse = mx + logf(s);
-#pragma unroll
-    for (int zi = 0; zi < ZL; zi++) {
-      const int z = lane + 32 * zi;
-      if (z < Z) lp0[(size_t)q * Z + z] = v[zi] - lse;
-    }
-  }
+  for (int q = 0; q < nd; q++) tail_action<ZL>(Ad + (size_t)q * Z, base, Z, lane, lp0 + (size_t)q * Z);
 }
 
 // launchers
@@ -179,6 +145,7 @@ extern "C" int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B,
     }
     CUDA_RET(cuda_gemm_phase(f, ph, slope, grad, fn, st));
   }
+  if (cuda_loss_takes_tail(L, f)) return 0; /* the loss kernel forms the rows it reads itself (step_loss.cu) */
   tail_args_t ta;
   memset(&ta, 0, sizeof ta);
   ta.rows = 3 * B, ta.Z = L->Z, ta.O2 = f->O2, ta.AW = f->AW, ta.D = L->D;

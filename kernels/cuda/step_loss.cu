@@ -20,30 +20,51 @@
 #include "c51.cuh"
 #include "cp_async.cuh"
 #include "step_phases.cuh"
+#include "tail.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
+#ifndef TAIL_LONE
+#define TAIL_LONE 0
+#endif
 
 typedef struct loss_args {
   int B, Z, AW, O2, D, double_dqn, nmax;
   int n[MAXB], aoff[MAXB], radix_after[MAXB];
   float vmin, vmax, gamma;
-  const float *gamma_dev, *gdisc, *logp, *r, *done, *w;
+  const float *gamma_dev, *gdisc, *logp, *O, *r, *done, *w;
   const int32_t *a;
   float *g2, *loss_i, *qsum_i;
   int32_t *best;
+  int O2h; /* O's row: V [Z] then every A_d (TAIL: the rows are formed here) */
   long long ps; /* members' stride (pz.cuh): every pointer above is member 0's */
 } loss_args_t;
 
 // kernels
 
-/* Per-warp shared floats of fused_loss_kernel: lt, sel [nmax Z], lps, m, pj,
- * bj, ez, g, lj [Z], q [nmax]. */
-__host__ __device__ static inline int loss_warp_floats(int nmax, int Z) { return 2 * nmax * Z + 7 * Z + nmax; }
+/* Per-warp shared floats of fused_loss_kernel: the rows, then lps, m, pj,
+ * bj, ez, g, lj [Z], q [nmax]. The rows: lt, sel [nmax Z] (the tail's
+ * log-probabilities), or with TAIL three rows of O's V and A_d [(nmax + 1) Z]
+ * (the selecting row, the target's, the online s row), where the
+ * log-probabilities are formed in place. */
+__host__ __device__ static inline int loss_warp_floats(int nmax, int Z, int tail) {
+  return (tail ? 3 * (nmax + 1) * Z : 2 * nmax * Z) + 7 * Z + nmax;
+}
+
+/* a warp's copy of one O row's V and A_d into dst [Z + n Z] */
+__device__ __forceinline__ void stage_row(float *dst, const float *row, int aoff, int Z, int nz, int lane) {
+  for (int k = lane; k < Z; k += 32) cp_async4(dst + k, row + k);
+  for (int k = lane; k < nz; k += 32) cp_async4(dst + Z + k, row + Z + aoff + k);
+}
 
 /* One block per sample, one warp per branch: the Double-DQN action (Q sums
  * serial over z, the CPU's order), the C51 projection as a gather (lane z adds
  * source atoms in ascending j, c51_project's order), cross-entropy and
- * dlogits; then dV (sum over branches in order), loss_i and the Q sum. */
+ * dlogits; then dV (sum over branches in order), loss_i and the Q sum.
+ * TAIL = 0 reads the tail's log-probabilities (f->logp); TAIL = 1 forms the
+ * ones it reads from the F4 outputs O by tail.cuh, as the tail kernel would:
+ * every action of the selecting row, the target's at a' and the online s
+ * row's at the taken action (ZL: atoms per lane, Z <= 32 ZL). */
+template <int TAIL, int ZL>
 __global__ void fused_loss_kernel(loss_args_t a) {
   auto *const p_gamma_dev = pz_at(a.gamma_dev, a.ps);
   auto *const p_gdisc = pz_at(a.gdisc, a.ps);
@@ -61,8 +82,9 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   const int Z = a.Z, d = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int i = blockIdx.x, B = a.B;
   float *g_all = sh; /* [D][Z]: each branch's dlogit at its taken action */
-  float *wsh = sh + (size_t)a.D * Z + (size_t)d * loss_warp_floats(a.nmax, Z);
-  float *lts = wsh, *sels = lts + (size_t)a.nmax * Z, *lps = sels + (size_t)a.nmax * Z;
+  float *wsh = sh + (size_t)a.D * Z + (size_t)d * loss_warp_floats(a.nmax, Z, TAIL);
+  const int rowf = TAIL ? (a.nmax + 1) * Z : a.nmax * Z; /* floats a row */
+  float *lts = wsh, *sels = lts + rowf, *lps = sels + rowf + (TAIL ? rowf : 0);
   float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
   int *lj = (int *)(ez + Z);
   float *q = ez + 2 * Z;
@@ -78,18 +100,34 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     const float *lp_s2 = p_logp + ((size_t)B + i) * a.AW + a.aoff[d];
     const float *lt_s2 = p_logp + ((size_t)2 * B + i) * a.AW + a.aoff[d];
     const int ad = (ai / a.radix_after[d]) % n;
-    /* the three rows' copies all in flight at once (cp.async, one wait):
-     * copied one after another they waited out three L2 round trips */
-    {
+    /* TAIL: lts holds the target row's V then A_d, sels the online s' row's,
+     * and the row after them the online s row's */
+    float *const r_t2 = lts, *const r_s2 = sels, *const r_s = sels + rowf;
+    /* the rows' copies all in flight at once (cp.async, one wait): copied
+     * one after another they waited out three L2 round trips */
+    if (TAIL) {
+      const float *O_s = pz_at(a.O, a.ps) + (size_t)i * a.O2h;
+      stage_row(r_t2, O_s + (size_t)2 * B * a.O2h, a.aoff[d], Z, nz, lane);
+      if (a.double_dqn) stage_row(r_s2, O_s + (size_t)B * a.O2h, a.aoff[d], Z, nz, lane);
+      stage_row(r_s, O_s, a.aoff[d], Z, nz, lane);
+    } else {
       const float *lp_a = lp_s + (size_t)ad * Z;
       for (int k = lane; k < nz; k += 32) cp_async4(lts + k, lt_s2 + k);
       if (a.double_dqn)
         for (int k = lane; k < nz; k += 32) cp_async4(sels + k, lp_s2 + k);
       for (int k = lane; k < Z; k += 32) cp_async4(lps + k, lp_a + k);
-      cp_async_commit();
-      cp_async_wait<0>();
     }
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncwarp();
+    float base[ZL];
+    if (TAIL) { /* the selecting row's log-probabilities, every action, in place */
+      float *rs = a.double_dqn ? r_s2 : r_t2;
+      tail_base<ZL>(rs, rs + Z, n, Z, lane, base);
+      for (int q = 0; q < n; q++) tail_action<ZL>(rs + Z + (size_t)q * Z, base, Z, lane, rs + Z + (size_t)q * Z);
+      lts = r_t2 + Z, sels = r_s2 + Z;
+      __syncwarp();
+    }
     /* the probabilities of every (action, atom) by all 32 lanes first (in
      * place), then each action's Q as the same serial sum over z as before:
      * a lane per action alone computing its 51 expf was ~1/3 of the kernel */
@@ -107,6 +145,15 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     for (int k = 1; k < n; k++)
       if (q[k] > q[bst]) bst = k;
     if (lane == 0) p_best[(size_t)d * B + i] = bst;
+    if (TAIL) { /* the target's log-probabilities at a' (without Double DQN: already in sel), the online s row's at the taken action */
+      if (a.double_dqn) {
+        tail_base<ZL>(r_t2, r_t2 + Z, n, Z, lane, base);
+        tail_action<ZL>(lts + (size_t)bst * Z, base, Z, lane, lts + (size_t)bst * Z);
+      }
+      tail_base<ZL>(r_s, r_s + Z, n, Z, lane, base);
+      tail_action<ZL>(r_s + Z + (size_t)ad * Z, base, Z, lane, lps);
+      __syncwarp();
+    }
     float disc = gamma * (1.0f - donei);
     for (int j = lane; j < Z; j += 32) {
       pj[j] = a.double_dqn ? expf(lts[bst * Z + j]) : lts[bst * Z + j]; /* lts holds probabilities without */
@@ -181,8 +228,8 @@ __global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const 
 
 // launchers
 
-static size_t loss_smem(const net_layout_t *L, int nmax) {
-  return sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z));
+static size_t loss_smem(const net_layout_t *L, int nmax, int tail) {
+  return sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z, tail));
 }
 
 static int nmax_of(const net_layout_t *L) {
@@ -191,7 +238,16 @@ static int nmax_of(const net_layout_t *L) {
   return nmax;
 }
 
-extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_of(L)) <= 48 * 1024; }
+extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_of(L), 0) <= 48 * 1024; }
+
+/* A population's loss forms the tail's rows itself (TAIL = 1): at 8 and 32
+ * members the tail's 3B x D warps writing every log-probability and the loss
+ * reading them back cost more than forming only the rows read
+ * (kernels/dev/DEVICE_NOTES.md item 118). A lone learner keeps the two
+ * kernels; either way the same functions (tail.cuh) give the same bits. */
+extern "C" int cuda_loss_takes_tail(const net_layout_t *L, const cuda_fused_t *f) {
+  return (f->pz.n > 1 || TAIL_LONE) && !f->ens && f->K == 1 && loss_smem(L, nmax_of(L), 1) <= 48 * 1024;
+}
 
 extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,
                          const float *r, const float *done, const float *w, const int32_t *a, float *loss_i,
@@ -207,7 +263,12 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
   la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
   la.nmax = nmax;
   la.ps = f->pz.stride;
-  fused_loss_kernel<<<dim3((unsigned)B, 1, (unsigned)f->pz.n), 32 * L->D, loss_smem(L, nmax), st>>>(la);
+  la.O = f->O, la.O2h = f->O2;
+  const dim3 grid((unsigned)B, 1, (unsigned)f->pz.n), blk(32 * L->D);
+  if (!cuda_loss_takes_tail(L, f)) fused_loss_kernel<0, 1><<<grid, blk, loss_smem(L, nmax, 0), st>>>(la);
+  else if (L->Z <= 64) fused_loss_kernel<1, 2><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
+  else if (L->Z <= 128) fused_loss_kernel<1, 4><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
+  else fused_loss_kernel<1, LEARNER_MAX_ATOMS / 32><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
   return (int)cudaGetLastError();
 }
 
