@@ -45,6 +45,7 @@ typedef struct {
   int S, H1, H2, VH, AH, Z, nb, br[4], B, noisy, double_dqn;
   int big; /* 1: large enough for the 64 x 128 tiles in every fp32 phase (versions 1 and 2 only) */
   int wg;  /* 1: in TF32 on an sm_90 device (a 90a build), F3 and F4 run gemm_wgmma.cu's tiles */
+  int tailk; /* 1: the loss's own rows exceed its 48 KB: the tail kernel writes them (step_loss.cu) */
 } gcase_t;
 
 /* the gradient of the same inputs by the double instance of the CPU code */
@@ -160,6 +161,8 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
                    float *, cudaStream_t) = version == 1 ? cuda_dqn_loss_grad_generic : cuda_dqn_loss_grad;
   ck_assert_int_eq(loss_grad(&L, &ghp, don, dtg, k->noisy, &gw, dgrad, 0), 0);
   CK(cudaDeviceSynchronize());
+  /* which tail ran: the loss kernel's own rows, or the tail kernel's */
+  if (version >= 2) ck_assert_int_eq(cuda_loss_takes_tail(&L, &gw.fused), !k->tailk);
   float gl, *li = malloc(sizeof(float) * (size_t)B);
   int32_t *best = malloc(sizeof(int32_t) * (size_t)B * k->nb);
   CK(cudaMemcpy(&gl, gw.loss, sizeof(float), cudaMemcpyDeviceToHost));
@@ -225,9 +228,9 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   static const char *vn[] = {"", "generic", "phases, fp32 (default)", "phases, TF32 (tensor_cores)"};
   int nbig = 0, nwg = 0;
   for (int ph = 0; ph < 7; ph++) nbig += version >= 2 && gw.fused.ph_big[ph] == 1, nwg += version >= 2 && gw.fused.ph_big[ph] == 2;
-  printf("%s [%s kernels, %d of 7 phases on 64 x 128 tiles, %d on wgmma]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, "
+  printf("%s [%s kernels, %d of 7 phases on 64 x 128 tiles, %d on wgmma%s]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, "
          "worst gradient block %.2e, %d actions differ ok\n",
-         k->what, vn[version], nbig, nwg, gl, loss, loss_err, worst_grad, flipped);
+         k->what, vn[version], nbig, nwg, version < 2 ? "" : k->tailk ? ", tail kernel" : ", rows in the loss", gl, loss, loss_err, worst_grad, flipped);
   cuda_dqn_ws_free(&gw);
   dqn_ws_free_f32(&cw);
   cudaFree(don), cudaFree(dtg), cudaFree(dgrad);
@@ -236,26 +239,29 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
 }
 
 static const gcase_t cases[] = {
-    {"ref B=256", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 256, 0, 1, 0, 0},
-    {"ref B=256 noisy", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 256, 1, 1, 0, 0},
-    {"odd B=37 br=4,7 Z=21 S=13 noisy", 13, 40, 24, 10, 18, 21, 2, {4, 7}, 37, 1, 1, 0, 0},
-    {"no double, one branch", 5, 16, 12, 8, 8, 11, 1, {6}, 20, 0, 0, 0, 0},
-    {"four branches B=1000", 9, 32, 32, 16, 16, 31, 4, {2, 3, 2, 5}, 1000, 1, 1, 0, 0},
+    {"ref B=256", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 256, 0, 1, 0, 0, 0},
+    {"ref B=256 noisy", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 256, 1, 1, 0, 0, 0},
+    {"odd B=37 br=4,7 Z=21 S=13 noisy", 13, 40, 24, 10, 18, 21, 2, {4, 7}, 37, 1, 1, 0, 0, 0},
+    {"no double, one branch", 5, 16, 12, 8, 8, 11, 1, {6}, 20, 0, 0, 0, 0, 0},
+    {"four branches B=1000", 9, 32, 32, 16, 16, 31, 4, {2, 3, 2, 5}, 1000, 1, 1, 0, 0, 0},
     /* more atoms than two per lane: the tail's 4- and 8-per-lane variants */
-    {"Z=101 B=48 br=5,3 noisy", 16, 64, 48, 32, 32, 101, 2, {5, 3}, 48, 1, 1, 0, 0},
-    {"Z=200 B=33 one branch", 8, 32, 32, 16, 16, 200, 1, {4}, 33, 0, 1, 0, 0},
+    {"Z=101 B=48 br=5,3 noisy", 16, 64, 48, 32, 32, 101, 2, {5, 3}, 48, 1, 1, 0, 0, 0},
+    {"Z=200 B=33 one branch", 8, 32, 32, 16, 16, 200, 1, {4}, 33, 0, 1, 0, 0, 0},
     /* every fp32 phase on the 64 x 128 tiles (two per SM: >= 264 tiles at
      * 132 SMs; B1..B3 have B / 64 row tiles): every operand row 16-byte
      * aligned (16-byte copies throughout), then odd strides (the 4-byte
      * fallbacks) */
-    {"big tiles B=4096", 32, 640, 640, 256, 384, 52, 1, {3}, 4096, 0, 1, 1, 0},
-    {"big tiles odd B=4099 noisy", 13, 641, 643, 257, 255, 21, 2, {2, 3}, 4099, 1, 1, 1, 0},
+    {"big tiles B=4096", 32, 640, 640, 256, 384, 52, 1, {3}, 4096, 0, 1, 1, 0, 0},
+    {"big tiles odd B=4099 noisy", 13, 641, 643, 257, 255, 21, 2, {2, 3}, 4099, 1, 1, 1, 0, 0},
     /* (last: a case's seed is its index) the ref network at a batch whose
      * TF32 F3 and F4 have enough 128 x 128 tiles for wgmma (24 x 4 and 24 x
      * 9), noisy; odd shapes: partial row and output tiles, k not a multiple
      * of the 32-k chunk */
-    {"ref B=1024 noisy", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 1024, 1, 1, 0, 1},
-    {"odd wgmma B=1000 br=5,7 Z=37", 20, 96, 132, 68, 100, 37, 2, {5, 7}, 1000, 0, 1, 0, 1},
+    {"ref B=1024 noisy", 64, 256, 256, 128, 128, 51, 3, {9, 3, 3}, 1024, 1, 1, 0, 1, 0},
+    {"odd wgmma B=1000 br=5,7 Z=37", 20, 96, 132, 68, 100, 37, 2, {5, 7}, 1000, 0, 1, 0, 1, 0},
+    /* the loss's own rows (3 x 9 x 200 floats a warp) over 48 KB: the tail
+     * kernel writes every log-probability and the loss reads them */
+    {"tail kernel Z=200 B=40 br=8,8", 8, 32, 32, 16, 16, 200, 2, {8, 8}, 40, 0, 1, 0, 0, 1},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))

@@ -9,7 +9,8 @@
  * action, and dlogits = w_i / (B D) (softmax * sum m - m) at the taken
  * action minus its mean over actions. Then the batch loss.
  *
- * Shapes: logp [3B, AW] (online s, online s', target s'); g2 [B, O2] = dV
+ * Shapes: logp [3B, AW] (online s, online s', target s'), or O [3B, O2]
+ * (their V then every A_d); g2 [B, O2] = dV
  * [Z] (summed over branches in order) then every dA_d [n_d Z]; loss_i,
  * qsum_i [B]; best [D, B]. Every output is overwritten.
  */
@@ -23,9 +24,6 @@
 #include "tail.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
-#ifndef TAIL_LONE
-#define TAIL_LONE 0
-#endif
 
 typedef struct loss_args {
   int B, Z, AW, O2, D, double_dqn, nmax;
@@ -240,13 +238,15 @@ static int nmax_of(const net_layout_t *L) {
 
 extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_of(L), 0) <= 48 * 1024; }
 
-/* A population's loss forms the tail's rows itself (TAIL = 1): at 8 and 32
- * members the tail's 3B x D warps writing every log-probability and the loss
- * reading them back cost more than forming only the rows read
- * (kernels/dev/DEVICE_NOTES.md item 118). A lone learner keeps the two
- * kernels; either way the same functions (tail.cuh) give the same bits. */
+/* The loss forms the tail's rows itself (TAIL = 1) wherever they fit its 48
+ * KB: the tail's 3B x D warps writing every log-probability and the loss
+ * reading them back cost more than forming only the rows the loss reads
+ * (kernels/dev/DEVICE_NOTES.md item 118: -4.6% a member-step at 8 TF32
+ * members, -1% on a lone step at batch 256). Past 48 KB (many branches of
+ * many atoms) the tail kernel writes them and TAIL = 0 reads them: the same
+ * functions (tail.cuh), the same bits. */
 extern "C" int cuda_loss_takes_tail(const net_layout_t *L, const cuda_fused_t *f) {
-  return (f->pz.n > 1 || TAIL_LONE) && !f->ens && f->K == 1 && loss_smem(L, nmax_of(L), 1) <= 48 * 1024;
+  return !f->ens && f->K == 1 && loss_smem(L, nmax_of(L), 1) <= 48 * 1024;
 }
 
 extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,

@@ -189,9 +189,9 @@ int cuda_forward(const net_layout_t *L, const cuda_fused_t *f, int B, float slop
  * memory per block) */
 int cuda_loss_fits(const net_layout_t *L);
 /* 1: cuda_loss forms the tail's rows itself from f->O and cuda_forward ends
- * at F4 (a population of one head set: step_loss.cu) */
+ * at F4 (one head set, the rows within 48 KB: step_loss.cu) */
 int cuda_loss_takes_tail(const net_layout_t *L, const cuda_fused_t *f);
-/* the loss of every sample from f->logp: loss_i [B] and the Q sums qsum_i
+/* the loss of every sample from f->logp (or f->O: cuda_loss_takes_tail): loss_i [B] and the Q sums qsum_i
  * [B] (at loss_i + B), best [D, B], and dlogits into f->g2 */
 int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
               const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);

@@ -2,10 +2,11 @@
  * tail.cuh — the dueling combine and log-softmax of one (row, branch) by one
  * warp: dueling_log_softmax (kernels/cpu/heads_impl.h) in its order, lane l
  * holding atoms l, l + 32, ... (ZL of them). The forward's tail kernel
- * (step_forward.cu) runs it for every action of every row; a population's
- * loss kernel (step_loss.cu, fused_loss_kernel<1>) runs it for the rows and
- * actions the loss reads. Both call these two functions, so a member gets the
- * same bits either way (docs/population.md). Included by .cu files only.
+ * (step_forward.cu) runs it for every action of every row; the loss kernel
+ * (step_loss.cu, fused_loss_kernel<1>) runs it for only the rows and actions
+ * the loss reads, where they fit its shared memory. Both call these two
+ * functions, so the loss gets the same bits either way. Included by .cu files
+ * only.
  */
 #ifndef DQN_CUDA_TAIL_CUH
 #define DQN_CUDA_TAIL_CUH
