@@ -100,8 +100,10 @@ static void adam_case(float clip, float wd, uint64_t seed) {
 /* The step's fused launch pair (cuda_norm_adamw_target: the norm's final
  * sum inside the AdamW + Polyak launch) against the CPU (norm, clip, AdamW,
  * target within 1e-6) and bit for bit against the separate launches
- * (cuda_grad_norm then cuda_adamw_target) on a second copy of the state. */
-static void fused_case(float clip, float tau, uint64_t seed) {
+ * (cuda_grad_norm then cuda_adamw_target) on a second copy of the state;
+ * tau 0: hard copies every `period` steps. The target's stale word (pack.cu)
+ * set to whether the step changed the target. */
+static void fused_case(float clip, float tau, int period, uint64_t seed) {
   const long long n = 70001;
   const size_t bytes = sizeof(float) * (size_t)n;
   float *h[8]; /* p, g, m, v, tg on the CPU; then three read-backs */
@@ -112,7 +114,7 @@ static void fused_case(float clip, float tau, uint64_t seed) {
   learner_config_t c;
   learner_config_default(&c);
   learner_hparams_t hp = c.hp;
-  hp.lr = 3e-3f, hp.grad_clip = clip, hp.weight_decay = 0.01f, hp.tau = tau, hp.target_period = 0;
+  hp.lr = 3e-3f, hp.grad_clip = clip, hp.weight_decay = 0.01f, hp.tau = tau, hp.target_period = period;
   /* k = 0: norm + AdamW in two launches; 1: the separate launches; 2: the norm
    * as two cuda_norm_partial launches on two streams (the layer-GEMM step's
    * split), then AdamW */
@@ -125,6 +127,8 @@ static void fused_case(float clip, float tau, uint64_t seed) {
   const long long n0 = n / 7; /* part 1: [0, n0), part 0: [n0, n) */
   unsigned long long *dstep;
   learner_hparams_t *dhp;
+  int *dstale;
+  CK(cudaMalloc((void **)&dstale, sizeof(int)));
   for (int k = 0; k < 3; k++) {
     for (int i = 0; i < 5; i++) CK(cudaMalloc((void **)&d[k][i], bytes));
     CK(cudaMemcpy(d[k][0], p, bytes, cudaMemcpyHostToDevice));
@@ -145,8 +149,10 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     for (int k = 0; k < 3; k++) CK(cudaMemcpy(d[k][1], g, bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dstep, &t, 8, cudaMemcpyHostToDevice));
     if (t % 2) ck_assert_int_eq(cuda_adam_prep(dscratch, dstep, dhp, 0), 0); /* both ways of the prep */
+    const int junk = 7;
+    CK(cudaMemcpy(dstale, &junk, sizeof junk, cudaMemcpyHostToDevice));
     ck_assert_int_eq(cuda_norm_adamw_target(d[0][0], d[0][1], d[0][2], d[0][3], d[0][4], n, dnorm[0], dscratch, dstep,
-                                            dhp, (int)(t % 2), NULL, NULL, ALONE, 0), 0);
+                                            dhp, (int)(t % 2), NULL, NULL, dstale, ALONE, 0), 0);
     ck_assert_int_eq(cuda_grad_norm(d[1][1], n, dnorm[1], dscratch, 0), 0);
     ck_assert_int_eq(cuda_adamw_target(d[1][0], d[1][1], d[1][2], d[1][3], d[1][4], n, dnorm[1], dstep, dhp, 0), 0);
     ck_assert_int_eq(cuda_adam_prep(dscratch2, dstep, dhp, 0), 0);
@@ -157,7 +163,7 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     CK(cudaEventRecord(ev, s1));
     CK(cudaStreamWaitEvent(0, ev, 0));
     ck_assert_int_eq(cuda_norm_adamw_target(d[2][0], d[2][1], d[2][2], d[2][3], d[2][4], n, dnorm[2], dscratch2,
-                                            dstep, dhp, 2, NULL, NULL, ALONE, 0), 0);
+                                            dstep, dhp, 2, NULL, NULL, NULL, ALONE, 0), 0);
     /* slots outside CUDA_NORM_PARTS are refused */
     ck_assert_int_ne(cuda_norm_partial(d[2][1], n0, dscratch2, 120, 9, dnorm[2], dstep, dhp, NULL, ALONE, 0), 0);
     CK(cudaDeviceSynchronize());
@@ -169,7 +175,13 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     ck_assert_msg(gn[0] == gn[1], "step %llu: fused norm %.9g vs two launches %.9g", t, gn[0], gn[1]);
     adamw_update(p, g, m, v, n, grad_clip_scale(gn[0], clip), hp.lr, hp.adam_beta1, hp.adam_beta2, hp.adam_eps,
                  hp.weight_decay, t + 1);
-    target_update(tg, p, n, tau);
+    const int copied = tau > 0 || (period > 0 && (t + 1) % (unsigned long long)period == 0);
+    if (tau > 0) target_update(tg, p, n, tau);
+    else if (copied) memcpy(tg, p, bytes);
+    int stale;
+    CK(cudaMemcpy(&stale, dstale, sizeof stale, cudaMemcpyDeviceToHost));
+    ck_assert_msg(stale == copied, "step %llu: the target's stale word %d, the target %s", t, stale,
+                  copied ? "changed" : "did not change");
   }
   const char *what[5] = {"params", "grad", "m", "v", "target"};
   for (int i = 0; i < 5; i++) {
@@ -177,7 +189,8 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     CK(cudaMemcpy(h[5], d[0][i], bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(h[6], d[1][i], bytes, cudaMemcpyDeviceToHost));
     const double e = rel(h[5], h[i], n);
-    printf("fused norm + AdamW + Polyak %g, clip %g: %s %.2e relative to the CPU\n", tau, clip, what[i], e);
+    printf("fused norm + AdamW + target (tau %g, period %d), clip %g: %s %.2e relative to the CPU\n", tau, period, clip,
+           what[i], e);
     ck_assert_msg(e <= 1e-6, "%s rel err %.3g", what[i], e);
     ck_assert_msg(memcmp(h[5], h[6], bytes) == 0, "%s: fused and separate launches differ", what[i]);
     CK(cudaMemcpy(h[7], d[2][i], bytes, cudaMemcpyDeviceToHost));
@@ -190,13 +203,14 @@ static void fused_case(float clip, float tau, uint64_t seed) {
     for (int i = 0; i < 5; i++) cudaFree(d[k][i]);
     cudaFree(dnorm[k]);
   }
-  cudaFree(dscratch), cudaFree(dstep), cudaFree(dhp);
+  cudaFree(dscratch), cudaFree(dstep), cudaFree(dhp), cudaFree(dstale);
   for (int i = 0; i < 8; i++) free(h[i]);
 }
 
 START_TEST(test_norm_adamw_target) {
-  fused_case(0.5f, 0.01f, 3); /* clipping on */
-  fused_case(0.0f, 0.005f, 4);
+  fused_case(0.5f, 0.01f, 0, 3); /* clipping on */
+  fused_case(0.0f, 0.005f, 0, 4);
+  fused_case(0.5f, 0.0f, 2, 5); /* hard copies at steps 1 and 3 */
 }
 END_TEST
 

@@ -162,6 +162,7 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
   memset(&ds0, 0, sizeof ds0);
   ds0.max_leaf = 1.0f;
   ds0.seed = c->seed;
+  ds0.tg_stale = 1;
   r2 |= cudaMemcpy(m->on, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemcpy(m->tg, host, P * 4, cudaMemcpyHostToDevice);
   r2 |= cudaMemset(m->m, 0, P * 4) | cudaMemset(m->v, 0, P * 4) | cudaMemset(m->grad, 0, P * 4);
@@ -342,6 +343,8 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
 static int cuda_sync_target(void *impl, float tau) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   long long P = m->L.n_params;
+  /* the next step packs the target again (pack.cu) */
+  if (cudaMemsetAsync(&m->ds->tg_stale, 1, sizeof(int), m->st)) return LEARNER_EDEVICE;
   if (tau <= 0 || tau >= 1)
     return cudaMemcpyAsync(m->tg, m->on, (size_t)P * 4, cudaMemcpyDeviceToDevice, m->st) ||
                    cudaStreamSynchronize(m->st)
@@ -397,6 +400,7 @@ static int cuda_set_counters(void *impl, const learner_counters_t *c) {
   ds.total = c->replay_total;
   ds.max_leaf = c->max_leaf;
   ds.seed = m->cfg.seed;
+  ds.tg_stale = 1;
   m->act_count = c->act_count;
   m->size = c->replay_size;
   m->head = c->replay_head;
@@ -419,9 +423,12 @@ static void cuda_bufs(void *impl, learner_bufs_t *b) {
 }
 
 static int cuda_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
-  (void)impl;
-  return cudaMemcpy(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ? LEARNER_EDEVICE
-                                                                                                : LEARNER_OK;
+  cuda_learner_t *m = (cuda_learner_t *)impl;
+  if (cudaMemcpy(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)) return LEARNER_EDEVICE;
+  /* any section written from the host (a load, a member's copy, a hand-over)
+   * may be the target: the next step packs it again (pack.cu) */
+  if (to_backend && cudaMemset(&m->ds->tg_stale, 1, sizeof(int))) return LEARNER_EDEVICE;
+  return LEARNER_OK;
 }
 
 static int cuda_load_done(void *impl) {

@@ -30,6 +30,8 @@ typedef struct dev_state {
   double halted;  /* replays of this call that a stop halted (their norm CUDA_HALT_BITS: nothing applied) */
   int halt_next;  /* the halt word: set by a copy on its own stream when a stop fires, read by each replay's norm
                    * stage (step.cu) */
+  int tg_stale;   /* nonzero: the target's pack is not the target's (pack.cu): set by the host's writes and by the
+                   * step that changes the target, cleared by a step that does not */
 } dev_state_t;
 
 typedef struct cuda_learner {

@@ -148,7 +148,7 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
                                     float *__restrict__ v, float *__restrict__ tg, long long n,
                                     const float *__restrict__ norm, const float *__restrict__ scal,
                                     const unsigned long long *__restrict__ step,
-                                    const learner_hparams_t *__restrict__ hp, long long ps) {
+                                    const learner_hparams_t *__restrict__ hp, int *tg_stale, long long ps) {
   __shared__ float sc[6];
   __shared__ int mode, ok; /* mode 0 none, 1 Polyak, 2 copy; ok: the norm is finite */
   p = pz_at(p, ps), g = pz_at(g, ps), m = pz_at(m, ps), v = pz_at(v, ps), tg = pz_at(tg, ps);
@@ -201,6 +201,8 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
     for (int u = 0; u < V; u++) tv[u] = pv[u];
   }
   const bool wt = mode == 1 || mode == 2;
+  /* whether the next step must pack the target again (pack.cu) */
+  if (tg_stale && i0 == 0) *pz_at(tg_stale, ps) = wt;
   if (full) {
     st4(p + i0, pv), st4(m + i0, mv), st4(v + i0, vv);
     if (wt) st4(tg + i0, tv);
@@ -253,7 +255,7 @@ extern "C" int cuda_adamw_target(float *p, const float *g, float *m, float *v, f
                                  const float *norm_dev, const unsigned long long *step_dev,
                                  const learner_hparams_t *hp_dev, cudaStream_t st) {
   adamw_target_kernel<1><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, g, m, v, target, n, norm_dev, NULL, step_dev,
-                                                                       hp_dev, 0);
+                                                                       hp_dev, NULL, 0);
   return (int)cudaGetLastError();
 }
 
@@ -266,7 +268,7 @@ extern "C" int cuda_adam_prep(double *scratch, const unsigned long long *step_de
 extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n,
                                       float *norm_dev, double *scratch, const unsigned long long *step_dev,
                                       const learner_hparams_t *hp_dev, int prepped, cudaEvent_t norm_done,
-                                      const volatile int *halt, cuda_pz_t pz, cudaStream_t st) {
+                                      const volatile int *halt, int *tg_stale, cuda_pz_t pz, cudaStream_t st) {
   unsigned *fin = (unsigned *)(scratch + NORM_BLOCKS);
   const unsigned z = (unsigned)pz.n;
   if (!prepped) adam_prep_kernel<<<dim3(1, 1, z), 1, 0, st>>>(fin, step_dev, hp_dev, pz.stride);
@@ -279,10 +281,10 @@ extern "C" int cuda_norm_adamw_target(float *p, const float *g, float *m, float 
   }
   if (al16v(p, g, m, v, target))
     adamw_target_kernel<4><<<dim3((unsigned)((n + 1023) / 1024), 1, z), 256, 0, st>>>(
-        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
+        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, tg_stale, pz.stride);
   else
     adamw_target_kernel<1><<<dim3((unsigned)((n + 255) / 256), 1, z), 256, 0, st>>>(
-        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, pz.stride);
+        p, g, m, v, target, n, norm_dev, (const float *)(fin + 1), step_dev, hp_dev, tg_stale, pz.stride);
   return (int)cudaGetLastError();
 }
 

@@ -42,11 +42,14 @@ int cuda_adamw_target(float *p, const float *g, float *m, float *v, float *targe
  * the host when a stop fires, step.cu): read by the norm's final stage; nonzero, the norm is written as CUDA_HALT_NORM, a
  * NaN, so that the step's guards apply nothing of it, as for a diverged step
  * (learner.h, learner_step_until; finish_kernel counts it as halted).
+ * tg_stale (may be NULL; device memory, dev_state_t's): set to whether the
+ * update changed the target, so the next step packs it again or not
+ * (pack.cu); left alone when nothing is applied.
  * pz (pz.cuh): the members each launch runs; every pointer is member 0's. */
 #define CUDA_HALT_BITS 0x7fc0dea1u
 int cuda_norm_adamw_target(float *p, const float *g, float *m, float *v, float *target, long long n, float *norm_dev,
                            double *scratch, const unsigned long long *step_dev, const learner_hparams_t *hp_dev,
-                           int prepped, cudaEvent_t norm_done, const volatile int *halt, cuda_pz_t pz,
+                           int prepped, cudaEvent_t norm_done, const volatile int *halt, int *tg_stale, cuda_pz_t pz,
                            cudaStream_t st);
 /* one launch of the norm's partial sums: g[0, n) over nblk blocks written to
  * slots slot0 .. slot0 + nblk - 1 of the CUDA_NORM_PARTS; the last block of

@@ -81,7 +81,9 @@ typedef struct pack_entry {
  * then bias) goes to its place in the pack. */
 __global__ void fused_pack_kernel(pack_args_t a, const float *__restrict__ p_on, const float *__restrict__ fn_on,
                                   float *__restrict__ w_on, const float *__restrict__ p_tg,
-                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, int tf32, long long ps) {
+                                  const float *__restrict__ fn_tg, float *__restrict__ w_tg, int tf32,
+                                  const int *__restrict__ tg_stale, long long ps) {
+  if (blockIdx.y && tg_stale && !*pz_at(tg_stale, ps)) return; /* the target's pack is already its own */
   const float *P = pz_at(blockIdx.y ? p_tg : p_on, ps), *fn = pz_at(blockIdx.y ? fn_tg : fn_on, ps);
   float *W = pz_at(blockIdx.y ? w_tg : w_on, ps);
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < a.total;
@@ -111,7 +113,8 @@ __global__ void fused_pack_sets_kernel(const pack_entry_t *__restrict__ tab, int
                                        const float *__restrict__ fn_on, float *__restrict__ w_on,
                                        const float *__restrict__ p_tg, const float *__restrict__ fn_tg,
                                        float *__restrict__ w_tg, const float *__restrict__ prior, float beta,
-                                       int noisy, int tf32, long long ps) {
+                                       int noisy, int tf32, const int *__restrict__ tg_stale, long long ps) {
+  if (blockIdx.y && tg_stale && !*pz_at(tg_stale, ps)) return; /* the target's pack is already its own */
   const pack_entry_t l = pz_at(tab, ps)[j0 + blockIdx.x];
   prior = pz_at(prior, ps);
   const float *__restrict__ P = l.prior ? prior : pz_at(blockIdx.y ? p_tg : p_on, ps);
@@ -322,20 +325,21 @@ static void pack_args(const net_layout_t *L, const cuda_fused_t *f, pack_args_t 
 
 extern "C" int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online,
                                  const float *target, int noisy, const float *fn_on, const float *fn_tg,
-                                 cudaStream_t st) {
+                                 const int *tg_stale, cudaStream_t st) {
   if (f->K == 1 && !f->pr && f->pz.n == 1) { /* a lone learner's one head set without priors: the flat kernel */
     pack_args_t pa; /* noise composed when noisy; fn pointers unused otherwise */
     pack_args(L, f, &pa);
     if (!noisy)
       for (int li = 0; li < pa.n_layers; li++) pa.l[li].src_sw = pa.l[li].src_sb = -1;
     dim3 pg((unsigned)((pa.total + 255) / 256 < 1024 ? (pa.total + 255) / 256 : 1024), 2, (unsigned)f->pz.n);
-    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->tc, f->pz.stride);
+    fused_pack_kernel<<<pg, 256, 0, st>>>(pa, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->tc, tg_stale,
+                                          f->pz.stride);
     return (int)cudaGetLastError();
   }
   /* K head sets or priors: the trained layers (the priors are packed once); noise composed when noisy */
   fused_pack_sets_kernel<<<dim3((unsigned)f->pack_train, 2, (unsigned)f->pz.n), 256, 0, st>>>(
       (const pack_entry_t *)f->pack_tab, 0, online, fn_on, f->w_on, target, fn_tg, f->w_tg, f->prior, f->beta, noisy, f->tc,
-      f->pz.stride);
+      tg_stale, f->pz.stride);
   return (int)cudaGetLastError();
 }
 
@@ -370,6 +374,6 @@ extern "C" int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st) {
   if (!f->pack_tab || f->pack_n == f->pack_train || !f->prior) return 0;
   fused_pack_sets_kernel<<<dim3((unsigned)(f->pack_n - f->pack_train), 2), 256, 0, st>>>(
       (const pack_entry_t *)f->pack_tab, f->pack_train, NULL, NULL, f->w_on, NULL, NULL, f->w_tg, f->prior, f->beta, 0, f->tc,
-      0);
+      NULL, 0);
   return (int)cudaGetLastError();
 }

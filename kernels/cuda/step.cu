@@ -196,7 +196,7 @@ static int fused_loss_grad(const net_layout_t *L, const cuda_dqn_hp_t *hp, const
   if (!m) {
     f->p_on = online, f->p_tg = target;
     CUDA_RET(cuda_pack_priors(f, st));
-    CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, st));
+    CUDA_RET(cuda_pack_weights(L, f, online, target, noisy, ws->fn_on, ws->fn_tg, NULL, st));
   }
   CUDA_RET(cuda_forward(L, f, B, sl, grad, fn, st));
   if (f->ens) CUDA_RET(cuda_loss_ens(L, hp, f, B, ws->r, ws->done, ws->w, ws->a, ws->loss_i, st));
@@ -262,7 +262,8 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
     int rc = cuda_dqn_loss_grad_generic(L, &hp, m->on, m->tg, c->noisy, ws, m->grad, m->st);
     if (rc) return snprintf(err, errlen, "cuda: loss launch failed: %s", cudaGetErrorString((cudaError_t)rc)), -3;
     DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                             &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, f->pz, m->st));
+                                             &m->ds->step, m->hp, 0, NULL, &m->ds->halt_next, &m->ds->tg_stale, f->pz,
+                                             m->st));
     if (c->prioritized) DEV((cudaError_t)cuda_replay_update_priorities(m, m->st));
     finish_kernel<<<1, 1, 0, m->st>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized, 0);
     LAUNCHED();
@@ -279,7 +280,9 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
     DEV((cudaError_t)cuda_noise(&m->ds->step, c->seed, &m->ds->seed, f->pz, PHILOX_STREAM_NOISE_TARGET, 0, 0, ws->fn_tg,
                                 L->n_noise, sd));
   }
-  DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg, sd));
+  /* the target's pack only when the target changed (or its noise: every step) */
+  DEV((cudaError_t)cuda_pack_weights(L, f, m->on, m->tg, c->noisy, ws->fn_on, ws->fn_tg,
+                                     c->noisy ? NULL : &m->ds->tg_stale, sd));
   DEV(cudaEventRecord(f->ev[6], sd));
   DEV((cudaError_t)cuda_replay_sample(m, (unsigned *)(m->norm_scratch + CUDA_NORM_PARTS), m->st));
   DEV(cudaStreamWaitEvent(m->st, f->ev[6], 0));
@@ -288,7 +291,8 @@ static int enqueue_step(cuda_learner_t *m, char *err, size_t errlen) {
   /* the norm is done (both parts ordered before this call): AdamW and the
    * target update; the statistics need the norm, not the update: beside it */
   DEV((cudaError_t)cuda_norm_adamw_target(m->on, m->grad, m->m, m->v, m->tg, P, &m->ds->grad_norm, m->norm_scratch,
-                                           &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, f->pz, m->st));
+                                           &m->ds->step, m->hp, 2, f->ev[5], &m->ds->halt_next, &m->ds->tg_stale, f->pz,
+                                           m->st));
   DEV(cudaStreamWaitEvent(sd, f->ev[5], 0));
   finish_kernel<<<dim3(1, 1, (unsigned)f->pz.n), 1, 0, sd>>>(m->ds, ws->loss, ws->q_taken, m->hp, c->prioritized,
                                                              f->pz.stride);

@@ -167,9 +167,11 @@ int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
 int cuda_pack_priors(const cuda_fused_t *f, cudaStream_t st);
 /* both networks' effective weights into f's packs; the noise fn_on / fn_tg
- * (already f-transformed) composed when noisy */
+ * (already f-transformed) composed when noisy. tg_stale (device, may be
+ * NULL: always): the target's part only where it is nonzero (the training
+ * step without NoisyNet: the target changes at its copies, not every step) */
 int cuda_pack_weights(const net_layout_t *L, const cuda_fused_t *f, const float *online, const float *target,
-                      int noisy, const float *fn_on, const float *fn_tg, cudaStream_t st);
+                      int noisy, const float *fn_on, const float *fn_tg, const int *tg_stale, cudaStream_t st);
 /* NoisyNet noise: N(0,1) from Philox (seed, or *seed_dev when set, stream, counter = *step, or
  * act_counter when use_act_counter), lane = element / 4, then f(x) = sign(x)
  * sqrt|x| into eps [n] */
