@@ -119,19 +119,29 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     cp_async_wait<0>();
     __syncwarp();
     float base[ZL];
-    if (TAIL) { /* the selecting row's log-probabilities, every action, in place */
+    if (TAIL) { /* the selecting row's probabilities, every action, in place */
       float *rs = a.double_dqn ? r_s2 : r_t2;
       tail_base<ZL>(rs, rs + Z, n, Z, lane, base);
-      for (int q = 0; q < n; q++) tail_action<ZL>(rs + Z + (size_t)q * Z, base, Z, lane, rs + Z + (size_t)q * Z);
+      float *A = rs + Z;
+      /* two actions at a time (their chains interleaved), each written as
+       * its probabilities: -1.2 us on a lone step (DEVICE_NOTES item 120) */
+      int q = 0;
+      for (; q + 1 < n; q += 2)
+        tail_action2<ZL, 1>(A + (size_t)q * Z, A + (size_t)(q + 1) * Z, base, Z, lane, A + (size_t)q * Z,
+                            A + (size_t)(q + 1) * Z);
+      if (q < n) tail_action<ZL, 1>(A + (size_t)q * Z, base, Z, lane, A + (size_t)q * Z);
       lts = r_t2 + Z, sels = r_s2 + Z;
       __syncwarp();
     }
     /* the probabilities of every (action, atom) by all 32 lanes first (in
-     * place), then each action's Q as the same serial sum over z as before:
-     * a lane per action alone computing its 51 expf was ~1/3 of the kernel */
+     * place; TAIL: tail_action wrote them), then each action's Q as the same
+     * serial sum over z as before: a lane per action alone computing its 51
+     * expf was ~1/3 of the kernel */
     float *sel = a.double_dqn ? sels : lts;
-    for (int k = lane; k < nz; k += 32) sel[k] = expf(sel[k]);
-    __syncwarp();
+    if (!TAIL) {
+      for (int k = lane; k < nz; k += 32) sel[k] = expf(sel[k]);
+      __syncwarp();
+    }
     for (int k = lane; k < n; k += 32) {
       float s = 0.0f;
 #pragma unroll 8

@@ -33,9 +33,10 @@ __device__ __forceinline__ void tail_base(const float *V, const float *Ad, int n
   }
 }
 
-/* out[z] = log_softmax_z(Aq + base)[z]; each lane reads and writes only its
- * own atoms, so out may be Aq itself */
-template <int ZL>
+/* out[z] = log_softmax_z(Aq + base)[z], or with EXP its exp (the same
+ * float the exp of the stored log-probability gives); each lane reads and
+ * writes only its own atoms, so out may be Aq itself */
+template <int ZL, int EXP = 0>
 __device__ __forceinline__ void tail_action(const float *Aq, const float (&base)[ZL], int Z, int lane, float *out) {
   float v[ZL], mx = -INFINITY;
 #pragma unroll
@@ -54,7 +55,44 @@ __device__ __forceinline__ void tail_action(const float *Aq, const float (&base)
 #pragma unroll
   for (int zi = 0; zi < ZL; zi++) {
     const int z = lane + 32 * zi;
-    if (z < Z) out[z] = v[zi] - lse;
+    if (z < Z) out[z] = EXP ? expf(v[zi] - lse) : v[zi] - lse;
+  }
+}
+
+/* two actions' tail_action side by side: the same operations on each, the
+ * two dependent chains (shuffles, exp, log) interleaved */
+template <int ZL, int EXP = 0>
+__device__ __forceinline__ void tail_action2(const float *A0, const float *A1, const float (&base)[ZL], int Z, int lane,
+                                             float *o0, float *o1) {
+  float v0[ZL], v1[ZL], m0 = -INFINITY, m1 = -INFINITY;
+#pragma unroll
+  for (int zi = 0; zi < ZL; zi++) {
+    const int z = lane + 32 * zi;
+    v0[zi] = z < Z ? A0[z] + base[zi] : -INFINITY;
+    v1[zi] = z < Z ? A1[z] + base[zi] : -INFINITY;
+    m0 = fmaxf(m0, v0[zi]);
+    m1 = fmaxf(m1, v1[zi]);
+  }
+  for (int off = 16; off; off >>= 1) {
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, off));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, off));
+  }
+  float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+  for (int zi = 0; zi < ZL; zi++)
+    if (lane + 32 * zi < Z) s0 += expf(v0[zi] - m0), s1 += expf(v1[zi] - m1);
+  for (int off = 16; off; off >>= 1) {
+    s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+  }
+  const float l0 = m0 + logf(s0), l1 = m1 + logf(s1);
+#pragma unroll
+  for (int zi = 0; zi < ZL; zi++) {
+    const int z = lane + 32 * zi;
+    if (z < Z) {
+      o0[z] = EXP ? expf(v0[zi] - l0) : v0[zi] - l0;
+      o1[z] = EXP ? expf(v1[zi] - l1) : v1[zi] - l1;
+    }
   }
 }
 
