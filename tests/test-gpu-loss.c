@@ -230,7 +230,8 @@ static void run(const gcase_t *k, uint64_t seed, int version) {
   for (int ph = 0; ph < 7; ph++) nbig += version >= 2 && gw.fused.ph_big[ph] == 1, nwg += version >= 2 && gw.fused.ph_big[ph] == 2;
   printf("%s [%s kernels, %d of 7 phases on 64 x 128 tiles, %d on wgmma%s]: loss %.6f (cpu %.6f), per-sample loss rel err %.2e, "
          "worst gradient block %.2e, %d actions differ ok\n",
-         k->what, vn[version], nbig, nwg, version < 2 ? "" : k->tailk ? ", tail kernel" : ", rows in the loss", gl, loss, loss_err, worst_grad, flipped);
+         k->what, vn[version], nbig, nwg, version < 2 ? "" : k->tailk ? ", tail kernel" : ", rows in the loss", gl, loss,
+         loss_err, worst_grad, flipped);
   cuda_dqn_ws_free(&gw);
   dqn_ws_free_f32(&cw);
   cudaFree(don), cudaFree(dtg), cudaFree(dgrad);

@@ -33,7 +33,6 @@ typedef struct loss_args {
   const int32_t *a;
   float *g2, *loss_i, *qsum_i;
   int32_t *best;
-  int O2h; /* O's row: V [Z] then every A_d (TAIL: the rows are formed here) */
   long long ps; /* members' stride (pz.cuh): every pointer above is member 0's */
 } loss_args_t;
 
@@ -104,9 +103,9 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     /* the rows' copies all in flight at once (cp.async, one wait): copied
      * one after another they waited out three L2 round trips */
     if (TAIL) {
-      const float *O_s = pz_at(a.O, a.ps) + (size_t)i * a.O2h;
-      stage_row(r_t2, O_s + (size_t)2 * B * a.O2h, a.aoff[d], Z, nz, lane);
-      if (a.double_dqn) stage_row(r_s2, O_s + (size_t)B * a.O2h, a.aoff[d], Z, nz, lane);
+      const float *O_s = pz_at(a.O, a.ps) + (size_t)i * a.O2;
+      stage_row(r_t2, O_s + (size_t)2 * B * a.O2, a.aoff[d], Z, nz, lane);
+      if (a.double_dqn) stage_row(r_s2, O_s + (size_t)B * a.O2, a.aoff[d], Z, nz, lane);
       stage_row(r_s, O_s, a.aoff[d], Z, nz, lane);
     } else {
       const float *lp_a = lp_s + (size_t)ad * Z;
@@ -153,7 +152,8 @@ __global__ void fused_loss_kernel(loss_args_t a) {
     for (int k = 1; k < n; k++)
       if (q[k] > q[bst]) bst = k;
     if (lane == 0) p_best[(size_t)d * B + i] = bst;
-    if (TAIL) { /* the target's log-probabilities at a' (without Double DQN: already in sel), the online s row's at the taken action */
+    if (TAIL) { /* the target's log-probabilities at a' (without Double DQN: already in sel), the
+                 * online s row's at the taken action */
       if (a.double_dqn) {
         tail_base<ZL>(r_t2, r_t2 + Z, n, Z, lane, base);
         tail_action<ZL>(lts + (size_t)bst * Z, base, Z, lane, lts + (size_t)bst * Z);
@@ -273,7 +273,7 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
   la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
   la.nmax = nmax;
   la.ps = f->pz.stride;
-  la.O = f->O, la.O2h = f->O2;
+  la.O = f->O; /* [3B, O2], g2's row width: V [Z] then every A_d */
   const dim3 grid((unsigned)B, 1, (unsigned)f->pz.n), blk(32 * L->D);
   if (!cuda_loss_takes_tail(L, f)) fused_loss_kernel<0, 1><<<grid, blk, loss_smem(L, nmax, 0), st>>>(la);
   else if (L->Z <= 64) fused_loss_kernel<1, 2><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
