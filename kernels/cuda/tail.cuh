@@ -4,9 +4,10 @@
  * holding atoms l, l + 32, ... (ZL of them). The forward's tail kernel
  * (step_forward.cu) runs it for every action of every row; the loss kernel
  * (step_loss.cu, fused_loss_kernel<1>) runs it for only the rows and actions
- * the loss reads, where they fit its shared memory. Both call these two
- * functions, so the loss gets the same bits either way. Included by .cu files
- * only.
+ * the loss reads (tail_action2: two actions at a time), where they fit its
+ * shared memory. Each action's operations are the same in all three
+ * functions, so the loss gets the same bits either way. Included by .cu
+ * files only.
  */
 #ifndef DQN_CUDA_TAIL_CUH
 #define DQN_CUDA_TAIL_CUH
