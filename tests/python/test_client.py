@@ -8,6 +8,7 @@ Cancel from another client while it runs or waits, by the client's own
 timeout and by Ctrl-C (a SIGINT to this process), each time checked on the
 trainer: the steps that ran, and nothing left running.
 Run by meson (suite integration) with DQND_BIN and PYTHONPATH set."""
+import faulthandler
 import os
 import shutil
 import signal
@@ -623,4 +624,8 @@ class EnvTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    # meson stops this file at 120 s (a run takes ~6): a hang prints every
+    # thread's stack first, so the log says where (one CI run on a loaded
+    # machine timed out in test_cancel_running_queued_and_timed_out)
+    faulthandler.dump_traceback_later(100, exit=False)
     unittest.main(verbosity=2)
