@@ -236,11 +236,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (s->opts.restore) restore_trainers(s);
-  if (rpc_start(s, dispatch, err, sizeof err)) {
+  /* the metrics listener before the RPC one: a client that finds dqnd
+   * serving finds its "metrics on" line in the log too */
+  if (metrics_start(s, err, sizeof err)) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;
   }
-  if (metrics_start(s, err, sizeof err)) {
+  if (rpc_start(s, dispatch, err, sizeof err)) {
     fprintf(stderr, "dqnd: %s\n", err);
     return 1;
   }

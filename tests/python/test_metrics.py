@@ -58,10 +58,15 @@ class Daemon:
             except dqnd.DqndError:
                 time.sleep(0.02)
         else:
+            self.proc.kill()
+            self.proc.wait()
             raise RuntimeError("dqnd did not come up")
         with open(self.log) as f:
             m = re.search(r"metrics on (http://127\.0\.0\.1:(\d+)/metrics)", f.read())
         if not m or m.group(2) == "0":
+            # stopped here, or its open stderr keeps meson waiting to its timeout
+            self.proc.kill()
+            self.proc.wait()
             raise RuntimeError("no 'metrics on http://127.0.0.1:PORT/metrics' line in the log")
         self.metrics_url = m.group(1)
         self.base = self.metrics_url[:-len("/metrics")]
