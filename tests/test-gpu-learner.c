@@ -15,6 +15,8 @@
  *    step, 1e-4 after; on the default plan the gradient norm too, 1e-5 then
  *    1e-3), and two GPU runs of 30 steps bit-identical;
  *  - SetHyperparams between graph replays takes effect (no stale capture);
+ *  - SyncTarget (hard and soft) between graph replays: the next steps use
+ *    the new target like the CPU;
  *  - a shape the fused loss kernel cannot stage trains on the generic
  *    kernels like the CPU;
  *  - PER with a leaf sampled several times per batch, 30 steps within 1e-5;
@@ -452,6 +454,44 @@ START_TEST(test_hparams_between_replays) {
 }
 END_TEST
 
+/* SyncTarget between graph replays: the step after a hard copy (tau 0) and
+ * after a soft one (tau 0.5) uses the new target on the GPU as on the CPU
+ * (the target's weight pack is redone after any host write of the state:
+ * docs/gpu.md), each of those steps' losses within 1e-4 of the CPU's and
+ * the target within 1e-4 at the end; and a GPU learner without the syncs
+ * takes a loss at least 1e-3 away at the first step after the copy (so a
+ * stale target would fail the first check). No automatic copies in the 20
+ * steps (target_period 1000). */
+START_TEST(test_sync_target_between_replays) {
+  learner_config_t c = config(0, 0, 0);
+  c.hp.target_period = 1000;
+  learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
+  learner_t *ns = make(&c, LEARNER_BACKEND_CUDA);
+  char err[256];
+  learner_stats_t a, b, n;
+  ck_assert_int_eq(learner_step(cpu, 10, &a, err, sizeof err), 0);
+  ck_assert_int_eq(learner_step(gpu, 10, &b, err, sizeof err), 0); /* the graph is captured now */
+  ck_assert_int_eq(learner_step(ns, 10, &n, err, sizeof err), 0);
+  const float taus[2] = {0.0f, 0.5f};
+  for (int t = 0; t < 2; t++) {
+    ck_assert_int_eq(learner_sync_target(cpu, taus[t]), 0);
+    ck_assert_int_eq(learner_sync_target(gpu, taus[t]), 0);
+    for (int k = 0; k < 5; k++) {
+      double e = step_both(cpu, gpu, &a, &b);
+      ck_assert_msg(e <= 1e-4, "tau %g, step %d after the sync: loss cpu %.8g gpu %.8g", taus[t], k, a.loss_last,
+                    b.loss_last);
+      ck_assert_int_eq(learner_step(ns, 1, &n, err, sizeof err), 0);
+      if (t == 0 && k == 0)
+        ck_assert_msg(fabs((double)n.loss_last - b.loss_last) >= 1e-3 * fabs((double)b.loss_last),
+                      "the hard copy moved the next loss only %.3g (the check above could not see a stale target)",
+                      fabs((double)n.loss_last - b.loss_last) / fabs((double)b.loss_last));
+    }
+  }
+  ck_assert_msg(param_err(cpu, gpu, 1) <= 1e-4, "target %.3g", param_err(cpu, gpu, 1));
+  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(ns);
+}
+END_TEST
+
 /* tensor_cores = 1: the TF32 kernels train the ref network like the fp32 CPU
  * learner within TF32's precision (per-step loss within 1e-2 for 30 steps,
  * parameters within TC_PARAMS_BOUND after them; the loss test holds single
@@ -704,6 +744,7 @@ int main(void) {
   tcase_add_test(tc, test_large_batch);
   tcase_add_test(tc, test_generic_kernels);
   tcase_add_test(tc, test_hparams_between_replays);
+  tcase_add_test(tc, test_sync_target_between_replays);
   tcase_add_test(tc, test_act_and_cross_backend_checkpoint);
   tcase_add_loop_test(tc, test_act_rows, 0, 2);
   tcase_add_loop_test(tc, test_step_stops_whole, 0, 3);
