@@ -26,7 +26,7 @@
 #define MAXB LEARNER_MAX_BRANCHES
 
 typedef struct loss_args {
-  int B, Z, AW, O2, D, double_dqn, nmax;
+  int B, Z, AW, O2, D, double_dqn;
   int n[MAXB], aoff[MAXB], radix_after[MAXB];
   float vmin, vmax, gamma;
   const float *gamma_dev, *gdisc, *logp, *O, *r, *done, *w;
@@ -38,13 +38,15 @@ typedef struct loss_args {
 
 // kernels
 
-/* Per-warp shared floats of fused_loss_kernel: the rows, then lps, m, pj,
- * bj, ez, g, lj [Z], q [nmax]. The rows: lt, sel [nmax Z] (the tail's
- * log-probabilities), or with TAIL three rows of O's V and A_d [(nmax + 1) Z]
- * (the selecting row, the target's, the online s row), where the
- * log-probabilities are formed in place. */
-__host__ __device__ static inline int loss_warp_floats(int nmax, int Z, int tail) {
-  return (tail ? 3 * (nmax + 1) * Z : 2 * nmax * Z) + 7 * Z + nmax;
+/* Shared floats of fused_loss_kernel's warp for a branch of n actions: the
+ * rows, then lps, m, pj, bj, ez, g, lj [Z], q [n]. The rows: lt, sel [n Z]
+ * (the tail's log-probabilities), or with TAIL three rows of O's V and A_d
+ * [(n + 1) Z] (the selecting row, the target's, the online s row), where the
+ * log-probabilities are formed in place. Each warp's are its own branch's
+ * size (the widest branch's for all held the ref network's blocks to 9 an
+ * SM by shared memory: kernels/dev/DEVICE_NOTES.md items 120, 125). */
+__host__ __device__ static inline int loss_warp_floats(int n, int Z, int tail) {
+  return (tail ? 3 * (n + 1) * Z : 2 * n * Z) + 7 * Z + n;
 }
 
 /* a warp's copy of one O row's V and A_d into dst [Z + n Z] */
@@ -79,8 +81,10 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   const int Z = a.Z, d = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int i = blockIdx.x, B = a.B;
   float *g_all = sh; /* [D][Z]: each branch's dlogit at its taken action */
-  float *wsh = sh + (size_t)a.D * Z + (size_t)d * loss_warp_floats(a.nmax, Z, TAIL);
-  const int rowf = TAIL ? (a.nmax + 1) * Z : a.nmax * Z; /* floats a row */
+  size_t wo = (size_t)a.D * Z; /* this warp's floats after the branches' before it */
+  for (int e = 0; e < d && e < a.D; e++) wo += (size_t)loss_warp_floats(a.n[e], Z, TAIL);
+  float *wsh = sh + wo;
+  const int nd = d < a.D ? a.n[d] : 0, rowf = TAIL ? (nd + 1) * Z : nd * Z; /* floats a row */
   float *lts = wsh, *sels = lts + rowf, *lps = sels + rowf + (TAIL ? rowf : 0);
   float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
   int *lj = (int *)(ez + Z);
@@ -236,17 +240,13 @@ __global__ void fused_batch_loss_kernel(const float *__restrict__ loss_i, const 
 
 // launchers
 
-static size_t loss_smem(const net_layout_t *L, int nmax, int tail) {
-  return sizeof(float) * ((size_t)L->D * L->Z + (size_t)L->D * loss_warp_floats(nmax, L->Z, tail));
+static size_t loss_smem(const net_layout_t *L, int tail) {
+  size_t f = (size_t)L->D * L->Z;
+  for (int d = 0; d < L->D; d++) f += (size_t)loss_warp_floats(L->n[d], L->Z, tail);
+  return sizeof(float) * f;
 }
 
-static int nmax_of(const net_layout_t *L) {
-  int nmax = 0;
-  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  return nmax;
-}
-
-extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_of(L), 0) <= 48 * 1024; }
+extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, 0) <= 48 * 1024; }
 
 /* The loss forms the tail's rows itself (TAIL = 1) wherever they fit its 48
  * KB: the tail's 3B x D warps writing every log-probability and the loss
@@ -256,7 +256,7 @@ extern "C" int cuda_loss_fits(const net_layout_t *L) { return loss_smem(L, nmax_
  * many atoms) the tail kernel writes them and TAIL = 0 reads them: the same
  * functions (tail.cuh), the same bits. */
 extern "C" int cuda_loss_takes_tail(const net_layout_t *L, const cuda_fused_t *f) {
-  return !f->ens && f->K == 1 && loss_smem(L, nmax_of(L), 1) <= 48 * 1024;
+  return !f->ens && f->K == 1 && loss_smem(L, 1) <= 48 * 1024;
 }
 
 extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,
@@ -265,20 +265,19 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
   loss_args_t la;
   memset(&la, 0, sizeof la);
   la.B = B, la.Z = L->Z, la.AW = f->AW, la.O2 = f->O2, la.D = L->D, la.double_dqn = hp->double_dqn;
-  int nmax = 0, radix = 1;
+  int radix = 1;
   for (int d = L->D - 1; d >= 0; d--) la.radix_after[d] = radix, radix *= L->n[d];
-  for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = f->aoff[d], nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  for (int d = 0; d < L->D; d++) la.n[d] = L->n[d], la.aoff[d] = f->aoff[d];
   la.vmin = hp->v_min, la.vmax = hp->v_max, la.gamma = hp->gamma, la.gamma_dev = hp->gamma_dev, la.gdisc = hp->gdisc;
   la.logp = f->logp, la.r = r, la.done = done, la.w = w, la.a = a;
   la.g2 = f->g2, la.loss_i = loss_i, la.qsum_i = loss_i + B, la.best = best;
-  la.nmax = nmax;
   la.ps = f->pz.stride;
   la.O = f->O; /* [3B, O2], g2's row width: V [Z] then every A_d */
   const dim3 grid((unsigned)B, 1, (unsigned)f->pz.n), blk(32 * L->D);
-  if (!cuda_loss_takes_tail(L, f)) fused_loss_kernel<0, 1><<<grid, blk, loss_smem(L, nmax, 0), st>>>(la);
-  else if (L->Z <= 64) fused_loss_kernel<1, 2><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
-  else if (L->Z <= 128) fused_loss_kernel<1, 4><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
-  else fused_loss_kernel<1, LEARNER_MAX_ATOMS / 32><<<grid, blk, loss_smem(L, nmax, 1), st>>>(la);
+  if (!cuda_loss_takes_tail(L, f)) fused_loss_kernel<0, 1><<<grid, blk, loss_smem(L, 0), st>>>(la);
+  else if (L->Z <= 64) fused_loss_kernel<1, 2><<<grid, blk, loss_smem(L, 1), st>>>(la);
+  else if (L->Z <= 128) fused_loss_kernel<1, 4><<<grid, blk, loss_smem(L, 1), st>>>(la);
+  else fused_loss_kernel<1, LEARNER_MAX_ATOMS / 32><<<grid, blk, loss_smem(L, 1), st>>>(la);
   return (int)cudaGetLastError();
 }
 
