@@ -457,7 +457,7 @@ END_TEST
 /* SyncTarget between graph replays: the step after a hard copy (tau 0) and
  * after a soft one (tau 0.5) uses the new target on the GPU as on the CPU
  * (the target's weight pack is redone after any host write of the state:
- * docs/gpu.md), each of those steps' losses within 1e-4 of the CPU's and
+ * docs/learner.md §2), each of those steps' losses within 1e-4 of the CPU's and
  * the target within 1e-4 at the end; and a GPU learner without the syncs
  * takes a loss at least 1e-3 away at the first step after the copy (so a
  * stale target would fail the first check). No automatic copies in the 20
