@@ -426,8 +426,10 @@ static int cuda_copy(void *impl, void *dst, const void *src, size_t n, int to_ba
   cuda_learner_t *m = (cuda_learner_t *)impl;
   if (cudaMemcpy(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)) return LEARNER_EDEVICE;
   /* any section written from the host (a load, a member's copy, a hand-over)
-   * may be the target: the next step packs it again (pack.cu) */
-  if (to_backend && cudaMemset(&m->ds->tg_stale, 1, sizeof(int))) return LEARNER_EDEVICE;
+   * may be the target: the next step packs it again (pack.cu). On the
+   * learner's stream, as cuda_sync_target does: a cudaMemset goes to the
+   * legacy stream, which the step's non-blocking streams do not wait for */
+  if (to_backend && cudaMemsetAsync(&m->ds->tg_stale, 1, sizeof(int), m->st)) return LEARNER_EDEVICE;
   return LEARNER_OK;
 }
 
