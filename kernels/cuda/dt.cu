@@ -247,16 +247,26 @@ __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int
   }
 }
 
-/* the column sums of X (or of X Y, elementwise, when Y is not NULL) over
- * chunks of rows: part[ch cols + c] = the sum over the rows of chunk ch. A
- * block of 32 x 8 threads takes 32 columns (coalesced) of one chunk: warp w
- * sums the chunk's rows w, w + 8, ... in order, then the 8 warps' sums are
- * added in warp order */
-__global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *Y, int rows, int cols, int ld,
-                                                             int per, float *part, cuda_pz_t pz) {
+/* X[o] (+ X2[o] + X3[o], in that order, where they are not NULL) */
+static __device__ __forceinline__ float dt_x3(const float *X, const float *X2, const float *X3, size_t o) {
+  float x = X[o];
+  if (X2) x = x + X2[o];
+  if (X3) x = x + X3[o];
+  return x;
+}
+
+/* the column sums of X (or of X Y, elementwise, when Y is not NULL; X is
+ * X + X2 + X3 where those are not NULL, dt_x3) over chunks of rows:
+ * part[ch cols + c] = the sum over the rows of chunk ch. A block of 32 x 8
+ * threads takes 32 columns (coalesced) of one chunk: warp w sums the
+ * chunk's rows w, w + 8, ... in order, then the 8 warps' sums are added in
+ * warp order */
+__global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *X2, const float *X3,
+                                                             const float *Y, int rows, int cols, int ld, int per,
+                                                             float *part, cuda_pz_t pz) {
   __shared__ float sh[8][33];
   const long long mo = dt_mo(pz);
-  X = dt_off(X, mo), Y = dt_off0(Y, mo), part = dt_off(part, mo);
+  X = dt_off(X, mo), X2 = dt_off0(X2, mo), X3 = dt_off0(X3, mo), Y = dt_off0(Y, mo), part = dt_off(part, mo);
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane, ch = blockIdx.y;
   const int r0 = ch * per, r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
   float s = 0;
@@ -264,11 +274,14 @@ __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, con
     int r = r0 + w;
     for (; r + 24 < r1; r += 32) { /* four rows in flight */
       const size_t o0 = (size_t)r * ld + c, o1 = o0 + (size_t)8 * ld, o2 = o1 + (size_t)8 * ld, o3 = o2 + (size_t)8 * ld;
-      float x0 = X[o0], x1 = X[o1], x2 = X[o2], x3 = X[o3];
+      float x0 = dt_x3(X, X2, X3, o0), x1 = dt_x3(X, X2, X3, o1), x2 = dt_x3(X, X2, X3, o2), x3 = dt_x3(X, X2, X3, o3);
       if (Y) x0 *= Y[o0], x1 *= Y[o1], x2 *= Y[o2], x3 *= Y[o3];
       s += x0, s += x1, s += x2, s += x3;
     }
-    for (; r < r1; r += 8) s += Y ? X[(size_t)r * ld + c] * Y[(size_t)r * ld + c] : X[(size_t)r * ld + c];
+    for (; r < r1; r += 8) {
+      const size_t o = (size_t)r * ld + c;
+      s += Y ? dt_x3(X, X2, X3, o) * Y[o] : dt_x3(X, X2, X3, o);
+    }
   }
   sh[w][lane] = s;
   __syncthreads();
@@ -463,6 +476,11 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
 
 int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
               float *part, size_t cap, cudaStream_t st) {
+  return dt_colsum3(d, X, NULL, NULL, Y, rows, cols, ld, out, acc, part, cap, st);
+}
+
+int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows, int cols,
+               int ld, float *out, int acc, float *part, size_t cap, cudaStream_t st) {
   /* up to 64 chunks of rows, as many as the scratch holds (a fixed count for
    * the shapes: the same sums in the same order on every call) */
   long long chunks = rows < 64 ? rows : 64;
@@ -471,7 +489,7 @@ int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int 
   const int per = (int)((rows + chunks - 1) / chunks);
   chunks = (rows + per - 1) / per;
   dt_colsum_part_kernel<<<dt_grid(d, dim3((unsigned)((cols + 31) / 32), (unsigned)chunks)), 256, 0, st>>>(
-      X, Y, rows, cols, ld, per, part, d->pz);
+      X, X2, X3, Y, rows, cols, ld, per, part, d->pz);
   dt_colsum_final_kernel<<<dt_grid(d, dim3((unsigned)((cols + 7) / 8))), 256, 0, st>>>(part, (int)chunks, cols, out, acc,
                                                                                       d->pz);
   return (int)cudaGetLastError();
@@ -504,6 +522,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
   if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
   d->csum_cap = 64 * widest; /* as many chunks as tmp allows: the same sums */
+  /* du [T, 4E] is tmp_cap floats (at least NF): the backward's tail takes it
+   * for its scratch (dt_backward.cu), so its sums split as they would in tmp */
   struct {
     float **ptr;
     size_t n;
@@ -514,9 +534,10 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->r2, NL * T},    {&d->u, NL * NF},    {&d->gl, NL * NF},       {&d->xf, NE},          {&d->xhf, NE},
            {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
-           {&d->dv, NE},        {&d->datt, NE},      {&d->du, NF},            {&d->dS, NN},
+           {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
            {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
-           {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap}};
+           {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap},
+           {&d->csum[2], d->csum_cap}};
   /* dev_alloc: a population member's come from its slice of the arena */
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaError_t e = dev_alloc_t(f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
@@ -532,10 +553,13 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   d->wg = dt_wg_setup();
-  for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+  for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);
   }
+  for (int s = 0; s < DT_RD_N; s++)
+    for (int i = 0; i < DT_READERS && e == cudaSuccess; i++)
+      e = cudaEventCreateWithFlags(&d->rd[s][i], cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->fork, cudaEventDisableTiming);
   if (e != cudaSuccess) cuda_dt_free(d);
   return (int)e;
@@ -546,15 +570,20 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1]};
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2]};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
   dev_free(d->actions), dev_free(d->timesteps);
   d->actions = d->timesteps = NULL;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < DT_SIDES; i++) {
     if (d->side[i]) cudaStreamDestroy(d->side[i]);
     if (d->join[i]) cudaEventDestroy(d->join[i]);
     d->side[i] = NULL, d->join[i] = NULL;
   }
+  for (int s = 0; s < DT_RD_N; s++)
+    for (int i = 0; i < DT_READERS; i++) {
+      if (d->rd[s][i]) cudaEventDestroy(d->rd[s][i]);
+      d->rd[s][i] = NULL;
+    }
   if (d->fork) cudaEventDestroy(d->fork);
   d->fork = NULL;
 }
@@ -563,6 +592,11 @@ int dt_fork(cuda_dt_t *d, cudaStream_t st, int n) {
   CUDA_RET(cudaEventRecord(d->fork, st));
   for (int i = 0; i < n; i++) CUDA_RET(cudaStreamWaitEvent(d->side[i], d->fork, 0));
   return 0;
+}
+
+int dt_fork_one(cuda_dt_t *d, cudaStream_t st, int i) {
+  CUDA_RET(cudaEventRecord(d->fork, st));
+  return (int)cudaStreamWaitEvent(d->side[i], d->fork, 0);
 }
 
 int dt_join(cuda_dt_t *d, cudaStream_t st, int i) {

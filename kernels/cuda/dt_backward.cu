@@ -12,19 +12,30 @@
 
 // kernels
 
+/* dy's element o: dy (+ dy2 + dy3, in that order, where not NULL: the
+ * input gradient three products left in three buffers) */
+static __device__ __forceinline__ float dt_dy3(const float *dy, const float *dy2, const float *dy3, size_t o) {
+  float x = dy[o];
+  if (dy2) x = x + dy2[o];
+  if (dy3) x = x + dy3[o];
+  return x;
+}
+
 /* dx = res + rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)),
- * one warp a token (res may be dx; NULL: no residual) */
-__global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-                                 float *dx, const float *res, cuda_pz_t pz) {
+ * one warp a token (res may be dx; NULL: no residual; dy as dt_dy3) */
+__global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float *dy3, const float *xhat,
+                                 const float *rstd, const float *gam, int T, int E, float *dx, const float *res,
+                                 cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);
-  res = dt_off0(res, mo);
-  const float *g = dy + (size_t)tok * E, *xh = xhat + (size_t)tok * E;
+  dy2 = dt_off0(dy2, mo), dy3 = dt_off0(dy3, mo), res = dt_off0(res, mo);
+  const size_t row = (size_t)tok * E;
+  const float *xh = xhat + row;
   float m1 = 0, m2 = 0;
   for (int e = lane; e < E; e += 32) {
-    const float d = g[e] * gam[e];
+    const float d = dt_dy3(dy, dy2, dy3, row + e) * gam[e];
     m1 += d, m2 += d * xh[e];
   }
   for (int o = 16; o > 0; o >>= 1) {
@@ -34,7 +45,7 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *xhat, const float
   m1 /= (float)E, m2 /= (float)E;
   const float r = rstd[tok];
   for (int e = lane; e < E; e += 32)
-    dx[(size_t)tok * E + e] = (res ? res[(size_t)tok * E + e] : 0.0f) + r * (g[e] * gam[e] - m1 - xh[e] * m2);
+    dx[row + e] = (res ? res[row + e] : 0.0f) + r * (dt_dy3(dy, dy2, dy3, row + e) * gam[e] - m1 - xh[e] * m2);
 }
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
@@ -189,36 +200,80 @@ __global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, in
 
 // launchers
 
-/* ... and dgamma += the column sums of dy xhat, dbeta += those of dy */
-int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-              float *dx, const float *res, float *dgam, float *dbet, cudaStream_t st) {
-  /* gamma's and beta's column sums on the side streams, beside dx */
-  CUDA_RET(dt_fork(d, st, 2));
-  dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, xhat, rstd, gam, T, E, dx, res,
-                                                                                     d->pz);
-  CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_colsum(d, dy, xhat, T, E, E, dgam, 1, d->csum[0], d->csum_cap, d->side[0]));
-  CUDA_RET(dt_colsum(d, dy, NULL, T, E, E, dbet, 1, d->csum[1], d->csum_cap, d->side[1]));
-  CUDA_RET(dt_join(d, st, 0));
-  return dt_join(d, st, 1);
+/* The backward's critical path is its input gradients, one after another
+ * on the caller's stream; the parameters' gradients read what it made and
+ * go on the side streams (dt_cuda.cuh's DT_SIDE_*), so they overlap the
+ * input gradients that follow instead of holding each layer's. A side
+ * stream's reads of a buffer are marked (mark: the event rd[s][i] after
+ * them) and the caller's stream waits for them (after_reads) only where it
+ * writes that buffer again. Each side stream keeps the order its work
+ * always had, so the same sums and bits. */
+static int mark(cuda_dt_t *d, int s, int i) {
+  CUDA_RET(cudaEventRecord(d->rd[s][i], d->side[i]));
+  d->rd_live[s] |= 1u << i;
+  return 0;
 }
 
-/* a linear layer's backward over T tokens: dW += dy^T x, db += colsum dy,
- * dx (=, or += with acc) dy W; with gu, dx = (dy W) gelu'(gu) (the
- * gradient at the pre-activation gu of the GELU that made x) */
-static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
-                   int out, float *dx, int acc, const float *gu, cudaStream_t st) {
+static int after_reads(cuda_dt_t *d, int s, cudaStream_t st) {
+  for (int i = 0; i < DT_READERS; i++)
+    if (d->rd_live[s] >> i & 1) CUDA_RET(cudaStreamWaitEvent(st, d->rd[s][i], 0));
+  return 0;
+}
+
+/* dx = res + LayerNorm's input gradient (res may be dx: +=; NULL: dx =
+ * the gradient alone; dy as dt_dy3), and dgamma and dbeta += their column
+ * sums on DT_SIDE_LNG and DT_SIDE_LNB, marked as reads of the slots in
+ * bits rs */
+static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *dy3, const float *xhat,
+                  const float *rstd, const float *gam, int T, int E, float *dx, const float *res, float *dgam,
+                  float *dbet, unsigned rs, cudaStream_t st) {
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LNG));
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LNB));
+  dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, dy2, dy3, xhat, rstd, gam, T, E, dx,
+                                                                             res, d->pz);
+  CUDA_RET(cudaGetLastError());
+  CUDA_RET(dt_colsum3(d, dy, dy2, dy3, xhat, T, E, E, dgam, 1, d->csum[1], d->csum_cap, d->side[DT_SIDE_LNG]));
+  CUDA_RET(dt_colsum3(d, dy, dy2, dy3, NULL, T, E, E, dbet, 1, d->csum[2], d->csum_cap, d->side[DT_SIDE_LNB]));
+  for (int k = 0; k < DT_RD_N; k++)
+    if (rs >> k & 1) {
+      CUDA_RET(mark(d, k, DT_SIDE_LNG));
+      CUDA_RET(mark(d, k, DT_SIDE_LNB));
+    }
+  return 0;
+}
+
+/* a linear layer's parameter gradients over T tokens: dW += dy^T x on
+ * DT_SIDE_W (its split-K scratch d->tmp), db += colsum dy on DT_SIDE_B;
+ * both marked as reads of slot rs (dy's) */
+static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in, int out,
+                          int rs, cudaStream_t st) {
   float *g = d->g;
-  /* the weight's gradient (and tmp) on one side stream, the bias's on the
-   * other, dx beside them */
-  CUDA_RET(dt_fork(d, st, 2));
-  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[0]));
-  CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[1], d->csum_cap, d->side[1]));
-  if (dx)
-    CUDA_RET(dt_gemm_op(d, T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, gu, in, acc,
-                        gu ? DT_EP_DGELU : DT_EP_PLAIN, NULL, st));
-  CUDA_RET(dt_join(d, st, 0));
-  return dt_join(d, st, 1);
+  CUDA_RET(dt_fork(d, st, DT_SIDE_B + 1));
+  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[DT_SIDE_W]));
+  CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[0], d->csum_cap, d->side[DT_SIDE_B]));
+  CUDA_RET(mark(d, rs, DT_SIDE_W));
+  return mark(d, rs, DT_SIDE_B);
+}
+
+/* dx = dy W on st, or with gu (gu ? DT_EP_DGELU : plain) (dy W) gelu'(gu):
+ * the gradient at the pre-activation gu of the GELU that made x */
+static int lin_dx(cuda_dt_t *d, const float *p, int64_t w, const float *dy, int T, int in, int out, float *dx,
+                  const float *gu, cudaStream_t st) {
+  return dt_gemm_op(d, T, in, out, dy, out, 0, p + w, in, 0, dx, in, NULL, gu, in, 0, gu ? DT_EP_DGELU : DT_EP_PLAIN,
+                    NULL, st);
+}
+
+/* a linear layer's backward: its parameters' gradients, then dx */
+static int lin_bwd(cuda_dt_t *d, const float *p, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
+                   int out, float *dx, const float *gu, int rs, cudaStream_t st) {
+  CUDA_RET(lin_bwd_params(d, w, b, x, dy, T, in, out, rs, st));
+  return lin_dx(d, p, w, dy, T, in, out, dx, gu, st);
+}
+
+/* every side stream's work, for st */
+static int join_all(cuda_dt_t *d, cudaStream_t st) {
+  for (int i = 0; i < DT_SIDES; i++) CUDA_RET(dt_join(d, st, i));
+  return 0;
 }
 
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
@@ -238,35 +293,63 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   }
   dt_scatter_state_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(d->dxs, K, E, d->dxf, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_ln_bwd(d, d->dxf, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, NULL, g + L->lnf_w, g + L->lnf_b, st));
+  for (int k = 0; k < DT_RD_N; k++) d->rd_live[k] = 0;
+  CUDA_RET(ln_bwd(d, d->dxf, NULL, NULL, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, NULL, g + L->lnf_w, g + L->lnf_b,
+                  1u << DT_RD_DXF, st));
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
     const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
     const float *P = d->P + l * NN;
-    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM */
-    CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->du, 0, u, st));
-    CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, 0, NULL, st));
+    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM (du's readers: the
+     * layer above's W_1 gradient and LN1 sums) */
+    CUDA_RET(after_reads(d, DT_RD_DU, st));
+    CUDA_RET(lin_bwd(d, p, o->m2_w, o->m2_b, gl, d->dX, T, F, E, d->du, u, DT_RD_DX, st));
+    CUDA_RET(after_reads(d, DT_RD_DH, st));
+    CUDA_RET(lin_bwd(d, p, o->m1_w, o->m1_b, h2, d->du, T, E, F, d->dh, NULL, DT_RD_DU, st));
     /* dxm = dX (the residual) + LN2's input gradient */
-    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, d->dX,
-                       g + o->ln2_w, g + o->ln2_b, st));
+    CUDA_RET(after_reads(d, DT_RD_DXM, st));
+    CUDA_RET(ln_bwd(d, d->dh, NULL, NULL, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, d->dX,
+                    g + o->ln2_w, g + o->ln2_b, 1u << DT_RD_DH, st));
     /* xm = X_l + W_o att + b_o */
-    CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, 0, NULL, st));
+    CUDA_RET(lin_bwd(d, p, o->o_w, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM, st));
+    CUDA_RET(after_reads(d, DT_RD_QKV, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
-    CUDA_RET(lin_bwd(d, p, o->q_w, o->q_b, h1, d->dq, T, E, E, d->dh, 0, NULL, st));
-    CUDA_RET(lin_bwd(d, p, o->k_w, o->k_b, h1, d->dk, T, E, E, d->dh, 1, NULL, st));
-    CUDA_RET(lin_bwd(d, p, o->v_w, o->v_b, h1, d->dv, T, E, E, d->dh, 1, NULL, st));
+    CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
+    CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
+    CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
+    /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by
+     * side into dh and du's first two T x E (free once LN2's sums and W_1's
+     * gradient have read them), added in that order by LN1's backward */
+    CUDA_RET(after_reads(d, DT_RD_DH, st));
+    CUDA_RET(after_reads(d, DT_RD_DU, st));
+    CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
+    CUDA_RET(dt_fork_one(d, st, DT_SIDE_V));
+    float *dhk = d->du, *dhv = d->du + NE;
+    CUDA_RET(lin_dx(d, p, o->q_w, d->dq, T, E, E, d->dh, NULL, st));
+    CUDA_RET(lin_dx(d, p, o->k_w, d->dk, T, E, E, dhk, NULL, d->side[DT_SIDE_K]));
+    CUDA_RET(lin_dx(d, p, o->v_w, d->dv, T, E, E, dhv, NULL, d->side[DT_SIDE_V]));
+    CUDA_RET(dt_join(d, st, DT_SIDE_K));
+    CUDA_RET(dt_join(d, st, DT_SIDE_V));
     /* dX = dxm (the residual) + LN1's input gradient */
-    CUDA_RET(dt_ln_bwd(d, d->dh, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, d->dxm,
-                       g + o->ln1_w, g + o->ln1_b, st));
+    CUDA_RET(after_reads(d, DT_RD_DX, st));
+    CUDA_RET(ln_bwd(d, d->dh, dhk, dhv, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, d->dxm,
+                    g + o->ln1_w, g + o->ln1_b, 1u << DT_RD_DH | 1u << DT_RD_DU, st));
   }
-  /* LN_embed, then the embeddings (dx0 in dxf) */
-  CUDA_RET(dt_ln_bwd(d, d->dX, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, NULL, g + L->lne_w, g + L->lne_b, st));
+  /* LN_embed, then the embeddings (dx0 in dxf), beside the weight
+   * gradients still on DT_SIDE_W: the scratch here is du (tmp_cap floats,
+   * as tmp: the same splits), free once the last layer's W_1 gradient and
+   * LN1 sums have read it */
+  CUDA_RET(after_reads(d, DT_RD_DXF, st));
+  CUDA_RET(after_reads(d, DT_RD_DU, st));
+  float *scr = d->du;
+  CUDA_RET(ln_bwd(d, d->dX, NULL, NULL, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, NULL, g + L->lne_w, g + L->lne_b, 0,
+                  st));
   dt_state_rows_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs,
                                                                         d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, d->tmp, d->tmp_cap, st));
-  CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, d->tmp, d->tmp_cap, st));
+  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, scr, d->tmp_cap, st));
+  CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, scr, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */
   auto emb = E <= 128 ? dt_embed_bwd_kernel<1> : dt_embed_bwd_kernel<32>;
@@ -280,9 +363,10 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   const int per = (int)((BK + chunks - 1) / chunks);
   chunks = (BK + per - 1) / per;
   emb<<<dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st>>>(
-      *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, L->T, per, g, d->tmp, d->pz);
+      *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps, BK, L->T, per, g, scr, d->pz);
   CUDA_RET(cudaGetLastError());
-  dt_embed_final_kernel<<<dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st>>>(*L, d->tmp, (int)chunks,
+  dt_embed_final_kernel<<<dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st>>>(*L, scr, (int)chunks,
                                                                                                 g, d->pz);
-  return (int)cudaGetLastError();
+  CUDA_RET(cudaGetLastError());
+  return join_all(d, st); /* the side streams' last work (and for a capture: every branch joined) */
 }

@@ -21,6 +21,26 @@
 #include "dt.h"
 #include "pz.cuh"
 
+/* The side streams. The forward runs k's and v's products on 0 and 1
+ * beside q's. The backward keeps the parameters' gradients off its critical
+ * path: the weight gradients (and their split-K scratch d->tmp) on
+ * DT_SIDE_W, the biases' column sums on DT_SIDE_B, the LayerNorms' gamma
+ * and beta sums on DT_SIDE_LNG and DT_SIDE_LNB, each in the order it always
+ * had, so the same sums; k's and v's input gradients on DT_SIDE_K and
+ * DT_SIDE_V beside q's. The first DT_READERS are the ones that read what
+ * the backward's own stream writes again (cuda_dt_t.rd). */
+#define DT_SIDE_W 0
+#define DT_SIDE_B 1
+#define DT_SIDE_LNG 2
+#define DT_SIDE_LNB 3
+#define DT_READERS 4
+#define DT_SIDE_K 4
+#define DT_SIDE_V 5
+#define DT_SIDES 6
+/* the buffers the backward's side streams read that its own stream writes
+ * again (cuda_dt_t.rd) */
+enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXF, DT_RD_N };
+
 typedef struct cuda_dt {
   dt_layout_t L;
   int B;                                  /* windows a batch */
@@ -41,11 +61,18 @@ typedef struct cuda_dt {
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dS, *dxf, *dxs, *tmp; /* the backward's */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
-  float *csum[2];                         /* the column sums' scratch on side[0], side[1] (64 chunks of the widest) */
+  float *csum[3];                         /* the column sums' scratch: [0] the biases' (side[DT_SIDE_B]), [1] and
+                                           * [2] the LayerNorms' (DT_SIDE_LNG, DT_SIDE_LNB); 64 chunks of the widest */
   size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
-  cudaStream_t side[2];                   /* independent GEMMs beside the caller's stream (branches of the graph) */
-  cudaEvent_t fork, join[2];
+  cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
+  cudaEvent_t fork, join[DT_SIDES];
+  /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
+   * recorded on side[i] after the reads of buffer s queued there, and the
+   * caller's stream waits for it before it writes s again; bit i of
+   * rd_live[s]: recorded in this backward */
+  cudaEvent_t rd[DT_RD_N][DT_READERS];
+  unsigned rd_live[DT_RD_N];
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
   cuda_pz_t pz;                           /* the members each launch runs ({1, 0} alone; "DT populations" below) */
 } cuda_dt_t;
@@ -169,6 +196,10 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
               float *part, size_t cap, cudaStream_t st);
+/* dt_colsum of X + X2 + X3 (summed in that order; X2, X3 may be NULL), the
+ * input gradient that three products left in three buffers */
+int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows, int cols,
+               int ld, float *out, int acc, float *part, size_t cap, cudaStream_t st);
 /* dt_wgmma.cu: dt_gemm's TF32 tile on wgmma. dt_wg_setup: 1 when this
  * build and device run it (its shared memory set); dt_wg_fits: 1 when a
  * call's operands suit it (16-byte aligned rows, k and the contiguous
@@ -182,14 +213,11 @@ int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz);
-/* dx = res + LayerNorm's input gradient (res may be dx: +=; NULL: dx =
- * the gradient alone), dgamma and dbeta += their column sums */
-int dt_ln_bwd(cuda_dt_t *d, const float *dy, const float *xhat, const float *rstd, const float *gam, int T, int E,
-              float *dx, const float *res, float *dgam, float *dbet, cudaStream_t st);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
-/* the side streams wait for what st has queued (dt_fork); st waits for side
- * stream i's work (dt_join) */
+/* side streams 0 .. n - 1 wait for what st has queued (dt_fork), side
+ * stream i alone (dt_fork_one); st waits for side stream i's work (dt_join) */
 int dt_fork(cuda_dt_t *d, cudaStream_t st, int n);
+int dt_fork_one(cuda_dt_t *d, cudaStream_t st, int i);
 int dt_join(cuda_dt_t *d, cudaStream_t st, int i);
 /* dt_attn.cu: the attention's way for L's shapes on this device (*win: a
  * block a window), its forward (P, att) and backward (dS, dq, dk, dv) */
