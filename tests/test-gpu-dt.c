@@ -242,16 +242,21 @@ static float tf32(float x) {
 /* one TF32 GEMM as the DT makes them (C (=, +=) op(A) op(B) + bias; split:
  * the weight gradients' split-K form, C +=; op DT_EP_GELU: also G =
  * gelu(C); op DT_EP_DGELU: C = op(A) op(B) gelu'(R), R a pre-activation) on
- * the wgmma tile and on the mma.sync tile, each output against the products of the TF32-rounded
- * operands summed in double (exact products: only fp32's sums differ), to
- * K x 6e-8 + 1e-6 of the sum of the terms' magnitudes. wg_fits: the
- * operands suit the wgmma tile (on an sm_90 device of an sm_90a build it
- * must have run there). */
+ * the TMA-fed wgmma tile (where it fits: unsplit, both operands K-major),
+ * the register-staged wgmma tile and the mma.sync tile, each output against
+ * the products of the TF32-rounded operands summed in double (exact
+ * products: only fp32's sums differ), to K x 6e-8 + 1e-6 of the sum of the
+ * terms' magnitudes, and the TMA tile bit for bit the register-staged one
+ * (the same operands and wgmma sequence). wg_fits: the operands suit the
+ * wgmma tile (on an sm_90 device of an sm_90a build it must have run
+ * there). */
 static double gelu(double u) { return 0.5 * u * (1 + tanh(0.7978845608028654 * (u + 0.044715 * u * u * u))); }
 static double gelu_d(double x) {
   const double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
 }
+
+static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma"};
 
 static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
                       int wg_fits, int op) {
@@ -281,15 +286,31 @@ static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bia
   struct cudaDeviceProp pr;
   if (DQN_SM90A && cudaGetDeviceProperties(&pr, 0) == cudaSuccess) sm90 = pr.major == 9 && pr.minor == 0;
   const int add = acc || split;
-  for (int wg = 1; wg >= 0; wg--) {
+  /* the TMA tile takes unsplit calls with both operands K-major */
+  const int tma_fits = wg_fits && !ta && tb && !split;
+  float *Cwg = malloc(sizeof(float) * M * ldc), *Gwg = malloc(sizeof(float) * M * ldc);
+  int ran_tma = 0;
+  for (int wg = 2; wg >= 0; wg--) {
     CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
                                       op, op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
                                       split ? dpart : NULL, cap, &used));
-    ck_assert_int_eq(used, wg && sm90 && wg_fits);
+    ck_assert_int_eq(used, !wg || !sm90 || !wg_fits ? 0 : wg == 2 && tma_fits ? 2 : 1);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
+    if (used == 2) { /* kept for the register-staged tile's run, next */
+      memcpy(Cwg, C, sizeof(float) * M * ldc), memcpy(Gwg, G, sizeof(float) * M * ldc);
+      ran_tma = 1;
+    } else if (used == 1 && ran_tma) {
+      /* the same rounded operands, the same wgmma sequence, the same
+       * epilogue: bit for bit the TMA tile's */
+      ck_assert_msg(!memcmp(Cwg, C, sizeof(float) * M * ldc), "%d x %d x %d: the TMA tile's C differs from the "
+                    "register-staged tile's", M, N, K);
+      ck_assert_msg(op != DT_EP_GELU || !memcmp(Gwg, G, sizeof(float) * M * ldc), "%d x %d x %d: the TMA tile's G "
+                    "differs from the register-staged tile's", M, N, K);
+      printf("TF32 GEMM %d x %d x %d: the TMA tile bit for bit the register-staged wgmma tile\n", M, N, K);
+    }
     double worst = 0;
     for (int m = 0; m < M; m++)
       for (int n = 0; n < N; n++) {
@@ -319,12 +340,13 @@ static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bia
         const double rel = e / (op == DT_EP_DGELU ? prod : mag); /* GELU': of the product's magnitude */
         worst = rel > worst ? rel : worst;
         ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s) on the %s tile: C[%d][%d] %.9g, want %.9g", M, N, K, ta,
-                      tb, split ? ", split" : "", used ? "wgmma" : "mma.sync", m, n, C[(size_t)m * ldc + n], s);
+                      tb, split ? ", split" : "", tile_name[used], m, n, C[(size_t)m * ldc + n], s);
       }
     printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s) on the %s tile: within %.2g of the terms' magnitude\n", M, N,
            K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
-           used ? "wgmma" : "mma.sync", worst);
+           tile_name[used], worst);
   }
+  free(Cwg), free(Gwg);
   cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart), cudaFree(dR), cudaFree(dG);
   free(A), free(B), free(bias), free(C0), free(C), free(G), free(R);
 }

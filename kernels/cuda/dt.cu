@@ -206,17 +206,20 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
 }
 
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                int tb) {
-  return d->tc && d->wg && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb);
+                int tb, int split) {
+  if (!d->tc || !d->wg || !dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) return 0;
+  return d->tma && !split && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
 }
 
 /* one launch of the tile for tc, ta, tb */
 static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
                       const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
                       const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
-  const int tc = d->tc;
+  const int tc = d->tc, tile = dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, kper < K);
   grid = dt_grid(d, grid);
-  if (dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb)) {
+  if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz))
+    return;
+  if (tile) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
@@ -452,16 +455,22 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
   return 0;
 }
 
-int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st) {
-  if (M <= 0 || N <= 0 || K <= 0) return 0;
+long long dt_wgrad_parts(int M, int N, int K, size_t cap) {
   /* about two blocks an SM (132 on an H200) over the tiles and the parts of
    * k, each part at least 64 deep; the split depends on the shapes alone,
    * so every call sums in the same order */
   const long long tiles = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM), MN = (long long)M * N;
-  long long parts = (264 + tiles - 1) / tiles, kper;
+  long long parts = (264 + tiles - 1) / tiles;
   if (parts > K / 64) parts = K / 64;
   if (parts > (long long)cap / MN) parts = (long long)cap / MN;
+  return parts;
+}
+
+int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const long long MN = (long long)M * N;
+  long long parts = dt_wgrad_parts(M, N, K, cap), kper;
   if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
   kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   parts = (K + kper - 1) / kper;
@@ -553,6 +562,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   d->wg = dt_wg_setup();
+  d->tma = dt_tma_setup();
   for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);

@@ -46,6 +46,7 @@ typedef struct cuda_dt {
   int B;                                  /* windows a batch */
   int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
   int wg;                                 /* 1: TF32 GEMMs on wgmma where they fit (dt_wgmma.cu; sm_90a) */
+  void *tma;                              /* with wg, the TMA tile's map encoder (dt_tma.cu), or NULL */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -99,8 +100,9 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 /* for the tests: one TF32 GEMM as the DT makes them, on device buffers (C
  * (=, += with acc) op(A) op(B) + bias, dt.cu's dt_gemm), or with part (cap
  * floats of scratch) split over k as the weight gradients are
- * (dt_gemm_wgrad, C +=); on the wgmma tile where wg asks for it and it
- * fits (*used: it ran there), else the mma.sync tile; op, R, ldr, G as
+ * (dt_gemm_wgrad, C +=); wg 2: on the TMA tile where it fits, else as wg
+ * 1: on the wgmma tile where it fits, else (and wg 0) the mma.sync tile;
+ * *used: where it ran (dt_wg_takes's 0, 1, 2); op, R, ldr, G as
  * dt_gemm_op's (unsplit only); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
@@ -192,6 +194,8 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
  * (part: scratch of cap floats; the weight gradients, K the tokens) */
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                   int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st);
+/* the parts dt_gemm_wgrad splits such a call into (1 or less: unsplit) */
+long long dt_wgrad_parts(int M, int N, int K, size_t cap);
 /* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,
@@ -205,10 +209,20 @@ int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float 
  * call's operands suit it (16-byte aligned rows, k and the contiguous
  * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch, the same grid */
 int dt_wg_setup(void);
-/* dt.cu: 1 when d's call with these operands runs on the wgmma tile (TF32,
- * d->wg, and they fit) */
+/* dt.cu: where d's call with these operands (split: over k) runs: 0 the
+ * mma.sync or fp32 tile, 1 the wgmma tile (TF32, d->wg, and they fit), 2
+ * the TMA tile (with d->tma, unsplit, both operands K-major) */
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                int tb);
+                int tb, int split);
+/* dt_tma.cu: the TMA tile's map encoder when this build and device run it
+ * (NULL: not), whether a call suits it, and its launch (0, or 1 when its
+ * maps could not be encoded: nothing launched) */
+void *dt_tma_setup(void);
+int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+                const cuda_pz_t *pz);
+int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                  cuda_pz_t pz);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,

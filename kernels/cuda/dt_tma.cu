@@ -1,0 +1,190 @@
+/*
+ * dt_tma.cu — the DT GEMMs whose operands are both K-major (op(A) = A [m][k]
+ * and op(B) = B^T, B [n][k]: every linear layer's forward, and the heads')
+ * on wgmma with the operands brought by the tensor memory accelerator (TMA)
+ * into a ring of DT_TMA_NS stages (docs/learner.md §16, "The GEMMs").
+ *
+ * dt_wgmma.cu's tile stages each chunk through registers, one chunk ahead:
+ * at one or two blocks an SM every chunk waits for its own L2 round trip
+ * (kernels/dev/DEVICE_NOTES.md items 102, 123). Here one thread issues the
+ * first DT_TMA_NS chunks' boxes at once (32 k x 64 rows of A and of B, in
+ * the 128-byte swizzle wgmma reads; zeros outside the matrices, so partial
+ * tiles and any K need no bounds code) and each later chunk as its stage
+ * frees. Each thread rounds its share of a landed chunk to TF32 in place
+ * (f2tf32, round to nearest, as dt_wgmma.cu rounds: wgmma alone would
+ * truncate) and fences it for the async proxy before the block's barrier.
+ * The same 64 x 64 tiles, the same rounded operands, the same four
+ * m64n64k8 a chunk in k order and the same epilogue (dt_ep_store) as
+ * dt_wgmma.cu's tile: the same bits. A population's members are the maps'
+ * third dimension (pz.stride bytes apart), block z member z.
+ */
+#include <cuda.h> /* CUtensorMap and its encoder's types (the encoder from the runtime's driver entry point) */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "dqnd_build_config.h"
+#include "dt_cuda.cuh"
+#include "gemm_dev.cuh"
+#include "wgmma.cuh"
+
+#define DT_TMA_T 64                          /* tile rows and columns (m64n64) */
+#define DT_TMA_BK 32                         /* k a chunk: one 128-byte swizzle row */
+#define DT_TMA_NS 3                          /* stages: 3 x 16 KB, four blocks an SM as dt_wgmma.cu's tile */
+#define DT_TMA_OP (DT_TMA_T * 128)           /* bytes: one operand's chunk */
+#define DT_TMA_STAGE (2 * DT_TMA_OP)         /* A's and B's */
+#define DT_TMA_SMEM (DT_TMA_NS * DT_TMA_STAGE + 1024 + 8 * DT_TMA_NS) /* + alignment slack, the mbarriers */
+
+// kernels
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void dtm_bar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void dtm_expect_tx(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ bool dtm_try(uint32_t bar, unsigned parity) {
+  uint32_t ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+/* box {32 k, 64 rows, 1 member} at (k0, r0, z) into shared dst, counted on bar */
+static __device__ __forceinline__ void dtm_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, int z,
+                                                uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(r0), "r"(z), "r"(bar)
+      : "memory");
+}
+/* chunk q of A's rows from m0 and B's from n0 into the stage at st */
+static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, const CUtensorMap *ma,
+                                                 const CUtensorMap *mb, int q, int m0, int n0, int z) {
+  dtm_expect_tx(bar, DT_TMA_STAGE);
+  dtm_load(st, ma, q * DT_TMA_BK, m0, z, bar);
+  dtm_load(st + DT_TMA_OP, mb, q * DT_TMA_BK, n0, z, bar);
+}
+#endif
+
+/* C (=, += with acc) A B^T + bias + R (dt_ep_store's op) for the tile
+ * (blockIdx.x n, blockIdx.y m) of member blockIdx.z */
+__global__ void __launch_bounds__(128, 4)
+    dt_gemm_tma_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
+                       int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                       cuda_pz_t pz) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ float4 dtm_sh[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dtm_sh), base = (raw + 1023u) & ~1023u;
+  unsigned char *sm = reinterpret_cast<unsigned char *>(dtm_sh) + (base - raw);
+  const uint32_t bars = base + DT_TMA_NS * DT_TMA_STAGE; /* stage s's chunk has landed */
+  const int m0 = blockIdx.y * DT_TMA_T, n0 = blockIdx.x * DT_TMA_T, z = (int)blockIdx.z, tid = threadIdx.x;
+  const int nk = (K + DT_TMA_BK - 1) / DT_TMA_BK;
+  if (tid == 0) {
+    for (int s = 0; s < DT_TMA_NS; s++) dtm_bar_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int q = 0; q < DT_TMA_NS && q < nk; q++)
+      dtm_issue(base + q * DT_TMA_STAGE, bars + 8 * q, &ma, &mb, q, m0, n0, z);
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
+  for (int c = 0; c < nk; c++) {
+    const int s = c % DT_TMA_NS;
+    while (!dtm_try(bars + 8 * s, (unsigned)(c / DT_TMA_NS) & 1u)) {
+    }
+    /* round this thread's 8 of the stage's 1,024 16-byte pieces (A's and B's
+     * rows alike: the swizzle moves pieces within a row, rounding does not
+     * care where) */
+    float4 *pc = reinterpret_cast<float4 *>(sm + s * DT_TMA_STAGE);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      float4 v = pc[tid + 128 * i];
+      v.x = __uint_as_float(f2tf32(v.x)), v.y = __uint_as_float(f2tf32(v.y));
+      v.z = __uint_as_float(f2tf32(v.z)), v.w = __uint_as_float(f2tf32(v.w));
+      pc[tid + 128 * i] = v;
+    }
+    fence_proxy_async(); /* the rounded operands visible to wgmma */
+    __syncthreads();
+    const uint32_t sa = base + (uint32_t)(s * DT_TMA_STAGE);
+    const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DT_TMA_OP);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    /* every warp past this chunk's wgmma before its stage is refilled */
+    __syncthreads();
+    const int nx = c + DT_TMA_NS;
+    if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
+  }
+  const long long mo = (long long)z * pz.stride;
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo), G = dt_off0(G, mo);
+  const int lane = tid % 32, w = tid / 32;
+#pragma unroll
+  for (int e = 0; e < 32; e++) { /* d[4 j + q]: row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
+    const int q = e % 4, m = m0 + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4) + q % 2;
+    if (m < M && n < N) dt_ep_store(d[e], m, n, C, ldc, bias, R, ldr, acc, op, G);
+  }
+#else
+  (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
+  (void)op, (void)G, (void)pz;
+  __trap(); /* never launched: dt_tma_setup() is NULL without sm_90a code */
+#endif
+}
+
+// launchers
+
+typedef CUresult (*dtm_encode_t)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void *dt_tma_setup(void) {
+#if DQN_SM90A
+  if (!dt_wg_setup()) return NULL; /* an sm_90 device */
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaFuncSetAttribute(dt_gemm_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_TMA_SMEM) !=
+          cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError(); /* the register-staged tile takes the calls: no error left pending */
+    return NULL;
+  }
+  return fn;
+#else
+  return NULL;
+#endif
+}
+
+int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+                const cuda_pz_t *pz) {
+  (void)M, (void)N;
+  return !ta && tb && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb) && pz->stride % 16 == 0;
+}
+
+/* a K-major [rows][K] fp32 matrix of row stride ld, for each of n members
+ * stride bytes apart, as boxes of 32 k x 64 rows in the 128-byte swizzle */
+static int dtm_map(dtm_encode_t enc, CUtensorMap *m, const float *p, int K, int rows, int ld, int n, long long stride) {
+  const cuuint64_t dim[3] = {(cuuint64_t)K, (cuuint64_t)rows, (cuuint64_t)n};
+  const cuuint64_t str[2] = {(cuuint64_t)ld * sizeof(float), (cuuint64_t)(n > 1 ? stride : (long long)ld * 4 * rows)};
+  const cuuint32_t box[3] = {DT_TMA_BK, DT_TMA_T, 1}, es[3] = {1, 1, 1};
+  return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)p, dim, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
+
+int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                  cuda_pz_t pz) {
+  CUtensorMap ma, mb;
+  if (!dtm_map((dtm_encode_t)enc, &ma, A, K, M, lda, pz.n, pz.stride) ||
+      !dtm_map((dtm_encode_t)enc, &mb, B, K, N, ldb, pz.n, pz.stride))
+    return 1; /* not encodable: the caller takes the register-staged tile */
+  dt_gemm_tma_kernel<<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, pz);
+  return 0;
+}
