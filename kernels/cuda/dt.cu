@@ -208,7 +208,12 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                 int tb, int split) {
   if (!d->tc || !d->wg || !dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) return 0;
-  return d->tma && !split && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
+  /* the TMA tile where a launch leaves an SM at most two blocks: its ring
+   * hides the round trips of a block that is alone or nearly; with more
+   * blocks an SM they hide each other's, and the register-staged tile was
+   * the faster (kernels/dev/DEVICE_NOTES.md item 128) */
+  const long long blocks = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM) * d->pz.n;
+  return d->tma && !split && blocks <= d->tma_blocks && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
 }
 
 /* one launch of the tile for tc, ta, tb */
@@ -546,7 +551,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
            {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
            {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap},
-           {&d->csum[2], d->csum_cap}};
+           {&d->csum[2], d->csum_cap},          {&d->wT, NL * DT_WT_FLOATS * E * E}};
   /* dev_alloc: a population member's come from its slice of the arena */
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaError_t e = dev_alloc_t(f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
@@ -563,6 +568,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   d->wg = dt_wg_setup();
   d->tma = dt_tma_setup();
+  d->tma_blocks = dt_tma_blocks();
   for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);
@@ -580,7 +586,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2]};
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
   dev_free(d->actions), dev_free(d->timesteps);
   d->actions = d->timesteps = NULL;

@@ -47,6 +47,7 @@ typedef struct cuda_dt {
   int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
   int wg;                                 /* 1: TF32 GEMMs on wgmma where they fit (dt_wgmma.cu; sm_90a) */
   void *tma;                              /* with wg, the TMA tile's map encoder (dt_tma.cu), or NULL */
+  int tma_blocks;                         /* the most blocks a launch on the TMA tile has (dt_tma_blocks) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -61,6 +62,9 @@ typedef struct cuda_dt {
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dS, *dxf, *dxs, *tmp; /* the backward's */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
+  float *wT;                              /* [L][12 E^2]: each block's W_q, W_k, W_v, W_o, W_1, W_2 transposed (DT_WT_*),
+                                           * made at the backward's start where the TMA tile runs (tc, tma): the
+                                           * input gradients' B operands K-major */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
   float *csum[3];                         /* the column sums' scratch: [0] the biases' (side[DT_SIDE_B]), [1] and
                                            * [2] the LayerNorms' (DT_SIDE_LNG, DT_SIDE_LNB); 64 chunks of the widest */
@@ -77,6 +81,15 @@ typedef struct cuda_dt {
   float *sums;                            /* [4]: the loss, the real steps, the squared norm */
   cuda_pz_t pz;                           /* the members each launch runs ({1, 0} alone; "DT populations" below) */
 } cuda_dt_t;
+
+/* where each block's transposed weights lie in its 12 E^2 floats of wT */
+#define DT_WT_Q 0
+#define DT_WT_K 1
+#define DT_WT_V 2
+#define DT_WT_O 3
+#define DT_WT_1 4 /* W_1^T [E][4E] */
+#define DT_WT_2 8 /* W_2^T [4E][E] */
+#define DT_WT_FLOATS 12
 
 /* what a DT GEMM's epilogue writes (dt_gemm_op's op, dt_ep_store), for
  * output (m, n) of value v (the product): */
@@ -218,6 +231,8 @@ int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda
  * (NULL: not), whether a call suits it, and its launch (0, or 1 when its
  * maps could not be encoded: nothing launched) */
 void *dt_tma_setup(void);
+/* two blocks an SM of this device: the largest grid the TMA tile takes */
+int dt_tma_blocks(void);
 int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                 const cuda_pz_t *pz);
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,

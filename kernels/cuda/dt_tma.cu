@@ -161,6 +161,15 @@ void *dt_tma_setup(void) {
 #endif
 }
 
+int dt_tma_blocks(void) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0; /* the TMA tile takes nothing */
+  }
+  return 2 * sms;
+}
+
 int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                 const cuda_pz_t *pz) {
   (void)M, (void)N;
