@@ -37,20 +37,6 @@
 // kernels
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void dtm_bar_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void dtm_expect_tx(uint32_t bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ bool dtm_try(uint32_t bar, unsigned parity) {
-  uint32_t ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return ok != 0;
-}
 /* box {32 k, 64 rows, 1 member} at (k0, r0, z) into shared dst, counted on bar */
 static __device__ __forceinline__ void dtm_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, int z,
                                                 uint32_t bar) {
@@ -63,7 +49,7 @@ static __device__ __forceinline__ void dtm_load(uint32_t dst, const CUtensorMap 
 /* chunk q of A's rows from m0 and B's from n0 into the stage at st */
 static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, const CUtensorMap *ma,
                                                  const CUtensorMap *mb, int q, int m0, int n0, int z) {
-  dtm_expect_tx(bar, DT_TMA_STAGE);
+  mbar_expect_tx(bar, DT_TMA_STAGE);
   dtm_load(st, ma, q * DT_TMA_BK, m0, z, bar);
   dtm_load(st + DT_TMA_OP, mb, q * DT_TMA_BK, n0, z, bar);
 }
@@ -83,7 +69,7 @@ __global__ void __launch_bounds__(128, 4)
   const int m0 = blockIdx.y * DT_TMA_T, n0 = blockIdx.x * DT_TMA_T, z = (int)blockIdx.z, tid = threadIdx.x;
   const int nk = (K + DT_TMA_BK - 1) / DT_TMA_BK;
   if (tid == 0) {
-    for (int s = 0; s < DT_TMA_NS; s++) dtm_bar_init(bars + 8 * s, 1);
+    for (int s = 0; s < DT_TMA_NS; s++) mbar_init(bars + 8 * s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -95,7 +81,7 @@ __global__ void __launch_bounds__(128, 4)
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
   for (int c = 0; c < nk; c++) {
     const int s = c % DT_TMA_NS;
-    while (!dtm_try(bars + 8 * s, (unsigned)(c / DT_TMA_NS) & 1u)) {
+    while (!mbar_try(bars + 8 * s, (unsigned)(c / DT_TMA_NS) & 1u)) {
     }
     /* round this thread's 8 of the stage's 1,024 16-byte pieces (A's and B's
      * rows alike: the swizzle moves pieces within a row, rounding does not

@@ -53,21 +53,7 @@ static_assert(WG_BM * WG_EST * sizeof(float) <= WG_NS * WG_STAGE, "the epilogue'
 // kernels
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* mbarriers and the tensor memory accelerator (TMA), by PTX */
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try(uint32_t bar, unsigned parity) {
-  uint32_t ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return ok != 0;
-}
+/* the tensor memory accelerator (TMA), by PTX (the mbarriers: wgmma.cuh) */
 /* box {32 k, 128 rows} at (k0, r0) of the map's tensor into shared dst (zeros
  * outside the tensor), counted on bar */
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, uint32_t bar) {

@@ -61,6 +61,21 @@ __device__ __forceinline__ void wgmma_commit(void) { asm volatile("wgmma.commit_
 template <int n> __device__ __forceinline__ void wgmma_wait(void) {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
 }
+/* mbarriers, by PTX: init, arrive expecting bytes (TMA's), try a phase */
+static __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ bool mbar_try(uint32_t bar, unsigned parity) {
+  uint32_t ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
 /* this thread's shared-memory writes visible to the async proxy (wgmma,
  * TMA): each writer, before the barrier the wgmma's issue follows */
 __device__ __forceinline__ void fence_proxy_async(void) {
