@@ -198,10 +198,11 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
   const long long mo = dt_moz(pz); /* as dt_gemm_kernel's */
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
+  const int vec = dt_ep_vec(C, ldc, bias, R, ldr, G);
 #pragma unroll
-  for (int e = 0; e < 16; e++) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
-    const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4 + (c & 1);
-    if (m < M && n < N) dt_ep_store(s[e], m, n, C, ldc, bias, R, ldr, acc, op, G);
+  for (int e = 0; e < 16; e += 2) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
+    const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4;
+    if (m < M) dt_ep_store2(s[e], s[e + 1], m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
   }
 }
 
