@@ -137,13 +137,10 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
   /* the member's pointers from the parameters here, not held through the loop */
   const long long mo = dt_moz(pz);
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
+  const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G);
 #pragma unroll
   for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-      if (m < M && n < N) dt_ep_store(s[i][j], m, n, C, ldc, bias, R, ldr, acc, op, G);
-    }
+    if (m0 + ty * 4 + i < M) dt_ep_storev<4>(s[i], m0 + ty * 4 + i, n0 + tx * 4, N, vec, C, ldc, bias, R, ldr, acc, op, G);
 }
 
 /* dt_gemm_kernel's product with TF32 operands (tensor_cores): the same tile,
@@ -198,11 +195,12 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
   const long long mo = dt_moz(pz); /* as dt_gemm_kernel's */
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
-  const int vec = dt_ep_vec(C, ldc, bias, R, ldr, G);
+  const int vec = dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
 #pragma unroll
   for (int e = 0; e < 16; e += 2) { /* accumulator e / 4 of the slab, its element e % 4 (mma_tf32's d) */
     const int c = e % 4, m = m0 + wr + g + 8 * (c >> 1), n = n0 + wc + 8 * (e / 4) + 2 * t4;
-    if (m < M) dt_ep_store2(s[e], s[e + 1], m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+    float v[2] = {s[e], s[e + 1]};
+    if (m < M) dt_ep_storev<2>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
   }
 }
 

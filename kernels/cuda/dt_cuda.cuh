@@ -194,50 +194,69 @@ static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float 
   }
   *o = acc ? *o + v : v;
 }
-/* 1 where an epilogue may write (and read) each thread's two adjacent
- * outputs (m, n), (m, n + 1) of an even n as one float2: every row of C, R
- * and G 8-byte aligned (uniform across the launch). Full 32-byte sectors a
- * warp's store, where single floats wrote half of each sector twice. */
+/* 1 where an epilogue may write (and read) each thread's W adjacent outputs
+ * (m, n) .. (m, n + W - 1) of an n that is a multiple of W as one float2 (W
+ * 2) or float4 (W 4): every row of C, R and G aligned to 4 W bytes (uniform
+ * across the launch). Whole sectors a warp's store, where single floats
+ * wrote a part of each sector W times. */
+template <int W>
 static __device__ __forceinline__ int dt_ep_vec(const float *C, int ldc, const float *bias, const float *R, int ldr,
                                                 const float *G) {
   const uintptr_t a = (uintptr_t)C | (uintptr_t)bias | (uintptr_t)R | (uintptr_t)G;
-  return a % 8 == 0 && ldc % 2 == 0 && (!R || ldr % 2 == 0);
+  return a % (4 * W) == 0 && ldc % W == 0 && (!R || ldr % W == 0);
 }
-/* dt_ep_store of v0 at (m, n) and v1 at (m, n + 1) for an even n, m < M: one
- * float2 each of C, bias, R, G where vec (dt_ep_vec) and n + 1 < N; the same
- * arithmetic as two dt_ep_store, so the same bits */
-static __device__ __forceinline__ void dt_ep_store2(float v0, float v1, int m, int n, int N, int vec, float *C,
-                                                    int ldc, const float *bias, const float *R, int ldr, int acc,
-                                                    int op, float *G) {
-  if (!vec || n + 1 >= N) {
-    if (n < N) dt_ep_store(v0, m, n, C, ldc, bias, R, ldr, acc, op, G);
-    if (n + 1 < N) dt_ep_store(v1, m, n + 1, C, ldc, bias, R, ldr, acc, op, G);
+template <int W> struct dt_vec_t;
+template <> struct dt_vec_t<2> { typedef float2 t; };
+template <> struct dt_vec_t<4> { typedef float4 t; };
+/* dt_ep_store of v[i] at (m, n + i), i < W, for n a multiple of W and m < M:
+ * one vector each of C, bias, R, G where vec (dt_ep_vec<W>) and n + W <= N;
+ * the same arithmetic as W dt_ep_store, so the same bits */
+template <int W>
+static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n, int N, int vec, float *C, int ldc,
+                                                    const float *bias, const float *R, int ldr, int acc, int op,
+                                                    float *G) {
+  typedef typename dt_vec_t<W>::t V;
+  if (!vec || n + W > N) {
+#pragma unroll
+    for (int i = 0; i < W; i++)
+      if (n + i < N) dt_ep_store(v[i], m, n + i, C, ldc, bias, R, ldr, acc, op, G);
     return;
   }
-  float2 *o = reinterpret_cast<float2 *>(C + (size_t)m * ldc + n);
+  float *o = C + (size_t)m * ldc + n;
+  V x, y;
+  float *xf = reinterpret_cast<float *>(&x), *yf = reinterpret_cast<float *>(&y);
   if (op == DT_EP_DGELU) {
-    const float2 r = *reinterpret_cast<const float2 *>(R + (size_t)m * ldr + n);
-    *o = make_float2(v0 * dt_gelu_d(r.x), v1 * dt_gelu_d(r.y));
+    y = *reinterpret_cast<const V *>(R + (size_t)m * ldr + n);
+#pragma unroll
+    for (int i = 0; i < W; i++) xf[i] = v[i] * dt_gelu_d(yf[i]);
+    *reinterpret_cast<V *>(o) = x;
     return;
   }
   if (bias) {
-    const float2 b = *reinterpret_cast<const float2 *>(bias + n);
-    v0 += b.x, v1 += b.y;
+    y = *reinterpret_cast<const V *>(bias + n);
+#pragma unroll
+    for (int i = 0; i < W; i++) v[i] += yf[i];
   }
   if (R) {
-    const float2 r = *reinterpret_cast<const float2 *>(R + (size_t)m * ldr + n);
-    v0 += r.x, v1 += r.y;
+    y = *reinterpret_cast<const V *>(R + (size_t)m * ldr + n);
+#pragma unroll
+    for (int i = 0; i < W; i++) v[i] += yf[i];
   }
   if (op == DT_EP_GELU) {
-    *o = make_float2(v0, v1);
-    *reinterpret_cast<float2 *>(G + (size_t)m * ldc + n) = make_float2(dt_gelu(v0), dt_gelu(v1));
+#pragma unroll
+    for (int i = 0; i < W; i++) xf[i] = v[i], yf[i] = dt_gelu(v[i]);
+    *reinterpret_cast<V *>(o) = x;
+    *reinterpret_cast<V *>(G + (size_t)m * ldc + n) = y;
     return;
   }
   if (acc) {
-    const float2 c = *o;
-    v0 = c.x + v0, v1 = c.y + v1;
+    y = *reinterpret_cast<const V *>(o);
+#pragma unroll
+    for (int i = 0; i < W; i++) v[i] = yf[i] + v[i];
   }
-  *o = make_float2(v0, v1);
+#pragma unroll
+  for (int i = 0; i < W; i++) xf[i] = v[i];
+  *reinterpret_cast<V *>(o) = x;
 }
 /* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
  * dt_wgmma.cu's tile with d->wg where the operands suit it, else
