@@ -31,12 +31,18 @@
  * (the window way needs dh % 4 == 0), and eight lanes reading the same
  * columns of eight rows hit 32 different banks. */
 
+/* the row stride of dt_attn_bwd_kv_win_kernel's P and dS blocks in shared
+ * memory: N rounded up to a multiple of 4, so a warp's QW keys of row i
+ * are one float2 or float4 (every lane reads the same address: no bank
+ * conflicts to pad against); the columns past N are zeros */
+static __host__ __device__ __forceinline__ int kv_ld(int N) { return (N + 3) / 4 * 4; }
+
 /* the floats of shared memory the window kernels take: the forward's and
  * dt_attn_bwd_q_win_kernel's (two [N, dh + 4] arrays, each warp's QW query
  * rows and QW score rows), dt_attn_bwd_kv_win_kernel's (two [N, dh + 4], two
  * [N, N + 1]) */
 static size_t win_floats(int N, int dh, int kv, int qw) {
-  return 2 * (size_t)N * (dh + 4) + (kv ? 2 * (size_t)N * (N + 1) : (size_t)DT_ATTN_WARPS * qw * (dh + N));
+  return 2 * (size_t)N * (dh + 4) + (kv ? 2 * (size_t)N * kv_ld(N) : (size_t)DT_ATTN_WARPS * qw * (dh + N));
 }
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major) into S (row
@@ -94,12 +100,14 @@ static __device__ __forceinline__ void dots(const float *a, const float *b, int 
   for (int m = 0; m < QW; m++) s[m] = (t[m][0] + t[m][1]) + (t[m][2] + t[m][3]);
 }
 
-/* out_m[c] = scale sum_{j <= i0 + m, j < n, w_m[j] != 0} w_m[j] S[j, c] for the
- * warp's QW weight rows w_m (stride N; rows m >= nm unused; row m is query
- * i0 + m, so it never reads a key past its own: a zero weight there times an
- * infinite one elsewhere stays out of the sum, as in the block-a-query
- * kernels) and the lane's columns c (lane + 32 u), each in j order: one read
- * of S's row for QW sums */
+/* out_m[c] = scale sum_{j < n} w_m[j] S[j, c] for the warp's QW weight rows
+ * w_m (stride N; rows m >= nm not written out) and the lane's columns c
+ * (lane + 32 u), each in j order: one read of S's row for QW sums. Every
+ * weight of a key query i0 + m does not see (a later key, a padded one) is
+ * an exact zero, and S is finite, so those terms add a zero, which leaves
+ * a sum as it was (a sum that starts at +0 holds -0 only after a product
+ * underflows to it, and then only the zero's sign can differ from skipping
+ * them, as the block-a-query kernels do): no branch a query in the loop. */
 template <int QW>
 static __device__ __forceinline__ void wsums(const float *w, int N, int nm, int i0, const float *S, int ld, int n,
                                              int dh, float scale, float *out, size_t ostride, int lane) {
@@ -114,7 +122,6 @@ static __device__ __forceinline__ void wsums(const float *w, int N, int nm, int 
 #pragma unroll
       for (int m = 0; m < QW; m++) {
         const float wj = w[m * N + j];
-        if (j > i0 + m || wj == 0) continue;
         a[m][0] = fmaf(wj, r0, a[m][0]), a[m][1] = fmaf(wj, r1, a[m][1]);
         a[m][2] = fmaf(wj, r2, a[m][2]), a[m][3] = fmaf(wj, r3, a[m][3]);
       }
@@ -263,15 +270,20 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-  float *Qs = sm, *Ds = Qs + N * ld, *Ps = Ds + N * ld, *Ss = Ps + N * (N + 1);
+  const int pl = kv_ld(N);
+  float *Qs = sm, *Ds = Qs + N * ld, *Ps = Ds + N * ld, *Ss = Ps + N * pl;
   const size_t mf = dt_mf(pz); /* the member's rows */
   const size_t base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
   stage(q, base, N, dh, E, Qs, ld);
   stage(datt, base, N, dh, E, Ds, ld);
   /* P's and dS's [N, N] blocks: as float4s where they are 16-byte aligned
-   * (N even), else floats; four in flight a thread */
+   * (N even), else floats; four in flight a thread; the pad columns zeros */
   const int v4 = (N * N) % 4 == 0 && ((uintptr_t)(P + pb) & 15) == 0 && ((uintptr_t)(dS + pb) & 15) == 0;
   const int W = v4 ? 4 : 1, nn = N * N / W;
+  for (int x = threadIdx.x; x < N * (pl - N); x += blockDim.x) {
+    const int o = (x / (pl - N)) * pl + N + x % (pl - N);
+    Ps[o] = 0, Ss[o] = 0;
+  }
   for (int x0 = threadIdx.x; x0 < nn; x0 += 4 * blockDim.x) {
     float4 rp[4], rs[4];
 #pragma unroll
@@ -292,37 +304,48 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
       if (x >= nn) continue;
       const float ep[4] = {rp[u].x, rp[u].y, rp[u].z, rp[u].w}, es[4] = {rs[u].x, rs[u].y, rs[u].z, rs[u].w};
       for (int e = 0; e < W; e++) {
-        const int f = W * x + e, o = (f / N) * (N + 1) + f % N;
+        const int f = W * x + e, o = (f / N) * pl + f % N;
         Ps[o] = ep[e], Ss[o] = es[e];
       }
     }
   }
   __syncthreads();
+  /* Key j's sums run over every row i >= j0 in order: P_ij and dS_ij are
+   * exact zeros where query i does not see key j (i < j, a padded query or
+   * key) and the rows are finite, so those terms add a zero (as wsums': the
+   * same sums as skipping them), with no branch a key.
+   * The lane's columns c0 + 32 u, four a pass; the QW keys' P and dS of a
+   * row one vector read (j0 % QW == 0, pl % 4 == 0). */
+  typedef typename dt_vec_t<QW>::t V;
   for (int j0 = QW * (DT_ATTN_WARPS * dt_z(pz) + w); j0 < N; j0 += QW * DT_ATTN_WARPS * dt_nz(pz)) {
     const int nm = min(QW, N - j0);
-    for (int c0 = lane; c0 < dh; c0 += 64) {
-      const int c1 = c0 + 32 < dh ? c0 + 32 : c0;
-      float sk0[QW], sv0[QW], sk1[QW], sv1[QW];
+    for (int c0 = lane; c0 < dh; c0 += 128) {
+      float sk[QW][4], sv[QW][4];
 #pragma unroll
-      for (int m = 0; m < QW; m++) sk0[m] = sv0[m] = sk1[m] = sv1[m] = 0;
+      for (int m = 0; m < QW; m++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) sk[m][u] = sv[m][u] = 0;
       for (int i = j0; i < N; i++) {
-        const float q0 = Qs[i * ld + c0], d0 = Ds[i * ld + c0], q1 = Qs[i * ld + c1], d1 = Ds[i * ld + c1];
+        float qi[4], di[4];
 #pragma unroll
-        for (int m = 0; m < QW; m++) {
-          const int j = j0 + m;
-          if (m >= nm || i < j) continue;
-          const float s = Ss[i * (N + 1) + j], p = Ps[i * (N + 1) + j];
-          if (p == 0 && s == 0) continue;
-          sk0[m] = fmaf(s, q0, sk0[m]), sv0[m] = fmaf(p, d0, sv0[m]);
-          sk1[m] = fmaf(s, q1, sk1[m]), sv1[m] = fmaf(p, d1, sv1[m]);
+        for (int u = 0; u < 4; u++) {
+          const int c = c0 + 32 * u < dh ? c0 + 32 * u : c0;
+          qi[u] = Qs[i * ld + c], di[u] = Ds[i * ld + c];
         }
+        const V sq = *reinterpret_cast<const V *>(Ss + i * pl + j0), pq = *reinterpret_cast<const V *>(Ps + i * pl + j0);
+        const float *s = reinterpret_cast<const float *>(&sq), *p = reinterpret_cast<const float *>(&pq);
+#pragma unroll
+        for (int m = 0; m < QW; m++)
+#pragma unroll
+          for (int u = 0; u < 4; u++) sk[m][u] = fmaf(s[m], qi[u], sk[m][u]), sv[m][u] = fmaf(p[m], di[u], sv[m][u]);
       }
 #pragma unroll
       for (int m = 0; m < QW; m++) {
         if (m >= nm) break;
         const size_t o = base + (size_t)(j0 + m) * E;
-        dk[o + c0] = sk0[m] * scale, dv[o + c0] = sv0[m];
-        if (c1 != c0) dk[o + c1] = sk1[m] * scale, dv[o + c1] = sv1[m];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (c0 + 32 * u < dh) dk[o + c0 + 32 * u] = sk[m][u] * scale, dv[o + c0 + 32 * u] = sv[m][u];
       }
     }
   }
