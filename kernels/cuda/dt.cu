@@ -264,45 +264,57 @@ static __device__ __forceinline__ float dt_x3(const float *X, const float *X2, c
 
 /* the column sums of X (or of X Y, elementwise, when Y is not NULL; X is
  * X + X2 + X3 where those are not NULL, dt_x3) over chunks of rows:
- * part[ch cols + c] = the sum over the rows of chunk ch. A block of 32 x 8
- * threads takes 32 columns (coalesced) of one chunk: warp w sums the
+ * part[ch cols + c] = the sum over the rows of chunk ch, and with part2
+ * (and Y) part2's the same of X alone, from the same loads. A block of 32
+ * x 8 threads takes 32 columns (coalesced) of one chunk: warp w sums the
  * chunk's rows w, w + 8, ... in order, then the 8 warps' sums are added in
  * warp order */
 __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *X2, const float *X3,
                                                              const float *Y, int rows, int cols, int ld, int per,
-                                                             float *part, cuda_pz_t pz) {
-  __shared__ float sh[8][33];
+                                                             float *part, float *part2, cuda_pz_t pz) {
+  __shared__ float sh[2][8][33];
   const long long mo = dt_mo(pz);
   X = dt_off(X, mo), X2 = dt_off0(X2, mo), X3 = dt_off0(X3, mo), Y = dt_off0(Y, mo), part = dt_off(part, mo);
+  part2 = dt_off0(part2, mo);
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane, ch = blockIdx.y;
   const int r0 = ch * per, r1 = (ch + 1) * per < rows ? (ch + 1) * per : rows;
-  float s = 0;
+  float s = 0, s2 = 0;
   if (c < cols) {
     int r = r0 + w;
     for (; r + 24 < r1; r += 32) { /* four rows in flight */
       const size_t o0 = (size_t)r * ld + c, o1 = o0 + (size_t)8 * ld, o2 = o1 + (size_t)8 * ld, o3 = o2 + (size_t)8 * ld;
       float x0 = dt_x3(X, X2, X3, o0), x1 = dt_x3(X, X2, X3, o1), x2 = dt_x3(X, X2, X3, o2), x3 = dt_x3(X, X2, X3, o3);
+      if (part2) s2 += x0, s2 += x1, s2 += x2, s2 += x3;
       if (Y) x0 *= Y[o0], x1 *= Y[o1], x2 *= Y[o2], x3 *= Y[o3];
       s += x0, s += x1, s += x2, s += x3;
     }
     for (; r < r1; r += 8) {
       const size_t o = (size_t)r * ld + c;
-      s += Y ? dt_x3(X, X2, X3, o) * Y[o] : dt_x3(X, X2, X3, o);
+      const float x = dt_x3(X, X2, X3, o);
+      if (part2) s2 += x;
+      s += Y ? x * Y[o] : x;
     }
   }
-  sh[w][lane] = s;
+  sh[0][w][lane] = s, sh[1][w][lane] = s2;
   __syncthreads();
   if (w == 0 && c < cols) {
     float t = 0;
-    for (int k = 0; k < 8; k++) t += sh[k][lane];
+    for (int k = 0; k < 8; k++) t += sh[0][k][lane];
     part[(size_t)ch * cols + c] = t;
+    if (part2) {
+      t = 0;
+      for (int k = 0; k < 8; k++) t += sh[1][k][lane];
+      part2[(size_t)ch * cols + c] = t;
+    }
   }
 }
 
 /* out[c] (=, or +=) the chunks' partial sums: a warp a column, lane l the
  * chunks l, l + 32, ... in order, then a fixed tree over the lanes */
-__global__ void dt_colsum_final_kernel(const float *part, int chunks, int cols, float *out, int acc, cuda_pz_t pz) {
+__global__ void dt_colsum_final_kernel(const float *part, const float *part2, int chunks, int cols, float *out,
+                                       float *out2, int acc, cuda_pz_t pz) {
   const long long mo = dt_mo(pz);
+  if (blockIdx.y) part = part2, out = out2; /* the pair's second sums */
   part = dt_off(part, mo), out = dt_off(out, mo);
   const int lane = threadIdx.x & 31, c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= cols) return;
@@ -494,6 +506,12 @@ int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int 
 
 int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows, int cols,
                int ld, float *out, int acc, float *part, size_t cap, cudaStream_t st) {
+  return dt_colsum_pair(d, X, X2, X3, Y, rows, cols, ld, out, NULL, acc, part, NULL, cap, st);
+}
+
+int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows,
+                   int cols, int ld, float *out, float *out2, int acc, float *part, float *part2, size_t cap,
+                   cudaStream_t st) {
   /* up to 64 chunks of rows, as many as the scratch holds (a fixed count for
    * the shapes: the same sums in the same order on every call) */
   long long chunks = rows < 64 ? rows : 64;
@@ -501,10 +519,11 @@ int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float 
   if (chunks < 1) chunks = 1;
   const int per = (int)((rows + chunks - 1) / chunks);
   chunks = (rows + per - 1) / per;
+  if (!out2) part2 = NULL;
   dt_colsum_part_kernel<<<dt_grid(d, dim3((unsigned)((cols + 31) / 32), (unsigned)chunks)), 256, 0, st>>>(
-      X, X2, X3, Y, rows, cols, ld, per, part, d->pz);
-  dt_colsum_final_kernel<<<dt_grid(d, dim3((unsigned)((cols + 7) / 8))), 256, 0, st>>>(part, (int)chunks, cols, out, acc,
-                                                                                      d->pz);
+      X, X2, X3, Y, rows, cols, ld, per, part, part2, d->pz);
+  dt_colsum_final_kernel<<<dt_grid(d, dim3((unsigned)((cols + 7) / 8), part2 ? 2u : 1u)), 256, 0, st>>>(
+      part, part2, (int)chunks, cols, out, out2, acc, d->pz);
   return (int)cudaGetLastError();
 }
 

@@ -255,23 +255,19 @@ static int after_reads(cuda_dt_t *d, int s, cudaStream_t st) {
 
 /* dx = res + LayerNorm's input gradient (res may be dx: +=; NULL: dx =
  * the gradient alone; dy as dt_dy3), and dgamma and dbeta += their column
- * sums on DT_SIDE_LNG and DT_SIDE_LNB, marked as reads of the slots in
- * bits rs */
+ * sums (one pass over dy and xhat) on DT_SIDE_LN, marked as reads of the
+ * slots in bits rs */
 static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *dy3, const float *xhat,
                   const float *rstd, const float *gam, int T, int E, float *dx, const float *res, float *dgam,
                   float *dbet, unsigned rs, cudaStream_t st) {
-  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LNG));
-  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LNB));
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LN));
   dt_ln_bwd_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(dy, dy2, dy3, xhat, rstd, gam, T, E, dx,
                                                                              res, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_colsum3(d, dy, dy2, dy3, xhat, T, E, E, dgam, 1, d->csum[1], d->csum_cap, d->side[DT_SIDE_LNG]));
-  CUDA_RET(dt_colsum3(d, dy, dy2, dy3, NULL, T, E, E, dbet, 1, d->csum[2], d->csum_cap, d->side[DT_SIDE_LNB]));
+  CUDA_RET(dt_colsum_pair(d, dy, dy2, dy3, xhat, T, E, E, dgam, dbet, 1, d->csum[1], d->csum[2], d->csum_cap,
+                          d->side[DT_SIDE_LN]));
   for (int k = 0; k < DT_RD_N; k++)
-    if (rs >> k & 1) {
-      CUDA_RET(mark(d, k, DT_SIDE_LNG));
-      CUDA_RET(mark(d, k, DT_SIDE_LNB));
-    }
+    if (rs >> k & 1) CUDA_RET(mark(d, k, DT_SIDE_LN));
   return 0;
 }
 

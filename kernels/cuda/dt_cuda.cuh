@@ -25,18 +25,17 @@
  * beside q's. The backward keeps the parameters' gradients off its critical
  * path: the weight gradients (and their split-K scratch d->tmp) on
  * DT_SIDE_W, the biases' column sums on DT_SIDE_B, the LayerNorms' gamma
- * and beta sums on DT_SIDE_LNG and DT_SIDE_LNB, each in the order it always
- * had, so the same sums; k's and v's input gradients on DT_SIDE_K and
- * DT_SIDE_V beside q's. The first DT_READERS are the ones that read what
- * the backward's own stream writes again (cuda_dt_t.rd). */
+ * and beta sums (one pass, dt_colsum_pair) on DT_SIDE_LN, each in the
+ * order it always had, so the same sums; k's and v's input gradients on
+ * DT_SIDE_K and DT_SIDE_V beside q's. The first DT_READERS are the ones
+ * that read what the backward's own stream writes again (cuda_dt_t.rd). */
 #define DT_SIDE_W 0
 #define DT_SIDE_B 1
-#define DT_SIDE_LNG 2
-#define DT_SIDE_LNB 3
-#define DT_READERS 4
-#define DT_SIDE_K 4
-#define DT_SIDE_V 5
-#define DT_SIDES 6
+#define DT_SIDE_LN 2
+#define DT_READERS 3
+#define DT_SIDE_K 3
+#define DT_SIDE_V 4
+#define DT_SIDES 5
 /* the buffers the backward's side streams read that its own stream writes
  * again (cuda_dt_t.rd) */
 enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXF, DT_RD_N };
@@ -67,7 +66,7 @@ typedef struct cuda_dt {
                                            * input gradients' B operands K-major */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
   float *csum[3];                         /* the column sums' scratch: [0] the biases' (side[DT_SIDE_B]), [1] and
-                                           * [2] the LayerNorms' (DT_SIDE_LNG, DT_SIDE_LNB); 64 chunks of the widest */
+                                           * [2] the LayerNorms' gammas' and betas' (DT_SIDE_LN); 64 chunks of the widest */
   size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
@@ -281,6 +280,12 @@ int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int 
  * input gradient that three products left in three buffers */
 int dt_colsum3(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows, int cols,
                int ld, float *out, int acc, float *part, size_t cap, cudaStream_t st);
+/* dt_colsum3 into out, and with out2 (and part2, cap floats) the sums of X
+ * alone into out2, from the same reads of X: each the same sums as its own
+ * dt_colsum3 (a LayerNorm's gamma and beta) */
+int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const float *X3, const float *Y, int rows,
+                   int cols, int ld, float *out, float *out2, int acc, float *part, float *part2, size_t cap,
+                   cudaStream_t st);
 /* dt_wgmma.cu: dt_gemm's TF32 tile on wgmma. dt_wg_setup: 1 when this
  * build and device run it (its shared memory set); dt_wg_fits: 1 when a
  * call's operands suit it (16-byte aligned rows, k and the contiguous
