@@ -40,7 +40,7 @@ static __host__ __device__ __forceinline__ int kv_ld(int N) { return (N + 3) / 4
 /* the floats of shared memory the window kernels take: the forward's and
  * dt_attn_bwd_q_win_kernel's (two [N, dh + 4] arrays, each warp's QW query
  * rows and QW score rows), dt_attn_bwd_kv_win_kernel's (two [N, dh + 4], two
- * [N, N + 1]) */
+ * [N, kv_ld(N)]) */
 static size_t win_floats(int N, int dh, int kv, int qw) {
   return 2 * (size_t)N * (dh + 4) + (kv ? 2 * (size_t)N * kv_ld(N) : (size_t)DT_ATTN_WARPS * qw * (dh + N));
 }
