@@ -258,9 +258,11 @@ static double gelu_d(double x) {
 
 static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma"};
 
-static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
-                      int wg_fits, int op) {
-  const int ldc = N + 3, ar = ta ? K : M, br = tb ? N : K;
+/* ldc (also R's and G's) N + cpad: odd rows take the epilogues' one-float
+ * path, rows of an even length their float2 path (dt_ep_storev) */
+static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
+                         int wg_fits, int op, int cpad) {
+  const int ldc = N + cpad, ar = ta ? K : M, br = tb ? N : K;
   float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb), *bias = malloc(sizeof(float) * N);
   float *C0 = malloc(sizeof(float) * M * ldc), *C = malloc(sizeof(float) * M * ldc), *G = malloc(sizeof(float) * M * ldc);
   float *R = malloc(sizeof(float) * M * ldc);
@@ -339,16 +341,24 @@ static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bia
         const double e = fabs(C[(size_t)m * ldc + n] - s), tol = (K * 6e-8 + 1e-6) * mag + tg + 1e-30;
         const double rel = e / (op == DT_EP_DGELU ? prod : mag); /* GELU': of the product's magnitude */
         worst = rel > worst ? rel : worst;
-        ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s) on the %s tile: C[%d][%d] %.9g, want %.9g", M, N, K, ta,
-                      tb, split ? ", split" : "", tile_name[used], m, n, C[(size_t)m * ldc + n], s);
+        ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s, ldc %d) on the %s tile: C[%d][%d] %.9g, want %.9g", M,
+                      N, K, ta, tb, split ? ", split" : "", ldc, tile_name[used], m, n, C[(size_t)m * ldc + n], s);
       }
-    printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s) on the %s tile: within %.2g of the terms' magnitude\n", M, N,
-           K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
-           tile_name[used], worst);
+    printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s, ldc %d) on the %s tile: within %.2g of the terms' magnitude\n",
+           M, N, K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
+           ldc, tile_name[used], worst);
   }
   free(Cwg), free(Gwg);
   cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart), cudaFree(dR), cudaFree(dG);
   free(A), free(B), free(bias), free(C0), free(C), free(G), free(R);
+}
+
+/* gemm_case_ld with rows of C one float longer than an even length, then
+ * with them even: each epilogue's one-float and vector paths */
+static void gemm_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
+                      int wg_fits, int op) {
+  gemm_case_ld(M, N, K, ta, tb, acc, with_bias, split, lda, ldb, wg_fits, op, N % 2 ? 4 : 3);
+  gemm_case_ld(M, N, K, ta, tb, acc, with_bias, split, lda, ldb, wg_fits, op, N % 2 ? 3 : 4);
 }
 
 /* the TF32 GEMM tiles (dt_wgmma.cu and dt.cu's mma.sync tile) in each of

@@ -139,8 +139,10 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
   const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G);
 #pragma unroll
-  for (int i = 0; i < 4; i++)
-    if (m0 + ty * 4 + i < M) dt_ep_storev<4>(s[i], m0 + ty * 4 + i, n0 + tx * 4, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+  for (int i = 0; i < 4; i++) {
+    const int m = m0 + ty * 4 + i;
+    if (m < M) dt_ep_storev<4>(s[i], m, n0 + tx * 4, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+  }
 }
 
 /* dt_gemm_kernel's product with TF32 operands (tensor_cores): the same tile,

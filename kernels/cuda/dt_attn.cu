@@ -103,13 +103,13 @@ static __device__ __forceinline__ void dots(const float *a, const float *b, int 
 /* out_m[c] = scale sum_{j < n} w_m[j] S[j, c] for the warp's QW weight rows
  * w_m (stride N; rows m >= nm not written out) and the lane's columns c
  * (lane + 32 u), each in j order: one read of S's row for QW sums. Every
- * weight of a key query i0 + m does not see (a later key, a padded one) is
+ * weight of a key its query does not see (a later key, a padded one) is
  * an exact zero, and S is finite, so those terms add a zero, which leaves
  * a sum as it was (a sum that starts at +0 holds -0 only after a product
  * underflows to it, and then only the zero's sign can differ from skipping
  * them, as the block-a-query kernels do): no branch a query in the loop. */
 template <int QW>
-static __device__ __forceinline__ void wsums(const float *w, int N, int nm, int i0, const float *S, int ld, int n,
+static __device__ __forceinline__ void wsums(const float *w, int N, int nm, const float *S, int ld, int n,
                                              int dh, float scale, float *out, size_t ostride, int lane) {
   for (int c0 = lane; c0 < dh; c0 += 128) {
     float a[QW][4];
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
     }
     __syncwarp();
     /* att rows (a padded query's weights are zeros, so its row is zeros) */
-    wsums<QW>(ps, N, nm, i0, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, Vs, ld, last + 1, dh, 1.0f, att + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp(); /* qs and ps are the next queries' */
   }
 }
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
       }
     }
     __syncwarp();
-    wsums<QW>(ps, N, nm, i0, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
+    wsums<QW>(ps, N, nm, Ks, ld, last + 1, dh, scale, dq + base + (size_t)i0 * E, (size_t)E, lane);
     __syncwarp();
   }
 }

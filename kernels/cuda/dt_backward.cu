@@ -328,13 +328,13 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   }
   /* the weights transposed on a side stream, beside the heads' and LN_f's
    * backward (DT_SIDE_K is next used by the first block's k gradient) */
-  dt_wt_src_t src = {{0}};
-  for (int l = 0; l < L->L; l++) {
-    const dt_block_off_t *o = &L->blk[l];
-    const int64_t w[6] = {o->q_w, o->k_w, o->v_w, o->o_w, o->m1_w, o->m2_w};
-    for (int j = 0; j < 6; j++) src.off[6 * l + j] = w[j];
-  }
   if (use_wt(d)) {
+    dt_wt_src_t src = {{0}};
+    for (int l = 0; l < L->L; l++) {
+      const dt_block_off_t *o = &L->blk[l];
+      const int64_t w[6] = {o->q_w, o->k_w, o->v_w, o->o_w, o->m1_w, o->m2_w};
+      for (int j = 0; j < 6; j++) src.off[6 * l + j] = w[j];
+    }
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
     dt_transpose_kernel<<<dt_grid(d, dim3(64, (unsigned)(6 * L->L))), 256, 0, d->side[DT_SIDE_K]>>>(p, src, E, d->wT,
                                                                                                      d->pz);

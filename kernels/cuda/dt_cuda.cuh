@@ -257,6 +257,22 @@ static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n,
   for (int i = 0; i < W; i++) xf[i] = v[i];
   *reinterpret_cast<V *>(o) = x;
 }
+/* the epilogue of a 64 x 64 tile of m64n64 wgmma accumulators, dt_wgmma.cu's
+ * and dt_tma.cu's (one code, so the two tiles write the same bits):
+ * d[4 j + q] of lane l of warp w is output row m0 + 16 w + l / 4 + 8 (q /
+ * 2), column n0 + 8 j + 2 (l % 4) + q % 2; each pair q, q + 1 through
+ * dt_ep_storev<2> */
+static __device__ __forceinline__ void dt_wg_epilogue(const float (&d)[32], int m0, int n0, int M, int N, float *C,
+                                                      int ldc, const float *bias, const float *R, int ldr, int acc,
+                                                      int op, float *G) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, vec = dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
+#pragma unroll
+  for (int e = 0; e < 32; e += 2) {
+    const int m = m0 + 16 * w + lane / 4 + 8 * (e % 4 / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4);
+    float v[2] = {d[e], d[e + 1]};
+    if (m < M) dt_ep_storev<2>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+  }
+}
 /* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
  * dt_wgmma.cu's tile with d->wg where the operands suit it, else
  * dt_gemm_tc_kernel) and members (d->pz); the pointers member 0's */

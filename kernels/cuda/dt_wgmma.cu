@@ -156,13 +156,7 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
   wgmma_wait<0>();
   dw_pin(d);
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, vec = dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
-#pragma unroll
-  for (int e = 0; e < 32; e += 2) { /* d[4 j + q]: row 16 w + lane / 4 + 8 (q / 2), column 8 j + 2 (lane % 4) + q % 2 */
-    const int q = e % 4, m = m0 + 16 * w + lane / 4 + 8 * (q / 2), n = n0 + 8 * (e / 4) + 2 * (lane % 4);
-    float v[2] = {d[e], d[e + 1]};
-    if (m < M) dt_ep_storev<2>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
-  }
+  dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)bias, (void)R;
   (void)ldr, (void)acc, (void)op, (void)G, (void)kper, (void)cz, (void)pz;
