@@ -189,6 +189,19 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
   ck_assert_msg(fabs(loss - want) <= tl * fabs(want), "%s: loss %.9g, cpu %.9g", what, loss, want);
   run_gpu(&d, p, &bt, g2, NULL, NULL);
   ck_assert_msg(!memcmp(g, g2, sizeof(float) * P), "%s: a rerun's gradient differs", what);
+  if (tc) {
+    /* every tile rounding every operand itself (pre 0) against the
+     * producers' rounded h1, h2, gl and weights that the TMA tile does not
+     * round again (pre 1, the default): rounding twice is rounding once,
+     * so the same bits */
+    ck_assert_int_eq(d.pre, 1);
+    d.pre = 0;
+    const double loss0 = run_gpu(&d, p, &bt, g2, NULL, NULL);
+    ck_assert_msg(loss0 == loss && !memcmp(g, g2, sizeof(float) * P),
+                  "%s: the step with pre-rounded operands differs from the one rounding in the tiles (loss %.9g, "
+                  "%.9g)", what, loss, loss0);
+    d.pre = 1;
+  }
   cuda_dt_free(&d);
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
 }
@@ -256,7 +269,7 @@ static double gelu_d(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
 }
 
-static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma"};
+static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma", "TMA wgmma, operands pre-rounded"};
 
 /* ldc (also R's and G's) N + cpad: odd rows take the epilogues' one-float
  * path, rows of an even length their float2 path (dt_ep_storev) */
@@ -347,6 +360,30 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s, ldc %d) on the %s tile: within %.2g of the terms' magnitude\n",
            M, N, K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
            ldc, tile_name[used], worst);
+  }
+  if (ran_tma) {
+    /* the TMA tile told that A and B are TF32 values already (as dt_pre's
+     * producers write them) rounds nothing: on the rounded operands it must
+     * give the bits it gave rounding the raw ones itself */
+    float *Ar = malloc(sizeof(float) * ar * lda), *Br = malloc(sizeof(float) * br * ldb);
+    for (size_t i = 0; i < (size_t)ar * lda; i++) Ar[i] = tf32(A[i]);
+    for (size_t i = 0; i < (size_t)br * ldb; i++) Br[i] = tf32(B[i]);
+    CK(cudaMemcpy(dA, Ar, sizeof(float) * ar * lda, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dB, Br, sizeof(float) * br * ldb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
+    int used = -1;
+    CK((cudaError_t)cuda_dt_gemm_tf32(3, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc, op,
+                                      op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap,
+                                      &used));
+    ck_assert_int_eq(used, 3);
+    CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
+    ck_assert_msg(!memcmp(Cwg, C, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's C differs from the TMA "
+                  "tile's that rounded them", M, N, K, tile_name[3]);
+    ck_assert_msg(op != DT_EP_GELU || !memcmp(Gwg, G, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's G "
+                  "differs", M, N, K, tile_name[3]);
+    printf("TF32 GEMM %d x %d x %d: the %s tile bit for bit the TMA tile that rounds\n", M, N, K, tile_name[3]);
+    free(Ar), free(Br);
   }
   free(Cwg), free(Gwg);
   cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart), cudaFree(dR), cudaFree(dG);

@@ -209,12 +209,29 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                 int tb, int split) {
   if (!d->tc || !d->wg || !dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) return 0;
-  /* the TMA tile where a launch leaves an SM at most two blocks: its ring
-   * hides the round trips of a block that is alone or nearly; with more
-   * blocks an SM they hide each other's, and the register-staged tile was
-   * the faster (kernels/dev/DEVICE_NOTES.md item 128) */
-  const long long blocks = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM) * d->pz.n;
-  return d->tma && !split && blocks <= d->tma_blocks && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
+  /* the TMA tile wherever it fits: at one or two blocks an SM its ring
+   * hides the round trips the register-staged tile waits for (item 127);
+   * with more, the two tied while both rounded every chunk, and the TMA
+   * tile is the one that skips what its producers rounded
+   * (kernels/dev/DEVICE_NOTES.md items 128, 136) */
+  return d->tma && !split && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
+}
+
+int dt_pre(const cuda_dt_t *d) { return d->tc && d->tma && d->pre; }
+
+/* 1 where p lies in [b, b + n) */
+static int dt_in(const float *p, const float *b, size_t n) { return b && p >= b && p < b + n; }
+
+int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B) {
+  if (!dt_pre(d)) return 3;
+  const size_t T = (size_t)d->B * 3 * d->L.K, E = (size_t)d->L.E, NL = (size_t)d->L.L, W = NL * DT_WT_FLOATS * E * E;
+  const float *x[2] = {A, B};
+  int r = 0;
+  for (int i = 0; i < 2; i++)
+    if (!dt_in(x[i], d->wr, W) && !dt_in(x[i], d->wT, W) && !dt_in(x[i], d->h1, NL * T * E) &&
+        !dt_in(x[i], d->h2, NL * T * E) && !dt_in(x[i], d->gl, NL * T * 4 * E))
+      r |= 1 << i;
+  return r;
 }
 
 /* one launch of the tile for tc, ta, tb */
@@ -223,7 +240,8 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
                       const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
   const int tc = d->tc, tile = dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, kper < K);
   grid = dt_grid(d, grid);
-  if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz))
+  if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz,
+                                  dt_tf32_ops(d, A, B)))
     return;
   if (tile) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
@@ -362,10 +380,11 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
   }
 }
 
-/* LayerNorm of each of T tokens (one warp a token): y = xhat gamma + beta,
- * xhat and 1/std kept (dt_ln) */
+/* LayerNorm of each of T tokens (one warp a token): y = xhat gamma + beta
+ * (rounded to TF32 with rnd: a y that only TF32 GEMMs read, dt_pre), xhat
+ * and 1/std kept (dt_ln) */
 __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xhat,
-                             float *rstd, cuda_pz_t pz) {
+                             float *rstd, int rnd, cuda_pz_t pz) {
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
@@ -383,7 +402,8 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
   for (int e = lane; e < E; e += 32) {
     const float xh = (xr[e] - mean) * r;
     xhat[(size_t)tok * E + e] = xh;
-    y[(size_t)tok * E + e] = xh * gam[e] + bet[e];
+    const float o = xh * gam[e] + bet[e];
+    y[(size_t)tok * E + e] = rnd ? dt_tf32(o) : o;
   }
   if (lane == 0) rstd[tok] = r;
 }
@@ -529,16 +549,43 @@ int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const fl
   return (int)cudaGetLastError();
 }
 
+/* rnd: y rounded to TF32 (h1 and h2 under dt_pre) */
 static int ln(const cuda_dt_t *d, const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xh,
-              float *r, cudaStream_t st) {
-  dt_ln_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(x, T, E, gam, bet, y, xh, r, d->pz);
+              float *r, int rnd, cudaStream_t st) {
+  dt_ln_kernel<<<dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st>>>(x, T, E, gam, bet, y, xh, r, rnd, d->pz);
   return (int)cudaGetLastError();
 }
 
-static int lin(const cuda_dt_t *d, int64_t w, int64_t b, const float *x, int T, int in, int out, float *y,
-               const float *res, cudaStream_t st) {
-  const float *p = d->p;
-  return dt_gemm(d, T, out, in, x, in, 0, p + w, in, 1, y, out, p + b, res, out, 0, st);
+/* y = x W^T + b (+ res): W at p + w, or under dt_pre its TF32 copy wr at
+ * wr + wr_off (the same product: every tile rounds W so) */
+static int lin(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const float *x, int T, int in, int out,
+               float *y, const float *res, cudaStream_t st) {
+  const float *W = dt_pre(d) ? d->wr + wr_off : d->p + w;
+  return dt_gemm(d, T, out, in, x, in, 0, W, in, 1, y, out, d->p + b, res, out, 0, st);
+}
+
+/* wr: each block's six weights (offsets src, as dt_transpose_kernel's)
+ * rounded to TF32 in wr's DT_WT_* places: blockIdx.y is block y / 6's
+ * matrix y % 6 */
+__global__ void dt_round_w_kernel(const float *p, dt_wt_src_t src, int E, float *wr, cuda_pz_t pz) {
+  const long long mo = dt_mo(pz);
+  const int j = blockIdx.y % 6, l = blockIdx.y / 6;
+  const float *a = dt_off(p, mo) + src.off[blockIdx.y];
+  float *o = dt_off(wr, mo) + (size_t)l * DT_WT_FLOATS * E * E + (size_t)(j < 4 ? j : j == 4 ? DT_WT_1 : DT_WT_2) * E * E;
+  const size_t n = (size_t)(j < 4 ? 1 : 4) * E * E;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    o[i] = dt_tf32(a[i]);
+}
+
+dt_wt_src_t dt_wt_src(const dt_layout_t *L) {
+  dt_wt_src_t src;
+  memset(&src, 0, sizeof src);
+  for (int l = 0; l < L->L; l++) {
+    const dt_block_off_t *o = &L->blk[l];
+    const int64_t w[6] = {o->q_w, o->k_w, o->v_w, o->o_w, o->m1_w, o->m2_w};
+    for (int j = 0; j < 6; j++) src.off[6 * l + j] = w[j];
+  }
+  return src;
 }
 
 extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
@@ -571,7 +618,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
            {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
            {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap},
-           {&d->csum[2], d->csum_cap},          {&d->wT, NL * DT_WT_FLOATS * E * E}};
+           {&d->csum[2], d->csum_cap},          {&d->wT, NL * DT_WT_FLOATS * E * E},
+           {&d->wr, NL * DT_WT_FLOATS * E * E}};
   /* dev_alloc: a population member's come from its slice of the arena */
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     cudaError_t e = dev_alloc_t(f[i].ptr, sizeof(float) * (f[i].n ? f[i].n : 1));
@@ -588,7 +636,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   d->wg = dt_wg_setup();
   d->tma = dt_tma_setup();
-  d->tma_blocks = dt_tma_blocks();
+  d->pre = 1;
   for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&d->join[i], cudaEventDisableTiming);
@@ -606,7 +654,8 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT};
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT,
+                 &d->wr};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
   dev_free(d->actions), dev_free(d->timesteps);
   d->actions = d->timesteps = NULL;
@@ -661,28 +710,38 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   dt_embed_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(*L, p, d->xs, d->rtg, d->mask, d->actions, d->timesteps,
                                                                  d->x0, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, st));
+  const int pre = dt_pre(d);
+  if (pre) { /* wr beside the embeddings */
+    CUDA_RET(dt_fork_one(d, st, 0));
+    dt_round_w_kernel<<<dt_grid(d, dim3(32, (unsigned)(6 * L->L))), 256, 0, d->side[0]>>>(p, dt_wt_src(L), E, d->wr,
+                                                                                           d->pz);
+    CUDA_RET(cudaGetLastError());
+  }
+  CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, 0, st));
+  if (pre) CUDA_RET(dt_join(d, st, 0));
   for (int l = 0; l < L->L; l++) {
     const dt_block_off_t *o = &L->blk[l];
     const float *Xl = d->X + (size_t)l * NE;
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
     float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
-    CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, st));
+    const size_t wl = (size_t)l * DT_WT_FLOATS * E * E, EE = (size_t)E * E; /* block l's weights in wr */
+    CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
-    CUDA_RET(lin(d, o->q_w, o->q_b, h1, T, E, E, q, NULL, st));
-    CUDA_RET(lin(d, o->k_w, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
-    CUDA_RET(lin(d, o->v_w, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
+    CUDA_RET(lin(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, E, q, NULL, st));
+    CUDA_RET(lin(d, o->k_w, wl + DT_WT_K * EE, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
+    CUDA_RET(lin(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
-    CUDA_RET(lin(d, o->o_w, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
-    CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, st));
-    /* u = W_1 h2 + b_1 and gl = gelu(u), one GEMM */
-    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, p + o->m1_w, E, 1, u, F, p + o->m1_b, NULL, 0, 0, DT_EP_GELU, gl, st));
-    CUDA_RET(lin(d, o->m2_w, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
+    CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
+    CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
+    /* u = W_1 h2 + b_1 and gl = gelu(u), one GEMM (gl rounded under dt_pre) */
+    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, pre ? d->wr + wl + DT_WT_1 * EE : p + o->m1_w, E, 1, u, F, p + o->m1_b,
+                        NULL, 0, 0, pre ? DT_EP_GELU_T : DT_EP_GELU, gl, st));
+    CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }
-  CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, st));
+  CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, 0, st));
   dt_gather_state_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->xf, K, E, d->xs, d->pz);
   CUDA_RET(cudaGetLastError());
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)

@@ -48,15 +48,11 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float 
     dx[row + e] = (res ? res[row + e] : 0.0f) + r * (dt_dy3(dy, dy2, dy3, row + e) * gam[e] - m1 - xh[e] * m2);
 }
 
-/* the blocks' weights (offsets src, six a block: W_q, W_k, W_v, W_o [E][E],
- * W_1 [4E][E], W_2 [E][4E]) transposed into wT (DT_WT_*), exact copies:
- * blockIdx.y is block y / 6's matrix y % 6, its 32 x 32 tiles along x
- * through shared memory (coalesced both ways) */
-typedef struct dt_wt_src {
-  int64_t off[6 * DT_MAX_LAYERS];
-} dt_wt_src_t;
-
-__global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, float *wT, cuda_pz_t pz) {
+/* the blocks' weights (offsets src, dt_wt_src) transposed into wT
+ * (DT_WT_*), exact copies, or with rnd rounded to TF32 (dt_pre: wT feeds
+ * the TMA tile alone): blockIdx.y is block y / 6's matrix y % 6, its 32 x
+ * 32 tiles along x through shared memory (coalesced both ways) */
+__global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, float *wT, int rnd, cuda_pz_t pz) {
   __shared__ float t[32][33];
   const long long mo = dt_mo(pz);
   const int j = blockIdx.y % 6, l = blockIdx.y / 6;
@@ -75,7 +71,7 @@ __global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, floa
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const int c = c0 + ty + 8 * i, r = r0 + tx;
-      if (r < rows && c < cols) o[(size_t)c * rows + r] = t[tx][ty + 8 * i];
+      if (r < rows && c < cols) o[(size_t)c * rows + r] = rnd ? dt_tf32(t[tx][ty + 8 * i]) : t[tx][ty + 8 * i];
     }
     __syncthreads();
   }
@@ -329,15 +325,9 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* the weights transposed on a side stream, beside the heads' and LN_f's
    * backward (DT_SIDE_K is next used by the first block's k gradient) */
   if (use_wt(d)) {
-    dt_wt_src_t src = {{0}};
-    for (int l = 0; l < L->L; l++) {
-      const dt_block_off_t *o = &L->blk[l];
-      const int64_t w[6] = {o->q_w, o->k_w, o->v_w, o->o_w, o->m1_w, o->m2_w};
-      for (int j = 0; j < 6; j++) src.off[6 * l + j] = w[j];
-    }
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
-    dt_transpose_kernel<<<dt_grid(d, dim3(64, (unsigned)(6 * L->L))), 256, 0, d->side[DT_SIDE_K]>>>(p, src, E, d->wT,
-                                                                                                     d->pz);
+    dt_transpose_kernel<<<dt_grid(d, dim3(64, (unsigned)(6 * L->L))), 256, 0, d->side[DT_SIDE_K]>>>(
+        p, dt_wt_src(L), E, d->wT, dt_pre(d), d->pz);
     CUDA_RET(cudaGetLastError());
   }
   dt_scatter_state_kernel<<<dt_grid(d, dim3((unsigned)T)), 128, 0, st>>>(d->dxs, K, E, d->dxf, d->pz);

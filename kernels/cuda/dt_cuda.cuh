@@ -46,7 +46,10 @@ typedef struct cuda_dt {
   int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
   int wg;                                 /* 1: TF32 GEMMs on wgmma where they fit (dt_wgmma.cu; sm_90a) */
   void *tma;                              /* with wg, the TMA tile's map encoder (dt_tma.cu), or NULL */
-  int tma_blocks;                         /* the most blocks a launch on the TMA tile has (dt_tma_blocks) */
+  int pre;                                /* with tc and tma, 1 (cuda_dt_alloc's default): the operands made only
+                                           * for TF32 GEMMs are written TF32-rounded (wr, wT, h1, h2, gl) and the
+                                           * TMA tile rounds only the others (dt_tf32_ops); 0: every tile rounds
+                                           * every operand (the same bits: rounding twice is rounding once) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -63,7 +66,9 @@ typedef struct cuda_dt {
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   float *wT;                              /* [L][12 E^2]: each block's W_q, W_k, W_v, W_o, W_1, W_2 transposed (DT_WT_*),
                                            * made at the backward's start where the TMA tile runs (tc, tma): the
-                                           * input gradients' B operands K-major */
+                                           * input gradients' B operands K-major (TF32-rounded with dt_pre) */
+  float *wr;                              /* [L][12 E^2]: with dt_pre, the same weights untransposed and rounded to
+                                           * TF32 (DT_WT_* places), made at the forward's start: its B operands */
   size_t tmp_cap;                         /* tmp's floats: the column sums' scratch */
   float *csum[3];                         /* the column sums' scratch: [0] the biases' (side[DT_SIDE_B]), [1] and
                                            * [2] the LayerNorms' gammas' and betas' (DT_SIDE_LN); 64 chunks of the widest */
@@ -95,6 +100,7 @@ typedef struct cuda_dt {
 #define DT_EP_PLAIN 0 /* C (=, += with acc) v + bias + R */
 #define DT_EP_GELU 1  /* C = v + bias (+ R), G = gelu(C): the MLP's pre-activation and its GELU (G: C's layout) */
 #define DT_EP_DGELU 2 /* C = v gelu'(R): the MLP's input gradient through the GELU of pre-activation R */
+#define DT_EP_GELU_T 3 /* DT_EP_GELU with G rounded to TF32 (dt_pre: G is read by TF32 GEMMs alone) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,8 +120,11 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * floats of scratch) split over k as the weight gradients are
  * (dt_gemm_wgrad, C +=); wg 2: on the TMA tile where it fits, else as wg
  * 1: on the wgmma tile where it fits, else (and wg 0) the mma.sync tile;
- * *used: where it ran (dt_wg_takes's 0, 1, 2); op, R, ldr, G as
- * dt_gemm_op's (unsplit only); synchronised. 0 or a cudaError_t. */
+ * wg 3: on the TMA tile rounding neither operand (A and B TF32 values
+ * already, as dt_pre's producers write them; cudaErrorNotSupported where
+ * the tile does not take the call); *used: where it ran (dt_wg_takes's 0,
+ * 1, 2, or 3); op, R, ldr, G as dt_gemm_op's (unsplit only); synchronised.
+ * 0 or a cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, int *used);
@@ -175,6 +184,13 @@ static __device__ __forceinline__ float dt_gelu_d(float x) {
   const float t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
 }
+/* x rounded to TF32 as every TF32 tile rounds its operands (gemm_dev.cuh's
+ * f2tf32: to nearest, ties away; rounding a rounded value changes nothing) */
+static __device__ __forceinline__ float dt_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
 /* dt_ep_store: what a DT GEMM's epilogue writes for output (m, n) of value
  * v (the product), by dt_gemm_op's op (DT_EP_*, above) */
 static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float *C, int ldc, const float *bias,
@@ -186,9 +202,10 @@ static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float 
   }
   if (bias) v += bias[n];
   if (R) v += R[(size_t)m * ldr + n];
-  if (op == DT_EP_GELU) {
+  if (op == DT_EP_GELU || op == DT_EP_GELU_T) {
     *o = v;
-    G[(size_t)m * ldc + n] = dt_gelu(v);
+    const float g = dt_gelu(v);
+    G[(size_t)m * ldc + n] = op == DT_EP_GELU_T ? dt_tf32(g) : g;
     return;
   }
   *o = acc ? *o + v : v;
@@ -241,9 +258,9 @@ static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n,
 #pragma unroll
     for (int i = 0; i < W; i++) v[i] += yf[i];
   }
-  if (op == DT_EP_GELU) {
+  if (op == DT_EP_GELU || op == DT_EP_GELU_T) {
 #pragma unroll
-    for (int i = 0; i < W; i++) xf[i] = v[i], yf[i] = dt_gelu(v[i]);
+    for (int i = 0; i < W; i++) xf[i] = v[i], yf[i] = op == DT_EP_GELU_T ? dt_tf32(dt_gelu(v[i])) : dt_gelu(v[i]);
     *reinterpret_cast<V *>(o) = x;
     *reinterpret_cast<V *>(G + (size_t)m * ldc + n) = y;
     return;
@@ -316,18 +333,28 @@ int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda
  * (NULL: not), whether a call suits it, and its launch (0, or 1 when its
  * maps could not be encoded: nothing launched) */
 void *dt_tma_setup(void);
-/* two blocks an SM of this device: the largest grid the TMA tile takes */
-int dt_tma_blocks(void);
 int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                 const cuda_pz_t *pz);
+/* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops) */
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  cuda_pz_t pz);
+                  cuda_pz_t pz, int rnd);
+/* dt.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
+ * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
+ * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */
+int dt_pre(const cuda_dt_t *d);
+int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
+/* the offsets in p of each block's six weights (W_q, W_k, W_v, W_o [E][E],
+ * W_1 [4E][E], W_2 [E][4E]): block l's j-th at off[6 l + j] */
+typedef struct dt_wt_src {
+  int64_t off[6 * DT_MAX_LAYERS];
+} dt_wt_src_t;
+dt_wt_src_t dt_wt_src(const dt_layout_t *L);
 /* side streams 0 .. n - 1 wait for what st has queued (dt_fork), side
  * stream i alone (dt_fork_one); st waits for side stream i's work (dt_join) */
 int dt_fork(cuda_dt_t *d, cudaStream_t st, int n);

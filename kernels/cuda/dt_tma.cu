@@ -12,7 +12,11 @@
  * tiles and any K need no bounds code) and each later chunk as its stage
  * frees. Each thread rounds its share of a landed chunk to TF32 in place
  * (f2tf32, round to nearest, as dt_wgmma.cu rounds: wgmma alone would
- * truncate) and fences it for the async proxy before the block's barrier.
+ * truncate) and fences it for the async proxy before the block's barrier;
+ * an operand its producer wrote rounded already (rnd, dt_tf32_ops) is not
+ * rounded again, and a chunk with neither to round goes from its mbarrier
+ * straight to wgmma (the rounding pass cost 6-8% of a TF32 step:
+ * kernels/dev/DEVICE_NOTES.md item 136).
  * The same 64 x 64 tiles, the same rounded operands, the same four
  * m64n64k8 a chunk in k order and the same epilogue (dt_ep_store) as
  * dt_wgmma.cu's tile: the same bits. A population's members are the maps'
@@ -60,7 +64,7 @@ static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, cons
 __global__ void __launch_bounds__(128, 4)
     dt_gemm_tma_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                       cuda_pz_t pz) {
+                       cuda_pz_t pz, int rnd) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dtm_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dtm_sh), base = (raw + 1023u) & ~1023u;
@@ -83,19 +87,22 @@ __global__ void __launch_bounds__(128, 4)
     const int s = c % DT_TMA_NS;
     while (!mbar_try(bars + 8 * s, (unsigned)(c / DT_TMA_NS) & 1u)) {
     }
-    /* round this thread's 8 of the stage's 1,024 16-byte pieces (A's and B's
-     * rows alike: the swizzle moves pieces within a row, rounding does not
-     * care where) */
-    float4 *pc = reinterpret_cast<float4 *>(sm + s * DT_TMA_STAGE);
+    if (rnd) {
+      /* round this thread's 4 of each operand's 512 16-byte pieces (pieces
+       * 0-511 A's, 512-1,023 B's; the swizzle moves pieces within a row,
+       * rounding does not care where) */
+      float4 *pc = reinterpret_cast<float4 *>(sm + s * DT_TMA_STAGE);
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      float4 v = pc[tid + 128 * i];
-      v.x = __uint_as_float(f2tf32(v.x)), v.y = __uint_as_float(f2tf32(v.y));
-      v.z = __uint_as_float(f2tf32(v.z)), v.w = __uint_as_float(f2tf32(v.w));
-      pc[tid + 128 * i] = v;
+      for (int i = 0; i < 8; i++) {
+        if (!(rnd >> (i / 4) & 1)) continue;
+        float4 v = pc[tid + 128 * i];
+        v.x = __uint_as_float(f2tf32(v.x)), v.y = __uint_as_float(f2tf32(v.y));
+        v.z = __uint_as_float(f2tf32(v.z)), v.w = __uint_as_float(f2tf32(v.w));
+        pc[tid + 128 * i] = v;
+      }
+      fence_proxy_async(); /* the rounded operands visible to wgmma */
+      __syncthreads();
     }
-    fence_proxy_async(); /* the rounded operands visible to wgmma */
-    __syncthreads();
     const uint32_t sa = base + (uint32_t)(s * DT_TMA_STAGE);
     const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DT_TMA_OP);
     wgmma_fence();
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(128, 4)
   dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
-  (void)op, (void)G, (void)pz;
+  (void)op, (void)G, (void)pz, (void)rnd;
   __trap(); /* never launched: dt_tma_setup() is NULL without sm_90a code */
 #endif
 }
@@ -142,15 +149,6 @@ void *dt_tma_setup(void) {
 #endif
 }
 
-int dt_tma_blocks(void) {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0; /* the TMA tile takes nothing */
-  }
-  return 2 * sms;
-}
-
 int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                 const cuda_pz_t *pz) {
   (void)M, (void)N;
@@ -170,11 +168,11 @@ static int dtm_map(dtm_encode_t enc, CUtensorMap *m, const float *p, int K, int 
 
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  cuda_pz_t pz) {
+                  cuda_pz_t pz, int rnd) {
   CUtensorMap ma, mb;
   if (!dtm_map((dtm_encode_t)enc, &ma, A, K, M, lda, pz.n, pz.stride) ||
       !dtm_map((dtm_encode_t)enc, &mb, B, K, N, ldb, pz.n, pz.stride))
     return 1; /* not encodable: the caller takes the register-staged tile */
-  dt_gemm_tma_kernel<<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, pz);
+  dt_gemm_tma_kernel<<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, pz, rnd);
   return 0;
 }

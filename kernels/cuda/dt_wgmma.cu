@@ -217,9 +217,17 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
   memset(&d, 0, sizeof d);
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
-  d.tma = wg == 2 ? dt_tma_setup() : NULL;
-  d.tma_blocks = dt_tma_blocks();
+  d.tma = wg >= 2 ? dt_tma_setup() : NULL;
   *used = dt_wg_takes(&d, M, N, K, A, lda, ta, B, ldb, tb, part != NULL && dt_wgrad_parts(M, N, K, cap) > 1);
+  if (wg == 3) { /* the TMA tile alone, rounding nothing (rnd 0) */
+    const dim3 grid((unsigned)((N + DW_T - 1) / DW_T), (unsigned)((M + DW_T - 1) / DW_T));
+    if (part || *used != 2 || M > 65535 * DW_T ||
+        dt_tma_launch(d.tma, grid, 0, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d.pz, 0))
+      return (int)cudaErrorNotSupported;
+    *used = 3;
+    CUDA_RET(cudaGetLastError());
+    return (int)cudaDeviceSynchronize();
+  }
   const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, part, cap, 0)
                      : dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;
