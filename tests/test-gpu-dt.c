@@ -269,7 +269,8 @@ static double gelu_d(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
 }
 
-static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma", "TMA wgmma, operands pre-rounded"};
+static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma", "TMA transposing wgmma",
+                                        "TMA wgmma, operands pre-rounded"};
 
 /* ldc (also R's and G's) N + cpad: odd rows take the epilogues' one-float
  * path, rows of an even length their float2 path (dt_ep_storev) */
@@ -301,8 +302,10 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
   struct cudaDeviceProp pr;
   if (DQN_SM90A && cudaGetDeviceProperties(&pr, 0) == cudaSuccess) sm90 = pr.major == 9 && pr.minor == 0;
   const int add = acc || split;
-  /* the TMA tile takes unsplit calls with both operands K-major */
-  const int tma_fits = wg_fits && !ta && tb && !split;
+  /* the TMA tile takes unsplit calls with both operands K-major, the
+   * transposing TMA tile the weight gradients' form (op(A) = A^T, op(B) =
+   * B), split or not */
+  const int tma_fits = wg_fits && !ta && tb && !split, tmt_fits = wg_fits && ta && !tb;
   float *Cwg = malloc(sizeof(float) * M * ldc), *Gwg = malloc(sizeof(float) * M * ldc);
   int ran_tma = 0;
   for (int wg = 2; wg >= 0; wg--) {
@@ -311,20 +314,21 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
                                       op, op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
                                       split ? dpart : NULL, cap, &used));
-    ck_assert_int_eq(used, !wg || !sm90 || !wg_fits ? 0 : wg == 2 && tma_fits ? 2 : 1);
+    ck_assert_int_eq(used, !wg || !sm90 || !wg_fits ? 0 : wg == 2 && tma_fits ? 2 : wg == 2 && tmt_fits ? 3 : 1);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
-    if (used == 2) { /* kept for the register-staged tile's run, next */
+    if (used == 2 || used == 3) { /* kept for the register-staged tile's run, next */
       memcpy(Cwg, C, sizeof(float) * M * ldc), memcpy(Gwg, G, sizeof(float) * M * ldc);
-      ran_tma = 1;
+      ran_tma = used;
     } else if (used == 1 && ran_tma) {
       /* the same rounded operands, the same wgmma sequence, the same
        * epilogue: bit for bit the TMA tile's */
-      ck_assert_msg(!memcmp(Cwg, C, sizeof(float) * M * ldc), "%d x %d x %d: the TMA tile's C differs from the "
-                    "register-staged tile's", M, N, K);
-      ck_assert_msg(op != DT_EP_GELU || !memcmp(Gwg, G, sizeof(float) * M * ldc), "%d x %d x %d: the TMA tile's G "
-                    "differs from the register-staged tile's", M, N, K);
-      printf("TF32 GEMM %d x %d x %d: the TMA tile bit for bit the register-staged wgmma tile\n", M, N, K);
+      ck_assert_msg(!memcmp(Cwg, C, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's C differs from the "
+                    "register-staged tile's", M, N, K, tile_name[ran_tma]);
+      ck_assert_msg(op != DT_EP_GELU || !memcmp(Gwg, G, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's G "
+                    "differs from the register-staged tile's", M, N, K, tile_name[ran_tma]);
+      printf("TF32 GEMM %d x %d x %d: the %s tile bit for bit the register-staged wgmma tile\n", M, N, K,
+             tile_name[ran_tma]);
     }
     double worst = 0;
     for (int m = 0; m < M; m++)
@@ -361,7 +365,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
            M, N, K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
            ldc, tile_name[used], worst);
   }
-  if (ran_tma) {
+  if (ran_tma == 2) {
     /* the TMA tile told that A and B are TF32 values already (as dt_pre's
      * producers write them) rounds nothing: on the rounded operands it must
      * give the bits it gave rounding the raw ones itself */
@@ -375,14 +379,14 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     CK((cudaError_t)cuda_dt_gemm_tf32(3, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc, op,
                                       op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap,
                                       &used));
-    ck_assert_int_eq(used, 3);
+    ck_assert_int_eq(used, 4);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     ck_assert_msg(!memcmp(Cwg, C, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's C differs from the TMA "
-                  "tile's that rounded them", M, N, K, tile_name[3]);
+                  "tile's that rounded them", M, N, K, tile_name[4]);
     ck_assert_msg(op != DT_EP_GELU || !memcmp(Gwg, G, sizeof(float) * M * ldc), "%d x %d x %d: the %s tile's G "
-                  "differs", M, N, K, tile_name[3]);
-    printf("TF32 GEMM %d x %d x %d: the %s tile bit for bit the TMA tile that rounds\n", M, N, K, tile_name[3]);
+                  "differs", M, N, K, tile_name[4]);
+    printf("TF32 GEMM %d x %d x %d: the %s tile bit for bit the TMA tile that rounds\n", M, N, K, tile_name[4]);
     free(Ar), free(Br);
   }
   free(Cwg), free(Gwg);
@@ -407,6 +411,8 @@ START_TEST(test_tf32_gemm) {
   gemm_case(200, 136, 132, 0, 1, 0, 1, 0, 132, 140, 1, P);  /* a layer's forward: x W^T + b */
   gemm_case(200, 132, 136, 0, 0, 1, 0, 0, 140, 132, 1, P);  /* an input gradient: dx += dy W */
   gemm_case(132, 68, 1000, 1, 0, 0, 0, 1, 136, 72, 1, P);   /* a weight gradient: dW += dy^T x, split over k */
+  gemm_case(132, 68, 300, 1, 0, 1, 1, 0, 136, 72, 1, P);    /* the same form unsplit, with acc and a bias */
+  gemm_case(128, 128, 3840, 1, 0, 0, 0, 1, 128, 128, 1, P); /* the reference sizes' q weight gradient at batch 64 */
   gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1, P);     /* both transposed */
   gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1, P); /* the reference sizes' q at batch 64 */
   gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */

@@ -214,7 +214,11 @@ int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda
    * with more, the two tied while both rounded every chunk, and the TMA
    * tile is the one that skips what its producers rounded
    * (kernels/dev/DEVICE_NOTES.md items 128, 136) */
-  return d->tma && !split && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz) ? 2 : 1;
+  if (!d->tma || d->pz.stride % 16) return 1;
+  if (!split && dt_tma_fits(M, N, K, A, lda, ta, B, ldb, tb, &d->pz)) return 2;
+  /* the weight gradients' form, split or not: the transposing TMA tile
+   * (dt_gemm_tmt_kernel; kernels/dev/DEVICE_NOTES.md item 137) */
+  return ta && !tb ? 3 : 1;
 }
 
 int dt_pre(const cuda_dt_t *d) { return d->tc && d->tma && d->pre; }
@@ -242,6 +246,9 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
   grid = dt_grid(d, grid);
   if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz,
                                   dt_tf32_ops(d, A, B)))
+    return;
+  if (tile == 3 && !dt_tmt_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
+                                  d->pz))
     return;
   if (tile) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);

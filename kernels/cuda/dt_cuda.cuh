@@ -118,13 +118,13 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 /* for the tests: one TF32 GEMM as the DT makes them, on device buffers (C
  * (=, += with acc) op(A) op(B) + bias, dt.cu's dt_gemm), or with part (cap
  * floats of scratch) split over k as the weight gradients are
- * (dt_gemm_wgrad, C +=); wg 2: on the TMA tile where it fits, else as wg
- * 1: on the wgmma tile where it fits, else (and wg 0) the mma.sync tile;
- * wg 3: on the TMA tile rounding neither operand (A and B TF32 values
- * already, as dt_pre's producers write them; cudaErrorNotSupported where
- * the tile does not take the call); *used: where it ran (dt_wg_takes's 0,
- * 1, 2, or 3); op, R, ldr, G as dt_gemm_op's (unsplit only); synchronised.
- * 0 or a cudaError_t. */
+ * (dt_gemm_wgrad, C +=); wg 2: on the TMA tiles where one fits, else as
+ * wg 1: on the wgmma tile where it fits, else (and wg 0) the mma.sync
+ * tile; wg 3: on the TMA tile rounding neither operand (A and B TF32
+ * values already, as dt_pre's producers write them; cudaErrorNotSupported
+ * where the tile does not take the call); *used: where it ran
+ * (dt_wg_takes's 0 to 3, or 4 for wg 3); op, R, ldr, G as dt_gemm_op's
+ * (unsplit only); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, int *used);
@@ -326,7 +326,8 @@ int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const fl
 int dt_wg_setup(void);
 /* dt.cu: where d's call with these operands (split: over k) runs: 0 the
  * mma.sync or fp32 tile, 1 the wgmma tile (TF32, d->wg, and they fit), 2
- * the TMA tile (with d->tma, unsplit, both operands K-major) */
+ * the TMA tile (with d->tma, unsplit, both operands K-major), 3 the
+ * transposing TMA tile (with d->tma, ta and not tb: the weight gradients) */
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                 int tb, int split);
 /* dt_tma.cu: the TMA tile's map encoder when this build and device run it
@@ -335,6 +336,20 @@ int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda
 void *dt_tma_setup(void);
 int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                 const cuda_pz_t *pz);
+/* a CUtensorMap at map (128-byte aligned) for an fp32 matrix of outer rows
+ * of inner elements, ld apart, for each of n members stride bytes apart, in
+ * boxes of box_inner x box_outer in the 128-byte swizzle; 1, or 0 where the
+ * encoder refuses it */
+int dt_tma_map(void *enc, void *map, const float *p, int inner, int outer, int ld, int box_inner, int box_outer,
+               int n, long long stride);
+/* dt_wgmma.cu: the weight gradients' form (op(A) = A^T, op(B) = B: both
+ * operands' rows contiguous, split over k or not) with both brought by TMA
+ * and transposed into the register-staged tile's layout (dt_gemm_tmt_kernel:
+ * the same bits as it); dt_wg_launch's arguments; 0, or 1 where a map could
+ * not be encoded (nothing launched) */
+int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                  int kper, size_t cz, cuda_pz_t pz);
 /* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops) */
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,

@@ -41,21 +41,12 @@
 // kernels
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* box {32 k, 64 rows, 1 member} at (k0, r0, z) into shared dst, counted on bar */
-static __device__ __forceinline__ void dtm_load(uint32_t dst, const CUtensorMap *map, int k0, int r0, int z,
-                                                uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(r0), "r"(z), "r"(bar)
-      : "memory");
-}
 /* chunk q of A's rows from m0 and B's from n0 into the stage at st */
 static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, const CUtensorMap *ma,
                                                  const CUtensorMap *mb, int q, int m0, int n0, int z) {
   mbar_expect_tx(bar, DT_TMA_STAGE);
-  dtm_load(st, ma, q * DT_TMA_BK, m0, z, bar);
-  dtm_load(st + DT_TMA_OP, mb, q * DT_TMA_BK, n0, z, bar);
+  tma_load_3d(st, ma, q * DT_TMA_BK, m0, z, bar); /* boxes of 32 k x 64 rows */
+  tma_load_3d(st + DT_TMA_OP, mb, q * DT_TMA_BK, n0, z, bar);
 }
 #endif
 
@@ -155,23 +146,23 @@ int dt_tma_fits(int M, int N, int K, const float *A, int lda, int ta, const floa
   return !ta && tb && dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb) && pz->stride % 16 == 0;
 }
 
-/* a K-major [rows][K] fp32 matrix of row stride ld, for each of n members
- * stride bytes apart, as boxes of 32 k x 64 rows in the 128-byte swizzle */
-static int dtm_map(dtm_encode_t enc, CUtensorMap *m, const float *p, int K, int rows, int ld, int n, long long stride) {
-  const cuuint64_t dim[3] = {(cuuint64_t)K, (cuuint64_t)rows, (cuuint64_t)n};
-  const cuuint64_t str[2] = {(cuuint64_t)ld * sizeof(float), (cuuint64_t)(n > 1 ? stride : (long long)ld * 4 * rows)};
-  const cuuint32_t box[3] = {DT_TMA_BK, DT_TMA_T, 1}, es[3] = {1, 1, 1};
-  return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)p, dim, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-         CUDA_SUCCESS;
+int dt_tma_map(void *enc, void *map, const float *p, int inner, int outer, int ld, int box_inner, int box_outer,
+               int n, long long stride) {
+  const cuuint64_t dim[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)n};
+  const cuuint64_t str[2] = {(cuuint64_t)ld * sizeof(float), (cuuint64_t)(n > 1 ? stride : (long long)ld * 4 * outer)};
+  const cuuint32_t box[3] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer, 1}, es[3] = {1, 1, 1};
+  return ((dtm_encode_t)enc)((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)p, dim, str, box, es,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                   cuda_pz_t pz, int rnd) {
   CUtensorMap ma, mb;
-  if (!dtm_map((dtm_encode_t)enc, &ma, A, K, M, lda, pz.n, pz.stride) ||
-      !dtm_map((dtm_encode_t)enc, &mb, B, K, N, ldb, pz.n, pz.stride))
+  /* each operand K-major, [rows][K], in boxes of 32 k x 64 rows */
+  if (!dt_tma_map(enc, &ma, A, K, M, lda, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride) ||
+      !dt_tma_map(enc, &mb, B, K, N, ldb, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride))
     return 1; /* not encodable: the caller takes the register-staged tile */
   dt_gemm_tma_kernel<<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, pz, rnd);
   return 0;

@@ -25,6 +25,7 @@
  * sum (wgmma's order within a k8 step is the hardware's), so reruns are bit
  * for bit, and a population's member is its lone twin.
  */
+#include <cuda.h> /* CUtensorMap (dt_gemm_tmt_kernel's maps) */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +43,9 @@
 #define DW_OP (DW_T * 128)        /* bytes: one operand's chunk, 64 rows of 32 k */
 #define DW_STAGE (2 * DW_OP)      /* A's and B's */
 #define DW_SMEM (2 * DW_STAGE + 1024) /* two stages, + the slack to align them to 1,024 bytes */
+#define DW_NS 4                   /* dt_gemm_tmt_kernel's TMA ring: chunks landed or in flight */
+#define DW_BOX (32 * 128)         /* bytes: a TMA box of 32 k x 32 rows */
+#define DW_TMT_SMEM ((DW_NS + 2) * DW_STAGE + 1024 + 8 * DW_NS) /* the ring, two stages, slack, mbarriers */
 
 // kernels
 
@@ -97,6 +101,110 @@ static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 
   }
 }
 #endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* dw_load<0>'s float4s from a chunk that TMA landed at box: the operand's
+ * 64 rows as two boxes (rows 0-31, 32-63) of [32 k][32 rows], row k's
+ * 16-byte piece c at k 128 + 16 (c ^ k % 8) (the 128-byte swizzle: the 8
+ * lanes of a quarter warp read 8 k at one c, 8 banks apart); k >= kn zeros
+ * (the rows past a split part's end, which TMA brought from the next) */
+static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, float4 (&r)[DW_NL]) {
+  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32, c = lane / 16 + 2 * w;
+#pragma unroll
+  for (int i = 0; i < DW_NL; i++) {
+    const int k = lane % 16 + 16 * (i % 2);
+    r[i] = k < kn ? *reinterpret_cast<const float4 *>(box + (i / 2) * DW_BOX + k * 128 + ((c ^ (k % 8)) << 4))
+                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+#endif
+
+/* dt_gemm_wg_kernel<1, 0>'s call (the weight gradients: both operands'
+ * rows contiguous) with the chunks brought by TMA instead of each thread's
+ * loads: thread 0 keeps DW_NS chunks landed or in flight in a ring (boxes of
+ * 32 k x 32 rows, zeros past M, N and K), each thread takes its float4s of
+ * a landed chunk from shared memory where dt_gemm_wg_kernel took them from
+ * global (dw_lds), and the rest is that kernel's: the same transposing,
+ * rounding stores (dw_store), the same wgmma sequence a chunk, the same
+ * epilogue, so the same bits. The register-staged tile has one chunk in
+ * flight a block, and at the two blocks an SM the weight gradients' split
+ * gives it, each chunk waited for its loads (kernels/dev/DEVICE_NOTES.md
+ * items 123, 137). The ring's slot s is refilled once every thread has
+ * read it (the barrier before the stage's stores). */
+__global__ void __launch_bounds__(DW_NT, 2)
+    dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
+                       int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                       int kper, size_t cz, cuda_pz_t pz) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ float4 dw_sh[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
+  unsigned char *sm = reinterpret_cast<unsigned char *>(dw_sh) + (base - raw);
+  const uint32_t ops = base + DW_NS * DW_STAGE, bars = ops + 2 * DW_STAGE; /* the two wgmma stages; slot s landed */
+  const int m0 = blockIdx.y * DW_T, n0 = blockIdx.x * DW_T, z = dt_z(pz), klo = z * kper, tid = threadIdx.x;
+  const int mz = pz.n == 1 ? 0 : (int)(blockIdx.z % (unsigned)pz.n); /* the member: the maps' third coordinate */
+  const int kend = K - klo < kper ? K : klo + kper, nk = (kend - klo + DW_BK - 1) / DW_BK;
+  if (tid == 0) {
+    for (int s = 0; s < DW_NS; s++) mbar_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  /* chunk q into slot q % DW_NS: op(A)'s rows m0.. and op(B)'s n0.., k from klo + 32 q */
+  auto issue = [&](int q) {
+    const uint32_t st = base + (uint32_t)((q % DW_NS) * DW_STAGE), bar = bars + 8 * (q % DW_NS);
+    const int k = klo + q * DW_BK;
+    mbar_expect_tx(bar, DW_STAGE);
+    tma_load_3d(st, &ma, m0, k, mz, bar);
+    tma_load_3d(st + DW_BOX, &ma, m0 + 32, k, mz, bar);
+    tma_load_3d(st + DW_OP, &mb, n0, k, mz, bar);
+    tma_load_3d(st + DW_OP + DW_BOX, &mb, n0 + 32, k, mz, bar);
+  };
+  if (tid == 0)
+    for (int q = 0; q < DW_NS && q < nk; q++) issue(q);
+  float4 ra[DW_NL], rb[DW_NL];
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
+  dw_pin(d);
+  for (int c = 0; c < nk; c++) {
+    const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
+    while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
+    }
+    const unsigned char *slot = sm + s * DW_STAGE;
+    dw_lds(slot, kn, ra);
+    dw_lds(slot + DW_OP, kn, rb);
+    /* chunk c - 2's group read the stage chunk c goes to */
+    wgmma_wait<1>();
+    dw_pin(d);
+    __syncthreads(); /* every thread past slot s's reads and that group */
+    if (tid == 0 && c + DW_NS < nk) {
+      fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
+      issue(c + DW_NS);
+    }
+    unsigned char *stg = sm + DW_NS * DW_STAGE + (c & 1) * DW_STAGE;
+    dw_store<0>(stg, ra);
+    dw_store<0>(stg + DW_OP, rb);
+    fence_proxy_async(); /* this thread's stores of chunk c, for wgmma */
+    __syncthreads();
+    const uint32_t sa = ops + (uint32_t)((c & 1) * DW_STAGE);
+    wgmma_fence();
+    dw_pin(d);
+    const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
+    wgmma_commit();
+    dw_pin(d);
+  }
+  wgmma_wait<0>();
+  dw_pin(d);
+  const long long mo = dt_moz(pz);
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
+  dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+#else
+  (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
+  (void)op, (void)G, (void)kper, (void)cz, (void)pz;
+  __trap(); /* never launched: dt_tma_setup() is NULL without sm_90a code */
+#endif
+}
 
 /* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R over k in
  * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
@@ -178,6 +286,11 @@ int dt_wg_setup(void) {
   }
   const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
                      (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
+  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
   for (int i = 0; i < 4; i++)
     if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM) != cudaSuccess) {
       (void)cudaGetLastError(); /* the mma.sync tile takes every call: no error left pending */
@@ -210,6 +323,18 @@ void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int 
 #undef DW_GO
 }
 
+int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                  int kper, size_t cz, cuda_pz_t pz) {
+  CUtensorMap ma, mb;
+  /* A [K][lda] (op(A) = A^T: M along a row), B [K][ldb] (N along a row), in boxes of 32 x 32 k */
+  if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
+      !dt_tma_map(enc, &mb, B, N, K, ldb, 32, DW_BK, pz.n, pz.stride))
+    return 1;
+  dt_gemm_tmt_kernel<<<grid, DW_NT, DW_TMT_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper, cz, pz);
+  return 0;
+}
+
 extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                                  int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
                                  float *G, float *part, size_t cap, int *used) {
@@ -224,7 +349,7 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
     if (part || *used != 2 || M > 65535 * DW_T ||
         dt_tma_launch(d.tma, grid, 0, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d.pz, 0))
       return (int)cudaErrorNotSupported;
-    *used = 3;
+    *used = 4;
     CUDA_RET(cudaGetLastError());
     return (int)cudaDeviceSynchronize();
   }

@@ -76,6 +76,17 @@ static __device__ __forceinline__ bool mbar_try(uint32_t bar, unsigned parity) {
                : "memory");
   return ok != 0;
 }
+/* the tensor memory accelerator: the box of a 3-D tensor map (map: its
+ * CUtensorMap, a __grid_constant__ parameter) at coordinates (c0 innermost,
+ * c1, c2) into shared dst, its bytes counted on mbarrier bar */
+static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *map, int c0, int c1, int c2,
+                                                   uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
 /* this thread's shared-memory writes visible to the async proxy (wgmma,
  * TMA): each writer, before the barrier the wgmma's issue follows */
 __device__ __forceinline__ void fence_proxy_async(void) {
