@@ -298,6 +298,11 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
   CK(cudaMemcpy(dA, A, sizeof(float) * ar * lda, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dB, B, sizeof(float) * br * ldb, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dbias, bias, sizeof(float) * N, cudaMemcpyHostToDevice));
+  /* split (the weight gradients): db += op(A)'s row sums beside it (the
+   * bias gradient; fused into the transposing TMA tile where it runs) */
+  float *db0 = malloc(sizeof(float) * M), *db = malloc(sizeof(float) * M), *ddb = NULL;
+  tu_fill_uniform_f32(db0, M, -1, 1, 16, 3);
+  if (split) CK(cudaMalloc((void **)&ddb, sizeof(float) * M));
   int sm90 = 0;
   struct cudaDeviceProp pr;
   if (DQN_SM90A && cudaGetDeviceProperties(&pr, 0) == cudaSuccess) sm90 = pr.major == 9 && pr.minor == 0;
@@ -310,10 +315,28 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
   int ran_tma = 0;
   for (int wg = 2; wg >= 0; wg--) {
     CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
+    if (ddb) CK(cudaMemcpy(ddb, db0, sizeof(float) * M, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
                                       op, op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
-                                      split ? dpart : NULL, cap, &used));
+                                      split ? dpart : NULL, cap, ddb, &used));
+    if (ddb) {
+      CK(cudaMemcpy(db, ddb, sizeof(float) * M, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int m = 0; m < M; m++) {
+        double sum = db0[m], mag = fabs(db0[m]);
+        for (int k = 0; k < K; k++) {
+          const double a = ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k];
+          sum += a, mag += fabs(a);
+        }
+        const double e = fabs(db[m] - sum);
+        worst = e / mag > worst ? e / mag : worst;
+        ck_assert_msg(e <= (K * 6e-8 + 1e-6) * mag, "%d x %d x %d on the %s tile: db[%d] %.9g, want %.9g", M, N, K,
+                      tile_name[used], m, db[m], sum);
+      }
+      printf("TF32 GEMM %d x %d x %d on the %s tile: the bias gradient (fp32 row sums) within %.2g of the terms' "
+             "magnitude\n", M, N, K, tile_name[used], worst);
+    }
     ck_assert_int_eq(used, !wg || !sm90 || !wg_fits ? 0 : wg == 2 && tma_fits ? 2 : wg == 2 && tmt_fits ? 3 : 1);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(G, dG, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
@@ -377,7 +400,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(3, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc, op,
-                                      op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap,
+                                      op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap, NULL,
                                       &used));
     ck_assert_int_eq(used, 4);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
@@ -389,7 +412,8 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     printf("TF32 GEMM %d x %d x %d: the %s tile bit for bit the TMA tile that rounds\n", M, N, K, tile_name[4]);
     free(Ar), free(Br);
   }
-  free(Cwg), free(Gwg);
+  free(Cwg), free(Gwg), free(db0), free(db);
+  if (ddb) cudaFree(ddb);
   cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dpart), cudaFree(dR), cudaFree(dG);
   free(A), free(B), free(bias), free(C0), free(C), free(G), free(R);
 }

@@ -248,7 +248,7 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
                                   dt_tf32_ops(d, A, B)))
     return;
   if (tile == 3 && !dt_tmt_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
-                                  d->pz))
+                                  NULL, d->pz))
     return;
   if (tile) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
@@ -269,15 +269,25 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 #undef DG_GO
 }
 
-/* C[m, n] += the split-K parts' sums, in part order */
-__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, cuda_pz_t pz) {
-  const size_t MN = (size_t)M * N;
+/* C[m, n] += the split-K parts' sums, in part order; with db, db[m] += the
+ * bias parts' (bpart [parts][M]) the same way, one output a thread either
+ * way (the parts' loads unrolled ahead of the in-order sums) */
+__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc,
+                                        const float *bpart, float *db, cuda_pz_t pz) {
+  const size_t MN = (size_t)M * N, tot = MN + (db ? (size_t)M : 0);
   const long long mo = dt_mo(pz);
-  part = dt_off(part, mo), C = dt_off(C, mo);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < MN; i += (size_t)gridDim.x * blockDim.x) {
+  part = dt_off(part, mo), C = dt_off(C, mo), bpart = dt_off0(bpart, mo), db = dt_off0(db, mo);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < tot; i += (size_t)gridDim.x * blockDim.x) {
+    const int bias = i >= MN;
+    const float *src = bias ? bpart + (i - MN) : part + i;
+    const size_t step = bias ? (size_t)M : MN;
     float s = 0;
-    for (int z = 0; z < parts; z++) s += part[z * MN + i];
-    C[(i / N) * ldc + i % N] += s;
+#pragma unroll 8
+    for (int z = 0; z < parts; z++) s += src[z * step];
+    if (bias)
+      db[i - MN] += s;
+    else
+      C[(i / N) * ldc + i % N] += s;
   }
 }
 
@@ -511,20 +521,46 @@ long long dt_wgrad_parts(int M, int N, int K, size_t cap) {
   return parts;
 }
 
+/* the parts and k a part of dt_gemm_wgrad's split (parts <= 1: unsplit) */
+static long long dt_wgrad_split(int M, int N, int K, size_t cap, long long *kper) {
+  long long parts = dt_wgrad_parts(M, N, K, cap);
+  if (parts <= 1) return parts;
+  *kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
+  return (K + *kper - 1) / *kper;
+}
+
+int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                   int tb, size_t cap) {
+  long long kper = 0;
+  const long long parts = dt_wgrad_split(M, N, K, cap, &kper);
+  /* the bias parts after the product's, and room for dt_colsum's 64 chunks
+   * there should the tile's maps not encode */
+  return parts > 1 && dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3 &&
+         parts * ((long long)M * N + M) + 64LL * M <= (long long)cap;
+}
+
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st) {
+                  int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   const long long MN = (long long)M * N;
-  long long parts = dt_wgrad_parts(M, N, K, cap), kper;
+  long long kper = 0;
+  const long long parts = dt_wgrad_split(M, N, K, cap, &kper);
   if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
-  kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
-  parts = (K + kper - 1) / kper;
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
-  dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
-            (size_t)MN);
+  float *bpart = db ? part + parts * MN : NULL;
+  if (!db || dt_tmt_launch(d->tma, dt_grid(d, grid), st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0,
+                           DT_EP_PLAIN, NULL, (int)kper, (size_t)MN, bpart, d->pz)) {
+    dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
+              (size_t)MN);
+    if (db) { /* the maps did not encode: the bias by column sums, in the scratch after the parts */
+      CUDA_RET(dt_colsum(d, A, NULL, K, M, lda, db, 1, bpart, cap - (size_t)(parts * MN), st));
+      db = NULL;
+    }
+  }
   CUDA_RET(cudaGetLastError());
-  const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024;
-  dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, d->pz);
+  const long long tot = MN + (db ? M : 0), blocks = (tot + 255) / 256 < 1024 ? (tot + 255) / 256 : 1024;
+  dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, bpart, db,
+                                                                              d->pz);
   return (int)cudaGetLastError();
 }
 

@@ -268,13 +268,21 @@ static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *
 }
 
 /* a linear layer's parameter gradients over T tokens: dW += dy^T x on
- * DT_SIDE_W (its split-K scratch d->tmp), db += colsum dy on DT_SIDE_B;
- * both marked as reads of slot rs (dy's) */
+ * DT_SIDE_W (its split-K scratch d->tmp), db += colsum dy there too where
+ * the transposing TMA tile sums dy's columns as it reads them
+ * (dt_wgrad_fuses), else on DT_SIDE_B; each marked as reads of slot rs
+ * (dy's) */
 static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in, int out,
                           int rs, cudaStream_t st) {
   float *g = d->g;
+  if (dt_wgrad_fuses(d, out, in, T, dy, out, 1, x, in, 0, d->tmp_cap)) {
+    CUDA_RET(dt_fork_one(d, st, DT_SIDE_W));
+    CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, g + b, d->tmp, d->tmp_cap,
+                           d->side[DT_SIDE_W]));
+    return mark(d, rs, DT_SIDE_W);
+  }
   CUDA_RET(dt_fork(d, st, DT_SIDE_B + 1));
-  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, d->tmp, d->tmp_cap, d->side[DT_SIDE_W]));
+  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, NULL, d->tmp, d->tmp_cap, d->side[DT_SIDE_W]));
   CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[0], d->csum_cap, d->side[DT_SIDE_B]));
   CUDA_RET(mark(d, rs, DT_SIDE_W));
   return mark(d, rs, DT_SIDE_B);
@@ -316,7 +324,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   CUDA_RET(dt_zero(d, g, sizeof(float) * (size_t)L->n_params, st));
   /* the heads, at the state tokens */
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
-    CUDA_RET(dt_gemm_wgrad(d, L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, d->tmp,
+    CUDA_RET(dt_gemm_wgrad(d, L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, NULL, d->tmp,
                            d->tmp_cap, st));
     CUDA_RET(dt_colsum(d, d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
     CUDA_RET(dt_gemm(d, BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
@@ -390,7 +398,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   dt_state_rows_kernel<<<dt_grid(d, dim3((unsigned)BK)), 128, 0, st>>>(d->dxf, d->states, d->mask, K, E, L->S, d->dxs,
                                                                         d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, scr, d->tmp_cap, st));
+  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr, d->tmp_cap,
+                         st));
   CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, scr, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */

@@ -124,10 +124,12 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * values already, as dt_pre's producers write them; cudaErrorNotSupported
  * where the tile does not take the call); *used: where it ran
  * (dt_wg_takes's 0 to 3, or 4 for wg 3); op, R, ldr, G as dt_gemm_op's
- * (unsplit only); synchronised. 0 or a cudaError_t. */
+ * (unsplit only); with part, db (NULL, or M floats) += op(A)'s row sums
+ * (dt_gemm_wgrad's fused bias gradient where dt_wgrad_fuses, else
+ * dt_colsum's); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
-                      float *part, size_t cap, int *used);
+                      float *part, size_t cap, float *db, int *used);
 #ifdef __cplusplus
 }
 #endif
@@ -300,9 +302,16 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
                float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                cudaStream_t st);
 /* C[M, N] += op(A) op(B) as dt_gemm, split over k into parts summed in order
- * (part: scratch of cap floats; the weight gradients, K the tokens) */
+ * (part: scratch of cap floats; the weight gradients, K the tokens); with
+ * db (only where dt_wgrad_fuses), also db[m] += the sum over k of op(A)'s
+ * row m (the bias gradient, from the same reads: each part's sums, then the
+ * parts in order) */
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                  int tb, float *C, int ldc, float *part, size_t cap, cudaStream_t st);
+                  int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st);
+/* 1 where dt_gemm_wgrad takes db for such a call: split, on the transposing
+ * TMA tile, and part's cap floats hold the bias parts too */
+int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                   int tb, size_t cap);
 /* the parts dt_gemm_wgrad splits such a call into (1 or less: unsplit) */
 long long dt_wgrad_parts(int M, int N, int K, size_t cap);
 /* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
@@ -349,7 +358,7 @@ int dt_tma_map(void *enc, void *map, const float *p, int inner, int outer, int l
  * not be encoded (nothing launched) */
 int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  int kper, size_t cz, cuda_pz_t pz);
+                  int kper, size_t cz, float *bpart, cuda_pz_t pz);
 /* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops) */
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,

@@ -134,11 +134,19 @@ static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, 
 __global__ void __launch_bounds__(DW_NT, 2)
     dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                       int kper, size_t cz, cuda_pz_t pz) {
+                       int kper, size_t cz, float *bpart, cuda_pz_t pz) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dw_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(dw_sh) + (base - raw);
+  /* with bpart, the blocks of column block 0 also sum op(A)'s rows (the
+   * bias gradient's part: dy's columns over the part's tokens) in fp32 from
+   * the landed floats: this thread's 8 rows (4 (lane / 16) + 8 w + 32 h +
+   * j, h < 2, j < 4) over its k, in chunk order */
+  const int bsum = bpart != NULL && blockIdx.x == 0;
+  float bs[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) bs[i] = 0.0f;
   const uint32_t ops = base + DW_NS * DW_STAGE, bars = ops + 2 * DW_STAGE; /* the two wgmma stages; slot s landed */
   const int m0 = blockIdx.y * DW_T, n0 = blockIdx.x * DW_T, z = dt_z(pz), klo = z * kper, tid = threadIdx.x;
   const int mz = pz.n == 1 ? 0 : (int)(blockIdx.z % (unsigned)pz.n); /* the member: the maps' third coordinate */
@@ -172,6 +180,12 @@ __global__ void __launch_bounds__(DW_NT, 2)
     const unsigned char *slot = sm + s * DW_STAGE;
     dw_lds(slot, kn, ra);
     dw_lds(slot + DW_OP, kn, rb);
+    if (bsum)
+#pragma unroll
+      for (int i = 0; i < DW_NL; i++) {
+        float *b = bs + 4 * (i / 2);
+        b[0] += ra[i].x, b[1] += ra[i].y, b[2] += ra[i].z, b[3] += ra[i].w;
+      }
     /* chunk c - 2's group read the stage chunk c goes to */
     wgmma_wait<1>();
     dw_pin(d);
@@ -197,11 +211,25 @@ __global__ void __launch_bounds__(DW_NT, 2)
   wgmma_wait<0>();
   dw_pin(d);
   const long long mo = dt_moz(pz);
+  if (bsum) { /* the 16 lanes of a row set (lane / 16) summed in a fixed tree; part z's row m0 + r at bpart[z M + m0 + r] */
+    const int lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) bs[i] += __shfl_xor_sync(0xffffffffu, bs[i], o);
+    float *bp = dt_off(bpart, mo) + (size_t)z * M + m0;
+    if (lane % 16 == 0)
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int r = 4 * (lane / 16) + 8 * (tid / 32) + 32 * (i / 4) + i % 4;
+        if (m0 + r < M) bp[r] = bs[i];
+      }
+  }
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
   dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
-  (void)op, (void)G, (void)kper, (void)cz, (void)pz;
+  (void)op, (void)G, (void)kper, (void)cz, (void)bpart, (void)pz;
   __trap(); /* never launched: dt_tma_setup() is NULL without sm_90a code */
 #endif
 }
@@ -325,19 +353,20 @@ void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int 
 
 int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  int kper, size_t cz, cuda_pz_t pz) {
+                  int kper, size_t cz, float *bpart, cuda_pz_t pz) {
   CUtensorMap ma, mb;
   /* A [K][lda] (op(A) = A^T: M along a row), B [K][ldb] (N along a row), in boxes of 32 x 32 k */
   if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, N, K, ldb, 32, DW_BK, pz.n, pz.stride))
     return 1;
-  dt_gemm_tmt_kernel<<<grid, DW_NT, DW_TMT_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper, cz, pz);
+  dt_gemm_tmt_kernel<<<grid, DW_NT, DW_TMT_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
+                                                       bpart, pz);
   return 0;
 }
 
 extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                                  int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
-                                 float *G, float *part, size_t cap, int *used) {
+                                 float *G, float *part, size_t cap, float *db, int *used) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
@@ -353,8 +382,10 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
     CUDA_RET(cudaGetLastError());
     return (int)cudaDeviceSynchronize();
   }
-  const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, part, cap, 0)
+  const int fuse = part && db && dt_wgrad_fuses(&d, M, N, K, A, lda, ta, B, ldb, tb, cap);
+  const int e = part ? dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, fuse ? db : NULL, part, cap, 0)
                      : dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;
+  if (part && db && !fuse) CUDA_RET(dt_colsum(&d, A, NULL, K, M, lda, db, 1, part, cap, 0));
   return (int)cudaDeviceSynchronize();
 }
