@@ -253,8 +253,9 @@ static float tf32(float x) {
 }
 
 /* one TF32 GEMM as the DT makes them (C (=, +=) op(A) op(B) + bias; split:
- * the weight gradients' split-K form, C +=; op DT_EP_GELU: also G =
- * gelu(C); op DT_EP_DGELU: C = op(A) op(B) gelu'(R), R a pre-activation) on
+ * the weight gradients' split-K form, C +=; op DT_EP_GELU: of u = op(A)
+ * op(B) + bias, C = gelu'(u) and G = gelu(u); op DT_EP_DGELU: C = op(A)
+ * op(B) R, R a GELU's derivative) on
  * the TMA-fed wgmma tile (where it fits: unsplit, both operands K-major),
  * the register-staged wgmma tile and the mma.sync tile, each output against
  * the products of the TF32-rounded operands summed in double (exact
@@ -362,24 +363,25 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
                            (double)tf32(tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
           s += t, mag += fabs(t);
         }
-        /* DT_EP_DGELU: the float gelu' (tanhf, and 1 + t cancelling for
-         * negative inputs) is within about 1e-7 absolutely: tg allows 1e-6
-         * of the product's magnitude (prod) for it */
-        double prod = 0, tg = 0;
-        if (op == DT_EP_DGELU) { /* C = the product times gelu'(R) */
-          const double gd = gelu_d(R[(size_t)m * ldc + n]);
-          tg = 1e-6 * mag, prod = mag, s *= gd, mag *= fabs(gd);
+        if (op == DT_EP_DGELU) { /* C = the product times R */
+          const double r = R[(size_t)m * ldc + n];
+          s *= r, mag *= fabs(r);
         } else {
           if (with_bias && !split) s += bias[n], mag += fabs(bias[n]);
           if (add) s += C0[(size_t)m * ldc + n], mag += fabs(C0[(size_t)m * ldc + n]);
         }
-        if (op == DT_EP_GELU) { /* G = gelu(C), from C as the GPU wrote it */
-          const double gc = C[(size_t)m * ldc + n], ge = fabs(G[(size_t)m * ldc + n] - gelu(gc));
-          ck_assert_msg(ge <= 1e-6 * (1 + fabs(gc)), "%d x %d x %d: G[%d][%d] %.9g, gelu(C) %.9g", M, N, K, m, n,
-                        G[(size_t)m * ldc + n], gelu(gc));
+        double tol = (K * 6e-8 + 1e-6) * mag + 1e-30; /* the sum's */
+        if (op == DT_EP_GELU) {
+          /* G = gelu(u), C = gelu'(u): u's error through gelu (slope under
+           * 1.13) and gelu' (slope under 0.6), and the float tanh's (about
+           * 1e-7 absolutely, 1e-6 allowed with |u|'s scale) */
+          const double ge = fabs(G[(size_t)m * ldc + n] - gelu(s)), gt = 1.13 * tol + 1e-6 * (1 + fabs(s));
+          ck_assert_msg(ge <= gt, "%d x %d x %d: G[%d][%d] %.9g, gelu(u) %.9g", M, N, K, m, n,
+                        G[(size_t)m * ldc + n], gelu(s));
+          tol = 0.6 * tol + 1e-6 * (1 + fabs(s)), s = gelu_d(s);
         }
-        const double e = fabs(C[(size_t)m * ldc + n] - s), tol = (K * 6e-8 + 1e-6) * mag + tg + 1e-30;
-        const double rel = e / (op == DT_EP_DGELU ? prod : mag); /* GELU': of the product's magnitude */
+        const double e = fabs(C[(size_t)m * ldc + n] - s);
+        const double rel = e / mag;
         worst = rel > worst ? rel : worst;
         ck_assert_msg(e <= tol, "%d x %d x %d (ta %d, tb %d%s, ldc %d) on the %s tile: C[%d][%d] %.9g, want %.9g", M,
                       N, K, ta, tb, split ? ", split" : "", ldc, tile_name[used], m, n, C[(size_t)m * ldc + n], s);
@@ -440,7 +442,7 @@ START_TEST(test_tf32_gemm) {
   gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1, P);     /* both transposed */
   gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1, P); /* the reference sizes' q at batch 64 */
   gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */
-  gemm_case(200, 132, 36, 0, 1, 0, 1, 0, 36, 40, 1, DT_EP_GELU);  /* the MLP's u = W_1 h + b_1, gl = gelu(u) */
+  gemm_case(200, 132, 36, 0, 1, 0, 1, 0, 36, 40, 1, DT_EP_GELU);  /* u = W_1 h + b_1: gelu'(u), gl = gelu(u) */
   gemm_case(200, 132, 36, 0, 0, 0, 0, 0, 40, 132, 1, DT_EP_DGELU); /* du = (dX W_2) gelu'(u) */
 }
 END_TEST

@@ -655,7 +655,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->x0, NE},        {&d->xh0, NE},       {&d->r0, T},             {&d->X, (NL + 1) * NE}, {&d->h1, NL * NE},
            {&d->xh1, NL * NE},  {&d->r1, NL * T},    {&d->q, NL * NE},        {&d->k, NL * NE},      {&d->v, NL * NE},
            {&d->P, NL * NN},    {&d->att, NL * NE},  {&d->xm, NL * NE},       {&d->h2, NL * NE},     {&d->xh2, NL * NE},
-           {&d->r2, NL * T},    {&d->u, NL * NF},    {&d->gl, NL * NF},       {&d->xf, NE},          {&d->xhf, NE},
+           {&d->r2, NL * T},    {&d->gd, NL * NF},    {&d->gl, NL * NF},       {&d->xf, NE},          {&d->xhf, NE},
            {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
@@ -695,7 +695,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
 extern "C" void cuda_dt_free(cuda_dt_t *d) {
   float **f[] = {&d->p,   &d->g,   &d->states, &d->rtg,  &d->mask, &d->x0,   &d->xh0, &d->r0, &d->X,   &d->h1,
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
-                 &d->r2,  &d->u,   &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
+                 &d->r2,  &d->gd,  &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
                  &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT,
                  &d->wr};
@@ -766,7 +766,7 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     const dt_block_off_t *o = &L->blk[l];
     const float *Xl = d->X + (size_t)l * NE;
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
-    float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
+    float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *gd = d->gd + l * NF, *gl = d->gl + l * NF;
     const size_t wl = (size_t)l * DT_WT_FLOATS * E * E, EE = (size_t)E * E; /* block l's weights in wr */
     CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
@@ -779,8 +779,8 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
     CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
-    /* u = W_1 h2 + b_1 and gl = gelu(u), one GEMM (gl rounded under dt_pre) */
-    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, pre ? d->wr + wl + DT_WT_1 * EE : p + o->m1_w, E, 1, u, F, p + o->m1_b,
+    /* u = W_1 h2 + b_1, gl = gelu(u) and gd = gelu'(u), one GEMM (gl rounded under dt_pre) */
+    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, pre ? d->wr + wl + DT_WT_1 * EE : p + o->m1_w, E, 1, gd, F, p + o->m1_b,
                         NULL, 0, 0, pre ? DT_EP_GELU_T : DT_EP_GELU, gl, st));
     CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }

@@ -288,8 +288,9 @@ static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, co
   return mark(d, rs, DT_SIDE_B);
 }
 
-/* dx = dy W on st, or with gu (gu ? DT_EP_DGELU : plain) (dy W) gelu'(gu):
- * the gradient at the pre-activation gu of the GELU that made x. From W
+/* dx = dy W on st, or with gu (gu ? DT_EP_DGELU : plain) (dy W) gu: the
+ * gradient at the pre-activation of the GELU that made x, gu its
+ * derivative there (the forward's gd). From W
  * (w, [out][in]), or where the TMA tile runs from wt = W^T [in][out] (wT's:
  * both operands K-major; the same products in the same order, so the same
  * bits; the fp32 tile was 0.2% slower from W^T, item 128) */
@@ -349,12 +350,12 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     const float *wt = d->wT + (size_t)l * DT_WT_FLOATS * E * E;
     const size_t EE = (size_t)E * E;
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
-    const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *u = d->u + l * NF, *gl = d->gl + l * NF;
+    const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *gd = d->gd + l * NF, *gl = d->gl + l * NF;
     const float *P = d->P + l * NN;
     /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM (du's readers: the
      * layer above's W_1 gradient and LN1 sums) */
     CUDA_RET(after_reads(d, DT_RD_DU, st));
-    CUDA_RET(lin_bwd(d, o->m2_w, wt + DT_WT_2 * EE, o->m2_b, gl, d->dX, T, F, E, d->du, u, DT_RD_DX, st));
+    CUDA_RET(lin_bwd(d, o->m2_w, wt + DT_WT_2 * EE, o->m2_b, gl, d->dX, T, F, E, d->du, gd, DT_RD_DX, st));
     CUDA_RET(after_reads(d, DT_RD_DH, st));
     CUDA_RET(lin_bwd(d, o->m1_w, wt + DT_WT_1 * EE, o->m1_b, h2, d->du, T, E, F, d->dh, NULL, DT_RD_DU, st));
     /* dxm = dX (the residual) + LN2's input gradient */

@@ -57,7 +57,8 @@ typedef struct cuda_dt {
   /* activations, token-major (T = B x 3K rows) */
   float *x0, *xh0, *r0;                   /* the embeddings, LN_embed's xhat and 1/std */
   float *X;                               /* the residual stream entering block l: [L + 1][T, E] */
-  float *h1, *xh1, *r1, *q, *k, *v, *P, *att, *xm, *h2, *xh2, *r2, *u, *gl; /* [L][...]; P [L][B, nh, N, N] */
+  float *h1, *xh1, *r1, *q, *k, *v, *P, *att, *xm, *h2, *xh2, *r2, *gd, *gl; /* [L][...]; P [L][B, nh, N, N]; gd,
+                                           * gl [L][T, 4E]: gelu'(u), gelu(u) of the MLP's pre-activation u */
   float *xf, *xhf, *rf;                   /* LN_f */
   float *xs;                              /* the state tokens of xf: [B K, E] */
   float *z, *dz;                          /* logits and their gradient [B K, A] */
@@ -98,8 +99,9 @@ typedef struct cuda_dt {
 /* what a DT GEMM's epilogue writes (dt_gemm_op's op, dt_ep_store), for
  * output (m, n) of value v (the product): */
 #define DT_EP_PLAIN 0 /* C (=, += with acc) v + bias + R */
-#define DT_EP_GELU 1  /* C = v + bias (+ R), G = gelu(C): the MLP's pre-activation and its GELU (G: C's layout) */
-#define DT_EP_DGELU 2 /* C = v gelu'(R): the MLP's input gradient through the GELU of pre-activation R */
+#define DT_EP_GELU 1  /* u = v + bias (+ R): C = gelu'(u), G = gelu(u) (G: C's layout; the MLP's GELU, and its
+                       * derivative for the backward, from one tanh) */
+#define DT_EP_DGELU 2 /* C = v R: the MLP's input gradient through the GELU whose derivative R holds */
 #define DT_EP_GELU_T 3 /* DT_EP_GELU with G rounded to TF32 (dt_pre: G is read by TF32 GEMMs alone) */
 
 #ifdef __cplusplus
@@ -178,13 +180,12 @@ int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaSt
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f
 #define DT_GELU_C 0.7978845608028654f
-/* the CPU spec's dt_gelu and dt_gelu_d (kernels/cpu/dt_impl.h) */
-static __device__ __forceinline__ float dt_gelu(float u) {
-  return 0.5f * u * (1.0f + tanhf(DT_GELU_C * (u + 0.044715f * u * u * u)));
-}
-static __device__ __forceinline__ float dt_gelu_d(float x) {
-  const float t = tanhf(DT_GELU_C * (x + 0.044715f * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
+/* the CPU spec's dt_gelu(u) into *g and its dt_gelu_d(u) returned
+ * (kernels/cpu/dt_impl.h), from one tanh */
+static __device__ __forceinline__ float dt_gelu_both(float u, float *g) {
+  const float t = tanhf(DT_GELU_C * (u + 0.044715f * u * u * u));
+  *g = 0.5f * u * (1.0f + t);
+  return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * DT_GELU_C * (1.0f + 3.0f * 0.044715f * u * u);
 }
 /* x rounded to TF32 as every TF32 tile rounds its operands (gemm_dev.cuh's
  * f2tf32: to nearest, ties away; rounding a rounded value changes nothing) */
@@ -199,14 +200,14 @@ static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float 
                                                    const float *R, int ldr, int acc, int op, float *G) {
   float *o = C + (size_t)m * ldc + n;
   if (op == DT_EP_DGELU) {
-    *o = v * dt_gelu_d(R[(size_t)m * ldr + n]);
+    *o = v * R[(size_t)m * ldr + n];
     return;
   }
   if (bias) v += bias[n];
   if (R) v += R[(size_t)m * ldr + n];
   if (op == DT_EP_GELU || op == DT_EP_GELU_T) {
-    *o = v;
-    const float g = dt_gelu(v);
+    float g;
+    *o = dt_gelu_both(v, &g);
     G[(size_t)m * ldc + n] = op == DT_EP_GELU_T ? dt_tf32(g) : g;
     return;
   }
@@ -246,7 +247,7 @@ static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n,
   if (op == DT_EP_DGELU) {
     y = *reinterpret_cast<const V *>(R + (size_t)m * ldr + n);
 #pragma unroll
-    for (int i = 0; i < W; i++) xf[i] = v[i] * dt_gelu_d(yf[i]);
+    for (int i = 0; i < W; i++) xf[i] = v[i] * yf[i];
     *reinterpret_cast<V *>(o) = x;
     return;
   }
@@ -262,7 +263,10 @@ static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n,
   }
   if (op == DT_EP_GELU || op == DT_EP_GELU_T) {
 #pragma unroll
-    for (int i = 0; i < W; i++) xf[i] = v[i], yf[i] = op == DT_EP_GELU_T ? dt_tf32(dt_gelu(v[i])) : dt_gelu(v[i]);
+    for (int i = 0; i < W; i++) {
+      xf[i] = dt_gelu_both(v[i], &yf[i]);
+      if (op == DT_EP_GELU_T) yf[i] = dt_tf32(yf[i]);
+    }
     *reinterpret_cast<V *>(o) = x;
     *reinterpret_cast<V *>(G + (size_t)m * ldc + n) = y;
     return;
