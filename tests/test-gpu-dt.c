@@ -270,13 +270,16 @@ static double gelu_d(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
 }
 
+#define DT_EP_RES (-1) /* gemm_case's: DT_EP_PLAIN with a residual R */
 static const char *const tile_name[] = {"mma.sync", "wgmma", "TMA wgmma", "TMA transposing wgmma",
                                         "TMA wgmma, operands pre-rounded"};
 
 /* ldc (also R's and G's) N + cpad: odd rows take the epilogues' one-float
  * path, rows of an even length their float2 path (dt_ep_storev) */
 static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_bias, int split, int lda, int ldb,
-                         int wg_fits, int op, int cpad) {
+                         int wg_fits, int op_in, int cpad) {
+  /* op_in DT_EP_RES: DT_EP_PLAIN with a residual R added */
+  const int op = op_in == DT_EP_RES ? DT_EP_PLAIN : op_in, use_r = op == DT_EP_DGELU || op_in == DT_EP_RES;
   const int ldc = N + cpad, ar = ta ? K : M, br = tb ? N : K;
   float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb), *bias = malloc(sizeof(float) * N);
   float *C0 = malloc(sizeof(float) * M * ldc), *C = malloc(sizeof(float) * M * ldc), *G = malloc(sizeof(float) * M * ldc);
@@ -319,7 +322,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     if (ddb) CK(cudaMemcpy(ddb, db0, sizeof(float) * M, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(wg, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
-                                      op, op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
+                                      op, use_r ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL,
                                       split ? dpart : NULL, cap, ddb, &used));
     if (ddb) {
       CK(cudaMemcpy(db, ddb, sizeof(float) * M, cudaMemcpyDeviceToHost));
@@ -368,6 +371,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
           s *= r, mag *= fabs(r);
         } else {
           if (with_bias && !split) s += bias[n], mag += fabs(bias[n]);
+          if (use_r) s += R[(size_t)m * ldc + n], mag += fabs(R[(size_t)m * ldc + n]);
           if (add) s += C0[(size_t)m * ldc + n], mag += fabs(C0[(size_t)m * ldc + n]);
         }
         double tol = (K * 6e-8 + 1e-6) * mag + 1e-30; /* the sum's */
@@ -387,7 +391,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
                       N, K, ta, tb, split ? ", split" : "", ldc, tile_name[used], m, n, C[(size_t)m * ldc + n], s);
       }
     printf("TF32 GEMM %d x %d x %d (ta %d, tb %d%s%s, ldc %d) on the %s tile: within %.2g of the terms' magnitude\n",
-           M, N, K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : "",
+           M, N, K, ta, tb, split ? ", split over k" : "", op == DT_EP_GELU ? ", GELU" : op == DT_EP_DGELU ? ", GELU'" : use_r ? ", + R" : "",
            ldc, tile_name[used], worst);
   }
   if (ran_tma == 2) {
@@ -402,7 +406,7 @@ static void gemm_case_ld(int M, int N, int K, int ta, int tb, int acc, int with_
     CK(cudaMemcpy(dC, C0, sizeof(float) * M * ldc, cudaMemcpyHostToDevice));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_tf32(3, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc, op,
-                                      op == DT_EP_DGELU ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap, NULL,
+                                      use_r ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, NULL, cap, NULL,
                                       &used));
     ck_assert_int_eq(used, 4);
     CK(cudaMemcpy(C, dC, sizeof(float) * M * ldc, cudaMemcpyDeviceToHost));
@@ -444,6 +448,12 @@ START_TEST(test_tf32_gemm) {
   gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */
   gemm_case(200, 132, 36, 0, 1, 0, 1, 0, 36, 40, 1, DT_EP_GELU);  /* u = W_1 h + b_1: gelu'(u), gl = gelu(u) */
   gemm_case(200, 132, 36, 0, 0, 0, 0, 0, 40, 132, 1, DT_EP_DGELU); /* du = (dX W_2) gelu'(u) */
+  /* the TMA tile's epilogues that read before the mainloop (dt_wg_prefetch):
+   * the DGELU from W^T, a residual, an accumulation, partial tiles beside
+   * whole ones */
+  gemm_case(200, 132, 36, 0, 1, 0, 0, 0, 36, 40, 1, DT_EP_DGELU);
+  gemm_case(200, 136, 132, 0, 1, 0, 1, 0, 132, 140, 1, DT_EP_RES); /* x + W_o c + b_o */
+  gemm_case(200, 136, 132, 0, 1, 1, 1, 0, 132, 140, 1, DT_EP_PLAIN);
 }
 END_TEST
 

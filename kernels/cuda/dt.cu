@@ -271,7 +271,7 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 
 /* C[m, n] += the split-K parts' sums, in part order; with db, db[m] += the
  * bias parts' (bpart [parts][M]) the same way, one output a thread either
- * way (the parts' loads unrolled ahead of the in-order sums) */
+ * way */
 __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc,
                                         const float *bpart, float *db, cuda_pz_t pz) {
   const size_t MN = (size_t)M * N, tot = MN + (db ? (size_t)M : 0);
@@ -282,7 +282,6 @@ __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int
     const float *src = bias ? bpart + (i - MN) : part + i;
     const size_t step = bias ? (size_t)M : MN;
     float s = 0;
-#pragma unroll 8
     for (int z = 0; z < parts; z++) s += src[z * step];
     if (bias)
       db[i - MN] += s;

@@ -296,6 +296,58 @@ static __device__ __forceinline__ void dt_wg_epilogue(const float (&d)[32], int 
     if (m < M) dt_ep_storev<2>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
   }
 }
+/* The epilogue's reads issued before the mainloop (dt_tma.cu's tile): its
+ * R pairs, or with acc and no R its old C pairs (x), and its bias pairs
+ * (b), where the tile is whole along n and the rows vector-aligned (on).
+ * Each thread's 16 pairs are dt_wg_epilogue's; rows past M read nothing.
+ * The loads then land while the chunks are multiplied, where the epilogue
+ * waited a round trip for them after (kernels/dev/DEVICE_NOTES.md item
+ * 139); every output gets the same arithmetic as dt_ep_storev's, so the
+ * same bits. The GELU's epilogue (which writes G too) keeps
+ * dt_wg_epilogue. */
+struct dt_wg_pf {
+  float2 x[16], b[8];
+  int on, hx;
+};
+static __device__ __forceinline__ void dt_wg_prefetch(dt_wg_pf &f, int m0, int n0, int M, int N, const float *C,
+                                                      int ldc, const float *bias, const float *R, int ldr, int acc,
+                                                      int op, const float *G) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  f.hx = R != NULL || acc;
+  f.on = op != DT_EP_GELU && op != DT_EP_GELU_T && !(R && acc) && (f.hx || bias) && n0 + 64 <= N &&
+         dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
+  if (!f.on) return;
+  const float *X = R ? R : C;
+  const int ldx = R ? ldr : ldc;
+#pragma unroll
+  for (int p = 0; p < 16; p++) {
+    const int m = m0 + 16 * w + lane / 4 + 8 * (p % 2), n = n0 + 8 * (p / 2) + 2 * (lane % 4);
+    f.x[p] = f.hx && m < M ? *reinterpret_cast<const float2 *>(X + (size_t)m * ldx + n) : make_float2(0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+    f.b[j] = bias ? *reinterpret_cast<const float2 *>(bias + n0 + 8 * j + 2 * (lane % 4)) : make_float2(0.0f, 0.0f);
+}
+/* dt_wg_epilogue from f's loads (f.on): DGELU v R; else v + bias, + R, or
+ * old C + that with acc, in dt_ep_storev's order */
+static __device__ __forceinline__ void dt_wg_epilogue_pf(const dt_wg_pf &f, const float (&d)[32], int m0, int n0,
+                                                         int M, float *C, int ldc, const float *bias, const float *R,
+                                                         int acc, int op) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+#pragma unroll
+  for (int p = 0; p < 16; p++) {
+    const int m = m0 + 16 * w + lane / 4 + 8 * (p % 2), n = n0 + 8 * (p / 2) + 2 * (lane % 4);
+    float2 v = make_float2(d[2 * p], d[2 * p + 1]);
+    if (op == DT_EP_DGELU) {
+      v.x = v.x * f.x[p].x, v.y = v.y * f.x[p].y;
+    } else {
+      if (bias) v.x += f.b[p / 2].x, v.y += f.b[p / 2].y;
+      if (R) v.x += f.x[p].x, v.y += f.x[p].y;
+      if (acc) v.x = f.x[p].x + v.x, v.y = f.x[p].y + v.y;
+    }
+    if (m < M) *reinterpret_cast<float2 *>(C + (size_t)m * ldc + n) = v;
+  }
+}
 /* d's arithmetic (d->tc: 0 fp32, dt.cu's dt_gemm_kernel; 1 TF32 operands,
  * dt_wgmma.cu's tile with d->wg where the operands suit it, else
  * dt_gemm_tc_kernel) and members (d->pz); the pointers member 0's */

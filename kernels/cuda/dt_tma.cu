@@ -71,6 +71,10 @@ __global__ void __launch_bounds__(128, 4)
   if (tid == 0)
     for (int q = 0; q < DT_TMA_NS && q < nk; q++)
       dtm_issue(base + q * DT_TMA_STAGE, bars + 8 * q, &ma, &mb, q, m0, n0, z);
+  const long long mo = (long long)z * pz.stride;
+  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo), G = dt_off0(G, mo);
+  dt_wg_pf pf;
+  dt_wg_prefetch(pf, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
@@ -106,9 +110,10 @@ __global__ void __launch_bounds__(128, 4)
     const int nx = c + DT_TMA_NS;
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
-  const long long mo = (long long)z * pz.stride;
-  bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo), G = dt_off0(G, mo);
-  dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+  if (pf.on)
+    dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
+  else
+    dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
   (void)op, (void)G, (void)pz, (void)rnd;
