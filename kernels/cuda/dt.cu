@@ -269,24 +269,27 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 #undef DG_GO
 }
 
-/* C[m, n] += the split-K parts' sums, in part order; with db, db[m] += the
- * bias parts' (bpart [parts][M]) the same way, one output a thread either
- * way */
-__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc,
+/* C[m, n] += the split-K parts' sums, in part order, by the first cblocks
+ * blocks; with db, db[m] += the bias parts' (bpart [parts][M]) the same way
+ * by the blocks after them */
+__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, int cblocks,
                                         const float *bpart, float *db, cuda_pz_t pz) {
-  const size_t MN = (size_t)M * N, tot = MN + (db ? (size_t)M : 0);
+  const size_t MN = (size_t)M * N;
   const long long mo = dt_mo(pz);
-  part = dt_off(part, mo), C = dt_off(C, mo), bpart = dt_off0(bpart, mo), db = dt_off0(db, mo);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < tot; i += (size_t)gridDim.x * blockDim.x) {
-    const int bias = i >= MN;
-    const float *src = bias ? bpart + (i - MN) : part + i;
-    const size_t step = bias ? (size_t)M : MN;
+  if ((int)blockIdx.x >= cblocks) {
+    bpart = dt_off(bpart, mo), db = dt_off(db, mo);
+    for (int i = (blockIdx.x - cblocks) * blockDim.x + threadIdx.x; i < M; i += (gridDim.x - cblocks) * blockDim.x) {
+      float s = 0;
+      for (int z = 0; z < parts; z++) s += bpart[(size_t)z * M + i];
+      db[i] += s;
+    }
+    return;
+  }
+  part = dt_off(part, mo), C = dt_off(C, mo);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < MN; i += (size_t)cblocks * blockDim.x) {
     float s = 0;
-    for (int z = 0; z < parts; z++) s += src[z * step];
-    if (bias)
-      db[i - MN] += s;
-    else
-      C[(i / N) * ldc + i % N] += s;
+    for (int z = 0; z < parts; z++) s += part[z * MN + i];
+    C[(i / N) * ldc + i % N] += s;
   }
 }
 
@@ -557,9 +560,9 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
     }
   }
   CUDA_RET(cudaGetLastError());
-  const long long tot = MN + (db ? M : 0), blocks = (tot + 255) / 256 < 1024 ? (tot + 255) / 256 : 1024;
-  dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)blocks)), 256, 0, st>>>(part, (int)parts, M, N, C, ldc, bpart, db,
-                                                                              d->pz);
+  const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024, bblocks = db ? (M + 255) / 256 : 0;
+  dt_splitk_reduce_kernel<<<dt_grid(d, dim3((unsigned)(blocks + bblocks))), 256, 0, st>>>(
+      part, (int)parts, M, N, C, ldc, (int)blocks, bpart, db, d->pz);
   return (int)cudaGetLastError();
 }
 

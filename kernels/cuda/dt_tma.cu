@@ -50,13 +50,18 @@ static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, cons
 }
 #endif
 
-/* C (=, += with acc) A B^T + bias + R (dt_ep_store's op) for the tile
- * (blockIdx.x n, blockIdx.y m) of member blockIdx.z */
+/* C (=, += with acc) A B^T + bias + R (dt_ep_store's op, OP: one
+ * instantiation an epilogue, so each holds only its own code; with op a
+ * runtime value all three epilogues in one kernel cost the plain launches
+ * 1-5 us each at batch 64: kernels/dev/DEVICE_NOTES.md item 140) for the
+ * tile (blockIdx.x n, blockIdx.y m) of member blockIdx.z */
+template <int OP>
 __global__ void __launch_bounds__(128, 4)
     dt_gemm_tma_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
-                       int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
+                       int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, float *G,
                        cuda_pz_t pz, int rnd) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const int op = OP;
   extern __shared__ float4 dtm_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dtm_sh), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(dtm_sh) + (base - raw);
@@ -111,12 +116,12 @@ __global__ void __launch_bounds__(128, 4)
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
   if (pf.on)
-    dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
+    dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op, G);
   else
     dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
-  (void)op, (void)G, (void)pz, (void)rnd;
+  (void)G, (void)pz, (void)rnd;
   __trap(); /* never launched: dt_tma_setup() is NULL without sm_90a code */
 #endif
 }
@@ -132,8 +137,12 @@ void *dt_tma_setup(void) {
   if (!dt_wg_setup()) return NULL; /* an sm_90 device */
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
-  if (cudaFuncSetAttribute(dt_gemm_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_TMA_SMEM) !=
-          cudaSuccess ||
+  const void *k[] = {(const void *)dt_gemm_tma_kernel<DT_EP_PLAIN>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU>,
+                     (const void *)dt_gemm_tma_kernel<DT_EP_DGELU>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU_T>};
+  int ok = 1;
+  for (int i = 0; i < 4; i++)
+    ok = ok && cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_TMA_SMEM) == cudaSuccess;
+  if (!ok ||
       cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
       q != cudaDriverEntryPointSuccess) {
     (void)cudaGetLastError(); /* the register-staged tile takes the calls: no error left pending */
@@ -169,6 +178,13 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
   if (!dt_tma_map(enc, &ma, A, K, M, lda, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, K, N, ldb, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride))
     return 1; /* not encodable: the caller takes the register-staged tile */
-  dt_gemm_tma_kernel<<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, pz, rnd);
+#define DTM_GO(OP) dt_gemm_tma_kernel<OP><<<grid, 128, DT_TMA_SMEM, st>>>(ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, G, pz, rnd)
+  switch (op) {
+    case DT_EP_GELU: DTM_GO(DT_EP_GELU); break;
+    case DT_EP_DGELU: DTM_GO(DT_EP_DGELU); break;
+    case DT_EP_GELU_T: DTM_GO(DT_EP_GELU_T); break;
+    default: DTM_GO(DT_EP_PLAIN); break;
+  }
+#undef DTM_GO
   return 0;
 }

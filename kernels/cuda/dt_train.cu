@@ -114,6 +114,17 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
   const double f = hp->dt_warmup <= 0 ? 1.0 : (double)(*ctr + 1) / (double)hp->dt_warmup;
   const float lr = f >= 1 ? hp->dt_lr : (float)((double)hp->dt_lr * f);
   sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = (float)norm, sums[DT_SUM_LR] = lr;
+  /* AdamW's scalars (kernels/cpu/optim.c's adamw_update), here once rather
+   * than in each of its threads (a double pow each): the same values */
+  float scale = 1.0f;
+  if (hp->dt_clip > 0) {
+    const double c = hp->dt_clip / ((double)(float)norm + 1e-6);
+    scale = c < 1 ? (float)c : 1.0f;
+  }
+  const double t = (double)(*ctr + 1);
+  const float bc1 = (float)(1.0 - pow((double)hp->adam_beta1, t));
+  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1, sums[DT_SUM_DECAY] = 1.0f - lr * hp->dt_weight_decay;
+  sums[DT_SUM_BC2_SQRT] = (float)sqrt(1.0 - pow((double)hp->adam_beta2, t));
   if (apply) {
     sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = (float)norm, sums[DT_SUM_LR_LAST] = lr;
     acc[0] += loss, acc[1] += (float)norm, sums[DT_SUM_STEPS] += 1;
@@ -128,16 +139,8 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
   sums = dt_off(sums, mo);
   if (sums[DT_SUM_APPLY] == 0) return;
   p = dt_off(p, mo), g = dt_off(g, mo), m = dt_off(m, mo), v = dt_off(v, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo);
-  const float norm = sums[DT_SUM_NORM], lr = sums[DT_SUM_LR];
-  float scale = 1.0f;
-  if (hp->dt_clip > 0) {
-    const double c = hp->dt_clip / ((double)norm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
-  const double t = (double)(*ctr + 1);
-  const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
-  const float bc1 = (float)(1.0 - pow((double)b1, t)), bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
-  const float step_size = lr / bc1, decay = 1.0f - lr * hp->dt_weight_decay;
+  const float scale = sums[DT_SUM_SCALE], step_size = sums[DT_SUM_STEP_SIZE], decay = sums[DT_SUM_DECAY];
+  const float bc2_sqrt = sums[DT_SUM_BC2_SQRT], b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x) {
     const float gi = g[k] * scale;
     m[k] = b1 * m[k] + (1.0f - b1) * gi;
