@@ -312,9 +312,12 @@ static __device__ __forceinline__ void dt_wg_prefetch(dt_wg_pf &f, int m0, int n
                                                       int ldc, const float *bias, const float *R, int ldr, int acc,
                                                       int op, const float *G) {
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  const int gelu = op == DT_EP_GELU || op == DT_EP_GELU_T;
-  f.hx = R != NULL || (acc && !gelu);
-  f.on = !(R && acc) && (f.hx || bias) && n0 + 64 <= N && dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
+  /* not the GELU's: with its reads before the mainloop, its 32 tanhs
+   * took 127 registers and 16.5 us where its own epilogue took 13
+   * (kernels/dev/DEVICE_NOTES.md item 140) */
+  f.hx = R != NULL || acc;
+  f.on = op != DT_EP_GELU && op != DT_EP_GELU_T && !(R && acc) && (f.hx || bias) && n0 + 64 <= N &&
+         dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
   if (!f.on) return;
   const float *X = R ? R : C;
   const int ldx = R ? ldr : ldc;
@@ -328,11 +331,10 @@ static __device__ __forceinline__ void dt_wg_prefetch(dt_wg_pf &f, int m0, int n
     f.b[j] = bias ? *reinterpret_cast<const float2 *>(bias + n0 + 8 * j + 2 * (lane % 4)) : make_float2(0.0f, 0.0f);
 }
 /* dt_wg_epilogue from f's loads (f.on): DGELU v R; else v + bias, + R,
- * then the GELU's pair (G) or old C + that with acc, in dt_ep_storev's
- * order */
+ * or old C + that with acc, in dt_ep_storev's order */
 static __device__ __forceinline__ void dt_wg_epilogue_pf(const dt_wg_pf &f, const float (&d)[32], int m0, int n0,
                                                          int M, float *C, int ldc, const float *bias, const float *R,
-                                                         int acc, int op, float *G) {
+                                                         int acc, int op) {
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
 #pragma unroll
   for (int p = 0; p < 16; p++) {
@@ -343,13 +345,7 @@ static __device__ __forceinline__ void dt_wg_epilogue_pf(const dt_wg_pf &f, cons
     } else {
       if (bias) v.x += f.b[p / 2].x, v.y += f.b[p / 2].y;
       if (R) v.x += f.x[p].x, v.y += f.x[p].y;
-      if (op == DT_EP_GELU || op == DT_EP_GELU_T) {
-        float2 g;
-        v.x = dt_gelu_both(v.x, &g.x), v.y = dt_gelu_both(v.y, &g.y);
-        if (op == DT_EP_GELU_T) g.x = dt_tf32(g.x), g.y = dt_tf32(g.y);
-        if (m < M) *reinterpret_cast<float2 *>(G + (size_t)m * ldc + n) = g;
-      } else if (acc)
-        v.x = f.x[p].x + v.x, v.y = f.x[p].y + v.y;
+      if (acc) v.x = f.x[p].x + v.x, v.y = f.x[p].y + v.y;
     }
     if (m < M) *reinterpret_cast<float2 *>(C + (size_t)m * ldc + n) = v;
   }

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(128, 4)
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
   if (pf.on)
-    dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op, G);
+    dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
   else
     dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
