@@ -16,7 +16,7 @@
  * an operand its producer wrote rounded already (rnd, dt_tf32_ops) is not
  * rounded again, and a chunk with neither to round goes from its mbarrier
  * straight to wgmma (the rounding pass cost 6-8% of a TF32 step:
- * kernels/dev/DEVICE_NOTES.md item 136).
+ * kernels/dev/DEVICE_NOTES.md items 135-136).
  * The same 64 x 64 tiles, the same rounded operands, the same four
  * m64n64k8 a chunk in k order and the same epilogue (dt_ep_store) as
  * dt_wgmma.cu's tile: the same bits. A population's members are the maps'
