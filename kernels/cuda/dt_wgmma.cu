@@ -77,6 +77,20 @@ static __device__ __forceinline__ void dw_pin(float (&d)[32]) {
 }
 
 static __device__ __forceinline__ float dw_tf32(float x) { return __uint_as_float(f2tf32(x)); }
+/* chunk c's wgmma group on the stage at sa, once every thread's stores of it
+ * are fenced for the async proxy and past the block's barrier */
+static __device__ __forceinline__ void dw_mma_chunk(float (&d)[32], uint32_t sa) {
+  fence_proxy_async(); /* this thread's stores of the chunk, for wgmma */
+  __syncthreads();
+  wgmma_fence();
+  dw_pin(d);
+  const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
+  wgmma_commit();
+  dw_pin(d);
+}
+
 
 /* dw_load's floats, rounded to TF32, into the operand's chunk at op (64
  * K-major rows: element (row, k) at row 128 + 16 (k / 4 ^ row % 8) + 4 (k %
@@ -197,16 +211,7 @@ __global__ void __launch_bounds__(DW_NT, 2)
     unsigned char *stg = sm + DW_NS * DW_STAGE + (c & 1) * DW_STAGE;
     dw_store<0>(stg, ra);
     dw_store<0>(stg + DW_OP, rb);
-    fence_proxy_async(); /* this thread's stores of chunk c, for wgmma */
-    __syncthreads();
-    const uint32_t sa = ops + (uint32_t)((c & 1) * DW_STAGE);
-    wgmma_fence();
-    dw_pin(d);
-    const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
-    wgmma_commit();
-    dw_pin(d);
+    dw_mma_chunk(d, ops + (uint32_t)((c & 1) * DW_STAGE));
   }
   wgmma_wait<0>();
   dw_pin(d);
@@ -265,16 +270,7 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
     if (nk > 1) dw_load<!TA>(as, lda, ma, klo + DW_BK, kend, ra), dw_load<TB>(bs, ldb, nb, klo + DW_BK, kend, rb);
   }
   for (int c = 0; c < nk; c++) {
-    fence_proxy_async(); /* this thread's stores of chunk c, for wgmma */
-    __syncthreads();
-    const uint32_t sa = base + (uint32_t)((c & 1) * DW_STAGE);
-    wgmma_fence();
-    dw_pin(d);
-    const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
-    wgmma_commit();
-    dw_pin(d);
+    dw_mma_chunk(d, base + (uint32_t)((c & 1) * DW_STAGE));
     if (c + 1 < nk) {
       /* chunk c - 1's group read the other stage: every warp past it before
        * any thread writes there */
