@@ -391,7 +391,7 @@ int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const fl
  * call's operands suit it (16-byte aligned rows, k and the contiguous
  * rows in fours); dt_wg_launch: dt_gemm_tc_kernel's launch, the same grid */
 int dt_wg_setup(void);
-/* dt.cu: where d's call with these operands (split: over k) runs: 0 the
+/* dt_gemm.cu: where d's call with these operands (split: over k) runs: 0 the
  * mma.sync or fp32 tile, 1 the wgmma tile (TF32, d->wg, and they fit), 2
  * the TMA tile (with d->tma, unsplit, both operands K-major), 3 the
  * transposing TMA tile (with d->tma, ta and not tb: the weight gradients) */
@@ -421,7 +421,7 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                   cuda_pz_t pz, int rnd);
-/* dt.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
+/* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */
 int dt_pre(const cuda_dt_t *d);

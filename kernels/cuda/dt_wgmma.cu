@@ -1,6 +1,6 @@
 /*
  * dt_wgmma.cu — the Decision Transformer's GEMMs in TF32 on Hopper's
- * warpgroup MMA (sm_90a): dt_gemm's product (dt.cu) for tensor_cores where
+ * warpgroup MMA (sm_90a): dt_gemm's product (dt_gemm.cu) for tensor_cores where
  * the operands allow, the same 64 x 64 tiles, split-K parts and member axis
  * (docs/learner.md §16, "The GEMMs").
  *
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(DW_NT, 2)
 #endif
 }
 
-/* dt_gemm_kernel's call (dt.cu: C (=, +=) op(A) op(B) + bias + R over k in
+/* dt_gemm_kernel's call (dt_gemm.cu: C (=, +=) op(A) op(B) + bias + R over k in
  * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
 template <int TA, int TB>
 __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,

@@ -1,7 +1,7 @@
 /*
  * gemm_dev.cuh — what the layer GEMM's kernels share (gemm.cu's mma.sync and
  * FFMA tiles, gemm_wgmma.cu's warpgroup tiles): the launch's block-to-problem
- * lookup, the TF32 rounding and mma.sync (dt.cu uses these two too); and the
+ * lookup, the TF32 rounding and mma.sync (dt_gemm.cu uses these two too); and the
  * wgmma launcher gemm.cu calls. Included by .cu files only.
  */
 #ifndef DQN_CUDA_GEMM_DEV_CUH
