@@ -246,12 +246,14 @@ static int ln(const cuda_dt_t *d, const float *x, int T, int E, const float *gam
   return (int)cudaGetLastError();
 }
 
-/* y = x W^T + b (+ res): W at p + w, or under dt_pre its TF32 copy wr at
- * wr + wr_off (the same product: every tile rounds W so) */
+/* the forward's weight at p + w, or under dt_pre its TF32 copy at wr +
+ * wr_off (the same products: every tile rounds W so) */
+static const float *fw(const cuda_dt_t *d, int64_t w, size_t wr_off) { return dt_pre(d) ? d->wr + wr_off : d->p + w; }
+
+/* y = x W^T + b (+ res), W = fw(d, w, wr_off) */
 static int lin(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const float *x, int T, int in, int out,
                float *y, const float *res, cudaStream_t st) {
-  const float *W = dt_pre(d) ? d->wr + wr_off : d->p + w;
-  return dt_gemm(d, T, out, in, x, in, 0, W, in, 1, y, out, d->p + b, res, out, 0, st);
+  return dt_gemm(d, T, out, in, x, in, 0, fw(d, w, wr_off), in, 1, y, out, d->p + b, res, out, 0, st);
 }
 
 /* wr: each block's six weights (offsets src, as dt_transpose_kernel's)
@@ -427,7 +429,7 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
     /* u = W_1 h2 + b_1, gl = gelu(u) and gd = gelu'(u), one GEMM (gl rounded under dt_pre) */
-    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, pre ? d->wr + wl + DT_WT_1 * EE : p + o->m1_w, E, 1, gd, F, p + o->m1_b,
+    CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, fw(d, o->m1_w, wl + DT_WT_1 * EE), E, 1, gd, F, p + o->m1_b,
                         NULL, 0, 0, pre ? DT_EP_GELU_T : DT_EP_GELU, gl, st));
     CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }

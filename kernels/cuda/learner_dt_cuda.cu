@@ -32,6 +32,10 @@ extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t 
   if (!e) e = cuda_dt_train_alloc(m->dt, &L, c->dt_batch);
   if (!e) e = cuda_dt_alloc(m->dt_act, &L, 1);
   if (!e) m->dt->dt.tc = m->dt_act->tc = c->tensor_cores ? 1 : 0; /* the GEMMs in TF32 too */
+  /* Act's one window: rounding every weight each call (dt_pre) would cost
+   * more than its GEMMs' own rounding of them; the logits are the same bits
+   * either way */
+  if (!e) m->dt_act->pre = 0;
   if (!e) {
     dt_init_params(&reg, c->seed, host);
     e = (int)cudaMemcpy(m->dt->dt.p, host, sizeof(float) * (size_t)L.n_params, cudaMemcpyHostToDevice);
