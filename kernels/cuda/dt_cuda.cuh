@@ -75,6 +75,7 @@ typedef struct cuda_dt {
                                            * [2] the LayerNorms' gammas' and betas' (DT_SIDE_LN); 64 chunks of the widest */
   size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
+  int attn_tc;                            /* the shapes fit dt_attn_tc.cu's mma.sync kernels (run with tc) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -132,6 +133,10 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, float *db, int *used);
+/* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
+ * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
+ * *tc: on dt_attn_tc.cu's TF32 kernels; synchronised. 0 or a cudaError_t. */
+int cuda_dt_attn_run(cuda_dt_t *d, int *tc);
 #ifdef __cplusplus
 }
 #endif
@@ -448,6 +453,14 @@ int dt_attn_init(const dt_layout_t *L, int *win);
 int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att, cudaStream_t st);
 int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k, const float *v,
                 float *dS, float *dq, float *dk, float *dv, cudaStream_t st);
+/* dt_attn_tc.cu: the same with TF32 operands on mma.sync, for windows of up
+ * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
+ * dt_attn_bwd call them where tc and the shapes allow */
+int dt_attn_tc_init(const dt_layout_t *L, int *fits);
+int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
+               cudaStream_t st);
+int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
+                   const float *v, float *dS, float *dq, float *dk, float *dv, cudaStream_t st);
 
 /* the sum of v over the block (blockDim.x a multiple of 32, at most 1024),
  * in a fixed order; every thread gets it (float, or double for the norm) */
