@@ -459,7 +459,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
     in[i] = malloc(sizeof(float) * NE);
     tu_fill_uniform_f32(in[i], NE, -2, 2, 21 + i, 7);
     CK(cudaMemcpy(dev[i], in[i], sizeof(float) * NE, cudaMemcpyHostToDevice));
-    if (tc)
+    if (want_tc) /* as dt_attn_tc.cu stages them */
       for (size_t x = 0; x < NE; x++) in[i][x] = tf32(in[i][x]);
   }
   for (int i = 0; i < B * K; i++) mask[i] = i % K >= (i / K) % K;
@@ -542,11 +542,25 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
           AT_CHECK(4, ROW(out[4], i)[c], ak * scale, mk * scale);
           AT_CHECK(5, ROW(out[5], i)[c], av, mv);
         }
+      /* dk's column sums (the key bias's gradient) are zero in exact
+       * arithmetic, as dS's rows sum to zero: within fp32's noise, not
+       * TF32's (dt_attn_tc.cu's prod_wtv<1>) */
+      for (int c = 0; c < dh; c++) {
+        double sk = 0, m = 0;
+        for (int i = 0; i < N; i++) {
+          sk += ROW(out[4], i)[c];
+          for (int j = 0; j < N; j++) m += fabs(Sr[j * N + i] * ROW(q, j)[c]) * scale;
+        }
+        ck_assert_msg(fabs(sk) <= 2e-5 * m + 1e-7, "K %d, E %d, tc %d: window %d head %d: dk's column %d sums to %.3g "
+                      "(of %.3g)", K, E, tc, b, h, c, sk, m);
+        worst[2] = fmax(worst[2], fabs(sk) / (m + 1e-30));
+      }
 #undef ROW
     }
 #undef AT_CHECK
   printf("attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
-         "dv %.2g\n", K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5]);
+         "dv %.2g; dk's column sums %.2g\n", K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4],
+         worst[5], worst[2]);
   /* a rerun bit for bit */
   ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
   for (int i = 0; i < 6; i++) {

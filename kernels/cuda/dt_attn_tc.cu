@@ -29,6 +29,7 @@
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
+#include "cp_async.cuh"
 #include "gemm_dev.cuh"
 
 #define DT_ATC_NP 64 /* the largest padded window these kernels take */
@@ -52,28 +53,44 @@ static size_t bkv_floats(int NP, int dh) { /* Q, dO [NP][ldt(dh)], P, dS [NP][ld
 }
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major; from float
- * base) into S (rows ld apart) rounded to TF32, rows N .. NP - 1 zeros; dh %
- * 4 == 0 and base 16-byte aligned (dt_attn_tc_fits): float4s, four in flight
- * a thread */
-static __device__ void stage_tf(const float *X, size_t base, int N, int NP, int dh, int E, float *S, int ld) {
-  const int d4 = dh / 4, n = NP * d4, step = blockDim.x;
-  for (int x0 = threadIdx.x; x0 < n; x0 += 4 * step) {
-    float4 r[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int x = x0 + u * step;
-      r[u] = x < N * d4 ? *reinterpret_cast<const float4 *>(X + base + (size_t)(x / d4) * E + 4 * (x % d4))
-                        : make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int x = x0 + u * step;
-      if (x >= n) continue;
-      float *o = S + (x / d4) * ld + 4 * (x % d4);
-      o[0] = __uint_as_float(tfu(r[u].x)), o[1] = __uint_as_float(tfu(r[u].y));
-      o[2] = __uint_as_float(tfu(r[u].z)), o[3] = __uint_as_float(tfu(r[u].w));
-    }
+ * base) into S (rows ld apart) by cp.async, rows N .. NP - 1 zero-filled;
+ * dh % 4 == 0 and base 16-byte aligned (dt_attn_tc_fits). Every copy is in
+ * flight at once: one round trip, where loads through registers took one
+ * per few float4s a thread (the block has only NP / 16 warps) */
+static __device__ void copy_rows(const float *X, size_t base, int N, int NP, int dh, int E, float *S, int ld) {
+  const int d4 = dh / 4, n = NP * d4;
+  for (int x = threadIdx.x; x < n; x += blockDim.x) {
+    const int r = x / d4, c = 4 * (x % d4);
+    cp_async16z(S + r * ld + c, X + base + (size_t)(r < N ? r : 0) * E + c, r < N ? 16 : 0);
   }
+}
+/* copy_rows' elements rounded to TF32 in place, by the threads that copied
+ * them (once their copies have landed) */
+static __device__ void round_rows(int NP, int dh, float *S, int ld) {
+  const int d4 = dh / 4, n = NP * d4;
+  for (int x = threadIdx.x; x < n; x += blockDim.x) {
+    float4 *o = reinterpret_cast<float4 *>(S + (x / d4) * ld + 4 * (x % d4)), r = *o;
+    r.x = __uint_as_float(tfu(r.x)), r.y = __uint_as_float(tfu(r.y));
+    r.z = __uint_as_float(tfu(r.z)), r.w = __uint_as_float(tfu(r.w));
+    *o = r;
+  }
+}
+/* [N, N] of X (from pb) into S ([NP][ld]) by cp.async, zeros past N */
+static __device__ void copy_nn(const float *X, size_t pb, int N, int NP, float *S, int ld) {
+  for (int x = threadIdx.x; x < NP * NP; x += blockDim.x) {
+    const int i = x / NP, j = x % NP, in = i < N && j < N;
+    cp_async4z(S + i * ld + j, X + pb + (in ? (size_t)i * N + j : 0), in ? 4 : 0);
+  }
+}
+static __device__ void round_nn(int NP, float *S, int ld) {
+  for (int x = threadIdx.x; x < NP * NP; x += blockDim.x) {
+    float *o = S + (x / NP) * ld + x % NP;
+    *o = __uint_as_float(tfu(*o));
+  }
+}
+static __device__ __forceinline__ void landed() {
+  cp_async_commit();
+  cp_async_wait<0>();
 }
 
 /* s[j] += A B^T for the warp's 16 rows of A (rows la apart) and the n-tiles j
@@ -111,21 +128,37 @@ static __device__ __forceinline__ void prod_wv(const float *W, int lw, const flo
 }
 
 /* as prod_wv with W read transposed: W^T's rows are columns r0 .. r0 + 15 of
- * Wt (rows lw apart, [row t][col g] reads) */
+ * Wt (rows lw apart, [row t][col g] reads). SPLIT: Wt in fp32, each element
+ * taken as the sum of two TF32 values hi + lo (lo = tf32(x - hi): x to
+ * about 2^-22), the lo products first. dk's product takes dS so: a row of
+ * dS sums to zero in exact arithmetic (the softmax's shift invariance), and
+ * so do the key bias's gradient (the column sums of dk); dS rounded to TF32
+ * would leave 2^-12 of its row's magnitude there, which AdamW turns into
+ * full-size steps of the key bias (measured: the 100-step learner test's
+ * parameters 6.6e-3 from the CPU's, 1.3e-4 with the FFMA attention). */
+template <int SPLIT>
 static __device__ __forceinline__ void prod_wtv(const float *Wt, int lw, int r0, const float *V, int lv, int c0,
                                                 int dh, int k0, int k1, float (&o)[8][4], int g, int t) {
 #pragma unroll
   for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
   for (int ks = k0; ks < k1; ks++) {
     const int kk = 8 * ks;
-    const unsigned a[4] = {__float_as_uint(Wt[(kk + t) * lw + r0 + g]), __float_as_uint(Wt[(kk + t) * lw + r0 + g + 8]),
-                           __float_as_uint(Wt[(kk + t + 4) * lw + r0 + g]),
-                           __float_as_uint(Wt[(kk + t + 4) * lw + r0 + g + 8])};
+    const float x[4] = {Wt[(kk + t) * lw + r0 + g], Wt[(kk + t) * lw + r0 + g + 8], Wt[(kk + t + 4) * lw + r0 + g],
+                        Wt[(kk + t + 4) * lw + r0 + g + 8]};
+    unsigned a[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      a[e] = SPLIT ? tfu(x[e]) : __float_as_uint(x[e]);
+      lo[e] = SPLIT ? tfu(x[e] - __uint_as_float(a[e])) : 0u;
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++)
-      if (c0 + 8 * j < dh)
-        mma_tf32(o[j], a, __float_as_uint(V[(kk + t) * lv + c0 + 8 * j + g]),
-                 __float_as_uint(V[(kk + t + 4) * lv + c0 + 8 * j + g]));
+      if (c0 + 8 * j < dh) {
+        const unsigned b0 = __float_as_uint(V[(kk + t) * lv + c0 + 8 * j + g]);
+        const unsigned b1 = __float_as_uint(V[(kk + t + 4) * lv + c0 + 8 * j + g]);
+        if (SPLIT) mma_tf32(o[j], lo, b0, b1);
+        mma_tf32(o[j], a, b0, b1);
+      }
   }
 }
 
@@ -163,10 +196,12 @@ __global__ void __launch_bounds__(32 * DT_ATC_NP / 16) dt_attn_tc_kernel(const f
   const int r0 = 16 * w, wide = dh >= NP, lp = wide ? lq : lda_(NP);
   Pw = wide ? Qs + r0 * lq : reinterpret_cast<float *>(Mv + NP) + r0 * lp; /* the warp's P slab */
   const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
-  stage_tf(q, base, N, NP, dh, E, Qs, lq);
-  stage_tf(k, base, N, NP, dh, E, Ks, lq);
-  stage_tf(v, base, N, NP, dh, E, Vs, lv);
+  copy_rows(q, base, N, NP, dh, E, Qs, lq);
+  copy_rows(k, base, N, NP, dh, E, Ks, lq);
+  copy_rows(v, base, N, NP, dh, E, Vs, lv);
   stage_mask(mask + mf + (size_t)b * K, N, NP, Mv);
+  landed();
+  round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
   __syncthreads();
   const int jn = min(2 * w + 2, NP / 8); /* the key tiles the slab's queries see */
   float s[8][4];
@@ -243,9 +278,11 @@ __global__ void __launch_bounds__(32 * DT_ATC_NP / 16) dt_attn_tc_bwd_q_kernel(c
   Sw = wide ? Ds + r0 * la : Ks + NP * lt + NP + r0 * lp; /* the warp's dS slab */
   const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
   const size_t pb = mf + ((size_t)b * nh + h) * N * N;
-  stage_tf(datt, base, N, NP, dh, E, Ds, la);
-  stage_tf(v, base, N, NP, dh, E, Vs, la);
-  stage_tf(k, base, N, NP, dh, E, Ks, lt);
+  copy_rows(datt, base, N, NP, dh, E, Ds, la);
+  copy_rows(v, base, N, NP, dh, E, Vs, la);
+  copy_rows(k, base, N, NP, dh, E, Ks, lt);
+  landed();
+  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
   __syncthreads();
   const int jn = min(2 * w + 2, NP / 8);
   float s[8][4];
@@ -289,15 +326,6 @@ __global__ void __launch_bounds__(32 * DT_ATC_NP / 16) dt_attn_tc_bwd_q_kernel(c
   }
 }
 
-/* [N, N] rows of X (from pb) into S ([NP][ld], rounded to TF32; zeros past
- * N) */
-static __device__ void stage_nn(const float *X, size_t pb, int N, int NP, float *S, int ld) {
-  for (int x = threadIdx.x; x < NP * NP; x += blockDim.x) {
-    const int i = x / NP, j = x % NP;
-    S[i * ld + j] = i < N && j < N ? __uint_as_float(tfu(X[pb + (size_t)i * N + j])) : 0.0f;
-  }
-}
-
 /* grid (nh, B), NP / 16 warps, slab r0 of keys: dk = scale dS^T Q, dv = P^T
  * dO, over the queries from r0 on */
 __global__ void __launch_bounds__(32 * DT_ATC_NP / 16) dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS,
@@ -312,17 +340,19 @@ __global__ void __launch_bounds__(32 * DT_ATC_NP / 16) dt_attn_tc_bwd_kv_kernel(
   const int r0 = 16 * w;
   const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
   const size_t pb = mf + ((size_t)b * nh + h) * N * N;
-  stage_tf(q, base, N, NP, dh, E, Qs, lt);
-  stage_tf(datt, base, N, NP, dh, E, Ds, lt);
-  stage_nn(P, pb, N, NP, Ps, ln);
-  stage_nn(dS, pb, N, NP, Ss, ln);
+  copy_rows(q, base, N, NP, dh, E, Qs, lt);
+  copy_rows(datt, base, N, NP, dh, E, Ds, lt);
+  copy_nn(P, pb, N, NP, Ps, ln);
+  copy_nn(dS, pb, N, NP, Ss, ln);
+  landed();
+  round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt), round_nn(NP, Ps, ln); /* dS stays fp32 (prod_wtv<1>) */
   __syncthreads();
   const int k0 = r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
   for (int c0 = 0; c0 < dh; c0 += 64) {
     float o[8][4];
-    prod_wtv(Ss, ln, r0, Qs, lt, c0, dh, k0, k1, o, g, t);
+    prod_wtv<1>(Ss, ln, r0, Qs, lt, c0, dh, k0, k1, o, g, t);
     store_rows(o, dk, base, E, r0, N, c0, dh, scale, g, t);
-    prod_wtv(Ps, ln, r0, Ds, lt, c0, dh, k0, k1, o, g, t);
+    prod_wtv<0>(Ps, ln, r0, Ds, lt, c0, dh, k0, k1, o, g, t);
     store_rows(o, dv, base, E, r0, N, c0, dh, 1.0f, g, t);
   }
 }
