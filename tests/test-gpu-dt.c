@@ -459,15 +459,15 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
     in[i] = malloc(sizeof(float) * NE);
     tu_fill_uniform_f32(in[i], NE, -2, 2, 21 + i, 7);
     CK(cudaMemcpy(dev[i], in[i], sizeof(float) * NE, cudaMemcpyHostToDevice));
-    if (want_tc) /* as dt_attn_tc.cu stages them */
+    if (want_tc) /* as dt_attn_tc.cu stages them (want_tc: its warps a slab) */
       for (size_t x = 0; x < NE; x++) in[i][x] = tf32(in[i][x]);
   }
   for (int i = 0; i < B * K; i++) mask[i] = i % K >= (i / K) % K;
   CK(cudaMemcpy(d.mask, mask, sizeof(float) * B * K, cudaMemcpyHostToDevice));
   int used;
   ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
-  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: the TF32 kernels %s", K, E, nh, tc,
-                used ? "ran" : "did not run");
+  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: the attention ran with %d warps a slab, want %d (0: "
+                "FFMA)", K, E, nh, tc, used, want_tc);
   float *out[6], *dout[6] = {d.P, d.att, d.dS, d.dq, d.dk, d.dv};
   const size_t sz[6] = {NN, NE, NN, NE, NE, NE};
   for (int i = 0; i < 6; i++) {
@@ -576,14 +576,18 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
 }
 
 /* the reference sizes (context 20: 60 tokens, padded to 64; one head of
- * 128), heads of 8 and of 64 with windows padded to 32 and 16 tokens, and a
- * window past 64 tokens (the FFMA kernels even with tensor_cores) */
+ * 128), heads of 8 and of 64 with windows padded to 32 and 16 tokens, with
+ * eight warps a slab (few windows) and with four (140 windows of the
+ * reference sizes, 216 of heads of 8), and a window past 64 tokens (the
+ * FFMA kernels even with tensor_cores) */
 START_TEST(test_attention) {
   const int shapes[4][3] = {{20, 128, 1}, {6, 24, 3}, {7, 128, 2}, {5, 64, 4}};
   for (int i = 0; i < 4; i++) {
     attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 0, 0);
-    attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 1, 1);
+    attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 1, 8);
   }
+  attn_case(140, 20, 128, 1, 1, 4);
+  attn_case(72, 6, 24, 3, 1, 4);
   attn_case(3, 22, 32, 1, 1, 0); /* 66 tokens */
 }
 END_TEST

@@ -135,8 +135,9 @@ int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int 
                       float *part, size_t cap, float *db, int *used);
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
  * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
- * *tc: on dt_attn_tc.cu's TF32 kernels; synchronised. 0 or a cudaError_t. */
-int cuda_dt_attn_run(cuda_dt_t *d, int *tc);
+ * *ws: 0 on the FFMA kernels, else on dt_attn_tc.cu's TF32 kernels with
+ * *ws warps a slab; synchronised. 0 or a cudaError_t. */
+int cuda_dt_attn_run(cuda_dt_t *d, int *ws);
 #ifdef __cplusplus
 }
 #endif
