@@ -6,20 +6,23 @@
  *
  * A block a (head, window): windows of up to DT_ATC_NP tokens (N = 3 K,
  * padded to NP, a multiple of 16) with head widths a multiple of 8, cut in
- * 16-row slabs, each taken by WS warps (part hf of slab s is warp s +
+ * 16-row slabs, each taken by DT_ATC_WS warps (part hf of slab s is warp s +
  * NS hf): a score-sized product's 8-column tiles j with j % WS == hf, an
- * output's 8-column tiles likewise. One warp a slab issued every
- * instruction of its slab back to back, a dependent chain at one warp a
- * scheduler: ~22 us a launch at batch 64 (kernels/dev/DEVICE_NOTES.md item
- * 142). The block stages the window's rows of its operands in
- * shared memory rounded to TF32 (rows N .. NP - 1 zeros), so every product
- * is a run of m16n8k8 mma.sync steps over fragments read from there, with
- * fp32 sums in the hardware's fixed order: reruns are bit for bit. The
- * softmax and dS = P (dP - sum P dP) are fp32 on the accumulators, as the
- * FFMA kernels compute them; the probabilities and dS enter the next
- * product rounded to TF32 (P itself is kept in fp32 for the backward).
+ * output's 8-column tiles likewise. (One warp a slab issued its slab's
+ * every instruction back to back at one warp a scheduler: ~22 us a launch
+ * at batch 64, 11 with four; eight tied with four: kernels/dev/
+ * DEVICE_NOTES.md item 142.) The block stages the window's rows of its
+ * operands in shared memory by cp.async and rounds them to TF32 in place
+ * (rows N .. NP - 1 zeros), so every product is a run of m16n8k8 mma.sync
+ * steps over fragments read from there, with fp32 sums in the hardware's
+ * fixed order: reruns are bit for bit. The softmax and dS = P (dP - sum P
+ * dP) are fp32 on the accumulators, as the FFMA kernels compute them, with
+ * a row's max and sums combined over the slab's warps in a fixed order; the
+ * probabilities and dS enter the next product rounded to TF32 (P itself is
+ * kept in fp32 for the backward; dk's product takes dS as two TF32 terms:
+ * prod_av).
  *
- * Causality prunes whole tiles: a warp's queries r0 .. r0 + 15 see keys up
+ * Causality prunes whole tiles: a slab's queries r0 .. r0 + 15 see keys up
  * to r0 + 15, so its score tiles stop there, and key slab r0's gradients sum
  * queries from r0 on. Every term pruned is a product with an exact zero.
  *
@@ -38,9 +41,9 @@
 #include "gemm_dev.cuh"
 
 #define DT_ATC_NP 64 /* the largest padded window these kernels take */
-/* WS, the warps a 16-row slab: 8 where the windows leave SMs idle at 4
- * (dt_attn_tc_ws), else 4; a warp's score tiles are NP / 8 / WS at most */
-#define WSMAX 8
+#define DT_ATC_WS 4  /* warps a 16-row slab */
+#define DT_ATC_MT 2  /* a warp's score tiles: NP / 8 / WS at most */
+#define DT_ATC_NT (32 * DT_ATC_WS * DT_ATC_NP / 16)
 
 static __host__ __device__ __forceinline__ int atc_np(int N) { return (N + 15) / 16 * 16; }
 static __host__ __device__ __forceinline__ int lda_(int c) { return c + 4; }
@@ -49,7 +52,7 @@ static __device__ __forceinline__ unsigned tfu(float x) { return f2tf32(x); }
 
 /* the shared floats of each kernel (dh: the head's width); red: the row
  * partials the slab's warps exchange (two [NS WS][16]) */
-#define ATC_RED (2 * WSMAX * DT_ATC_NP)
+#define ATC_RED (2 * DT_ATC_WS * DT_ATC_NP)
 static size_t fwd_floats(int NP, int dh) {
   /* Q, K [NP][lda(dh)], V [NP][ldt(dh)], the mask, red, the slabs' P
    * [NP][lda(NP)] (in Q's rows where those are wide enough) */
@@ -109,7 +112,7 @@ static __device__ __forceinline__ void landed() {
 }
 
 /* the warp's place: slab s (rows r0 = 16 s), part hf; lane 4 g + t */
-template <int WS> struct atc_warp_t {
+struct atc_warp_t {
   int NS, s, hf, r0, g, t;
   __device__ __forceinline__ atc_warp_t(int NP) {
     const int w = (int)threadIdx.x / 32, lane = (int)threadIdx.x & 31;
@@ -120,18 +123,17 @@ template <int WS> struct atc_warp_t {
 /* s[m] = A B^T for the slab's 16 rows of A (rows la apart) and the tiles j
  * = hf + WS m < jn of B (rows lb apart, B [key][c]) over c < dh: [row g][col
  * t] reads of both */
-template <int WS>
 static __device__ __forceinline__ void prod_abt(const float *A, int la, const float *B, int lb, int dh, int jn,
-                                                const atc_warp_t<WS> &W, float (&s)[8 / WS][4]) {
+                                                const atc_warp_t &W, float (&s)[DT_ATC_MT][4]) {
   const int g = W.g, t = W.t;
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++) s[m][0] = s[m][1] = s[m][2] = s[m][3] = 0;
+  for (int m = 0; m < DT_ATC_MT; m++) s[m][0] = s[m][1] = s[m][2] = s[m][3] = 0;
   for (int kk = 0; kk < dh; kk += 8) {
     const unsigned a[4] = {__float_as_uint(A[g * la + kk + t]), __float_as_uint(A[(g + 8) * la + kk + t]),
                            __float_as_uint(A[g * la + kk + t + 4]), __float_as_uint(A[(g + 8) * la + kk + t + 4])};
 #pragma unroll
-    for (int m = 0; m < (8 / WS); m++) {
-      const int j = W.hf + WS * m;
+    for (int m = 0; m < DT_ATC_MT; m++) {
+      const int j = W.hf + DT_ATC_WS * m;
       if (j < jn)
         mma_tf32(s[m], a, __float_as_uint(B[(8 * j + g) * lb + kk + t]), __float_as_uint(B[(8 * j + g) * lb + kk + t + 4]));
     }
@@ -150,9 +152,9 @@ static __device__ __forceinline__ void prod_abt(const float *A, int la, const fl
  * TF32 would leave 2^-12 of its row's magnitude there, which AdamW turns
  * into full-size steps of the key bias (measured: the 100-step learner
  * test's parameters 6.6e-3 from the CPU's, 1.3e-4 with the FFMA attention). */
-template <int WS, int TA, int SPLIT>
+template <int TA, int SPLIT>
 static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const float *V, int lv, int dh, int u0, int k0,
-                                               int k1, const atc_warp_t<WS> &W, float (&o)[4][4]) {
+                                               int k1, const atc_warp_t &W, float (&o)[4][4]) {
   const int g = W.g, t = W.t, r0 = W.r0;
 #pragma unroll
   for (int u = 0; u < 4; u++) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0;
@@ -170,7 +172,7 @@ static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const fl
     }
 #pragma unroll
     for (int u = 0; u < 4; u++) {
-      const int c = 8 * (W.hf + WS * (u0 + u));
+      const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u));
       if (c < dh) {
         const unsigned b0 = __float_as_uint(V[(kk + t) * lv + c + g]), b1 = __float_as_uint(V[(kk + t + 4) * lv + c + g]);
         if (SPLIT) mma_tf32(o[u], lo, b0, b1);
@@ -182,13 +184,12 @@ static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const fl
 
 /* the slab's rows r0 + g, r0 + g + 8 of o (the warp's column tiles from u0)
  * times scale into X's rows (< N) of head base, as float2s */
-template <int WS>
 static __device__ __forceinline__ void store_rows(const float (&o)[4][4], float *X, size_t base, int E, int N, int dh,
-                                                  int u0, float scale, const atc_warp_t<WS> &W) {
+                                                  int u0, float scale, const atc_warp_t &W) {
   const int i0 = W.r0 + W.g, i1 = i0 + 8;
 #pragma unroll
   for (int u = 0; u < 4; u++) {
-    const int c = 8 * (W.hf + WS * (u0 + u)) + 2 * W.t;
+    const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u)) + 2 * W.t;
     if (c >= dh) break;
     if (i0 < N) *reinterpret_cast<float2 *>(X + base + (size_t)i0 * E + c) = make_float2(o[u][0] * scale, o[u][1] * scale);
     if (i1 < N) *reinterpret_cast<float2 *>(X + base + (size_t)i1 * E + c) = make_float2(o[u][2] * scale, o[u][3] * scale);
@@ -197,8 +198,8 @@ static __device__ __forceinline__ void store_rows(const float (&o)[4][4], float 
 
 /* x0, x1 (this lane's partials of rows g, g + 8 of the slab) combined over
  * the quad and the slab's WS warps through red ([NS WS][16]), by op */
-template <int WS, int MAX>
-static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *red, const atc_warp_t<WS> &W) {
+template <int MAX>
+static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *red, const atc_warp_t &W) {
   for (int o = 1; o < 4; o <<= 1) {
     const float y0 = __shfl_xor_sync(0xffffffffu, x0, o), y1 = __shfl_xor_sync(0xffffffffu, x1, o);
     x0 = MAX ? fmaxf(x0, y0) : x0 + y0, x1 = MAX ? fmaxf(x1, y1) : x1 + y1;
@@ -207,21 +208,20 @@ static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *
   if (W.t == 0) mine[W.g] = x0, mine[W.g + 8] = x1;
   __syncthreads();
   x0 = red[16 * W.s + W.g], x1 = red[16 * W.s + W.g + 8]; /* the parts in order: the same sums in every warp */
-  for (int p = 1; p < WS; p++) {
+  for (int p = 1; p < DT_ATC_WS; p++) {
     const float *r = red + 16 * (W.s + W.NS * p);
     x0 = MAX ? fmaxf(x0, r[W.g]) : x0 + r[W.g], x1 = MAX ? fmaxf(x1, r[W.g + 8]) : x1 + r[W.g + 8];
   }
 }
 
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
-template <int WS>
-__global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_kernel(const float *q, const float *k, const float *v,
+__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, const float *k, const float *v,
                                                                const float *mask, int K, int E, int nh, float scale,
                                                                float *P, float *att, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
-  const atc_warp_t<WS> W(NP);
+  const atc_warp_t W(NP);
   const int lq = lda_(dh), lv = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
   float *Qs = sm, *Ks = Qs + NP * lq, *Vs = Ks + NP * lq, *red = Vs + NP * lv;
   int *Mv = reinterpret_cast<int *>(red + ATC_RED);
@@ -236,25 +236,25 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_kernel(co
   round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8); /* the key tiles the slab's queries see */
-  float s[(8 / WS)][4];
+  float s[DT_ATC_MT][4];
   prod_abt(Qs + r0 * lq, lq, Ks, lq, dh, jn, W, s);
   /* each row's softmax over the keys it sees (-inf elsewhere), in fp32 */
   const int i0 = r0 + g, i1 = i0 + 8, q0 = Mv[i0], q1 = Mv[i1];
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++)
+  for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      const int j = W.hf + WS * m, c = 8 * j + 2 * t + (e & 1), i = e < 2 ? i0 : i1;
+      const int j = W.hf + DT_ATC_WS * m, c = 8 * j + 2 * t + (e & 1), i = e < 2 ? i0 : i1;
       const int seen = j < jn && c <= i && Mv[c] && (e < 2 ? q0 : q1);
       s[m][e] = seen ? s[m][e] * scale : -INFINITY;
       if (e < 2) mx0 = fmaxf(mx0, s[m][e]);
       else mx1 = fmaxf(mx1, s[m][e]);
     }
-  slab_reduce<WS, 1>(mx0, mx1, red, W); /* also: every warp's Q reads done (Pw may lie on them) */
+  slab_reduce<1>(mx0, mx1, red, W); /* also: every warp's Q reads done (Pw may lie on them) */
   float sum0 = 0, sum1 = 0;
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++)
+  for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const float x = s[m][e];
@@ -262,11 +262,11 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_kernel(co
       if (e < 2) sum0 += s[m][e];
       else sum1 += s[m][e];
     }
-  slab_reduce<WS, 0>(sum0, sum1, red + ATC_RED / 2, W);
+  slab_reduce<0>(sum0, sum1, red + ATC_RED / 2, W);
   float *Pb = P + mf + ((size_t)b * nh + h) * N * N;
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++) {
-    const int j = W.hf + WS * m;
+  for (int m = 0; m < DT_ATC_MT; m++) {
+    const int j = W.hf + DT_ATC_WS * m;
     if (8 * j >= NP) break;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
@@ -279,23 +279,22 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_kernel(co
   __syncthreads(); /* the slab's P from its WS warps */
   /* att rows = P V (a padded query's P row is zeros, so its row is zeros) */
   const int kn = min(NP, r0 + 16) / 8;
-  for (int u0 = 0; 8 * (W.hf + WS * u0) < dh; u0 += 4) {
+  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
     float o[4][4];
-    prod_av<WS, 0, 0>(Pw, lp, Vs, lv, dh, u0, 0, kn, W, o);
+    prod_av<0, 0>(Pw, lp, Vs, lv, dh, u0, 0, kn, W, o);
     store_rows(o, att, base, E, N, dh, u0, 1.0f, W);
   }
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of queries: dP = dO V^T, dS =
  * P (dP - sum_j P dP) (fp32) into dS, dq = scale dS K */
-template <int WS>
-__global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k,
+__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k,
                                                                      const float *v, int K, int E, int nh, float scale,
                                                                      float *dS, float *dq, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
-  const atc_warp_t<WS> W(NP);
+  const atc_warp_t W(NP);
   const int la = lda_(dh), lt = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
   float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la, *red = Ks + NP * lt;
   const int wide = dh >= NP, lp = wide ? la : lda_(NP);
@@ -309,24 +308,24 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_bwd_q_ker
   round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8);
-  float s[(8 / WS)][4];
+  float s[DT_ATC_MT][4];
   prod_abt(Ds + r0 * la, la, Vs, la, dh, jn, W, s);
   /* P's rows (zeros outside the window), each row's sum of P dP */
-  float pr[(8 / WS)][4], dot0 = 0, dot1 = 0;
+  float pr[DT_ATC_MT][4], dot0 = 0, dot1 = 0;
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++)
+  for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      const int j = W.hf + WS * m, c = 8 * j + 2 * t + (e & 1), i = r0 + (e < 2 ? g : g + 8);
+      const int j = W.hf + DT_ATC_WS * m, c = 8 * j + 2 * t + (e & 1), i = r0 + (e < 2 ? g : g + 8);
       pr[m][e] = j < jn && i < N && c < N ? P[pb + (size_t)i * N + c] : 0.0f;
       const float d = pr[m][e] * s[m][e];
       if (e < 2) dot0 += d;
       else dot1 += d;
     }
-  slab_reduce<WS, 0>(dot0, dot1, red, W); /* also: every warp's dO reads done (Sw may lie on them) */
+  slab_reduce<0>(dot0, dot1, red, W); /* also: every warp's dO reads done (Sw may lie on them) */
 #pragma unroll
-  for (int m = 0; m < (8 / WS); m++) {
-    const int j = W.hf + WS * m;
+  for (int m = 0; m < DT_ATC_MT; m++) {
+    const int j = W.hf + DT_ATC_WS * m;
     if (8 * j >= NP) break;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
@@ -338,23 +337,22 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_bwd_q_ker
   }
   __syncthreads(); /* the slab's dS from its WS warps */
   const int kn = min(NP, r0 + 16) / 8;
-  for (int u0 = 0; 8 * (W.hf + WS * u0) < dh; u0 += 4) {
+  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
     float o[4][4];
-    prod_av<WS, 0, 0>(Sw, lp, Ks, lt, dh, u0, 0, kn, W, o);
+    prod_av<0, 0>(Sw, lp, Ks, lt, dh, u0, 0, kn, W, o);
     store_rows(o, dq, base, E, N, dh, u0, scale, W);
   }
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of keys: dk = scale dS^T Q,
  * dv = P^T dO, over the queries from r0 on */
-template <int WS>
-__global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q,
+__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q,
                                                                       const float *datt, int K, int E, int nh,
                                                                       float scale, float *dk, float *dv, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
-  const atc_warp_t<WS> W(NP);
+  const atc_warp_t W(NP);
   const int lt = ldt_(dh), ln = ldt_(NP);
   float *Qs = sm, *Ds = Qs + NP * lt, *Ps = Ds + NP * lt, *Ss = Ps + NP * ln;
   const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
@@ -367,21 +365,16 @@ __global__ void __launch_bounds__(32 * WS * DT_ATC_NP / 16) dt_attn_tc_bwd_kv_ke
   round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt), round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
   __syncthreads();
   const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
-  for (int u0 = 0; 8 * (W.hf + WS * u0) < dh; u0 += 4) {
+  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
     float o[4][4];
-    prod_av<WS, 1, 1>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
+    prod_av<1, 1>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
     store_rows(o, dk, base, E, N, dh, u0, scale, W);
-    prod_av<WS, 1, 0>(Ps, ln, Ds, lt, dh, u0, k0, k1, W, o);
+    prod_av<1, 0>(Ps, ln, Ds, lt, dh, u0, k0, k1, W, o);
     store_rows(o, dv, base, E, N, dh, u0, 1.0f, W);
   }
 }
 
 // launchers
-
-/* the warps a slab: 8 while the windows (every member's) leave more than
- * half of an H200's 132 SMs without a block at 4, else 4 (two blocks an SM
- * of 16 warps at the reference sizes) */
-static int dt_attn_tc_ws(const cuda_dt_t *d) { return (long long)d->B * d->L.nh * d->pz.n <= 132 ? 8 : 4; }
 
 int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
   *fits = 0;
@@ -390,62 +383,45 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
   int dev, optin = 0;
   CUDA_RET(cudaGetDevice(&dev));
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t most = sizeof(float) * fwd_floats(NP, dh) > sizeof(float) * bkv_floats(NP, dh)
+  const size_t most = sizeof(float) * fwd_floats(NP, dh) > sizeof(float) * bq_floats(NP, dh)
                           ? sizeof(float) * fwd_floats(NP, dh)
-                          : sizeof(float) * bkv_floats(NP, dh); /* bq_floats is fwd_floats */
-  if (most > (size_t)optin) return 0;
+                          : sizeof(float) * bq_floats(NP, dh);
+  if (most > (size_t)optin || sizeof(float) * bkv_floats(NP, dh) > (size_t)optin) return 0;
   /* the device's whole opt-in, as dt_attn_init sets its kernels' */
-#define ATC_ATTR(KER) CUDA_RET(cudaFuncSetAttribute(KER, cudaFuncAttributeMaxDynamicSharedMemorySize, optin))
-  ATC_ATTR(dt_attn_tc_kernel<4>);
-  ATC_ATTR(dt_attn_tc_bwd_q_kernel<4>);
-  ATC_ATTR(dt_attn_tc_bwd_kv_kernel<4>);
-  ATC_ATTR(dt_attn_tc_kernel<8>);
-  ATC_ATTR(dt_attn_tc_bwd_q_kernel<8>);
-  ATC_ATTR(dt_attn_tc_bwd_kv_kernel<8>);
-#undef ATC_ATTR
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_bwd_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_bwd_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   *fits = 1;
   return 0;
 }
 
-template <int WS>
-static int attn_fwd(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
-                    cudaStream_t st) {
-  const dt_layout_t *L = &d->L;
-  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
-  const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_attn_tc_kernel<WS><<<grid, 32 * WS * NP / 16, sizeof(float) * fwd_floats(NP, dh), st>>>(
-      q, k, v, d->mask, K, E, nh, 1.0f / sqrtf((float)dh), P, att, d->pz);
-  return (int)cudaGetLastError();
-}
-
-template <int WS>
-static int attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
-                    const float *v, float *dS, float *dq, float *dk, float *dv, cudaStream_t st) {
+int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
+               cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_attn_tc_bwd_q_kernel<WS><<<grid, 32 * WS * NP / 16, sizeof(float) * bq_floats(NP, dh), st>>>(
-      P, datt, k, v, K, E, nh, scale, dS, dq, d->pz);
-  CUDA_RET(cudaGetLastError());
-  dt_attn_tc_bwd_kv_kernel<WS><<<grid, 32 * WS * NP / 16, sizeof(float) * bkv_floats(NP, dh), st>>>(
-      P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
+  dt_attn_tc_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st>>>(q, k, v, d->mask, K, E, nh, scale,
+                                                                                   P, att, d->pz);
   return (int)cudaGetLastError();
-}
-
-int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
-               cudaStream_t st) {
-  return dt_attn_tc_ws(d) == 8 ? attn_fwd<8>(d, q, k, v, P, att, st) : attn_fwd<4>(d, q, k, v, P, att, st);
 }
 
 int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
                    const float *v, float *dS, float *dq, float *dk, float *dv, cudaStream_t st) {
-  return dt_attn_tc_ws(d) == 8 ? attn_bwd<8>(d, P, datt, q, k, v, dS, dq, dk, dv, st)
-                               : attn_bwd<4>(d, P, datt, q, k, v, dS, dq, dk, dv, st);
+  const dt_layout_t *L = &d->L;
+  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
+  const float scale = 1.0f / sqrtf((float)dh);
+  const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
+  dt_attn_tc_bwd_q_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st>>>(P, datt, k, v, K, E, nh,
+                                                                                         scale, dS, dq, d->pz);
+  CUDA_RET(cudaGetLastError());
+  dt_attn_tc_bwd_kv_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st>>>(P, dS, q, datt, K, E, nh,
+                                                                                           scale, dk, dv, d->pz);
+  return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws) {
-  *ws = d->tc && d->attn_tc && d->pz.stride % 16 == 0 ? dt_attn_tc_ws(d) : 0; /* as dt_attn's use_tc */
+  *ws = d->tc && d->attn_tc && d->pz.stride % 16 == 0 ? DT_ATC_WS : 0; /* as dt_attn's use_tc */
   CUDA_RET(dt_attn(d, d->q, d->k, d->v, d->P, d->att, 0));
   CUDA_RET(dt_attn_bwd(d, d->P, d->datt, d->q, d->k, d->v, d->dS, d->dq, d->dk, d->dv, 0));
   return (int)cudaDeviceSynchronize();
