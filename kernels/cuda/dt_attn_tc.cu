@@ -120,6 +120,18 @@ struct atc_warp_t {
   }
 };
 
+/* the block's window: b of head h (grid (nh, B)), N tokens padded to NP,
+ * head width dh; mf the member's offset (floats), base its head's first
+ * element in [T, E] rows, pb its [N, N] block in [B, nh, N, N] */
+struct atc_win_t {
+  int N, NP, h, b, dh;
+  size_t mf, base, pb;
+  __device__ __forceinline__ atc_win_t(int K, int E, int nh, cuda_pz_t pz) {
+    N = 3 * K, NP = atc_np(N), h = (int)blockIdx.x, b = (int)blockIdx.y, dh = E / nh;
+    mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
+  }
+};
+
 /* s[m] = A B^T for the slab's 16 rows of A (rows la apart) and the tiles j
  * = hf + WS m < jn of B (rows lb apart, B [key][c]) over c < dh: [row g][col
  * t] reads of both */
@@ -214,24 +226,54 @@ static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *
   }
 }
 
+/* the warp's tiles x of a score-sized [16][NP] slab: into Xg's [N, N] rows
+ * (fp32; those within the window) and rounded to TF32 into the slab Sw
+ * (rows lp apart) for the product that takes it */
+static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], float *Xg, int N, int NP, float *Sw,
+                                                int lp, const atc_warp_t &W) {
+#pragma unroll
+  for (int m = 0; m < DT_ATC_MT; m++) {
+    const int j = W.hf + DT_ATC_WS * m;
+    if (8 * j >= NP) break;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int c = 8 * j + 2 * W.t + (e & 1), r = e < 2 ? W.g : W.g + 8, i = W.r0 + r;
+      if (i < N && c < N) Xg[(size_t)i * N + c] = x[m][e];
+      Sw[r * lp + c] = __uint_as_float(tfu(x[m][e]));
+    }
+  }
+}
+
+/* X's slab rows (window w) = scale Sw V over the keys the slab's queries see */
+static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const float *V, int lv, float scale, float *X,
+                                                int E, const atc_win_t &w, const atc_warp_t &W) {
+  const int kn = min(w.NP, W.r0 + 16) / 8;
+  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < w.dh; u0 += 4) {
+    float o[4][4];
+    prod_av<0, 0>(Sw, lp, V, lv, w.dh, u0, 0, kn, W, o);
+    store_rows(o, X, w.base, E, w.N, w.dh, u0, scale, W);
+  }
+}
+
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
 __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, const float *k, const float *v,
                                                                const float *mask, int K, int E, int nh, float scale,
                                                                float *P, float *att, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
+  const atc_win_t w(K, E, nh, pz);
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const size_t base = w.base;
   const atc_warp_t W(NP);
   const int lq = lda_(dh), lv = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
   float *Qs = sm, *Ks = Qs + NP * lq, *Vs = Ks + NP * lq, *red = Vs + NP * lv;
   int *Mv = reinterpret_cast<int *>(red + ATC_RED);
   const int wide = dh >= NP, lp = wide ? lq : lda_(NP);
   float *Pw = wide ? Qs + r0 * lq : reinterpret_cast<float *>(Mv + NP) + r0 * lp; /* the slab's P */
-  const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
   copy_rows(q, base, N, NP, dh, E, Qs, lq);
   copy_rows(k, base, N, NP, dh, E, Ks, lq);
   copy_rows(v, base, N, NP, dh, E, Vs, lv);
-  for (int j = threadIdx.x; j < NP; j += blockDim.x) Mv[j] = j < N && mask[mf + (size_t)b * K + j / 3] != 0;
+  for (int j = threadIdx.x; j < NP; j += blockDim.x) Mv[j] = j < N && mask[w.mf + (size_t)w.b * K + j / 3] != 0;
   landed();
   round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
   __syncthreads();
@@ -263,27 +305,14 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, c
       else sum1 += s[m][e];
     }
   slab_reduce<0>(sum0, sum1, red + ATC_RED / 2, W);
-  float *Pb = P + mf + ((size_t)b * nh + h) * N * N;
 #pragma unroll
-  for (int m = 0; m < DT_ATC_MT; m++) {
-    const int j = W.hf + DT_ATC_WS * m;
-    if (8 * j >= NP) break;
+  for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int c = 8 * j + 2 * t + (e & 1), r = e < 2 ? g : g + 8, i = r0 + r;
-      const float p = (e < 2 ? q0 : q1) ? s[m][e] / (e < 2 ? sum0 : sum1) : 0.0f;
-      if (i < N && c < N) Pb[(size_t)i * N + c] = p;
-      Pw[r * lp + c] = __uint_as_float(tfu(p));
-    }
-  }
+    for (int e = 0; e < 4; e++) s[m][e] = (e < 2 ? q0 : q1) ? s[m][e] / (e < 2 ? sum0 : sum1) : 0.0f;
+  put_slab(s, P + w.pb, N, NP, Pw, lp, W);
   __syncthreads(); /* the slab's P from its WS warps */
   /* att rows = P V (a padded query's P row is zeros, so its row is zeros) */
-  const int kn = min(NP, r0 + 16) / 8;
-  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
-    float o[4][4];
-    prod_av<0, 0>(Pw, lp, Vs, lv, dh, u0, 0, kn, W, o);
-    store_rows(o, att, base, E, N, dh, u0, 1.0f, W);
-  }
+  out_rows(Pw, lp, Vs, lv, 1.0f, att, E, w, W);
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of queries: dP = dO V^T, dS =
@@ -293,14 +322,14 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float
                                                                      float *dS, float *dq, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
+  const atc_win_t w(K, E, nh, pz);
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const size_t base = w.base, pb = w.pb;
   const atc_warp_t W(NP);
   const int la = lda_(dh), lt = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
   float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la, *red = Ks + NP * lt;
   const int wide = dh >= NP, lp = wide ? la : lda_(NP);
   float *Sw = wide ? Ds + r0 * la : red + ATC_RED + NP + r0 * lp; /* the slab's dS */
-  const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
-  const size_t pb = mf + ((size_t)b * nh + h) * N * N;
   copy_rows(datt, base, N, NP, dh, E, Ds, la);
   copy_rows(v, base, N, NP, dh, E, Vs, la);
   copy_rows(k, base, N, NP, dh, E, Ks, lt);
@@ -324,24 +353,12 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float
     }
   slab_reduce<0>(dot0, dot1, red, W); /* also: every warp's dO reads done (Sw may lie on them) */
 #pragma unroll
-  for (int m = 0; m < DT_ATC_MT; m++) {
-    const int j = W.hf + DT_ATC_WS * m;
-    if (8 * j >= NP) break;
+  for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int c = 8 * j + 2 * t + (e & 1), r = e < 2 ? g : g + 8, i = r0 + r;
-      const float ds = pr[m][e] * (s[m][e] - (e < 2 ? dot0 : dot1));
-      if (i < N && c < N) dS[pb + (size_t)i * N + c] = ds;
-      Sw[r * lp + c] = __uint_as_float(tfu(ds));
-    }
-  }
+    for (int e = 0; e < 4; e++) s[m][e] = pr[m][e] * (s[m][e] - (e < 2 ? dot0 : dot1));
+  put_slab(s, dS + pb, N, NP, Sw, lp, W);
   __syncthreads(); /* the slab's dS from its WS warps */
-  const int kn = min(NP, r0 + 16) / 8;
-  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
-    float o[4][4];
-    prod_av<0, 0>(Sw, lp, Ks, lt, dh, u0, 0, kn, W, o);
-    store_rows(o, dq, base, E, N, dh, u0, scale, W);
-  }
+  out_rows(Sw, lp, Ks, lt, scale, dq, E, w, W);
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of keys: dk = scale dS^T Q,
@@ -351,12 +368,12 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_kv_kernel(const floa
                                                                       float scale, float *dk, float *dv, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const int N = 3 * K, NP = atc_np(N), h = blockIdx.x, b = blockIdx.y, dh = E / nh;
+  const atc_win_t w(K, E, nh, pz);
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const size_t base = w.base, pb = w.pb;
   const atc_warp_t W(NP);
   const int lt = ldt_(dh), ln = ldt_(NP);
   float *Qs = sm, *Ds = Qs + NP * lt, *Ps = Ds + NP * lt, *Ss = Ps + NP * ln;
-  const size_t mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh;
-  const size_t pb = mf + ((size_t)b * nh + h) * N * N;
   copy_rows(q, base, N, NP, dh, E, Qs, lt);
   copy_rows(datt, base, N, NP, dh, E, Ds, lt);
   copy_nn(P, pb, N, NP, Ps, ln);
