@@ -11,7 +11,8 @@
  * query reading them from global memory. Both sum in a fixed order, so
  * reruns are bit-identical (the dot products in four interleaved partial
  * sums, each weighted sum over rows in row order), and a query's sums do
- * not depend on how many a warp takes.
+ * not depend on how many a warp takes. With tensor_cores, dt_attn_tc.cu's
+ * TF32 kernels take the shapes they fit instead (dt_attn_uses_tc).
  */
 #include <math.h>
 #include <stdint.h>
@@ -489,15 +490,13 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
   return 0;
 }
 
-/* the TF32 kernels (dt_attn_tc.cu) with tensor_cores where the shapes fit
- * them and a member's buffers keep their rows 16-byte aligned */
-static int use_tc(const cuda_dt_t *d) { return d->tc && d->attn_tc && d->pz.stride % 16 == 0; }
+int dt_attn_uses_tc(const cuda_dt_t *d) { return d->tc && d->attn_tc && d->pz.stride % 16 == 0; }
 
 int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, E = L->E, nh = L->nh;
   const float scale = 1.0f / sqrtf((float)(E / nh));
-  if (use_tc(d)) return dt_attn_tc(d, q, k, v, P, att, st);
+  if (dt_attn_uses_tc(d)) return dt_attn_tc(d, q, k, v, P, att, st);
   if (d->attn_win) {
     const int qw = win_qw(d);
     const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));
@@ -516,7 +515,7 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, E = L->E, nh = L->nh;
   const float scale = 1.0f / sqrtf((float)(E / nh));
-  if (use_tc(d)) return dt_attn_tc_bwd(d, P, datt, q, k, v, dS, dq, dk, dv, st);
+  if (dt_attn_uses_tc(d)) return dt_attn_tc_bwd(d, P, datt, q, k, v, dS, dq, dk, dv, st);
   if (d->attn_win) {
     const int qw = win_qw(d);
     const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));

@@ -76,7 +76,7 @@ struct walk_t {
 
 /* rows [N, dh] of head h of window b of X ([T, E], token-major; from float
  * base) into S (rows ld apart) by cp.async, rows N .. NP - 1 zero-filled;
- * dh % 4 == 0 and base 16-byte aligned (dt_attn's use_tc). Every copy is in
+ * dh % 4 == 0 and base 16-byte aligned (dt_attn_uses_tc). Every copy is in
  * flight at once. */
 static __device__ void copy_rows(const float *X, size_t base, int N, int NP, int dh, int E, float *S, int ld) {
   walk_t a(dh / 4);
@@ -438,7 +438,7 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
 }
 
 extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws) {
-  *ws = d->tc && d->attn_tc && d->pz.stride % 16 == 0 ? DT_ATC_WS : 0; /* as dt_attn's use_tc */
+  *ws = dt_attn_uses_tc(d) ? DT_ATC_WS : 0;
   CUDA_RET(dt_attn(d, d->q, d->k, d->v, d->P, d->att, 0));
   CUDA_RET(dt_attn_bwd(d, d->P, d->datt, d->q, d->k, d->v, d->dS, d->dq, d->dk, d->dv, 0));
   return (int)cudaDeviceSynchronize();

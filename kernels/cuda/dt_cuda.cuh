@@ -458,6 +458,9 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
  * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
  * dt_attn_bwd call them where tc and the shapes allow */
 int dt_attn_tc_init(const dt_layout_t *L, int *fits);
+/* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
+ * member's buffers keep their rows 16-byte aligned */
+int dt_attn_uses_tc(const cuda_dt_t *d);
 int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
                cudaStream_t st);
 int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
