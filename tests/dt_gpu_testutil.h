@@ -14,10 +14,10 @@
 #include "dt.h"
 #include "model.h"
 
-#define CK(x)                                                                                               \
-  do {                                                                                                      \
-    cudaError_t e_ = (x);                                                                                   \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #x, cudaGetErrorString(e_));                                 \
+#define CK(x)                                                               \
+  do {                                                                      \
+    cudaError_t e_ = (x);                                                   \
+    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #x, cudaGetErrorString(e_)); \
   } while (0)
 
 /* a DT registry (a minimal DQN beside it) of state S and branches n, and its layout */

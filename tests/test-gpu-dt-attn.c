@@ -50,8 +50,8 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   CK(cudaMemcpy(d.mask, mask, sizeof(float) * B * K, cudaMemcpyHostToDevice));
   int used;
   ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
-  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: the attention ran with %d warps a slab, want %d (0: "
-                "FFMA)", K, E, nh, tc, used, want_tc);
+  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: %d warps a slab ran, want %d (0: FFMA)", K, E, nh,
+                tc, used, want_tc);
   float *out[6], *dout[6] = {d.P, d.att, d.dS, d.dq, d.dk, d.dv};
   const size_t sz[6] = {NN, NE, NN, NE, NE, NE};
   for (int i = 0; i < 6; i++) {
@@ -60,35 +60,39 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   }
   const float *q = in[0], *k = in[1], *v = in[2], *da = in[3];
   const double scale = 1 / sqrt((double)dh), rt = used ? 1.0 / 2048 : 0; /* P, dS rounded for their products */
-  double *Pr = malloc(sizeof(double) * N * N), *dP = malloc(sizeof(double) * N * N), *Sr = malloc(sizeof(double) * N * N);
+  double *Pr = malloc(sizeof(double) * N * N), *dP = malloc(sizeof(double) * N * N),
+         *Sr = malloc(sizeof(double) * N * N);
   double *dPm = malloc(sizeof(double) * N * N), *pm = malloc(sizeof(double) * N), worst[6] = {0};
-#define AT_CHECK(I, GOT, WANT, MAG)                                                                                  \
-  do {                                                                                                               \
-    const double e_ = fabs((double)(GOT) - (WANT)), t_ = (1e-5 + rt) * (MAG) + 1e-7;                                  \
+#define AT_CHECK(I, GOT, WANT, MAG)                                                                                    \
+  do {                                                                                                                 \
+    const double e_ = fabs((double)(GOT) - (WANT)), t_ = (1e-5 + rt) * (MAG) + 1e-7;                                   \
     ck_assert_msg(e_ <= t_, "K %d, E %d, %d heads, tc %d: output %d at window %d head %d: %.9g, want %.9g (mag %.3g)", \
-                  K, E, nh, tc, I, b, h, (double)(GOT), (double)(WANT), (double)(MAG));                            \
-    worst[I] = fmax(worst[I], e_ / ((MAG) + 1e-30));                                                                 \
+                  K, E, nh, tc, I, b, h, (double)(GOT), (double)(WANT), (double)(MAG));                                \
+    worst[I] = fmax(worst[I], e_ / ((MAG) + 1e-30));                                                                   \
   } while (0)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++) {
       const size_t pb = ((size_t)b * nh + h) * N * N;
       const float *mb = mask + (size_t)b * K;
 #define ROW(X, i) ((X) + ((size_t)b * N + (i)) * E + (size_t)h * dh)
-      for (int i = 0; i < N; i++) { /* P, att */
+      for (int i = 0; i < N; i++) {                     /* P, att */
         double mx = -INFINITY, sum = 0, s[192], ms = 0; /* ms: the largest score's sum of magnitudes */
         for (int j = 0; j < N; j++) {
           s[j] = -INFINITY;
           if (!mb[i / 3] || j > i || !mb[j / 3]) continue;
           double a = 0, m = 0;
-          for (int c = 0; c < dh; c++) a += (double)ROW(q, i)[c] * ROW(k, j)[c], m += fabs((double)ROW(q, i)[c] * ROW(k, j)[c]);
+          for (int c = 0; c < dh; c++)
+            a += (double)ROW(q, i)[c] * ROW(k, j)[c], m += fabs((double)ROW(q, i)[c] * ROW(k, j)[c]);
           s[j] = a * scale, mx = fmax(mx, s[j]), ms = fmax(ms, m * scale);
         }
         for (int j = 0; j < N; j++) sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
         for (int j = 0; j < N; j++) { /* a score's error e moves P by about P e */
           Pr[i * N + j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx) / sum;
           const double e = fabs(out[0][pb + (size_t)i * N + j] - Pr[i * N + j]);
-          ck_assert_msg(e <= 1e-5 * Pr[i * N + j] * (1 + ms) + 1e-7, "K %d, E %d, tc %d: P[%d][%d] of window %d: %.9g, "
-                        "want %.9g", K, E, tc, i, j, b, out[0][pb + (size_t)i * N + j], Pr[i * N + j]);
+          ck_assert_msg(e <= 1e-5 * Pr[i * N + j] * (1 + ms) + 1e-7,
+                        "K %d, E %d, tc %d: P[%d][%d] of window %d: %.9g, "
+                        "want %.9g",
+                        K, E, tc, i, j, b, out[0][pb + (size_t)i * N + j], Pr[i * N + j]);
           worst[0] = fmax(worst[0], e / (Pr[i * N + j] + 1e-30));
         }
         pm[i] = ms;
@@ -102,7 +106,8 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
         double dot = 0, dm = 0;
         for (int j = 0; j < N; j++) {
           double a = 0, m = 0;
-          for (int c = 0; c < dh; c++) a += (double)ROW(da, i)[c] * ROW(v, j)[c], m += fabs((double)ROW(da, i)[c] * ROW(v, j)[c]);
+          for (int c = 0; c < dh; c++)
+            a += (double)ROW(da, i)[c] * ROW(v, j)[c], m += fabs((double)ROW(da, i)[c] * ROW(v, j)[c]);
           dP[i * N + j] = a, dPm[i * N + j] = m, dot += Pr[i * N + j] * a, dm += Pr[i * N + j] * m;
         }
         for (int j = 0; j < N; j++) {
@@ -135,16 +140,19 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
           sk += ROW(out[4], i)[c];
           for (int j = 0; j < N; j++) m += fabs(Sr[j * N + i] * ROW(q, j)[c]) * scale;
         }
-        ck_assert_msg(fabs(sk) <= 2e-5 * m + 1e-7, "K %d, E %d, tc %d: window %d head %d: dk's column %d sums to %.3g "
-                      "(of %.3g)", K, E, tc, b, h, c, sk, m);
+        ck_assert_msg(fabs(sk) <= 2e-5 * m + 1e-7,
+                      "K %d, E %d, tc %d: window %d head %d: dk's column %d sums to %.3g "
+                      "(of %.3g)",
+                      K, E, tc, b, h, c, sk, m);
         worst[2] = fmax(worst[2], fabs(sk) / (m + 1e-30));
       }
 #undef ROW
     }
 #undef AT_CHECK
-  printf("attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
-         "dv %.2g; dk's column sums %.2g\n", K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4],
-         worst[5], worst[2]);
+  printf(
+      "attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
+      "dv %.2g; dk's column sums %.2g\n",
+      K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
   /* a rerun bit for bit */
   ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
   for (int i = 0; i < 6; i++) {

@@ -35,9 +35,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cp_async.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
-#include "cp_async.cuh"
 #include "gemm_dev.cuh"
 
 #define DT_ATC_NP 64 /* the largest padded window these kernels take */
@@ -58,8 +58,10 @@ static size_t fwd_floats(int NP, int dh) {
    * [NP][lda(NP)] (in Q's rows where those are wide enough) */
   return (size_t)NP * (2 * lda_(dh) + ldt_(dh)) + NP + ATC_RED + (dh >= NP ? 0 : (size_t)NP * lda_(NP));
 }
-static size_t bq_floats(int NP, int dh) { return fwd_floats(NP, dh); } /* dO, V [NP][lda], K [NP][ldt], as fwd's */
-static size_t bkv_floats(int NP, int dh) { /* Q, dO [NP][ldt(dh)], P, dS [NP][ldt(NP)] */
+/* dO, V [NP][lda(dh)], K [NP][ldt(dh)], the rest as the forward's */
+static size_t bq_floats(int NP, int dh) { return fwd_floats(NP, dh); }
+/* Q, dO [NP][ldt(dh)], P, dS [NP][ldt(NP)] */
+static size_t bkv_floats(int NP, int dh) {
   return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP));
 }
 
@@ -67,7 +69,8 @@ static size_t bkv_floats(int NP, int dh) { /* Q, dO [NP][ldt(dh)], P, dS [NP][ld
  * (r, c) without a division a step */
 struct walk_t {
   int r, c, dr, dc, w;
-  __device__ __forceinline__ walk_t(int w_) : r((int)threadIdx.x / w_), c((int)threadIdx.x % w_), dr((int)blockDim.x / w_), dc((int)blockDim.x % w_), w(w_) {}
+  __device__ __forceinline__ walk_t(int w_)
+      : r((int)threadIdx.x / w_), c((int)threadIdx.x % w_), dr((int)blockDim.x / w_), dc((int)blockDim.x % w_), w(w_) {}
   __device__ __forceinline__ void next() {
     r += dr, c += dc;
     if (c >= w) c -= w, r++;
@@ -147,7 +150,8 @@ static __device__ __forceinline__ void prod_abt(const float *A, int la, const fl
     for (int m = 0; m < DT_ATC_MT; m++) {
       const int j = W.hf + DT_ATC_WS * m;
       if (j < jn)
-        mma_tf32(s[m], a, __float_as_uint(B[(8 * j + g) * lb + kk + t]), __float_as_uint(B[(8 * j + g) * lb + kk + t + 4]));
+        mma_tf32(s[m], a, __float_as_uint(B[(8 * j + g) * lb + kk + t]),
+                 __float_as_uint(B[(8 * j + g) * lb + kk + t + 4]));
     }
   }
 }
@@ -186,7 +190,8 @@ static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const fl
     for (int u = 0; u < 4; u++) {
       const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u));
       if (c < dh) {
-        const unsigned b0 = __float_as_uint(V[(kk + t) * lv + c + g]), b1 = __float_as_uint(V[(kk + t + 4) * lv + c + g]);
+        const unsigned b0 = __float_as_uint(V[(kk + t) * lv + c + g]),
+                       b1 = __float_as_uint(V[(kk + t + 4) * lv + c + g]);
         if (SPLIT) mma_tf32(o[u], lo, b0, b1);
         mma_tf32(o[u], a, b0, b1);
       }
@@ -203,8 +208,10 @@ static __device__ __forceinline__ void store_rows(const float (&o)[4][4], float 
   for (int u = 0; u < 4; u++) {
     const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u)) + 2 * W.t;
     if (c >= dh) break;
-    if (i0 < N) *reinterpret_cast<float2 *>(X + base + (size_t)i0 * E + c) = make_float2(o[u][0] * scale, o[u][1] * scale);
-    if (i1 < N) *reinterpret_cast<float2 *>(X + base + (size_t)i1 * E + c) = make_float2(o[u][2] * scale, o[u][3] * scale);
+    if (i0 < N)
+      *reinterpret_cast<float2 *>(X + base + (size_t)i0 * E + c) = make_float2(o[u][0] * scale, o[u][1] * scale);
+    if (i1 < N)
+      *reinterpret_cast<float2 *>(X + base + (size_t)i1 * E + c) = make_float2(o[u][2] * scale, o[u][3] * scale);
   }
 }
 
@@ -256,9 +263,9 @@ static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const f
 }
 
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
-__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, const float *k, const float *v,
-                                                               const float *mask, int K, int E, int nh, float scale,
-                                                               float *P, float *att, cuda_pz_t pz) {
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
+                      float scale, float *P, float *att, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -290,8 +297,10 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, c
       const int j = W.hf + DT_ATC_WS * m, c = 8 * j + 2 * t + (e & 1), i = e < 2 ? i0 : i1;
       const int seen = j < jn && c <= i && Mv[c] && (e < 2 ? q0 : q1);
       s[m][e] = seen ? s[m][e] * scale : -INFINITY;
-      if (e < 2) mx0 = fmaxf(mx0, s[m][e]);
-      else mx1 = fmaxf(mx1, s[m][e]);
+      if (e < 2)
+        mx0 = fmaxf(mx0, s[m][e]);
+      else
+        mx1 = fmaxf(mx1, s[m][e]);
     }
   slab_reduce<1>(mx0, mx1, red, W); /* also: every warp's Q reads done (Pw may lie on them) */
   float sum0 = 0, sum1 = 0;
@@ -301,8 +310,10 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, c
     for (int e = 0; e < 4; e++) {
       const float x = s[m][e];
       s[m][e] = x == -INFINITY ? 0.0f : expf(x - (e < 2 ? mx0 : mx1));
-      if (e < 2) sum0 += s[m][e];
-      else sum1 += s[m][e];
+      if (e < 2)
+        sum0 += s[m][e];
+      else
+        sum1 += s[m][e];
     }
   slab_reduce<0>(sum0, sum1, red + ATC_RED / 2, W);
 #pragma unroll
@@ -317,9 +328,9 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_kernel(const float *q, c
 
 /* grid (nh, B), warps as the forward's, slab r0 of queries: dP = dO V^T, dS =
  * P (dP - sum_j P dP) (fp32) into dS, dq = scale dS K */
-__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k,
-                                                                     const float *v, int K, int E, int nh, float scale,
-                                                                     float *dS, float *dq, cuda_pz_t pz) {
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
+                            float scale, float *dS, float *dq, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -348,8 +359,10 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float
       const int j = W.hf + DT_ATC_WS * m, c = 8 * j + 2 * t + (e & 1), i = r0 + (e < 2 ? g : g + 8);
       pr[m][e] = j < jn && i < N && c < N ? P[pb + (size_t)i * N + c] : 0.0f;
       const float d = pr[m][e] * s[m][e];
-      if (e < 2) dot0 += d;
-      else dot1 += d;
+      if (e < 2)
+        dot0 += d;
+      else
+        dot1 += d;
     }
   slab_reduce<0>(dot0, dot1, red, W); /* also: every warp's dO reads done (Sw may lie on them) */
 #pragma unroll
@@ -363,9 +376,9 @@ __global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_q_kernel(const float
 
 /* grid (nh, B), warps as the forward's, slab r0 of keys: dk = scale dS^T Q,
  * dv = P^T dO, over the queries from r0 on */
-__global__ void __launch_bounds__(DT_ATC_NT) dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q,
-                                                                      const float *datt, int K, int E, int nh,
-                                                                      float scale, float *dk, float *dv, cuda_pz_t pz) {
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E, int nh,
+                             float scale, float *dk, float *dv, cuda_pz_t pz) {
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -418,8 +431,8 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_attn_tc_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st>>>(q, k, v, d->mask, K, E, nh, scale,
-                                                                                   P, att, d->pz);
+  dt_attn_tc_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st>>>(
+      q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 
@@ -429,11 +442,11 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_attn_tc_bwd_q_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st>>>(P, datt, k, v, K, E, nh,
-                                                                                         scale, dS, dq, d->pz);
+  dt_attn_tc_bwd_q_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st>>>(
+      P, datt, k, v, K, E, nh, scale, dS, dq, d->pz);
   CUDA_RET(cudaGetLastError());
-  dt_attn_tc_bwd_kv_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st>>>(P, dS, q, datt, K, E, nh,
-                                                                                           scale, dk, dv, d->pz);
+  dt_attn_tc_bwd_kv_kernel<<<grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st>>>(
+      P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
   return (int)cudaGetLastError();
 }
 
