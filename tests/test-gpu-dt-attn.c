@@ -27,8 +27,9 @@ static model_t reg;
  * output's sum of term magnitudes; with tensor_cores on dt_attn_tc.cu's
  * mma.sync kernels (where the shapes fit: want_tc) on the inputs rounded to
  * TF32, as those kernels stage them, with P and dS rounded again before the
- * products that take them (2^-11 of the terms' magnitudes), and a rerun bit
- * for bit */
+ * products that take them (2^-11 of the terms' magnitudes), except dk, whose
+ * product takes dS as two TF32 terms (1e-5, as fp32; measured <= 8.6e-7),
+ * and a rerun bit for bit */
 static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   const int n3[3] = {4, 3, 2}, N = 3 * K, dh = E / nh, T = B * N;
   dt_layout_t L;
@@ -50,8 +51,8 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   CK(cudaMemcpy(d.mask, mask, sizeof(float) * B * K, cudaMemcpyHostToDevice));
   int used;
   ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
-  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: %d warps a slab ran, want %d (0: FFMA)", K, E, nh,
-                tc, used, want_tc);
+  ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: %d warps a slab ran, want %d (0: FFMA)", K, E, nh, tc,
+                used, want_tc);
   float *out[6], *dout[6] = {d.P, d.att, d.dS, d.dq, d.dk, d.dv};
   const size_t sz[6] = {NN, NE, NN, NE, NE, NE};
   for (int i = 0; i < 6; i++) {
@@ -65,7 +66,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   double *dPm = malloc(sizeof(double) * N * N), *pm = malloc(sizeof(double) * N), worst[6] = {0};
 #define AT_CHECK(I, GOT, WANT, MAG)                                                                                    \
   do {                                                                                                                 \
-    const double e_ = fabs((double)(GOT) - (WANT)), t_ = (1e-5 + rt) * (MAG) + 1e-7;                                   \
+    const double e_ = fabs((double)(GOT) - (WANT)), t_ = (1e-5 + ((I) == 4 ? 0 : rt)) * (MAG) + 1e-7;                  \
     ck_assert_msg(e_ <= t_, "K %d, E %d, %d heads, tc %d: output %d at window %d head %d: %.9g, want %.9g (mag %.3g)", \
                   K, E, nh, tc, I, b, h, (double)(GOT), (double)(WANT), (double)(MAG));                                \
     worst[I] = fmax(worst[I], e_ / ((MAG) + 1e-30));                                                                   \

@@ -48,7 +48,6 @@
 static __host__ __device__ __forceinline__ int atc_np(int N) { return (N + 15) / 16 * 16; }
 static __host__ __device__ __forceinline__ int lda_(int c) { return c + 4; }
 static __host__ __device__ __forceinline__ int ldt_(int c) { return (c / 8) % 2 ? c : c + 8; }
-static __device__ __forceinline__ unsigned tfu(float x) { return f2tf32(x); }
 
 /* the shared floats of each kernel (dh: the head's width); red: the row
  * partials the slab's warps exchange (two [NS WS][16]) */
@@ -61,9 +60,7 @@ static size_t fwd_floats(int NP, int dh) {
 /* dO, V [NP][lda(dh)], K [NP][ldt(dh)], the rest as the forward's */
 static size_t bq_floats(int NP, int dh) { return fwd_floats(NP, dh); }
 /* Q, dO [NP][ldt(dh)], P, dS [NP][ldt(NP)] */
-static size_t bkv_floats(int NP, int dh) {
-  return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP));
-}
+static size_t bkv_floats(int NP, int dh) { return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP)); }
 
 /* a thread's walk over an [rows][w] array in steps of blockDim.x elements:
  * (r, c) without a division a step */
@@ -92,8 +89,8 @@ static __device__ void round_rows(int NP, int dh, float *S, int ld) {
   walk_t a(dh / 4);
   for (; a.r < NP; a.next()) {
     float4 *o = reinterpret_cast<float4 *>(S + a.r * ld + 4 * a.c), r = *o;
-    r.x = __uint_as_float(tfu(r.x)), r.y = __uint_as_float(tfu(r.y));
-    r.z = __uint_as_float(tfu(r.z)), r.w = __uint_as_float(tfu(r.w));
+    r.x = __uint_as_float(f2tf32(r.x)), r.y = __uint_as_float(f2tf32(r.y));
+    r.z = __uint_as_float(f2tf32(r.z)), r.w = __uint_as_float(f2tf32(r.w));
     *o = r;
   }
 }
@@ -107,7 +104,7 @@ static __device__ void copy_nn(const float *X, size_t pb, int N, int NP, float *
 }
 static __device__ void round_nn(int NP, float *S, int ld) {
   walk_t a(NP);
-  for (; a.r < NP; a.next()) S[a.r * ld + a.c] = __uint_as_float(tfu(S[a.r * ld + a.c]));
+  for (; a.r < NP; a.next()) S[a.r * ld + a.c] = __uint_as_float(f2tf32(S[a.r * ld + a.c]));
 }
 static __device__ __forceinline__ void landed() {
   cp_async_commit();
@@ -183,8 +180,8 @@ static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const fl
     unsigned a[4], lo[4];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      a[e] = SPLIT ? tfu(x[e]) : __float_as_uint(x[e]);
-      lo[e] = SPLIT ? tfu(x[e] - __uint_as_float(a[e])) : 0u;
+      a[e] = SPLIT ? f2tf32(x[e]) : __float_as_uint(x[e]);
+      lo[e] = SPLIT ? f2tf32(x[e] - __uint_as_float(a[e])) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < 4; u++) {
@@ -246,7 +243,7 @@ static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], 
     for (int e = 0; e < 4; e++) {
       const int c = 8 * j + 2 * W.t + (e & 1), r = e < 2 ? W.g : W.g + 8, i = W.r0 + r;
       if (i < N && c < N) Xg[(size_t)i * N + c] = x[m][e];
-      Sw[r * lp + c] = __uint_as_float(tfu(x[m][e]));
+      Sw[r * lp + c] = __uint_as_float(f2tf32(x[m][e]));
     }
   }
 }
