@@ -543,6 +543,42 @@ START_TEST(test_learner) {
 }
 END_TEST
 
+/* windows from episodes of 300 steps: the returns-to-go sum up to 300
+ * rewards, which the sample kernel stages in rounds of 128 (dt_train.cu);
+ * each of 5 steps' losses within 1e-5 of the CPU's (the same windows: a
+ * wrong return-to-go moves the loss by far more) */
+START_TEST(test_long_episodes) {
+  learner_config_t c = lcfg();
+  c.dt_max_ep_len = 400, c.replay_capacity = 1200;
+  char err[512];
+  learner_t *cpu, *gpu, *gpu2;
+  make3(&c, &c, &cpu, &gpu, &gpu2);
+  const int n = 1000, S = c.state_dim, A = learner_config_joint_actions(&c);
+  float *s = malloc(sizeof(float) * n * S), *s2 = malloc(sizeof(float) * n * S), *r = malloc(sizeof(float) * n);
+  int32_t *a = malloc(sizeof(int32_t) * n);
+  uint8_t *d = calloc(n, 1);
+  tu_fill_uniform_f32(s, (int64_t)n * S, -1, 1, 1, 17);
+  tu_fill_uniform_f32(s2, (int64_t)n * S, -1, 1, 2, 17);
+  tu_fill_uniform_f32(r, n, -2, 2, 3, 17);
+  for (int i = 0; i < n; i++) a[i] = (i * 7 + 1) % A, d[i] = i % 300 == 299;
+  learner_transitions_t t = {n, s, a, r, s2, d, NULL, NULL};
+  learner_t *ls[2] = {cpu, gpu};
+  for (int k = 0; k < 2; k++) ck_assert_msg(learner_submit(ls[k], &t, err, sizeof err) == 0, "%s", err);
+  for (int k = 0; k < 5; k++) {
+    learner_dt_stats_t sc, sg;
+    ck_assert_msg(learner_pretrain_dt(cpu, 1, NULL, &sc, err, sizeof err) == 0, "cpu: %s", err);
+    ck_assert_msg(learner_pretrain_dt(gpu, 1, NULL, &sg, err, sizeof err) == 0, "cuda: %s", err);
+    const double rl = fabs(sg.loss_last - sc.loss_last) / fabs(sc.loss_last);
+    printf("episodes of 300 steps, step %d: loss cpu %.7f cuda %.7f (%.2g)\n", k + 1, (double)sc.loss_last,
+           (double)sg.loss_last, rl);
+    ck_assert_msg(rl <= 1e-5, "step %d: the CUDA loss %.7f, the CPU's %.7f", k + 1, (double)sg.loss_last,
+                  (double)sc.loss_last);
+  }
+  free(s), free(s2), free(r), free(a), free(d);
+  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2);
+}
+END_TEST
+
 /* the learner with tensor_cores: 100 pre-training steps of TF32 GEMMs
  * against the fp32 CPU learner (each 25 steps' last loss within
  * TF32_LEARN_LOSS, the parameters within TF32_LEARN_PARAMS in norm), reruns
@@ -586,6 +622,7 @@ int main(void) {
   tcase_add_test(tc, test_golden);
   tcase_add_test(tc, test_cpu_parity);
   tcase_add_test(tc, test_learner);
+  tcase_add_test(tc, test_long_episodes);
   tcase_add_test(tc, test_tf32_parity);
   tcase_add_test(tc, test_tf32_gemm);
   tcase_add_test(tc, test_learner_tf32);

@@ -20,53 +20,87 @@
 
 #define DT_NORM_BLOCKS 256
 
-/* row i's window (one block a row): thread 0 walks the Philox draws and the
- * returns-to-go from the episode's end back, the others copy the states */
-__global__ void dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *seedp, const unsigned long long *ctr,
-                                 int K, float rtg_scale, float *states, float *rtg, int32_t *actions,
-                                 int32_t *timesteps, float *mask, float *sums, cuda_pz_t pz) {
-  extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding */
+#define DT_SAMPLE_NT 128 /* the sample kernel's threads, and the rewards staged a round */
+
+/* row i's window (one block a row): thread 0 draws the window's end (the
+ * Philox draws), then the block loads in parallel what the CPU's loop reads
+ * one after another (each a round trip to memory when thread 0 read them
+ * alone: 17.8 us a step, kernels/dev/DEVICE_NOTES.md item 145): the
+ * episode's rewards from its last step back to the window's end, a round
+ * of DT_SAMPLE_NT at a time, which thread 0 sums from shared memory in the
+ * CPU's order (dt_rtg_from: rtg_c = r_c + rtg_{c+1}, so the same bits);
+ * then each window step's slot, reward and action, whose returns-to-go
+ * thread 0 chains as the CPU does; then the states */
+__global__ void __launch_bounds__(DT_SAMPLE_NT)
+    dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *seedp, const unsigned long long *ctr, int K,
+                     float rtg_scale, float *states, float *rtg, int32_t *actions, int32_t *timesteps, float *mask,
+                     float *sums, cuda_pz_t pz) {
+  extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding; then K rewards */
+  float *rw = reinterpret_cast<float *>(slot + K);
+  __shared__ float rbuf[DT_SAMPLE_NT];
+  __shared__ long long wnd[3]; /* first, last, end (-1: no window) */
   const long long mo = dt_mo(pz);
   rp.s = dt_off(rp.s, mo), rp.r = dt_off(rp.r, mo), rp.a = dt_off(rp.a, mo), rp.ep_first = dt_off(rp.ep_first, mo);
   rp.ep_last = dt_off(rp.ep_last, mo), rp.ring = dt_off(rp.ring, mo), ctr = dt_off(ctr, mo);
   states = dt_off(states, mo), rtg = dt_off(rtg, mo), actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo);
   mask = dt_off(mask, mo), sums = dt_off(sums, mo);
-  const unsigned long long seed = *dt_off(seedp, mo);
-  const int i = blockIdx.x, S = rp.S;
+  const int i = blockIdx.x, S = rp.S, tid = threadIdx.x;
   const long long size = rp.ring[0], head = rp.ring[1], total = rp.ring[2];
-  if (threadIdx.x == 0) {
+  const size_t row = (size_t)i * K;
+  if (tid == 0) {
     int64_t first = 0, last = 0, j = -1;
     if (size > 0)
-      j = dt_window_end(seed, *ctr, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total, size, &first,
-                        &last);
-    const size_t row = (size_t)i * K;
-    if (j < 0) {
-      for (int q = 0; q < K; q++) slot[q] = -1, rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0,
-                                            mask[row + q] = 0;
-    } else {
+      j = dt_window_end(*dt_off(seedp, mo), *ctr, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total,
+                        size, &first, &last);
+    wnd[2] = -1;
+    if (j >= 0) {
       long long back = head - 1 - j;
       back = back < 0 ? back + rp.cap : back;
-      const long long end = total - 1 - back;
-      float g = dt_rtg_from(rp.r, end, last, head, total, rp.cap);
-      for (int q = K - 1; q >= 0; q--) {
-        const long long c = end - (K - 1 - q);
-        if (c < first) {
-          slot[q] = -1, rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
-          continue;
-        }
-        const long long sl = her_slot(c, head, total, rp.cap);
-        if (c < end) g = rp.r[sl] + g;
-        slot[q] = sl;
-        rtg[row + q] = g / rtg_scale, actions[row + q] = rp.a[sl], timesteps[row + q] = (int32_t)(c - first);
-        mask[row + q] = 1;
-      }
-      sums[DT_SUM_ROWS_ANY + i] = 1; /* this row drew a window */
+      wnd[0] = first, wnd[1] = last, wnd[2] = total - 1 - back;
     }
   }
   __syncthreads();
-  for (int x = threadIdx.x; x < K * S; x += blockDim.x) {
+  const long long first = wnd[0], last = wnd[1], end = wnd[2];
+  if (end < 0) { /* no eligible draw: the row is padding */
+    for (int q = tid; q < K; q += blockDim.x) rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
+    for (int x = tid; x < K * S; x += blockDim.x) states[row * S + x] = 0.0f;
+    return;
+  }
+  /* the return-to-go at the window's end: counts last down to end */
+  float g = 0;
+  for (long long x0 = last; x0 >= end; x0 -= DT_SAMPLE_NT) {
+    const long long x = x0 - tid;
+    if (x >= end) rbuf[tid] = rp.r[her_slot(x, head, total, rp.cap)];
+    __syncthreads();
+    if (tid == 0) {
+      const int n = (int)(x0 - end + 1 < DT_SAMPLE_NT ? x0 - end + 1 : DT_SAMPLE_NT);
+      for (int k = 0; k < n; k++) g = rbuf[k] + g;
+    }
+    __syncthreads();
+  }
+  /* each window step's slot (count c = end - (K - 1 - q); before the
+   * episode's first: padding), action, time and reward */
+  for (int q = tid; q < K; q += blockDim.x) {
+    const long long c = end - (K - 1 - q);
+    if (c < first) {
+      slot[q] = -1, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0, rtg[row + q] = 0;
+      continue;
+    }
+    const long long sl = her_slot(c, head, total, rp.cap);
+    slot[q] = sl, rw[q] = rp.r[sl];
+    actions[row + q] = rp.a[sl], timesteps[row + q] = (int32_t)(c - first), mask[row + q] = 1;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    for (int q = K - 1; q >= 0 && slot[q] >= 0; q--) {
+      if (q < K - 1) g = rw[q] + g; /* c < end */
+      rtg[row + q] = g / rtg_scale;
+    }
+    sums[DT_SUM_ROWS_ANY + i] = 1; /* this row drew a window */
+  }
+  for (int x = tid; x < K * S; x += blockDim.x) {
     const long long sl = slot[x / S];
-    states[(size_t)i * K * S + x] = sl < 0 ? 0.0f : rp.s[(size_t)sl * S + x % S];
+    states[row * S + x] = sl < 0 ? 0.0f : rp.s[(size_t)sl * S + x % S];
   }
 }
 
@@ -209,7 +243,7 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
   cuda_dt_t *d = &t->dt;
   const int K = d->L.K, B = d->B;
   const cuda_pz_t pz = d->pz;
-  dt_sample_kernel<<<dt_grid(d, dim3((unsigned)B)), 128, sizeof(long long) * K, st>>>(
+  dt_sample_kernel<<<dt_grid(d, dim3((unsigned)B)), DT_SAMPLE_NT, (sizeof(long long) + sizeof(float)) * K, st>>>(
       *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cuda_dt_loss_grad(d, st));
