@@ -31,7 +31,7 @@ static __device__ __forceinline__ float dt_x3(const float *X, const float *X2, c
 __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, const float *X2, const float *X3,
                                                              const float *Y, int rows, int cols, int ld, int per,
                                                              float *part, float *part2, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   __shared__ float sh[2][8][33];
   const long long mo = dt_mo(pz);
   X = dt_off(X, mo), X2 = dt_off0(X2, mo), X3 = dt_off0(X3, mo), Y = dt_off0(Y, mo), part = dt_off(part, mo);
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(256) dt_colsum_part_kernel(const float *X, con
  * chunks l, l + 32, ... in order, then a fixed tree over the lanes */
 __global__ void dt_colsum_final_kernel(const float *part, const float *part2, int chunks, int cols, float *out,
                                        float *out2, int acc, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   if (blockIdx.y) part = part2, out = out2; /* the pair's second sums */
   part = dt_off(part, mo), out = dt_off(out, mo);
@@ -91,7 +91,7 @@ __global__ void dt_colsum_final_kernel(const float *part, const float *part2, in
 __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
                                 const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0,
                                 cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo), se = dt_off(se, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
   actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo), x0 = dt_off(x0, mo);
@@ -127,7 +127,7 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
  * and 1/std kept (dt_ln) */
 __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xhat,
                              float *rstd, int rnd, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
@@ -153,7 +153,7 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
 
 /* xs [B K, E]: the state tokens (3t + 1) of xf */
 __global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   xf = dt_off(xf, mo), xs = dt_off(xs, mo);
   const int s = blockIdx.x, b = s / K, t = s % K;
@@ -163,7 +163,7 @@ __global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs,
 
 /* the real steps, into sums[1] (one block, in order) */
 __global__ void dt_count_kernel(const float *mask, int BK, float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   mask = dt_off(mask, mo), sums = dt_off(sums, mo);
   __shared__ float red[32];
@@ -177,7 +177,7 @@ __global__ void dt_count_kernel(const float *mask, int BK, float *sums, cuda_pz_
  * (D x real steps); padded steps: 0, and their logits 0 (as the CPU's) */
 __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32_t *actions, int BK, float *z, float *dz,
                              float *loss_step, const float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= BK) return;
   const long long mo = dt_mo(pz);
@@ -207,7 +207,7 @@ __global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32
 
 /* sums[0] = sum of the steps' CE / real steps (one block, in order) */
 __global__ void dt_loss_kernel(const float *loss_step, int BK, float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
   __shared__ float red[32];
@@ -240,18 +240,18 @@ int dt_colsum_pair(const cuda_dt_t *d, const float *X, const float *X2, const fl
   const int per = (int)((rows + chunks - 1) / chunks);
   chunks = (rows + per - 1) / per;
   if (!out2) part2 = NULL;
-  dt_launch(dt_colsum_part_kernel, dt_grid(d, dim3((unsigned)((cols + 31) / 32), (unsigned)chunks)), 256, 0, st, X, X2,
-            X3, Y, rows, cols, ld, per, part, part2, d->pz);
-  dt_launch(dt_colsum_final_kernel, dt_grid(d, dim3((unsigned)((cols + 7) / 8), part2 ? 2u : 1u)), 256, 0, st, part,
-            part2, (int)chunks, cols, out, out2, acc, d->pz);
+  pdl_launch(dt_colsum_part_kernel, dt_grid(d, dim3((unsigned)((cols + 31) / 32), (unsigned)chunks)), 256, 0, st, X, X2,
+             X3, Y, rows, cols, ld, per, part, part2, d->pz);
+  pdl_launch(dt_colsum_final_kernel, dt_grid(d, dim3((unsigned)((cols + 7) / 8), part2 ? 2u : 1u)), 256, 0, st, part,
+             part2, (int)chunks, cols, out, out2, acc, d->pz);
   return (int)cudaGetLastError();
 }
 
 /* rnd: y rounded to TF32 (h1 and h2 under dt_pre) */
 static int ln(const cuda_dt_t *d, const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xh,
               float *r, int rnd, cudaStream_t st) {
-  dt_launch(dt_ln_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, x, T, E, gam, bet, y, xh, r, rnd,
-            d->pz);
+  pdl_launch(dt_ln_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, x, T, E, gam, bet, y, xh, r, rnd,
+             d->pz);
   return (int)cudaGetLastError();
 }
 
@@ -269,7 +269,7 @@ static int lin(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const fl
  * rounded to TF32 in wr's DT_WT_* places: blockIdx.y is block y / 6's
  * matrix y % 6 */
 __global__ void dt_round_w_kernel(const float *p, dt_wt_src_t src, int E, float *wr, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   const int j = blockIdx.y % 6, l = blockIdx.y / 6;
   const float *a = dt_off(p, mo) + src.off[blockIdx.y];
@@ -410,14 +410,14 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const float *p = d->p;
   /* the state tokens' W_s s + b_s into xs (free until the heads) */
   CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
-  dt_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, *L, p, d->xs, d->rtg, d->mask, d->actions,
-            d->timesteps, d->x0, d->pz);
+  pdl_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, *L, p, d->xs, d->rtg, d->mask, d->actions,
+             d->timesteps, d->x0, d->pz);
   CUDA_RET(cudaGetLastError());
   const int pre = dt_pre(d);
   if (pre) { /* wr beside the embeddings */
     CUDA_RET(dt_fork_one(d, st, 0));
-    dt_launch(dt_round_w_kernel, dt_grid(d, dim3(32, (unsigned)(6 * L->L))), 256, 0, d->side[0], p, dt_wt_src(L), E,
-              d->wr, d->pz);
+    pdl_launch(dt_round_w_kernel, dt_grid(d, dim3(32, (unsigned)(6 * L->L))), 256, 0, d->side[0], p, dt_wt_src(L), E,
+               d->wr, d->pz);
     CUDA_RET(cudaGetLastError());
   }
   CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, 0, st));
@@ -445,15 +445,15 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }
   CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, 0, st));
-  dt_launch(dt_gather_state_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->xf, K, E, d->xs, d->pz);
+  pdl_launch(dt_gather_state_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->xf, K, E, d->xs, d->pz);
   CUDA_RET(cudaGetLastError());
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)
     CUDA_RET(dt_gemm(d, BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd],
                      NULL, 0, 0, st));
-  dt_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->mask, BK, d->sums, d->pz);
-  dt_launch(dt_ce_kernel, dt_grid(d, dim3((unsigned)((BK + 127) / 128))), 128, 0, st, *L, d->mask, d->actions, BK, d->z,
-            d->dz, d->loss_step, d->sums, d->pz);
-  dt_launch(dt_loss_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->loss_step, BK, d->sums, d->pz);
+  pdl_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->mask, BK, d->sums, d->pz);
+  pdl_launch(dt_ce_kernel, dt_grid(d, dim3((unsigned)((BK + 127) / 128))), 128, 0, st, *L, d->mask, d->actions, BK,
+             d->z, d->dz, d->loss_step, d->sums, d->pz);
+  pdl_launch(dt_loss_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->loss_step, BK, d->sums, d->pz);
   return (int)cudaGetLastError();
 }
 

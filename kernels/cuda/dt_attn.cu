@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_win_kernel(const f
                                                                          const float *mask, int K, int E, int nh,
                                                                          float scale, float *P, float *att,
                                                                          cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_q_win_kernel(c
                                                                                const float *k, const float *v, int K,
                                                                                int E, int nh, float scale, float *dS,
                                                                                float *dq, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
                                                                                 const float *q, const float *datt,
                                                                                 int K, int E, int nh, float scale,
                                                                                 float *dk, float *dv, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const int N = 3 * K, h = blockIdx.x, b = blockIdx.y, dh = E / nh, ld = dh + 4;
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(32 * DT_ATTN_WARPS) dt_attn_bwd_kv_win_kernel(
 /* grid (N, nh, B) */
 __global__ void dt_attn_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
                                float scale, float *P, float *att, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float sc[]; /* N scores, then 32 for the reductions */
   const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
   const long long mo = dt_moz(pz);
@@ -407,7 +407,7 @@ __global__ void dt_attn_kernel(const float *q, const float *k, const float *v, c
 /* grid (N, nh, B): query i's dS row and dq */
 __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E,
                                      int nh, float scale, float *dS, float *dq, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float sh[]; /* N, then 32 */
   const int N = 3 * K, i = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
   const long long mo = dt_moz(pz);
@@ -443,7 +443,7 @@ __global__ void dt_attn_bwd_q_kernel(const float *P, const float *datt, const fl
 /* grid (N, nh, B): key j's dk and dv (queries i >= j, in order) */
 __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E,
                                       int nh, float scale, float *dk, float *dv, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const int N = 3 * K, j = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
   const long long mo = dt_moz(pz);
   P = dt_off(P, mo), dS = dt_off(dS, mo), q = dt_off(q, mo), datt = dt_off(datt, mo), dk = dt_off(dk, mo),
@@ -509,14 +509,14 @@ int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, 
     const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));
     const size_t sh = sizeof(float) * win_floats(N, E / nh, 0, qw);
     if (qw == 4)
-      dt_launch(dt_attn_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, sh, st, q, k, v, d->mask, K, E, nh, scale, P, att,
-                d->pz);
+      pdl_launch(dt_attn_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, sh, st, q, k, v, d->mask, K, E, nh, scale, P, att,
+                 d->pz);
     else
-      dt_launch(dt_attn_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, sh, st, q, k, v, d->mask, K, E, nh, scale, P, att,
-                d->pz);
+      pdl_launch(dt_attn_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, sh, st, q, k, v, d->mask, K, E, nh, scale, P, att,
+                 d->pz);
   } else
-    dt_launch(dt_attn_kernel, dt_grid(d, dim3((unsigned)N, (unsigned)nh, (unsigned)d->B)), 128,
-              sizeof(float) * (N + 32), st, q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
+    pdl_launch(dt_attn_kernel, dt_grid(d, dim3((unsigned)N, (unsigned)nh, (unsigned)d->B)), 128,
+               sizeof(float) * (N + 32), st, q, k, v, d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 
@@ -531,23 +531,23 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
     const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B, win_splits(d, qw)));
     const size_t sq = sizeof(float) * win_floats(N, E / nh, 0, qw), skv = sizeof(float) * win_floats(N, E / nh, 1, qw);
     if (qw == 4) {
-      dt_launch(dt_attn_bwd_q_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, sq, st, P, datt, k, v, K, E, nh, scale, dS, dq,
-                d->pz);
+      pdl_launch(dt_attn_bwd_q_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, sq, st, P, datt, k, v, K, E, nh, scale, dS, dq,
+                 d->pz);
       CUDA_RET(cudaGetLastError());
-      dt_launch(dt_attn_bwd_kv_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, skv, st, P, dS, q, datt, K, E, nh, scale, dk,
-                dv, d->pz);
+      pdl_launch(dt_attn_bwd_kv_win_kernel<4>, grid, 32 * DT_ATTN_WARPS, skv, st, P, dS, q, datt, K, E, nh, scale, dk,
+                 dv, d->pz);
     } else {
-      dt_launch(dt_attn_bwd_q_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, sq, st, P, datt, k, v, K, E, nh, scale, dS, dq,
-                d->pz);
+      pdl_launch(dt_attn_bwd_q_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, sq, st, P, datt, k, v, K, E, nh, scale, dS, dq,
+                 d->pz);
       CUDA_RET(cudaGetLastError());
-      dt_launch(dt_attn_bwd_kv_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, skv, st, P, dS, q, datt, K, E, nh, scale, dk,
-                dv, d->pz);
+      pdl_launch(dt_attn_bwd_kv_win_kernel<2>, grid, 32 * DT_ATTN_WARPS, skv, st, P, dS, q, datt, K, E, nh, scale, dk,
+                 dv, d->pz);
     }
     return (int)cudaGetLastError();
   }
   const dim3 grid = dt_grid(d, dim3((unsigned)N, (unsigned)nh, (unsigned)d->B));
-  dt_launch(dt_attn_bwd_q_kernel, grid, 128, sizeof(float) * (N + 32), st, P, datt, k, v, K, E, nh, scale, dS, dq,
-            d->pz);
-  dt_launch(dt_attn_bwd_kv_kernel, grid, 128, 0, st, P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
+  pdl_launch(dt_attn_bwd_q_kernel, grid, 128, sizeof(float) * (N + 32), st, P, datt, k, v, K, E, nh, scale, dS, dq,
+             d->pz);
+  pdl_launch(dt_attn_bwd_kv_kernel, grid, 128, 0, st, P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz);
   return (int)cudaGetLastError();
 }

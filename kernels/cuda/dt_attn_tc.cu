@@ -263,7 +263,7 @@ static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const f
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
                       float scale, float *P, float *att, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
                             float scale, float *dS, float *dq, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E, int nh,
                              float scale, float *dk, float *dv, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
   const atc_win_t w(K, E, nh, pz);
@@ -431,8 +431,8 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v, d->mask,
-            K, E, nh, scale, P, att, d->pz);
+  pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
+             d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 
@@ -442,11 +442,11 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  dt_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
-            v, K, E, nh, scale, dS, dq, d->pz);
+  pdl_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
+             v, K, E, nh, scale, dS, dq, d->pz);
   CUDA_RET(cudaGetLastError());
-  dt_launch(dt_attn_tc_bwd_kv_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q,
-            datt, K, E, nh, scale, dk, dv, d->pz);
+  pdl_launch(dt_attn_tc_bwd_kv_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q,
+             datt, K, E, nh, scale, dk, dv, d->pz);
   return (int)cudaGetLastError();
 }
 

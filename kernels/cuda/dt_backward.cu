@@ -26,7 +26,7 @@ static __device__ __forceinline__ float dt_dy3(const float *dy, const float *dy2
 __global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float *dy3, const float *xhat,
                                  const float *rstd, const float *gam, int T, int E, float *dx, const float *res,
                                  cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
@@ -54,7 +54,7 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float 
  * the TMA tile alone): blockIdx.y is block y / 6's matrix y % 6, its 32 x
  * 32 tiles along x through shared memory (coalesced both ways) */
 __global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, float *wT, int rnd, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   __shared__ float t[32][33];
   const long long mo = dt_mo(pz);
   const int j = blockIdx.y % 6, l = blockIdx.y / 6;
@@ -81,7 +81,7 @@ __global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, floa
 
 /* dxf: zeros but the state tokens' rows, which are dxs's */
 __global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *dxf, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   dxs = dt_off(dxs, mo), dxf = dt_off(dxf, mo);
   const int tok = blockIdx.x, n = tok % (3 * K), b = tok / (3 * K);
@@ -93,7 +93,7 @@ __global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *d
  * st (zeros for padding: its inputs are not read) */
 __global__ void dt_state_rows_kernel(const float *dx0, const float *states, const float *mask, int K, int E, int S,
                                      float *dxs, float *st, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   dx0 = dt_off(dx0, mo), states = dt_off(states, mo), mask = dt_off(mask, mo), dxs = dt_off(dxs, mo),
   st = dt_off(st, mo);
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
                                                            const float *mask, const int32_t *actions,
                                                            const int32_t *timesteps, int BK, int r0, int per,
                                                            float *g, float *part, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   __shared__ int list[128 * DT_EMB_SCAN], wcount[DT_EMB_SCAN][4];
   const long long mo = dt_mo(pz);
   dx0 = dt_off(dx0, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo);
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(128) dt_embed_bwd_kernel(const dt_layout_t L, 
 /* the chunked rows' sums (rows L.T to L.T + A, dt_embed_bwd_kernel's part)
  * into g, in chunk order */
 __global__ void dt_embed_final_kernel(const dt_layout_t L, const float *part, int chunks, float *g, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   part = dt_off(part, mo), g = dt_off(g, mo);
   const int E = L.E, rows = L.A + 1;
@@ -264,8 +264,8 @@ static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *
                   const float *rstd, const float *gam, int T, int E, float *dx, const float *res, float *dgam,
                   float *dbet, unsigned rs, cudaStream_t st) {
   CUDA_RET(dt_fork_one(d, st, DT_SIDE_LN));
-  dt_launch(dt_ln_bwd_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, dy, dy2, dy3, xhat, rstd, gam, T,
-            E, dx, res, d->pz);
+  pdl_launch(dt_ln_bwd_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, dy, dy2, dy3, xhat, rstd, gam, T,
+             E, dx, res, d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_colsum_pair(d, dy, dy2, dy3, xhat, T, E, E, dgam, dbet, 1, d->csum[1], d->csum[2], d->csum_cap,
                           d->side[DT_SIDE_LN]));
@@ -342,11 +342,11 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
    * backward (DT_SIDE_K is next used by the first block's k gradient) */
   if (use_wt(d)) {
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
-    dt_launch(dt_transpose_kernel, dt_grid(d, dim3(64, (unsigned)(6 * L->L))), 256, 0, d->side[DT_SIDE_K], p,
-              dt_wt_src(L), E, d->wT, dt_pre(d), d->pz);
+    pdl_launch(dt_transpose_kernel, dt_grid(d, dim3(64, (unsigned)(6 * L->L))), 256, 0, d->side[DT_SIDE_K], p,
+               dt_wt_src(L), E, d->wT, dt_pre(d), d->pz);
     CUDA_RET(cudaGetLastError());
   }
-  dt_launch(dt_scatter_state_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, d->dxs, K, E, d->dxf, d->pz);
+  pdl_launch(dt_scatter_state_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, d->dxs, K, E, d->dxf, d->pz);
   CUDA_RET(cudaGetLastError());
   for (int k = 0; k < DT_RD_N; k++) d->rd_live[k] = 0;
   CUDA_RET(ln_bwd(d, d->dxf, NULL, NULL, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, NULL, g + L->lnf_w, g + L->lnf_b,
@@ -403,8 +403,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   float *scr = d->du;
   CUDA_RET(ln_bwd(d, d->dX, NULL, NULL, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, NULL, g + L->lne_w, g + L->lne_b, 0,
                   st));
-  dt_launch(dt_state_rows_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->dxf, d->states, d->mask, K, E, L->S,
-            d->dxs, d->st_real, d->pz);
+  pdl_launch(dt_state_rows_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->dxf, d->states, d->mask, K, E, L->S,
+             d->dxs, d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(
       dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr, d->tmp_cap, st));
@@ -412,8 +412,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */
   auto emb = E <= 128 ? dt_embed_bwd_kernel<1> : dt_embed_bwd_kernel<32>;
-  dt_launch(emb, dt_grid(d, dim3((unsigned)L->T)), 128, 0, st, *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps,
-            BK, 0, BK, g, (float *)NULL, d->pz);
+  pdl_launch(emb, dt_grid(d, dim3((unsigned)L->T)), 128, 0, st, *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps,
+             BK, 0, BK, g, (float *)NULL, d->pz);
   CUDA_RET(cudaGetLastError());
   const size_t row_floats = (size_t)(L->A + 1) * 2 * E;
   long long chunks = BK < 64 ? BK : 64;
@@ -421,11 +421,11 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   if (chunks < 1) chunks = 1;
   const int per = (int)((BK + chunks - 1) / chunks);
   chunks = (BK + per - 1) / per;
-  dt_launch(emb, dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st, *L, d->dxf, d->rtg, d->mask,
-            d->actions, d->timesteps, BK, L->T, per, g, scr, d->pz);
+  pdl_launch(emb, dt_grid(d, dim3((unsigned)(L->A + 1), (unsigned)chunks)), 128, 0, st, *L, d->dxf, d->rtg, d->mask,
+             d->actions, d->timesteps, BK, L->T, per, g, scr, d->pz);
   CUDA_RET(cudaGetLastError());
-  dt_launch(dt_embed_final_kernel, dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st, *L, scr,
-            (int)chunks, g, d->pz);
+  pdl_launch(dt_embed_final_kernel, dt_grid(d, dim3((unsigned)((row_floats + 255) / 256))), 256, 0, st, *L, scr,
+             (int)chunks, g, d->pz);
   CUDA_RET(cudaGetLastError());
   return join_all(d, st); /* the side streams' last work (and for a capture: every branch joined) */
 }

@@ -143,6 +143,8 @@ int cuda_dt_attn_run(cuda_dt_t *d, int *ws);
 #endif
 
 #ifdef __CUDACC__
+#include "pdl.cuh"
+
 /* DT populations (docs/population.md, "The Decision Transformer"): every
  * member's DT buffers lie at member 0's plus i x pz.stride bytes (the
  * arena), so each launch runs all pz.n members with grid z = pz.n x its own
@@ -182,37 +184,6 @@ static inline dim3 dt_grid(const cuda_dt_t *d, dim3 g) {
 /* bytes at p zeroed, and copied, for every member */
 int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st);
 int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaStream_t st);
-
-/* Programmatic dependent launch (docs/learner.md §16, "Launches"): every
- * DT kernel is launched with programmatic stream serialisation (dt_launch),
- * so in the captured graph its blocks may be placed while the kernel before
- * it on its stream finishes, and wait there (griddepcontrol.wait: that
- * kernel complete and its writes visible) before they read or write
- * anything a kernel wrote. A kernel lets the next one's blocks be placed
- * (launch_dependents) at its start (DT_PDL_ENTER: its wait, then that), or,
- * in the GEMM tiles, once its mainloop is done, so the next kernel's launch
- * and placement overlap its epilogue. Since each kernel waits before it
- * lets the next start, all the kernels before it have completed too. */
-static __device__ __forceinline__ void dt_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void dt_pdl_go() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-#define DT_PDL_ENTER() (dt_pdl_wait(), dt_pdl_go())
-template <typename... P, typename... A>
-static inline void dt_launch(void (*k)(P...), dim3 g, dim3 b, size_t sm, cudaStream_t st, A &&...a) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = g, cfg.blockDim = b, cfg.dynamicSmemBytes = sm, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 1;
-  (void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(a)...);
-}
 
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
                                                       const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
                                                       int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
-  dt_pdl_wait();
+  pdl_wait();
   __shared__ __align__(16) float As[DG_S][DG_BK][DG_LD], Bs[DG_S][DG_BK][DG_LD];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, z = dt_z(pz), klo = z * kper;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
     __syncthreads();
   }
   /* the member's pointers from the parameters here, not held through the loop */
-  dt_pdl_go();
+  pdl_go();
   const long long mo = dt_moz(pz);
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
   const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G);
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
                                                          const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
                                                          int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
-  dt_pdl_wait();
+  pdl_wait();
   __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int wr = 16 * ((tid / 32) % 4), wc = 32 * (tid / 128);
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     __syncthreads();
     buf ^= 1;
   }
-  dt_pdl_go();
+  pdl_go();
   const long long mo = dt_moz(pz); /* as dt_gemm_kernel's */
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + dt_z(pz) * cz, G = dt_off0(G, mo);
   const int vec = dt_ep_vec<2>(C, ldc, bias, R, ldr, G);
@@ -261,7 +261,7 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
     return;
   }
 #define DG_GO(KER, TA, TB) \
-  dt_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
+  pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
   switch (4 * tc + 2 * ta + tb) {
     case 0:
       DG_GO(dt_gemm_kernel, 0, 0);
@@ -284,7 +284,7 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
  * by the blocks after them */
 __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, int cblocks,
                                         const float *bpart, float *db, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const size_t MN = (size_t)M * N;
   const long long mo = dt_mo(pz);
   if ((int)blockIdx.x >= cblocks) {
@@ -376,7 +376,7 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   }
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024, bblocks = db ? (M + 255) / 256 : 0;
-  dt_launch(dt_splitk_reduce_kernel, dt_grid(d, dim3((unsigned)(blocks + bblocks))), 256, 0, st, part, (int)parts, M, N,
-            C, ldc, (int)blocks, bpart, db, d->pz);
+  pdl_launch(dt_splitk_reduce_kernel, dt_grid(d, dim3((unsigned)(blocks + bblocks))), 256, 0, st, part, (int)parts, M,
+             N, C, ldc, (int)blocks, bpart, db, d->pz);
   return (int)cudaGetLastError();
 }

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(128, 4)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  dt_pdl_wait(); /* the mbarriers set up beside the kernel before */
+  pdl_wait(); /* the mbarriers set up beside the kernel before */
   if (tid == 0)
     for (int q = 0; q < DT_TMA_NS && q < nk; q++)
       dtm_issue(base + q * DT_TMA_STAGE, bars + 8 * q, &ma, &mb, q, m0, n0, z);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(128, 4)
     const int nx = c + DT_TMA_NS;
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
-  dt_pdl_go(); /* the next kernel's blocks may start beside this epilogue */
+  pdl_go(); /* the next kernel's blocks may start beside this epilogue */
   if (pf.on)
     dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
   else
@@ -181,7 +181,7 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
       !dt_tma_map(enc, &mb, B, K, N, ldb, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride))
     return 1; /* not encodable: the caller takes the register-staged tile */
 #define DTM_GO(OP) \
-  dt_launch(dt_gemm_tma_kernel<OP>, grid, 128, DT_TMA_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, G, pz, rnd)
+  pdl_launch(dt_gemm_tma_kernel<OP>, grid, 128, DT_TMA_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, G, pz, rnd)
   switch (op) {
     case DT_EP_GELU:
       DTM_GO(DT_EP_GELU);

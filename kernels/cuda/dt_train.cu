@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
     dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *seedp, const unsigned long long *ctr, int K,
                      float rtg_scale, float *states, float *rtg, int32_t *actions, int32_t *timesteps, float *mask,
                      float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   extern __shared__ long long slot[]; /* K: the slot of each step, -1 for padding; then K rewards */
   float *rw = reinterpret_cast<float *>(slot + K);
   __shared__ float rbuf[DT_SAMPLE_NT];
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
 /* partial sums of g^2 in double (the CPU's grad_norm sums in double),
  * DT_NORM_BLOCKS blocks, each its stride in order */
 __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   __shared__ double red[32];
   const long long mo = dt_mo(pz);
   g = dt_off(g, mo), part = dt_off(part, mo);
@@ -125,7 +125,7 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
  * them: a halting step's go only to its message) */
 __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
                                float *sums, double *acc, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   __shared__ double red[32];
   __shared__ float redf[32];
   const long long mo = dt_mo(pz);
@@ -172,7 +172,7 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
  * warm-up's lr, when the step applies */
 __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
                                 const unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   sums = dt_off(sums, mo);
   if (sums[DT_SUM_APPLY] == 0) return;
@@ -189,7 +189,7 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
 }
 
 __global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long mo = dt_mo(pz);
   ctr = dt_off(ctr, mo), sums = dt_off(sums, mo);
   if (sums[DT_SUM_APPLY] != 0) *ctr += 1;
@@ -198,7 +198,7 @@ __global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums,
 /* 1 in *flag when some stored slot's episode has ended and is stored whole */
 __global__ void dt_has_episode_kernel(const long long *ep_first, const long long *ep_last, const long long *ring,
                                       int *flag) {
-  DT_PDL_ENTER();
+  PDL_ENTER();
   const long long size = ring[0], total = ring[2];
   for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < size; j += (long long)gridDim.x * blockDim.x)
     if (her_eligible(ep_first[j], ep_last[j], total, size)) *flag = 1; /* every writer writes 1: no race on the value */
@@ -233,7 +233,7 @@ extern "C" void cuda_dt_train_free(cuda_dt_train_t *t) {
 
 extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaStream_t st, int *has) {
   CUDA_RET(cudaMemsetAsync(t->flag, 0, sizeof(int), st));
-  dt_launch(dt_has_episode_kernel, 128, 256, 0, st, rp->ep_first, rp->ep_last, rp->ring, t->flag);
+  pdl_launch(dt_has_episode_kernel, 128, 256, 0, st, rp->ep_first, rp->ep_last, rp->ring, t->flag);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cudaMemcpyAsync(has, t->flag, sizeof(int), cudaMemcpyDeviceToHost, st));
   return (int)cudaStreamSynchronize(st);
@@ -249,16 +249,16 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
   cuda_dt_t *d = &t->dt;
   const int K = d->L.K, B = d->B;
   const cuda_pz_t pz = d->pz;
-  dt_launch(dt_sample_kernel, dt_grid(d, dim3((unsigned)B)), DT_SAMPLE_NT, (sizeof(long long) + sizeof(float)) * K, st,
-            *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
+  pdl_launch(dt_sample_kernel, dt_grid(d, dim3((unsigned)B)), DT_SAMPLE_NT, (sizeof(long long) + sizeof(float)) * K, st,
+             *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cuda_dt_loss_grad(d, st));
   CUDA_RET(dt_copy(d, t->sums + DT_SUM_LOSS, d->sums, sizeof(float), st));
   const long long n = d->L.n_params;
-  dt_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, pz);
-  dt_launch(dt_norm_kernel, dt_grid(d, dim3(1)), 256, 0, st, t->part, B, hp, t->ctr, t->sums, t->acc, pz);
-  dt_launch(dt_adamw_kernel, dt_grid(d, dim3((unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048))), 256, 0, st,
-            d->p, d->g, t->m, t->v, n, hp, t->ctr, t->sums, pz);
-  dt_launch(dt_count_step_kernel, dt_grid(d, dim3(1)), 1, 0, st, t->ctr, t->sums, pz);
+  pdl_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, pz);
+  pdl_launch(dt_norm_kernel, dt_grid(d, dim3(1)), 256, 0, st, t->part, B, hp, t->ctr, t->sums, t->acc, pz);
+  pdl_launch(dt_adamw_kernel, dt_grid(d, dim3((unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048))), 256, 0, st,
+             d->p, d->g, t->m, t->v, n, hp, t->ctr, t->sums, pz);
+  pdl_launch(dt_count_step_kernel, dt_grid(d, dim3(1)), 1, 0, st, t->ctr, t->sums, pz);
   return (int)cudaGetLastError();
 }

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(DW_NT, 2)
     dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                        int kper, size_t cz, float *bpart, cuda_pz_t pz) {
-  dt_pdl_wait();
+  pdl_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dw_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(DW_NT, 2)
         if (m0 + r < M) bp[r] = bs[i];
       }
   }
-  dt_pdl_go();
+  pdl_go();
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
   dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
                                                             const float *B, int ldb, float *C, int ldc,
                                                             const float *bias, const float *R, int ldr, int acc,
                                                             int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
-  dt_pdl_wait();
+  pdl_wait();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dw_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dw_sh), base = (raw + 1023u) & ~1023u;
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
   }
   wgmma_wait<0>();
   dw_pin(d);
-  dt_pdl_go();
+  pdl_go();
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
   dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
@@ -339,9 +339,9 @@ int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
                   int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
-#define DW_GO(TA, TB)                                                                                                \
-  dt_launch(dt_gemm_wg_kernel<TA, TB>, grid, DW_NT, DW_SMEM, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, \
-            op, G, kper, cz, pz)
+#define DW_GO(TA, TB)                                                                                                 \
+  pdl_launch(dt_gemm_wg_kernel<TA, TB>, grid, DW_NT, DW_SMEM, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, \
+             op, G, kper, cz, pz)
   switch (2 * ta + tb) {
     case 0:
       DW_GO(0, 0);
@@ -361,8 +361,8 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
   if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, N, K, ldb, 32, DW_BK, pz.n, pz.stride))
     return 1;
-  dt_launch(dt_gemm_tmt_kernel, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper,
-            cz, bpart, pz);
+  pdl_launch(dt_gemm_tmt_kernel, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper,
+             cz, bpart, pz);
   return 0;
 }
 
