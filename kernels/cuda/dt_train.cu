@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
     if (size > 0)
       j = dt_window_end(*dt_off(seedp, mo), *ctr, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total,
                         size, &first, &last);
-    wnd[2] = -1;
+    wnd[0] = wnd[1] = 0, wnd[2] = -1;
     if (j >= 0) {
       long long back = head - 1 - j;
       back = back < 0 ? back + rp.cap : back;
@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
   __syncthreads();
   const long long first = wnd[0], last = wnd[1], end = wnd[2];
   if (end < 0) { /* no eligible draw: the row is padding */
-    for (int q = tid; q < K; q += blockDim.x) rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
+    for (int q = tid; q < K; q += blockDim.x)
+      rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
     for (int x = tid; x < K * S; x += blockDim.x) states[row * S + x] = 0.0f;
     return;
   }
