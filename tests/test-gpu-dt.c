@@ -551,8 +551,9 @@ START_TEST(test_long_episodes) {
   learner_config_t c = lcfg();
   c.dt_max_ep_len = 400, c.replay_capacity = 1200;
   char err[512];
-  learner_t *cpu, *gpu, *gpu2;
-  make3(&c, &c, &cpu, &gpu, &gpu2);
+  learner_t *cpu, *gpu;
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CUDA, &gpu, err, sizeof err) == 0, "%s", err);
   const int n = 1000, S = c.state_dim, A = learner_config_joint_actions(&c);
   float *s = malloc(sizeof(float) * n * S), *s2 = malloc(sizeof(float) * n * S), *r = malloc(sizeof(float) * n);
   int32_t *a = malloc(sizeof(int32_t) * n);
@@ -575,7 +576,7 @@ START_TEST(test_long_episodes) {
                   (double)sc.loss_last);
   }
   free(s), free(s2), free(r), free(a), free(d);
-  learner_destroy(cpu), learner_destroy(gpu), learner_destroy(gpu2);
+  learner_destroy(cpu), learner_destroy(gpu);
 }
 END_TEST
 

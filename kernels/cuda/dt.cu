@@ -448,8 +448,8 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   pdl_launch(dt_gather_state_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->xf, K, E, d->xs, d->pz);
   CUDA_RET(cudaGetLastError());
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)
-    CUDA_RET(dt_gemm(d, BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd],
-                     NULL, 0, 0, st));
+    CUDA_RET(dt_gemm(d, BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd], NULL,
+                     0, 0, st));
   pdl_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->mask, BK, d->sums, d->pz);
   pdl_launch(dt_ce_kernel, dt_grid(d, dim3((unsigned)((BK + 127) / 128))), 128, 0, st, *L, d->mask, d->actions, BK,
              d->z, d->dz, d->loss_step, d->sums, d->pz);

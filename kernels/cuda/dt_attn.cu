@@ -446,8 +446,7 @@ __global__ void dt_attn_bwd_kv_kernel(const float *P, const float *dS, const flo
   PDL_ENTER();
   const int N = 3 * K, j = blockIdx.x, h = blockIdx.y, b = dt_z(pz), dh = E / nh;
   const long long mo = dt_moz(pz);
-  P = dt_off(P, mo), dS = dt_off(dS, mo), q = dt_off(q, mo), datt = dt_off(datt, mo), dk = dt_off(dk, mo),
-  dv = dt_off(dv, mo);
+  P = dt_off(P, mo), dS = dt_off(dS, mo), q = dt_off(q, mo), datt = dt_off(datt, mo), dk = dt_off(dk, mo), dv = dt_off(dv, mo);
   const size_t base = ((size_t)b * nh + h) * N * N, kj = ((size_t)b * N + j) * E + (size_t)h * dh;
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     float sk = 0, sv = 0;

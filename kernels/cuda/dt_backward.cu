@@ -95,8 +95,7 @@ __global__ void dt_state_rows_kernel(const float *dx0, const float *states, cons
                                      float *dxs, float *st, cuda_pz_t pz) {
   PDL_ENTER();
   const long long mo = dt_mo(pz);
-  dx0 = dt_off(dx0, mo), states = dt_off(states, mo), mask = dt_off(mask, mo), dxs = dt_off(dxs, mo),
-  st = dt_off(st, mo);
+  dx0 = dt_off(dx0, mo), states = dt_off(states, mo), mask = dt_off(mask, mo), dxs = dt_off(dxs, mo), st = dt_off(st, mo);
   const int s = blockIdx.x, b = s / K, t = s % K;
   for (int e = threadIdx.x; e < E; e += blockDim.x) dxs[(size_t)s * E + e] = dx0[((size_t)b * 3 * K + 3 * t + 1) * E + e];
   for (int i = threadIdx.x; i < S; i += blockDim.x) st[(size_t)s * S + i] = mask[s] != 0 ? states[(size_t)s * S + i] : 0.0f;
@@ -406,14 +405,14 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   pdl_launch(dt_state_rows_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->dxf, d->states, d->mask, K, E, L->S,
              d->dxs, d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(
-      dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr, d->tmp_cap, st));
+  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr, d->tmp_cap,
+                         st));
   CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, scr, d->tmp_cap, st));
   /* the time rows (each a few steps) unchunked; the action and W_R rows
    * (each many steps) in up to 64 chunks of steps */
   auto emb = E <= 128 ? dt_embed_bwd_kernel<1> : dt_embed_bwd_kernel<32>;
   pdl_launch(emb, dt_grid(d, dim3((unsigned)L->T)), 128, 0, st, *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps,
-             BK, 0, BK, g, (float *)NULL, d->pz);
+             BK, 0, BK, g, nullptr, d->pz);
   CUDA_RET(cudaGetLastError());
   const size_t row_floats = (size_t)(L->A + 1) * 2 * E;
   long long chunks = BK < 64 ? BK : 64;

@@ -263,12 +263,8 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 #define DG_GO(KER, TA, TB) \
   pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
   switch (4 * tc + 2 * ta + tb) {
-    case 0:
-      DG_GO(dt_gemm_kernel, 0, 0);
-      break;
-    case 1:
-      DG_GO(dt_gemm_kernel, 0, 1);
-      break;
+    case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
+    case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
     case 2: DG_GO(dt_gemm_kernel, 1, 0); break;
     case 3: DG_GO(dt_gemm_kernel, 1, 1); break;
     case 4: DG_GO(dt_gemm_tc_kernel, 0, 0); break;

@@ -183,12 +183,8 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
 #define DTM_GO(OP) \
   pdl_launch(dt_gemm_tma_kernel<OP>, grid, 128, DT_TMA_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, G, pz, rnd)
   switch (op) {
-    case DT_EP_GELU:
-      DTM_GO(DT_EP_GELU);
-      break;
-    case DT_EP_DGELU:
-      DTM_GO(DT_EP_DGELU);
-      break;
+    case DT_EP_GELU: DTM_GO(DT_EP_GELU); break;
+    case DT_EP_DGELU: DTM_GO(DT_EP_DGELU); break;
     case DT_EP_GELU_T: DTM_GO(DT_EP_GELU_T); break;
     default: DTM_GO(DT_EP_PLAIN); break;
   }

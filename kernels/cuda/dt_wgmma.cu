@@ -343,9 +343,7 @@ void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int 
   pdl_launch(dt_gemm_wg_kernel<TA, TB>, grid, DW_NT, DW_SMEM, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, \
              op, G, kper, cz, pz)
   switch (2 * ta + tb) {
-    case 0:
-      DW_GO(0, 0);
-      break;
+    case 0: DW_GO(0, 0); break;
     case 1: DW_GO(0, 1); break;
     case 2: DW_GO(1, 0); break;
     default: DW_GO(1, 1); break;

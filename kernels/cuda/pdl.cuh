@@ -36,6 +36,8 @@ static inline void pdl_launch(void (*k)(P...), dim3 g, dim3 b, size_t sm, cudaSt
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.gridDim = g, cfg.blockDim = b, cfg.dynamicSmemBytes = sm, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 1;
+  /* a launch error reaches cudaGetLastError, as a <<< >>> launch's does (a
+   * null pointer argument is nullptr: NULL would deduce an integer) */
   (void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(a)...);
 }
 
