@@ -133,32 +133,9 @@ __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, con
   const long long mo = dt_mo(pz);
   x = dt_off(x, mo), gam = dt_off(gam, mo), bet = dt_off(bet, mo), y = dt_off(y, mo), xhat = dt_off(xhat, mo);
   rstd = dt_off(rstd, mo);
-  const float *xr = x + (size_t)tok * E;
-  float s = 0;
-  for (int e = lane; e < E; e += 32) s += xr[e];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  const float mean = s / (float)E;
-  float v = 0;
-  for (int e = lane; e < E; e += 32) v += (xr[e] - mean) * (xr[e] - mean);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
-  for (int e = lane; e < E; e += 32) {
-    const float xh = (xr[e] - mean) * r;
-    xhat[(size_t)tok * E + e] = xh;
-    const float o = xh * gam[e] + bet[e];
-    y[(size_t)tok * E + e] = rnd ? dt_tf32(o) : o;
-  }
+  const size_t row = (size_t)tok * E;
+  const float r = dt_ln_row(x + row, E, lane, gam, bet, xhat + row, y + row, rnd);
   if (lane == 0) rstd[tok] = r;
-}
-
-/* xs [B K, E]: the state tokens (3t + 1) of xf */
-__global__ void dt_gather_state_kernel(const float *xf, int K, int E, float *xs, cuda_pz_t pz) {
-  PDL_ENTER();
-  const long long mo = dt_mo(pz);
-  xf = dt_off(xf, mo), xs = dt_off(xs, mo);
-  const int s = blockIdx.x, b = s / K, t = s % K;
-  const float *src = xf + ((size_t)b * 3 * K + 3 * t + 1) * E;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) xs[(size_t)s * E + e] = src[e];
 }
 
 /* the real steps, into sums[1] (one block, in order) */
@@ -171,38 +148,6 @@ __global__ void dt_count_kernel(const float *mask, int BK, float *sums, cuda_pz_
   for (int i = threadIdx.x; i < BK; i += blockDim.x) c += mask[i] != 0;
   c = dt_block_sum(c, red);
   if (threadIdx.x == 0) sums[1] = c;
-}
-
-/* each step's branch-mean cross-entropy and dz = (softmax - onehot) /
- * (D x real steps); padded steps: 0, and their logits 0 (as the CPU's) */
-__global__ void dt_ce_kernel(const dt_layout_t L, const float *mask, const int32_t *actions, int BK, float *z, float *dz,
-                             float *loss_step, const float *sums, cuda_pz_t pz) {
-  PDL_ENTER();
-  const int s = blockIdx.x * blockDim.x + threadIdx.x;
-  if (s >= BK) return;
-  const long long mo = dt_mo(pz);
-  mask = dt_off(mask, mo), actions = dt_off(actions, mo), z = dt_off(z, mo), dz = dt_off(dz, mo);
-  loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
-  float *zr = z + (size_t)s * L.A, *dr = dz + (size_t)s * L.A;
-  if (mask[s] == 0) {
-    for (int c = 0; c < L.A; c++) zr[c] = 0, dr[c] = 0;
-    loss_step[s] = 0;
-    return;
-  }
-  const float inv = 1.0f / ((float)L.D * sums[1]);
-  const int32_t a = actions[s];
-  float ce = 0;
-  for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
-    const int ad = (a / L.radix_after[d]) % L.n[d];
-    float mx = -INFINITY;
-    for (int c = 0; c < L.n[d]; c++) mx = fmaxf(mx, zr[off + c]);
-    float se = 0;
-    for (int c = 0; c < L.n[d]; c++) se += expf(zr[off + c] - mx);
-    const float lse = mx + logf(se);
-    ce += lse - zr[off + ad];
-    for (int c = 0; c < L.n[d]; c++) dr[off + c] = (expf(zr[off + c] - lse) - (c == ad ? 1.0f : 0.0f)) * inv;
-  }
-  loss_step[s] = ce / (float)L.D;
 }
 
 /* sums[0] = sum of the steps' CE / real steps (one block, in order) */
@@ -314,8 +259,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->x0, NE},        {&d->xh0, NE},       {&d->r0, T},             {&d->X, (NL + 1) * NE}, {&d->h1, NL * NE},
            {&d->xh1, NL * NE},  {&d->r1, NL * T},    {&d->q, NL * NE},        {&d->k, NL * NE},      {&d->v, NL * NE},
            {&d->P, NL * NN},    {&d->att, NL * NE},  {&d->xm, NL * NE},       {&d->h2, NL * NE},     {&d->xh2, NL * NE},
-           {&d->r2, NL * T},    {&d->gd, NL * NF},    {&d->gl, NL * NF},       {&d->xf, NE},          {&d->xhf, NE},
-           {&d->rf, T},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
+           {&d->r2, NL * T},    {&d->gd, NL * NF},    {&d->gl, NL * NF},       {&d->xhf, BK * E},
+           {&d->rf, BK},         {&d->xs, BK * E},    {&d->z, BK * L->A},      {&d->dz, BK * L->A},   {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
            {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
@@ -337,6 +282,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc);
+  if (e == cudaSuccess) e = (cudaError_t)dt_head_init(L, &d->head_wpb);
   d->wg = dt_wg_setup();
   d->tma = dt_tma_setup();
   d->pre = 1;
@@ -355,7 +301,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
 extern "C" void cuda_dt_free(cuda_dt_t *d) {
   float **f[] = {&d->p,   &d->g,   &d->states, &d->rtg,  &d->mask, &d->x0,   &d->xh0, &d->r0, &d->X,   &d->h1,
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
-                 &d->r2,  &d->gd,  &d->gl,     &d->xf,   &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
+                 &d->r2,  &d->gd,  &d->gl,     &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
                  &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT,
                  &d->wr};
@@ -403,7 +349,7 @@ int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaSt
                                 cudaMemcpyDeviceToDevice, st);
 }
 
-extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
+int dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
@@ -413,15 +359,18 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
   pdl_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, *L, p, d->xs, d->rtg, d->mask, d->actions,
              d->timesteps, d->x0, d->pz);
   CUDA_RET(cudaGetLastError());
+  /* the real steps (the cross-entropy's divisor) and under dt_pre wr, beside the embeddings */
   const int pre = dt_pre(d);
-  if (pre) { /* wr beside the embeddings */
-    CUDA_RET(dt_fork_one(d, st, 0));
+  CUDA_RET(dt_fork_one(d, st, 0));
+  pdl_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, d->side[0], d->mask, BK, d->sums, d->pz);
+  CUDA_RET(cudaGetLastError());
+  if (pre) {
     pdl_launch(dt_round_w_kernel, dt_grid(d, dim3(32, (unsigned)(6 * L->L))), 256, 0, d->side[0], p, dt_wt_src(L), E,
                d->wr, d->pz);
     CUDA_RET(cudaGetLastError());
   }
   CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, 0, st));
-  if (pre) CUDA_RET(dt_join(d, st, 0));
+  CUDA_RET(dt_join(d, st, 0));
   for (int l = 0; l < L->L; l++) {
     const dt_block_off_t *o = &L->blk[l];
     const float *Xl = d->X + (size_t)l * NE;
@@ -444,20 +393,21 @@ extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
                         NULL, 0, 0, pre ? DT_EP_GELU_T : DT_EP_GELU, gl, st));
     CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
   }
-  CUDA_RET(ln(d, d->X + (size_t)L->L * NE, T, E, p + L->lnf_w, p + L->lnf_b, d->xf, d->xhf, d->rf, 0, st));
-  pdl_launch(dt_gather_state_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->xf, K, E, d->xs, d->pz);
-  CUDA_RET(cudaGetLastError());
-  for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++)
-    CUDA_RET(dt_gemm(d, BK, L->n[dd], E, d->xs, E, 0, p + L->head_w[dd], E, 1, d->z + off, L->A, p + L->head_b[dd], NULL,
-                     0, 0, st));
-  pdl_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->mask, BK, d->sums, d->pz);
-  pdl_launch(dt_ce_kernel, dt_grid(d, dim3((unsigned)((BK + 127) / 128))), 128, 0, st, *L, d->mask, d->actions, BK,
-             d->z, d->dz, d->loss_step, d->sums, d->pz);
-  pdl_launch(dt_loss_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->loss_step, BK, d->sums, d->pz);
+  /* LN_f, the heads and the cross-entropy at the state tokens */
+  return dt_head_fwd(d, d->X + (size_t)L->L * NE, st);
+}
+
+int dt_loss_sum(const cuda_dt_t *d, cudaStream_t st) {
+  pdl_launch(dt_loss_kernel, dt_grid(d, dim3(1)), 256, 0, st, d->loss_step, d->B * d->L.K, d->sums, d->pz);
   return (int)cudaGetLastError();
 }
 
+extern "C" int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st) {
+  CUDA_RET(dt_forward(d, st));
+  return dt_loss_sum(d, st);
+}
+
 extern "C" int cuda_dt_loss_grad(cuda_dt_t *d, cudaStream_t st) {
-  CUDA_RET(cuda_dt_forward(d, st));
+  CUDA_RET(dt_forward(d, st)); /* the loss's sum beside the backward (cuda_dt_backward) */
   return cuda_dt_backward(d, st);
 }

@@ -33,20 +33,8 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float 
   dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);
   dy2 = dt_off0(dy2, mo), dy3 = dt_off0(dy3, mo), res = dt_off0(res, mo);
   const size_t row = (size_t)tok * E;
-  const float *xh = xhat + row;
-  float m1 = 0, m2 = 0;
-  for (int e = lane; e < E; e += 32) {
-    const float d = dt_dy3(dy, dy2, dy3, row + e) * gam[e];
-    m1 += d, m2 += d * xh[e];
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    m1 += __shfl_xor_sync(0xffffffffu, m1, o);
-    m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-  }
-  m1 /= (float)E, m2 /= (float)E;
-  const float r = rstd[tok];
-  for (int e = lane; e < E; e += 32)
-    dx[row + e] = (res ? res[row + e] : 0.0f) + r * (dt_dy3(dy, dy2, dy3, row + e) * gam[e] - m1 - xh[e] * m2);
+  dt_ln_bwd_row([&](int e) { return dt_dy3(dy, dy2, dy3, row + e); }, xhat + row, rstd[tok], gam, E, lane, dx + row,
+                res ? res + row : res);
 }
 
 /* the blocks' weights (offsets src, dt_wt_src) transposed into wT
@@ -77,16 +65,6 @@ __global__ void dt_transpose_kernel(const float *p, dt_wt_src_t src, int E, floa
     }
     __syncthreads();
   }
-}
-
-/* dxf: zeros but the state tokens' rows, which are dxs's */
-__global__ void dt_scatter_state_kernel(const float *dxs, int K, int E, float *dxf, cuda_pz_t pz) {
-  PDL_ENTER();
-  const long long mo = dt_mo(pz);
-  dxs = dt_off(dxs, mo), dxf = dt_off(dxf, mo);
-  const int tok = blockIdx.x, n = tok % (3 * K), b = tok / (3 * K);
-  for (int e = threadIdx.x; e < E; e += blockDim.x)
-    dxf[(size_t)tok * E + e] = n % 3 == 1 ? dxs[((size_t)b * K + n / 3) * E + e] : 0.0f;
 }
 
 /* the state tokens' rows of dx0 into dxs, and the states of real steps into
@@ -329,14 +307,16 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   const float *p = d->p;
   float *g = d->g;
   CUDA_RET(dt_zero(d, g, sizeof(float) * (size_t)L->n_params, st));
-  /* the heads, at the state tokens */
+  /* the heads' weight gradients on DT_SIDE_W (its scratch d->tmp), their
+   * bias gradients and the loss's sum on DT_SIDE_B, beside the chain */
+  CUDA_RET(dt_fork(d, st, DT_SIDE_B + 1));
   for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
     CUDA_RET(dt_gemm_wgrad(d, L->n[dd], E, BK, d->dz + off, L->A, 1, d->xs, E, 0, g + L->head_w[dd], E, NULL, d->tmp,
-                           d->tmp_cap, st));
-    CUDA_RET(dt_colsum(d, d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->tmp, d->tmp_cap, st));
-    CUDA_RET(dt_gemm(d, BK, E, L->n[dd], d->dz + off, L->A, 0, p + L->head_w[dd], E, 0, d->dxs, E, NULL, NULL, 0, dd > 0,
-                     st));
+                           d->tmp_cap, d->side[DT_SIDE_W]));
+    CUDA_RET(dt_colsum(d, d->dz + off, NULL, BK, L->n[dd], L->A, g + L->head_b[dd], 1, d->csum[0], d->csum_cap,
+                       d->side[DT_SIDE_B]));
   }
+  CUDA_RET(dt_loss_sum(d, d->side[DT_SIDE_B]));
   /* the weights transposed on a side stream, beside the heads' and LN_f's
    * backward (DT_SIDE_K is next used by the first block's k gradient) */
   if (use_wt(d)) {
@@ -345,11 +325,15 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
                dt_wt_src(L), E, d->wT, dt_pre(d), d->pz);
     CUDA_RET(cudaGetLastError());
   }
-  pdl_launch(dt_scatter_state_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, d->dxs, K, E, d->dxf, d->pz);
-  CUDA_RET(cudaGetLastError());
+  /* the heads' input gradient dxs and LN_f's, dX; LN_f's gamma and beta
+   * sums over the state tokens' rows on DT_SIDE_LN (dxs is written again by
+   * the state embedding's backward: a read of DT_RD_DXF) */
+  CUDA_RET(dt_head_bwd(d, st));
   for (int k = 0; k < DT_RD_N; k++) d->rd_live[k] = 0;
-  CUDA_RET(ln_bwd(d, d->dxf, NULL, NULL, d->xhf, d->rf, p + L->lnf_w, T, E, d->dX, NULL, g + L->lnf_w, g + L->lnf_b,
-                  1u << DT_RD_DXF, st));
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_LN));
+  CUDA_RET(dt_colsum_pair(d, d->dxs, NULL, NULL, d->xhf, BK, E, E, g + L->lnf_w, g + L->lnf_b, 1, d->csum[1],
+                          d->csum[2], d->csum_cap, d->side[DT_SIDE_LN]));
+  CUDA_RET(mark(d, DT_RD_DXF, DT_SIDE_LN));
   if (use_wt(d)) CUDA_RET(dt_join(d, st, DT_SIDE_K)); /* wT */
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];

@@ -59,8 +59,9 @@ typedef struct cuda_dt {
   float *X;                               /* the residual stream entering block l: [L + 1][T, E] */
   float *h1, *xh1, *r1, *q, *k, *v, *P, *att, *xm, *h2, *xh2, *r2, *gd, *gl; /* [L][...]; P [L][B, nh, N, N]; gd,
                                            * gl [L][T, 4E]: gelu'(u), gelu(u) of the MLP's pre-activation u */
-  float *xf, *xhf, *rf;                   /* LN_f */
-  float *xs;                              /* the state tokens of xf: [B K, E] */
+  float *xhf, *rf;                        /* LN_f's xhat and 1/std at the state tokens: [B K, E], [B K] (the
+                                           * heads read only those: dt_head_kernel) */
+  float *xs;                              /* LN_f's output at the state tokens: [B K, E] */
   float *z, *dz;                          /* logits and their gradient [B K, A] */
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dS, *dxf, *dxs, *tmp; /* the backward's */
@@ -76,6 +77,7 @@ typedef struct cuda_dt {
   size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   int attn_tc;                            /* the shapes fit dt_attn_tc.cu's mma.sync kernels (run with tc) */
+  int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -201,6 +203,50 @@ static __device__ __forceinline__ float dt_tf32(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
+}
+/* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
+ * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
+ * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,
+ * then a fixed tree over the lanes (dt_ln_kernel, and LN_f in dt_head.cu:
+ * the same bits). */
+static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int lane, const float *gam, const float *bet,
+                                                  float *xh, float *y, int rnd) {
+  float s = 0;
+  for (int e = lane; e < E; e += 32) s += xr[e];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float mean = s / (float)E;
+  float v = 0;
+  for (int e = lane; e < E; e += 32) v += (xr[e] - mean) * (xr[e] - mean);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
+  for (int e = lane; e < E; e += 32) {
+    const float x = (xr[e] - mean) * r;
+    xh[e] = x;
+    const float o = x * gam[e] + bet[e];
+    y[e] = rnd ? dt_tf32(o) : o;
+  }
+  return r;
+}
+
+/* LayerNorm's input gradient of one token's row by one warp: dx[e] = res[e]
+ * (0 where res is NULL; res may be dx) + rstd (dy(e) gamma - mean(dy gamma)
+ * - xhat mean(dy gamma xhat)), dy(e) the row's output gradient (a functor:
+ * dt_ln_bwd_kernel's sum of three buffers, dt_head.cu's shared row); the
+ * means' sums as dt_ln_row's */
+template <typename DY>
+static __device__ __forceinline__ void dt_ln_bwd_row(DY dy, const float *xh, float r, const float *gam, int E,
+                                                     int lane, float *dx, const float *res) {
+  float m1 = 0, m2 = 0;
+  for (int e = lane; e < E; e += 32) {
+    const float d = dy(e) * gam[e];
+    m1 += d, m2 += d * xh[e];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    m1 += __shfl_xor_sync(0xffffffffu, m1, o);
+    m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+  }
+  m1 /= (float)E, m2 /= (float)E;
+  for (int e = lane; e < E; e += 32) dx[e] = (res ? res[e] : 0.0f) + r * (dy(e) * gam[e] - m1 - xh[e] * m2);
 }
 /* dt_ep_store: what a DT GEMM's epilogue writes for output (m, n) of value
  * v (the product), by dt_gemm_op's op (DT_EP_*, above) */
@@ -467,6 +513,19 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
                cudaStream_t st);
 int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
                    const float *v, float *dS, float *dq, float *dk, float *dv, cudaStream_t st);
+
+/* dt_head.cu: the forward's end at the state tokens (LN_f, the heads, the
+ * cross-entropy) from the last block's output X, into xs, xhf, rf, z, dz
+ * and loss_step; its backward (dxs, and dX: LN_f's input gradient);
+ * dt_head_init: the warps a block for L's rows (cudaErrorInvalidValue where
+ * one row does not fit shared memory) */
+int dt_head_init(const dt_layout_t *L, int *wpb);
+int dt_head_fwd(const cuda_dt_t *d, const float *X, cudaStream_t st);
+int dt_head_bwd(const cuda_dt_t *d, cudaStream_t st);
+/* dt.cu: the forward without the loss's sum (cuda_dt_loss_grad's; the
+ * backward sums it on a side stream), and that sum into sums[0] */
+int dt_forward(cuda_dt_t *d, cudaStream_t st);
+int dt_loss_sum(const cuda_dt_t *d, cudaStream_t st);
 
 /* the sum of v over the block (blockDim.x a multiple of 32, at most 1024),
  * in a fixed order; every thread gets it (float, or double for the norm) */
