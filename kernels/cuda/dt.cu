@@ -86,22 +86,30 @@ __global__ void dt_colsum_final_kernel(const float *part, const float *part2, in
 }
 
 /* the tokens (R_t, s_t, a_t, each plus the step's time embedding) of every
- * window; a padded step's tokens are zeros (its inputs are not read); se
- * [B K, E]: W_s s_t + b_s of every step (a GEMM before) */
+ * window into x0, one warp a token; a padded step's tokens are zeros (its
+ * inputs are not read); se [B K, E]: W_s s_t + b_s of every step (a GEMM
+ * before). Then, each lane on the elements it wrote, LN_embed of the token
+ * into X (xh0, r0) and block 0's LN1 of that into h1 (xh1, r1; h1 rounded
+ * to TF32 with rnd, dt_pre), as dt_ln_kernel computes them: one launch for
+ * three (kernels/dev/DEVICE_NOTES.md item 151). */
 __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
-                                const float *mask, const int32_t *actions, const int32_t *timesteps, float *x0,
+                                const float *mask, const int32_t *actions, const int32_t *timesteps, int T, float *x0,
+                                float *X, float *xh0, float *r0, float *h1, float *xh1, float *r1, int rnd,
                                 cuda_pz_t pz) {
   PDL_ENTER();
+  const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (tok >= T) return;
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo), se = dt_off(se, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
-  actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo), x0 = dt_off(x0, mo);
-  const int N = 3 * L.K, E = L.E, tok = blockIdx.x, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
-  const size_t step = (size_t)b * L.K + t;
-  float *x = x0 + (size_t)tok * E;
+  actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo), x0 = dt_off(x0, mo), X = dt_off(X, mo);
+  xh0 = dt_off(xh0, mo), r0 = dt_off(r0, mo), h1 = dt_off(h1, mo), xh1 = dt_off(xh1, mo), r1 = dt_off(r1, mo);
+  const int N = 3 * L.K, E = L.E, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
+  const size_t step = (size_t)b * L.K + t, row = (size_t)tok * E;
+  float *x = x0 + row;
   const int real = mask[step] != 0;
   int tm = real ? timesteps[step] : 0;
   tm = tm < 0 ? 0 : tm >= L.T ? L.T - 1 : tm;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int e = lane; e < E; e += 32) {
     if (!real) {
       x[e] = 0;
       continue;
@@ -120,6 +128,9 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
     }
     x[e] = s;
   }
+  const float ra = dt_ln_row(x, E, lane, p + L.lne_w, p + L.lne_b, xh0 + row, X + row, 0);
+  const float rb = dt_ln_row(X + row, E, lane, p + L.blk[0].ln1_w, p + L.blk[0].ln1_b, xh1 + row, h1 + row, rnd);
+  if (lane == 0) r0[tok] = ra, r1[tok] = rb;
 }
 
 /* LayerNorm of each of T tokens (one warp a token): y = xhat gamma + beta
@@ -356,9 +367,6 @@ int dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const float *p = d->p;
   /* the state tokens' W_s s + b_s into xs (free until the heads) */
   CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
-  pdl_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)T)), 128, 0, st, *L, p, d->xs, d->rtg, d->mask, d->actions,
-             d->timesteps, d->x0, d->pz);
-  CUDA_RET(cudaGetLastError());
   /* the real steps (the cross-entropy's divisor) and under dt_pre wr, beside the embeddings */
   const int pre = dt_pre(d);
   CUDA_RET(dt_fork_one(d, st, 0));
@@ -369,7 +377,10 @@ int dt_forward(cuda_dt_t *d, cudaStream_t st) {
                d->wr, d->pz);
     CUDA_RET(cudaGetLastError());
   }
-  CUDA_RET(ln(d, d->x0, T, E, p + L->lne_w, p + L->lne_b, d->X, d->xh0, d->r0, 0, st));
+  /* the embeddings, LN_embed and block 0's LN1 */
+  pdl_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, *L, p, d->xs, d->rtg, d->mask,
+             d->actions, d->timesteps, T, d->x0, d->X, d->xh0, d->r0, d->h1, d->xh1, d->r1, pre, d->pz);
+  CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_join(d, st, 0));
   for (int l = 0; l < L->L; l++) {
     const dt_block_off_t *o = &L->blk[l];
@@ -377,7 +388,8 @@ int dt_forward(cuda_dt_t *d, cudaStream_t st) {
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
     float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *gd = d->gd + l * NF, *gl = d->gl + l * NF;
     const size_t wl = (size_t)l * DT_WT_FLOATS * E * E, EE = (size_t)E * E; /* block l's weights in wr */
-    CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
+    if (l > 0) /* block 0's in dt_embed_kernel */
+      CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
     CUDA_RET(lin(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, E, q, NULL, st));

@@ -378,29 +378,34 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
                     g + o->ln1_w, g + o->ln1_b, 1u << DT_RD_DH | 1u << DT_RD_DU, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf), beside the weight
-   * gradients still on DT_SIDE_W: the scratch here is du (tmp_cap floats,
-   * as tmp: the same splits), free once the last layer's W_1 gradient and
-   * LN1 sums have read it */
+   * gradients still on DT_SIDE_W: the scratch here is du's two halves (a
+   * split that depends on the shapes alone), free once the last layer's W_1
+   * gradient and LN1 sums have read it */
   CUDA_RET(after_reads(d, DT_RD_DXF, st));
   CUDA_RET(after_reads(d, DT_RD_DU, st));
-  float *scr = d->du;
+  const size_t half = d->tmp_cap / 2 / 64 * 64; /* du's two halves: the chunked rows', the state GEMM's */
+  float *scr = d->du, *scr2 = d->du + half;
   CUDA_RET(ln_bwd(d, d->dX, NULL, NULL, d->xh0, d->r0, p + L->lne_w, T, E, d->dxf, NULL, g + L->lne_w, g + L->lne_b, 0,
                   st));
-  pdl_launch(dt_state_rows_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, st, d->dxf, d->states, d->mask, K, E, L->S,
+  /* three independent parts, each on its own stream: the state
+   * embedding's (DT_SIDE_K), the time rows' (DT_SIDE_V, each a few steps,
+   * unchunked) and the action and W_R rows' (here: each many steps, in up
+   * to 64 chunks of steps) */
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
+  CUDA_RET(dt_fork_one(d, st, DT_SIDE_V));
+  cudaStream_t sk = d->side[DT_SIDE_K];
+  pdl_launch(dt_state_rows_kernel, dt_grid(d, dim3((unsigned)BK)), 128, 0, sk, d->dxf, d->states, d->mask, K, E, L->S,
              d->dxs, d->st_real, d->pz);
   CUDA_RET(cudaGetLastError());
-  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr, d->tmp_cap,
-                         st));
-  CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, scr, d->tmp_cap, st));
-  /* the time rows (each a few steps) unchunked; the action and W_R rows
-   * (each many steps) in up to 64 chunks of steps */
+  CUDA_RET(dt_gemm_wgrad(d, E, L->S, BK, d->dxs, E, 1, d->st_real, L->S, 0, g + L->st_w, L->S, NULL, scr2, half, sk));
+  CUDA_RET(dt_colsum(d, d->dxs, NULL, BK, E, E, g + L->st_b, 1, scr2, half, sk));
   auto emb = E <= 128 ? dt_embed_bwd_kernel<1> : dt_embed_bwd_kernel<32>;
-  pdl_launch(emb, dt_grid(d, dim3((unsigned)L->T)), 128, 0, st, *L, d->dxf, d->rtg, d->mask, d->actions, d->timesteps,
-             BK, 0, BK, g, nullptr, d->pz);
+  pdl_launch(emb, dt_grid(d, dim3((unsigned)L->T)), 128, 0, d->side[DT_SIDE_V], *L, d->dxf, d->rtg, d->mask, d->actions,
+             d->timesteps, BK, 0, BK, g, nullptr, d->pz);
   CUDA_RET(cudaGetLastError());
   const size_t row_floats = (size_t)(L->A + 1) * 2 * E;
   long long chunks = BK < 64 ? BK : 64;
-  if (chunks * (long long)row_floats > (long long)d->tmp_cap) chunks = (long long)(d->tmp_cap / row_floats);
+  if (chunks * (long long)row_floats > (long long)half) chunks = (long long)(half / row_floats);
   if (chunks < 1) chunks = 1;
   const int per = (int)((BK + chunks - 1) / chunks);
   chunks = (BK + per - 1) / per;

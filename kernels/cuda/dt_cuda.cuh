@@ -27,7 +27,8 @@
  * DT_SIDE_W, the biases' column sums on DT_SIDE_B, the LayerNorms' gamma
  * and beta sums (one pass, dt_colsum_pair) on DT_SIDE_LN, each in the
  * order it always had, so the same sums; k's and v's input gradients on
- * DT_SIDE_K and DT_SIDE_V beside q's. The first DT_READERS are the ones
+ * DT_SIDE_K and DT_SIDE_V beside q's, and at the end the state
+ * embedding's and the time rows' gradients there beside the other rows'. The first DT_READERS are the ones
  * that read what the backward's own stream writes again (cuda_dt_t.rd). */
 #define DT_SIDE_W 0
 #define DT_SIDE_B 1
@@ -207,10 +208,46 @@ static __device__ __forceinline__ float dt_tf32(float x) {
 /* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
  * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
  * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,
- * then a fixed tree over the lanes (dt_ln_kernel, and LN_f in dt_head.cu:
- * the same bits). */
+ * then a fixed tree over the lanes (dt_ln_kernel, dt_embed_kernel's two and
+ * LN_f in dt_head.cu: the same bits). Rows of up to 32 R elements load
+ * every element, gamma and beta a lane's first, in flight together (R 4: up
+ * to E = 128), and sum the same terms in the same order as the loop below
+ * (kernels/dev/DEVICE_NOTES.md item 152). */
+template <int R>
+static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int lane, const float *gam,
+                                                    const float *bet, float *xh, float *y, int rnd) {
+  float x[R], g[R], b[R];
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    const int e = lane + 32 * j;
+    x[j] = e < E ? xr[e] : 0.0f, g[j] = e < E ? gam[e] : 0.0f, b[j] = e < E ? bet[e] : 0.0f;
+  }
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < R; j++)
+    if (lane + 32 * j < E) s += x[j];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float mean = s / (float)E;
+  float v = 0;
+#pragma unroll
+  for (int j = 0; j < R; j++)
+    if (lane + 32 * j < E) v += (x[j] - mean) * (x[j] - mean);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    const int e = lane + 32 * j;
+    if (e >= E) break;
+    const float h = (x[j] - mean) * r;
+    xh[e] = h;
+    const float o = h * g[j] + b[j];
+    y[e] = rnd ? dt_tf32(o) : o;
+  }
+  return r;
+}
 static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int lane, const float *gam, const float *bet,
                                                   float *xh, float *y, int rnd) {
+  if (E <= 128) return dt_ln_row_r<4>(xr, E, lane, gam, bet, xh, y, rnd);
   float s = 0;
   for (int e = lane; e < E; e += 32) s += xr[e];
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -220,9 +257,9 @@ static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int la
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
   for (int e = lane; e < E; e += 32) {
-    const float x = (xr[e] - mean) * r;
-    xh[e] = x;
-    const float o = x * gam[e] + bet[e];
+    const float h = (xr[e] - mean) * r;
+    xh[e] = h;
+    const float o = h * gam[e] + bet[e];
     y[e] = rnd ? dt_tf32(o) : o;
   }
   return r;
@@ -232,14 +269,42 @@ static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int la
  * (0 where res is NULL; res may be dx) + rstd (dy(e) gamma - mean(dy gamma)
  * - xhat mean(dy gamma xhat)), dy(e) the row's output gradient (a functor:
  * dt_ln_bwd_kernel's sum of three buffers, dt_head.cu's shared row); the
- * means' sums as dt_ln_row's */
+ * means' sums as dt_ln_row's, and as there rows of up to 128 with every
+ * load a lane's first */
 template <typename DY>
 static __device__ __forceinline__ void dt_ln_bwd_row(DY dy, const float *xh, float r, const float *gam, int E,
                                                      int lane, float *dx, const float *res) {
   float m1 = 0, m2 = 0;
+  if (E <= 128) {
+    float d[4], x[4], g[4], q[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int e = lane + 32 * j;
+      d[j] = e < E ? dy(e) : 0.0f, x[j] = e < E ? xh[e] : 0.0f, g[j] = e < E ? gam[e] : 0.0f;
+      q[j] = e < E && res ? res[e] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (lane + 32 * j < E) {
+        const float t = d[j] * g[j];
+        m1 += t, m2 += t * x[j];
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      m1 += __shfl_xor_sync(0xffffffffu, m1, o);
+      m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+    }
+    m1 /= (float)E, m2 /= (float)E;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int e = lane + 32 * j;
+      if (e >= E) break;
+      dx[e] = q[j] + r * (d[j] * g[j] - m1 - x[j] * m2);
+    }
+    return;
+  }
   for (int e = lane; e < E; e += 32) {
-    const float d = dy(e) * gam[e];
-    m1 += d, m2 += d * xh[e];
+    const float t = dy(e) * gam[e];
+    m1 += t, m2 += t * xh[e];
   }
   for (int o = 16; o > 0; o >>= 1) {
     m1 += __shfl_xor_sync(0xffffffffu, m1, o);
