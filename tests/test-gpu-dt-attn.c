@@ -29,8 +29,7 @@ static model_t reg;
  * TF32, as those kernels stage them, with P and dS rounded again before the
  * products that take them (2^-11 of the terms' magnitudes), except dk, whose
  * product takes dS as two TF32 terms (1e-5, as fp32; measured <= 8.6e-7),
- * and a rerun bit for bit (with the TF32 kernels also one block a window
- * against the slabs split over blocks) */
+ * and a rerun bit for bit */
 static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   const int n3[3] = {4, 3, 2}, N = 3 * K, dh = E / nh, T = B * N;
   dt_layout_t L;
@@ -155,22 +154,15 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
       "attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
       "dv %.2g; dk's column sums %.2g\n",
       K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
-  /* a rerun bit for bit; with the TF32 kernels also one block a window
-   * (attn_parts 1), where the rerun split the window's slabs over blocks
-   * wherever the batch leaves SMs idle (6 windows: 4 blocks a window at
-   * the reference sizes, 2 at 32 padded tokens) */
-  for (int pass = 0; pass < (used ? 2 : 1); pass++) {
-    d.attn_parts = pass;
-    ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
-    for (int i = 0; i < 6; i++) {
-      float *again = malloc(sizeof(float) * sz[i]);
-      CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
-      ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]), "K %d, E %d, tc %d: output %d differs on a %s", K,
-                    E, tc, i, pass ? "run with one block a window" : "rerun");
-      free(again);
-    }
+  /* a rerun bit for bit */
+  ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
+  for (int i = 0; i < 6; i++) {
+    float *again = malloc(sizeof(float) * sz[i]);
+    CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
+    ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]), "K %d, E %d, tc %d: output %d differs on a rerun", K,
+                  E, tc, i);
+    free(again), free(out[i]);
   }
-  for (int i = 0; i < 6; i++) free(out[i]);
   for (int i = 0; i < 4; i++) free(in[i]);
   free(mask), free(Pr), free(dP), free(Sr), free(dPm), free(pm);
   cuda_dt_free(&d);

@@ -78,60 +78,56 @@ struct walk_t {
  * base) into S (rows ld apart) by cp.async, rows N .. NP - 1 zero-filled;
  * dh % 4 == 0 and base 16-byte aligned (dt_attn_uses_tc). Every copy is in
  * flight at once. */
-static __device__ void copy_rows(const float *X, size_t base, int N, int rlo, int rhi, int dh, int E, float *S, int ld) {
+static __device__ void copy_rows(const float *X, size_t base, int N, int NP, int dh, int E, float *S, int ld) {
   walk_t a(dh / 4);
-  for (a.r += rlo; a.r < rhi; a.next())
+  for (; a.r < NP; a.next())
     cp_async16z(S + a.r * ld + 4 * a.c, X + base + (size_t)(a.r < N ? a.r : 0) * E + 4 * a.c, a.r < N ? 16 : 0);
 }
 /* copy_rows' elements rounded to TF32 in place, by the threads that copied
  * them (once their copies have landed) */
-static __device__ void round_rows(int rlo, int rhi, int dh, float *S, int ld) {
+static __device__ void round_rows(int NP, int dh, float *S, int ld) {
   walk_t a(dh / 4);
-  for (a.r += rlo; a.r < rhi; a.next()) {
+  for (; a.r < NP; a.next()) {
     float4 *o = reinterpret_cast<float4 *>(S + a.r * ld + 4 * a.c), r = *o;
     r.x = __uint_as_float(f2tf32(r.x)), r.y = __uint_as_float(f2tf32(r.y));
     r.z = __uint_as_float(f2tf32(r.z)), r.w = __uint_as_float(f2tf32(r.w));
     *o = r;
   }
 }
-/* rows rlo .. NP - 1 of [N, N] of X (from pb) into S ([NP][ld]) by
- * cp.async, zeros past N */
-static __device__ void copy_nn(const float *X, size_t pb, int N, int NP, int rlo, float *S, int ld) {
+/* [N, N] of X (from pb) into S ([NP][ld]) by cp.async, zeros past N */
+static __device__ void copy_nn(const float *X, size_t pb, int N, int NP, float *S, int ld) {
   walk_t a(NP);
-  for (a.r += rlo; a.r < NP; a.next()) {
+  for (; a.r < NP; a.next()) {
     const int in = a.r < N && a.c < N;
     cp_async4z(S + a.r * ld + a.c, X + pb + (in ? (size_t)a.r * N + a.c : 0), in ? 4 : 0);
   }
 }
-static __device__ void round_nn(int NP, int rlo, float *S, int ld) {
+static __device__ void round_nn(int NP, float *S, int ld) {
   walk_t a(NP);
-  for (a.r += rlo; a.r < NP; a.next()) S[a.r * ld + a.c] = __uint_as_float(f2tf32(S[a.r * ld + a.c]));
+  for (; a.r < NP; a.next()) S[a.r * ld + a.c] = __uint_as_float(f2tf32(S[a.r * ld + a.c]));
 }
 static __device__ __forceinline__ void landed() {
   cp_async_commit();
   cp_async_wait<0>();
 }
 
-/* the warp's place: slab s (rows r0 = 16 s; the block's ls-th of its NS
- * from slab s0), part hf; lane 4 g + t */
+/* the warp's place: slab s (rows r0 = 16 s), part hf; lane 4 g + t */
 struct atc_warp_t {
-  int NS, ls, s, hf, r0, g, t;
-  __device__ __forceinline__ atc_warp_t(int ns, int s0) {
+  int NS, s, hf, r0, g, t;
+  __device__ __forceinline__ atc_warp_t(int NP) {
     const int w = (int)threadIdx.x / 32, lane = (int)threadIdx.x & 31;
-    NS = ns, ls = w % NS, s = s0 + ls, hf = w / NS, r0 = 16 * s, g = lane / 4, t = lane % 4;
+    NS = NP / 16, s = w % NS, hf = w / NS, r0 = 16 * s, g = lane / 4, t = lane % 4;
   }
 };
 
-/* the block's window: b of head h (grid (nh parts, B)), N tokens padded to
- * NP, head width dh, the block's share of the NP / 16 slabs: ns from s0 (its
- * part of parts); mf the member's offset (floats), base its head's first
+/* the block's window: b of head h (grid (nh, B)), N tokens padded to NP,
+ * head width dh; mf the member's offset (floats), base its head's first
  * element in [T, E] rows, pb its [N, N] block in [B, nh, N, N] */
 struct atc_win_t {
-  int N, NP, h, b, dh, ns, s0;
+  int N, NP, h, b, dh;
   size_t mf, base, pb;
-  __device__ __forceinline__ atc_win_t(int K, int E, int nh, int parts, cuda_pz_t pz) {
-    N = 3 * K, NP = atc_np(N), h = (int)blockIdx.x / parts, b = (int)blockIdx.y, dh = E / nh;
-    ns = NP / 16 / parts, s0 = (int)blockIdx.x % parts * ns;
+  __device__ __forceinline__ atc_win_t(int K, int E, int nh, cuda_pz_t pz) {
+    N = 3 * K, NP = atc_np(N), h = (int)blockIdx.x, b = (int)blockIdx.y, dh = E / nh;
     mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
   }
 };
@@ -224,12 +220,12 @@ static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *
     const float y0 = __shfl_xor_sync(0xffffffffu, x0, o), y1 = __shfl_xor_sync(0xffffffffu, x1, o);
     x0 = MAX ? fmaxf(x0, y0) : x0 + y0, x1 = MAX ? fmaxf(x1, y1) : x1 + y1;
   }
-  float *mine = red + 16 * (W.ls + W.NS * W.hf);
+  float *mine = red + 16 * (W.s + W.NS * W.hf);
   if (W.t == 0) mine[W.g] = x0, mine[W.g + 8] = x1;
   __syncthreads();
-  x0 = red[16 * W.ls + W.g], x1 = red[16 * W.ls + W.g + 8]; /* the parts in order: the same sums in every warp */
+  x0 = red[16 * W.s + W.g], x1 = red[16 * W.s + W.g + 8]; /* the parts in order: the same sums in every warp */
   for (int p = 1; p < DT_ATC_WS; p++) {
-    const float *r = red + 16 * (W.ls + W.NS * p);
+    const float *r = red + 16 * (W.s + W.NS * p);
     x0 = MAX ? fmaxf(x0, r[W.g]) : x0 + r[W.g], x1 = MAX ? fmaxf(x1, r[W.g + 8]) : x1 + r[W.g + 8];
   }
 }
@@ -266,26 +262,25 @@ static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const f
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
-                      float scale, float *P, float *att, int parts, cuda_pz_t pz) {
+                      float scale, float *P, float *att, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const atc_win_t w(K, E, nh, parts, pz);
+  const atc_win_t w(K, E, nh, pz);
   const int N = w.N, NP = w.NP, dh = w.dh;
   const size_t base = w.base;
-  const atc_warp_t W(w.ns, w.s0);
+  const atc_warp_t W(NP);
   const int lq = lda_(dh), lv = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
-  const int rq = 16 * w.s0, rhi = min(NP, 16 * (w.s0 + w.ns)); /* the block's queries; keys up to their last */
   float *Qs = sm, *Ks = Qs + NP * lq, *Vs = Ks + NP * lq, *red = Vs + NP * lv;
   int *Mv = reinterpret_cast<int *>(red + ATC_RED);
   const int wide = dh >= NP, lp = wide ? lq : lda_(NP);
   float *Pw = wide ? Qs + r0 * lq : reinterpret_cast<float *>(Mv + NP) + r0 * lp; /* the slab's P */
-  copy_rows(q, base, N, rq, rhi, dh, E, Qs, lq);
-  copy_rows(k, base, N, 0, rhi, dh, E, Ks, lq);
-  copy_rows(v, base, N, 0, rhi, dh, E, Vs, lv);
+  copy_rows(q, base, N, NP, dh, E, Qs, lq);
+  copy_rows(k, base, N, NP, dh, E, Ks, lq);
+  copy_rows(v, base, N, NP, dh, E, Vs, lv);
   for (int j = threadIdx.x; j < NP; j += blockDim.x) Mv[j] = j < N && mask[w.mf + (size_t)w.b * K + j / 3] != 0;
   landed();
-  round_rows(rq, rhi, dh, Qs, lq), round_rows(0, rhi, dh, Ks, lq), round_rows(0, rhi, dh, Vs, lv);
+  round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8); /* the key tiles the slab's queries see */
   float s[DT_ATC_MT][4];
@@ -333,24 +328,23 @@ __global__ void __launch_bounds__(DT_ATC_NT)
  * P (dP - sum_j P dP) (fp32) into dS, dq = scale dS K */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
-                            float scale, float *dS, float *dq, int parts, cuda_pz_t pz) {
+                            float scale, float *dS, float *dq, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const atc_win_t w(K, E, nh, parts, pz);
+  const atc_win_t w(K, E, nh, pz);
   const int N = w.N, NP = w.NP, dh = w.dh;
   const size_t base = w.base, pb = w.pb;
-  const atc_warp_t W(w.ns, w.s0);
+  const atc_warp_t W(NP);
   const int la = lda_(dh), lt = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
-  const int rq = 16 * w.s0, rhi = min(NP, 16 * (w.s0 + w.ns)); /* the block's queries; keys up to their last */
   float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la, *red = Ks + NP * lt;
   const int wide = dh >= NP, lp = wide ? la : lda_(NP);
   float *Sw = wide ? Ds + r0 * la : red + ATC_RED + NP + r0 * lp; /* the slab's dS */
-  copy_rows(datt, base, N, rq, rhi, dh, E, Ds, la);
-  copy_rows(v, base, N, 0, rhi, dh, E, Vs, la);
-  copy_rows(k, base, N, 0, rhi, dh, E, Ks, lt);
+  copy_rows(datt, base, N, NP, dh, E, Ds, la);
+  copy_rows(v, base, N, NP, dh, E, Vs, la);
+  copy_rows(k, base, N, NP, dh, E, Ks, lt);
   landed();
-  round_rows(rq, rhi, dh, Ds, la), round_rows(0, rhi, dh, Vs, la), round_rows(0, rhi, dh, Ks, lt);
+  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8);
   float s[DT_ATC_MT][4];
@@ -383,22 +377,22 @@ __global__ void __launch_bounds__(DT_ATC_NT)
  * dv = P^T dO, over the queries from r0 on */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E, int nh,
-                             float scale, float *dk, float *dv, int parts, cuda_pz_t pz) {
+                             float scale, float *dk, float *dv, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
-  const atc_win_t w(K, E, nh, parts, pz);
+  const atc_win_t w(K, E, nh, pz);
   const int N = w.N, NP = w.NP, dh = w.dh;
   const size_t base = w.base, pb = w.pb;
-  const atc_warp_t W(w.ns, w.s0);
-  const int lt = ldt_(dh), ln = ldt_(NP), rlo = 16 * w.s0; /* the queries from the block's first key on */
+  const atc_warp_t W(NP);
+  const int lt = ldt_(dh), ln = ldt_(NP);
   float *Qs = sm, *Ds = Qs + NP * lt, *Ps = Ds + NP * lt, *Ss = Ps + NP * ln;
-  copy_rows(q, base, N, rlo, NP, dh, E, Qs, lt);
-  copy_rows(datt, base, N, rlo, NP, dh, E, Ds, lt);
-  copy_nn(P, pb, N, NP, rlo, Ps, ln);
-  copy_nn(dS, pb, N, NP, rlo, Ss, ln);
+  copy_rows(q, base, N, NP, dh, E, Qs, lt);
+  copy_rows(datt, base, N, NP, dh, E, Ds, lt);
+  copy_nn(P, pb, N, NP, Ps, ln);
+  copy_nn(dS, pb, N, NP, Ss, ln);
   landed();
-  round_rows(rlo, NP, dh, Qs, lt), round_rows(rlo, NP, dh, Ds, lt), round_nn(NP, rlo, Ps, ln); /* dS stays fp32 (SPLIT) */
+  round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt), round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
   __syncthreads();
   const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
   for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
@@ -431,45 +425,28 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
   return 0;
 }
 
-/* the blocks a (head, window): a divisor of its NP / 16 slabs, the most
- * whose blocks stay within about two an SM (264: the shapes alone decide;
- * cuda_dt_t.attn_parts, where it divides them, for the tests). Each slab's
- * warps do the same work whichever block holds it, so the same bits; at
- * batch 64 a block a window left half the SMs idle, its 16 warps on one
- * (kernels/dev/DEVICE_NOTES.md item 153). */
-static int atc_parts(const cuda_dt_t *d, int NP) {
-  const int NS = NP / 16;
-  if (d->attn_parts >= 1 && NS % d->attn_parts == 0) return d->attn_parts;
-  const long long units = (long long)d->L.nh * d->B * d->pz.n;
-  int parts = 1;
-  for (int p = 2; p <= NS; p++)
-    if (NS % p == 0 && units * p <= 264) parts = p;
-  return parts;
-}
-
 int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
                cudaStream_t st) {
   const dt_layout_t *L = &d->L;
-  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh, parts = atc_parts(d, NP);
+  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
-  const dim3 grid = dt_grid(d, dim3((unsigned)(nh * parts), (unsigned)d->B));
-  pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16 / parts, sizeof(float) * fwd_floats(NP, dh), st, q, k,
-             v, d->mask, K, E, nh, scale, P, att, parts, d->pz);
+  const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
+  pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
+             d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 
 int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,
                    const float *v, float *dS, float *dq, float *dk, float *dv, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
-  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh, parts = atc_parts(d, NP);
+  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
-  const dim3 grid = dt_grid(d, dim3((unsigned)(nh * parts), (unsigned)d->B));
-  const int nt = DT_ATC_WS * 32 * NP / 16 / parts;
-  pdl_launch(dt_attn_tc_bwd_q_kernel, grid, nt, sizeof(float) * bq_floats(NP, dh), st, P, datt, k, v, K, E, nh, scale,
-             dS, dq, parts, d->pz);
+  const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
+  pdl_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
+             v, K, E, nh, scale, dS, dq, d->pz);
   CUDA_RET(cudaGetLastError());
-  pdl_launch(dt_attn_tc_bwd_kv_kernel, grid, nt, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q, datt, K, E, nh,
-             scale, dk, dv, parts, d->pz);
+  pdl_launch(dt_attn_tc_bwd_kv_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q,
+             datt, K, E, nh, scale, dk, dv, d->pz);
   return (int)cudaGetLastError();
 }
 

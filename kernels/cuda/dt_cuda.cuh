@@ -79,8 +79,6 @@ typedef struct cuda_dt {
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   int attn_tc;                            /* the shapes fit dt_attn_tc.cu's mma.sync kernels (run with tc) */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
-  int attn_parts;                         /* 0 (cuda_dt_alloc's): dt_attn_tc.cu's blocks a window by the shapes;
-                                           * n: n of them where n divides its slabs (the tests) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
