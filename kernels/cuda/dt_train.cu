@@ -106,33 +106,18 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
   }
 }
 
-/* partial sums of g^2 in double (the CPU's grad_norm sums in double),
- * DT_NORM_BLOCKS blocks, each its stride in order */
-__global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, cuda_pz_t pz) {
-  PDL_ENTER();
-  __shared__ double red[32];
-  const long long mo = dt_mo(pz);
-  g = dt_off(g, mo), part = dt_off(part, mo);
-  double s = 0;
-  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
-    s += (double)g[k] * g[k];
-  s = dt_block_sum(s, red);
-  if (threadIdx.x == 0) part[blockIdx.x] = s;
-}
-
-/* the norm, and whether the step applies: a window was drawn, the loss and
- * norm are finite, the call has not halted; the step's scalars into sums,
- * an applied step's into the call's stats (as dt_train_step's loop keeps
- * them: a halting step's go only to its message) */
-__global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_t *hp, const unsigned long long *ctr,
-                               float *sums, double *acc, cuda_pz_t pz) {
-  PDL_ENTER();
+/* the norm, and whether the step applies: a window was drawn, the loss
+ * (dsums[0], the loss's sum) and norm are finite, the call has not halted;
+ * the step's scalars into sums, an applied step's into the call's stats (as
+ * dt_train_step's loop keeps them: a halting step's go only to its
+ * message). By the whole block (blockDim.x 256, as the launch had when this
+ * was its own kernel: the same sums) */
+static __device__ void dt_norm_final(const double *part, int B, const learner_hparams_t *hp,
+                                     const unsigned long long *ctr, const float *dsums, float *sums, double *acc) {
   __shared__ double red[32];
   __shared__ float redf[32];
-  const long long mo = dt_mo(pz);
-  part = dt_off(part, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
   double s = 0;
-  for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += part[k];
+  for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += __ldcg(part + k);
   s = dt_block_sum(s, red);
   float rows = 0;
   for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
@@ -140,7 +125,7 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
   if (threadIdx.x) return;
   for (int k = 0; k < B; k++) sums[DT_SUM_ROWS_ANY + k] = 0; /* for the next step's draw */
   const double norm = sqrt(s);
-  const float loss = sums[DT_SUM_LOSS];
+  const float loss = sums[DT_SUM_LOSS] = dsums[0];
   const int halted = sums[DT_SUM_HALT] != 0;
   int apply = !halted;
   if (apply && rows == 0) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 1, apply = 0; /* no window */
@@ -169,10 +154,40 @@ __global__ void dt_norm_kernel(const double *part, int B, const learner_hparams_
   }
 }
 
+/* partial sums of g^2 in double (the CPU's grad_norm sums in double),
+ * DT_NORM_BLOCKS blocks of 256, each its stride in order; the last block to
+ * finish (fin, reset by it) takes the norm (dt_norm_final): one launch
+ * where the final sum was a kernel of its own on the step's critical path
+ * (kernels/dev/DEVICE_NOTES.md item 154) */
+__global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, unsigned *fin, int B,
+                                       const learner_hparams_t *hp, const unsigned long long *ctr, const float *dsums,
+                                       float *sums, double *acc, cuda_pz_t pz) {
+  PDL_ENTER();
+  __shared__ double red[32];
+  __shared__ int last;
+  const long long mo = dt_mo(pz);
+  g = dt_off(g, mo), part = dt_off(part, mo), fin = dt_off(fin, mo);
+  double s = 0;
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
+    s += (double)g[k] * g[k];
+  s = dt_block_sum(s, red);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = s;
+    __threadfence(); /* this block's part visible before its count */
+    last = atomicAdd(fin, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence(); /* every block's part, for the last one's reads */
+  hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), dsums = dt_off(dsums, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
+  dt_norm_final(part, B, hp, ctr, dsums, sums, acc);
+  if (threadIdx.x == 0) *fin = 0; /* for the next step */
+}
+
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
- * warm-up's lr, when the step applies */
+ * warm-up's lr, and the step counted, when the step applies */
 __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
-                                const unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
+                                unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
   PDL_ENTER();
   const long long mo = dt_mo(pz);
   sums = dt_off(sums, mo);
@@ -180,6 +195,7 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
   p = dt_off(p, mo), g = dt_off(g, mo), m = dt_off(m, mo), v = dt_off(v, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo);
   const float scale = sums[DT_SUM_SCALE], step_size = sums[DT_SUM_STEP_SIZE], decay = sums[DT_SUM_DECAY];
   const float bc2_sqrt = sums[DT_SUM_BC2_SQRT], b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *ctr += 1; /* the step is counted (no thread here reads it) */
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x) {
     const float gi = g[k] * scale;
     m[k] = b1 * m[k] + (1.0f - b1) * gi;
@@ -187,13 +203,6 @@ __global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, lo
     const float denom = sqrtf(v[k]) / bc2_sqrt + eps;
     p[k] = p[k] * decay - step_size * m[k] / denom;
   }
-}
-
-__global__ void dt_count_step_kernel(unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
-  PDL_ENTER();
-  const long long mo = dt_mo(pz);
-  ctr = dt_off(ctr, mo), sums = dt_off(sums, mo);
-  if (sums[DT_SUM_APPLY] != 0) *ctr += 1;
 }
 
 /* 1 in *flag when some stored slot's episode has ended and is stored whole */
@@ -217,6 +226,8 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
   if (!e) e = (int)dev_alloc_t(&t->acc, sizeof(double) * 2);
   if (!e) e = (int)dev_alloc_t(&t->sums, sizeof(float) * ((size_t)DT_SUM_ROWS_ANY + B));
   if (!e) e = (int)dev_alloc_t(&t->flag, sizeof(int));
+  if (!e) e = (int)dev_alloc_t(&t->fin, sizeof(unsigned));
+  if (!e) e = (int)cudaMemset(t->fin, 0, sizeof(unsigned));
   if (!e) e = (int)cudaMemset(t->m, 0, sizeof(float) * P);
   if (!e) e = (int)cudaMemset(t->v, 0, sizeof(float) * P);
   if (!e) e = (int)cudaMemset(t->ctr, 0, sizeof(unsigned long long));
@@ -228,8 +239,8 @@ extern "C" int cuda_dt_train_alloc(cuda_dt_train_t *t, const dt_layout_t *L, int
 extern "C" void cuda_dt_train_free(cuda_dt_train_t *t) {
   cuda_dt_free(&t->dt);
   dev_free(t->m), dev_free(t->v), dev_free(t->ctr), dev_free(t->part), dev_free(t->acc), dev_free(t->sums);
-  dev_free(t->flag);
-  t->m = t->v = NULL, t->ctr = NULL, t->part = t->acc = NULL, t->sums = NULL, t->flag = NULL;
+  dev_free(t->flag), dev_free(t->fin);
+  t->m = t->v = NULL, t->ctr = NULL, t->part = t->acc = NULL, t->sums = NULL, t->flag = NULL, t->fin = NULL;
 }
 
 extern "C" int cuda_dt_has_episode(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaStream_t st, int *has) {
@@ -254,12 +265,10 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
              *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cuda_dt_loss_grad(d, st));
-  CUDA_RET(dt_copy(d, t->sums + DT_SUM_LOSS, d->sums, sizeof(float), st));
   const long long n = d->L.n_params;
-  pdl_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, pz);
-  pdl_launch(dt_norm_kernel, dt_grid(d, dim3(1)), 256, 0, st, t->part, B, hp, t->ctr, t->sums, t->acc, pz);
+  pdl_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, t->fin, B, hp,
+             t->ctr, d->sums, t->sums, t->acc, pz);
   pdl_launch(dt_adamw_kernel, dt_grid(d, dim3((unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048))), 256, 0, st,
              d->p, d->g, t->m, t->v, n, hp, t->ctr, t->sums, pz);
-  pdl_launch(dt_count_step_kernel, dt_grid(d, dim3(1)), 1, 0, st, t->ctr, t->sums, pz);
   return (int)cudaGetLastError();
 }

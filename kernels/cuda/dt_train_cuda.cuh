@@ -48,6 +48,7 @@ typedef struct cuda_dt_train {
   double *acc;              /* [2]: the call's sums of the applied steps' losses and norms */
   float *sums;              /* the call's scalars (DT_SUM_*) */
   int *flag;
+  unsigned *fin;            /* the norm's blocks done this step (dt_norm_partial_kernel's last one resets it) */
 } cuda_dt_train_t;
 
 #ifdef __cplusplus
