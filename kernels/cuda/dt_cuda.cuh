@@ -490,7 +490,13 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
 int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                    int tb, size_t cap);
 /* the parts dt_gemm_wgrad splits such a call into (1 or less: unsplit) */
-long long dt_wgrad_parts(int M, int N, int K, size_t cap);
+long long dt_wgrad_parts(int M, int N, int K, size_t cap, int depth);
+/* the least k a weight gradient's split part takes: 128 with tc (TF32),
+ * 64 in fp32. Under TF32 the parts of 64 at batch 64 filled the SMs beside
+ * the critical path for little: 128 took a lone step at batch 64 -2.3%, 8
+ * members -8%, batch 256 unchanged (its parts are fewer anyway); the fp32
+ * tile lost with fewer parts (kernels/dev/DEVICE_NOTES.md item 155) */
+static inline int dt_wgrad_depth(int tc) { return tc ? 128 : 64; }
 /* out[c] (=, or += with acc) the sum over rows of X (of X Y when Y is not
  * NULL), in a fixed order; part: scratch of cap floats (at least cols) */
 int dt_colsum(const cuda_dt_t *d, const float *X, const float *Y, int rows, int cols, int ld, float *out, int acc,

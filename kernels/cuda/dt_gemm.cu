@@ -323,20 +323,21 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
   return 0;
 }
 
-long long dt_wgrad_parts(int M, int N, int K, size_t cap) {
+long long dt_wgrad_parts(int M, int N, int K, size_t cap, int depth) {
   /* about two blocks an SM (132 on an H200) over the tiles and the parts of
-   * k, each part at least 64 deep; the split depends on the shapes alone,
-   * so every call sums in the same order */
+   * k, each part at least depth deep (dt_wgrad_depth); the split depends on
+   * the shapes and the precision alone, so every call sums in the same
+   * order */
   const long long tiles = (long long)((M + DG_BM - 1) / DG_BM) * ((N + DG_BM - 1) / DG_BM), MN = (long long)M * N;
   long long parts = (264 + tiles - 1) / tiles;
-  if (parts > K / 64) parts = K / 64;
+  if (parts > K / depth) parts = K / depth;
   if (parts > (long long)cap / MN) parts = (long long)cap / MN;
   return parts;
 }
 
 /* the parts and k a part of dt_gemm_wgrad's split (parts <= 1: unsplit) */
-static long long dt_wgrad_split(int M, int N, int K, size_t cap, long long *kper) {
-  long long parts = dt_wgrad_parts(M, N, K, cap);
+static long long dt_wgrad_split(const cuda_dt_t *d, int M, int N, int K, size_t cap, long long *kper) {
+  long long parts = dt_wgrad_parts(M, N, K, cap, dt_wgrad_depth(d->tc));
   if (parts <= 1) return parts;
   *kper = ((K + parts - 1) / parts + DG_BK - 1) / DG_BK * DG_BK;
   return (K + *kper - 1) / *kper;
@@ -345,7 +346,7 @@ static long long dt_wgrad_split(int M, int N, int K, size_t cap, long long *kper
 int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                    int tb, size_t cap) {
   long long kper = 0;
-  const long long parts = dt_wgrad_split(M, N, K, cap, &kper);
+  const long long parts = dt_wgrad_split(d, M, N, K, cap, &kper);
   /* the bias parts after the product's, and room for dt_colsum's 64 chunks
    * there should the tile's maps not encode */
   return parts > 1 && dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3 &&
@@ -357,7 +358,7 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   const long long MN = (long long)M * N;
   long long kper = 0;
-  const long long parts = dt_wgrad_split(M, N, K, cap, &kper);
+  const long long parts = dt_wgrad_split(d, M, N, K, cap, &kper);
   if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
   float *bpart = db ? part + parts * MN : NULL;

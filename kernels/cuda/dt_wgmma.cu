@@ -372,7 +372,7 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
   d.tma = wg >= 2 ? dt_tma_setup() : NULL;
-  *used = dt_wg_takes(&d, M, N, K, A, lda, ta, B, ldb, tb, part != NULL && dt_wgrad_parts(M, N, K, cap) > 1);
+  *used = dt_wg_takes(&d, M, N, K, A, lda, ta, B, ldb, tb, part != NULL && dt_wgrad_parts(M, N, K, cap, dt_wgrad_depth(1)) > 1);
   if (wg == 3) { /* the TMA tile alone, rounding nothing (rnd 0) */
     const dim3 grid((unsigned)((N + DW_T - 1) / DW_T), (unsigned)((M + DW_T - 1) / DW_T));
     if (part || *used != 2 || M > 65535 * DW_T ||
