@@ -253,16 +253,17 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   const size_t NE = T * E, NF = T * F, NN = (size_t)B * L->nh * N * N, BK = (size_t)B * L->K, P = (size_t)L->n_params;
   d->pz = cuda_pz_t{1, 0};
   /* the scratch of the column sums (64 chunks of the widest: 4E or a
-   * branch's n_d), the embeddings' backward (64 chunks of the A + 1 chunked
-   * rows, 2E each) and the weight gradients' split-K parts (what fits: at
-   * least a T x 4E activation's floats, or 256 of the widest) */
+   * branch's n_d), the embeddings' backward (two halves of du, dt_backward.cu's
+   * tail: each 64 chunks of the A + 1 chunked rows, 2E each) and the weight
+   * gradients' split-K parts (what fits: at least a T x 4E activation's
+   * floats, or 256 of the widest) */
   size_t widest = 4 * (size_t)L->E;
   for (int i = 0; i < L->D; i++) widest = (size_t)L->n[i] > widest ? (size_t)L->n[i] : widest;
   d->tmp_cap = NF > 256 * widest ? NF : 256 * widest;
-  if (d->tmp_cap < (size_t)64 * (L->A + 1) * 2 * E) d->tmp_cap = (size_t)64 * (L->A + 1) * 2 * E;
+  if (d->tmp_cap < (size_t)128 * (L->A + 1) * 2 * E + 64) d->tmp_cap = (size_t)128 * (L->A + 1) * 2 * E + 64;
   d->csum_cap = 64 * widest; /* as many chunks as tmp allows: the same sums */
-  /* du [T, 4E] is tmp_cap floats (at least NF): the backward's tail takes it
-   * for its scratch (dt_backward.cu), so its sums split as they would in tmp */
+  /* du [T, 4E] is tmp_cap floats (at least NF): the backward's tail takes
+   * its two halves for two parts' scratch at once (dt_backward.cu) */
   struct {
     float **ptr;
     size_t n;

@@ -327,13 +327,13 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   }
   /* the heads' input gradient dxs and LN_f's, dX; LN_f's gamma and beta
    * sums over the state tokens' rows on DT_SIDE_LN (dxs is written again by
-   * the state embedding's backward: a read of DT_RD_DXF) */
+   * the state embedding's backward: a read of DT_RD_DXS) */
   CUDA_RET(dt_head_bwd(d, st));
   for (int k = 0; k < DT_RD_N; k++) d->rd_live[k] = 0;
   CUDA_RET(dt_fork_one(d, st, DT_SIDE_LN));
   CUDA_RET(dt_colsum_pair(d, d->dxs, NULL, NULL, d->xhf, BK, E, E, g + L->lnf_w, g + L->lnf_b, 1, d->csum[1],
                           d->csum[2], d->csum_cap, d->side[DT_SIDE_LN]));
-  CUDA_RET(mark(d, DT_RD_DXF, DT_SIDE_LN));
+  CUDA_RET(mark(d, DT_RD_DXS, DT_SIDE_LN));
   if (use_wt(d)) CUDA_RET(dt_join(d, st, DT_SIDE_K)); /* wT */
   for (int l = L->L - 1; l >= 0; l--) {
     const dt_block_off_t *o = &L->blk[l];
@@ -381,7 +381,6 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
    * gradients still on DT_SIDE_W: the scratch here is du's two halves (a
    * split that depends on the shapes alone), free once the last layer's W_1
    * gradient and LN1 sums have read it */
-  CUDA_RET(after_reads(d, DT_RD_DXF, st));
   CUDA_RET(after_reads(d, DT_RD_DU, st));
   const size_t half = d->tmp_cap / 2 / 64 * 64; /* du's two halves: the chunked rows', the state GEMM's */
   float *scr = d->du, *scr2 = d->du + half;
@@ -391,6 +390,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
    * embedding's (DT_SIDE_K), the time rows' (DT_SIDE_V, each a few steps,
    * unchunked) and the action and W_R rows' (here: each many steps, in up
    * to 64 chunks of steps) */
+  CUDA_RET(after_reads(d, DT_RD_DXS, st)); /* LN_f's sums have read dxs, which the state rows write */
   CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
   CUDA_RET(dt_fork_one(d, st, DT_SIDE_V));
   cudaStream_t sk = d->side[DT_SIDE_K];

@@ -21,15 +21,17 @@
 #include "dt.h"
 #include "pz.cuh"
 
-/* The side streams. The forward runs k's and v's products on 0 and 1
- * beside q's. The backward keeps the parameters' gradients off its critical
- * path: the weight gradients (and their split-K scratch d->tmp) on
- * DT_SIDE_W, the biases' column sums on DT_SIDE_B, the LayerNorms' gamma
- * and beta sums (one pass, dt_colsum_pair) on DT_SIDE_LN, each in the
- * order it always had, so the same sums; k's and v's input gradients on
- * DT_SIDE_K and DT_SIDE_V beside q's, and at the end the state
- * embedding's and the time rows' gradients there beside the other rows'. The first DT_READERS are the ones
- * that read what the backward's own stream writes again (cuda_dt_t.rd). */
+/* The side streams. The forward runs the real steps' count (and under
+ * dt_pre the rounded weights) on 0 beside the embeddings, and k's and v's
+ * products on 0 and 1 beside q's. The backward keeps the parameters'
+ * gradients off its critical path: the weight gradients (and their split-K
+ * scratch d->tmp) on DT_SIDE_W, the biases' column sums (and the loss's
+ * sum) on DT_SIDE_B, the LayerNorms' gamma and beta sums (one pass,
+ * dt_colsum_pair) on DT_SIDE_LN, each in the order it always had, so the
+ * same sums; k's and v's input gradients on DT_SIDE_K and DT_SIDE_V beside
+ * q's, and at the end the state embedding's and the time rows' gradients
+ * there beside the other rows'. The first DT_READERS are the ones that read
+ * what the backward's own stream writes again (cuda_dt_t.rd). */
 #define DT_SIDE_W 0
 #define DT_SIDE_B 1
 #define DT_SIDE_LN 2
@@ -39,7 +41,7 @@
 #define DT_SIDES 5
 /* the buffers the backward's side streams read that its own stream writes
  * again (cuda_dt_t.rd) */
-enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXF, DT_RD_N };
+enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXS, DT_RD_N };
 
 typedef struct cuda_dt {
   dt_layout_t L;

@@ -127,7 +127,7 @@ int dt_head_init(const dt_layout_t *L, int *wpb) {
    * otherwise; a row past that takes the device's opt-in, as dt_attn_init */
   *wpb = 4;
   while (*wpb > 1 && head_smem(*wpb, L) > 48 * 1024) *wpb /= 2;
-  if (head_smem(1, L) > (size_t)optin) return (int)cudaErrorInvalidValue; /* dt_embed past what shared memory holds */
+  if (head_smem(1, L) > (size_t)optin) return (int)cudaErrorInvalidValue; /* a row (E + A floats) past shared memory */
   if (head_smem(1, L) > 48 * 1024) {
     CUDA_RET(cudaFuncSetAttribute(dt_head_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     CUDA_RET(cudaFuncSetAttribute(dt_head_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));

@@ -33,7 +33,7 @@ enum {
   DT_SUM_LR_LAST,
   DT_SUM_LOSS_HALT,     /* the halting step's (the divergence's message) */
   DT_SUM_NORM_HALT,
-  DT_SUM_SCALE,         /* this step's AdamW scalars (dt_norm_kernel's, once for every thread): the clip's scale, */
+  DT_SUM_SCALE,         /* this step's AdamW scalars (dt_norm_final's, once for every thread): the clip's scale, */
   DT_SUM_STEP_SIZE,     /* lr / (1 - beta1^t), */
   DT_SUM_DECAY,         /* 1 - lr weight_decay, */
   DT_SUM_BC2_SQRT,      /* sqrt(1 - beta2^t) */
