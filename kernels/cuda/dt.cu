@@ -77,7 +77,7 @@ __global__ void dt_colsum_final_kernel(const float *part, const float *part2, in
   const long long mo = dt_mo(pz);
   if (blockIdx.y) part = part2, out = out2; /* the pair's second sums */
   part = dt_off(part, mo), out = dt_off(out, mo);
-  const int lane = threadIdx.x & 31, c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31, c = dt_warp_row();
   if (c >= cols) return;
   float s = 0;
   for (int ch = lane; ch < chunks; ch += 32) s += part[(size_t)ch * cols + c];
@@ -97,7 +97,7 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
                                 float *X, float *xh0, float *r0, float *h1, float *xh1, float *r1, int rnd,
                                 cuda_pz_t pz) {
   PDL_ENTER();
-  const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int tok = dt_warp_row(), lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo), se = dt_off(se, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
@@ -139,7 +139,7 @@ __global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float
 __global__ void dt_ln_kernel(const float *x, int T, int E, const float *gam, const float *bet, float *y, float *xhat,
                              float *rstd, int rnd, cuda_pz_t pz) {
   PDL_ENTER();
-  const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int tok = dt_warp_row(), lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   x = dt_off(x, mo), gam = dt_off(gam, mo), bet = dt_off(bet, mo), y = dt_off(y, mo), xhat = dt_off(xhat, mo);

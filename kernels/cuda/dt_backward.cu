@@ -27,7 +27,7 @@ __global__ void dt_ln_bwd_kernel(const float *dy, const float *dy2, const float 
                                  const float *rstd, const float *gam, int T, int E, float *dx, const float *res,
                                  cuda_pz_t pz) {
   PDL_ENTER();
-  const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int tok = dt_warp_row(), lane = threadIdx.x & 31;
   if (tok >= T) return;
   const long long mo = dt_mo(pz);
   dy = dt_off(dy, mo), xhat = dt_off(xhat, mo), rstd = dt_off(rstd, mo), gam = dt_off(gam, mo), dx = dt_off(dx, mo);

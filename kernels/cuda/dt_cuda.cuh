@@ -207,6 +207,9 @@ static __device__ __forceinline__ float dt_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
 }
+/* the kernels that give each warp one row (a token, a step, a column):
+ * this warp's row across the grid */
+static __device__ __forceinline__ int dt_warp_row() { return (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); }
 /* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
  * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
  * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,

@@ -38,7 +38,7 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
                                float *loss_step, const float *sums, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float dth_sh[];
-  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = blockIdx.x * (blockDim.x / 32) + w;
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
   if (s >= BK) return;
   const long long mo = dt_mo(pz);
   X = dt_off(X, mo), p = dt_off(p, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo), xs = dt_off(xs, mo);
@@ -92,7 +92,7 @@ __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const fl
                                    const float *rf, int BK, float *dxs, float *dX, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float dth_sh[];
-  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = blockIdx.x * (blockDim.x / 32) + w;
+  const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
   if (s >= BK) return;
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo), dz = dt_off(dz, mo), xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), dxs = dt_off(dxs, mo);
