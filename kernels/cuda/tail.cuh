@@ -3,9 +3,9 @@
  * warp: dueling_log_softmax (kernels/cpu/heads_impl.h) in its order, lane l
  * holding atoms l, l + 32, ... (ZL of them). The forward's tail kernel
  * (step_forward.cu) runs it for every action of every row; the loss kernel
- * (step_loss.cu, fused_loss_kernel<1>) runs it for only the rows and actions
- * the loss reads (tail_action2: two actions at a time), where they fit its
- * shared memory. Each action's operations are the same in all three
+ * (step_loss.cu: fused_loss_kernel<1>, fused_loss_tail_kernel) runs it for
+ * only the rows and actions the loss reads (tail_action2, tail_action2x:
+ * two actions at a time), where they fit its shared memory. Each action's operations are the same in all three
  * functions, so the loss gets the same bits either way. Included by .cu
  * files only.
  */
@@ -34,11 +34,12 @@ __device__ __forceinline__ void tail_base(const float *V, const float *Ad, int n
   }
 }
 
-/* out[z] = log_softmax_z(Aq + base)[z], or with EXP its exp (the same
+/* out[z] = log_softmax_z(Aq + base)[z], or with ex its exp (the same
  * float the exp of the stored log-probability gives); each lane reads and
  * writes only its own atoms, so out may be Aq itself */
-template <int ZL, int EXP = 0>
-__device__ __forceinline__ void tail_action(const float *Aq, const float (&base)[ZL], int Z, int lane, float *out) {
+template <int ZL>
+__device__ __forceinline__ void tail_actionx(const float *Aq, const float (&base)[ZL], int Z, int lane, float *out,
+                                             int ex) {
   float v[ZL], mx = -INFINITY;
 #pragma unroll
   for (int zi = 0; zi < ZL; zi++) {
@@ -56,21 +57,27 @@ __device__ __forceinline__ void tail_action(const float *Aq, const float (&base)
 #pragma unroll
   for (int zi = 0; zi < ZL; zi++) {
     const int z = lane + 32 * zi;
-    if (z < Z) out[z] = EXP ? expf(v[zi] - lse) : v[zi] - lse;
+    if (z < Z) out[z] = ex ? expf(v[zi] - lse) : v[zi] - lse;
   }
 }
-
-/* two actions' tail_action side by side: the same operations on each, the
- * two dependent chains (shuffles, exp, log) interleaved */
 template <int ZL, int EXP = 0>
-__device__ __forceinline__ void tail_action2(const float *A0, const float *A1, const float (&base)[ZL], int Z, int lane,
-                                             float *o0, float *o1) {
+__device__ __forceinline__ void tail_action(const float *Aq, const float (&base)[ZL], int Z, int lane, float *out) {
+  tail_actionx<ZL>(Aq, base, Z, lane, out, EXP);
+}
+
+/* two actions' tail_actionx side by side, each with its own base and exp
+ * flag: the same operations on each, the two dependent chains (shuffles,
+ * exp, log) interleaved */
+template <int ZL>
+__device__ __forceinline__ void tail_action2x(const float *A0, const float *A1, const float (&b0)[ZL],
+                                              const float (&b1)[ZL], int Z, int lane, float *o0, float *o1, int x0,
+                                              int x1) {
   float v0[ZL], v1[ZL], m0 = -INFINITY, m1 = -INFINITY;
 #pragma unroll
   for (int zi = 0; zi < ZL; zi++) {
     const int z = lane + 32 * zi;
-    v0[zi] = z < Z ? A0[z] + base[zi] : -INFINITY;
-    v1[zi] = z < Z ? A1[z] + base[zi] : -INFINITY;
+    v0[zi] = z < Z ? A0[z] + b0[zi] : -INFINITY;
+    v1[zi] = z < Z ? A1[z] + b1[zi] : -INFINITY;
     m0 = fmaxf(m0, v0[zi]);
     m1 = fmaxf(m1, v1[zi]);
   }
@@ -91,10 +98,15 @@ __device__ __forceinline__ void tail_action2(const float *A0, const float *A1, c
   for (int zi = 0; zi < ZL; zi++) {
     const int z = lane + 32 * zi;
     if (z < Z) {
-      o0[z] = EXP ? expf(v0[zi] - l0) : v0[zi] - l0;
-      o1[z] = EXP ? expf(v1[zi] - l1) : v1[zi] - l1;
+      o0[z] = x0 ? expf(v0[zi] - l0) : v0[zi] - l0;
+      o1[z] = x1 ? expf(v1[zi] - l1) : v1[zi] - l1;
     }
   }
+}
+template <int ZL, int EXP = 0>
+__device__ __forceinline__ void tail_action2(const float *A0, const float *A1, const float (&base)[ZL], int Z, int lane,
+                                             float *o0, float *o1) {
+  tail_action2x<ZL>(A0, A1, base, base, Z, lane, o0, o1, EXP, EXP);
 }
 
 #endif
