@@ -427,6 +427,8 @@ class CancelTest(DaemonTest):
             self.assertTrue(1.0 <= time.monotonic() - t0 < 3.5)
             self.assertEqual(e.code, 4, str(e))
             self.assertIn("(the Step was cancelled on the daemon)", e.message)
+            # its CANCELLED reply was taken before step() raised: nothing in flight when the socket closes
+            self.assertFalse(c._sock.in_flight)
         with dqnd.Client(self.d.url, timeout=5) as c:
             self.assertEqual(c.cancel("cancel", queued.rid), "queued")
             self.assertEqual(c.cancel("cancel", running.rid), "running")
@@ -444,6 +446,36 @@ class CancelTest(DaemonTest):
             self.assertEqual(c.cancel("cancel", 12345), "none")
             e = self.code_of(c.cancel, "nosuch", 1)
             self.assertEqual(e.code, 5)
+
+    def test_timed_out_reply_is_settled(self):
+        """A long call's receive that times out stays in flight for the late
+        reply (keep): settle() takes it (True) once the daemon answers, the
+        socket then carries the next call. libnng 1.5 can hang closing a pipe
+        while a reply is being received on it; a client lets it land first."""
+        self.trainer("settle")
+        running = Stepper(self.d.url, "settle", 1000000)
+        time.sleep(0.3)  # it runs: a second Step waits behind it
+        with dqnd.Client(self.d.url, timeout=1) as c, dqnd.Client(self.d.url, timeout=5) as other:
+            with self.assertRaises(dqnd.DqndError) as cm:
+                c._call("step", dqnd.client.pb.Step(name="settle", n=5), keep=True)
+            self.assertEqual(cm.exception.code, 4)
+            self.assertTrue(cm.exception.transport)
+            self.assertTrue(c._sock.in_flight, "the receive was kept")
+            self.assertIsNone(other._sock.settle(10), "nothing in flight: None")
+            self.assertEqual(other.cancel("settle", c.pending_request_id), "queued")
+            self.assertTrue(c._sock.settle(5000), "its CANCELLED reply came")
+            self.assertFalse(c._sock.in_flight)
+            self.assertEqual(c.health()["serving"], True)
+            # kept again and not settled: the next call gives it up first, the socket stays usable
+            with self.assertRaises(dqnd.DqndError):
+                c._call("step", dqnd.client.pb.Step(name="settle", n=5), keep=True)
+            second = c.pending_request_id
+            self.assertTrue(c._sock.in_flight)
+            self.assertEqual(c.health()["serving"], True)
+            self.assertFalse(c._sock.in_flight)
+            self.assertEqual(other.cancel("settle", second), "queued")
+            self.assertEqual(other.cancel("settle", running.rid), "running")
+            running.join()
 
     def test_ctrl_c_cancels_the_step(self):
         """SIGINT to this process while step() waits: KeyboardInterrupt

@@ -24,6 +24,7 @@ import time
 _lib = None
 _libc = None
 WAIT_SLICE_S = 0.1
+SETTLE_ON_CLOSE_MS = 2000  # close(): how long a timed-out call's late reply may take to land
 
 
 class _Socket(ctypes.Structure):
@@ -140,6 +141,7 @@ class ReqSocket:
 
     def __init__(self, url, timeout_ms, tls=None):
         L = lib()
+        self._pending = False  # a reply left in flight by call(keep=True) that timed out (settle())
         self._s = _Socket()
         self._lock = threading.Lock()  # held by call(): close() frees the aio only once no call uses it
         self._aio = ctypes.c_void_p()
@@ -224,14 +226,25 @@ class ReqSocket:
         L.nng_socket_set_ms(self._s, b"send-timeout", self.timeout_ms)
         L.nng_aio_set_timeout(self._aio, self.timeout_ms)  # each operation on the aio (it keeps it)
 
-    def _wait(self):
+    def _wait(self, deadline=None):
         """Until the aio's callback has posted the semaphore, in slices: Python
-        runs signal handlers (KeyboardInterrupt) between them."""
+        runs signal handlers (KeyboardInterrupt) between them. With deadline
+        (time.monotonic()), False once it has passed with the operation still
+        in flight; else True."""
         C = libc()
         ts = _Timespec()
         clockwait = C.has_clockwait
         while True:
-            t = (time.clock_gettime(time.CLOCK_MONOTONIC) if clockwait else time.time()) + WAIT_SLICE_S
+            slice_s = WAIT_SLICE_S
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:  # one last look
+                    if C.sem_trywait(self._sem) == 0:
+                        lib().nng_aio_wait(self._aio)
+                        return True
+                    return False
+                slice_s = min(slice_s, left)
+            t = (time.clock_gettime(time.CLOCK_MONOTONIC) if clockwait else time.time()) + slice_s
             ts.tv_sec, ts.tv_nsec = int(t), int((t % 1) * 1e9)
             if clockwait:
                 rv = C.sem_clockwait(self._sem, CLOCK_MONOTONIC, ctypes.byref(ts))
@@ -239,7 +252,7 @@ class ReqSocket:
                 rv = C.sem_timedwait(self._sem, ctypes.byref(ts))
             if rv == 0:
                 lib().nng_aio_wait(self._aio)  # the callback has returned: the aio may start again
-                return
+                return True
             e = ctypes.get_errno()
             if e not in (errno.ETIMEDOUT, errno.EINTR):
                 raise OSError(e, "sem_clockwait: " + os.strerror(e))
@@ -278,16 +291,61 @@ class ReqSocket:
                 L.nng_msg_free(m)
             raise NngError(rv, "send")
 
-    def call(self, data: bytes) -> bytes:
+    def call(self, data: bytes, keep=False) -> bytes:
         """Sends one request and returns its reply; the socket's timeout bounds
         the send and the receive each. A KeyboardInterrupt while it waits
-        abandons the request and propagates; the socket stays usable."""
+        abandons the request and propagates; the socket stays usable. With
+        keep, a receive that times out (NngError ETIMEDOUT) stays in flight
+        for the late reply, which settle() then takes (or gives up on); the
+        next call gives up on it first."""
         with self._lock:
             if not self._open:
                 raise NngError(NNG_ECLOSED, "send")
-            return self._call(data)
+            if self._pending:
+                self._settle(0)
+            return self._call(data, keep)
 
-    def _call(self, data):
+    @property
+    def in_flight(self):
+        """True while a timed-out call(keep=True)'s reply may still come."""
+        return self._pending
+
+    def settle(self, timeout_ms):
+        """Waits up to timeout_ms for the reply a timed-out call(keep=True)
+        left in flight and drops it, or gives up on it (the receive
+        cancelled); True when it came. Closing the socket while that reply
+        is being received can hang libnng 1.5's pipe teardown forever (its
+        IPC and TCP pipes restart a read on a pipe already closing), so a
+        client lets such a reply land before close() (which settles too).
+        None when nothing was in flight."""
+        with self._lock:
+            if not self._open:
+                return None
+            return self._settle(timeout_ms)
+
+    def _settle(self, timeout_ms):
+        if not self._pending:
+            return None
+        L = lib()
+        try:
+            came = self._wait(time.monotonic() + max(timeout_ms, 0) / 1000.0)
+        except BaseException:
+            self._abort()
+            self._pending = False
+            L.nng_aio_set_timeout(self._aio, self.timeout_ms)
+            raise
+        if came:
+            m = L.nng_aio_get_msg(self._aio)
+            L.nng_aio_set_msg(self._aio, None)
+            if m:
+                L.nng_msg_free(m)
+        else:
+            self._abort()
+        self._pending = False
+        L.nng_aio_set_timeout(self._aio, self.timeout_ms)
+        return came
+
+    def _call(self, data, keep=False):
         L = lib()
         aio = self._aio
         try:
@@ -297,10 +355,25 @@ class ReqSocket:
                 self._send_waiting(data)
             elif rv:
                 raise NngError(rv, "send")
-            L.nng_recv_aio(self._s, aio)
-            self._wait()
+            if keep:  # this wait's own deadline, the aio's none: on the deadline the receive stays in flight
+                L.nng_aio_set_timeout(aio, NNG_DURATION_INFINITE)
+                L.nng_recv_aio(self._s, aio)
+                if not self._wait(time.monotonic() + self.timeout_ms / 1000.0):
+                    self._pending = True
+                    raise NngError(NNG_ETIMEDOUT, "receive")
+                L.nng_aio_set_timeout(aio, self.timeout_ms)
+            else:
+                L.nng_recv_aio(self._s, aio)
+                self._wait()
+        except NngError as e:
+            if e.rv == NNG_ETIMEDOUT and self._pending:
+                raise
+            self._abort()
+            L.nng_aio_set_timeout(aio, self.timeout_ms)
+            raise
         except BaseException:  # KeyboardInterrupt (or another signal handler's exception) during a wait
             self._abort()
+            L.nng_aio_set_timeout(aio, self.timeout_ms)
             raise
         rv = L.nng_aio_result(aio)
         if rv:
@@ -315,6 +388,13 @@ class ReqSocket:
     def close(self):
         if not getattr(self, "_open", False):
             return
+        # a timed-out call's reply still in flight: let it land first (settle)
+        if self._pending and self._lock.acquire(timeout=5):
+            try:
+                if self._pending and self._open:
+                    self._settle(SETTLE_ON_CLOSE_MS)
+            finally:
+                self._lock.release()
         self._open = False
         L = lib()
         L.nng_close(self._s)  # a call in flight in another thread ends now, with ECLOSED

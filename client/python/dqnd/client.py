@@ -257,7 +257,7 @@ class Client:
         self._next_id = self._next_id + 1 if self._next_id < (1 << 64) - 1 else 1
         return rid
 
-    def _call(self, field, msg):
+    def _call(self, field, msg, keep=False):
         timeout_ms = int(self.timeout * 1000)
         req = pb.Request(version=1, request_id=self._new_id(), auth_token=self.token,
                          timeout_ms=request_timeout_ms(timeout_ms))
@@ -266,7 +266,7 @@ class Client:
             raise DqndError(UNAVAILABLE, "the client is closed")
         self.pending_request_id = req.request_id
         try:
-            raw = self._sock.call(req.SerializeToString())
+            raw = self._sock.call(req.SerializeToString(), keep=keep)
         except _nng.NngError as e:
             code = DEADLINE_EXCEEDED if e.rv == _nng.NNG_ETIMEDOUT else UNAVAILABLE
             raise DqndError(code, f"{self.url}: {e}", transport=True) from None
@@ -425,7 +425,7 @@ class Client:
         SystemExit), and when no reply comes (transport errors)."""
         before = self.pending_request_id
         try:
-            return self._call(field, msg)
+            return self._call(field, msg, keep=True)
         except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
             rid = self.pending_request_id
             if rid != before:  # it was sent (or about to be): stop it there; its id is never used again
@@ -437,6 +437,10 @@ class Client:
             if not e.transport:
                 raise
             how = self._cancel_abandoned(name, self.pending_request_id)
+            # its reply (CANCELLED, or what it did) lands before this returns: a
+            # socket closed while that reply is being received can hang (_nng.settle)
+            if self._sock is not None:
+                self._sock.settle(int(CANCEL_TIMEOUT_S * 1000))
             raise DqndError(e.code, f"{e.message} (the {what} was {how})", transport=True) from None
 
     def pretrain_dt(self, name, n=1):
