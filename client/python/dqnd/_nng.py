@@ -295,9 +295,9 @@ class ReqSocket:
         """Sends one request and returns its reply; the socket's timeout bounds
         the send and the receive each. A KeyboardInterrupt while it waits
         abandons the request and propagates; the socket stays usable. With
-        keep, a receive that times out (NngError ETIMEDOUT) stays in flight
-        for the late reply, which settle() then takes (or gives up on); the
-        next call gives up on it first."""
+        keep, a receive that times out (NngError ETIMEDOUT) or is interrupted
+        stays in flight for the late reply, which settle() then takes (or
+        gives up on); the next call gives up on it first."""
         with self._lock:
             if not self._open:
                 raise NngError(NNG_ECLOSED, "send")
@@ -313,7 +313,8 @@ class ReqSocket:
     def settle(self, timeout_ms):
         """Waits up to timeout_ms for the reply a timed-out call(keep=True)
         left in flight and drops it, or gives up on it (the receive
-        cancelled); True when it came. Closing the socket while that reply
+        cancelled); True when it came (False too where the receive failed:
+        the connection lost). Closing the socket while that reply
         is being received can hang libnng 1.5's pipe teardown forever (its
         IPC and TCP pipes restart a read on a pipe already closing), so a
         client lets such a reply land before close() (which settles too).
@@ -335,6 +336,7 @@ class ReqSocket:
             L.nng_aio_set_timeout(self._aio, self.timeout_ms)
             raise
         if came:
+            came = L.nng_aio_result(self._aio) == 0  # else the pipe closed under it: no reply
             m = L.nng_aio_get_msg(self._aio)
             L.nng_aio_set_msg(self._aio, None)
             if m:
@@ -348,6 +350,7 @@ class ReqSocket:
     def _call(self, data, keep=False):
         L = lib()
         aio = self._aio
+        receiving = False
         try:
             # the usual case: a connection takes it now (req0 fails a non-blocking send only when none is ready)
             rv = L.nng_send(self._s, data, len(data), NNG_FLAG_NONBLOCK)
@@ -358,6 +361,7 @@ class ReqSocket:
             if keep:  # this wait's own deadline, the aio's none: on the deadline the receive stays in flight
                 L.nng_aio_set_timeout(aio, NNG_DURATION_INFINITE)
                 L.nng_recv_aio(self._s, aio)
+                receiving = True
                 if not self._wait(time.monotonic() + self.timeout_ms / 1000.0):
                     self._pending = True
                     raise NngError(NNG_ETIMEDOUT, "receive")
@@ -372,6 +376,9 @@ class ReqSocket:
             L.nng_aio_set_timeout(aio, self.timeout_ms)
             raise
         except BaseException:  # KeyboardInterrupt (or another signal handler's exception) during a wait
+            if keep and receiving:  # the receive stays in flight for its late reply, as on a timeout (settle)
+                self._pending = True
+                raise
             self._abort()
             L.nng_aio_set_timeout(aio, self.timeout_ms)
             raise
@@ -388,13 +395,19 @@ class ReqSocket:
     def close(self):
         if not getattr(self, "_open", False):
             return
-        # a timed-out call's reply still in flight: let it land first (settle)
-        if self._pending and self._lock.acquire(timeout=5):
-            try:
-                if self._pending and self._open:
-                    self._settle(SETTLE_ON_CLOSE_MS)
-            finally:
-                self._lock.release()
+        # a timed-out call's reply still in flight: let it land first (settle);
+        # the socket closes whatever happens there (a KeyboardInterrupt included)
+        try:
+            if self._pending and self._lock.acquire(timeout=5):
+                try:
+                    if self._pending and self._open:
+                        self._settle(SETTLE_ON_CLOSE_MS)
+                finally:
+                    self._lock.release()
+        finally:
+            self._close_now()
+
+    def _close_now(self):
         self._open = False
         L = lib()
         L.nng_close(self._s)  # a call in flight in another thread ends now, with ECLOSED

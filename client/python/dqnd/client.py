@@ -429,19 +429,27 @@ class Client:
         except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or a signal handler that exits
             rid = self.pending_request_id
             if rid != before:  # it was sent (or about to be): stop it there; its id is never used again
-                how = self._cancel_abandoned(name, rid)
+                how, ok = self._cancel_abandoned(name, rid)
+                if ok:  # a second Ctrl-C here gives the reply up (the receive cancelled) and propagates
+                    self._settle_abandoned()
                 if hasattr(e, "add_note"):
                     e.add_note(f"dqnd: the {what} (request {rid}) of trainer '{name}' was {how}")
             raise
         except DqndError as e:
             if not e.transport:
                 raise
-            how = self._cancel_abandoned(name, self.pending_request_id)
-            # its reply (CANCELLED, or what it did) lands before this returns: a
-            # socket closed while that reply is being received can hang (_nng.settle)
-            if self._sock is not None:
-                self._sock.settle(int(CANCEL_TIMEOUT_S * 1000))
+            how, ok = self._cancel_abandoned(name, self.pending_request_id)
+            if ok:
+                self._settle_abandoned()
             raise DqndError(e.code, f"{e.message} (the {what} was {how})", transport=True) from None
+
+    def _settle_abandoned(self):
+        """After a Cancel got through: the abandoned command's reply (CANCELLED,
+        or what it did) lands before the caller hears of it, at most
+        CANCEL_TIMEOUT_S later, so that closing the client never meets it in
+        mid-receive (that can hang libnng 1.5: _nng.ReqSocket.settle)."""
+        if self._sock is not None:
+            self._sock.settle(int(CANCEL_TIMEOUT_S * 1000))
 
     def pretrain_dt(self, name, n=1):
         """n Decision Transformer pre-training steps (a trainer created with
@@ -501,14 +509,15 @@ class Client:
         """Cancels a Step whose reply this client no longer waits for, through
         a second connection (fails fast where the daemon is gone; this socket
         may wait for a reconnection), waiting at most CANCEL_TIMEOUT_S; says
-        how it went, in words for a message."""
+        how it went, in words for a message, and whether the Cancel got
+        through."""
         try:
             with Client(self.url, timeout=min(self.timeout, CANCEL_TIMEOUT_S), token=self.token,
                         **self._tls_args) as c:
                 found = c.cancel(name, request_id)
         except DqndError as e:
-            return f"left as it was: the Cancel did not get through either ({e})"
-        return "already over on the daemon" if found == "none" else "cancelled on the daemon"
+            return f"left as it was: the Cancel did not get through either ({e})", False
+        return ("already over on the daemon" if found == "none" else "cancelled on the daemon"), True
 
     def act(self, name, states, noisy=False, q=False, episode=0, q_var=False, member=0):
         """Greedy (or noisy) flat joint actions for states [n, state_dim]:
