@@ -451,7 +451,10 @@ extern "C" int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const c
     int units = L->D;
     for (int d = 0; d < L->D; d++) units += L->n[d];
     int W = (units + 1) / 2; /* two units a warp: one tail_action2x */
-    W = W < L->D ? L->D : W > 32 ? 32 : W;
+    /* at most 16 warps (a branch warp each for D <= LEARNER_MAX_BRANCHES =
+     * 16): 512 threads leave 128 registers a thread, far above its 48-64 */
+    W = W > 16 ? 16 : W;
+    W = W < L->D ? L->D : W;
     const size_t sm = loss_smem(L, 2);
     if (L->Z <= 64) fused_loss_tail_kernel<2><<<grid, 32 * W, sm, st>>>(la);
     else if (L->Z <= 128) fused_loss_tail_kernel<4><<<grid, 32 * W, sm, st>>>(la);
