@@ -96,9 +96,9 @@ class Spy:
     def __init__(self, client, counts):
         orig = client._call
 
-        def call(field, msg):
+        def call(field, msg, **kw):
             try:
-                r = orig(field, msg)
+                r = orig(field, msg, **kw)
             except dqnd.DqndError as e:
                 counts[(camel(field), dqnd.CODES[e.code])] += 1
                 raise
