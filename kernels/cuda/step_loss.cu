@@ -51,10 +51,37 @@ __host__ __device__ static inline int loss_warp_floats(int n, int Z, int tail) {
   return (tail ? 3 * (n + 1) * Z : 2 * n * Z) + 7 * Z + n;
 }
 
-/* a warp's copy of one O row's V and A_d into dst [Z + n Z] */
-__device__ __forceinline__ void stage_row(float *dst, const float *row, int aoff, int Z, int nz, int lane) {
-  for (int k = lane; k < Z; k += 32) cp_async4(dst + k, row + k);
-  for (int k = lane; k < nz; k += 32) cp_async4(dst + Z + k, row + Z + aoff + k);
+/* thread t of nt's share of the copy of one O row's V and A_d into dst
+ * [Z + n Z] */
+__device__ __forceinline__ void stage_row(float *dst, const float *row, int aoff, int Z, int nz, int t, int nt) {
+  for (int k = t; k < Z; k += nt) cp_async4(dst + k, row + k);
+  for (int k = t; k < nz; k += nt) cp_async4(dst + Z + k, row + Z + aoff + k);
+}
+
+/* the lane's atoms of a dueling base kept in shared memory (zeros past Z) */
+template <int ZL>
+__device__ __forceinline__ void load_base(const float *src, int Z, int lane, float (&base)[ZL]) {
+#pragma unroll
+  for (int zi = 0; zi < ZL; zi++) base[zi] = lane + 32 * zi < Z ? src[lane + 32 * zi] : 0.0f;
+}
+
+/* the Double-DQN action of a branch of n actions from its selecting row's
+ * probabilities sel [n Z]: each action's Q a serial sum over z (the CPU's
+ * order), lane k action k's (q [n] scratch), then the first largest */
+__device__ __forceinline__ int loss_best(const loss_args_t &a, const float *sel, int n, int lane, float *q) {
+  const int Z = a.Z;
+  const float dz = (a.vmax - a.vmin) / (float)(Z - 1);
+  for (int k = lane; k < n; k += 32) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (int z = 0; z < Z; z++) s += sel[k * Z + z] * (a.vmin + dz * (float)z);
+    q[k] = s;
+  }
+  __syncwarp();
+  int bst = 0;
+  for (int k = 1; k < n; k++)
+    if (q[k] > q[bst]) bst = k;
+  return bst;
 }
 
 /* The end of branch d's loss (lane's share; warp-synchronous): the C51
@@ -153,7 +180,6 @@ __global__ void fused_loss_kernel(loss_args_t a) {
   float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
   int *lj = (int *)(ez + Z);
   float *q = ez + 2 * Z;
-  float dz = (a.vmax - a.vmin) / (float)(Z - 1);
   /* this sample's scalars first: their L2 round trips overlap the copies'
    * instead of each following the arithmetic before its use */
   const int ai = p_a[i];
@@ -172,9 +198,9 @@ __global__ void fused_loss_kernel(loss_args_t a) {
      * one after another they waited out three L2 round trips */
     if (TAIL) {
       const float *O_s = pz_at(a.O, a.ps) + (size_t)i * a.O2;
-      stage_row(r_t2, O_s + (size_t)2 * B * a.O2, a.aoff[d], Z, nz, lane);
-      if (a.double_dqn) stage_row(r_s2, O_s + (size_t)B * a.O2, a.aoff[d], Z, nz, lane);
-      stage_row(r_s, O_s, a.aoff[d], Z, nz, lane);
+      stage_row(r_t2, O_s + (size_t)2 * B * a.O2, a.aoff[d], Z, nz, lane, 32);
+      if (a.double_dqn) stage_row(r_s2, O_s + (size_t)B * a.O2, a.aoff[d], Z, nz, lane, 32);
+      stage_row(r_s, O_s, a.aoff[d], Z, nz, lane, 32);
     } else {
       const float *lp_a = lp_s + (size_t)ad * Z;
       for (int k = lane; k < nz; k += 32) cp_async4(lts + k, lt_s2 + k);
@@ -209,16 +235,7 @@ __global__ void fused_loss_kernel(loss_args_t a) {
       for (int k = lane; k < nz; k += 32) sel[k] = expf(sel[k]);
       __syncwarp();
     }
-    for (int k = lane; k < n; k += 32) {
-      float s = 0.0f;
-#pragma unroll 8
-      for (int z = 0; z < Z; z++) s += sel[k * Z + z] * (a.vmin + dz * (float)z);
-      q[k] = s;
-    }
-    __syncwarp();
-    int bst = 0;
-    for (int k = 1; k < n; k++)
-      if (q[k] > q[bst]) bst = k;
+    const int bst = loss_best(a, sel, n, lane, q);
     if (lane == 0) p_best[(size_t)d * B + i] = bst;
     if (TAIL) { /* the target's log-probabilities at a' (without Double DQN: already in sel), the
                  * online s row's at the taken action */
@@ -269,7 +286,6 @@ __global__ void fused_loss_tail_kernel(loss_args_t a) {
     return o;
   };
   float *bases = sh + wofs(D);
-  const float dz = (a.vmax - a.vmin) / (float)(Z - 1);
   const int ai = pz_at(a.a, a.ps)[i];
   const float ri = pz_at(a.r, a.ps)[i], donei = pz_at(a.done, a.ps)[i], wi = pz_at(a.w, a.ps)[i];
   const float gamma = p_gdisc ? p_gdisc[i] : p_gamma_dev ? *p_gamma_dev : a.gamma;
@@ -278,16 +294,11 @@ __global__ void fused_loss_tail_kernel(loss_args_t a) {
   auto row = [&](int e, int r) { return sh + wofs(e) + (size_t)r * (a.n[e] + 1) * Z; };
   /* every row's copies by every warp, all in flight at once (one wait) */
   const float *O_s = pz_at(a.O, a.ps) + (size_t)i * a.O2;
-  for (int e = 0; e < D; e++) {
-    const int nz = a.n[e] * Z;
-    for (int r = 0; r < 3; r++) {
-      if (r == 1 && !dd) continue;
-      const float *src = O_s + (size_t)(r == 0 ? 2 * B : r == 1 ? B : 0) * a.O2;
-      float *dst = row(e, r);
-      for (int k = threadIdx.x; k < Z + nz; k += blockDim.x)
-        cp_async4(dst + k, k < Z ? src + k : src + Z + a.aoff[e] + (k - Z));
-    }
-  }
+  for (int e = 0; e < D; e++)
+    for (int r = 0; r < 3; r++)
+      if (r != 1 || dd)
+        stage_row(row(e, r), O_s + (size_t)(r == 0 ? 2 * B : r == 1 ? B : 0) * a.O2, a.aoff[e], Z, a.n[e] * Z,
+                  threadIdx.x, blockDim.x);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -319,8 +330,7 @@ __global__ void fused_loss_tail_kernel(loss_args_t a) {
       A = row(e, dd ? 1 : 0) + Z + (size_t)k * Z, b = e, out = const_cast<float *>(A), ex = 1;
     } else {
       const int e = u - nsel, ad = (ai / a.radix_after[e]) % a.n[e];
-      const size_t rowf = (size_t)(a.n[e] + 1) * Z;
-      A = row(e, 2) + Z + (size_t)ad * Z, b = D + e, out = sh + wofs(e) + 3 * rowf, ex = 0;
+      A = row(e, 2) + Z + (size_t)ad * Z, b = D + e, out = row(e, 3), ex = 0; /* lps */
     }
   };
   for (int u = w; u < nu; u += 2 * W) {
@@ -329,12 +339,10 @@ __global__ void fused_loss_tail_kernel(loss_args_t a) {
     int b0, b1, x0, x1;
     unit(u, A0, b0, o0, x0);
     float base0[ZL], base1[ZL];
-#pragma unroll
-    for (int zi = 0; zi < ZL; zi++) base0[zi] = lane + 32 * zi < Z ? bases[(size_t)b0 * Z + lane + 32 * zi] : 0.0f;
+    load_base<ZL>(bases + (size_t)b0 * Z, Z, lane, base0);
     if (u + W < nu) {
       unit(u + W, A1, b1, o1, x1);
-#pragma unroll
-      for (int zi = 0; zi < ZL; zi++) base1[zi] = lane + 32 * zi < Z ? bases[(size_t)b1 * Z + lane + 32 * zi] : 0.0f;
+      load_base<ZL>(bases + (size_t)b1 * Z, Z, lane, base1);
       tail_action2x<ZL>(A0, A1, base0, base1, Z, lane, o0, o1, x0, x1);
     } else {
       tail_actionx<ZL>(A0, base0, Z, lane, o0, x0);
@@ -344,30 +352,18 @@ __global__ void fused_loss_tail_kernel(loss_args_t a) {
   const int d = w;
   if (d < D) {
     const int n = a.n[d];
-    const size_t rowf = (size_t)(n + 1) * Z;
-    float *wsh = sh + wofs(d), *lps = wsh + 3 * rowf;
+    float *lps = row(d, 3);
     float *m = lps + Z, *pj = m + Z, *bj = pj + Z, *ez = bj + Z;
     int *lj = (int *)(ez + Z);
     float *q = ez + 2 * Z;
     const int ad = (ai / a.radix_after[d]) % n;
     const float *sel = row(d, dd ? 1 : 0) + Z; /* probabilities */
-    for (int k = lane; k < n; k += 32) {
-      float s = 0.0f;
-#pragma unroll 8
-      for (int z = 0; z < Z; z++) s += sel[k * Z + z] * (a.vmin + dz * (float)z);
-      q[k] = s;
-    }
-    __syncwarp();
-    int bst = 0;
-    for (int k = 1; k < n; k++)
-      if (q[k] > q[bst]) bst = k;
+    const int bst = loss_best(a, sel, n, lane, q);
     if (lane == 0) pz_at(a.best, a.ps)[(size_t)d * B + i] = bst;
     float *lt = row(d, 0) + Z + (size_t)bst * Z; /* without Double DQN: probabilities already */
     if (dd) { /* the target's log-probabilities at a' */
       float base[ZL];
-#pragma unroll
-      for (int zi = 0; zi < ZL; zi++)
-        base[zi] = lane + 32 * zi < Z ? bases[(size_t)(2 * D + d) * Z + lane + 32 * zi] : 0.0f;
+      load_base<ZL>(bases + (size_t)(2 * D + d) * Z, Z, lane, base);
       tail_action<ZL>(lt, base, Z, lane, lt);
       __syncwarp();
     }
