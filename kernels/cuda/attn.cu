@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "arrive.cuh"
 #include "cp_async.cuh"
 #include "cuda_check.h"
 #include "generic_forward.cuh"
@@ -342,7 +343,6 @@ __global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_
                                                             cuda_attn_grads_t G0, const float *__restrict__ dy, int B,
                                                             att_wg_t wg, float *__restrict__ grad, long long ps) {
   extern __shared__ float wsm[];
-  __shared__ int last;
   const cuda_attn_acts_t A = acts_member(A0, ps);
   const cuda_attn_grads_t G = grads_member(G0, ps);
   dy = pz_at(dy, ps), grad = pz_at(grad, ps), wg.part = pz_at(wg.part, ps), wg.cnt = pz_at(wg.cnt, ps);
@@ -385,16 +385,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_
     pp[o] = acc;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(wg.cnt + y, 1) == wg.S - 1;
-    if (last) {
-      wg.cnt[y] = 0; /* ready for the next launch */
-      __threadfence();
-    }
-  }
-  __syncthreads();
-  if (!last) return;
+  if (!arrive_last(wg.cnt + y, (unsigned)wg.S)) return;
   const float *p0 = wg.part + (size_t)y * wg.S * wg.SP;
   for (int o = threadIdx.x; o < no; o += blockDim.x) {
     float acc = 0.0f;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "arena.cuh"
+#include "arrive.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 #include "dt_train_cuda.cuh"
@@ -164,24 +165,16 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
                                        float *sums, double *acc, cuda_pz_t pz) {
   PDL_ENTER();
   __shared__ double red[32];
-  __shared__ int last;
   const long long mo = dt_mo(pz);
   g = dt_off(g, mo), part = dt_off(part, mo), fin = dt_off(fin, mo);
   double s = 0;
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
     s += (double)g[k] * g[k];
   s = dt_block_sum(s, red);
-  if (threadIdx.x == 0) {
-    part[blockIdx.x] = s;
-    __threadfence(); /* this block's part visible before its count */
-    last = atomicAdd(fin, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence(); /* every block's part, for the last one's reads */
+  if (threadIdx.x == 0) part[blockIdx.x] = s;
+  if (!arrive_last(fin, gridDim.x)) return;
   hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), dsums = dt_off(dsums, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
   dt_norm_final(part, B, hp, ctr, dsums, sums, acc);
-  if (threadIdx.x == 0) *fin = 0; /* for the next step */
 }
 
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the

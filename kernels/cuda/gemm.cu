@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrive.cuh"
 #include "cp_async.cuh"
 #include "gemm_table.cuh"
 #include "gemm_dev.cuh"
@@ -187,7 +188,6 @@ __global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(
   constexpr int AFL = GA_FLOATSM(MR), SA1 = GSA1M(MR);
   extern __shared__ float4 gsh4[];
   float *sA = reinterpret_cast<float *>(gsh4), *sW = sA + GNS * AFL;
-  __shared__ int last;
   probs = pz_at(probs, ps), grad = pz_at(grad, ps), fn = pz_at(fn, ps), part = pz_at(part, ps), cnt = pz_at(cnt, ps);
   const int p = g_find<SER ? MR : 0>(ix, probs);
   /* a copy in registers: through a reference every field would be reloaded
@@ -354,20 +354,10 @@ __global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(
       *reinterpret_cast<float4 *>(pp + 16 * tid + e) = make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
     if (bias_sums) pp[GBM * GBN + tid] = bsum;
     /* the release: the block's stores ordered before thread 0's fence by the
-     * barrier (fences are cumulative: CUTLASS's semaphore pattern), one
-     * fence per block instead of one per thread (the membar stalls) */
+     * barrier (arrive.cuh: one fence a block, not one a thread: the membar
+     * stalls); MR is 1 here, so thread 0 is the tile's */
     __syncthreads();
-    if (tid == 0) {
-      __threadfence();
-      const int old = atomicAdd(cnt + g.cnt0 + tile, 1);
-      last = old == g.splits - 1;
-      if (last) {
-        cnt[g.cnt0 + tile] = 0; /* ready for the next launch */
-        __threadfence();        /* the acquire, passed on by the barrier */
-      }
-    }
-    __syncthreads();
-    if (!last) return;
+    if (!arrive_last(cnt + g.cnt0 + tile, (unsigned)g.splits)) return;
     const float *pt = part + ((size_t)g.poff + (size_t)tile * g.splits) * GPART;
 #pragma unroll
     for (int e = 0; e < 16; e++) acc[e] = 0.0f;

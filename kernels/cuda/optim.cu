@@ -9,6 +9,7 @@
 
 #include "optim.cuh"
 #include "adam_scalars.cuh"
+#include "arrive.cuh"
 
 // kernels
 
@@ -42,19 +43,9 @@ static __device__ __forceinline__ float norm_of_parts(const double *part, int np
  * slots, writes the norm and, at fin + 1, the clip scale, and zeroes *fin
  * for the next step. Every thread of the block calls it. */
 static __device__ __forceinline__ void norm_arrive(double s, double *part, int slot, unsigned *fin, unsigned total,
-                                                   float *norm, float grad_clip, int halted, double *wsum,
-                                                   int *last) {
-  if (threadIdx.x == 0) {
-    part[slot] = s;
-    __threadfence(); /* the release of this block's partial sum */
-    *last = atomicAdd(fin, 1u) == total - 1;
-    if (*last) {
-      *fin = 0;        /* ready for the next step */
-      __threadfence(); /* the acquire of the others' */
-    }
-  }
-  __syncthreads();
-  if (!*last) return;
+                                                   float *norm, float grad_clip, int halted, double *wsum) {
+  if (threadIdx.x == 0) part[slot] = s;
+  if (!arrive_last(fin, total)) return;
   float nrm = norm_of_parts(part, (int)total, wsum);
   if (threadIdx.x == 0) {
     /* a stop requested (learner_step_until): this replay applies nothing */
@@ -79,7 +70,6 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
                                          const learner_hparams_t *__restrict__ hp, int slot0, unsigned total,
                                          const volatile int *halt, long long ps) {
   __shared__ double wsum[32];
-  __shared__ int last;
   g = pz_at(g, ps), part_out = pz_at(part_out, ps), fin = pz_at(fin, ps), norm = pz_at(norm, ps);
   step = pz_at(step, ps), hp = pz_at(hp, ps), halt = pz_at(halt, ps);
   /* the halt word (device memory, step.cu), read by every block before its
@@ -93,7 +83,7 @@ __global__ void grad_norm_partial_kernel(const float *__restrict__ g, long long 
     if (threadIdx.x == 0) part_out[slot0 + blockIdx.x] = s;
     return;
   }
-  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, halted, wsum, &last);
+  norm_arrive(s, part_out, slot0 + (int)blockIdx.x, fin, total, norm, hp->grad_clip, halted, wsum);
 }
 
 /* the AdamW scalars that do not need the norm (adam_prep in adam_scalars.cuh) */
