@@ -140,6 +140,11 @@ int dqnd_cancel(dqnd_client_t *c, const char *name, uint64_t request_id, char *f
  * to read from another thread (a Ctrl-C handler cancelling the Step on a
  * connection of its own). */
 uint64_t dqnd_pending_request_id(const dqnd_client_t *c);
+/* 1 while the reply of a Step or PretrainDT that timed out may still come
+ * (the Cancel did not get through, or the daemon had not answered within 2 s
+ * of it): the next long command gives it up, dqnd_close waits up to 2 s for
+ * it first (libnng 1.5 can hang closing a pipe that is receiving). */
+int dqnd_reply_in_flight(const dqnd_client_t *c);
 /* q (optional) receives n * sum(branches) floats; q_cap is its length. */
 int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
              int32_t *actions, float *q, size_t q_cap);

@@ -6,7 +6,8 @@
  *   that ran, and the trainer's state is then, byte for byte, a twin's that
  *   ran exactly as many (their checkpoint files compared whole). A Cancel
  *   with nothing to cancel finds "none"; one for an unknown trainer is
- *   NOT_FOUND.
+ *   NOT_FOUND. A client that times out waiting cancels its Step on the
+ *   daemon and takes the late CANCELLED reply before it returns.
  * - SIGTERM with a Step of 10^6 steps running: the Step answers "shutdown",
  *   a Step queued behind it UNAVAILABLE, the daemon exits 0 within 10 s, and
  *   after a restart the trainer is at the step the reply reported, byte for
@@ -154,6 +155,51 @@ START_TEST(test_cancel_running_and_queued) {
   ck_assert_str_eq(found, "none");
   ck_assert_int_eq(dqnd_cancel(c, "nosuch", 0, found, sizeof found), 5);
   dqnd_close(run.c), dqnd_close(queued.c), dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
+/* A client that stops waiting (its timeout, 1 s) for a Step queued behind a
+ * running one: the Step is cancelled on the daemon before dqnd_step returns
+ * DQND_ETIMEDOUT, so it never runs; its CANCELLED reply was taken too
+ * (nothing in flight when the socket closes: libnng 1.5 can hang closing a
+ * pipe that is receiving), and the connection carries the next calls. */
+START_TEST(test_client_timeout_cancels) {
+  daemon_t d = {0};
+  dqnd_client_t *c = two_alike(&d, "long", "twin");
+  stepper_t run;
+  pthread_t t1;
+  step_async(&run, &d, "long", 1000000, &t1);
+  usleep(300000);
+  dqnd_client_t *w = connect_to(&d);
+  dqnd_set_timeout(w, 1000);
+  learner_stats_t st;
+  double t0 = mono();
+  int rc = dqnd_step(w, "long", 5, &st);
+  double took = mono() - t0;
+  ck_assert_msg(rc == DQND_ETIMEDOUT, "rc %d: %s", rc, dqnd_last_error(w));
+  ck_assert_msg(took >= 1.0 && took < 3.5, "returned after %.2f s", took);
+  ck_assert_msg(strstr(dqnd_last_error(w), "(the Step was cancelled on the daemon)"), "%s", dqnd_last_error(w));
+  ck_assert_msg(!dqnd_reply_in_flight(w), "its CANCELLED reply was taken before dqnd_step returned");
+  /* the connection goes on: a short call, then a long one that runs */
+  dqnd_set_timeout(w, 5000);
+  int serving = 0;
+  ck_assert_int_eq(dqnd_health(w, &serving, NULL), 0);
+  ck_assert_int_eq(serving, 1);
+  char found[32];
+  ck_assert_int_eq(dqnd_cancel(c, "long", run.rid, found, sizeof found), 0);
+  ck_assert_str_eq(found, "running");
+  pthread_join(t1, NULL);
+  ck_assert_msg(run.rc == 0, "%s", run.err);
+  ck_assert_str_eq(run.stop, "cancelled");
+  ck_assert_int_eq(dqnd_get_stats(c, "long", &st), 0);
+  ck_assert_int_eq((long long)st.step, (long long)run.st.steps_run); /* the timed-out Step never ran */
+  rc = dqnd_step(w, "long", 3, &st);
+  ck_assert_msg(rc == 0, "%s", dqnd_last_error(w));
+  ck_assert_int_eq((long long)st.step, (long long)run.st.steps_run + 3);
+  ck_assert(!dqnd_reply_in_flight(w));
+  dqnd_close(w), dqnd_close(run.c), dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
 }
@@ -322,6 +368,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_deadline);
   tcase_add_test(tc, test_cancel_running_and_queued);
+  tcase_add_test(tc, test_client_timeout_cancels);
   tcase_add_test(tc, test_shutdown_in_seconds);
   tcase_add_test(tc, test_one_daemon_per_state_dir);
   tcase_add_test(tc, test_dqnctl_stop_and_options);
