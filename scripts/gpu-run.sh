@@ -2,7 +2,8 @@
 # Run on the GPU machine (see scripts/gpu-prepare.sh): the gpu suite, each
 # test's log under $OUT (or ./gpu-logs), a summary line per test, and with
 # --peer dqnd's GPU step benchmark followed by the PyTorch peer's step times on
-# the same GPU in the same call (fp32; TF32 too with PEER_TF32=1).
+# the same GPU in the same call (fp32; TF32 too with PEER_TF32=1; PEER_MODES
+# picks its fp32 modes, PEER_TORCH=0 leaves it out; PEER_JAX=1 adds JAX).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}; mkdir -p "$out"
@@ -33,9 +34,9 @@ if [ "${1:-}" = --peer ] && [ -x "$bench" ]; then
     "$OLD_BENCH" 64,256,1024,4096 300 2>&1 | tee -a "$out/bench-old.log"
   fi
 fi
-if [ "${1:-}" = --peer ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
+if [ "${1:-}" = --peer ] && [ "${PEER_TORCH:-1}" = 1 ] && [ -f .devcarry/anchor_torch_bdq.py ]; then
   steps=${PEER_STEPS:-200}
-  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'
+  PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --modes "${PEER_MODES:-eager,eager_fused,graph,compile_graph}" --json "$out/peer_fp32.json" 2>&1 | tee "$out/peer_fp32.log" | grep -E '^B=|FAILED|cuda'
   if [ "${PEER_TF32:-0}" = 1 ]; then
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_torch_bdq.py --steps "$steps" --tf32 --modes graph,compile_graph --json "$out/peer_tf32.json" 2>&1 | tee "$out/peer_tf32.log" | grep -E '^B=|FAILED'
   fi
@@ -48,7 +49,7 @@ if [ "${1:-}" = --peer ] && [ "${PEER_JAX:-0}" = 1 ] && [ -f .devcarry/anchor_ja
     PYTHONUNBUFFERED=1 python3 .devcarry/anchor_jax_bdq.py --steps "$steps" --unroll "$u" --tf32 --json "$out/jax_tf32.json" 2>&1 | tee "$out/jax_tf32.log" | grep -E '^B=|^jax|Error'
   fi
 fi
-if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && [ -f "$out/peer_fp32.json" ]; then
+if [ "${1:-}" = --peer ] && [ -f "$out/bench-gpu.log" ] && { [ -f "$out/peer_fp32.json" ] || [ -f "$out/jax_fp32.json" ]; }; then
   python3 scripts/gpu-summary.py "$out" | tee "$out/summary.md"
 fi
 # issue 28: populations of 1..64 members (bench-gpu-pop) in fp32 and TF32,
