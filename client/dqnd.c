@@ -1,4 +1,5 @@
-/* dqnd.c — libdqnd; see dqnd.h. The checkpoint calls are dqnd_ckpt.c. */
+/* dqnd.c — libdqnd; see dqnd.h. The checkpoint calls are dqnd_ckpt.c, the
+ * long commands (Step, PretrainDT) and Cancel dqnd_long.c. */
 #include "dqnd.h"
 #include "dqnd_impl.h"
 
@@ -17,35 +18,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
-#include <nng/supplemental/util/platform.h>
 
-/* How long a call that gave up waiting lets the late reply of its cancelled
- * command land (after the Cancel, and in dqnd_close): libnng 1.5 can hang
- * closing a pipe while a message is being received on it
- * (docs/architecture.md, the paragraphs after Cancel). */
-#define SETTLE_MS 2000
-
-struct dqnd_client {
-  nng_socket sock;
-  int timeout_ms;
-  uint64_t next_id;
-  _Atomic uint64_t pending_id; /* the request in flight (or the last sent): dqnd_pending_request_id */
-  char token[256];
-  char err[1024];
-  char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
-  uint64_t instance;           /* the daemon's Reply.instance, from the first reply (0: none yet) */
-  uint32_t member;             /* dqnd_use_member */
-  int member_set;              /* dqnd_use_member was called: checkpoints move that member's state alone */
-  /* the long commands (Step, PretrainDT) go on a context of their own, so
-   * that their receive can outlive the client's timeout while the Cancel goes
-   * on the socket's own context: long_call, settle */
-  nng_ctx lctx;
-  nng_aio *laio;               /* NULL until the first long command */
-  nng_mtx *lmtx;
-  nng_cv *lcv;
-  int ldone;                   /* laio's operation has finished (under lmtx) */
-  int lkept;                   /* a receive kept in flight past the timeout: its reply may still come */
-};
 
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
   va_list ap;
@@ -183,25 +156,12 @@ int dqnd_connect_tls(const char *url, int timeout_ms, const dqnd_tls_opts_t *tls
   return DQND_OK;
 }
 
-static int settle(dqnd_client_t *c, int ms);
-
 void dqnd_close(dqnd_client_t *c) {
   if (!c) return;
-  if (c->laio) {
-    settle(c, SETTLE_MS); /* a late reply lands before the pipe closes */
-    nng_aio_stop(c->laio);
-    nng_ctx_close(c->lctx);
-  }
+  long_close(c); /* the long commands' context first: a late reply lands before the pipe closes */
   nng_close(c->sock);
-  if (c->laio) {
-    nng_aio_free(c->laio);
-    nng_cv_free(c->lcv);
-    nng_mtx_free(c->lmtx);
-  }
   free(c);
 }
-
-int dqnd_reply_in_flight(const dqnd_client_t *c) { return c->lkept; }
 
 void dqnd_set_token(dqnd_client_t *c, const char *token) { snprintf(c->token, sizeof c->token, "%s", token ? token : ""); }
 
@@ -217,8 +177,6 @@ void dqnd_reply_free(Dqnd__V1__Reply *rep) {
   if (rep) dqnd__v1__reply__free_unpacked(rep, NULL);
 }
 
-static int decode(dqnd_client_t *c, nng_msg *r, uint64_t id, int check_id, Dqnd__V1__Reply **rep);
-
 static int roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, int check_id, Dqnd__V1__Reply **rep) {
   *rep = NULL;
   int rv = nng_sendmsg(c->sock, m, 0);
@@ -232,100 +190,7 @@ static int roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, int check_id, Dq
   return decode(c, r, id, check_id, rep);
 }
 
-static void long_cb(void *arg) {
-  dqnd_client_t *c = arg;
-  nng_mtx_lock(c->lmtx);
-  c->ldone = 1;
-  nng_cv_wake(c->lcv);
-  nng_mtx_unlock(c->lmtx);
-}
-
-/* starts op (nng_ctx_send or nng_ctx_recv) on the long context's aio */
-static void long_start(dqnd_client_t *c, void (*op)(nng_ctx, nng_aio *), nng_duration aio_timeout) {
-  nng_mtx_lock(c->lmtx);
-  c->ldone = 0;
-  nng_mtx_unlock(c->lmtx);
-  nng_aio_set_timeout(c->laio, aio_timeout);
-  op(c->lctx, c->laio);
-}
-
-/* 1 once the aio's operation finished, 0 when ms (< 0: no limit) passed first */
-static int long_wait(dqnd_client_t *c, int ms) {
-  const nng_time until = nng_clock() + (nng_time)(ms < 0 ? 0 : ms);
-  nng_mtx_lock(c->lmtx);
-  while (!c->ldone) {
-    if (ms < 0) nng_cv_wait(c->lcv);
-    else if (nng_cv_until(c->lcv, until) == NNG_ETIMEDOUT) break;
-  }
-  const int done = c->ldone;
-  nng_mtx_unlock(c->lmtx);
-  return done;
-}
-
-/* Waits up to ms for the reply of a receive kept in flight (long_call) and
- * drops it: 1 when it came (or the pipe under it closed), 0 when it is
- * still awaited, -1 when nothing was in flight. */
-static int settle(dqnd_client_t *c, int ms) {
-  if (!c->lkept) return -1;
-  if (!long_wait(c, ms)) return 0;
-  c->lkept = 0;
-  nng_msg *r = nng_aio_get_msg(c->laio);
-  nng_aio_set_msg(c->laio, NULL);
-  if (!nng_aio_result(c->laio) && r) nng_msg_free(r);
-  return 1;
-}
-
-static int long_open(dqnd_client_t *c) {
-  if (c->laio) return 0;
-  int rv = nng_mtx_alloc(&c->lmtx);
-  if (!rv && (rv = nng_cv_alloc(&c->lcv, c->lmtx))) nng_mtx_free(c->lmtx);
-  if (!rv && (rv = nng_ctx_open(&c->lctx, c->sock))) nng_cv_free(c->lcv), nng_mtx_free(c->lmtx);
-  if (!rv) {
-    /* never resend on our own, as on the socket: a resent Step would train twice */
-    nng_ctx_set_ms(c->lctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-    if ((rv = nng_aio_alloc(&c->laio, long_cb, c))) {
-      c->laio = NULL;
-      nng_ctx_close(c->lctx), nng_cv_free(c->lcv), nng_mtx_free(c->lmtx);
-    }
-  }
-  return rv ? seterr(c, DQND_ETRANSPORT, "opening the long commands' context: %s", nng_strerror(rv)) : 0;
-}
-
-/* roundtrip for a long command: when the client's timeout passes, the receive
- * stays in flight (lkept) for its late reply, which settle() takes after the
- * Cancel, or dqnd_close() before it closes the socket */
-static int long_roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, Dqnd__V1__Reply **rep) {
-  *rep = NULL;
-  int rv = long_open(c);
-  if (rv) {
-    nng_msg_free(m);
-    return rv;
-  }
-  if (c->lkept && !settle(c, 0)) { /* an earlier reply that never came: given up (its command was cancelled) */
-    nng_aio_cancel(c->laio);
-    settle(c, -1);
-  }
-  nng_aio_set_msg(c->laio, m);
-  long_start(c, nng_ctx_send, c->timeout_ms);
-  long_wait(c, -1);
-  if ((rv = nng_aio_result(c->laio))) {
-    nng_msg_free(nng_aio_get_msg(c->laio));
-    nng_aio_set_msg(c->laio, NULL);
-    return seterr(c, rv == NNG_ETIMEDOUT ? DQND_ETIMEDOUT : DQND_ETRANSPORT, "send: %s", nng_strerror(rv));
-  }
-  long_start(c, nng_ctx_recv, NNG_DURATION_INFINITE); /* this wait's own deadline, the aio's none */
-  if (!long_wait(c, c->timeout_ms)) {
-    c->lkept = 1;
-    return seterr(c, DQND_ETIMEDOUT, "receive: %s", nng_strerror(NNG_ETIMEDOUT));
-  }
-  if ((rv = nng_aio_result(c->laio)))
-    return seterr(c, rv == NNG_ETIMEDOUT ? DQND_ETIMEDOUT : DQND_ETRANSPORT, "receive: %s", nng_strerror(rv));
-  nng_msg *r = nng_aio_get_msg(c->laio);
-  nng_aio_set_msg(c->laio, NULL);
-  return decode(c, r, id, 1, rep);
-}
-
-static int decode(dqnd_client_t *c, nng_msg *r, uint64_t id, int check_id, Dqnd__V1__Reply **rep) {
+int decode(dqnd_client_t *c, nng_msg *r, uint64_t id, int check_id, Dqnd__V1__Reply **rep) {
   Dqnd__V1__Reply *p = dqnd__v1__reply__unpack(NULL, nng_msg_len(r), nng_msg_body(r));
   nng_msg_free(r);
   if (!p) return seterr(c, DQND_EPROTO, "the reply is not a dqnd.v1.Reply");
@@ -360,7 +225,7 @@ static uint32_t request_timeout(const dqnd_client_t *c) {
   return (uint32_t)(c->timeout_ms - margin > 1 ? c->timeout_ms - margin : 1);
 }
 
-static int call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep, int is_long) {
+int call_req(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep, int is_long) {
   *rep = NULL;
   req->version = 1;
   req->request_id = c->next_id++;
@@ -374,7 +239,7 @@ static int call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep,
   return is_long ? long_roundtrip(c, m, req->request_id, rep) : roundtrip(c, m, req->request_id, 1, rep);
 }
 
-int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) { return call(c, req, rep, 0); }
+int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) { return call_req(c, req, rep, 0); }
 
 int dqnd_call_raw(dqnd_client_t *c, const void *buf, size_t n, Dqnd__V1__Reply **rep) {
   nng_msg *m;
@@ -393,7 +258,7 @@ int call_simple(dqnd_client_t *c, Dqnd__V1__Request *req) {
 
 /* TrainerStats carries learner_stats_t's fields under the same names
  * (LEARNER_STATS_FIELDS; the daemon checks their widths at compile time) */
-static void stats_from_pb(const Dqnd__V1__TrainerStats *p, learner_stats_t *st) {
+void stats_from_pb(const Dqnd__V1__TrainerStats *p, learner_stats_t *st) {
   memset(st, 0, sizeof *st);
   if (!p) return;
 #define STATS_FROM_PB(type, name, kind) st->name = (type)p->name;
@@ -598,77 +463,6 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
   return rc;
 }
 
-static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t request_id, int rc, const char *what);
-
-int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
-  c->stop[0] = 0;
-  if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
-  Dqnd__V1__Step m = DQND__V1__STEP__INIT;
-  m.name = (char *)name;
-  m.n = (uint32_t)n;
-  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-  req.command_case = DQND__V1__REQUEST__COMMAND_STEP;
-  req.step = &m;
-  Dqnd__V1__Reply *rep;
-  int rc = call(c, &req, &rep, 1);
-  if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_STEP) {
-    if (st) stats_from_pb(rep->step->stats, st);
-    if (rep->step->stopped)
-      snprintf(c->stop, sizeof c->stop, "%s", rep->step->stop_reason && *rep->step->stop_reason
-                                                  ? rep->step->stop_reason : "stopped");
-  }
-  dqnd_reply_free(rep);
-  return cancel_unanswered(c, name, req.request_id, rc, "Step");
-}
-
-/* a long command (Step, PretrainDT) that got no reply (ETIMEDOUT,
- * ETRANSPORT) may still run, or wait in the queue, on the daemon: it is
- * cancelled there, by its request_id, before the caller hears of it */
-static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t request_id, int rc, const char *what) {
-  if (rc != DQND_ETIMEDOUT && rc != DQND_ETRANSPORT) return rc;
-  char saved[sizeof c->err], found[32] = "";
-  snprintf(saved, sizeof saved, "%s", c->err);
-  const int keep = c->timeout_ms;
-  dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
-  int crc = dqnd_cancel(c, name, request_id, found, sizeof found); /* on the socket's context, not the kept one */
-  dqnd_set_timeout(c, keep);
-  if (!crc) settle(c, SETTLE_MS); /* its CANCELLED (or late) reply lands now, not as the socket closes */
-  return seterr(c, rc, "%s (the %s was %s)", saved, what,
-                crc ? "left as it was: the Cancel did not get through either"
-                    : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon");
-}
-
-int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats_t *st, double *tokens_per_s) {
-  c->stop[0] = 0;
-  if (n < 1) return seterr(c, DQND_EINVAL, "n: %d", n);
-  Dqnd__V1__PretrainDT m = DQND__V1__PRETRAIN_DT__INIT;
-  m.name = (char *)name;
-  m.n = (uint32_t)n;
-  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-  req.command_case = DQND__V1__REQUEST__COMMAND_PRETRAIN_DT;
-  req.pretrain_dt = &m;
-  Dqnd__V1__Reply *rep;
-  int rc = call(c, &req, &rep, 1);
-  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_PRETRAIN_DT || !rep->pretrain_dt->stats ||
-              (rep->pretrain_dt->n_members && c->member >= rep->pretrain_dt->n_members)))
-    rc = seterr(c, DQND_EPROTO, "PretrainDT reply without the stats asked for");
-  if (!rc) {
-    const Dqnd__V1__PretrainDTResult *r = rep->pretrain_dt;
-    const Dqnd__V1__DTStats *p = r->n_members ? r->members[c->member] : r->stats;
-    if (st) {
-      memset(st, 0, sizeof *st);
-      st->dt_step = p->dt_step, st->steps_run = (int32_t)p->steps_run, st->handed_over = p->handed_over;
-      st->loss_mean = p->loss_mean, st->loss_last = p->loss_last, st->lr_last = p->lr;
-      st->grad_norm_mean = p->grad_norm_mean, st->grad_norm_last = p->grad_norm_last;
-    }
-    if (tokens_per_s) *tokens_per_s = r->tokens_per_s;
-    if (r->stopped)
-      snprintf(c->stop, sizeof c->stop, "%s", r->stop_reason && *r->stop_reason ? r->stop_reason : "stopped");
-  }
-  dqnd_reply_free(rep);
-  return cancel_unanswered(c, name, req.request_id, rc, "PretrainDT");
-}
-
 int dqnd_act_dt(dqnd_client_t *c, const char *name, int state_dim, const learner_dt_window_t *w, int32_t *action) {
   if (w->n < 1 || state_dim < 1) return seterr(c, DQND_EINVAL, "steps/state_dim out of range");
   const size_t n = (size_t)w->n;
@@ -689,25 +483,6 @@ int dqnd_act_dt(dqnd_client_t *c, const char *name, int state_dim, const learner
   if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != 4))
     rc = seterr(c, DQND_EPROTO, "Act (dt) reply of unexpected size");
   if (!rc) memcpy(action, rep->act->actions.data, 4);
-  dqnd_reply_free(rep);
-  return rc;
-}
-
-const char *dqnd_last_stop(const dqnd_client_t *c) { return c->stop; }
-
-uint64_t dqnd_pending_request_id(const dqnd_client_t *c) { return atomic_load(&c->pending_id); }
-
-int dqnd_cancel(dqnd_client_t *c, const char *name, uint64_t request_id, char *found, size_t n) {
-  Dqnd__V1__Cancel m = DQND__V1__CANCEL__INIT;
-  m.name = (char *)name;
-  m.request_id = request_id;
-  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
-  req.command_case = DQND__V1__REQUEST__COMMAND_CANCEL;
-  req.cancel = &m;
-  Dqnd__V1__Reply *rep;
-  int rc = dqnd_call(c, &req, &rep);
-  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_CANCEL) rc = seterr(c, DQND_EPROTO, "Cancel: no CancelResult");
-  if (!rc && found) snprintf(found, n, "%s", rep->cancel->found ? rep->cancel->found : "");
   dqnd_reply_free(rep);
   return rc;
 }

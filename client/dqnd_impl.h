@@ -6,15 +6,66 @@
 
 #include "dqnd.pb-c.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
 typedef struct dqnd_client dqnd_client_t; /* dqnd.h's */
 struct dqnd_checkpoint;
+struct learner_stats;
+
+/* How long a call that gave up waiting lets the late reply of its cancelled
+ * command land (after the Cancel, and in dqnd_close): libnng 1.5 can hang
+ * closing a pipe while a message is being received on it
+ * (docs/architecture.md, the paragraphs after Cancel). */
+#define SETTLE_MS 2000
+
+struct dqnd_client {
+  nng_socket sock;
+  int timeout_ms;
+  uint64_t next_id;
+  _Atomic uint64_t pending_id; /* the request in flight (or the last sent): dqnd_pending_request_id */
+  char token[256];
+  char err[1024];
+  char stop[32];               /* the last Step's stop_reason ("" when every step ran) */
+  uint64_t instance;           /* the daemon's Reply.instance, from the first reply (0: none yet) */
+  uint32_t member;             /* dqnd_use_member */
+  int member_set;              /* dqnd_use_member was called: checkpoints move that member's state alone */
+  /* the long commands (Step, PretrainDT) go on a context of their own, so
+   * that their receive can outlive the client's timeout while the Cancel goes
+   * on the socket's own context (dqnd_long.c) */
+  nng_ctx lctx;
+  nng_aio *laio;               /* NULL until the first long command */
+  nng_mtx *lmtx;
+  nng_cv *lcv;
+  int ldone;                   /* laio's operation has finished (under lmtx) */
+  int lkept;                   /* a receive kept in flight past the timeout: its reply may still come */
+};
+
 
 #define seterr dqnd__seterr
 #define call_simple dqnd__call_simple
 #define ckpt_from_pb dqnd__ckpt_from_pb
+#define call_req dqnd__call_req
+#define decode dqnd__decode
+#define long_roundtrip dqnd__long_roundtrip
+#define long_close dqnd__long_close
+#define stats_from_pb dqnd__stats_from_pb
 
 /* the message of the call that failed (dqnd_last_error); returns code */
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dqnd_call; is_long: a Step or PretrainDT, on the long commands' context */
+int call_req(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep, int is_long);
+/* the reply r (freed here) unpacked and checked: its request id, instance, status */
+int decode(dqnd_client_t *c, nng_msg *r, uint64_t id, int check_id, Dqnd__V1__Reply **rep);
+/* sends m on the long commands' context; a receive the timeout passes stays
+ * in flight for its late reply (dqnd_long.c) */
+int long_roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, Dqnd__V1__Reply **rep);
+/* dqnd_close's first part: settles a reply in flight, closes the context */
+void long_close(dqnd_client_t *c);
+void stats_from_pb(const Dqnd__V1__TrainerStats *p, struct learner_stats *st);
 /* dqnd_call with the reply dropped */
 int call_simple(dqnd_client_t *c, Dqnd__V1__Request *req);
 /* the member dqnd_use_member named: 1 when it was called (the checkpoint
