@@ -14,16 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-namespace cg = cooperative_groups;
+#include "dev_check.h"
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
+namespace cg = cooperative_groups;
 
 #define NT 128
 #define SMEM (55 * 1024)

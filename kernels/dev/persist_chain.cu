@@ -20,16 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-namespace cg = cooperative_groups;
+#include "dev_check.h"
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
+namespace cg = cooperative_groups;
 
 #define NT 256
 #define MAXG 4 /* GEMMs in one stage (the weight gradients) */
@@ -342,29 +335,12 @@ static void pick_tile(Gemm *g, int share) {
 
 static Gemm gemm(const float *A, int lda, int tA, const float *B, int ldb, const float *bias, float *C,
                  int ldc, int R, int K, int N, int relu, int static_b) {
-  Gemm g;
-  memset(&g, 0, sizeof g);
-  g.A = A;
-  g.lda = lda;
-  g.tA = tA;
-  g.B = B;
-  g.ldb = ldb;
-  g.bias = bias;
-  g.C = C;
-  g.ldc = ldc;
-  g.R = R;
-  g.K = K;
-  g.N = N;
-  g.relu = relu;
-  g.static_b = static_b;
-  return g;
+  return Gemm{A, B, bias, C, NULL, lda, ldb, ldc, tA, R, K, N, relu, 0, 0, 0, static_b};
 }
 
 static Stage gemm_stage(int ng, const Gemm *gs) {
-  Stage s;
-  memset(&s, 0, sizeof s);
-  s.kind = ST_GEMM;
-  s.ng = ng;
+  Stage s{};
+  s.kind = ST_GEMM, s.ng = ng;
   double tot = 0;
   for (int i = 0; i < ng; i++) tot += (double)gs[i].R * gs[i].K * gs[i].N;
   for (int i = 0; i < ng; i++) {
@@ -376,6 +352,22 @@ static Stage gemm_stage(int ng, const Gemm *gs) {
 }
 
 static const char *names[MAXS];
+
+/* appends stage st, named, to the plan */
+static void add(Plan *p, const char *name, Stage st) {
+  names[p->ns] = name;
+  p->s[p->ns++] = st;
+}
+
+/* a stage of one GEMM */
+static Stage one(Gemm g) { return gemm_stage(1, &g); }
+
+/* a row stage (kind ST_GATHER, ST_ROWLOSS, ST_EMPTY): rows of width from src into dst */
+static Stage rows_stage(int kind, const float *src, float *dst, int rows, int width) {
+  Stage s{};
+  s.kind = kind, s.src = src, s.dst = dst, s.rows = rows, s.width = width;
+  return s;
+}
 
 static double run(Plan *p, int B, int steps, int mode, unsigned long long *stamps_d) {
   /* mode 0: one kernel node a stage in a graph; 1: persistent; 2: persistent + prefetch */
@@ -448,75 +440,32 @@ int main(int argc, char **argv) {
     float *W2t = dev_rand(256 * 256, 0.1f, 19), *bias = dev_rand(1024, 0.1f, 20);
     Plan p;
     memset(&p, 0, sizeof p);
-    int n = 0;
-    Stage s;
-    memset(&s, 0, sizeof s);
-    s.kind = ST_GATHER;
-    s.src = replay;
-    s.dst = X0;
-    s.rows = R3;
-    s.width = 64;
-    names[n] = "sample+gather";
-    p.s[n++] = s;
-    memset(&s, 0, sizeof s);
-    s.kind = ST_EMPTY;
-    names[n] = "empty";
-    p.s[n++] = s;
-    Gemm g[4];
-    g[0] = gemm(X0, 64, 0, W1, 256, bias, H1, 256, R3, 64, 256, 1, 1);
-    names[n] = "F1 64->256";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(H1, 256, 0, W2, 256, bias, H2, 256, R3, 256, 256, 1, 1);
-    names[n] = "F2 256->256";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(H2, 256, 0, W3, 512, bias, H3, 512, R3, 256, 512, 1, 1);
-    names[n] = "F3 256->512";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(H3, 512, 0, W4, 816, bias, O, 816, R3, 128, 816, 0, 1);
-    names[n] = "F4 128->816";
-    p.s[n++] = gemm_stage(1, g);
-    memset(&s, 0, sizeof s);
-    s.kind = ST_ROWLOSS;
-    s.src = O;
-    s.dst = dO;
-    s.rows = B;
-    s.width = 816;
-    names[n] = "row loss stand-in";
-    p.s[n++] = s;
-    g[0] = gemm(dO, 816, 0, W4t, 512, NULL, dH3, 512, B, 204, 512, 0, 1);
-    names[n] = "B1 (204)->512";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(dH3, 512, 0, W3t, 256, NULL, dH2, 256, B, 512, 256, 0, 1);
-    names[n] = "B2 512->256";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(dH2, 256, 0, W2t, 256, NULL, dH1, 256, B, 256, 256, 0, 1);
-    names[n] = "B3 256->256";
-    p.s[n++] = gemm_stage(1, g);
-    g[0] = gemm(X0, 64, 1, dH1, 256, NULL, G1, 256, 64, B, 256, 0, 0);
-    g[1] = gemm(H1, 256, 1, dH2, 256, NULL, G2, 256, 256, B, 256, 0, 0);
-    g[2] = gemm(H2, 256, 1, dH3, 512, NULL, G3, 512, 256, B, 512, 0, 0);
-    g[3] = gemm(H3, 512, 1, dO, 816, NULL, G4, 816, 128, B, 816, 0, 0);
+    add(&p, "sample+gather", rows_stage(ST_GATHER, replay, X0, R3, 64));
+    add(&p, "empty", rows_stage(ST_EMPTY, NULL, NULL, 0, 0));
+    add(&p, "F1 64->256", one(gemm(X0, 64, 0, W1, 256, bias, H1, 256, R3, 64, 256, 1, 1)));
+    add(&p, "F2 256->256", one(gemm(H1, 256, 0, W2, 256, bias, H2, 256, R3, 256, 256, 1, 1)));
+    add(&p, "F3 256->512", one(gemm(H2, 256, 0, W3, 512, bias, H3, 512, R3, 256, 512, 1, 1)));
+    add(&p, "F4 128->816", one(gemm(H3, 512, 0, W4, 816, bias, O, 816, R3, 128, 816, 0, 1)));
+    add(&p, "row loss stand-in", rows_stage(ST_ROWLOSS, O, dO, B, 816));
+    add(&p, "B1 (204)->512", one(gemm(dO, 816, 0, W4t, 512, NULL, dH3, 512, B, 204, 512, 0, 1)));
+    add(&p, "B2 512->256", one(gemm(dH3, 512, 0, W3t, 256, NULL, dH2, 256, B, 512, 256, 0, 1)));
+    add(&p, "B3 256->256", one(gemm(dH2, 256, 0, W2t, 256, NULL, dH1, 256, B, 256, 256, 0, 1)));
+    const Gemm g[4] = {gemm(X0, 64, 1, dH1, 256, NULL, G1, 256, 64, B, 256, 0, 0),
+                       gemm(H1, 256, 1, dH2, 256, NULL, G2, 256, 256, B, 256, 0, 0),
+                       gemm(H2, 256, 1, dH3, 512, NULL, G3, 512, 256, B, 512, 0, 0),
+                       gemm(H3, 512, 1, dO, 816, NULL, G4, 816, 128, B, 816, 0, 0)};
     Stage dw = gemm_stage(4, g);
     int nsq = 0;
     for (int i = 0; i < 4; i++) {
       dw.g[i].sq = sqs + nsq;
       nsq += dw.g[i].items;
     }
-    names[n] = "dW (4 layers)";
-    p.s[n++] = dw;
-    memset(&s, 0, sizeof s);
-    s.kind = ST_ADAM;
-    s.w = w;
-    s.grad = grad;
-    s.m = m;
-    s.v = v;
-    s.tgt = tgt;
-    s.sqs = sqs;
-    s.nsq = nsq;
-    s.nparam = np;
-    names[n] = "norm+AdamW+target";
-    p.s[n++] = s;
-    p.ns = n;
+    add(&p, "dW (4 layers)", dw);
+    Stage s{};
+    s.kind = ST_ADAM, s.w = w, s.grad = grad, s.m = m, s.v = v, s.tgt = tgt;
+    s.sqs = sqs, s.nsq = nsq, s.nparam = np;
+    add(&p, "norm+AdamW+target", s);
+    const int n = p.ns;
     CK(cudaMemcpyToSymbol(c_plan, &p, sizeof p));
     printf("B=%d: %d stages\n", B, n);
     for (int i = 0; i < n; i++) {
