@@ -19,7 +19,6 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 
-
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -225,21 +224,24 @@ static uint32_t request_timeout(const dqnd_client_t *c) {
   return (uint32_t)(c->timeout_ms - margin > 1 ? c->timeout_ms - margin : 1);
 }
 
-int call_req(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep, int is_long) {
-  *rep = NULL;
+int pack_req(dqnd_client_t *c, Dqnd__V1__Request *req, nng_msg **m) {
   req->version = 1;
   req->request_id = c->next_id++;
   req->auth_token = c->token;
   req->timeout_ms = request_timeout(c);
   atomic_store(&c->pending_id, req->request_id);
   size_t n = dqnd__v1__request__get_packed_size(req);
-  nng_msg *m;
-  if (nng_msg_alloc(&m, n)) return seterr(c, DQND_ENOMEM, "out of memory for a %zu-byte request", n);
-  dqnd__v1__request__pack(req, nng_msg_body(m));
-  return is_long ? long_roundtrip(c, m, req->request_id, rep) : roundtrip(c, m, req->request_id, 1, rep);
+  if (nng_msg_alloc(m, n)) return seterr(c, DQND_ENOMEM, "out of memory for a %zu-byte request", n);
+  dqnd__v1__request__pack(req, nng_msg_body(*m));
+  return 0;
 }
 
-int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) { return call_req(c, req, rep, 0); }
+int dqnd_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) {
+  *rep = NULL;
+  nng_msg *m;
+  int rc = pack_req(c, req, &m);
+  return rc ? rc : roundtrip(c, m, req->request_id, 1, rep);
+}
 
 int dqnd_call_raw(dqnd_client_t *c, const void *buf, size_t n, Dqnd__V1__Reply **rep) {
   nng_msg *m;
@@ -359,7 +361,6 @@ int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const
   fields_free(&fl);
   return rc;
 }
-
 
 int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqnd_checkpoint_t *saved) {
   Dqnd__V1__DestroyTrainer m = DQND__V1__DESTROY_TRAINER__INIT;

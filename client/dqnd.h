@@ -3,7 +3,10 @@
  *
  * One dqnd_client_t is one nng REQ socket: use it from one thread at a time
  * (open one per thread for concurrency). Every call blocks until the reply
- * or the client's timeout. Errors are values:
+ * or the client's timeout; a Step or PretrainDT that times out then cancels
+ * itself (at most 2 s) and waits for its late reply (at most 2 s more), and
+ * dqnd_close waits up to 2 s for such a reply still awaited. Errors are
+ * values:
  *   0                 OK
  *   1..16             the daemon's status code (gRPC numbering, see
  *                     proto/dqnd/v1/dqnd.proto); dqnd_last_error() has the
@@ -122,7 +125,9 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
  * whole steps and answers OK with st->steps_run < n, dqnd_last_stop() saying
  * why ("deadline", "cancelled", "shutdown"; "" when every step ran). When no
  * reply comes (ETIMEDOUT, ETRANSPORT) the Step is cancelled on the daemon
- * before the call returns, and dqnd_last_error() says so. */
+ * before the call returns, and dqnd_last_error() says so, quoting the Step's
+ * late reply when it came within 2 s of the Cancel (its steps, or CANCELLED
+ * when it never ran). */
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
 const char *dqnd_last_stop(const dqnd_client_t *c);
 /* The Decision Transformer (dt_layers > 0; docs/learner.md §16): n

@@ -1,4 +1,4 @@
-/* dqnd_impl.h — what libdqnd's files (dqnd.c, dqnd_ckpt.c) share, under
+/* dqnd_impl.h — what libdqnd's files (dqnd.c, dqnd_ckpt.c, dqnd_long.c) share, under
  * internal names (never in dqnd.h, which this header does not include: the
  * layers run one way, tests/check-layers.py). */
 #ifndef DQND_CLIENT_IMPL_H
@@ -44,26 +44,22 @@ struct dqnd_client {
   int lkept;                   /* a receive kept in flight past the timeout: its reply may still come */
 };
 
-
 #define seterr dqnd__seterr
 #define call_simple dqnd__call_simple
 #define ckpt_from_pb dqnd__ckpt_from_pb
-#define call_req dqnd__call_req
+#define pack_req dqnd__pack_req
 #define decode dqnd__decode
-#define long_roundtrip dqnd__long_roundtrip
 #define long_close dqnd__long_close
 #define stats_from_pb dqnd__stats_from_pb
 
 /* the message of the call that failed (dqnd_last_error); returns code */
 int seterr(dqnd_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* dqnd_call; is_long: a Step or PretrainDT, on the long commands' context */
-int call_req(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep, int is_long);
+/* req's version, request_id, token and deadline filled in, packed into *m */
+int pack_req(dqnd_client_t *c, Dqnd__V1__Request *req, nng_msg **m);
 /* the reply r (freed here) unpacked and checked: its request id, instance, status */
 int decode(dqnd_client_t *c, nng_msg *r, uint64_t id, int check_id, Dqnd__V1__Reply **rep);
-/* sends m on the long commands' context; a receive the timeout passes stays
- * in flight for its late reply (dqnd_long.c) */
-int long_roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, Dqnd__V1__Reply **rep);
-/* dqnd_close's first part: settles a reply in flight, closes the context */
+/* dqnd_close's first part (dqnd_long.c): a reply in flight settled (at most
+ * SETTLE_MS), the long commands' context closed */
 void long_close(dqnd_client_t *c);
 void stats_from_pb(const Dqnd__V1__TrainerStats *p, struct learner_stats *st);
 /* dqnd_call with the reply dropped */

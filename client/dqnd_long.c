@@ -42,16 +42,18 @@ static int long_wait(dqnd_client_t *c, int ms) {
   return done;
 }
 
-/* Waits up to ms for the reply of a receive kept in flight (long_call) and
- * drops it: 1 when it came (or the pipe under it closed), 0 when it is
- * still awaited, -1 when nothing was in flight. */
-static int settle(dqnd_client_t *c, int ms) {
+/* Waits up to ms (< 0: no limit) for the reply of a receive kept in flight
+ * (long_call): 1 when it came (into *late, or freed when late is NULL)
+ * or the pipe under it closed, 0 when it is still awaited, -1 when nothing
+ * was in flight. */
+static int settle(dqnd_client_t *c, int ms, nng_msg **late) {
   if (!c->lkept) return -1;
   if (!long_wait(c, ms)) return 0;
   c->lkept = 0;
-  nng_msg *r = nng_aio_get_msg(c->laio);
+  nng_msg *r = nng_aio_get_msg(c->laio); /* NULL after a failed or cancelled receive */
   nng_aio_set_msg(c->laio, NULL);
-  if (!nng_aio_result(c->laio) && r) nng_msg_free(r);
+  if (late) *late = r;
+  else if (r) nng_msg_free(r);
   return 1;
 }
 
@@ -60,30 +62,32 @@ static int long_open(dqnd_client_t *c) {
   int rv = nng_mtx_alloc(&c->lmtx);
   if (!rv && (rv = nng_cv_alloc(&c->lcv, c->lmtx))) nng_mtx_free(c->lmtx);
   if (!rv && (rv = nng_ctx_open(&c->lctx, c->sock))) nng_cv_free(c->lcv), nng_mtx_free(c->lmtx);
-  if (!rv) {
-    /* never resend on our own, as on the socket: a resent Step would train twice */
-    nng_ctx_set_ms(c->lctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-    if ((rv = nng_aio_alloc(&c->laio, long_cb, c))) {
-      c->laio = NULL;
-      nng_ctx_close(c->lctx), nng_cv_free(c->lcv), nng_mtx_free(c->lmtx);
-    }
+  /* the context takes the socket's resend time (none, set at connect: a
+   * resent Step would train twice) */
+  if (!rv && (rv = nng_aio_alloc(&c->laio, long_cb, c))) {
+    c->laio = NULL;
+    nng_ctx_close(c->lctx), nng_cv_free(c->lcv), nng_mtx_free(c->lmtx);
   }
   return rv ? seterr(c, DQND_ETRANSPORT, "opening the long commands' context: %s", nng_strerror(rv)) : 0;
 }
 
-/* roundtrip for a long command: when the client's timeout passes, the receive
- * stays in flight (lkept) for its late reply, which settle() takes after the
- * Cancel, or dqnd_close() before it closes the socket */
-int long_roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, Dqnd__V1__Reply **rep) {
+/* dqnd_call for a long command, on the long commands' context: when the
+ * client's timeout passes, the receive stays in flight (lkept) for its late
+ * reply, which settle() takes after the Cancel, or dqnd_close() before it
+ * closes the socket */
+static int long_call(dqnd_client_t *c, Dqnd__V1__Request *req, Dqnd__V1__Reply **rep) {
   *rep = NULL;
-  int rv = long_open(c);
-  if (rv) {
+  nng_msg *m;
+  int rv = pack_req(c, req, &m);
+  if (rv) return rv;
+  const uint64_t id = req->request_id;
+  if ((rv = long_open(c))) {
     nng_msg_free(m);
     return rv;
   }
-  if (c->lkept && !settle(c, 0)) { /* an earlier reply that never came: given up (its command was cancelled) */
+  if (c->lkept && !settle(c, 0, NULL)) { /* an earlier reply that never came: given up (its command was cancelled) */
     nng_aio_cancel(c->laio);
-    settle(c, -1);
+    settle(c, -1, NULL);
   }
   nng_aio_set_msg(c->laio, m);
   long_start(c, nng_ctx_send, c->timeout_ms);
@@ -107,8 +111,10 @@ int long_roundtrip(dqnd_client_t *c, nng_msg *m, uint64_t id, Dqnd__V1__Reply **
 
 void long_close(dqnd_client_t *c) {
   if (!c->laio) return;
-  settle(c, SETTLE_MS);
+  settle(c, SETTLE_MS, NULL);
   nng_aio_stop(c->laio);
+  nng_msg_free(nng_aio_get_msg(c->laio)); /* a reply that landed after the settle gave up */
+  nng_aio_set_msg(c->laio, NULL);
   nng_ctx_close(c->lctx);
   nng_aio_free(c->laio);
   nng_cv_free(c->lcv);
@@ -130,7 +136,7 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   req.command_case = DQND__V1__REQUEST__COMMAND_STEP;
   req.step = &m;
   Dqnd__V1__Reply *rep;
-  int rc = call_req(c, &req, &rep, 1);
+  int rc = long_call(c, &req, &rep);
   if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_STEP) {
     if (st) stats_from_pb(rep->step->stats, st);
     if (rep->step->stopped)
@@ -141,21 +147,39 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   return cancel_unanswered(c, name, req.request_id, rc, "Step");
 }
 
+/* what the late reply r (freed here) of request_id says: its steps, or its
+ * status, into buf */
+static void late_note(dqnd_client_t *c, nng_msg *r, uint64_t request_id, char *buf, size_t n) {
+  Dqnd__V1__Reply *rep = NULL;
+  int code = decode(c, r, request_id, 1, &rep);
+  long long steps = -1;
+  if (!code && rep->result_case == DQND__V1__REPLY__RESULT_STEP && rep->step->stats)
+    steps = (long long)rep->step->stats->steps_run;
+  if (!code && rep->result_case == DQND__V1__REPLY__RESULT_PRETRAIN_DT && rep->pretrain_dt->stats)
+    steps = (long long)rep->pretrain_dt->stats->steps_run;
+  if (steps >= 0) snprintf(buf, n, "; its late reply counted %lld steps", steps);
+  else if (code) snprintf(buf, n, "; its late reply: %s: %.300s", dqnd_strerror(code), c->err);
+  dqnd_reply_free(rep);
+}
+
 /* a long command (Step, PretrainDT) that got no reply (ETIMEDOUT,
  * ETRANSPORT) may still run, or wait in the queue, on the daemon: it is
- * cancelled there, by its request_id, before the caller hears of it */
+ * cancelled there, by its request_id, before the caller hears of it, and its
+ * late reply taken (at most SETTLE_MS), which the message then quotes */
 static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t request_id, int rc, const char *what) {
   if (rc != DQND_ETIMEDOUT && rc != DQND_ETRANSPORT) return rc;
-  char saved[sizeof c->err], found[32] = "";
+  char saved[sizeof c->err], found[32] = "", note[400] = "";
   snprintf(saved, sizeof saved, "%s", c->err);
   const int keep = c->timeout_ms;
   dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
   int crc = dqnd_cancel(c, name, request_id, found, sizeof found); /* on the socket's context, not the kept one */
   dqnd_set_timeout(c, keep);
-  if (!crc) settle(c, SETTLE_MS); /* its CANCELLED (or late) reply lands now, not as the socket closes */
-  return seterr(c, rc, "%s (the %s was %s)", saved, what,
+  nng_msg *late = NULL;
+  if (!crc && settle(c, SETTLE_MS, &late) == 1 && late) late_note(c, late, request_id, note, sizeof note);
+  return seterr(c, rc, "%s (the %s was %s%s)", saved, what,
                 crc ? "left as it was: the Cancel did not get through either"
-                    : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon");
+                    : !strcmp(found, "none") ? "already over on the daemon" : "cancelled on the daemon",
+                note);
 }
 
 int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats_t *st, double *tokens_per_s) {
@@ -168,7 +192,7 @@ int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats
   req.command_case = DQND__V1__REQUEST__COMMAND_PRETRAIN_DT;
   req.pretrain_dt = &m;
   Dqnd__V1__Reply *rep;
-  int rc = call_req(c, &req, &rep, 1);
+  int rc = long_call(c, &req, &rep);
   if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_PRETRAIN_DT || !rep->pretrain_dt->stats ||
               (rep->pretrain_dt->n_members && c->member >= rep->pretrain_dt->n_members)))
     rc = seterr(c, DQND_EPROTO, "PretrainDT reply without the stats asked for");

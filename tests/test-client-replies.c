@@ -6,6 +6,11 @@
  * SaveCheckpoint without its checkpoint, Act replies whose q is short, ragged
  * or too long, a GetStats reply with an empty branch, and FetchCheckpoint
  * chunks that change files, grow the total or overrun it.
+ * And a Step the peer leaves unanswered past the client's timeout: the
+ * client cancels it and waits up to 2 s for its late reply (libnng 1.5 can
+ * hang closing a pipe that is receiving); a reply that never comes is given
+ * up by the next Step, which gets its own, or by dqnd_close after 2 s; one
+ * that comes after the timeout is quoted in the error.
  */
 #include <check.h>
 #include <math.h>
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -27,13 +33,40 @@ static char url[200], dir[64];
 static int scenario;
 static uint8_t payload[64];
 
-static void answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Status *st) {
+/* scenarios 8-10, a Step: 8 never answered, 9 answered 700 ms late (7
+ * steps), 10 answered at once (3 steps); a Cancel finds "running" in 8,
+ * else "none" */
+enum { STEP_SILENT = 8, STEP_LATE = 9, STEP_NOW = 10 };
+#define LATE_US 700000
+
+/* fills r; returns the microseconds to wait before sending it, or -1: none */
+static long answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Status *st) {
+  static Dqnd__V1__StepResult sr;
+  static Dqnd__V1__TrainerStats ts;
+  static Dqnd__V1__CancelResult cr;
   static Dqnd__V1__ActResult act;
   static Dqnd__V1__TrainerInfo ti;
   static Dqnd__V1__CheckpointChunk ch;
   static uint32_t br[2];
   r->request_id = q->request_id;
   r->status = st;
+  if (q->command_case == DQND__V1__REQUEST__COMMAND_CANCEL) {
+    dqnd__v1__cancel_result__init(&cr);
+    cr.found = scenario == STEP_SILENT ? "running" : "none";
+    r->result_case = DQND__V1__REPLY__RESULT_CANCEL;
+    r->cancel = &cr;
+    return 0;
+  }
+  if (q->command_case == DQND__V1__REQUEST__COMMAND_STEP) {
+    if (scenario == STEP_SILENT) return -1;
+    dqnd__v1__step_result__init(&sr);
+    dqnd__v1__trainer_stats__init(&ts);
+    ts.steps_run = scenario == STEP_LATE ? 7 : 3;
+    sr.stats = &ts;
+    r->result_case = DQND__V1__REPLY__RESULT_STEP;
+    r->step = &sr;
+    return scenario == STEP_LATE ? LATE_US : 0;
+  }
   switch (scenario) {
   case 0: break; /* OK, no result */
   case 1: case 2: case 3: /* Act, 2 states, q of 2 x 7 wanted */
@@ -64,6 +97,7 @@ static void answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Sta
     r->chunk = &ch;
     break;
   }
+  return 0;
 }
 
 static void *serve(void *arg) {
@@ -77,28 +111,48 @@ static void *serve(void *arg) {
     Dqnd__V1__Reply r = DQND__V1__REPLY__INIT;
     Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
     st.message = "";
-    answer(q, &r, &st);
+    const long wait_us = answer(q, &r, &st);
+    if (wait_us < 0) { /* unanswered: the REP socket drops it at the next receive */
+      dqnd__v1__request__free_unpacked(q, NULL);
+      continue;
+    }
     size_t n = dqnd__v1__reply__get_packed_size(&r);
     nng_msg *o;
     if (nng_msg_alloc(&o, n)) return NULL;
     dqnd__v1__reply__pack(&r, nng_msg_body(o));
     dqnd__v1__request__free_unpacked(q, NULL);
+    if (wait_us) usleep((useconds_t)wait_us);
     if (nng_sendmsg(srv, o, 0)) nng_msg_free(o);
   }
 }
 
-START_TEST(test_bad_replies) {
+static pthread_t fake_th;
+
+/* the fake daemon listening in a new directory, and a client of it */
+static dqnd_client_t *fake_up(int timeout_ms) {
   snprintf(dir, sizeof dir, "/tmp/dqnd-fake-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(url, sizeof url, "ipc://%s/s.sock", dir);
   ck_assert_int_eq(nng_rep0_open(&srv), 0);
   ck_assert_int_eq(nng_listen(srv, url, NULL, 0), 0);
-  pthread_t th;
-  ck_assert_int_eq(pthread_create(&th, NULL, serve, NULL), 0);
+  ck_assert_int_eq(pthread_create(&fake_th, NULL, serve, NULL), 0);
   for (int i = 0; i < 64; i++) payload[i] = (uint8_t)i;
   dqnd_client_t *c;
   char err[512];
-  ck_assert_int_eq(dqnd_connect(url, 5000, &c, err, sizeof err), 0);
+  ck_assert_int_eq(dqnd_connect(url, timeout_ms, &c, err, sizeof err), 0);
+  return c;
+}
+
+static void fake_down(void) {
+  nng_close(srv);
+  pthread_join(fake_th, NULL);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_bad_replies) {
+  dqnd_client_t *c = fake_up(5000);
 
   scenario = 0;
   dqnd_checkpoint_t ck;
@@ -133,11 +187,50 @@ START_TEST(test_bad_replies) {
     ck_assert_msg(stat(local, &sb) != 0, "a failed fetch left %s", local);
   }
   dqnd_close(c);
-  nng_close(srv);
-  pthread_join(th, NULL);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  fake_down();
+}
+END_TEST
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+START_TEST(test_unanswered_step) {
+  dqnd_client_t *c = fake_up(500);
+  learner_stats_t st;
+  /* never answered: cancelled ("running"), 2 s for its reply, then kept */
+  scenario = STEP_SILENT;
+  double t0 = mono();
+  ck_assert_int_eq(dqnd_step(c, "t", 5, &st), DQND_ETIMEDOUT);
+  double took = mono() - t0;
+  ck_assert_msg(strstr(dqnd_last_error(c), "(the Step was cancelled on the daemon)"), "%s", dqnd_last_error(c));
+  ck_assert_msg(took >= 2.4 && took < 3.5, "returned after %.2f s (0.5 s timeout, the Cancel, 2 s settling)", took);
+  ck_assert_int_eq(dqnd_reply_in_flight(c), 1);
+  /* the next Step gives that reply up and gets its own */
+  scenario = STEP_NOW;
+  ck_assert_msg(dqnd_step(c, "t", 3, &st) == 0, "%s", dqnd_last_error(c));
+  ck_assert_int_eq(st.steps_run, 3);
+  ck_assert_int_eq(dqnd_reply_in_flight(c), 0);
+  /* answered 700 ms late, before the Cancel ("none"): taken and quoted */
+  scenario = STEP_LATE;
+  ck_assert_int_eq(dqnd_step(c, "t", 7, &st), DQND_ETIMEDOUT);
+  ck_assert_msg(strstr(dqnd_last_error(c), "(the Step was already over on the daemon; its late reply counted 7 steps)"),
+                "%s", dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_reply_in_flight(c), 0);
+  /* the connection goes on */
+  scenario = STEP_NOW;
+  ck_assert_msg(dqnd_step(c, "t", 3, &st) == 0, "%s", dqnd_last_error(c));
+  /* never answered, then closed: dqnd_close waits its 2 s and returns */
+  scenario = STEP_SILENT;
+  ck_assert_int_eq(dqnd_step(c, "t", 5, &st), DQND_ETIMEDOUT);
+  ck_assert_int_eq(dqnd_reply_in_flight(c), 1);
+  t0 = mono();
+  dqnd_close(c);
+  took = mono() - t0;
+  ck_assert_msg(took >= 1.9 && took < 3.0, "dqnd_close took %.2f s", took);
+  fake_down();
 }
 END_TEST
 
@@ -145,6 +238,8 @@ int main(void) {
   Suite *su = suite_create("client-replies");
   TCase *tc = tcase_create("fake daemon");
   tcase_add_test(tc, test_bad_replies);
+  tcase_add_test(tc, test_unanswered_step);
+  tcase_set_timeout(tc, 60);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_set_fork_status(sr, CK_NOFORK);
