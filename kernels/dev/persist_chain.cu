@@ -55,7 +55,7 @@ struct Plan {
   Stage s[MAXS];
 };
 
-__constant__ Plan c_plan;
+__device__ Plan g_plan; /* global, not __constant__: the blocks copy it to shared memory coalesced */
 
 __device__ __forceinline__ void cp16(float *s, const float *g) {
   unsigned a = (unsigned)__cvta_generic_to_shared(s);
@@ -259,7 +259,9 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(int s0, int s1, int steps,
   extern __shared__ __align__(16) float sm[];
   __shared__ Plan plan; /* the stage descriptors read from shared memory, not the constant cache */
   cg::grid_group grid = cg::this_grid();
-  for (int i = threadIdx.x; i < (int)(sizeof(Plan) / 4); i += NT) ((int *)&plan)[i] = ((const int *)&c_plan)[i];
+  /* the stages this launch runs, to shared memory (a graph node copies its one stage) */
+  for (int i = threadIdx.x; i < (int)((s1 - s0) * sizeof(Stage) / 4); i += NT)
+    ((int *)&plan.s[s0])[i] = ((const int *)&g_plan.s[s0])[i];
   __syncthreads();
   int pre = 0;
   unsigned long long *const gsp = g_stamp;
@@ -466,7 +468,7 @@ int main(int argc, char **argv) {
     s.sqs = sqs, s.nsq = nsq, s.nparam = np;
     add(&p, "norm+AdamW+target", s);
     const int n = p.ns;
-    CK(cudaMemcpyToSymbol(c_plan, &p, sizeof p));
+    CK(cudaMemcpyToSymbol(g_plan, &p, sizeof p));
     printf("B=%d: %d stages\n", B, n);
     for (int i = 0; i < n; i++) {
       if (p.s[i].kind != ST_GEMM) continue;
