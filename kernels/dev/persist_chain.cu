@@ -254,8 +254,7 @@ __device__ void run_stage(const Stage &s, float *sm, int prefetched, int si, uns
 /* stages [s0, s1) for `steps` steps; between stages a grid barrier when the
  * launch is cooperative (s1 - s0 > 1 or steps > 1), before it the next
  * stage's first weight tile may be prefetched */
-__global__ void __launch_bounds__(NT, 1) chain_kernel(int s0, int s1, int steps, int prefetch,
-                                                      unsigned long long *stamps) {
+__global__ void __launch_bounds__(NT, 1) chain_kernel(int s0, int s1, int steps, int prefetch) {
   extern __shared__ __align__(16) float sm[];
   __shared__ Plan plan; /* the stage descriptors read from shared memory, not the constant cache */
   cg::grid_group grid = cg::this_grid();
@@ -267,11 +266,6 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(int s0, int s1, int steps,
   unsigned long long *const gsp = g_stamp;
   for (int st = 0; st < steps; st++) {
     unsigned long long *const sp = st == steps - 1 ? gsp : NULL;
-    if (stamps && blockIdx.x == 0 && threadIdx.x == 0 && st == steps - 1) {
-      unsigned long long ns;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-      stamps[MAXS] = ns;
-    }
     for (int si = s0; si < s1; si++) {
       stamp(si, 0, sp);
       run_stage(plan.s[si], sm, pre, si, sp);
@@ -286,11 +280,6 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(int s0, int s1, int steps,
           pre = 1;
         }
         grid.sync();
-      }
-      if (stamps && blockIdx.x == 0 && threadIdx.x == 0 && st == steps - 1) {
-        unsigned long long ns;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-        stamps[si] = ns;
       }
     }
   }
@@ -371,7 +360,7 @@ static Stage rows_stage(int kind, const float *src, float *dst, int rows, int wi
   return s;
 }
 
-static double run(Plan *p, int B, int steps, int mode, unsigned long long *stamps_d) {
+static double run(Plan *p, int steps, int mode) {
   /* mode 0: one kernel node a stage in a graph; 1: persistent; 2: persistent + prefetch */
   const size_t smem = SMEM_FLOATS * sizeof(float);
   cudaStream_t st;
@@ -385,7 +374,7 @@ static double run(Plan *p, int B, int steps, int mode, unsigned long long *stamp
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int si = 0; si < p->ns; si++)
-      chain_kernel<<<nblocks, NT, smem, st>>>(si, si + 1, 1, 0, (unsigned long long *)NULL);
+      chain_kernel<<<nblocks, NT, smem, st>>>(si, si + 1, 1, 0);
     CK(cudaStreamEndCapture(st, &gr));
     CK(cudaGraphInstantiate(&ge, gr, 0));
     for (int i = 0; i < 20; i++) CK(cudaGraphLaunch(ge, st));
@@ -397,10 +386,9 @@ static double run(Plan *p, int B, int steps, int mode, unsigned long long *stamp
     CK(cudaGraphDestroy(gr));
   } else {
     int s0 = 0, s1 = p->ns, pf = mode == 2, one = 20;
-    unsigned long long *nul = NULL;
-    void *a0[] = {&s0, &s1, &one, &pf, &nul};
+    void *a0[] = {&s0, &s1, &one, &pf};
     CK(cudaLaunchCooperativeKernel((void *)chain_kernel, nblocks, NT, a0, smem, st));
-    void *a1[] = {&s0, &s1, &steps, &pf, &stamps_d};
+    void *a1[] = {&s0, &s1, &steps, &pf};
     CK(cudaEventRecord(e0, st));
     CK(cudaLaunchCooperativeKernel((void *)chain_kernel, nblocks, NT, a1, smem, st));
     CK(cudaEventRecord(e1, st));
@@ -409,8 +397,36 @@ static double run(Plan *p, int B, int steps, int mode, unsigned long long *stamp
   CK(cudaGetLastError());
   CK(cudaEventElapsedTime(&ms, e0, e1));
   CK(cudaStreamDestroy(st));
-  (void)B;
   return 1000.0 * ms / steps;
+}
+
+/* the last step's stamps g4 [stage][4][block] (stage start, tile loaded,
+ * tile computed, stage work done), in µs from each stage's first barrier
+ * exit; a stage's whole time with its barrier is block 0's start to start */
+static void print_stamps(const Plan *p, const unsigned long long *g4) {
+  static unsigned long long st4[MAXS * 4 * 1024];
+  const int n = p->ns;
+  CK(cudaMemcpy(st4, g4, (size_t)MAXS * 4 * nblocks * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  printf("    last step, us from the stage's first barrier exit: exits (first..last) | loaded (block 0, max) | "
+         "computed (block 0, max) | work done (max) | the stage with its barrier (block 0)\n");
+  for (int i = 0; i < n; i++) {
+    const unsigned long long *x = st4 + (size_t)i * 4 * nblocks;
+    unsigned long long t0 = ~0ull, e1 = 0, l1 = 0, c1 = 0, d1 = 0;
+    for (int b = 0; b < nblocks; b++) t0 = x[b] < t0 ? x[b] : t0;
+    for (int b = 0; b < nblocks; b++) {
+      e1 = x[b] > e1 ? x[b] : e1;
+      d1 = x[3 * nblocks + b] > d1 ? x[3 * nblocks + b] : d1;
+      if (x[nblocks + b] >= t0 && x[nblocks + b] > l1) l1 = x[nblocks + b];
+      if (x[2 * nblocks + b] >= t0 && x[2 * nblocks + b] > c1) c1 = x[2 * nblocks + b];
+    }
+    printf("    %-20s exits 0..%5.2f", names[i], (e1 - t0) / 1000.0);
+    if (p->s[i].kind == ST_GEMM)
+      printf(" | loaded %5.2f, %5.2f | computed %5.2f, %5.2f", (x[nblocks] - t0) / 1000.0, (l1 - t0) / 1000.0,
+             (x[2 * nblocks] - t0) / 1000.0, (c1 - t0) / 1000.0);
+    printf(" | done %5.2f", (d1 - t0) / 1000.0);
+    if (i + 1 < n) printf(" | %6.2f", (st4[(size_t)(i + 1) * 4 * nblocks] - x[0]) / 1000.0);
+    printf("\n");
+  }
 }
 
 int main(int argc, char **argv) {
@@ -478,8 +494,6 @@ int main(int argc, char **argv) {
                p.s[i].g[j].Rt, p.s[i].g[j].Ct, p.s[i].g[j].items);
       printf("\n");
     }
-    unsigned long long *stamps_d, stamps[MAXS + 1];
-    CK(cudaMalloc(&stamps_d, sizeof stamps));
     const char *mn[] = {"graph, a node a stage", "persistent, grid.sync", "persistent + weight prefetch"};
     unsigned long long *g4, *nul = NULL;
     CK(cudaMalloc(&g4, (size_t)MAXS * 4 * nblocks * sizeof(unsigned long long)));
@@ -487,37 +501,12 @@ int main(int argc, char **argv) {
     for (int rep = 0; rep < 2; rep++)
       for (int mode = 0; mode < 3; mode++) {
         CK(cudaMemcpyToSymbol(g_stamp, (mode == 2 && rep == 1) ? &g4 : &nul, sizeof g4));
-        const double us = run(&p, B, steps, mode, stamps_d);
+        const double us = run(&p, steps, mode);
         printf("B=%4d %-30s %8.1f us/step\n", B, mn[mode], us);
         if (mode == 2 && rep == 1) {
-          static unsigned long long st4[MAXS * 4 * 1024];
-          CK(cudaMemcpy(st4, g4, (size_t)MAXS * 4 * nblocks * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-          printf("    last step, us from the stage's first barrier exit: exits (first..last) | loaded (block 0, max) | computed (block 0, max) | work done (max)\n");
-          for (int i = 0; i < n; i++) {
-            unsigned long long *x = st4 + (size_t)i * 4 * nblocks, t0 = ~0ull, e1 = 0, l1 = 0, c1 = 0, d1 = 0;
-            for (int b = 0; b < nblocks; b++) t0 = x[b] < t0 ? x[b] : t0;
-            for (int b = 0; b < nblocks; b++) {
-              e1 = x[b] > e1 ? x[b] : e1;
-              d1 = x[3 * nblocks + b] > d1 ? x[3 * nblocks + b] : d1;
-              if (p.s[i].kind == ST_GEMM && x[nblocks + b] >= t0 && x[nblocks + b] > l1) l1 = x[nblocks + b];
-              if (p.s[i].kind == ST_GEMM && x[2 * nblocks + b] >= t0 && x[2 * nblocks + b] > c1) c1 = x[2 * nblocks + b];
-            }
-            printf("    %-20s exits 0..%5.2f", names[i], (e1 - t0) / 1000.0);
-            if (p.s[i].kind == ST_GEMM)
-              printf(" | loaded %5.2f, %5.2f | computed %5.2f, %5.2f", (x[nblocks] - t0) / 1000.0, (l1 - t0) / 1000.0,
-                     (x[2 * nblocks] - t0) / 1000.0, (c1 - t0) / 1000.0);
-            printf(" | done %5.2f\n", (d1 - t0) / 1000.0);
-          }
-          CK(cudaMemcpy(stamps, stamps_d, sizeof stamps, cudaMemcpyDeviceToHost));
-          unsigned long long prev = stamps[MAXS];
-          for (int i = 0; i < n - 1; i++) {
-            printf("    %-20s %6.2f us (incl. its barrier)\n", names[i], (stamps[i] - prev) / 1000.0);
-            prev = stamps[i];
-          }
+          print_stamps(&p, g4);
         }
       }
-    /* one stage alone, persistent, to see each stage's cost without its neighbours */
-    CK(cudaFree(stamps_d));
     CK(cudaFree(g4));
     void *all[] = {replay, X0, H1, H2, H3, O, dO, dH3, dH2, dH1, w, grad, m, v, tgt, sqs, W4t, W3t, W2t, bias};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) CK(cudaFree(all[i]));
