@@ -25,7 +25,7 @@ git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
 rm -rf .devcarry/bin && mkdir -p .devcarry/bin  # no binary left from another build
-for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-bitflip build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd build/kernels/bench-grid-barrier build/kernels/bench-persist-chain; do
+for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-bitflip build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd build/kernels/bench-grid-barrier build/kernels/bench-persist-chain build/kernels/bench-cluster-fwd build/kernels/bench-cluster-fwd-tf32; do
   [ -f "$b" ] && [ -x "$b" ] && strip -o ".devcarry/bin/$(basename "$b")" "$b"
 done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
