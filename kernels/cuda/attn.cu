@@ -339,6 +339,13 @@ typedef struct att_wg {
   int *cnt;         /* [6] arrival counters, zero between launches */
 } att_wg_t;
 
+/* v[y] for y in 0..3 by selects: an index known only at run time into the
+ * parameter's arrays put a copy of the whole parameter in local memory, each
+ * thread's (kernels/dev/DEVICE_NOTES.md item 173) */
+__device__ __forceinline__ long long att_pick(const int64_t v[4], int y) {
+  return y == 0 ? v[0] : y == 1 ? v[1] : y == 2 ? v[2] : v[3];
+}
+
 __global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_attn_acts_t A0,
                                                             cuda_attn_grads_t G0, const float *__restrict__ dy, int B,
                                                             att_wg_t wg, float *__restrict__ grad, long long ps) {
@@ -391,7 +398,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_
     float acc = 0.0f;
     for (int s = 0; s < wg.S; s++) acc += __ldcg(p0 + (size_t)s * wg.SP + o);
     long long dst;
-    if (y < 4) dst = o < d * d ? at.off_w[y] + o : at.off_b[y] + o - d * d;
+    if (y < 4) dst = o < d * d ? att_pick(at.off_w, y) + o : att_pick(at.off_b, y) + o - d * d;
     else if (y == 4) dst = o < d ? at.off_ln_w + o : at.off_ln_b + o - d;
     else dst = at.off_pos + o;
     grad[dst] = acc;

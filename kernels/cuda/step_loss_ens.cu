@@ -69,13 +69,19 @@ __device__ __forceinline__ float support_at(const ens_args_t &a, int z) {
   return a.vmin + (a.vmax - a.vmin) * (float)z / (float)(a.Z - 1);
 }
 
+/* The per-branch arrays (n, aoff, radix_after) are read from the kernel's
+ * parameter a0, never from the member's copy a: an index known only at run
+ * time into a's arrays put the whole copy in local memory (432-448 bytes a
+ * thread, written by every thread at the start: kernels/dev/DEVICE_NOTES.md
+ * item 173), where a0's are read from the constant bank. */
+
 /* head k's log-probabilities [n_d, Z] of sample i, branch d, in row block rb (0 online s, 1 online s', 2 target s') */
-__device__ __forceinline__ const float *lp_at(const ens_args_t &a, int rb, int i, int k, int d) {
-  return a.logp + ((size_t)rb * a.B + i) * a.LW + (size_t)k * a.AW + a.aoff[d];
+__device__ __forceinline__ const float *lp_at(const ens_args_t &a, const ens_args_t &a0, int rb, int i, int k, int d) {
+  return a.logp + ((size_t)rb * a.B + i) * a.LW + (size_t)k * a.AW + a0.aoff[d];
 }
 
-__device__ __forceinline__ int action_d(const ens_args_t &a, int i, int d) {
-  return (a.a[i] / a.radix_after[d]) % a.n[d];
+__device__ __forceinline__ int action_d(const ens_args_t &a, const ens_args_t &a0, int i, int d) {
+  return (a.a[i] / a0.radix_after[d]) % a0.n[d];
 }
 
 /* Every row is read once, coalesced, into shared memory, and the loops run
@@ -96,10 +102,10 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   const int t = blockIdx.x * wpb + wib;
   if (t >= a.B * a.K * a.D) return; /* whole warps leave: only __syncwarp below */
   const int i = t / (a.K * a.D), k = (t / a.D) % a.K, d = t % a.D;
-  const int n = a.n[d], Z = a.Z, nz = n * Z;
+  const int n = a0.n[d], Z = a.Z, nz = n * Z;
   float *sel = sh1 + (size_t)wib * e1_warp_floats(nmax, Z), *q = sel + (size_t)nmax * Z, *pj = q + nmax, *bj = pj + Z;
   int *lj = (int *)(bj + Z);
-  const float *lp_s = lp_at(a, 0, i, k, d), *lp_s2 = lp_at(a, 1, i, k, d), *lt_s2 = lp_at(a, 2, i, k, d);
+  const float *lp_s = lp_at(a, a0, 0, i, k, d), *lp_s2 = lp_at(a, a0, 1, i, k, d), *lt_s2 = lp_at(a, a0, 2, i, k, d);
   const float *src = a.double_dqn ? lp_s2 : lt_s2;
   for (int e = lane; e < nz; e += 32) sel[e] = expf(src[e]);
   __syncwarp();
@@ -121,7 +127,7 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   }
   __syncwarp();
   const float c0 = (ri + disc * a.vmin - a.vmin) / dz;
-  const float *lp = lp_s + (size_t)action_d(a, i, d) * Z;
+  const float *lp = lp_s + (size_t)action_d(a, a0, i, d) * Z;
   float *m = a.m + (size_t)t * Z;
   float ce = 0.0f, qa = 0.0f;
   for (int z = lane; z < Z; z += 32) {
@@ -150,7 +156,7 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
   for (int e = threadIdx.x; e < KDZ; e += blockDim.x) {
     const int k = e / (D * Z), d = (e / Z) % D, z = e % Z;
-    const float l = lp_at(a, 0, i, k, d)[(size_t)action_d(a, i, d) * Z + z];
+    const float l = lp_at(a, a0, 0, i, k, d)[(size_t)action_d(a, a0, i, d) * Z + z];
     LP[e] = l;
     P[e] = expf(l);
     M[e] = a.m[(((size_t)i * K + k) * D + d) * Z + z];
@@ -218,7 +224,7 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
     float dv = 0.0f;
     float *g2k = a.g2 + (size_t)i * a.O2 + (size_t)k * a.SO;
     for (int d = 0; d < D; d++) {
-      const int n = a.n[d], ad = action_d(a, i, d);
+      const int n = a0.n[d], ad = action_d(a, a0, i, d);
       const size_t kd = (size_t)k * D + d;
       float g = c * (P[kd * Z + z] * msum[kd] - M[kd * Z + z]);
       if (K > 1 && lam != 0.0f)
@@ -231,7 +237,7 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
             else g += cd * (P[q0] - P[p0]);
           }
       dv += g;
-      float *dA = g2k + Z + a.aoff[d];
+      float *dA = g2k + Z + a0.aoff[d];
       const float gm = g / (float)n;
       for (int act = 0; act < n; act++) dA[(size_t)act * Z + z] = (act == ad ? g : 0.0f) - gm;
     }
