@@ -6,7 +6,9 @@
  * member's buffers: pz_at moves a member-0 pointer to its block's member.
  * Pointers read from device memory (problem tables, TMA maps, pack jobs)
  * need no moving: each member built its own, and the pointer to the table is
- * moved. A lone learner is {1, 0}.
+ * moved. A lone learner is {1, 0}. Moving an argument struct's pointers
+ * into a copy: index the copy's arrays only with constants (the argument's
+ * own at run time), or the copy lands in local memory (docs/population.md).
  */
 #ifndef DQN_CUDA_PZ_CUH
 #define DQN_CUDA_PZ_CUH

@@ -9,8 +9,8 @@
  *       order), the cross-entropy CE_d against the online head k at the taken
  *       action, its Q;
  *   E23 a block per sample: the taken-action distributions of every head and
- *       branch, the KL of every ordered pair (serial over z); one thread the
- *       bootstrap masks m_ik, CE^k_i = mean_d CE_d, loss_i = (1/K) sum_k m_ik
+ *       branch, the KL of every ordered pair (serial over z), a thread a head
+ *       the bootstrap masks m_ik; one thread CE^k_i = mean_d CE_d, loss_i = (1/K) sum_k m_ik
  *       CE^k_i - lambda D_i, the diversity D_i (mean over branches and pairs),
  *       mean_k CE^k_i (the priority's loss), the Q sum, in the CPU's order;
  *       then a thread per (head k, atom z): dlogits G = c (softmax sum m - m),
@@ -92,9 +92,18 @@ __device__ __forceinline__ int action_d(const ens_args_t &a, const ens_args_t &a
  * the taken action's Q are warp sums. Shapes whose rows do not fit 48 KB are
  * refused at create (cuda_loss_ens_fits). */
 
-/* per warp: sel [nmax Z] (exp'd in place), q [nmax], pj, bj, lj [Z] */
-__host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return nmax * Z + nmax + 3 * Z; }
+/* per warp: sel [nmax Z] (exp'd in place), tg [nmax Z] (the target's rows,
+ * raw), q [nmax], pj, bj, lj, sup [Z] */
+__host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return 2 * nmax * Z + nmax + 4 * Z; }
+/* a warp's most: twice the 48 KB of the one-copy form (nmax Z + nmax + 3 Z),
+ * so every shape that form took still fits (2 x old - nmax - 2 Z <= 2 x old) */
+#define E1_SMEM_MAX (96 * 1024)
 
+/* Every global load of a warp is issued at its start (the selecting rows,
+ * the target's rows, the taken action's row), so the chain from the Q sums
+ * to the cross-entropy waits on one L2 round trip, not three; the support
+ * values are computed once into shared memory by the same expression the
+ * sums used to evaluate in their loops (the same bits). */
 __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   const ens_args_t a = ens_member(a0);
   extern __shared__ float sh1[];
@@ -103,39 +112,54 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   if (t >= a.B * a.K * a.D) return; /* whole warps leave: only __syncwarp below */
   const int i = t / (a.K * a.D), k = (t / a.D) % a.K, d = t % a.D;
   const int n = a0.n[d], Z = a.Z, nz = n * Z;
-  float *sel = sh1 + (size_t)wib * e1_warp_floats(nmax, Z), *q = sel + (size_t)nmax * Z, *pj = q + nmax, *bj = pj + Z;
-  int *lj = (int *)(bj + Z);
+  float *sel = sh1 + (size_t)wib * e1_warp_floats(nmax, Z), *tg = sel + (size_t)nmax * Z, *q = tg + (size_t)nmax * Z,
+        *pj = q + nmax, *bj = pj + Z, *sup = bj + Z;
+  int *lj = (int *)(sup + Z);
   const float *lp_s = lp_at(a, a0, 0, i, k, d), *lp_s2 = lp_at(a, a0, 1, i, k, d), *lt_s2 = lp_at(a, a0, 2, i, k, d);
   const float *src = a.double_dqn ? lp_s2 : lt_s2;
-  for (int e = lane; e < nz; e += 32) sel[e] = expf(src[e]);
+  const float *lp = lp_s + (size_t)action_d(a, a0, i, d) * Z;
+  /* the taken action's log-probabilities at this lane's atoms, lane + 32 h */
+  constexpr int NH = (LEARNER_MAX_ATOMS + 31) / 32;
+  float lv[NH];
+#pragma unroll
+  for (int h = 0; h < NH; h++) lv[h] = lane + 32 * h < Z ? lp[lane + 32 * h] : 0.0f;
+  const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
+  const float disc = gamma * (1.0f - a.done[i]), ri = a.r[i];
+  for (int e = lane; e < nz; e += 32) {
+    sel[e] = expf(src[e]);
+    if (a.double_dqn) tg[e] = lt_s2[e];
+  }
+  for (int z = lane; z < Z; z += 32) sup[z] = support_at(a, z);
   __syncwarp();
   for (int act = lane; act < n; act += 32) { /* c51_q_values: serial over z */
     float s = 0.0f;
-    for (int z = 0; z < Z; z++) s += sel[act * Z + z] * support_at(a, z);
+    for (int z = 0; z < Z; z++) s += sel[act * Z + z] * sup[z];
     q[act] = s;
   }
   __syncwarp();
   int best = 0;
   for (int act = 1; act < n; act++)
     if (q[act] > q[best]) best = act;
-  const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
-  const float disc = gamma * (1.0f - a.done[i]), ri = a.r[i];
   const float dz = (a.vmax - a.vmin) / (float)(Z - 1);
+  /* the target's row of the best action: raw in tg, or exp'd in sel (no Double DQN: sel is the target's) */
   for (int j = lane; j < Z; j += 32) {
-    pj[j] = expf(lt_s2[best * Z + j]);
+    pj[j] = a.double_dqn ? expf(tg[best * Z + j]) : sel[best * Z + j];
     lj[j] = c51_source(ri, disc, a.vmin, a.vmax, dz, Z, j, &bj[j]);
   }
   __syncwarp();
   const float c0 = (ri + disc * a.vmin - a.vmin) / dz;
-  const float *lp = lp_s + (size_t)action_d(a, a0, i, d) * Z;
   float *m = a.m + (size_t)t * Z;
   float ce = 0.0f, qa = 0.0f;
-  for (int z = lane; z < Z; z += 32) {
-    const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
-    const float l = lp[z];
-    m[z] = acc;
-    ce -= acc * l;
-    qa += expf(l) * support_at(a, z);
+#pragma unroll
+  for (int h = 0; h < NH; h++) {
+    const int z = lane + 32 * h;
+    if (z < Z) {
+      const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
+      const float l = lv[h];
+      m[z] = acc;
+      ce -= acc * l;
+      qa += expf(l) * sup[z];
+    }
   }
   for (int off = 16; off; off >>= 1) {
     ce += __shfl_xor_sync(0xffffffffu, ce, off);
@@ -145,8 +169,10 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
 }
 
 /* per sample: LP, P, M [K D Z] (taken-action log-probabilities, their
- * softmax, the targets), KL [D K K], msum [K D], mask [K] */
-__host__ __device__ static inline int e23_floats(int K, int D, int Z) { return 3 * K * D * Z + K * K * D + K * D + K; }
+ * softmax, the targets), KL [D K K], msum [K D], mask [K], CE, Q [K D] (E1's) */
+__host__ __device__ static inline int e23_floats(int K, int D, int Z) {
+  return 3 * K * D * Z + K * K * D + 3 * K * D + K;
+}
 
 /* E2 and E3 for one sample per block */
 __global__ void ens_e23_kernel(ens_args_t a0) {
@@ -154,6 +180,27 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
   extern __shared__ float sh2[];
   const int i = blockIdx.x, K = a.K, D = a.D, Z = a.Z, B = a.B, KDZ = K * D * Z;
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
+  float *CE = mask + K, *Q = CE + K * D;
+  /* E1's sums and the masks, each by its own thread (thread 0's serial sums
+   * below read them from shared memory: they were global loads behind the
+   * mask's global stores, one L2 round trip a head) */
+  for (int e = threadIdx.x; e < K * D; e += blockDim.x) {
+    const size_t t = (size_t)i * K * D + e;
+    CE[e] = a.ce[t], Q[e] = a.q[t];
+  }
+  if (threadIdx.x < K) {
+    const int k = threadIdx.x;
+    float mk = 1.0f;
+    if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
+    else if (a.mask_p < 1.0f) {
+      const long long j = a.idx[i], head = a.ring[0], total = a.ring[1];
+      const long long back = ((head - 1 - j) % a.cap + a.cap) % a.cap;
+      mk = (float)philox_ensemble_mask(a.seed, (unsigned long long)(total - 1 - back), (uint32_t)k, a.mask_p);
+    }
+    mask[k] = mk;
+    a.mask[(size_t)i * K + k] = mk;
+  }
+#pragma unroll 4
   for (int e = threadIdx.x; e < KDZ; e += blockDim.x) {
     const int k = e / (D * Z), d = (e / Z) % D, z = e % Z;
     const float l = lp_at(a, a0, 0, i, k, d)[(size_t)action_d(a, a0, i, d) * Z + z];
@@ -178,27 +225,15 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
       msum[kd] = s;
     }
   }
-  if (threadIdx.x == 0) { /* E2's sums in the CPU's order */
-    unsigned long long cnt = 0;
-    if (!a.mask_in && a.mask_p < 1.0f) {
-      const long long j = a.idx[i], head = a.ring[0], total = a.ring[1];
-      const long long back = ((head - 1 - j) % a.cap + a.cap) % a.cap;
-      cnt = (unsigned long long)(total - 1 - back);
-    }
+  if (threadIdx.x == 0) { /* E2's sums in the CPU's order (CE, Q, mask: landed before the barrier above) */
     float lsum = 0.0f, cesum = 0.0f, qs = 0.0f;
     for (int k = 0; k < K; k++) {
       float cek = 0.0f;
       for (int d = 0; d < D; d++) {
-        const size_t t = ((size_t)i * K + k) * D + d;
-        cek += a.ce[t] / (float)D;
-        qs += a.q[t];
+        cek += CE[k * D + d] / (float)D;
+        qs += Q[k * D + d];
       }
-      float mk = 1.0f;
-      if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
-      else if (a.mask_p < 1.0f) mk = (float)philox_ensemble_mask(a.seed, cnt, (uint32_t)k, a.mask_p);
-      mask[k] = mk;
-      a.mask[(size_t)i * K + k] = mk;
-      lsum += mk * cek;
+      lsum += mask[k] * cek;
       cesum += cek;
     }
     a.ce_mean[i] = cesum / (float)K;
@@ -270,8 +305,12 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   const size_t e1w = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
   const size_t e23 = sizeof(float) * (size_t)e23_floats(f->K, L->D, L->Z);
-  if (e1w > 48 * 1024 || e23 > 48 * 1024) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
-  const int wpb = e1w * 4 <= 48 * 1024 ? 4 : 1;
+  if (e1w > E1_SMEM_MAX || e23 > 48 * 1024) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
+  const int wpb = e1w * 4 <= E1_SMEM_MAX ? 4 : 1;
+  if (e1w * wpb > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(ens_e1_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(e1w * wpb));
+    if (e != cudaSuccess) return (int)e;
+  }
   const unsigned z = (unsigned)f->pz.n;
   ens_e1_kernel<<<dim3((unsigned)((kd + wpb - 1) / wpb), 1, z), 32 * wpb, e1w * wpb, st>>>(ea, nmax);
   ens_e23_kernel<<<dim3((unsigned)B, 1, z), 256, e23, st>>>(ea);
@@ -282,6 +321,6 @@ extern "C" int cuda_loss_ens_fits(const net_layout_t *L) {
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   const int K = L->K < 1 ? 1 : L->K;
-  return sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z) <= 48 * 1024 &&
+  return sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z) <= E1_SMEM_MAX &&
          sizeof(float) * (size_t)e23_floats(K, L->D, L->Z) <= 48 * 1024;
 }

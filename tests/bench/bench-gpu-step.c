@@ -94,8 +94,10 @@ int main(int argc, char **argv) {
                                  "everything"};
       char label[32];
       snprintf(label, sizeof label, "%s%s", mn[mode], c.tensor_cores && mode != 2 ? "-tf32" : "");
-      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f\n", c.batch, label, med * 1e6, 1 / med,
-             st.loss_last);
+      uint32_t lb; /* the last loss's bits: two builds that claim the same arithmetic print the same */
+      memcpy(&lb, &st.loss_last, sizeof lb);
+      printf("B=%5d dqnd-cuda %-10s %9.1f us/step %9.0f steps/s loss=%.4f bits=%08x\n", c.batch, label, med * 1e6,
+             1 / med, st.loss_last, lb);
       fflush(stdout);
       learner_destroy(l);
     }
