@@ -31,6 +31,7 @@
 
 #include "../philox.h"
 #include "c51.cuh"
+#include "cp_async.cuh"
 #include "step_phases.cuh"
 
 #define MAXB LEARNER_MAX_BRANCHES
@@ -99,9 +100,10 @@ __host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return 2
  * so every shape that form took still fits (2 x old - nmax - 2 Z <= 2 x old) */
 #define E1_SMEM_MAX (96 * 1024)
 
-/* Every global load of a warp is issued at its start (the selecting rows,
- * the target's rows, the taken action's row), so the chain from the Q sums
- * to the cross-entropy waits on one L2 round trip, not three; the support
+/* Every global load of a warp is issued at its start (the selecting rows and
+ * the target's rows as cp.async copies all in flight at once, the taken
+ * action's row into registers), so the warp waits on one L2 round trip, not
+ * one a few elements and then two more; the support
  * values are computed once into shared memory by the same expression the
  * sums used to evaluate in their loops (the same bits). */
 __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
@@ -125,11 +127,14 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   for (int h = 0; h < NH; h++) lv[h] = lane + 32 * h < Z ? lp[lane + 32 * h] : 0.0f;
   const float gamma = a.gdisc ? a.gdisc[i] : a.gamma_dev ? *a.gamma_dev : a.gamma;
   const float disc = gamma * (1.0f - a.done[i]), ri = a.r[i];
-  for (int e = lane; e < nz; e += 32) {
-    sel[e] = expf(src[e]);
-    if (a.double_dqn) tg[e] = lt_s2[e];
+  for (int e = lane; e < nz; e += 32) { /* every row's copy in flight at once, then exp in place */
+    cp_async4(sel + e, src + e);
+    if (a.double_dqn) cp_async4(tg + e, lt_s2 + e);
   }
+  cp_async_commit();
   for (int z = lane; z < Z; z += 32) sup[z] = support_at(a, z);
+  cp_async_wait<0>();
+  for (int e = lane; e < nz; e += 32) sel[e] = expf(sel[e]);
   __syncwarp();
   for (int act = lane; act < n; act += 32) { /* c51_q_values: serial over z */
     float s = 0.0f;
@@ -200,13 +205,21 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
     mask[k] = mk;
     a.mask[(size_t)i * K + k] = mk;
   }
-#pragma unroll 4
-  for (int e = threadIdx.x; e < KDZ; e += blockDim.x) {
-    const int k = e / (D * Z), d = (e / Z) % D, z = e % Z;
-    const float l = lp_at(a, a0, 0, i, k, d)[(size_t)action_d(a, a0, i, d) * Z + z];
-    LP[e] = l;
-    P[e] = expf(l);
-    M[e] = a.m[(((size_t)i * K + k) * D + d) * Z + z];
+  /* a warp a (head, branch) row at a time, its atoms over the lanes: no
+   * index divisions an element, and a row's loads in flight together */
+  for (int kd = threadIdx.x / 32; kd < K * D; kd += blockDim.x / 32) {
+    const int k = kd / D, d = kd % D, lane = threadIdx.x % 32;
+    const float *src = lp_at(a, a0, 0, i, k, d) + (size_t)action_d(a, a0, i, d) * Z, *ms = a.m + ((size_t)i * K * D + kd) * Z;
+    constexpr int NH = (LEARNER_MAX_ATOMS + 31) / 32;
+    float lv[NH], mv[NH];
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+      if (lane + 32 * h < Z) lv[h] = src[lane + 32 * h], mv[h] = ms[lane + 32 * h];
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+      const int e = kd * Z + lane + 32 * h;
+      if (lane + 32 * h < Z) LP[e] = lv[h], P[e] = expf(lv[h]), M[e] = mv[h];
+    }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < K * K * D + K * D; e += blockDim.x) {
@@ -242,7 +255,7 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
   }
   __syncthreads();
   const float lam = a.lambda_dev ? *a.lambda_dev : a.lambda;
-  if (threadIdx.x == 0 && K > 1) {
+  if (threadIdx.x == blockDim.x - 1 && K > 1) { /* the last thread: E3's items fill the first ones */
     float div = 0.0f;
     for (int d = 0; d < D; d++)
       for (int k = 0; k < K; k++)
@@ -262,15 +275,15 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
       const int n = a0.n[d], ad = action_d(a, a0, i, d);
       const size_t kd = (size_t)k * D + d;
       float g = c * (P[kd * Z + z] * msum[kd] - M[kd * Z + z]);
-      if (K > 1 && lam != 0.0f)
-        for (int k0 = 0; k0 < K; k0++)
-          for (int l0 = 0; l0 < K; l0++) {
-            if (k0 == l0 || (k0 != k && l0 != k)) continue;
-            const size_t p0 = ((size_t)k0 * D + d) * Z + z, q0 = ((size_t)l0 * D + d) * Z + z;
-            const float kl = KL[((size_t)d * K + k0) * K + l0];
-            if (k0 == k) g += cd * (P[p0] * (LP[p0] - LP[q0] - kl));
-            else g += cd * (P[q0] - P[p0]);
-          }
+      if (K > 1 && lam != 0.0f) {
+        /* the ordered pairs (k0, l0) with k in them, in the order k0 then l0:
+         * (k0, k) for k0 < k, (k, l0) for every l0 != k, (k0, k) for k0 > k */
+        const float pk = P[kd * Z + z], lk = LP[kd * Z + z];
+        for (int k0 = 0; k0 < k; k0++) g += cd * (pk - P[((size_t)k0 * D + d) * Z + z]);
+        for (int l0 = 0; l0 < K; l0++)
+          if (l0 != k) g += cd * (pk * (lk - LP[((size_t)l0 * D + d) * Z + z] - KL[((size_t)d * K + k) * K + l0]));
+        for (int k0 = k + 1; k0 < K; k0++) g += cd * (pk - P[((size_t)k0 * D + d) * Z + z]);
+      }
       dv += g;
       float *dA = g2k + Z + a0.aoff[d];
       const float gm = g / (float)n;
