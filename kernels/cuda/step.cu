@@ -101,8 +101,8 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   f->attn = L->attn.T > 0;
   const size_t awg = cuda_attn_wgrad_floats(L, B);
   const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 + awg : 0;
-  /* the ensemble loss's scratch: m [B,K,D,Z], ce and q [B,K,D], masks [B,K], ce_mean [B] */
-  const size_t ens = f->K > 1 || f->pr ? b * f->K * L->D * ((size_t)L->Z + 2) + b * f->K + b : 0;
+  /* the ensemble loss's masks [B,K] and ce_mean [B] */
+  const size_t ens = f->K > 1 || f->pr ? b * f->K + b : 0;
   size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
                 b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens + att;
   cudaError_t e;
@@ -120,8 +120,7 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   f->gh = p, p += b * L->H2;
   f->gt1 = p, p += b * L->H1;
   if (ens) {
-    f->ens_m = p, p += b * f->K * L->D * L->Z;
-    f->ens_ce = p, p += 2 * b * f->K * L->D + b * f->K;
+    f->ens_mask = p, p += b * f->K;
     f->ce_mean = p, p += b;
   }
   if (f->attn) {

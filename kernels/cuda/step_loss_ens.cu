@@ -2,15 +2,16 @@
  * step_loss_ens.cu — the step's loss with K head sets (docs/learner.md §8; step_phases.cuh):
  * the twin of dqn_loss_grad's ensemble part in kernels/cpu/loss_impl.h, in
  * the CPU's order of operations, from the forward's log-probabilities
- * logp [3B, K AW] (online s, online s', target s'):
- *   E1  a warp per (sample i, head k, branch d): head k's Double-DQN action
- *       (the online head k on s' picks, by Q sums serial over z; the target
- *       head k scores), the C51 projection (c51.cuh's gather, c51_project's
- *       order), the cross-entropy CE_d against the online head k at the taken
- *       action, its Q;
- *   E23 a block per sample: the taken-action distributions of every head and
- *       branch, the KL of every ordered pair (serial over z), a thread a head
- *       the bootstrap masks m_ik; one thread CE^k_i = mean_d CE_d, loss_i = (1/K) sum_k m_ik
+ * logp [3B, K AW] (online s, online s', target s'), in one launch, a block
+ * per sample (ens_loss_kernel):
+ *   E1  a warp per row (head k, branch d; the rows dealt over up to 16
+ *       warps): head k's Double-DQN action (the online head k on s' picks,
+ *       by Q sums serial over z; the target head k scores), the C51
+ *       projection (c51.cuh's gather, c51_project's order), the
+ *       cross-entropy CE_d against the online head k at the taken action,
+ *       its Q, all into the block's shared memory;
+ *   E23 the KL of every ordered pair (serial over z), a thread a head the
+ *       bootstrap masks m_ik; one thread CE^k_i = mean_d CE_d, loss_i = (1/K) sum_k m_ik
  *       CE^k_i - lambda D_i, the diversity D_i (mean over branches and pairs),
  *       mean_k CE^k_i (the priority's loss), the Q sum, in the CPU's order;
  *       then a thread per (head k, atom z): dlogits G = c (softmax sum m - m),
@@ -21,9 +22,8 @@
  * Priors are inside the head sets (pack.cu), so nothing here sees them.
  * Fixed orders, no atomics: reruns are bit-identical.
  *
- * Shapes: B batch, K heads, D branches, Z atoms; m [B, K, D, Z], ce [B, K,
- * D], mask [B, K], q [B, K, D] scratch (f->ens_*); g2 [B, O2] with set k's
- * V at k SO, its A_d at k SO + Z + aoff[d].
+ * Shapes: B batch, K heads, D branches, Z atoms; mask [B, K] (f->ens_mask);
+ * g2 [B, O2] with set k's V at k SO, its A_d at k SO + Z + aoff[d].
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -46,7 +46,7 @@ typedef struct ens_args {
   long long cap;
   unsigned long long seed;
   const unsigned long long *seed_dev; /* when set, the seed is read here (a population's members' differ) */
-  float *m, *ce, *q, *mask, *g2, *loss_i, *qsum_i, *ce_mean;
+  float *mask, *g2, *loss_i, *qsum_i, *ce_mean;
   long long ps; /* members' stride (pz.cuh): every pointer above is member 0's */
 } ens_args_t;
 
@@ -59,7 +59,7 @@ __device__ __forceinline__ ens_args_t ens_member(const ens_args_t &a0) {
   a.gamma_dev = pz_at(a.gamma_dev, ps), a.gdisc = pz_at(a.gdisc, ps), a.lambda_dev = pz_at(a.lambda_dev, ps);
   a.logp = pz_at(a.logp, ps), a.r = pz_at(a.r, ps), a.done = pz_at(a.done, ps), a.w = pz_at(a.w, ps);
   a.mask_in = pz_at(a.mask_in, ps), a.a = pz_at(a.a, ps), a.idx = pz_at(a.idx, ps), a.ring = pz_at(a.ring, ps);
-  a.m = pz_at(a.m, ps), a.ce = pz_at(a.ce, ps), a.q = pz_at(a.q, ps), a.mask = pz_at(a.mask, ps);
+  a.mask = pz_at(a.mask, ps);
   a.g2 = pz_at(a.g2, ps), a.loss_i = pz_at(a.loss_i, ps), a.qsum_i = pz_at(a.qsum_i, ps);
   a.ce_mean = pz_at(a.ce_mean, ps);
   if (a.seed_dev) a.seed = *pz_at(a.seed_dev, ps);
@@ -90,32 +90,27 @@ __device__ __forceinline__ int action_d(const ens_args_t &a, const ens_args_t &a
  * out one L2 round trip per element (measured on the H200: 894 us a step at
  * batch 64, K 5, against 84 us for one head set). The per-action Q sums, the
  * KL sums and E2's sums keep the CPU's serial order; the cross-entropy and
- * the taken action's Q are warp sums. Shapes whose rows do not fit 48 KB are
- * refused at create (cuda_loss_ens_fits). */
+ * the taken action's Q are warp sums. Shapes whose rows do not fit the
+ * block's shared memory are refused at create (cuda_loss_ens_fits). */
 
 /* per warp: sel [nmax Z] (exp'd in place), tg [nmax Z] (the target's rows,
  * raw), q [nmax], pj, bj, lj, sup [Z] */
 __host__ __device__ static inline int e1_warp_floats(int nmax, int Z) { return 2 * nmax * Z + nmax + 4 * Z; }
-/* a warp's most: twice the 48 KB of the one-copy form (nmax Z + nmax + 3 Z),
- * so every shape that form took still fits (2 x old - nmax - 2 Z <= 2 x old) */
-#define E1_SMEM_MAX (96 * 1024)
 
-/* Every global load of a warp is issued at its start (the selecting rows and
- * the target's rows as cp.async copies all in flight at once, the taken
- * action's row into registers), so the warp waits on one L2 round trip, not
- * one a few elements and then two more; the support
+/* E1 for row kd = k D + d of sample i, by one warp in its own shared area
+ * w: the target m into M [kd Z ..], the taken action's log-probabilities and
+ * probabilities into LP and P (E23's rows), CE_d and its Q into CE [kd] and
+ * Q [kd]. Every global load is issued at the start (the selecting and the
+ * target's rows as cp.async copies all in flight at once, the taken action's
+ * row into registers), so the warp waits on one L2 round trip; the support
  * values are computed once into shared memory by the same expression the
- * sums used to evaluate in their loops (the same bits). */
-__global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
-  const ens_args_t a = ens_member(a0);
-  extern __shared__ float sh1[];
-  const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, wpb = blockDim.x / 32;
-  const int t = blockIdx.x * wpb + wib;
-  if (t >= a.B * a.K * a.D) return; /* whole warps leave: only __syncwarp below */
-  const int i = t / (a.K * a.D), k = (t / a.D) % a.K, d = t % a.D;
+ * sums evaluated in their loops (the same bits). */
+__device__ __forceinline__ void ens_row(const ens_args_t &a, const ens_args_t &a0, int i, int kd, float *w, int nmax,
+                                        float *LP, float *P, float *M, float *CE, float *Q) {
+  const int lane = threadIdx.x % 32, k = kd / a.D, d = kd % a.D;
   const int n = a0.n[d], Z = a.Z, nz = n * Z;
-  float *sel = sh1 + (size_t)wib * e1_warp_floats(nmax, Z), *tg = sel + (size_t)nmax * Z, *q = tg + (size_t)nmax * Z,
-        *pj = q + nmax, *bj = pj + Z, *sup = bj + Z;
+  float *sel = w, *tg = sel + (size_t)nmax * Z, *q = tg + (size_t)nmax * Z, *pj = q + nmax, *bj = pj + Z, *sup = bj + Z;
+  __syncwarp(); /* the warp's previous row is done with w */
   int *lj = (int *)(sup + Z);
   const float *lp_s = lp_at(a, a0, 0, i, k, d), *lp_s2 = lp_at(a, a0, 1, i, k, d), *lt_s2 = lp_at(a, a0, 2, i, k, d);
   const float *src = a.double_dqn ? lp_s2 : lt_s2;
@@ -153,46 +148,40 @@ __global__ void ens_e1_kernel(ens_args_t a0, int nmax) {
   }
   __syncwarp();
   const float c0 = (ri + disc * a.vmin - a.vmin) / dz;
-  float *m = a.m + (size_t)t * Z;
   float ce = 0.0f, qa = 0.0f;
 #pragma unroll
   for (int h = 0; h < NH; h++) {
     const int z = lane + 32 * h;
     if (z < Z) {
       const float acc = c51_gather(z, Z, lj, pj, bj, c0, disc);
-      const float l = lv[h];
-      m[z] = acc;
+      const float l = lv[h], pl = expf(l);
+      M[kd * Z + z] = acc, LP[kd * Z + z] = l, P[kd * Z + z] = pl;
       ce -= acc * l;
-      qa += expf(l) * sup[z];
+      qa += pl * sup[z];
     }
   }
   for (int off = 16; off; off >>= 1) {
     ce += __shfl_xor_sync(0xffffffffu, ce, off);
     qa += __shfl_xor_sync(0xffffffffu, qa, off);
   }
-  if (lane == 0) a.ce[t] = ce, a.q[t] = qa;
+  if (lane == 0) CE[kd] = ce, Q[kd] = qa;
 }
 
 /* per sample: LP, P, M [K D Z] (taken-action log-probabilities, their
- * softmax, the targets), KL [D K K], msum [K D], mask [K], CE, Q [K D] (E1's) */
+ * softmax, the targets), KL [D K K], msum [K D], mask [K], CE, Q [K D] (E1's);
+ * then each warp's E1 area */
 __host__ __device__ static inline int e23_floats(int K, int D, int Z) {
   return 3 * K * D * Z + K * K * D + 3 * K * D + K;
 }
 
-/* E2 and E3 for one sample per block */
-__global__ void ens_e23_kernel(ens_args_t a0) {
+/* the whole loss of one sample per block: E1's K D rows over the warps, then E2 and E3 */
+__global__ void ens_loss_kernel(ens_args_t a0, int nmax) {
   const ens_args_t a = ens_member(a0);
   extern __shared__ float sh2[];
   const int i = blockIdx.x, K = a.K, D = a.D, Z = a.Z, B = a.B, KDZ = K * D * Z;
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
   float *CE = mask + K, *Q = CE + K * D;
-  /* E1's sums and the masks, each by its own thread (thread 0's serial sums
-   * below read them from shared memory: they were global loads behind the
-   * mask's global stores, one L2 round trip a head) */
-  for (int e = threadIdx.x; e < K * D; e += blockDim.x) {
-    const size_t t = (size_t)i * K * D + e;
-    CE[e] = a.ce[t], Q[e] = a.q[t];
-  }
+  /* the masks, a thread a head */
   if (threadIdx.x < K) {
     const int k = threadIdx.x;
     float mk = 1.0f;
@@ -205,21 +194,11 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
     mask[k] = mk;
     a.mask[(size_t)i * K + k] = mk;
   }
-  /* a warp a (head, branch) row at a time, its atoms over the lanes: no
-   * index divisions an element, and a row's loads in flight together */
-  for (int kd = threadIdx.x / 32; kd < K * D; kd += blockDim.x / 32) {
-    const int k = kd / D, d = kd % D, lane = threadIdx.x % 32;
-    const float *src = lp_at(a, a0, 0, i, k, d) + (size_t)action_d(a, a0, i, d) * Z, *ms = a.m + ((size_t)i * K * D + kd) * Z;
-    constexpr int NH = (LEARNER_MAX_ATOMS + 31) / 32;
-    float lv[NH], mv[NH];
-#pragma unroll
-    for (int h = 0; h < NH; h++)
-      if (lane + 32 * h < Z) lv[h] = src[lane + 32 * h], mv[h] = ms[lane + 32 * h];
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-      const int e = kd * Z + lane + 32 * h;
-      if (lane + 32 * h < Z) LP[e] = lv[h], P[e] = expf(lv[h]), M[e] = mv[h];
-    }
+  /* E1: the K D rows over the warps */
+  {
+    const int wib = threadIdx.x / 32, nw = blockDim.x / 32;
+    float *w = Q + K * D + (size_t)wib * e1_warp_floats(nmax, Z);
+    for (int kd = wib; kd < K * D; kd += nw) ens_row(a, a0, i, kd, w, nmax, LP, P, M, CE, Q);
   }
   __syncthreads();
   for (int e = threadIdx.x; e < K * K * D + K * D; e += blockDim.x) {
@@ -295,6 +274,38 @@ __global__ void ens_e23_kernel(ens_args_t a0) {
 
 // launchers
 
+/* The loss kernel's warps a block (*nw) and shared memory: the most warps
+ * (up to one a row, 16 at most) with which every block of the launch is
+ * resident at once, else those that keep the most warps resident; the
+ * register file decides as much as the shared memory (a block of 15 warps
+ * at 80 registers leaves room for one a SM: measured, batch 256 then ran in
+ * two waves). 0 when not even one warp fits the device's opt-in limit. */
+static size_t ens_plan(const net_layout_t *L, int K, long long blocks, int *nw) {
+  int nmax = 0, dev = 0, optin = 48 * 1024, sms = 1;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  const size_t e23 = sizeof(float) * (size_t)e23_floats(K, L->D, L->Z), e1 = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
+  const int top = K * L->D < 16 ? K * L->D : 16;
+  size_t best = 0;
+  long long best_warps = -1;
+  *nw = 0;
+  for (int w = top; w >= 1; w--) {
+    const size_t sm = e23 + (size_t)w * e1;
+    if (sm > (size_t)optin) continue;
+    if (blocks <= 0) return *nw = w, sm; /* cuda_loss_ens_fits: the size alone */
+    if (sm > 48 * 1024 && cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm) != cudaSuccess)
+      continue;
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, ens_loss_kernel, 32 * w, sm) != cudaSuccess) continue;
+    if ((long long)nb * sms >= blocks) return *nw = w, sm;
+    if ((long long)nb * w > best_warps) best_warps = (long long)nb * w, best = sm, *nw = w;
+  }
+  return best;
+}
+
 extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,
                              const float *r, const float *done, const float *w, const int32_t *a, float *loss_i,
                              cudaStream_t st) {
@@ -311,29 +322,22 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   ea.seed_dev = f->seed_dev, ea.ps = f->pz.stride;
   if (!ea.mask_in && ea.mask_p < 1.0f && (!ea.idx || !ea.ring || ea.cap < 1)) return (int)cudaErrorInvalidValue;
   ea.logp = f->logp, ea.r = r, ea.done = done, ea.w = w, ea.a = a;
-  const size_t kd = (size_t)B * f->K * L->D;
-  ea.m = f->ens_m, ea.ce = f->ens_ce, ea.q = f->ens_ce + kd, ea.mask = f->ens_ce + 2 * kd;
+  ea.mask = f->ens_mask;
   ea.g2 = f->g2, ea.loss_i = loss_i, ea.qsum_i = loss_i + B, ea.ce_mean = f->ce_mean;
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  const size_t e1w = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
-  const size_t e23 = sizeof(float) * (size_t)e23_floats(f->K, L->D, L->Z);
-  if (e1w > E1_SMEM_MAX || e23 > 48 * 1024) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
-  const int wpb = e1w * 4 <= E1_SMEM_MAX ? 4 : 1;
-  if (e1w * wpb > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(ens_e1_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(e1w * wpb));
+  int nw;
+  const size_t sm = ens_plan(L, f->K, (long long)B * f->pz.n, &nw);
+  if (!sm) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
+  if (sm > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess) return (int)e;
   }
-  const unsigned z = (unsigned)f->pz.n;
-  ens_e1_kernel<<<dim3((unsigned)((kd + wpb - 1) / wpb), 1, z), 32 * wpb, e1w * wpb, st>>>(ea, nmax);
-  ens_e23_kernel<<<dim3((unsigned)B, 1, z), 256, e23, st>>>(ea);
+  ens_loss_kernel<<<dim3((unsigned)B, 1, (unsigned)f->pz.n), 32 * nw, sm, st>>>(ea, nmax);
   return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_loss_ens_fits(const net_layout_t *L) {
-  int nmax = 0;
-  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  const int K = L->K < 1 ? 1 : L->K;
-  return sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z) <= E1_SMEM_MAX &&
-         sizeof(float) * (size_t)e23_floats(K, L->D, L->Z) <= 48 * 1024;
+  int nw;
+  return ens_plan(L, L->K < 1 ? 1 : L->K, 0, &nw) > 0;
 }

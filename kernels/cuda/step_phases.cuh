@@ -95,7 +95,7 @@ typedef struct cuda_fused {
   float beta;
   void *pack_tab;             /* the sets' pack jobs (pack.cu; NULL: the plain pack) */
   int pack_n, pack_train;     /* jobs; the trained layers' come first */
-  float *ens_m, *ens_ce, *ce_mean; /* ensemble loss: [B, K, D, Z], [B, K, D], [B] */
+  float *ens_mask, *ce_mean; /* ensemble loss: the masks [B, K], mean_k CE^k_i [B] */
   /* bootstrap masks (step_loss_ens.cu): given [B, K] (mask_in, device: tests), or
    * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
    * the sampled slots idx [B] and ring = {head, total} (device) of a ring of
