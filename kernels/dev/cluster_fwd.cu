@@ -356,21 +356,10 @@ static float run(int R, int G, int mode, int reps, float *const dev[10], cudaStr
                           stamps ? stamps + (size_t)i * G * CL * NEV : (unsigned long long *)NULL));
   CK(cudaStreamEndCapture(st, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, st));
-  CK(cudaEventRecord(e0, st));
-  for (int i = 0; i < reps / 10; i++) CK(cudaGraphLaunch(ge, st));
-  CK(cudaEventRecord(e1, st));
-  CK(cudaEventSynchronize(e1));
-  float ms;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+  const double us = time_graph(ge, st, 5, reps / 10);
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(gr));
-  return ms * 1000.f / (float)(reps / 10 * 10);
+  return (float)(us / 10); /* ten launches a replay */
 }
 
 /* the last graph replay's stamps: for each point, the spread over the CTAs

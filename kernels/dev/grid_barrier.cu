@@ -66,22 +66,6 @@ __global__ void __launch_bounds__(NT) persistent_kernel(float *buf, int phases, 
   }
 }
 
-static double time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 50; i++) CK(cudaGraphLaunch(ge, st));
-  CK(cudaEventRecord(a, st));
-  for (int i = 0; i < reps; i++) CK(cudaGraphLaunch(ge, st));
-  CK(cudaEventRecord(b, st));
-  CK(cudaEventSynchronize(b));
-  float ms;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return 1000.0 * ms / reps;
-}
-
 int main(int argc, char **argv) {
   const int P = argc > 1 ? atoi(argv[1]) : 14, reps = argc > 2 ? atoi(argv[2]) : 2000;
   int n;
@@ -125,7 +109,7 @@ int main(int argc, char **argv) {
       }
       CK(cudaStreamEndCapture(st, &g));
       CK(cudaGraphInstantiate(&ge, g, 0));
-      t[v] = time_graph(ge, st, reps);
+      t[v] = time_graph(ge, st, 50, reps);
       CK(cudaGraphExecDestroy(ge));
       CK(cudaGraphDestroy(g));
     }
