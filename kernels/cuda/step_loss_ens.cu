@@ -182,8 +182,7 @@ __global__ void ens_loss_kernel(ens_args_t a0, int nmax) {
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
   float *CE = mask + K, *Q = CE + K * D;
   /* the masks, a thread a head */
-  if (threadIdx.x < K) {
-    const int k = threadIdx.x;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
     float mk = 1.0f;
     if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
     else if (a.mask_p < 1.0f) {
