@@ -181,8 +181,10 @@ __global__ void ens_loss_kernel(ens_args_t a0, int nmax) {
   const int i = blockIdx.x, K = a.K, D = a.D, Z = a.Z, B = a.B, KDZ = K * D * Z;
   float *LP = sh2, *P = LP + KDZ, *M = P + KDZ, *KL = M + KDZ, *msum = KL + K * K * D, *mask = msum + K * D;
   float *CE = mask + K, *Q = CE + K * D;
-  /* the masks, a thread a head */
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  /* the masks, a thread a head (K <= LEARNER_MAX_ENSEMBLE <= 32 <= the block's threads) */
+  static_assert(LEARNER_MAX_ENSEMBLE <= 32, "a thread a head in the first warp");
+  if (threadIdx.x < K) {
+    const int k = threadIdx.x;
     float mk = 1.0f;
     if (a.mask_in) mk = a.mask_in[(size_t)i * K + k];
     else if (a.mask_p < 1.0f) {
