@@ -280,13 +280,17 @@ __global__ void ens_loss_kernel(ens_args_t a0, int nmax) {
  * resident at once, else those that keep the most warps resident; the
  * register file decides as much as the shared memory (a block of 15 warps
  * at 80 registers leaves room for one a SM: measured, batch 256 then ran in
- * two waves). 0 when not even one warp fits the device's opt-in limit. */
+ * two waves). 0 when not even one warp fits the device's opt-in limit. The
+ * kernel may take up to that limit from here on (the attribute only permits,
+ * and is never lowered, so learners of other shapes cannot shrink it under a
+ * captured graph). */
 static size_t ens_plan(const net_layout_t *L, int K, long long blocks, int *nw) {
   int nmax = 0, dev = 0, optin = 48 * 1024, sms = 1;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess)
     return 0;
   const size_t e23 = sizeof(float) * (size_t)e23_floats(K, L->D, L->Z), e1 = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
   const int top = K * L->D < 16 ? K * L->D : 16;
@@ -297,8 +301,6 @@ static size_t ens_plan(const net_layout_t *L, int K, long long blocks, int *nw) 
     const size_t sm = e23 + (size_t)w * e1;
     if (sm > (size_t)optin) continue;
     if (blocks <= 0) return *nw = w, sm; /* cuda_loss_ens_fits: the size alone */
-    if (sm > 48 * 1024 && cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm) != cudaSuccess)
-      continue;
     int nb = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, ens_loss_kernel, 32 * w, sm) != cudaSuccess) continue;
     if ((long long)nb * sms >= blocks) return *nw = w, sm;
@@ -307,7 +309,7 @@ static size_t ens_plan(const net_layout_t *L, int K, long long blocks, int *nw) 
   return best;
 }
 
-extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B,
+extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, cuda_fused_t *f, int B,
                              const float *r, const float *done, const float *w, const int32_t *a, float *loss_i,
                              cudaStream_t st) {
   ens_args_t ea;
@@ -327,14 +329,10 @@ extern "C" int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, con
   ea.g2 = f->g2, ea.loss_i = loss_i, ea.qsum_i = loss_i + B, ea.ce_mean = f->ce_mean;
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
-  int nw;
-  const size_t sm = ens_plan(L, f->K, (long long)B * f->pz.n, &nw);
-  if (!sm) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
-  if (sm > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    if (e != cudaSuccess) return (int)e;
-  }
-  ens_loss_kernel<<<dim3((unsigned)B, 1, (unsigned)f->pz.n), 32 * nw, sm, st>>>(ea, nmax);
+  const long long blocks = (long long)B * f->pz.n; /* planned once a launch size (a population's capture is another) */
+  if (f->ens_blocks != blocks) f->ens_smem = ens_plan(L, f->K, blocks, &f->ens_nw), f->ens_blocks = blocks;
+  if (!f->ens_smem) return (int)cudaErrorInvalidValue; /* cuda_loss_ens_fits */
+  ens_loss_kernel<<<dim3((unsigned)B, 1, (unsigned)f->pz.n), 32 * f->ens_nw, f->ens_smem, st>>>(ea, nmax);
   return (int)cudaGetLastError();
 }
 

@@ -96,6 +96,9 @@ typedef struct cuda_fused {
   void *pack_tab;             /* the sets' pack jobs (pack.cu; NULL: the plain pack) */
   int pack_n, pack_train;     /* jobs; the trained layers' come first */
   float *ens_mask, *ce_mean; /* ensemble loss: the masks [B, K], mean_k CE^k_i [B] */
+  long long ens_blocks; /* the ensemble loss's plan (step_loss_ens.cu): for this many blocks, */
+  int ens_nw;           /* warps a block */
+  size_t ens_smem;      /* and shared bytes */
   /* bootstrap masks (step_loss_ens.cu): given [B, K] (mask_in, device: tests), or
    * Philox (mask_seed, the sampled slot's insertion count, k) < mask_p from
    * the sampled slots idx [B] and ring = {head, total} (device) of a ring of
@@ -199,8 +202,8 @@ int cuda_loss(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t
               const float *done, const float *w, const int32_t *a, float *loss_i, int32_t *best, cudaStream_t st);
 /* step_loss_ens.cu: the same with K head sets (f->ens): loss_i and qsum_i [B] (at
  * loss_i + B), f->ce_mean (the priority's loss), dlogits into f->g2 */
-int cuda_loss_ens_fits(const net_layout_t *L); /* 1: the rows fit the kernels' 48 KB */
-int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, const cuda_fused_t *f, int B, const float *r,
+int cuda_loss_ens_fits(const net_layout_t *L); /* 1: one row's warp and the sample's arrays fit a block */
+int cuda_loss_ens(const net_layout_t *L, const cuda_dqn_hp_t *hp, cuda_fused_t *f, int B, const float *r,
                   const float *done, const float *w, const int32_t *a, float *loss_i, cudaStream_t st);
 /* loss = sum_i w_i loss_i / B, q_taken = sum_i qsum_i / (B D); D: branches x heads */
 int cuda_batch_loss(const float *loss_i, const float *qsum_i, const float *w, int B, int D, float *loss,
