@@ -364,10 +364,12 @@ __global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(
     bsum = 0.0f;
     /* GPB parts' loads in flight before their adds (a loop over the parts
      * waited out one L2 round trip per part); the adds stay in split order.
-     * FFMA: four (as float4, the loop not unrolled, within 128 registers;
-     * four parts of scalar loads took 168-251 and halved the blocks per SM:
-     * DEVICE_NOTES.md item 41); the mma variants one (more put them above 128) */
-    constexpr int GPB = TC ? 1 : 4;
+     * Four (as float4, the loop not unrolled: the FFMA variants within 128
+     * registers; four parts of scalar loads took 168-251 and halved the
+     * blocks per SM: DEVICE_NOTES.md item 41). The mma variants loaded one
+     * part at a time until item 175: B2 at batch 64 with K head sets, 32
+     * parts, waited out 32 round trips in its last block */
+    constexpr int GPB = 4;
 #pragma unroll 1
     for (int s0 = 0; s0 < g.splits; s0 += GPB) {
       float t[GPB][16], tb[GPB];
