@@ -22,6 +22,11 @@ meson compile -C build
 bins=$(find build/tests build/daemon build/client build/kernels -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 bash scripts/device-carry.sh $bins
 git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
+# the kernel-timeline tracer (kernels/dev/trace_inject.c: a CUPTI injection
+# library, CUDA_INJECTION64_PATH) and the CUPTI it links, for the GPU machine
+cc -shared -fPIC -O2 -Wall -I/usr/local/cuda/include kernels/dev/trace_inject.c -L/usr/local/cuda/lib64 -lcupti \
+  -o .devcarry/lib/libtrace_inject.so
+cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/lib/
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
 rm -rf .devcarry/bin && mkdir -p .devcarry/bin  # no binary left from another build
