@@ -39,8 +39,6 @@
 
 #define ATT_NT 256        /* threads of the row kernels */
 #define ATT_SMEM_MAX (200 * 1024)
-#define ATT_WG_U 4         /* the parameter gradients' outputs a thread sums at once */
-#define ATT_WG_SLICES 22   /* their row slices a part, about */
 
 // kernels
 
@@ -369,50 +367,35 @@ __global__ void __launch_bounds__(ATT_NT) attn_wgrad_kernel(net_attn_t at, cuda_
     ga = G.dtx, xa = NULL;
   }
   float *sg = wsm, *sx = wsm + (size_t)rpb * W;
-  __shared__ float one;
-  if (threadIdx.x == 0) one = 1.0f;
   att_copy(sg, ga + (size_t)r0 * W, nr * W);
   if (xa) att_copy(sx, xa + (size_t)r0 * W, nr * W);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  /* this slice's partial sums: outputs [0, no), ATT_WG_U of them a thread at
-   * once (independent sums, each over the slice's rows in order: one sum a
-   * thread at a time waited out a shared load and an add a row, ~13 us at
-   * batch 64, kernels/dev/DEVICE_NOTES.md item 175). Output o reads column gc
-   * of the gradient rows and column xc of the input rows, or a shared 1 for
-   * every row where it has no input factor (a bias, beta, pos: the product is
-   * exact, so the same sum as a plain add). */
+  /* this slice's partial sums: outputs [0, no) */
   const int no = y < 4 ? d * d + d : y == 4 ? 2 * d : H2;
   float *pp = wg.part + ((size_t)y * wg.S + j) * wg.SP;
-  for (int o0 = threadIdx.x; o0 < no; o0 += ATT_WG_U * blockDim.x) {
-    const float *gp[ATT_WG_U], *xp[ATT_WG_U];
-    int xs[ATT_WG_U];
-    float acc[ATT_WG_U];
-#pragma unroll
-    for (int u = 0; u < ATT_WG_U; u++) {
-      const int o = min(o0 + u * (int)blockDim.x, no - 1); /* past the end: a repeat, not stored */
-      int gc = o, xc = -1;
-      if (y < 4) gc = o < d * d ? o / d : o - d * d, xc = o < d * d ? o % d : -1;
-      else if (y == 4) gc = o < d ? o : o - d, xc = o < d ? o : -1;
-      gp[u] = sg + gc, xp[u] = xc >= 0 ? sx + xc : &one, xs[u] = xc >= 0 ? W : 0;
-      acc[u] = 0.0f;
+  for (int o = threadIdx.x; o < no; o += blockDim.x) {
+    float acc = 0.0f;
+    if (y < 4 && o < d * d) {
+      const int c = o / d, e = o % d;
+      for (int i = 0; i < nr; i++) acc += sg[i * d + c] * sx[i * d + e];
+    } else if (y < 4) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o - d * d];
+    } else if (y == 4 && o < d) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o] * sx[i * d + o];
+    } else if (y == 4) {
+      for (int i = 0; i < nr; i++) acc += sg[i * d + o - d];
+    } else {
+      for (int i = 0; i < nr; i++) acc += sg[i * H2 + o];
     }
-#pragma unroll 4
-    for (int i = 0; i < nr; i++) {
-#pragma unroll
-      for (int u = 0; u < ATT_WG_U; u++) acc[u] += gp[u][i * W] * xp[u][i * xs[u]];
-    }
-#pragma unroll
-    for (int u = 0; u < ATT_WG_U; u++)
-      if (o0 + u * (int)blockDim.x < no) pp[o0 + u * (int)blockDim.x] = acc[u];
+    pp[o] = acc;
   }
   __syncthreads();
   if (!arrive_last(wg.cnt + y, (unsigned)wg.S)) return;
   const float *p0 = wg.part + (size_t)y * wg.S * wg.SP;
   for (int o = threadIdx.x; o < no; o += blockDim.x) {
     float acc = 0.0f;
-#pragma unroll 8
     for (int s = 0; s < wg.S; s++) acc += __ldcg(p0 + (size_t)s * wg.SP + o);
     long long dst;
     if (y < 4) dst = o < d * d ? att_pick(at.off_w, y) + o : att_pick(at.off_b, y) + o - d * d;
@@ -480,18 +463,13 @@ extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const c
   return (int)cudaGetLastError();
 }
 
-/* the parameter-gradient kernel's slices for batch B: about ATT_WG_SLICES a
- * part (the six parts' blocks then fill an H200 once: 4 slices of 128 rows,
- * 24 blocks, took 13 us at batch 64, on the step's critical path beside B3),
- * and rows per slice so a slice's two inputs take 32 KB at most. The plan
- * depends on the shapes alone, so a population's member sums as its lone
- * twin does. */
+/* the parameter-gradient kernel's slices for batch B: rows per slice so a
+ * slice's two inputs take 32 KB at most */
 static att_wg_t attn_wg_plan(const net_attn_t *at, int B) {
   att_wg_t w = {0, 0, 0, NULL, NULL};
-  const int d = at->d, H2 = at->T * at->d, n = B * at->T, rmax = 4096 / d < 1 ? 1 : 4096 / d > 128 ? 128 : 4096 / d;
-  w.R = (n + ATT_WG_SLICES - 1) / ATT_WG_SLICES;
-  w.R = w.R < 1 ? 1 : w.R > rmax ? rmax : w.R;
-  w.S = (n + w.R - 1) / w.R;
+  const int d = at->d, H2 = at->T * at->d;
+  w.R = 4096 / d < 1 ? 1 : 4096 / d > 128 ? 128 : 4096 / d;
+  w.S = (B * at->T + w.R - 1) / w.R;
   /* pos: the same number of slices over B rows, H2 wide (8192 / H2 rows each at most) */
   const int rp = 8192 / H2 < 1 ? 1 : 8192 / H2;
   while ((B + w.S - 1) / w.S > rp) w.S++;
