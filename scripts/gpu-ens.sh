@@ -11,12 +11,15 @@
 #   NCU="4:64:1 4:256:1" per-kernel times, mode:batch:tf32 each
 #   PEER=64             the peer at this batch (one: its compile takes minutes),
 #   PEER_PREC="tf32 fp32" its precisions (--tf32 or not); PEER_ATTN=0 drops attention;
+#   TRACE="4:64:1"     a kernel timeline of the captured step, mode:batch:tf32 each
+#                       (kernels/dev/trace_inject.c; trace-step.py's summary and the CSV)
 #   PEER_K=5 PEER_DIV=0.1 PEER_MASK=0.5 its heads, diversity and mask (mode 7,
 #   issue 31's every-feature step: MODES=7 PEER_K=3 PEER_DIV=0 PEER_MASK=1)
 # Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}; mkdir -p "$out"
+[ -f .devcarry/lib.tar.xz ] && tar -C .devcarry -xJf .devcarry/lib.tar.xz  # gpu-prepare.sh's libraries, compressed
 [ -f .devcarry/bin.tar.xz ] && rm -rf .devcarry/bin && tar -C .devcarry -xJf .devcarry/bin.tar.xz
 bin=.devcarry/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -66,6 +69,15 @@ for spec in ${NCU:-}; do
     --metrics gpu__time_duration.sum --launch-skip ${SKIP:-600} --launch-count ${COUNT:-60} $bin/bench-gpu-step "$b" 3 2>&1 |
     awk '/^  [a-zA-Z_].*\(/ {k=$0; sub(/^ +(void )?/, "", k)} /gpu__time_duration.sum/ {printf "%-56s %10s %s\n", substr(k,1,56), $NF, $(NF-1)}' |
     tee -a "$out/ncu.log"
+done
+# the step's timeline from CUPTI's kernel records, graph replays included
+for spec in ${TRACE:-}; do
+  IFS=: read -r m b tf <<< "$spec"
+  f=$out/trace-$m-$b-$tf.csv
+  CUDA_INJECTION64_PATH=$PWD/.devcarry/lib/libtrace_inject.so TRACE_OUT=$f BENCH_TF32=$tf BENCH_PROFILE_MODE=$m \
+    $bin/bench-gpu-step "$b" 100 2>&1 | grep -E '^B=|rror' | sed 's/^/traced: /' | tee -a "$out/bench.log"
+  python3 kernels/dev/trace-step.py "$f" > "$out/trace-$m-$b-$tf.txt" 2>&1; head -60 "$out/trace-$m-$b-$tf.txt"
+  xz -1f "$f"
 done
 # NCU_DETAIL="mode:batch:tf32:kernel-regex:skip:count": throughput, occupancy
 # and the top stall reasons of the matching launches (after skip of them)

@@ -27,6 +27,10 @@ git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 cc -shared -fPIC -O2 -Wall -I/usr/local/cuda/include kernels/dev/trace_inject.c -L/usr/local/cuda/lib64 -lcupti \
   -o .devcarry/lib/libtrace_inject.so
 cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/lib/
+# the libraries compressed too (49 MB as they are, 8 MB so: room in a call's
+# 64 MiB for A/B builds); gpu-run.sh and gpu-ens.sh unpack .devcarry/lib.tar.xz
+# into .devcarry/lib when it travels: carry [".devcarry/lib.tar.xz", ...]
+tar -C .devcarry -cf - lib | xz -T2 -6 > .devcarry/lib.tar.xz
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
 rm -rf .devcarry/bin && mkdir -p .devcarry/bin  # no binary left from another build
@@ -34,7 +38,7 @@ for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/
   [ -f "$b" ] && [ -x "$b" ] && strip -o ".devcarry/bin/$(basename "$b")" "$b"
 done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
-# carry [".devcarry/lib", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
+# carry [".devcarry/lib.tar.xz", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
 # xz -9: a 64 MB dictionary, so the binaries (8 MB each, the same kernels in each) compress as one
 tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
 cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tests/bench/peers/dt_torch.py .devcarry/

@@ -10,6 +10,7 @@ out=${OUT:-gpu-logs}; mkdir -p "$out"
 # as meson test sets them (the golden files: this copy's, not the build machine's path)
 export DQND_GOLDEN_DIR=$PWD/tests/golden OPENBLAS_NUM_THREADS=1
 # always from this call's archive: a warm machine keeps the last call's bin/
+[ -f .devcarry/lib.tar.xz ] && tar -C .devcarry -xJf .devcarry/lib.tar.xz  # gpu-prepare.sh's libraries, compressed
 [ -f .devcarry/bin.tar.xz ] && rm -rf .devcarry/bin && tar -C .devcarry -xJf .devcarry/bin.tar.xz
 bin=build/tests; [ -d .devcarry/bin ] && bin=.devcarry/bin  # stripped copies from gpu-prepare.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
