@@ -425,16 +425,22 @@ static int att_plan(const net_attn_t *at) { return attn_fits_smem(at, 1) ? 1 : a
 
 extern "C" int cuda_attn_fits(const net_layout_t *L) { return !L->attn.T || att_plan(&L->attn) >= 0; }
 
-/* the row kernels' shared memory above the default 48 KB (idempotent) */
+/* The row kernels' shared memory above the default 48 KB: the attribute set
+ * to the device's whole opt-in limit, never to this learner's size. The
+ * attribute is the kernel's, shared by every learner in the process, and
+ * only permits: set to each learner's own size, a learner of narrower
+ * tokens lowered it under another's captured graph or between another's
+ * setting and its launch on another thread (ens_plan in step_loss_ens.cu
+ * and the DT's kernels set theirs the same way; tests/test-gpu-shared.c). */
 static int attn_smem_setup(const net_attn_t *at, int res) {
-  const int fb = (int)(sizeof(float) * attn_fwd_floats(at, res)), bb = (int)(sizeof(float) * attn_bwd_floats(at, res));
-  cudaError_t e;
-  if (fb > 48 * 1024 &&
-      (e = cudaFuncSetAttribute(attn_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fb)) != cudaSuccess)
-    return (int)e;
-  if (bb > 48 * 1024 &&
-      (e = cudaFuncSetAttribute(attn_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bb)) != cudaSuccess)
-    return (int)e;
+  const size_t fb = sizeof(float) * attn_fwd_floats(at, res), bb = sizeof(float) * attn_bwd_floats(at, res);
+  if (fb <= 48 * 1024 && bb <= 48 * 1024) return 0;
+  int dev = 0, optin = 0;
+  CUDA_RET(cudaGetDevice(&dev));
+  CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (fb > (size_t)optin || bb > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
+  CUDA_RET(cudaFuncSetAttribute(attn_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(attn_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   return 0;
 }
 
