@@ -24,9 +24,12 @@ bash scripts/device-carry.sh $bins
 git rev-parse --short HEAD > .devcarry/COMMIT 2>/dev/null || true
 # the kernel-timeline tracer (kernels/dev/trace_inject.c: a CUPTI injection
 # library, CUDA_INJECTION64_PATH) and the CUPTI it links, for the GPU machine
-cc -shared -fPIC -O2 -Wall -I/usr/local/cuda/include kernels/dev/trace_inject.c -L/usr/local/cuda/lib64 -lcupti \
-  -o .devcarry/lib/libtrace_inject.so
-cp -L /usr/local/cuda/lib64/libcupti.so.13 .devcarry/lib/
+# (where this machine's CUDA has CUPTI)
+if [ -f /usr/local/cuda/include/cupti.h ] && [ -f /usr/local/cuda/lib64/libcupti.so ]; then
+  cc -shared -fPIC -O2 -Wall -I/usr/local/cuda/include kernels/dev/trace_inject.c -L/usr/local/cuda/lib64 -lcupti \
+    -o .devcarry/lib/libtrace_inject.so
+  cp -L /usr/local/cuda/lib64/libcupti.so.* .devcarry/lib/
+fi
 # the libraries compressed too (49 MB as they are, 8 MB so: room in a call's
 # 64 MiB for A/B builds); gpu-run.sh and gpu-ens.sh unpack .devcarry/lib.tar.xz
 # into .devcarry/lib when it travels: carry [".devcarry/lib.tar.xz", ...]
