@@ -64,6 +64,26 @@ def main():
     for st, en, s, grid, name in table:
         lane = " ".join("  ## " if x == s else "  .  " for x in streams)
         print(f"{st:7.1f} {en:7.1f} {en - st:6.1f}  {lane}  {grid:<14} {name}")
+    # The chain that ends last, walked back: each node's likely gate is the
+    # node that ended last before it started (on any stream; a heuristic:
+    # the graph's edges are not in the trace). The gaps are launch latency
+    # and event waits; the durations, the kernels' own time.
+    chain, cur = [], max(range(len(table)), key=lambda i: table[i][1])
+    while cur is not None:
+        chain.append(cur)
+        st = table[cur][0]
+        prev = [i for i in range(len(table)) if table[i][1] <= st + 0.05 and i not in chain]
+        cur = max(prev, key=lambda i: table[i][1]) if prev else None
+    chain.reverse()
+    busy = sum(table[i][1] - table[i][0] for i in chain)
+    print(f"\nlikely critical path: {len(chain)} nodes, {busy:.1f} us in kernels, "
+          f"{span - busy:.1f} us between them")
+    prev_end = None
+    for i in chain:
+        st, en, s, grid, name = table[i]
+        gap = f"{st - prev_end:+5.1f}" if prev_end is not None else "     "
+        print(f"  gap {gap}  {st:7.1f} {en:7.1f} {en - st:6.1f}  s{s:<4} {name}")
+        prev_end = en
 
 
 if __name__ == "__main__":
