@@ -425,22 +425,27 @@ static int att_plan(const net_attn_t *at) { return attn_fits_smem(at, 1) ? 1 : a
 
 extern "C" int cuda_attn_fits(const net_layout_t *L) { return !L->attn.T || att_plan(&L->attn) >= 0; }
 
-/* The row kernels' shared memory above the default 48 KB: the attribute set
- * to the device's whole opt-in limit, never to this learner's size. The
- * attribute is the kernel's, shared by every learner in the process, and
- * only permits: set to each learner's own size, a learner of narrower
- * tokens lowered it under another's captured graph or between another's
- * setting and its launch on another thread (ens_plan in step_loss_ens.cu
- * and the DT's kernels set theirs the same way; tests/test-gpu-shared.c). */
-static int attn_smem_setup(const net_attn_t *at, int res) {
-  const size_t fb = sizeof(float) * attn_fwd_floats(at, res), bb = sizeof(float) * attn_bwd_floats(at, res);
-  if (fb <= 48 * 1024 && bb <= 48 * 1024) return 0;
+/* A launch of `bytes` of shared memory allowed: above the default 48 KB the
+ * three kernels' attribute is set, once a device, to the device's whole
+ * opt-in limit, never to one learner's size. The attribute is the kernel's,
+ * shared by every learner in the process, and only permits: set to each
+ * learner's own size before its launches, a learner of narrower tokens
+ * lowered it under another's captured graph or between another's setting
+ * and its launch on another thread (ens_plan in step_loss_ens.cu and the
+ * DT's kernels set theirs the same way; tests/test-gpu-shared.c). */
+#define ATT_MAX_DEVICES 64
+static int attn_smem_allow(size_t bytes) {
+  static int done[ATT_MAX_DEVICES]; /* 1: this device's attributes are at its opt-in limit */
+  if (bytes <= 48 * 1024) return 0;
   int dev = 0, optin = 0;
   CUDA_RET(cudaGetDevice(&dev));
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (fb > (size_t)optin || bb > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
+  if (bytes > (size_t)optin) return (int)cudaErrorInvalidConfiguration;
+  if (dev < ATT_MAX_DEVICES && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return 0;
   CUDA_RET(cudaFuncSetAttribute(attn_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   CUDA_RET(cudaFuncSetAttribute(attn_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cudaFuncSetAttribute(attn_wgrad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  if (dev < ATT_MAX_DEVICES) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE); /* two threads racing set the same */
   return 0;
 }
 
@@ -449,7 +454,7 @@ extern "C" int cuda_attn_forward(const net_layout_t *L, const float *P0, const f
   const net_attn_t *at = &L->attn;
   const int res = att_plan(at);
   if (res < 0) return (int)cudaErrorInvalidConfiguration;
-  int rc = attn_smem_setup(at, res);
+  int rc = attn_smem_allow(sizeof(float) * attn_fwd_floats(at, res));
   if (rc) return rc;
   attn_forward_kernel<<<dim3((unsigned)rows, 1, (unsigned)pz.n), ATT_NT, sizeof(float) * attn_fwd_floats(at, res), st>>>(
       P0, P1, rows0, *at, h, *A, keep, res, pz.stride);
@@ -462,7 +467,7 @@ extern "C" int cuda_attn_backward(const net_layout_t *L, const float *P, const c
   const net_attn_t *at = &L->attn;
   const int res = att_plan(at);
   if (res < 0) return (int)cudaErrorInvalidConfiguration;
-  int rc = attn_smem_setup(at, res);
+  int rc = attn_smem_allow(sizeof(float) * attn_bwd_floats(at, res));
   if (rc) return rc;
   attn_backward_kernel<<<dim3((unsigned)B, 1, (unsigned)pz.n), ATT_NT, sizeof(float) * attn_bwd_floats(at, res), st>>>(
       P, *at, *A, *G, dy, h, slope, gh, res, pz.stride);
@@ -496,11 +501,8 @@ extern "C" int cuda_attn_wgrad(const net_layout_t *L, const cuda_attn_acts_t *A,
   w.part = scratch, w.cnt = (int *)(scratch + (size_t)6 * w.S * w.SP);
   const int H2 = L->H2, rp = (B + w.S - 1) / w.S;
   const size_t fl = 2 * (size_t)w.R * at->d > (size_t)rp * H2 ? 2 * (size_t)w.R * at->d : (size_t)rp * H2;
-  if (sizeof(float) * fl > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(attn_wgrad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)(sizeof(float) * fl));
-    if (e != cudaSuccess) return (int)e;
-  }
+  const int rc = attn_smem_allow(sizeof(float) * fl);
+  if (rc) return rc;
   attn_wgrad_kernel<<<dim3((unsigned)w.S, 6, (unsigned)pz.n), ATT_NT, sizeof(float) * fl, st>>>(*at, *A, *G, dy, B, w,
                                                                                                  grad, pz.stride);
   return (int)cudaGetLastError();

@@ -34,7 +34,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
   (void)ctx, (void)stream, (void)size;
   CUpti_Activity *rec = NULL;
   while (out && cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
     fprintf(out, "%llu,%llu,%u,%u,%llu,%d,%d,%d,%d,%s\n", (unsigned long long)k->start, (unsigned long long)k->end,
             k->streamId, k->graphId, (unsigned long long)k->graphNodeId, k->gridX, k->gridY, k->gridZ, k->blockX,
