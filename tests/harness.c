@@ -264,6 +264,13 @@ int trainers_loaded(dqnd_client_t *c) {
   return n;
 }
 
+void expect_code(dqnd_client_t *c, int rc, int code, const char *needle, const char *what) {
+  ck_assert_msg(rc == code, "%s: got %s (%s), expected %s", what, dqnd_strerror(rc), dqnd_last_error(c),
+                dqnd_strerror(code));
+  ck_assert_msg(strstr(dqnd_last_error(c), needle) != NULL, "%s: message '%s' lacks '%s'", what, dqnd_last_error(c),
+                needle);
+}
+
 void refuses_with(const char *const *opts, const char *needle, int code) {
   char dir[] = "/tmp/dqnd-sec-XXXXXX", out[400];
   ck_assert_ptr_nonnull(mkdtemp(dir));

@@ -40,6 +40,9 @@ char *read_file(const char *path, size_t *n);
 dqnd_client_t *connect_to(daemon_t *d);
 /* 1 when the daemon's log holds `needle` */
 int log_has(const daemon_t *d, const char *needle);
+/* a call's return code `rc` must be `code` and its message hold `needle`
+ * (`what` names the case in the failure) */
+void expect_code(dqnd_client_t *c, int rc, int code, const char *needle, const char *what);
 
 /* a small learner so every test is fast */
 extern const char *small_fields[];

@@ -1,7 +1,8 @@
 /*
  * test-security.c — who may connect, and what a remote client may read:
  * tls+tcp:// with a CA and certificates that openssl makes at test time
- * (server-only TLS, then mutual TLS), the auth token over TLS, the start-up
+ * (server-only TLS, then mutual TLS), the auth token (over ipc, given as an
+ * option or read from an owner-only file, and over TLS), the start-up
  * refusal of an open network listener, and LoadCheckpoint's path confined to
  * the state directory and checkpoint-dirs.
  */
@@ -344,11 +345,48 @@ START_TEST(tls_config_file) {
 }
 END_TEST
 
+START_TEST(test_auth_token) {
+  /* the token given as --auth-token, then read by --auth-token-file from a
+   * file only its owner may read (its first line), so it is not in argv for
+   * ps to show; either way a request needs it */
+  char tdir[] = "/tmp/dqnd-tok-XXXXXX", tf[200], opt[260]; /* mkdtemp's template */
+  ck_assert_ptr_nonnull(mkdtemp(tdir));
+  snprintf(tf, sizeof tf, "%s/token", tdir);
+  FILE *f = fopen(tf, "w");
+  ck_assert(f && fputs("s3cret\nsecond line ignored\n", f) >= 0 && fclose(f) == 0);
+  ck_assert_int_eq(chmod(tf, 0600), 0);
+  snprintf(opt, sizeof opt, "--auth-token-file=%s", tf);
+  const char *how[2][2] = {{"--auth-token", "s3cret"}, {opt, NULL}};
+  for (int k = 0; k < 2; k++) {
+    daemon_t d = {0};
+    start_daemon_args(&d, how[k][0], how[k][1]);
+    dqnd_client_t *c = connect_to(&d);
+    expect_code(c, dqnd_health(c, NULL, NULL), 16, "auth_token", "no token");
+    dqnd_set_token(c, "wrong");
+    expect_code(c, dqnd_health(c, NULL, NULL), 16, "auth_token", "wrong token");
+    dqnd_set_token(c, "s3cret");
+    ck_assert_int_eq(dqnd_health(c, NULL, NULL), 0);
+    dqnd_close(c);
+    ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+    rm_rf(d.dir);
+  }
+  /* a token file others may read is refused at start, naming the option */
+  ck_assert_int_eq(chmod(tf, 0644), 0);
+  const char *bad[] = {"--auth-token-file", tf, NULL};
+  char want[300];
+  snprintf(want, sizeof want, "auth-token-file: %s is readable or writable by group or others", tf);
+  refuses_with(bad, want, 2);
+  rm_rf(tdir);
+}
+END_TEST
+
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("security");
   TCase *tc = tcase_create("security");
   tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_auth_token);
   tcase_add_test(tc, tls_server_only);
   tcase_add_test(tc, tls_mutual);
   tcase_add_test(tc, tls_expired);
