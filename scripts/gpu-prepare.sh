@@ -12,12 +12,15 @@ export PATH=/usr/local/cuda/bin:$PATH
 # meson does not track the headers a .cu file includes (no nvcc depfiles), so
 # a changed .cuh would leave objects built against an old struct layout:
 # rebuild every CUDA object whenever any CUDA header is newer than it.
-for o in build/kernels/libdqncuda.a.p/*.o; do
-  [ -e "$o" ] || continue
-  if [ -n "$(find kernels -name '*.cuh' -newer "$o" -o -name '*.h' -newer "$o" | head -1)" ]; then
-    touch kernels/cuda/*.cu; break
-  fi
-done
+cuda_fresh() {
+  for o in build/kernels/libdqncuda.a.p/*.o; do
+    [ -e "$o" ] || continue
+    if [ -n "$(find kernels -name '*.cuh' -newer "$o" -o -name '*.h' -newer "$o" | head -1)" ]; then
+      touch kernels/cuda/*.cu; break
+    fi
+  done
+}
+cuda_fresh
 meson compile -C build
 bins=$(find build/tests build/daemon build/client build/kernels -maxdepth 2 -type f -perm -u+x ! -name '*.so' ! -name '*.sh' | grep -v '\.p/')
 bash scripts/device-carry.sh $bins
@@ -44,6 +47,33 @@ done
 # carry [".devcarry/lib.tar.xz", ".devcarry/bin.tar.xz", ".devcarry/anchor_torch_bdq.py", ".devcarry/COMMIT"]
 # xz -9: a 64 MB dictionary, so the binaries (8 MB each, the same kernels in each) compress as one
 tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
+# A/B builds: AB_PATCHES="kernels/dev/patches/a.patch ..." applies each patch
+# to this tree in turn, rebuilds the benches and AB_TESTS, strips them into
+# .devcarry/x/<patch name>/ and reverses the patch (also when its build
+# fails), then rebuilds this tree; carry .devcarry/x.tar.xz and compare on the
+# GPU machine with AB_VARIANTS="new <patch name> ..." kernels/dev/ab-pop.sh
+# (AB_MODES for the ensemble steps), a variant's tests run by hand from x/
+if [ -n "${AB_PATCHES:-}" ]; then
+  rm -rf .devcarry/x && mkdir -p .devcarry/x
+  for p in $AB_PATCHES; do
+    name=$(basename "$p" .patch)
+    git apply "$p"
+    trap 'git apply -R "$p"' EXIT
+    cuda_fresh
+    ninja -C build tests/bench/bench-gpu-step tests/bench/bench-gpu-pop $(for t in ${AB_TESTS-test-gpu-loss test-gpu-learner}; do echo "tests/$t"; done)
+    mkdir -p ".devcarry/x/$name"
+    for b in build/tests/bench/bench-gpu-step build/tests/bench/bench-gpu-pop ${AB_TESTS-test-gpu-loss test-gpu-learner}; do
+      [ -f "$b" ] || b=build/tests/$b
+      strip -o ".devcarry/x/$name/$(basename "$b")" "$b"
+    done
+    git apply -R "$p"
+    trap - EXIT
+  done
+  cuda_fresh
+  meson compile -C build
+  tar -C .devcarry -cf - x | xz -9 > .devcarry/x.tar.xz
+  echo "A/B builds: $(ls .devcarry/x | tr '\n' ' ')"
+fi
 cp tests/bench/peers/anchor_torch_bdq.py tests/bench/peers/anchor_jax_bdq.py tests/bench/peers/dt_torch.py .devcarry/
 # the Python package (gpu-run.sh --search): carry [..., ".devcarry/py.tar.xz"]
 rm -rf .devcarry/py && mkdir -p .devcarry/py/dqnd/v1

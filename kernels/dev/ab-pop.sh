@@ -5,23 +5,29 @@
 # times, so a change is measured against its base in one call. AB_VARIANTS
 # names the builds ("base new" by default): "new" is .devcarry/bin, any
 # other name .devcarry/x/<name> (e.g. several forms of one kernel, each
-# built here and copied there); a build without a bench is skipped.
+# built here and copied there, as gpu-prepare.sh's AB_PATCHES does); a
+# build without a bench is skipped. AB_MODES ("0") the bench-gpu-step modes
+# (3 ensemble, 4 ensemble + attention); AB_POPS= (empty) skips populations.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ -d .devcarry/x/base ] || tar -C .devcarry -xJf .devcarry/x.tar.xz
+[ -f .devcarry/lib.tar.xz ] && [ ! -d .devcarry/lib ] && tar -C .devcarry -xJf .devcarry/lib.tar.xz
+[ -f .devcarry/bin.tar.xz ] && [ ! -d .devcarry/bin ] && tar -C .devcarry -xJf .devcarry/bin.tar.xz
+[ -d .devcarry/x ] || tar -C .devcarry -xJf .devcarry/x.tar.xz
 for r in $(seq ${AB_ROUNDS:-2}); do
   for prec in ${AB_PREC:-tf32 fp32}; do
     tc=$([ $prec = tf32 ] && echo 1 || echo 0)
     for v in ${AB_VARIANTS:-base new}; do
       d=.devcarry/x/$v; [ $v = new ] && d=.devcarry/bin
-      if [ -n "${AB_BATCHES-64,256,1024,4096}" ] && [ -x $d/bench-gpu-step ]; then
-        echo "== round $r $v $prec step"
-        BENCH_TF32=$tc BENCH_PROFILE_MODE=0 $d/bench-gpu-step ${AB_BATCHES-64,256,1024,4096} 300 2>&1 | grep -E "us/step|µs|batch" | head -6
-      fi
-      if [ -x $d/bench-gpu-pop ]; then
+      for m in ${AB_MODES:-0}; do
+        if [ -n "${AB_BATCHES-64,256,1024,4096}" ] && [ -x $d/bench-gpu-step ]; then
+          echo "== round $r $v $prec step mode $m"
+          BENCH_TF32=$tc BENCH_PROFILE_MODE=$m $d/bench-gpu-step ${AB_BATCHES-64,256,1024,4096} 300 2>&1 | grep -E "us/step|µs|batch" | head -6
+        fi
+      done
+      if [ -n "${AB_POPS-1,8,32}" ] && [ -x $d/bench-gpu-pop ]; then
         echo "== round $r $v $prec pop"
         # errors too: a build that fails at some size shows why instead of nothing
-        $d/bench-gpu-pop ${AB_POPS:-1,8,32} $tc 2>&1 | grep -E "members|rror|fail" | sed 's/ us per population step,//'
+        $d/bench-gpu-pop ${AB_POPS-1,8,32} $tc 2>&1 | grep -E "members|rror|fail" | sed 's/ us per population step,//'
       fi
     done
   done
