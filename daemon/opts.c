@@ -26,7 +26,9 @@ typedef struct {
 
 #define O(f) offsetof(dqnd_opts_t, f), sizeof(((dqnd_opts_t *)0)->f)
 static const opt_t opts_table[] = {
-    {"listen", OT_LISTEN, O(listen), 0, 0, "URL to serve (repeatable): ipc:///path, tcp://host:port, tls+tcp://host:port"},
+    {"listen", OT_LISTEN, O(listen), 0, 0,
+     "URL to serve: ipc:///path, tcp://host:port, tls+tcp://host:port (repeatable; a later config file's "
+     "or the command line's replace the earlier ones)"},
     {"state-dir", OT_STR, O(state_dir), 0, 0, "checkpoints go to STATE_DIR/<trainer>/"},
     {"system", OT_FLAG, O(system), 0, 1,
      "the system service's paths where listen and state-dir are not given: " DQND_SYSTEM_URL " and "
@@ -126,9 +128,12 @@ int opts_set(dqnd_opts_t *o, const char *name, const char *value, char *err, siz
     if (strcmp(t->name, name)) continue;
     char *p = (char *)o + t->offset;
     if (t->type == OT_LISTEN) {
+      if (o->listen_src != o->src) o->n_listen = 0, o->listen_src = o->src;
       if (o->n_listen == OPTS_MAX_LISTEN) return fail(err, errlen, "listen: at most %d URLs", OPTS_MAX_LISTEN);
       if (strncmp(value, "ipc://", 6) && strncmp(value, "tcp://", 6) && strncmp(value, "tls+tcp://", 10))
         return fail(err, errlen, "listen: '%s' is not ipc://, tcp:// or tls+tcp://", value);
+      if (strlen(value) >= sizeof o->listen[0])
+        return fail(err, errlen, "listen: longer than %zu bytes", sizeof o->listen[0] - 1);
       snprintf(o->listen[o->n_listen++], sizeof o->listen[0], "%s", value);
       return 0;
     }
@@ -252,10 +257,18 @@ int opts_url_is_loopback(const char *url) {
 int opts_parse_file(dqnd_opts_t *o, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) return fail(err, errlen, "config: cannot open %s: %s", path, strerror(errno));
+  o->src++; /* a source of its own: its listen URLs replace an earlier file's */
   char line[2048];
   int ln = 0, rc = 0;
   while (!rc && fgets(line, sizeof line, f)) {
     ln++;
+    /* a line longer than the buffer would come back in pieces, its tail read
+     * as a line of its own (a long comment ending in 'insecure = 1' set it):
+     * refused whole */
+    if (!strchr(line, '\n') && !feof(f)) {
+      rc = fail(err, errlen, "%s:%d: line longer than %zu bytes", path, ln, sizeof line - 2);
+      break;
+    }
     char *s = line;
     while (*s == ' ' || *s == '\t') s++;
     s[strcspn(s, "\r\n")] = 0;
@@ -355,6 +368,7 @@ int opts_parse_args(dqnd_opts_t *o, int argc, char **argv, char *err, size_t err
     if (optional && access(path, F_OK) && errno == ENOENT) continue;
     if (opts_parse_file(o, path, err, errlen)) return -1;
   }
+  o->src++; /* the command line: its listen URLs replace the files' */
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

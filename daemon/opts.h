@@ -16,6 +16,10 @@
 typedef struct dqnd_opts {
   char listen[OPTS_MAX_LISTEN][512];
   int n_listen;
+  /* the parser's current source (each config file, then the command line)
+   * and the source the listen URLs came from: a later source's first listen
+   * replaces the earlier ones, as any other option's value is replaced */
+  int src, listen_src;
   char state_dir[1024];
   int32_t system;            /* --system: the service's default paths (DQND_SYSTEM_URL, DQND_SYSTEM_STATE_DIR) */
   char backend[16];          /* auto, cpu, cuda */

@@ -239,6 +239,69 @@ START_TEST(test_service_options) {
 }
 END_TEST
 
+/* dqnd ARGS (a shell fragment) with stdout and stderr into out: its exit status */
+static int run_dqnd(const char *args, char *out, size_t n) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", dqnd_bin, args);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t k = fread(out, 1, n - 1, p);
+  out[k] = 0;
+  int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* Config files as the units stack them: a line longer than the parser's
+ * buffer is refused whole (its tail was once read as a line of its own, so a
+ * long comment ending in "insecure = 1" set it); listen URLs from a later
+ * file, or from the command line, replace the earlier ones, as every other
+ * option's value does (they were added up: each dqnd@N bound dqnd.conf's
+ * URL too); a listen URL longer than its field is refused, not cut. */
+START_TEST(test_config_files) {
+  char dir[] = "/tmp/dqnd-conf-XXXXXX", a[100], b[100], args[3000], out[8192];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(a, sizeof a, "%s/a.conf", dir);
+  snprintf(b, sizeof b, "%s/b.conf", dir);
+  char longline[2200];
+  memset(longline, 'x', sizeof longline);
+  longline[0] = '#';
+  snprintf(longline + 2040, sizeof longline - 2040, " insecure = 1\nlisten = tcp://0.0.0.0:7777\n");
+  write_text(a, longline);
+  snprintf(args, sizeof args, "--config %s --state-dir %s/st --print-config", a, dir);
+  int rc = run_dqnd(args, out, sizeof out);
+  ck_assert_msg(rc == 2 && strstr(out, "a.conf:1: line longer than 2046 bytes"), "rc %d: %s", rc, out);
+  ck_assert_msg(!strstr(out, "insecure = 1"), "%s", out);
+
+  write_text(a, "listen = tcp://127.0.0.1:7001\nlisten = tcp://127.0.0.1:7002\n");
+  write_text(b, "listen = tcp://127.0.0.1:7003\n");
+  snprintf(args, sizeof args, "--config %s --state-dir %s/st --print-config", a, dir);
+  ck_assert_int_eq(run_dqnd(args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "listen = tcp://127.0.0.1:7001\nlisten = tcp://127.0.0.1:7002\n"), "%s", out);
+  snprintf(args, sizeof args, "--config %s --config %s --state-dir %s/st --print-config", a, b, dir);
+  ck_assert_int_eq(run_dqnd(args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "listen = tcp://127.0.0.1:7003\n") && !strstr(out, ":7001") && !strstr(out, ":7002"),
+                "the later file's listen did not replace the earlier's: %s", out);
+  snprintf(args, sizeof args, "--config %s --listen ipc://%s/x.sock --state-dir %s/st --print-config", a, dir, dir);
+  ck_assert_int_eq(run_dqnd(args, out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "/x.sock\n") && !strstr(out, "tcp://"), "the command line's listen did not replace the file's: %s",
+                out);
+
+  char url[700];
+  snprintf(url, sizeof url, "ipc://%s/", dir);
+  memset(url + strlen(url), 'y', 600);
+  url[sizeof url - 1] = 0;
+  snprintf(args, sizeof args, "--listen %s --state-dir %s/st --print-config", url, dir);
+  rc = run_dqnd(args, out, sizeof out);
+  ck_assert_msg(rc == 2 && strstr(out, "listen: longer than 511 bytes"), "rc %d: %s", rc, out);
+  rm_rf(dir);
+}
+END_TEST
+
 /* a peer that connects and leaves during the handshake (a port scan, a bare
  * connect(), a second dqnd on the same socket) must not leave the daemon
  * deaf: Debian's nng 1.5.2 stops serving such a listener (nng#1518), and the
@@ -330,6 +393,7 @@ int main(void) {
   tcase_add_test(tc, test_sigkill_with_a_corrupt_newest_checkpoint);
   tcase_add_test(tc, test_restore_off_and_a_name_reused);
   tcase_add_test(tc, test_service_options);
+  tcase_add_test(tc, test_config_files);
   tcase_add_test(tc, test_restart_behind_a_client_is_reported);
   tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);
