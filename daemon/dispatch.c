@@ -556,6 +556,17 @@ static int check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen)
       return snprintf(err, errlen, "states[%llu][%llu]: not finite", (unsigned long long)(i / t->cfg.state_dim),
                       (unsigned long long)(i % t->cfg.state_dim)),
              CODE_INVALID_ARGUMENT;
+  /* the reply within max_message_bytes, as a fetched chunk is: Q's mean and
+   * variance are count * q_width floats each, so a small request on a wide
+   * network could ask for gigabytes (4 KB asked for 512 MiB) */
+  const uint64_t qw = (uint64_t)learner_config_q_width(&t->cfg);
+  const uint64_t reply = (uint64_t)m->count * (4 + (m->want_q ? 8 * qw : 0)) + 256;
+  if (reply > (uint64_t)j->s->opts.max_message_bytes)
+    return snprintf(err, errlen,
+                    "count: %u states%s make a reply of %llu bytes, over max-message-bytes %lld: ask for fewer at a time",
+                    m->count, m->want_q ? " with want_q" : "", (unsigned long long)reply,
+                    (long long)j->s->opts.max_message_bytes),
+           CODE_RESOURCE_EXHAUSTED;
   return 0;
 }
 

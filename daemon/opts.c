@@ -37,7 +37,8 @@ static const opt_t opts_table[] = {
     {"device", OT_INT32, O(device), -1, 1023,
      "the one CUDA device this daemon uses (its index among the visible ones; dqnd@N passes N); a device that is "
      "not there stops the start (-1: CUDA's default)"},
-    {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31, "largest request accepted"},
+    {"max-message-bytes", OT_INT64, O(max_message_bytes), 1024, 1LL << 31,
+     "largest request accepted, and largest Act reply or checkpoint chunk sent"},
     {"decode-budget", OT_INT64, O(decode_budget), 1024, 1LL << 32, "bytes a request may decode into"},
     {"queue-depth", OT_INT32, O(queue_depth), 1, 1 << 20, "commands queued per trainer before RESOURCE_EXHAUSTED"},
     {"max-trainers", OT_INT32, O(max_trainers), 1, 4096, "trainers held at once"},

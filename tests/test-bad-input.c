@@ -470,12 +470,44 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+/* An Act reply stays within max-message-bytes, as a fetched chunk does: Q
+ * values for many states on a wide network could ask a 4 KB request for a
+ * 512 MiB reply. Here, at --max-message-bytes 65536: 1,200 states with Q (a
+ * 72 KB reply) are refused naming count, without Q (5 KB) answered, and the
+ * trainer is as its twin. */
+START_TEST(test_act_reply_bound) {
+  daemon_t d = {0};
+  start_daemon_args(&d, "--max-message-bytes", "65536");
+  dqnd_client_t *c = connect_to(&d);
+  batch_t b;
+  make_batch(&b, 64, 3);
+  for (int k = 0; k < 2; k++) {
+    const char *nm = k ? "twin" : "victim";
+    ck_assert_int_eq(dqnd_create_trainer(c, nm, small_fields, N_SMALL, NULL, NULL), 0);
+    ck_assert_int_eq(submit(c, nm, &b), 0);
+  }
+  enum { N = 1200 };
+  float *s = malloc(sizeof(float) * N * S_DIM), *q = malloc(sizeof(float) * N * N_ACT);
+  int32_t *acts = malloc(sizeof(int32_t) * N);
+  for (int i = 0; i < N * S_DIM; i++) s[i] = (float)(i % 97) / 97.0f - 0.5f;
+  expect_code(c, dqnd_act(c, "victim", s, N, S_DIM, 0, acts, q, (size_t)N * N_ACT), 8, "count: 1200 states with want_q",
+              "Q values over max-message-bytes");
+  ck_assert_int_eq(dqnd_act(c, "victim", s, N, S_DIM, 0, acts, NULL, 0), 0);
+  same_state(c, "a refused Act");
+  free(s), free(q), free(acts);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("bad-input");
   TCase *tc = tcase_create("integration");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_bad_input);
+  tcase_add_test(tc, test_act_reply_bound);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
