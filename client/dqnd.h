@@ -171,7 +171,9 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
 /* Restores from a file on the daemon's side. create: a new trainer `name`. */
 int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *daemon_path, int create,
                               const char *backend);
-/* Uploads a local checkpoint file in chunks and restores from it. */
+/* Uploads a local checkpoint file in chunks of chunk_bytes and restores from
+ * it; chunk_bytes 0: 4 MiB, or less where the daemon's max_message_bytes
+ * (ServerInfo, asked first) needs it. */
 int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *local_path, int create,
                               const char *backend, uint32_t chunk_bytes);
 

@@ -181,6 +181,26 @@ int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *da
   return call_simple(c, &req);
 }
 
+/* The upload's chunk when the caller gives none: 4 MiB, or less where the
+ * daemon's max_message_bytes (ServerInfo) would refuse a request that big
+ * (a chunk and the request around it: 4 KB for the rest); 4 MiB when the
+ * daemon does not say. */
+static size_t upload_chunk(dqnd_client_t *c) {
+  size_t chunk = 4u << 20;
+  Dqnd__V1__ServerInfo m = DQND__V1__SERVER_INFO__INIT;
+  Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
+  req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
+  req.server_info = &m;
+  Dqnd__V1__Reply *rep = NULL;
+  if (!dqnd_call(c, &req, &rep) && rep && rep->result_case == DQND__V1__REPLY__RESULT_SERVER_INFO) {
+    const uint64_t mm = rep->server_info->max_message_bytes;
+    const uint64_t cap = mm > 8192 ? mm - 4096 : mm / 2;
+    if (mm && cap < chunk) chunk = (size_t)(cap ? cap : 1);
+  }
+  dqnd_reply_free(rep);
+  return chunk;
+}
+
 int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *local_path, int create,
                               const char *backend, uint32_t chunk_bytes) {
   FILE *f = fopen(local_path, "rb");
@@ -191,7 +211,7 @@ int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *lo
   }
   long size = ftell(f);
   rewind(f);
-  size_t chunk = chunk_bytes ? chunk_bytes : (4u << 20);
+  size_t chunk = chunk_bytes ? chunk_bytes : upload_chunk(c);
   uint8_t *buf = malloc(chunk);
   if (!buf || size <= 0) {
     fclose(f);

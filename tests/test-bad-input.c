@@ -474,7 +474,8 @@ END_TEST
  * values for many states on a wide network could ask a 4 KB request for a
  * 512 MiB reply. Here, at --max-message-bytes 65536: 1,200 states with Q (a
  * 72 KB reply) are refused naming count, without Q (5 KB) answered, and the
- * trainer is as its twin. */
+ * trainer is as its twin. A checkpoint of 80 KB then goes back and forth in
+ * chunks that fit. */
 START_TEST(test_act_reply_bound) {
   daemon_t d = {0};
   start_daemon_args(&d, "--max-message-bytes", "65536");
@@ -495,6 +496,25 @@ START_TEST(test_act_reply_bound) {
   ck_assert_int_eq(dqnd_act(c, "victim", s, N, S_DIM, 0, acts, NULL, 0), 0);
   same_state(c, "a refused Act");
   free(s), free(q), free(acts);
+  /* a checkpoint bigger than a message goes back and forth: the fetch's
+   * chunks and, with chunk_bytes 0, the upload's fit the daemon's limit
+   * (the upload's were 4 MiB whatever the daemon took) */
+  for (int k = 0; k < 20; k++) ck_assert_int_eq(submit(c, "twin", &b), 0);
+  dqnd_checkpoint_t ck;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "twin", 1, &ck), 0);
+  char local[300];
+  snprintf(local, sizeof local, "%s/twin.ckpt", d.dir);
+  ck_assert_int_eq(dqnd_fetch_checkpoint(c, "twin", NULL, local, 0, NULL), 0);
+  struct stat sb;
+  ck_assert_int_eq(stat(local, &sb), 0);
+  ck_assert_msg(sb.st_size > 65536, "the checkpoint (%lld bytes) fits one message: nothing tested",
+                (long long)sb.st_size);
+  ck_assert_msg(dqnd_load_checkpoint_file(c, "copy", local, 1, NULL, 0) == 0, "upload of %lld bytes: %s",
+                (long long)sb.st_size, dqnd_last_error(c));
+  learner_stats_t x, y;
+  ck_assert_int_eq(dqnd_get_stats(c, "copy", &x), 0);
+  ck_assert_int_eq(dqnd_get_stats(c, "twin", &y), 0);
+  ck_assert(x.replay_total == y.replay_total && x.step == y.step);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);

@@ -313,6 +313,27 @@ class ClientTest(DaemonTest):
         finally:
             self.assertEqual(d.stop(), 0)
 
+    def test_upload_within_the_message_limit(self):
+        """A checkpoint bigger than the daemon's max_message_bytes is uploaded
+        in chunks that fit it when chunk_bytes is not given (they were 4 MiB
+        whatever the daemon took, and nng dropped them), and arrives whole."""
+        d = Daemon(extra=("--max-message-bytes", "65536"))
+        try:
+            with dqnd.Client(d.url, timeout=30) as c:
+                c.create_trainer("u", dict(SMALL, replay_capacity=2000))
+                for k in range(20):
+                    c.submit("u", **batch(64, k))
+                ck = c.save_checkpoint("u", with_replay=True)
+                path = os.path.join(d.dir, "u.dqnd")
+                c.fetch_checkpoint("u", path)
+                self.assertGreater(os.path.getsize(path), 65536, "one message would hold it: nothing tested")
+                t = c.load_checkpoint("copy", file=path, create=True)
+                self.assertEqual(t["stats"]["replay_total"], c.stats("u")["replay_total"])
+                self.assertEqual(ck["bytes"], os.path.getsize(path))
+                self.code(3, c.load_checkpoint, "copy2", file=path, create=True, chunk_bytes=0, needle="chunk_bytes")
+        finally:
+            self.assertEqual(d.stop(), 0)
+
     def test_unreachable_and_closed(self):
         e = self.code(14, dqnd.Client, f"ipc://{self.d.dir}/nothing.sock")
         self.assertIn("is dqnd running?", e.message)

@@ -628,10 +628,12 @@ class Client:
             if not ok:
                 os.unlink(tmp)
 
-    def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, chunk_bytes=4 << 20,
+    def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, chunk_bytes=None,
                         member=None):
         """From a file on the daemon's side (path) or a local file uploaded in
-        chunks (file); into a new trainer (create=True) or an existing one.
+        chunks (file) of chunk_bytes (None: 4 MiB, or less where the daemon's
+        max_message_bytes needs it); into a new trainer (create=True) or an
+        existing one.
         member: a lone trainer's state (one member's, as fetch_checkpoint
         member= gives it) into that member of the existing population `name`,
         which keeps its seed; returns that member's info."""
@@ -650,6 +652,11 @@ class Client:
             data = f.read()
         if not data:
             raise _bad("file", f"{file} is empty")
+        if chunk_bytes is None:  # within the daemon's request limit, with 4 KB for the rest of the request
+            mm = self.server_info().get("max_message_bytes", 0)
+            chunk_bytes = min(4 << 20, mm - 4096 if mm > 8192 else max(mm // 2, 1)) if mm else 4 << 20
+        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, (int, np.integer)) or chunk_bytes < 1:
+            raise _bad("chunk_bytes", f"{chunk_bytes!r} is not a positive integer")
         crc, off, r = zlib.crc32(data), 0, None
         while off < len(data):
             chunk = data[off:off + chunk_bytes]
