@@ -40,8 +40,9 @@ static const char *usage_text =
     "  submit NAME --states S.npy --actions A.npy --rewards R.npy --next-states S2.npy --dones D.npy\n"
     "              [--episode-ids E.npy] [--episode-ends T.npy]   (dqnctl submit --help: dtypes, shapes)\n"
     "  step NAME N                         N training steps\n"
-    "  act NAME --states S.npy [--noisy] [--q] [--q-out Q.npy] [-o ACTIONS.npy]\n"
-    "  sync NAME [--tau T]                 target update (hard copy without --tau)\n"
+    "  pretrain NAME N                     N Decision Transformer pre-training steps (dt_layers >= 1)\n"
+    "  act NAME --states S.npy [--noisy] [--q] [--q-out Q.npy] [-o ACTIONS.npy] [--episode E]\n"
+    "  sync NAME [--tau T]                 target update (hard copy without --tau, or with 0)\n"
     "  set NAME field=value ...            change hyperparameters between steps (all or nothing)\n"
     "  stats NAME\n"
     "  save NAME [--with-replay]           write a checkpoint on the daemon\n"
@@ -51,12 +52,13 @@ static const char *usage_text =
     "  inspect FILE                        a .dqnd checkpoint's header, config and sections (local)\n"
     "  copy-member NAME DST SRC [field=factor ...] [--with-replay]\n"
     "                                      a population's exploit and explore: member DST becomes SRC's copy\n"
-    "  demo [--name NAME] [--env meanrev|deepsea|bitflip] [--backend B] [field=value ...]\n"
+    "  demo [--name NAME] [--env meanrev|deepsea|bitflip] [--backend B] [--dt] [field=value ...]\n"
     "                                      train a built-in environment on a new trainer\n"
     "\n"
     "options:\n"
     "  --url URL       the daemon (default: DQND_URL, else the per-user socket of `dqnd`\n"
-    "                  with no options, else the system service's /run/dqnd/dqnd.sock)\n"
+    "                  with no options, else the system service's /run/dqnd/dqnd.sock, else\n"
+    "                  dqnd@0's /run/dqnd/0/dqnd.sock)\n"
     "  --timeout MS    per request (default 60000 ms)\n"
     "  --token T       auth token (default: DQND_TOKEN)\n"
     "  --tls-ca F      tls+tcp:// URLs: the PEM CA that signed the daemon's certificate\n"
@@ -65,15 +67,17 @@ static const char *usage_text =
     "                  this client's PEM certificate and key, for a daemon with\n"
     "                  tls-verify-clients (default: DQND_TLS_CERT, DQND_TLS_KEY)\n"
     "  --tls-server-name N  the name the daemon's certificate must carry (default: the URL's host)\n"
-    "  --member I      a population's member: what submit, act, sync, set and stats address;\n"
-    "                  fetch and load move that member's state alone (a lone trainer's checkpoint)\n"
+    "  --member I      a population's member: what submit, act, sync, set and stats address,\n"
+    "                  whose stats step and pretrain print; fetch and load move that member's\n"
+    "                  state alone (a lone trainer's checkpoint); other commands refuse it\n"
     "                  (default 0; docs/population.md)\n"
     "  --json          machine-readable output\n"
     "  --version, --help\n"
     "\n"
     "exit status: 0 ok, 1 the daemon answered an error (its message, naming the field, on\n"
     "stderr), 2 usage, 3 cannot reach the daemon or timed out, 4 local file or data error,\n"
-    "5 demo finished below 90% of the optimal return.\n";
+    "5 demo finished below 90% of the optimal return, 130 step or pretrain interrupted\n"
+    "(Ctrl-C: the steps that ran are printed).\n";
 
 /* ------------------------------------------------------------ commands */
 
@@ -387,8 +391,9 @@ static int cmd_sync(ctx_t *x, const cli_args_t *a) {
   if (t && cli_float("dqnctl sync", "--tau", t, 0, 1, &tau)) return EXIT_USAGE;
   int rc = dqnd_sync_target(x->c, a->pos[0], (float)tau);
   if (rc) return fail_rc(x, rc);
-  if (x->json) print_json(json_pack("{s:s, s:s, s:f}", "name", a->pos[0], "sync", t ? "polyak" : "hard", tau));
-  else if (t) printf("%s: target = %g x online + %g x target\n", a->pos[0], tau, 1 - tau);
+  const int polyak = t && tau > 0; /* tau 0 is the hard copy (the protocol's rule) */
+  if (x->json) print_json(json_pack("{s:s, s:s, s:f}", "name", a->pos[0], "sync", polyak ? "polyak" : "hard", tau));
+  else if (polyak) printf("%s: target = %g x online + %g x target\n", a->pos[0], tau, 1 - tau);
   else printf("%s: target = online (hard copy)\n", a->pos[0]);
   return EXIT_OK;
 }
@@ -614,6 +619,15 @@ static const cmd_t cmds[] = {
 static const cmd_t *cur_cmd;
 static cli_spec_t cur_spec;
 
+/* the commands --member addresses (the others refuse it: nothing typed is ignored) */
+static const char member_cmds[] = "submit, step, pretrain, act, sync, set, stats, fetch and load";
+static int takes_member(const char *name) {
+  static const char *const names[] = {"submit", "step", "pretrain", "act", "sync", "set", "stats", "fetch", "load"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return 1;
+  return 0;
+}
+
 static void cmd_help(const cmd_t *c, FILE *f) {
   fprintf(f, "usage: dqnctl %s%s%s%s%s\n", c->name, c->pos_names[0] ? " " : "", c->pos_names,
           c->fields == CLI_ANY_FIELD      ? " [field=value ...]"
@@ -724,6 +738,10 @@ int main(int argc, char **argv) {
   cli_args_t args;
   int prc = cli_parse(&cur_spec, nrest, rest, &args);
   if (prc) return free(rest), EXIT_USAGE;
+  if (g.member_given && !takes_member(cur_cmd->name)) {
+    fprintf(stderr, "dqnctl: --member: %s does not take a member (%s do)\n", cur_cmd->name, member_cmds);
+    return free(rest), EXIT_USAGE;
+  }
   ctx_t x = {NULL, g.json, g.url, (int)g.timeout, g.token, g.tls, &cur_spec};
   sigset_t stop_sigs;
   if (cur_cmd->fn == cmd_step || cur_cmd->fn == cmd_pretrain) block_stop_signals(&stop_sigs); /* before nng's threads: they inherit it */
@@ -737,6 +755,16 @@ int main(int argc, char **argv) {
     }
     if (g.token) dqnd_set_token(x.c, g.token);
     if (g.member_given) dqnd_use_member(x.c, (uint32_t)g.member); /* fetch and load: that member's state alone */
+    if (g.member_given && (cur_cmd->fn == cmd_step || cur_cmd->fn == cmd_pretrain)) {
+      /* a member the trainer lacks is refused before the steps run, not after */
+      learner_stats_t st;
+      int mrc = dqnd_get_stats(x.c, args.pos[0], &st);
+      if (mrc) {
+        mrc = fail_rc(&x, mrc);
+        dqnd_close(x.c);
+        return free(rest), mrc;
+      }
+    }
   }
   int rc = cur_cmd->fn(&x, &args);
   dqnd_close(x.c);

@@ -127,7 +127,9 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
  * reply comes (ETIMEDOUT, ETRANSPORT) the Step is cancelled on the daemon
  * before the call returns, and dqnd_last_error() says so, quoting the Step's
  * late reply when it came within 2 s of the Cancel (its steps, or CANCELLED
- * when it never ran). */
+ * when it never ran). st (optional) receives the stats of the member
+ * dqnd_use_member names (EINVAL, after the Step ran, when the trainer has no
+ * such member: check it first with dqnd_get_stats). */
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
 const char *dqnd_last_stop(const dqnd_client_t *c);
 /* The Decision Transformer (dt_layers > 0; docs/learner.md §16): n

@@ -138,7 +138,15 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   Dqnd__V1__Reply *rep;
   int rc = long_call(c, &req, &rep);
   if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_STEP) {
-    if (st) stats_from_pb(rep->step->stats, st);
+    /* the stats of the member dqnd_use_member names (a population's reply
+     * has every member's); the Step itself ran for every member either way */
+    const Dqnd__V1__TrainerStats *s = rep->step->stats;
+    if (rep->step->n_members && c->member < rep->step->n_members) s = rep->step->members[c->member];
+    else if (c->member)
+      rc = seterr(c, DQND_EINVAL, "member: %u is outside the trainer's %zu member%s (the Step ran: its stats are not "
+                  "given)", c->member, rep->step->n_members ? rep->step->n_members : 1,
+                  rep->step->n_members > 1 ? "s" : "");
+    if (!rc && st) stats_from_pb(s, st);
     if (rep->step->stopped)
       snprintf(c->stop, sizeof c->stop, "%s", rep->step->stop_reason && *rep->step->stop_reason
                                                   ? rep->step->stop_reason : "stopped");
@@ -193,9 +201,12 @@ int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats
   req.pretrain_dt = &m;
   Dqnd__V1__Reply *rep;
   int rc = long_call(c, &req, &rep);
-  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_PRETRAIN_DT || !rep->pretrain_dt->stats ||
-              (rep->pretrain_dt->n_members && c->member >= rep->pretrain_dt->n_members)))
-    rc = seterr(c, DQND_EPROTO, "PretrainDT reply without the stats asked for");
+  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_PRETRAIN_DT || !rep->pretrain_dt->stats))
+    rc = seterr(c, DQND_EPROTO, "PretrainDT reply without its stats");
+  else if (!rc && c->member && c->member >= (rep->pretrain_dt->n_members ? rep->pretrain_dt->n_members : 1))
+    rc = seterr(c, DQND_EINVAL, "member: %u is outside the trainer's %zu member%s (PretrainDT ran: its stats are "
+                "not given)", c->member, rep->pretrain_dt->n_members ? rep->pretrain_dt->n_members : 1,
+                rep->pretrain_dt->n_members > 1 ? "s" : "");
   if (!rc) {
     const Dqnd__V1__PretrainDTResult *r = rep->pretrain_dt;
     const Dqnd__V1__DTStats *p = r->n_members ? r->members[c->member] : r->stats;

@@ -581,8 +581,8 @@ END_TEST
 
 /* ------------------------------------------------------------ populations */
 
-/* create --population, the global --member on submit, set and stats, and
- * copy-member, against libdqnd's view of each member */
+/* create --population, the global --member on submit, set and stats (and
+ * refused elsewhere), and copy-member, against libdqnd's view of each member */
 START_TEST(test_population_commands) {
   daemon_t d = {0};
   start_daemon(&d);
@@ -616,6 +616,16 @@ START_TEST(test_population_commands) {
   dqnd_use_member(c, 1); /* its own replay kept */
   ck_assert_int_eq(dqnd_trainer_info(c, "pop", &ti), 0);
   ck_assert_int_eq((int)ti.stats.replay_size, 30);
+  /* --member is refused where nothing reads it, and a member the trainer
+   * lacks before a step runs, not after; sync --tau 0 says it is the hard copy */
+  ck_assert_int_eq(run_ctl(&d, "--member 2 destroy pop", out, sizeof out), 2);
+  ck_assert_msg(strstr(out, "--member: destroy does not take a member"), "%s", out);
+  ck_assert_int_eq(run_ctl(&d, "--member 5 step pop 3", out, sizeof out), 1);
+  ck_assert_msg(strstr(out, "member: 5 is outside [0, 3)"), "%s", out);
+  ck_assert_int_eq(dqnd_trainer_info(c, "pop", &ti), 0);
+  ck_assert_int_eq((int)ti.stats.step, 0);
+  ck_assert_int_eq(run_ctl(&d, "sync pop --tau 0", out, sizeof out), 0);
+  ck_assert_msg(strstr(out, "pop: target = online (hard copy)"), "%s", out);
   /* inspect walks every member of a population's checkpoint */
   dqnd_checkpoint_t ck;
   ck_assert_int_eq(dqnd_save_checkpoint(c, "pop", 1, &ck), 0);
