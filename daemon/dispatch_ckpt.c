@@ -102,6 +102,11 @@ static int ckpt_reader(void *ctx, void *buf, size_t n) {
  * (bytes, crc32) with the offset it starts at in *base; 0, or a code with
  * the call answered */
 static int member_place(trainer_t *t, rpc_call_t *c, uint32_t member, ckpt_info_t *info, uint64_t *base) {
+  if (member >= (uint32_t)LEARNER_MAX_POPULATION) { /* before any cast to int: 2^31 and up read as negative */
+    rpc_reply_error(c, CODE_INVALID_ARGUMENT, "member: %u is outside [0, %d) (trainer '%s' has %d member%s)", member,
+                    t->population, t->name, t->population, t->population == 1 ? "" : "s");
+    return -1;
+  }
   if (strcmp(t->fetch_member.id, info->id) || t->fetch_member.member != (int)member) {
     char err[512];
     ckpt_reader_t rd = {info, 0, info->bytes};
@@ -424,10 +429,17 @@ static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheck
     load_member(s, c, m, t, l);
     return;
   }
-  if (!learner_config_same_shape(&t->cfg, learner_config(learner_pop_member(l, 0)))) {
+  const learner_config_t *lc = learner_config(learner_pop_member(l, 0));
+  const learner_field_t *df = learner_config_shape_diff(&t->cfg, lc);
+  if (df) {
+    char mine[128], theirs[128];
+    learner_config_get(&t->cfg, df, mine, sizeof mine);
+    learner_config_get(lc, df, theirs, sizeof theirs);
     learner_pop_destroy(l);
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
-                    "path: the checkpoint's shapes differ from trainer '%s' (create a new trainer from it instead)", m->name);
+                    "path: the checkpoint's %s is %s, trainer '%s''s %s: a checkpoint loads into a trainer of its own "
+                    "config, hyperparameters aside (create a new trainer from it instead)",
+                    df->name, theirs, m->name, mine);
     trainer_put(t);
     return;
   }

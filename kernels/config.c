@@ -262,16 +262,20 @@ uint64_t learner_config_hash(const learner_config_t *c) {
   return h;
 }
 
-int learner_config_same_shape(const learner_config_t *a, const learner_config_t *b) {
+const learner_field_t *learner_config_shape_diff(const learner_config_t *a, const learner_config_t *b) {
   for (int i = 0; i < learner_num_fields; i++) {
     const learner_field_t *f = &learner_fields[i];
     if (f->hparam) continue;
     char x[512], y[512];
     learner_config_get(a, f, x, sizeof x);
     learner_config_get(b, f, y, sizeof y);
-    if (strcmp(x, y)) return 0;
+    if (strcmp(x, y)) return f;
   }
-  return 1;
+  return NULL;
+}
+
+int learner_config_same_shape(const learner_config_t *a, const learner_config_t *b) {
+  return learner_config_shape_diff(a, b) == NULL;
 }
 
 int learner_config_joint_actions(const learner_config_t *c) {

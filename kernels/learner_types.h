@@ -174,6 +174,9 @@ int learner_config_from_text(learner_config_t *c, const char *text, size_t len, 
 uint64_t learner_config_hash(const learner_config_t *c);
 /* Equal shapes (everything but .hp): same shapes ⇒ the state can be restored. */
 int learner_config_same_shape(const learner_config_t *a, const learner_config_t *b);
+/* The first field outside .hp in which a and b differ (NULL: the same shapes),
+ * for a message that names it. */
+const learner_field_t *learner_config_shape_diff(const learner_config_t *a, const learner_config_t *b);
 
 /* A batch of transitions in structure-of-arrays form. */
 typedef struct learner_transitions {

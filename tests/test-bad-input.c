@@ -288,7 +288,28 @@ START_TEST(test_bad_input) {
   ck_assert_int_eq(dqnd_create_trainer(c, "other", shape2, 4, NULL, NULL), 0);
   dqnd_checkpoint_t ck;
   ck_assert_int_eq(dqnd_save_checkpoint(c, "other", 0, &ck), 0);
-  expect_code(c, dqnd_load_checkpoint_path(c, "victim", ck.path, 0, NULL), 9, "shapes", "load other shape");
+  expect_code(c, dqnd_load_checkpoint_path(c, "victim", ck.path, 0, NULL), 9,
+              "path: the checkpoint's trunk_h1 is 256, trainer 'victim''s 16", "load other shape");
+  /* nor of another seed, and the message names the field */
+  {
+    const char *seeded[N_SMALL];
+    for (int k = 0; k < N_SMALL; k++) seeded[k] = strncmp(small_fields[k], "seed=", 5) ? small_fields[k] : "seed=7";
+    ck_assert_int_eq(dqnd_create_trainer(c, "seed7", seeded, N_SMALL, NULL, NULL), 0);
+    dqnd_checkpoint_t k7;
+    ck_assert_int_eq(dqnd_save_checkpoint(c, "seed7", 0, &k7), 0);
+    expect_code(c, dqnd_load_checkpoint_path(c, "victim", k7.path, 0, NULL), 9,
+                "the checkpoint's seed is 7, trainer 'victim''s 42", "load another seed");
+    /* a member index of 2^31 and up is named as sent, not as a negative int */
+    Dqnd__V1__FetchCheckpoint fm = DQND__V1__FETCH_CHECKPOINT__INIT;
+    fm.name = "seed7", fm.checkpoint = k7.id, fm.member = 0x80000000u, fm.member_only = 1;
+    Dqnd__V1__Request fr = DQND__V1__REQUEST__INIT;
+    fr.command_case = DQND__V1__REQUEST__COMMAND_FETCH_CHECKPOINT;
+    fr.fetch_checkpoint = &fm;
+    Dqnd__V1__Reply *frep;
+    expect_code(c, dqnd_call(c, &fr, &frep), 3, "member: 2147483648 is outside [0, 1)", "fetch member 2^31");
+    dqnd_reply_free(frep);
+    ck_assert_int_eq(dqnd_destroy_trainer(c, "seed7", 0, NULL), 0);
+  }
   /* an upload whose CRC does not match */
   ck_assert_int_eq(dqnd_fetch_checkpoint(c, "other", NULL, local, 0, NULL), 0);
   f = fopen(local, "r+b");
