@@ -1,6 +1,6 @@
 /*
  * dispatch_dt.c — the Decision Transformer's commands (docs/learner.md §16,
- * docs/protocol.md): PretrainDT, and Act with policy "dt" (return
+ * proto/dqnd/v1/dqnd.proto): PretrainDT, and Act with policy "dt" (return
  * conditioning on one window). Checked on the nng thread, run on the
  * trainer's worker, as every queued command.
  */

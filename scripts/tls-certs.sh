@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes what tls+tcp:// needs, with openssl, into DIR (README "TLS"):
+# Makes what tls+tcp:// needs, with openssl, into DIR (README "Security"):
 #   ca.pem, ca.key          a CA of your own (keep ca.key off the daemon's machine)
 #   server.pem, server.key  the daemon's certificate, for the DNS names given
 #   client.pem, client.key  a client's certificate (for --tls-verify-clients)
