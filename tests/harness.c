@@ -44,7 +44,7 @@ int log_has(const daemon_t *d, const char *needle) {
   return found;
 }
 
-void start_daemon_argv(daemon_t *d, const char *const *extra) {
+void daemon_paths(daemon_t *d) {
   if (!d->dir[0]) {
     snprintf(d->dir, sizeof d->dir, "/tmp/dqnd-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(d->dir));
@@ -52,12 +52,20 @@ void start_daemon_argv(daemon_t *d, const char *const *extra) {
   snprintf(d->url, sizeof d->url, "ipc://%s/dqnd.sock", d->dir);
   snprintf(d->state, sizeof d->state, "%s/state", d->dir);
   snprintf(d->log, sizeof d->log, "%s/dqnd.log", d->dir);
+}
+
+void start_daemon_argv(daemon_t *d, const char *const *extra) {
+  daemon_paths(d);
   d->pid = fork();
   ck_assert_int_ge(d->pid, 0);
   if (d->pid == 0) {
     char *argv[32] = {dqnd_bin, "--listen", d->url, "--state-dir", d->state, "--backend", "cpu", "--log-file", d->log,
                       "--queue-depth", "16", "--max-message-bytes", "4000000", NULL};
     int k = 13;
+    if (d->listen_in_config) { /* the config file's listen URLs stand: a command line's would replace them */
+      memmove(argv + 1, argv + 3, sizeof(char *) * 10);
+      k = 11;
+    }
     for (int i = 0; extra && extra[i] && k < 31; i++) argv[k++] = (char *)extra[i];
     argv[k] = NULL;
     setenv("OPENBLAS_NUM_THREADS", "1", 1);

@@ -19,6 +19,7 @@ extern char dqnd_bin[1024], dqnctl_bin[1024];
 typedef struct daemon_proc {
   pid_t pid;
   char dir[256], url[320], state[300], log[300];
+  int listen_in_config; /* the caller's --config file names url: no --listen from the harness */
 } daemon_t;
 
 /* Reads DQND_BIN / DQNCTL_BIN and ignores SIGPIPE. */
@@ -28,6 +29,9 @@ void harness_init(void);
  * waits until it answers; a daemon that exits first fails the test at once,
  * with the end of its log. */
 void start_daemon_argv(daemon_t *d, const char *const *extra);
+/* d's directory (made when empty), url, state and log paths, as
+ * start_daemon_argv sets them: for a config file that names them first */
+void daemon_paths(daemon_t *d);
 void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2);
 void start_daemon(daemon_t *d);
 /* waitpid with a deadline (fails the test when it passes); the wait status */

@@ -320,11 +320,14 @@ START_TEST(tls_config_file) {
   make_certs(certs);
   int port = free_port();
   snprintf(conf, sizeof conf, "%s/dqnd.conf", d.dir);
+  /* both listeners in the file: a --listen on the command line would replace them */
+  daemon_paths(&d);
+  d.listen_in_config = 1;
   FILE *f = fopen(conf, "w");
   fprintf(f, "# TLS from the config file\nlisten = tls+tcp://127.0.0.1:%d   # the network listener\n"
-             "tls-cert = %s/server.pem\ntls-key = %s/server.key  # unencrypted\ntls-ca = %s/ca.pem\n"
+             "listen = %s\ntls-cert = %s/server.pem\ntls-key = %s/server.key  # unencrypted\ntls-ca = %s/ca.pem\n"
              "tls-verify-clients = 1\n",
-          port, certs, certs, certs);
+          port, d.url, certs, certs, certs);
   fclose(f);
   const char *extra[] = {"--config", conf, NULL};
   start_daemon_argv(&d, extra);
