@@ -757,7 +757,11 @@ void dispatch(server_t *s, rpc_call_t *c) {
   if (cmd->get_name) {
     const char *name = cmd->get_name(r);
     if (!name || !trainer_name_ok(name)) {
-      rpc_reply_error(c, CODE_INVALID_ARGUMENT, "name: '%s' is not 1-64 of [A-Za-z0-9_.-]", name ? name : "");
+      if (name && trainer_name_reserved(name))
+        rpc_reply_error(c, CODE_INVALID_ARGUMENT, "name: '%s' is reserved (the state directory's lock file)", name);
+      else
+        rpc_reply_error(c, CODE_INVALID_ARGUMENT, "name: '%s' is not 1-64 of [A-Za-z0-9_.-] (not starting with '.')",
+                        name ? name : "");
       return;
     }
     if (cmd->flags & F_TRAINER) {

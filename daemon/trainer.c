@@ -25,9 +25,11 @@ static void refuse(trainer_job_t *j, int code, const char *fmt, ...) {
 }
 
 
+int trainer_name_reserved(const char *name) { return !strcmp(name, "dqnd.lock"); }
+
 int trainer_name_ok(const char *name) {
   size_t n = strlen(name);
-  if (n < 1 || n > 64 || name[0] == '.') return 0;
+  if (n < 1 || n > 64 || name[0] == '.' || trainer_name_reserved(name)) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = name[i];
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||

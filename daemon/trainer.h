@@ -56,6 +56,8 @@ struct trainer {
 
 /* Valid names: [A-Za-z0-9_.-]{1,64}, not starting with '.'. */
 int trainer_name_ok(const char *name);
+/* a name the state directory holds for itself (dqnd.lock: its lock file), never a trainer's */
+int trainer_name_reserved(const char *name);
 /* Registers a trainer around an existing population (which it then owns).
  * A new trainer (restoring = 0) first moves a directory left under its name
  * (by a daemon that did not restore it) to STATE/.retired/, so its

@@ -237,6 +237,10 @@ START_TEST(test_bad_input) {
      strings must be UTF-8 (Python's and Go's protobuf refuse it otherwise) */
   expect_code(c, dqnd_create_trainer(c, "a\xff\xc3", small_fields, N_SMALL, NULL, NULL), 3, "name: 'a?" "?' is not",
          "create with a name that is no UTF-8");
+  /* the state directory's lock file is no trainer's name (such a trainer once
+   * moved the lock away, and every restart after failed on it) */
+  expect_code(c, dqnd_create_trainer(c, "dqnd.lock", small_fields, N_SMALL, NULL, NULL), 3,
+              "name: 'dqnd.lock' is reserved", "create dqnd.lock");
   expect_code(c, dqnd_create_trainer(c, "new", small_fields, N_SMALL, "tpu", NULL), 3, "backend", "create bad backend");
   const char *huge[] = {"replay_capacity=2000000000", "state_dim=4096"};
   expect_code(c, dqnd_create_trainer(c, "new", huge, 2, NULL, NULL), 8, "replay_capacity", "create too big for memory");
