@@ -129,11 +129,15 @@ typedef struct {
   FILE *f;
   uint32_t crc;
   uint64_t bytes;
+  int err; /* the errno of a failed write (ENOSPC: the message says so) */
 } wctx_t;
 
 static int file_write(void *ctx, const void *buf, size_t n) {
   wctx_t *w = ctx;
-  if (fwrite(buf, 1, n, w->f) != n) return -1;
+  if (fwrite(buf, 1, n, w->f) != n) {
+    w->err = errno ? errno : EIO;
+    return -1;
+  }
   w->crc = learner_crc32(w->crc, buf, n);
   w->bytes += n;
   return 0;
@@ -159,7 +163,8 @@ int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckp
   snprintf(tmp, sizeof tmp, "%s/.ckpt-XXXXXX.tmp", dir);
   int fd = mkstemps(tmp, 4);
   if (fd < 0) return fail(err, errlen, "create %s: %s", tmp, strerror(errno));
-  wctx_t w = {fdopen(fd, "wb"), 0, 0};
+  errno = 0;
+  wctx_t w = {fdopen(fd, "wb"), 0, 0, 0};
   if (!w.f) {
     close(fd);
     unlink(tmp);
@@ -167,7 +172,8 @@ int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckp
   }
   char lerr[256];
   int rc = learner_pop_save(p, with_replay, file_write, &w, lerr, sizeof lerr);
-  if (rc) fail(err, errlen, "writing checkpoint: %s", lerr);
+  if (rc && w.err) fail(err, errlen, "writing checkpoint %s: %s", tmp, strerror(w.err));
+  else if (rc) fail(err, errlen, "writing checkpoint: %s", lerr);
   if (!rc && (fflush(w.f) || fsync(fd))) rc = fail(err, errlen, "flush %s: %s", tmp, strerror(errno));
   if (fclose(w.f) && !rc) rc = fail(err, errlen, "close %s: %s", tmp, strerror(errno));
   if (rc) {

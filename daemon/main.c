@@ -98,7 +98,12 @@ static void on_wd_timer(uv_timer_t *h) {
 static void on_drain_timer(uv_timer_t *h) {
   app_t *a = h->data;
   if (atomic_load(&a->srv.live_trainers) > 0 || workq_pending(&a->srv.admin) > 0) return;
-  log_info(NULL, "all trainers saved and stopped; exiting");
+  const int failed = atomic_load(&a->srv.final_failed);
+  if (failed)
+    log_error(NULL, "%d trainer%s final checkpoint could not be written (the errors above): a restart restores the "
+              "last checkpoint that was; exiting with status 1", failed, failed == 1 ? "'s" : "s'");
+  else
+    log_info(NULL, "all trainers saved and stopped; exiting");
   uv_stop(a->loop);
 }
 
@@ -134,13 +139,13 @@ static void on_signal(uv_signal_t *h, int sig) {
  * keep the process (and systemd's stop job) waiting: nng_close can hang on
  * rare races (nanomsg/nng#1543, #1813; seen once in this repository's CI as
  * a SIGTERM test that never saw the daemon exit). After TEARDOWN_S seconds
- * the process exits 0 — there is nothing left to save. */
+ * the process exits — there is nothing left to save — with the status the
+ * final checkpoints earned (arg: the server's final_failed). */
 #define TEARDOWN_S 10
 static void *teardown_watchdog(void *arg) {
-  (void)arg;
   sleep(TEARDOWN_S);
   log_warn(NULL, "shutdown: socket teardown still running after %d s; state is saved, exiting", TEARDOWN_S);
-  _exit(0);
+  _exit(atomic_load((atomic_int *)arg) ? 1 : 0);
   return NULL;
 }
 
@@ -278,7 +283,7 @@ int main(int argc, char **argv) {
   sd_notifyf(0, "READY=1\nSTATUS=serving %s", s->opts.listen[0]);
   uv_run(a->loop, UV_RUN_DEFAULT);
   pthread_t wd;
-  if (pthread_create(&wd, NULL, teardown_watchdog, NULL) == 0) pthread_detach(wd);
+  if (pthread_create(&wd, NULL, teardown_watchdog, &s->final_failed) == 0) pthread_detach(wd);
   listen_guard_stop(s);
   metrics_stop();
   rpc_stop(s);
@@ -291,5 +296,5 @@ int main(int argc, char **argv) {
   uv_loop_close(a->loop);
   dispatch_free_uploads(s);
   free(s->trainers);
-  return 0;
+  return atomic_load(&s->final_failed) ? 1 : 0;
 }

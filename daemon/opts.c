@@ -327,7 +327,7 @@ void opts_usage(FILE *f) {
   fprintf(f,
           "\nsignals: SIGTERM/SIGINT stop accepting, stop a running Step between steps (its\n"
           "reply says how many ran), answer what is queued, write final checkpoints and\n"
-          "exit 0; SIGHUP reopens the log file.\n"
+          "exit 0 (1 when a final checkpoint could not be written); SIGHUP reopens the log file.\n"
           "One daemon per state directory: a second one on the same STATE_DIR refuses to\n"
           "start, naming the pid that holds it (STATE_DIR/dqnd.lock).\n"
           "exit status: 0 clean shutdown, 1 runtime failure, 2 bad options.\n");

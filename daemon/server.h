@@ -44,6 +44,7 @@ typedef struct server {
   trainer_t **trainers;      /* [opts.max_trainers] */
   int n_trainers;
   atomic_int live_trainers;  /* trainer workers still running */
+  atomic_int final_failed;   /* trainers whose final checkpoint could not be written (exit status 1) */
   workq_t admin;
   rpc_t *rpc;
   pthread_mutex_t up_mu;     /* chunked checkpoint uploads by trainer name */

@@ -508,7 +508,11 @@ static void run_periodic_save(trainer_job_t *j) {
 static void run_final(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
-  trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  const int rc = trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  /* a diverged state has nothing to save (its earlier checkpoints stand);
+   * any other failure loses the work since the last checkpoint: the exit
+   * status says so (main.c) */
+  if (rc && rc != TRAINER_SAVE_NOT_FINITE) atomic_fetch_add(&j->s->final_failed, 1);
   trainer_stop(j->t, "unloaded");
 }
 

@@ -302,6 +302,30 @@ START_TEST(test_config_files) {
 }
 END_TEST
 
+/* A final checkpoint that cannot be written (here the trainer's directory
+ * replaced by a file, which root cannot write through either) is not a clean
+ * shutdown: the log names the cause and the trainers it cost, and dqnd exits
+ * 1, so systemd and a script see it (it said "all trainers saved" and exited
+ * 0, and a restart quietly went back to an older checkpoint) */
+START_TEST(test_final_save_failure) {
+  daemon_t d = {0};
+  batch_t b;
+  dqnd_client_t *c = start_with_trainer(&d, "f", &b, 5);
+  dqnd_close(c);
+  char dir[400], moved[420];
+  snprintf(dir, sizeof dir, "%s/f", d.state);
+  snprintf(moved, sizeof moved, "%s/f.moved", d.state);
+  ck_assert_int_eq(rename(dir, moved), 0);
+  write_text(dir, "not a directory\n");
+  int st = stop_daemon(&d, SIGTERM);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+  ck_assert_msg(log_has(&d, "1 trainer's final checkpoint could not be written"), "the log does not say so");
+  ck_assert_msg(log_has(&d, "Not a directory"), "the log does not name the cause");
+  ck_assert_msg(!log_has(&d, "all trainers saved"), "the log says all were saved");
+  rm_rf(d.dir);
+}
+END_TEST
+
 /* a peer that connects and leaves during the handshake (a port scan, a bare
  * connect(), a second dqnd on the same socket) must not leave the daemon
  * deaf: Debian's nng 1.5.2 stops serving such a listener (nng#1518), and the
@@ -394,6 +418,7 @@ int main(void) {
   tcase_add_test(tc, test_restore_off_and_a_name_reused);
   tcase_add_test(tc, test_service_options);
   tcase_add_test(tc, test_config_files);
+  tcase_add_test(tc, test_final_save_failure);
   tcase_add_test(tc, test_restart_behind_a_client_is_reported);
   tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);
