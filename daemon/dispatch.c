@@ -14,6 +14,10 @@
  *             (Cancel: it must not wait behind the Step it stops)
  * F_TRAINER: the request names an existing trainer (looked up centrally).
  * F_ANY_STATE: runs on a trainer in an error state too.
+ * F_LONG: a long command (Step, PretrainDT), which stops at the request's
+ * deadline between whole steps; any other queued command whose deadline
+ * passed while it waited is answered DEADLINE_EXCEEDED and never runs (its
+ * client gave up: a retried Submit must not store the rows twice).
  * The queues, workers and internal jobs are the trainer module's (trainer.c).
  */
 #include "dispatch.h"
@@ -702,7 +706,7 @@ static const cmd_t commands[] = {
                                                     NULL, run_destroy},
     [DQND__V1__REQUEST__COMMAND_SUBMIT_TRANSITIONS] = {F_QUEUE | F_TRAINER, name_submit, check_submit,
                                                        run_submit},
-    [DQND__V1__REQUEST__COMMAND_STEP] = {F_QUEUE | F_TRAINER, name_step, check_step, run_step},
+    [DQND__V1__REQUEST__COMMAND_STEP] = {F_QUEUE | F_TRAINER | F_LONG, name_step, check_step, run_step},
     [DQND__V1__REQUEST__COMMAND_ACT] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_act, check_act, run_act},
     [DQND__V1__REQUEST__COMMAND_SYNC_TARGET] = {F_QUEUE | F_TRAINER, name_sync, check_sync, run_sync},
     [DQND__V1__REQUEST__COMMAND_SET_HYPERPARAMS] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_hparams, check_hparams,
@@ -717,7 +721,7 @@ static const cmd_t commands[] = {
     [DQND__V1__REQUEST__COMMAND_CANCEL] = {F_DIRECT | F_TRAINER | F_ANY_STATE, name_cancel, NULL, run_cancel},
     [DQND__V1__REQUEST__COMMAND_COPY_MEMBER] = {F_QUEUE | F_TRAINER | F_DIVERGED_OK, name_copy, dispatch_check_copy,
                                                 dispatch_run_copy},
-    [DQND__V1__REQUEST__COMMAND_PRETRAIN_DT] = {F_QUEUE | F_TRAINER, name_pretrain_dt, dispatch_check_pretrain_dt,
+    [DQND__V1__REQUEST__COMMAND_PRETRAIN_DT] = {F_QUEUE | F_TRAINER | F_LONG, name_pretrain_dt, dispatch_check_pretrain_dt,
                                                 dispatch_run_pretrain_dt},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
@@ -781,6 +785,7 @@ void dispatch(server_t *s, rpc_call_t *c) {
   }
   j->any_state = (cmd->flags & F_ANY_STATE) != 0;
   j->diverged_ok = (cmd->flags & F_DIVERGED_OK) != 0;
+  j->expires = (cmd->flags & (F_QUEUE | F_LONG)) == F_QUEUE;
   if (r->timeout_ms) j->deadline = now_s() + r->timeout_ms / 1000.0; /* the client waits no longer */
   char err[512] = "";
   int code = cmd->check ? cmd->check(r, j, err, sizeof err) : 0;

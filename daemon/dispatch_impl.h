@@ -20,7 +20,7 @@ typedef Dqnd__V1__Reply rep_t;
 
 /* F_DIVERGED_OK: runs on a diverged trainer too (trainer.h); F_DIRECT: looked
  * up and checked, then run on the nng thread, never queued (Cancel) */
-enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16, F_DIVERGED_OK = 32, F_DIRECT = 64 };
+enum { F_NOW = 1, F_QUEUE = 2, F_ADMIN = 4, F_TRAINER = 8, F_ANY_STATE = 16, F_DIVERGED_OK = 32, F_DIRECT = 64, F_LONG = 128 };
 
 /* a command's name is its message's (wire_command_name) */
 typedef struct cmd {

@@ -247,6 +247,14 @@ static void job_run(void *owner, void *arg) {
   (void)owner;
   trainer_job_t *j = arg;
   trainer_t *t = j->t;
+  if (j->c && j->expires && j->deadline > 0 && now_s() > j->deadline) {
+    log_info(t ? t->name : NULL, "a request waited in the queue past its deadline (its client gave up): not run");
+    refuse(j, CODE_DEADLINE_EXCEEDED,
+           "deadline: the request waited in trainer '%s''s queue past its deadline (timeout_ms) and did not run",
+           t ? t->name : "");
+    trainer_job_free(j);
+    return;
+  }
   if (t && j->c && !j->any_state) {
     char why[600] = "";
     pthread_mutex_lock(&t->mu);

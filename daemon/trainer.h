@@ -97,6 +97,7 @@ struct trainer_job {
   trainer_job_fn run;
   int any_state;          /* runs on a trainer in an error state (DestroyTrainer, a loaded state's swap) */
   int diverged_ok;        /* runs on a diverged trainer (reads its good state; SetHyperparams resumes it) */
+  int expires;            /* not run once deadline has passed (queued, not long: dispatch.c's F_LONG) */
   server_t *s;
   trainer_t *t;           /* the job's reference; NULL on the admin queue */
   rpc_call_t *c;          /* the call run answers; NULL for internal jobs */

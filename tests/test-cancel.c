@@ -160,6 +160,41 @@ START_TEST(test_cancel_running_and_queued) {
 }
 END_TEST
 
+/* A Submit whose client gave up (its 1 s timeout) while it waited behind a
+ * running Step never runs: its deadline had passed when its turn came, so
+ * the client's retry stores the rows once (the rows were stored after the
+ * Step, and a retry doubled them). A Submit in time still stores them. */
+START_TEST(test_expired_submit_never_runs) {
+  daemon_t d = {0};
+  dqnd_client_t *c = two_alike(&d, "long", "twin");
+  stepper_t run;
+  pthread_t th;
+  step_async(&run, &d, "long", 1000000, &th);
+  usleep(200000);
+  dqnd_client_t *late = connect_to(&d);
+  dqnd_set_timeout(late, 1000);
+  batch_t b;
+  make_batch(&b, 100, 9);
+  int rc = submit(late, "long", &b);
+  ck_assert_msg(rc == DQND_ETIMEDOUT, "the Submit behind the Step: %s (%s)", dqnd_strerror(rc), dqnd_last_error(late));
+  usleep(300000);
+  char found[32];
+  ck_assert_int_eq(dqnd_cancel(c, "long", run.rid, found, sizeof found), 0);
+  pthread_join(th, NULL);
+  ck_assert_msg(run.rc == 0, "%s", run.err);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_get_stats(c, "long", &st), 0);
+  ck_assert_msg(st.replay_total == 64, "the expired Submit ran: replay_total %lld", (long long)st.replay_total);
+  ck_assert_msg(log_has(&d, "past its deadline"), "the log does not say why");
+  ck_assert_int_eq(submit(c, "long", &b), 0); /* the retry: stored once */
+  ck_assert_int_eq(dqnd_get_stats(c, "long", &st), 0);
+  ck_assert_int_eq((long long)st.replay_total, 164);
+  dqnd_close(late), dqnd_close(run.c), dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 /* A client that stops waiting (its timeout, 1 s) for a Step queued behind a
  * running one: the Step is cancelled on the daemon before dqnd_step returns
  * DQND_ETIMEDOUT, so it never runs; its CANCELLED reply was taken too
@@ -370,6 +405,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_deadline);
   tcase_add_test(tc, test_cancel_running_and_queued);
+  tcase_add_test(tc, test_expired_submit_never_runs);
   tcase_add_test(tc, test_client_timeout_cancels);
   tcase_add_test(tc, test_shutdown_in_seconds);
   tcase_add_test(tc, test_one_daemon_per_state_dir);
