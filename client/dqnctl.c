@@ -45,7 +45,7 @@ static const char *usage_text =
     "  sync NAME [--tau T]                 target update (hard copy without --tau, or with 0)\n"
     "  set NAME field=value ...            change hyperparameters between steps (all or nothing)\n"
     "  stats NAME\n"
-    "  save NAME [--with-replay]           write a checkpoint on the daemon\n"
+    "  save NAME [--with-replay] [--pin]   write a checkpoint on the daemon (--pin: kept as a resume point)\n"
     "  checkpoints NAME                    the trainer's checkpoints on the daemon (id, step, size, time)\n"
     "  fetch NAME -o FILE [--checkpoint ID] download a checkpoint (newest by default; ID as printed)\n"
     "  load NAME (--path DAEMON_PATH | --file LOCAL_FILE) [--create] [--backend B]\n"
@@ -437,8 +437,9 @@ static json_t *ckpt_json(const dqnd_checkpoint_t *c) {
   char crc[9], tm[32];
   snprintf(crc, sizeof crc, "%08x", c->crc32);
   fmt_time(c->mtime, tm, sizeof tm);
-  return json_pack("{s:I, s:s, s:s, s:I, s:I, s:s, s:s}", "seq", (json_int_t)c->seq, "checkpoint", c->id, "path",
-                   c->path, "bytes", (json_int_t)c->bytes, "step", (json_int_t)c->step, "crc32", crc, "time", tm);
+  return json_pack("{s:I, s:s, s:s, s:I, s:I, s:s, s:s, s:b}", "seq", (json_int_t)c->seq, "checkpoint", c->id, "path",
+                   c->path, "bytes", (json_int_t)c->bytes, "step", (json_int_t)c->step, "crc32", crc, "time", tm,
+                   "pinned", c->pinned);
 }
 
 static void print_ckpt_line(ctx_t *x, const dqnd_checkpoint_t *c, const char *verb) {
@@ -448,7 +449,9 @@ static void print_ckpt_line(ctx_t *x, const dqnd_checkpoint_t *c, const char *ve
 
 static int cmd_save(ctx_t *x, const cli_args_t *a) {
   dqnd_checkpoint_t c;
-  int rc = dqnd_save_checkpoint(x->c, a->pos[0], opt(x, a, "--with-replay") != NULL, &c);
+  const int with_replay = opt(x, a, "--with-replay") != NULL;
+  int rc = opt(x, a, "--pin") ? dqnd_save_checkpoint_pinned(x->c, a->pos[0], with_replay, &c)
+                              : dqnd_save_checkpoint(x->c, a->pos[0], with_replay, &c);
   if (rc) return fail_rc(x, rc);
   if (x->json) print_json(ckpt_json(&c));
   else print_ckpt_line(x, &c, "checkpoint");
@@ -471,8 +474,8 @@ static int cmd_checkpoints(ctx_t *x, const cli_args_t *a) {
     for (int i = 0; i < n; i++) {
       char tm[32];
       fmt_time(cs[i].mtime, tm, sizeof tm);
-      printf("%-6llu %-12llu %-12llu %-21s %s\n", (unsigned long long)cs[i].seq, (unsigned long long)cs[i].step,
-             (unsigned long long)cs[i].bytes, tm, cs[i].id);
+      printf("%-6llu %-12llu %-12llu %-21s %s%s\n", (unsigned long long)cs[i].seq, (unsigned long long)cs[i].step,
+             (unsigned long long)cs[i].bytes, tm, cs[i].id, cs[i].pinned ? "  (pinned)" : "");
     }
   }
   free(cs);
@@ -532,7 +535,9 @@ static const cli_opt_t o_act[] = {{"--states", "S.npy", "[n, state_dim] float"},
                                   {NULL, NULL, NULL}};
 static const cli_opt_t o_sync[] = {{"--tau", "T", "Polyak factor in [0, 1]: target = T x online + (1-T) x target"},
                                    {NULL, NULL, NULL}};
-static const cli_opt_t o_save[] = {{"--with-replay", NULL, "include the replay buffer"}, {NULL, NULL, NULL}};
+static const cli_opt_t o_save[] = {{"--with-replay", NULL, "include the replay buffer"},
+                                   {"--pin", NULL, "keep it besides the newest keep-checkpoints until the trainer's next pinned one (a resume point)"},
+                                   {NULL, NULL, NULL}};
 static const cli_opt_t o_fetch[] = {{"-o", "FILE", "where to write it (replaced only once the download is complete and checked)"},
                                     {"--checkpoint", "ID", "its id or short id (dqnctl checkpoints); default: the newest"},
                                     {NULL, NULL, NULL}};

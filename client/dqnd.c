@@ -596,5 +596,6 @@ void ckpt_from_pb(const Dqnd__V1__CheckpointInfo *p, dqnd_checkpoint_t *o) {
   o->seq = p->seq;
   o->mtime = p->mtime_unix;
   o->crc32 = p->crc32;
+  o->pinned = p->pinned;
 }
 

@@ -77,6 +77,7 @@ typedef struct dqnd_checkpoint {
   uint64_t seq;      /* the short id: accepted wherever an id is */
   int64_t mtime;     /* seconds since the epoch (0 when unknown) */
   uint32_t crc32;
+  int pinned;        /* the trainer's pinned checkpoint (dqnd_save_checkpoint_pinned) */
 } dqnd_checkpoint_t;
 
 /* What a client needs to know of a trainer's shapes (from GetStats). */
@@ -164,6 +165,10 @@ int dqnd_sync_target(dqnd_client_t *c, const char *name, float tau);
 int dqnd_set_hparams(dqnd_client_t *c, const char *name, const char *const *fields, int n_fields);
 int dqnd_get_stats(dqnd_client_t *c, const char *name, learner_stats_t *st);
 int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out);
+/* dqnd_save_checkpoint, pinned: the trainer's resume point, kept besides the
+ * daemon's newest keep-checkpoints until the trainer's next pinned one (its
+ * periodic and final saves do not prune it). */
+int dqnd_save_checkpoint_pinned(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out);
 /* Downloads a checkpoint ("" or NULL = newest; else its id or short id) in
  * chunks of chunk_bytes (0 = 4 MiB) into a temporary file beside local_path,
  * verifies its CRC-32, fsyncs it and renames it over local_path only then:

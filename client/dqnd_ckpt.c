@@ -11,10 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out) {
+static int save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, int pin, dqnd_checkpoint_t *out) {
   Dqnd__V1__SaveCheckpoint m = DQND__V1__SAVE_CHECKPOINT__INIT;
   m.name = (char *)name;
   m.with_replay = with_replay;
+  m.pin = pin;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SAVE_CHECKPOINT;
   req.save_checkpoint = &m;
@@ -27,6 +28,14 @@ int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dq
     ckpt_from_pb(rep->checkpoint, out);
   dqnd_reply_free(rep);
   return rc;
+}
+
+int dqnd_save_checkpoint(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out) {
+  return save_checkpoint(c, name, with_replay, 0, out);
+}
+
+int dqnd_save_checkpoint_pinned(dqnd_client_t *c, const char *name, int with_replay, dqnd_checkpoint_t *out) {
+  return save_checkpoint(c, name, with_replay, 1, out);
 }
 
 /* fetch into an existing non-regular file (a pipe, a terminal): no temporary

@@ -103,6 +103,9 @@ int ckpt_list(const char *dir, ckpt_info_t **out, int *n) {
     (*out)[(*n)++] = c;
   }
   closedir(d);
+  char pinned[96];
+  if (ckpt_read_meta(dir, "pinned", pinned, sizeof pinned) == 0)
+    for (int i = 0; i < *n; i++) (*out)[i].pinned = !strcmp((*out)[i].id, pinned);
   for (int i = 1; i < *n; i++) /* insertion sort: few files */
     for (int j = i; j > 0 && (*out)[j - 1].seq > (*out)[j].seq; j--) {
       ckpt_info_t t = (*out)[j];
@@ -151,7 +154,7 @@ static int fsync_dir(const char *dir) {
   return rc;
 }
 
-int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckpt_info_t *out, char *err,
+int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, int pin, ckpt_info_t *out, char *err,
                size_t errlen) {
   if (ckpt_mkdirs(dir, err, errlen)) return -1;
   ckpt_info_t *all;
@@ -196,9 +199,14 @@ int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckp
     return fail(err, errlen, "rename to %s: %s", c.path, strerror(errno));
   }
   if (fsync_dir(dir)) return fail(err, errlen, "fsync %s: %s", dir, strerror(errno));
-  /* keep the newest `keep` */
+  if (pin && ckpt_write_meta(dir, "pinned", c.id, err, errlen)) return -1; /* written, not pinned: an error */
+  c.pinned = pin;
+  /* keep the newest `keep`, and the pinned one besides */
   if (ckpt_list(dir, &all, &n) == 0) {
-    for (int i = 0; i < n - keep; i++) unlink(all[i].path);
+    int unpinned = 0;
+    for (int i = 0; i < n; i++) unpinned += !all[i].pinned;
+    for (int i = 0; i < n && unpinned > keep; i++)
+      if (!all[i].pinned) unlink(all[i].path), unpinned--;
     free(all);
   }
   if (out) *out = c;

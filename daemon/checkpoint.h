@@ -6,7 +6,7 @@
  * moment leaves either the previous set of checkpoints or the new one, never
  * a torn file under a checkpoint name. Names sort by sequence:
  *   ckpt-<seq:08>-<step:012>-<crc32 of the file:08x>.dqnd
- * The newest `keep` are kept. Functions here do blocking file I/O: callers
+ * The newest `keep` are kept, and a pinned one besides (ckpt_write). Functions here do blocking file I/O: callers
  * run them on a trainer's worker thread, never on the loop or nng threads.
  */
 #ifndef DQND_CHECKPOINT_H
@@ -25,6 +25,7 @@ typedef struct ckpt_info {
   uint32_t crc32;
   uint64_t seq, step; /* seq is the short id */
   int64_t mtime;
+  int pinned; /* the trainer's pinned checkpoint (meta key "pinned"): retention passes it over */
 } ckpt_info_t;
 
 enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5, CKPT_ENONFINITE = -6 };
@@ -37,14 +38,17 @@ int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
 int ckpt_lock_state_dir(const char *dir, char *err, size_t errlen);
 /* 0; CKPT_ENONFINITE when a member's state is not finite (learner_save
  * refuses it: it would not load), nothing written or pruned; else -1. A
- * population of one writes its learner's state (population.h). */
-int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, ckpt_info_t *out, char *err,
+ * population of one writes its learner's state (population.h). The newest
+ * `keep` are kept, and the pinned one besides: pin makes this one the pinned
+ * one (its id in the meta key "pinned"), and the one pinned before it an
+ * ordinary checkpoint again. */
+int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, int pin, ckpt_info_t *out, char *err,
                size_t errlen);
 /* id "" = newest; else the file name or the short id (the sequence number,
  * leading zeros optional). 0 or -1 (err: NOT_FOUND-style message). */
 int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size_t errlen);
-/* Every checkpoint in dir, oldest first (free *out). 0, or -1 when dir
- * exists but cannot be read. */
+/* Every checkpoint in dir, oldest first (free *out), the pinned one marked.
+ * 0, or -1 when dir exists but cannot be read. */
 int ckpt_list(const char *dir, ckpt_info_t **out, int *n);
 /* Reads up to n bytes at off; *got = bytes read. */
 int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got);

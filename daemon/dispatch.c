@@ -364,7 +364,7 @@ static void run_destroy(trainer_job_t *j) {
   const Dqnd__V1__DestroyTrainer *m = rpc_request(c)->destroy_trainer;
   ckpt_info_t info;
   char err[512], moved[1300];
-  int src = m->save_final ? trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err) : 0;
+  int src = m->save_final ? trainer_save(t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err) : 0;
   if (src) {
     rpc_reply_error(c, src == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "save_final: %s (trainer kept)", err);

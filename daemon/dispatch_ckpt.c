@@ -23,6 +23,7 @@ void dispatch_reply_checkpoint(rpc_call_t *c, const ckpt_info_t *info) {
   ci.step = info->step;
   ci.seq = info->seq;
   ci.mtime_unix = info->mtime;
+  ci.pinned = info->pinned;
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_CHECKPOINT;
   r.checkpoint = &ci;
@@ -33,7 +34,8 @@ void dispatch_run_save(trainer_job_t *j) {
   rpc_call_t *c = j->c;
   ckpt_info_t info;
   char err[512];
-  int rc = trainer_save(j->t, rpc_request(c)->save_checkpoint->with_replay, &info, err, sizeof err);
+  const Dqnd__V1__SaveCheckpoint *m = rpc_request(c)->save_checkpoint;
+  int rc = trainer_save(j->t, m->with_replay, m->pin, &info, err, sizeof err);
   if (rc)
     rpc_reply_error(c, rc == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "%s", err);
@@ -65,6 +67,7 @@ void dispatch_run_list_checkpoints(trainer_job_t *j) {
     ci[i].step = all[i].step;
     ci[i].seq = all[i].seq;
     ci[i].mtime_unix = all[i].mtime;
+    ci[i].pinned = all[i].pinned;
     ptr[i] = &ci[i];
   }
   Dqnd__V1__ListCheckpointsResult lr = DQND__V1__LIST_CHECKPOINTS_RESULT__INIT;

@@ -280,12 +280,12 @@ static void job_run(void *owner, void *arg) {
 
 int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->s->admin, job_run, j); }
 
-int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen) {
+int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char *err, size_t errlen) {
   /* a state that would not load again (a diverged trainer's Adam moments can
    * overflow while its parameters stay finite) is not written (learner_save
    * refuses it): each save prunes the oldest checkpoint, so periodic saves
    * would have replaced every good one by files that cannot be loaded */
-  int rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, info, err, errlen);
+  int rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, pin, info, err, errlen);
   if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
   else if (rc == CKPT_ENONFINITE) {
     snprintf(err, errlen,
@@ -333,7 +333,7 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {
   ckpt_info_t info;
   char serr[512], where[1400];
-  const int rc = trainer_save(t, t->srv->opts.checkpoint_replay, &info, serr, sizeof serr);
+  const int rc = trainer_save(t, t->srv->opts.checkpoint_replay, 0, &info, serr, sizeof serr);
   if (rc == 0)
     snprintf(where, sizeof where, "its last good state is saved as checkpoint %s", info.path);
   else if (rc != TRAINER_SAVE_NOT_FINITE)
@@ -509,14 +509,14 @@ void trainer_stop_running(trainer_t *t) {
 static void run_periodic_save(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
-  trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  trainer_save(j->t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
 }
 
 /* shutdown: the final checkpoint stays where a restart finds it */
 static void run_final(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
-  const int rc = trainer_save(j->t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  const int rc = trainer_save(j->t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
   /* a diverged state has nothing to save (its earlier checkpoints stand);
    * any other failure loses the work since the last checkpoint: the exit
    * status says so (main.c) */
@@ -533,7 +533,7 @@ static void run_unload(trainer_job_t *j) {
   /* a state that is not finite (it diverged) has nothing to save: unloaded
    * all the same, its earlier checkpoints moved aside with it (kept loaded,
    * it failed the save at every idle check for good) */
-  const int rc = trainer_save(t, j->s->opts.checkpoint_replay, &info, err, sizeof err);
+  const int rc = trainer_save(t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
   if ((rc && rc != TRAINER_SAVE_NOT_FINITE) || trainer_retire(t, "unloaded", moved, sizeof moved)) {
     log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
     return;

@@ -131,7 +131,7 @@ int trainer_enqueue(trainer_job_t *j);
  * TRAINER_SAVE_NOT_FINITE: the state is not finite (a diverged trainer),
  * nothing written, the earlier checkpoints kept. */
 #define TRAINER_SAVE_NOT_FINITE 1
-int trainer_save(trainer_t *t, int with_replay, ckpt_info_t *info, char *err, size_t errlen);
+int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char *err, size_t errlen);
 /* Moves the trainer's directory to STATE/.retired/ (before trainer_stop: the
  * name is not free yet, so a new trainer of that name cannot race for the
  * directory, and no periodic save runs in between); 0 or -1 (logged). */

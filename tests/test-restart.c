@@ -326,6 +326,63 @@ START_TEST(test_final_save_failure) {
 }
 END_TEST
 
+/* ids of the trainer's checkpoints, oldest first, "*" after the pinned one */
+static void ckpt_ids(dqnd_client_t *c, const char *name, char *out, size_t n) {
+  dqnd_checkpoint_t *cs;
+  int k;
+  ck_assert_int_eq(dqnd_list_checkpoints(c, name, &cs, &k), 0);
+  out[0] = 0;
+  for (int i = 0; i < k; i++)
+    snprintf(out + strlen(out), n - strlen(out), "%s%llu%s", i ? " " : "", (unsigned long long)cs[i].seq,
+             cs[i].pinned ? "*" : "");
+  free(cs);
+}
+
+/* Retention: the newest --keep-checkpoints (2 here) are kept, and a pinned
+ * one (SaveCheckpoint pin: a client's resume point) besides, through
+ * periodic-style saves, the final save at SIGTERM and a restart, until the
+ * next pinned one; then it is pruned as any other. */
+START_TEST(test_pinned_checkpoint) {
+  daemon_t d = {0};
+  const char *keep[] = {"--keep-checkpoints", "2", NULL};
+  start_daemon_argv(&d, keep);
+  dqnd_client_t *c = connect_to(&d);
+  ck_assert_int_eq(dqnd_create_trainer(c, "p", small_fields, N_SMALL, NULL, NULL), 0);
+  batch_t b;
+  make_batch(&b, 64, 6);
+  ck_assert_int_eq(submit(c, "p", &b), 0);
+  dqnd_checkpoint_t pin, x;
+  ck_assert_int_eq(dqnd_save_checkpoint_pinned(c, "p", 1, &pin), 0);
+  ck_assert(pin.pinned && pin.seq == 1);
+  learner_stats_t st;
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(dqnd_step(c, "p", 2, &st), 0);
+    ck_assert_int_eq(dqnd_save_checkpoint(c, "p", 0, &x), 0);
+    ck_assert(!x.pinned);
+  }
+  char ids[200];
+  ckpt_ids(c, "p", ids, sizeof ids);
+  ck_assert_str_eq(ids, "1* 3 4");
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0); /* the final save: 5 */
+  start_daemon_argv(&d, keep);
+  c = connect_to(&d);
+  ckpt_ids(c, "p", ids, sizeof ids);
+  ck_assert_str_eq(ids, "1* 4 5");
+  ck_assert_int_eq(dqnd_get_stats(c, "p", &st), 0);
+  ck_assert_int_eq((int)st.step, 6); /* restored from the newest, not the pinned */
+  ck_assert_int_eq(dqnd_load_checkpoint_path(c, "p", pin.path, 0, NULL), 0); /* the resume point loads */
+  ck_assert_int_eq(dqnd_get_stats(c, "p", &st), 0);
+  ck_assert_int_eq((int)st.step, 0);
+  ck_assert_int_eq(dqnd_save_checkpoint_pinned(c, "p", 0, &x), 0); /* 6 pinned: 1 is an ordinary one again */
+  ckpt_ids(c, "p", ids, sizeof ids);
+  ck_assert_str_eq(ids, "4 5 6*"); /* the newest two besides the pinned one */
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 /* a peer that connects and leaves during the handshake (a port scan, a bare
  * connect(), a second dqnd on the same socket) must not leave the daemon
  * deaf: Debian's nng 1.5.2 stops serving such a listener (nng#1518), and the
@@ -419,6 +476,7 @@ int main(void) {
   tcase_add_test(tc, test_service_options);
   tcase_add_test(tc, test_config_files);
   tcase_add_test(tc, test_final_save_failure);
+  tcase_add_test(tc, test_pinned_checkpoint);
   tcase_add_test(tc, test_restart_behind_a_client_is_reported);
   tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);

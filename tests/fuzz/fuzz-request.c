@@ -105,7 +105,7 @@ static void run_reset(trainer_job_t *j) {
 static void run_save(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
-  if (trainer_save(j->t, 0, &info, err, sizeof err)) die(err);
+  if (trainer_save(j->t, 0, 0, &info, err, sizeof err)) die(err);
 }
 
 static learner_pop_t *base_learner(void) {

@@ -148,6 +148,11 @@ class ClientTest(DaemonTest):
             # the copies continue exactly like the original
             x, y = c.step("every", 3), c.step("copy", 3)
             self.assertEqual(x["loss_mean"], y["loss_mean"])
+            # a pinned checkpoint (a resume point) says so, and the list marks it alone
+            pinned = c.save_checkpoint("copy2", pin=True)
+            self.assertTrue(pinned["pinned"])
+            self.assertFalse(c.save_checkpoint("copy2")["pinned"])
+            self.assertEqual([p["seq"] for p in c.list_checkpoints("copy2") if p["pinned"]], [pinned["seq"]])
             names = {t["name"] for t in c.list_trainers()}
             self.assertTrue({"every", "perbranch", "copy", "copy2"} <= names)
             fin = c.destroy_trainer("copy", save=True)

@@ -185,7 +185,7 @@ def _member(member):
 
 def _ckpt(c):
     return {"checkpoint": c.checkpoint, "seq": c.seq, "path": c.path, "bytes": c.bytes, "step": c.step,
-            "crc32": c.crc32, "mtime": c.mtime_unix}
+            "crc32": c.crc32, "mtime": c.mtime_unix, "pinned": c.pinned}
 
 
 class Client:
@@ -582,8 +582,12 @@ class Client:
         m = pb.CopyMember(name=name, dst=_member(dst), src=_member(src), with_replay=bool(with_replay), factors=f)
         return _info(self._call("copy_member", m).trainer)
 
-    def save_checkpoint(self, name, with_replay=False):
-        return _ckpt(self._call("save_checkpoint", pb.SaveCheckpoint(name=name, with_replay=bool(with_replay))).checkpoint)
+    def save_checkpoint(self, name, with_replay=False, pin=False):
+        """A checkpoint written on the daemon now. pin: the trainer's resume
+        point, kept besides the daemon's newest keep-checkpoints until the
+        trainer's next pinned one (periodic and final saves do not prune it)."""
+        return _ckpt(self._call("save_checkpoint", pb.SaveCheckpoint(name=name, with_replay=bool(with_replay),
+                                                                     pin=bool(pin))).checkpoint)
 
     def list_checkpoints(self, name):
         return [_ckpt(c) for c in self._call("list_checkpoints", pb.ListCheckpoints(name=name)).checkpoints.checkpoints]

@@ -580,7 +580,7 @@ class Search:
                 prune = rnd < a.rounds and trial.should_prune()
             st = client.stats(name)
             if not prune and rnd < a.rounds:  # the resume point: the trainer's checkpoint, this side's state
-                ck = client.save_checkpoint(name, with_replay=True)
+                ck = client.save_checkpoint(name, with_replay=True, pin=True)  # not pruned by later saves
                 run.snap = {"round": rnd, "path": ck["path"], "step": ck["step"],
                             "collector": copy.deepcopy(collector), "rng": copy.deepcopy(rng)}
             self.log(f"trial {trial.number} round {rnd}/{a.rounds}: value {value:.4f} "
