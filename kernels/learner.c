@@ -186,10 +186,11 @@ static const learner_backend_ops_t *ops_of(learner_backend_t be) {
  * columns: a row costs what it costs in a checkpoint), the gradient, and
  * each slot's episode bounds (her.h: two int64). The PER tree, whose layout
  * is a backend's, and the workspace are the backend's own estimate. */
-static int64_t state_bytes(const learner_config_t *c) {
+static int64_t state_bytes(const learner_config_t *c, int64_t *replay) {
   const int64_t P = learner_config_num_params(c), pr = learner_config_num_prior(c), C = c->replay_capacity;
   const int64_t ndt = learner_config_num_dt(c);
   int64_t total = P * 4 /* the gradient */ + C * 16 /* episode bounds */;
+  *replay = C * 16;
   for (int i = 0; i < state_num_sections; i++) {
     const state_section_t *s = &state_sections[i];
     if (s->per_only) continue; /* the leaves are part of the backend's tree */
@@ -197,13 +198,17 @@ static int64_t state_bytes(const learner_config_t *c) {
     else if (s->unit == STATE_UNIT_PRIOR) total += pr * 4;
     else if (s->unit == STATE_UNIT_DT) total += ndt * 4;
     else if (s->unit == STATE_UNIT_FIXED) total += s->row_c;
-    else total += C * ((int64_t)s->row_s * c->state_dim + s->row_c);
+    else {
+      const int64_t rows = C * ((int64_t)s->row_s * c->state_dim + s->row_c);
+      total += rows, *replay += rows;
+    }
   }
   return total;
 }
 
 int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be) {
-  return state_bytes(c) + ops_of(be)->workspace_estimate(c);
+  int64_t replay;
+  return state_bytes(c, &replay) + ops_of(be)->workspace_estimate(c);
 }
 
 int64_t learner_memory_available(learner_backend_t be) {
@@ -215,8 +220,17 @@ int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *e
   if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
   const int64_t need = learner_memory_estimate(c, be), avail = ops_of(be)->memory_free();
   if (avail < 0 || need <= avail) return LEARNER_OK;
-  seterr(err, errlen, "replay_capacity: the trainer needs ~%lld MiB of %s memory, %lld MiB are available",
-         (long long)(need >> 20), be == LEARNER_BACKEND_CUDA ? "GPU" : "host", (long long)(avail >> 20));
+  /* the message names the field behind the largest part */
+  int64_t replay;
+  const int64_t state = state_bytes(c, &replay), net = state - replay, work = need - state;
+  const char *field = replay >= net && replay >= work ? "replay_capacity"
+                      : work >= net                   ? (c->dt_layers > 0 ? "batch (or the dt_ fields)" : "batch")
+                                                      : "trunk_h1 (the network's size)";
+  seterr(err, errlen,
+         "%s: the trainer needs ~%lld MiB of %s memory (the replay ~%lld, the network and its optimiser ~%lld, the "
+         "step's and Act's workspace ~%lld), %lld MiB are available",
+         field, (long long)(need >> 20), be == LEARNER_BACKEND_CUDA ? "GPU" : "host", (long long)(replay >> 20),
+         (long long)(net >> 20), (long long)(work >> 20), (long long)(avail >> 20));
   return LEARNER_ENOMEM;
 }
 
@@ -359,7 +373,17 @@ int learner_act_episode(learner_t *l, const float *states, int n, int noisy, int
 
 int learner_act_checked(learner_t *l, const float *states, int n, int noisy, int64_t episode, int32_t *actions,
                         float *q, float *q_var, char *err, size_t errlen) {
-  return l->ops->act(l->impl, states, n, noisy, episode, actions, q, q_var, err, errlen);
+  int rc = l->ops->act(l->impl, states, n, noisy, episode, actions, q, q_var, err, errlen);
+  /* the CPU backend checks every state's Q itself; here, the ones asked for
+   * (either backend): NaN Q values (a diverged network's) are no answer */
+  const int64_t qw = learner_config_q_width(&l->cfg);
+  for (int64_t i = 0; !rc && q && i < (int64_t)n * qw; i++)
+    if (!isfinite(q[i]) || (q_var && !isfinite(q_var[i]))) {
+      seterr(err, errlen, "state %lld: Q values are not finite: the forward overflows (a diverged network's weights, "
+             "or states too large for it)", (long long)(i / qw));
+      rc = LEARNER_EDIVERGED;
+    }
+  return rc;
 }
 
 int learner_sync_target(learner_t *l, float tau) {

@@ -243,7 +243,13 @@ START_TEST(test_bad_input) {
               "name: 'dqnd.lock' is reserved", "create dqnd.lock");
   expect_code(c, dqnd_create_trainer(c, "new", small_fields, N_SMALL, "tpu", NULL), 3, "backend", "create bad backend");
   const char *huge[] = {"replay_capacity=2000000000", "state_dim=4096"};
-  expect_code(c, dqnd_create_trainer(c, "new", huge, 2, NULL, NULL), 8, "replay_capacity", "create too big for memory");
+  expect_code(c, dqnd_create_trainer(c, "new", huge, 2, NULL, NULL), 8, "replay_capacity: the trainer needs",
+              "create too big for memory");
+  ck_assert_msg(strstr(dqnd_last_error(c), "(the replay ~"), "no breakdown: %s", dqnd_last_error(c));
+  /* the field behind the largest part is named: here the step's attention (16,384 tokens) */
+  const char *wide[] = {"trunk_h2=16384", "attn_tokens=16384", "attn_heads=1", "batch=256", "replay_capacity=1000"};
+  expect_code(c, dqnd_create_trainer(c, "new", wide, 5, NULL, NULL), 8, "batch: the trainer needs",
+              "create with a workspace too big for memory");
 
   /* checkpoints */
   char local[400];

@@ -250,6 +250,15 @@ START_TEST(test_divergence) {
   ck_assert_int_eq(dqnd_step(c, "wild", 1, &st), 9);
   ck_assert_msg(strstr(dqnd_last_error(c), "stopped training"), "%s", dqnd_last_error(c));
   ck_assert_int_eq(submit(c, "wild", &b), 9);
+  /* Act reads the kept state, whose forward overflows: no action chosen among NaNs, with or without Q */
+  int32_t acts[2];
+  float q[2 * 7];
+  rc = dqnd_act(c, "wild", b.s, 2, S_DIM, 0, acts, q, 14);
+  ck_assert_msg(rc == 9 && strstr(dqnd_last_error(c), "Q values are not finite"), "Act with Q: %s (%s)",
+                dqnd_strerror(rc), dqnd_last_error(c));
+  rc = dqnd_act(c, "wild", b.s, 2, S_DIM, 0, acts, NULL, 0);
+  ck_assert_msg(rc == 9 && strstr(dqnd_last_error(c), "Q values are not finite"), "Act: %s (%s)", dqnd_strerror(rc),
+                dqnd_last_error(c));
   dqnd_trainer_info_t ti;
   ck_assert_int_eq(dqnd_trainer_info(c, "wild", &ti), 0);
   ck_assert_msg(strstr(ti.state, "diverged"), "%s", ti.state);

@@ -66,12 +66,14 @@
   void net_weights_##S(const net_layout_t *L, const R *params, const R *fnoise, R *weff,             \
                        net_weights_##S##_t *w);                                                      \
   void net_weights_priors_##S(const net_layout_t *L, const R *prior, R scale, net_weights_##S##_t *w); \
+  size_t net_acts_need_##S(const net_layout_t *L, int rows);                                        \
   int net_acts_alloc_##S(net_acts_##S##_t *A, const net_layout_t *L, int rows);                      \
   void net_acts_free_##S(net_acts_##S##_t *A);                                                       \
   void net_forward_##S(const net_layout_t *L, const net_weights_##S##_t *w, const R *X, int rows,     \
                        R slope, net_acts_##S##_t *A);                                                \
   void c51_q_values_##S(const R *logp, int n, int Z, const R *support, R *q);                        \
   void c51_project_##S(const R *tz, const R *p, int n, R vmin, R vmax, int Z, R *out);               \
+  size_t dqn_ws_need_##S(const net_layout_t *L, int B);                                             \
   int dqn_ws_alloc_##S(dqn_ws_##S##_t *ws, const net_layout_t *L, int B);                            \
   void dqn_ws_free_##S(dqn_ws_##S##_t *ws);                                                          \
   R dqn_loss_grad_##S(const net_layout_t *L, const dqn_hp_##S##_t *hp, const R *online,              \

@@ -49,6 +49,16 @@ int dt_layout_init(dt_layout_t *L, const model_t *m, int context, int heads, cha
  * backends' one way to them. 0, or LEARNER_EINVAL naming the field. */
 int dt_layout_from_config(const learner_config_t *c, model_t *reg, dt_layout_t *L, char *err, size_t errlen);
 
+/* The values dt_loss_grad allocates for one window's activations and
+ * gradients: context K, embed E, NL layers, nh heads, A logits a step (the
+ * learner's memory estimate counts them too). */
+static inline size_t dt_window_values(int K, int E, int NL, int nh, int A) {
+  const size_t N = 3 * (size_t)K, NE = N * (size_t)E, NF = 4 * NE, NN = (size_t)nh * N * N;
+  const size_t per_layer = 9 * NE + 3 * N + NN + 2 * NF;
+  return 3 * NE + 2 * N + (size_t)(NL + 1) * NE + (size_t)NL * per_layer + 2 * NE + N + (size_t)K * A + 9 * NE + NF +
+         (size_t)A + N;
+}
+
 /* One batch of windows: states [B, K, S], rtg [B, K] (already divided by
  * dt_rtg_scale), actions [B, K] (flat joint), timesteps [B, K] (raw: clipped
  * here), mask [B, K] (nonzero: a real step; padding is on the left). The

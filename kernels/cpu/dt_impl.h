@@ -92,10 +92,7 @@ double SFX(dt_loss_grad)(const dt_layout_t *L, const R *p, const dt_batch_t *bt,
   for (long long i = 0; i < (long long)bt->B * K; i++) nreal += bt->mask[i] != 0;
   if (!nreal) return 0;
   /* one allocation for a window's activations and gradients */
-  const size_t per_layer = 9 * NE + 3 * (size_t)N + NN + 2 * NF;
-  const size_t total = 3 * NE + 2 * (size_t)N + (size_t)(NL + 1) * NE + (size_t)NL * per_layer + 2 * NE + N +
-                       (size_t)K * A + 9 * NE + NF + A + N;
-  R *mem = calloc(total, sizeof(R));
+  R *mem = calloc(dt_window_values(K, E, NL, nh, A), sizeof(R));
   int *valid = calloc((size_t)N, sizeof(int));
   if (!mem || !valid) {
     free(mem), free(valid);

@@ -11,17 +11,26 @@
  */
 /* ----------------------------------------------------------- activations */
 
+/* one head set's block: av, hv, V, ab/hb per branch, A/logp per branch */
+static size_t SFX(net_hblock)(const net_layout_t *L, size_t r) {
+  return r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width * 2;
+}
+
+/* the values net_acts_alloc takes for `rows` rows (the learner's memory estimate counts them too) */
+size_t SFX(net_acts_need)(const net_layout_t *L, int rows) {
+  const size_t r = (size_t)rows;
+  const int K = L->K < 1 ? 1 : L->K; /* K head sets, and one more for the prior heads' scratch */
+  return r * (2 * L->H1 + 2 * L->H2) + SFX(net_hblock)(L, r) * (size_t)(K + (L->has_prior ? 1 : 0)) +
+         SFX(attn_acts_need)(L, r);
+}
+
 int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
   memset(A, 0, sizeof *A);
   A->rows = rows;
   size_t r = (size_t)rows;
-  /* one head set's block: av, hv, V, ab/hb per branch, A/logp per branch; K of them, and one more
-   * for the prior heads' scratch when there are priors */
-  size_t hblock = r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width * 2;
-  int K = L->K < 1 ? 1 : L->K;
-  size_t need = r * (2 * L->H1 + 2 * L->H2) + hblock * (size_t)(K + (L->has_prior ? 1 : 0)) +
-                SFX(attn_acts_need)(L, r);
-  R *p = calloc(need, sizeof(R));
+  const size_t hblock = SFX(net_hblock)(L, r);
+  const int K = L->K < 1 ? 1 : L->K;
+  R *p = calloc(SFX(net_acts_need)(L, rows), sizeof(R));
   if (!p) return -1;
   A->mem = p;
   A->a1 = p; p += r * L->H1;

@@ -319,8 +319,17 @@ static int cpu_step(void *impl, int n, learner_stop_ctl_t *stop, learner_stats_t
   return LEARNER_OK;
 }
 
-/* the most states Act's forward takes at once (cpu_act) */
+/* the most states Act's forward takes at once (cpu_act): ACT_ROWS, and no
+ * more than ACT_BYTES of activations (at least one state): a wide network's
+ * row is megabytes (65,536 actions of 51 atoms: 27 MB), and 300 states asked
+ * at once held 8 GB for the trainer's life (a review find) */
 #define ACT_ROWS 4096
+#define ACT_BYTES (64LL << 20)
+static int act_rows(const net_layout_t *L) {
+  const int64_t row = (int64_t)net_acts_need_f32(L, 1) * (int64_t)sizeof(float);
+  const int64_t k = ACT_BYTES / (row > 0 ? row : 1);
+  return k < 1 ? 1 : k > ACT_ROWS ? ACT_ROWS : (int)k;
+}
 
 /* Act (docs/learner.md §8): per branch the Q values of each head, their mean
  * (head 0 plus heads 1..K-1 in order, then / K: K = 1 is the plain network
@@ -336,7 +345,7 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
    * the kept activations hold at most ACT_ROWS rows (they grew to the
    * largest request: a million states held gigabytes for the trainer's life,
    * a review find) */
-  const int rows = n < ACT_ROWS ? n : ACT_ROWS;
+  const int most = act_rows(L), rows = n < most ? n : most;
   if (m->act_acts.rows < rows) {
     net_acts_free_f32(&m->act_acts);
     if (net_acts_alloc_f32(&m->act_acts, L, rows)) {
@@ -371,6 +380,12 @@ static int cpu_act(void *impl, const float *s, int n, int noisy, int64_t episode
                            qh + (size_t)k * qw + off);
       }
       int32_t flat = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, qh, (size_t)qw, qrow, var);
+      for (int j = 0; j < qw; j++) /* an action chosen among NaNs is no answer (learner_act_checked) */
+        if (!isfinite(qrow[j])) {
+          snprintf(err, errlen, "state %zu: Q values are not finite: the forward overflows (a diverged network's "
+                   "weights, or states too large for it)", i);
+          return LEARNER_EDIVERGED;
+        }
       a[i] = flat;
       if (q) memcpy(q + i * qw, qrow, sizeof(float) * (size_t)qw);
       if (q_var) memcpy(q_var + i * qw, var, sizeof(float) * (size_t)qw);
@@ -496,9 +511,14 @@ static int cpu_load_done(void *impl) {
   return LEARNER_OK;
 }
 
-/* beyond the state's tensors (learner.c): the effective NoisyNet weights
- * (2 P), the PER tree (double sums and mins over T leaves), the step's
- * activations and workspace, attention's and the ensemble's */
+/* beyond the state's tensors (learner.c): what this backend allocates, by
+ * the functions that size the allocations: the step's workspace and
+ * activations (dqn_ws_need: the effective NoisyNet weights, attention's and
+ * the ensemble's included) and its int arrays, Act's activations (act_rows)
+ * and effective weights, the three noise vectors, the PER tree (sums and
+ * mins over T leaves), and the Decision Transformer's per-window activations
+ * and its optimiser (dt_window_values). (A flat 64 KiB a batch row once
+ * stood in for the step's part and undercounted wide networks fivefold.) */
 static int64_t cpu_workspace_estimate(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
@@ -508,14 +528,16 @@ static int64_t cpu_workspace_estimate(const learner_config_t *c) {
     while (T < c->replay_capacity) T <<= 1;
     tree = 2 * T * 8;
   }
-  int64_t attn = 0; /* attention activations (online 2B rows, target B) and backward workspace */
-  if (L.attn.T)
-    attn = 3 * (int64_t)c->batch * (8 * (int64_t)L.H2 + (int64_t)L.attn.nh * L.attn.T * L.attn.T + L.attn.T) * 4 +
-           6 * (int64_t)c->batch * L.H2 * 4;
-  /* the other K - 1 head sets' and the prior heads' activations */
-  int64_t hblock = 2 * (int64_t)L.VH + L.Z + (int64_t)L.D * 2 * L.AH + 2 * (int64_t)L.a_width;
-  int64_t ens = (int64_t)(L.K - 1 + L.has_prior) * 3 * c->batch * hblock * 4 + (int64_t)L.K * L.D * c->batch * L.Z * 8;
-  return L.n_params * 4 * 2 + ens + tree + (int64_t)c->batch * 64 * 1024 + attn;
+  const int64_t f = (int64_t)sizeof(float), B = c->batch, K = L.K < 1 ? 1 : L.K;
+  const int64_t step = (int64_t)dqn_ws_need_f32(&L, c->batch) * f + B * (1 + K * L.D) * 4;
+  const int64_t act = (int64_t)net_acts_need_f32(&L, act_rows(&L)) * f + L.n_params * f + 3 * L.n_noise * f;
+  int64_t dt = 0;
+  if (c->dt_layers > 0) {
+    const int64_t ndt = learner_config_num_dt(c), BK = (int64_t)c->dt_batch * c->dt_context;
+    dt = ndt * f /* its gradient */ + BK * (c->state_dim + 4) * 4 /* a batch of windows */ +
+         (int64_t)dt_window_values(c->dt_context, c->dt_embed, c->dt_layers, c->dt_heads, L.q_width) * f;
+  }
+  return step + act + tree + dt + (1 << 20); /* and 1 MiB for the small ones (the learner, Act's scratch, ...) */
 }
 
 /* the kernel's MemAvailable (free memory plus the page cache it can reclaim):

@@ -39,6 +39,30 @@ void SFX(c51_project)(const R *tz, const R *p, int n, R vmin, R vmax, int Z, R *
 
 /* ------------------------------------------------------------- workspace */
 
+/* the values of dqn_ws_alloc's own block (its two net_acts besides) */
+static size_t SFX(dqn_ws_block)(const net_layout_t *L, int B) {
+  const size_t b = (size_t)B, K = (size_t)(L->K < 1 ? 1 : L->K);
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  return 2 * b * L->S                          /* x */
+         + 2 * (size_t)L->n_params             /* weff_on, weff_tg */
+         + K * L->D * b * L->Z                 /* m */
+         + K * L->D * b * L->Z                 /* G */
+         + 2 * b * K + 2 * b                   /* mask, ce, div, ce_mean */
+         + b * L->Z                            /* dV */
+         + b * (size_t)nmax * L->Z             /* dA (one branch at a time) */
+         + b * (L->VH + L->H2 + L->H1 + L->AH) /* dhv, dh, dh1, dhb */
+         + (size_t)L->Z + (size_t)nmax         /* support, q scratch */
+         + 4 * b                               /* r, done, w, loss_i */
+         + SFX(attn_ws_need)(L, b);            /* attention backward */
+}
+
+/* the values dqn_ws_alloc takes for batch B (the learner's memory estimate
+ * counts them too; its two int arrays besides, B (1 + K D) int32) */
+size_t SFX(dqn_ws_need)(const net_layout_t *L, int B) {
+  return SFX(net_acts_need)(L, 2 * B) + SFX(net_acts_need)(L, B) + SFX(dqn_ws_block)(L, B);
+}
+
 int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   memset(ws, 0, sizeof *ws);
   ws->B = B;
@@ -47,18 +71,7 @@ int SFX(dqn_ws_alloc)(TY(dqn_ws) *ws, const net_layout_t *L, int B) {
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   if (SFX(net_acts_alloc)(&ws->on, L, 2 * B) || SFX(net_acts_alloc)(&ws->tg, L, B)) goto fail;
   const size_t K = (size_t)(L->K < 1 ? 1 : L->K);
-  size_t need = 2 * b * L->S                       /* x */
-                + 2 * (size_t)L->n_params          /* weff_on, weff_tg */
-                + K * L->D * b * L->Z              /* m */
-                + K * L->D * b * L->Z              /* G */
-                + 2 * b * K + 2 * b                /* mask, ce, div, ce_mean */
-                + b * L->Z                         /* dV */
-                + b * (size_t)nmax * L->Z          /* dA (one branch at a time) */
-                + b * (L->VH + L->H2 + L->H1 + L->AH) /* dhv, dh, dh1, dhb */
-                + (size_t)L->Z + (size_t)nmax      /* support, q scratch */
-                + 4 * b                            /* r, done, w, loss_i */
-                + SFX(attn_ws_need)(L, b);         /* attention backward */
-  R *p = calloc(need, sizeof(R));
+  R *p = calloc(SFX(dqn_ws_block)(L, B), sizeof(R));
   if (!p) goto fail;
   ws->mem = p;
   ws->x = p; p += 2 * b * L->S;
