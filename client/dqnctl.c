@@ -183,10 +183,11 @@ static int cmd_fields(ctx_t *x, const cli_args_t *a) {
     printf("%-18s %-6s %-24s %-9s %-8s %s\n", "field", "type", "bounds", "default", "changes", "meaning");
   for (int i = 0; i < learner_num_fields; i++) {
     const learner_field_t *f = &learner_fields[i];
-    char v[128], b[64];
+    char v[128], b[128], bd[96];
     learner_config_get(&d, f, v, sizeof v);
-    if (f->type == LCF_BRANCHES) snprintf(b, sizeof b, "%d-%d sizes in [%g, %g]", 1, LEARNER_MAX_BRANCHES, f->min, f->max);
-    else snprintf(b, sizeof b, "[%g, %g]", f->min, f->max);
+    learner_field_bounds(f, bd, sizeof bd);
+    if (f->type == LCF_BRANCHES) snprintf(b, sizeof b, "%d-%d sizes in %s", 1, LEARNER_MAX_BRANCHES, bd);
+    else snprintf(b, sizeof b, "%s", bd);
     const char *when = f->hparam ? "any time" : "create";
     if (arr)
       json_array_append_new(arr, json_pack("{s:s, s:s, s:f, s:f, s:s, s:b, s:s}", "name", f->name, "type",

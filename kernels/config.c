@@ -181,7 +181,9 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
   v = strtod(value, &end);
   if (end == value || *end || errno || !isfinite(v)) goto bad;
   if (out_of_bounds(f, v)) {
-    seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, value, f->min, f->max);
+    char bd[96];
+    learner_field_bounds(f, bd, sizeof bd);
+    seterr(err, errlen, "%s: %s is outside %s", f->name, value, bd);
     return LEARNER_EINVAL;
   }
   if (f->type != LCF_FLOAT && v != floor(v)) goto bad;
@@ -274,6 +276,13 @@ const learner_field_t *learner_config_shape_diff(const learner_config_t *a, cons
   return NULL;
 }
 
+void learner_field_bounds(const learner_field_t *f, char *buf, size_t n) {
+  if (f->type == LCF_FLOAT) snprintf(buf, n, "[%.9g, %.9g]", f->min, f->max);
+  else if (f->type == LCF_UINT64 && f->max >= 18446744073709551615.0) /* 2^64 as a double: the last one is 2^64 - 1 */
+    snprintf(buf, n, "[%.0f, %llu]", f->min, (unsigned long long)UINT64_MAX);
+  else snprintf(buf, n, "[%.0f, %.0f]", f->min, f->max);
+}
+
 int learner_config_same_shape(const learner_config_t *a, const learner_config_t *b) {
   return learner_config_shape_diff(a, b) == NULL;
 }
@@ -330,7 +339,9 @@ int learner_hparams_validate(const learner_hparams_t *hp, char *err, size_t errl
     if (!isfinite(v) || out_of_bounds(f, v)) {
       char s[64];
       learner_config_get(&tmp, f, s, sizeof s);
-      seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, s, f->min, f->max);
+      char bd[96];
+      learner_field_bounds(f, bd, sizeof bd);
+      seterr(err, errlen, "%s: %s is outside %s", f->name, s, bd);
       return LEARNER_EINVAL;
     }
   }
@@ -349,7 +360,9 @@ int learner_config_validate(const learner_config_t *c, char *err, size_t errlen)
     if (!isfinite(v) || out_of_bounds(f, v)) {
       char s[64];
       learner_config_get(c, f, s, sizeof s);
-      seterr(err, errlen, "%s: %s is outside [%g, %g]", f->name, s, f->min, f->max);
+      char bd[96];
+      learner_field_bounds(f, bd, sizeof bd);
+      seterr(err, errlen, "%s: %s is outside %s", f->name, s, bd);
       return LEARNER_EINVAL;
     }
   }

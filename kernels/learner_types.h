@@ -165,6 +165,9 @@ extern const int learner_num_fields;
 const learner_field_t *learner_field_find(const char *name);
 /* Parses `value` into the field; LEARNER_EINVAL names the field on failure. */
 int learner_config_set(learner_config_t *c, const char *name, const char *value, char *err, size_t errlen);
+/* The field's bounds as text, "[min, max]": integers whole (2147483648, not
+ * 2.14748e+09), floats to their last digit (0.99999994, not 1). */
+void learner_field_bounds(const learner_field_t *f, char *buf, size_t n);
 /* Writes the field's value as text (round-trips exactly through _set). */
 int learner_config_get(const learner_config_t *c, const learner_field_t *f, char *buf, size_t n);
 /* Canonical "name=value\n" text of every field, and its FNV-1a 64 hash.
