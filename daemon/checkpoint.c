@@ -392,6 +392,31 @@ int ckpt_retire(const char *state_dir, const char *name, const char *why, char *
   return fail(err, errlen, "%s: too many retired directories named %s-%s", base, name, stamp);
 }
 
+int ckpt_find_retired(const char *state_dir, const char *name, char *why, size_t wn, char *out, size_t n) {
+  char base[1200];
+  snprintf(base, sizeof base, "%s/.retired", state_dir);
+  DIR *d = opendir(base);
+  if (!d) return -1;
+  const size_t nl = strlen(name);
+  char best[300] = "";
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    /* <name>-<YYYYMMDDTHHMMSSZ>-<why>[-k], exactly: "a-b-..." is trainer a-b's, not a's */
+    const char *s = e->d_name;
+    if (strncmp(s, name, nl) || s[nl] != '-') continue;
+    const char *st = s + nl + 1;
+    int ok = strlen(st) > 17 && st[8] == 'T' && st[15] == 'Z' && st[16] == '-';
+    for (int i = 0; ok && i < 15; i++) ok = i == 8 || (st[i] >= '0' && st[i] <= '9');
+    if (ok && (!best[0] || strcmp(st, best + nl + 1) > 0)) snprintf(best, sizeof best, "%s", s); /* stamps sort */
+  }
+  closedir(d);
+  if (!best[0]) return -1;
+  snprintf(out, n, "%s/%s", base, best);
+  const char *w = best + nl + 1 + 17;
+  snprintf(why, wn, "%.*s", (int)strcspn(w, "-"), w);
+  return 0;
+}
+
 int ckpt_write_meta(const char *dir, const char *key, const char *value, char *err, size_t errlen) {
   if (ckpt_mkdirs(dir, err, errlen)) return -1;
   char tmp[1200], path[1200];

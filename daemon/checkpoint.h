@@ -81,6 +81,10 @@ void ckpt_clean_tmp(const char *dir);
  * nothing to move), or -1. */
 int ckpt_retire(const char *state_dir, const char *name, const char *why, char *newdir, size_t n, char *err,
                 size_t errlen);
+/* The newest STATE/.retired/<name>-<UTC time>-<why>[-k] that ckpt_retire
+ * made, into out, and its why ("unloaded", "destroyed", "replaced"): 0, or
+ * -1 when there is none. */
+int ckpt_find_retired(const char *state_dir, const char *name, char *why, size_t wn, char *out, size_t n);
 /* Facts of a trainer kept beside its checkpoints, one small file per key
  * (STATE/<name>/backend, .../config_hash) written atomically: a restart
  * brings the trainer back on the backend it was created with, and keeps

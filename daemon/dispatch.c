@@ -771,7 +771,16 @@ void dispatch(server_t *s, rpc_call_t *c) {
     if (cmd->flags & F_TRAINER) {
       t = trainer_get(s, name);
       if (!t) {
-        rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s'", name);
+        /* one the idle timeout unloaded says so, and where its checkpoints went */
+        char gone[1400], why[32];
+        if (ckpt_find_retired(s->opts.state_dir, name, why, sizeof why, gone, sizeof gone) == 0 &&
+            !strcmp(why, "unloaded"))
+          rpc_reply_error(c, CODE_NOT_FOUND,
+                          "name: no trainer '%s': it was unloaded, idle (idle-timeout), its checkpoints moved to %s "
+                          "(LoadCheckpoint with create and a path there brings it back)",
+                          name, gone);
+        else
+          rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s'", name);
         return;
       }
     }

@@ -497,6 +497,23 @@ START_TEST(test_timers_sighup_tcp) {
   char pat[600];
   snprintf(pat, sizeof pat, "ls -d %s/.retired/idle-*-unloaded >/dev/null 2>&1", d.state);
   ck_assert_msg(system(pat) == 0, "no %s/.retired/idle-*-unloaded", d.state);
+  /* a command to it is NOT_FOUND saying it was unloaded and where its
+   * checkpoints went; from that path a LoadCheckpoint brings it back */
+  learner_stats_t ls;
+  ck_assert_int_eq(dqnd_get_stats(c, "idle", &ls), 5);
+  const char *why = dqnd_last_error(c), *at = strstr(why, "moved to ");
+  ck_assert_msg(strstr(why, "it was unloaded, idle") && at, "%s", why);
+  char back[1500];
+  snprintf(back, sizeof back, "%.*s", (int)strcspn(at + 9, " "), at + 9);
+  char ls_cmd[1700], ck_path[1700] = "";
+  snprintf(ls_cmd, sizeof ls_cmd, "ls %s/ckpt-*.dqnd 2>/dev/null | tail -1", back);
+  FILE *lp = popen(ls_cmd, "r");
+  ck_assert_ptr_nonnull(lp);
+  ck_assert_ptr_nonnull(fgets(ck_path, sizeof ck_path, lp));
+  pclose(lp);
+  ck_path[strcspn(ck_path, "\n")] = 0;
+  ck_assert_msg(dqnd_load_checkpoint_path(c, "idle", ck_path, 1, NULL) == 0, "%s: %s", ck_path, dqnd_last_error(c));
+  ck_assert_int_eq(dqnd_get_stats(c, "idle", &ls), 0);
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
