@@ -506,9 +506,20 @@ void trainer_stop_running(trainer_t *t) {
 
 /* ------------------------------------------------------- internal jobs */
 
+/* 1 when t is in an error state (a device error: its state is not known
+ * good): the internal saves leave its checkpoints as they are, so the last
+ * good one is not pruned by a state that may be garbage */
+static int in_error(trainer_t *t) {
+  pthread_mutex_lock(&t->mu);
+  const int e = t->error[0] != 0 && !t->diverged; /* a diverged one keeps its last good state: that saves */
+  pthread_mutex_unlock(&t->mu);
+  return e;
+}
+
 static void run_periodic_save(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
+  if (in_error(j->t)) return;
   trainer_save(j->t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
 }
 
@@ -516,6 +527,11 @@ static void run_periodic_save(trainer_job_t *j) {
 static void run_final(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
+  if (in_error(j->t)) { /* its last good checkpoint is what a restart should find */
+    log_warn(j->t->name, "in an error state: no final checkpoint (the last good one stays the newest)");
+    trainer_stop(j->t, "unloaded");
+    return;
+  }
   const int rc = trainer_save(j->t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
   /* a diverged state has nothing to save (its earlier checkpoints stand);
    * any other failure loses the work since the last checkpoint: the exit
@@ -530,15 +546,25 @@ static void run_unload(trainer_job_t *j) {
   trainer_t *t = j->t;
   ckpt_info_t info;
   char err[512], moved[1300];
+  /* a client command queued between the idle check and this job ran first:
+   * the trainer is no longer idle */
+  pthread_mutex_lock(&t->mu);
+  const double idle = now_s() - t->last_active;
+  pthread_mutex_unlock(&t->mu);
+  if (idle <= j->s->opts.idle_timeout) return;
   /* a state that is not finite (it diverged) has nothing to save: unloaded
    * all the same, its earlier checkpoints moved aside with it (kept loaded,
-   * it failed the save at every idle check for good) */
-  const int rc = trainer_save(t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
+   * it failed the save at every idle check for good); one in an error state
+   * is not saved either (its state is not known good) */
+  const int rc = in_error(t) ? TRAINER_SAVE_NOT_FINITE
+                             : trainer_save(t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
   if ((rc && rc != TRAINER_SAVE_NOT_FINITE) || trainer_retire(t, "unloaded", moved, sizeof moved)) {
     log_warn(t->name, "idle, but kept loaded: its checkpoint could not be written or moved aside");
     return;
   }
-  if (rc) log_warn(t->name, "idle: unloaded with no new checkpoint (its state is not finite; the earlier ones are in %s)", moved);
+  if (rc)
+    log_warn(t->name, "idle: unloaded with no new checkpoint (its state is not finite or not known good; the earlier "
+             "ones are in %s)", moved);
   trainer_stop(t, "unloaded");
 }
 
