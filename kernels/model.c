@@ -156,7 +156,15 @@ int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {
       linear(&b, nm, "dt", MODEL_VEC_DT, E, d->n[k], 0);
     }
   }
-  if (b.overflow) return seterr(err, errlen, "model: more than %d parameter tensors", MODEL_MAX_PARAMS), LEARNER_EINVAL;
+  if (b.overflow) { /* named by what multiplies the tensors: the head sets, the DT's blocks, the branches */
+    const char *field = d->ensemble_k > 1 ? "ensemble_k" : d->dt_layers > 0 ? "dt_layers" : "branches";
+    return seterr(err, errlen,
+                  "%s: the network would need more than %d parameter tensors (each head set has %d%s%s): fewer head "
+                  "sets, branches or dt_layers",
+                  field, MODEL_MAX_PARAMS, (d->noisy ? 4 : 2) * (2 + 2 * d->D), d->attn_tokens ? ", attention adds its own" : "",
+                  d->dt_layers ? ", each DT block 16" : ""),
+           LEARNER_EINVAL;
+  }
   return LEARNER_OK;
 }
 

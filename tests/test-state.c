@@ -622,6 +622,17 @@ START_TEST(test_config_validation) {
     ck_assert_msg(strstr(err, bad[i].needle) != NULL, "%s=%s: message '%s' does not name the field", bad[i].field,
                   bad[i].value, err);
   }
+  /* too many parameter tensors names what multiplies them (with attention it
+   * said "model: more than 512 parameter tensors", naming no field) */
+  {
+    learner_config_default(&c);
+    const char *kv[][2] = {{"branches", "3,2"}, {"ensemble_k", "16"}, {"noisy", "1"}, {"ensemble_prior_scale", "1"},
+                           {"attn_tokens", "8"}, {"attn_heads", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+      ck_assert_int_eq(learner_config_set(&c, kv[i][0], kv[i][1], err, sizeof err), 0);
+    ck_assert_int_eq(learner_config_validate(&c, err, sizeof err), LEARNER_EINVAL);
+    ck_assert_msg(strstr(err, "ensemble_k: the network would need more than 512 parameter tensors"), "%s", err);
+  }
   /* a support whose atom spacing is no normal float (the projection's
    * quotient would be NaN or infinite); adam_beta2 1 as a float */
   const char *support[][2] = {{"0", "1e-45"}, {"0", "1e-37"}, {"-1e-37", "0"}};
