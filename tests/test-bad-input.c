@@ -53,19 +53,26 @@ static void raw_expect(dqnd_client_t *c, const void *buf, size_t n, int code, co
   expect_code(c, rc, code, needle, what);
 }
 
-START_TEST(test_bad_input) {
-  daemon_t d = {0};
-  start_daemon(&d);
-  dqnd_client_t *c = connect_to(&d);
-  batch_t b;
-  make_batch(&b, 64, 3);
+/* trainers "victim" and "twin" of the small config on d, each given b
+ * (64 transitions) and `steps` steps: the oracle pair of same_state */
+static dqnd_client_t *victim_and_twin(daemon_t *d, batch_t *b, int steps) {
+  dqnd_client_t *c = connect_to(d);
+  make_batch(b, 64, 3);
   for (int k = 0; k < 2; k++) {
     const char *nm = k ? "twin" : "victim";
     ck_assert_int_eq(dqnd_create_trainer(c, nm, small_fields, N_SMALL, NULL, NULL), 0);
-    ck_assert_int_eq(submit(c, nm, &b), 0);
+    ck_assert_int_eq(submit(c, nm, b), 0);
     learner_stats_t st;
-    ck_assert_int_eq(dqnd_step(c, nm, 3, &st), 0);
+    if (steps) ck_assert_int_eq(dqnd_step(c, nm, steps, &st), 0);
   }
+  return c;
+}
+
+START_TEST(test_bad_input) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  batch_t b;
+  dqnd_client_t *c = victim_and_twin(&d, &b, 3);
   same_state(c, "setup");
 
   /* SubmitTransitions */
@@ -510,14 +517,8 @@ END_TEST
 START_TEST(test_act_reply_bound) {
   daemon_t d = {0};
   start_daemon_args(&d, "--max-message-bytes", "65536");
-  dqnd_client_t *c = connect_to(&d);
   batch_t b;
-  make_batch(&b, 64, 3);
-  for (int k = 0; k < 2; k++) {
-    const char *nm = k ? "twin" : "victim";
-    ck_assert_int_eq(dqnd_create_trainer(c, nm, small_fields, N_SMALL, NULL, NULL), 0);
-    ck_assert_int_eq(submit(c, nm, &b), 0);
-  }
+  dqnd_client_t *c = victim_and_twin(&d, &b, 0);
   enum { N = 1200 };
   float *s = malloc(sizeof(float) * N * S_DIM), *q = malloc(sizeof(float) * N * N_ACT);
   int32_t *acts = malloc(sizeof(int32_t) * N);
