@@ -67,8 +67,11 @@ void dispatch_run_copy(trainer_job_t *j);
 /* a long command's stop_reason: "deadline", "shutdown" or "cancelled"
  * (stop from the learner, why from trainer_long_end) */
 const char *dispatch_stop_reason(const learner_stop_t *stop, int why);
+/* Act (dispatch_act.c) */
+int dispatch_check_act(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
+void dispatch_run_act(trainer_job_t *j);
 /* the Decision Transformer's commands (dispatch_dt.c): PretrainDT, and Act
- * with policy "dt" (check_act and run_act hand it over) */
+ * with policy "dt" (dispatch_check_act and dispatch_run_act hand it over) */
 int dispatch_check_pretrain_dt(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
 void dispatch_run_pretrain_dt(trainer_job_t *j);
 int dispatch_check_act_dt(const req_t *r, trainer_job_t *j, char *err, size_t errlen);
