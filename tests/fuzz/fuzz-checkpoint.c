@@ -72,7 +72,10 @@ static void use(learner_t *l) {
   if (!x) fail("use", "out of memory");
   for (int i = 0; i < n * S; i++) x[i] = (float)(i % 5) * 0.25f - 0.5f;
   int rc = learner_act(l, x, n, 0, a, NULL, err, sizeof err);
-  if (rc) fail("act on a loaded state", err);
+  /* the loader takes any finite weights, and large ones overflow the
+   * forward: Act then refuses its NaN Q values (EDIVERGED), which is an
+   * answer; anything else is a failure */
+  if (rc && !(rc == LEARNER_EDIVERGED && strstr(err, "Q values are not finite"))) fail("act on a loaded state", err);
   free(x);
   learner_stats_t st;
   learner_get_stats(l, &st);
