@@ -646,6 +646,23 @@ static const cmd_t commands[] = {
 
 /* --------------------------------------------------------------- routing */
 
+/* NOT_FOUND for a name no trainer has; one the idle timeout unloaded says
+ * so, and where its checkpoints went (the newest retired directory of that
+ * name, if its reason is "unloaded"), so a driver does not recreate it from
+ * scratch unawares */
+static void run_not_found(trainer_job_t *j) {
+  const req_t *r = rpc_request(j->c);
+  const char *name = commands[r->command_case].get_name(r);
+  char gone[1400], why[32];
+  if (ckpt_find_retired(j->s->opts.state_dir, name, why, sizeof why, gone, sizeof gone) == 0 && !strcmp(why, "unloaded"))
+    rpc_reply_error(j->c, CODE_NOT_FOUND,
+                    "name: no trainer '%s': it was unloaded, idle (idle-timeout), its checkpoints moved to %s "
+                    "(LoadCheckpoint with create and a path there brings it back)",
+                    name, gone);
+  else
+    rpc_reply_error(j->c, CODE_NOT_FOUND, "name: no trainer '%s'", name);
+}
+
 void dispatch_refuse(rpc_call_t *c, int code, const char *msg) { rpc_reply_error(c, code, "%s", msg); }
 
 void dispatch(server_t *s, rpc_call_t *c) {
@@ -687,17 +704,12 @@ void dispatch(server_t *s, rpc_call_t *c) {
     }
     if (cmd->flags & F_TRAINER) {
       t = trainer_get(s, name);
-      if (!t) {
-        /* one the idle timeout unloaded says so, and where its checkpoints went */
-        char gone[1400], why[32];
-        if (ckpt_find_retired(s->opts.state_dir, name, why, sizeof why, gone, sizeof gone) == 0 &&
-            !strcmp(why, "unloaded"))
-          rpc_reply_error(c, CODE_NOT_FOUND,
-                          "name: no trainer '%s': it was unloaded, idle (idle-timeout), its checkpoints moved to %s "
-                          "(LoadCheckpoint with create and a path there brings it back)",
-                          name, gone);
-        else
+      if (!t) { /* answered on the admin worker: its look into .retired is file I/O */
+        trainer_job_t *nf = trainer_job_new(s, NULL, c, run_not_found);
+        if (!nf || trainer_enqueue(nf)) {
+          trainer_job_free(nf);
           rpc_reply_error(c, CODE_NOT_FOUND, "name: no trainer '%s'", name);
+        }
         return;
       }
     }

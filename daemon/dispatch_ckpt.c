@@ -83,7 +83,8 @@ void dispatch_run_list_checkpoints(trainer_job_t *j) {
 int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const char *id = r->fetch_checkpoint->checkpoint;
   if (id[0] && (strchr(id, '/') || id[0] == '.')) return snprintf(err, errlen, "checkpoint: '%s' is not a checkpoint id", id), CODE_INVALID_ARGUMENT;
-  return 0;
+  /* member_only: a member of the trainer, checked as every command's member is */
+  return r->fetch_checkpoint->member_only ? dispatch_check_member(j->t, r->fetch_checkpoint->member, j, err, errlen) : 0;
 }
 
 /* a reader over bytes [pos, end) of a checkpoint file */
@@ -105,11 +106,6 @@ static int ckpt_reader(void *ctx, void *buf, size_t n) {
  * (bytes, crc32) with the offset it starts at in *base; 0, or a code with
  * the call answered */
 static int member_place(trainer_t *t, rpc_call_t *c, uint32_t member, ckpt_info_t *info, uint64_t *base) {
-  if (member >= (uint32_t)LEARNER_MAX_POPULATION) { /* before any cast to int: 2^31 and up read as negative */
-    rpc_reply_error(c, CODE_INVALID_ARGUMENT, "member: %u is outside [0, %d) (trainer '%s' has %d member%s)", member,
-                    t->population, t->name, t->population, t->population == 1 ? "" : "s");
-    return -1;
-  }
   if (strcmp(t->fetch_member.id, info->id) || t->fetch_member.member != (int)member) {
     char err[512];
     ckpt_reader_t rd = {info, 0, info->bytes};

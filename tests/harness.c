@@ -59,12 +59,12 @@ void start_daemon_argv(daemon_t *d, const char *const *extra) {
   d->pid = fork();
   ck_assert_int_ge(d->pid, 0);
   if (d->pid == 0) {
-    char *argv[32] = {dqnd_bin, "--listen", d->url, "--state-dir", d->state, "--backend", "cpu", "--log-file", d->log,
+    char *argv[32] = {dqnd_bin, "--state-dir", d->state, "--backend", "cpu", "--log-file", d->log,
                       "--queue-depth", "16", "--max-message-bytes", "4000000", NULL};
-    int k = 13;
-    if (d->listen_in_config) { /* the config file's listen URLs stand: a command line's would replace them */
-      memmove(argv + 1, argv + 3, sizeof(char *) * 10);
-      k = 11;
+    int k = 11;
+    if (!d->listen_in_config) { /* else the config file's listen URLs stand: a command line's would replace them */
+      argv[k++] = "--listen";
+      argv[k++] = d->url;
     }
     for (int i = 0; extra && extra[i] && k < 31; i++) argv[k++] = (char *)extra[i];
     argv[k] = NULL;

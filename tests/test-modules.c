@@ -48,6 +48,32 @@ static void train_falls(learner_t *l, learner_stats_t *st, float *first, float *
   ck_assert_msg(*last < 0.9f * *first, "loss %g -> %g: not falling", (double)*first, (double)*last);
 }
 
+/* a learner l and r restored from its state have the same future: loss,
+ * gradient norm and step of more training, online and target parameters, a
+ * noisy Act's action and Q values, and the whole re-saved state */
+static void same_future(learner_t *l, learner_t *r) {
+  learner_stats_t sa, sb;
+  int32_t a1, b1;
+  float qa[7], qb[7];
+  future(l, &sa, &a1, qa);
+  future(r, &sb, &b1, qb);
+  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && memcmp(&sa.grad_norm_last, &sb.grad_norm_last, 4) == 0);
+  ck_assert_int_eq(sa.step, sb.step);
+  const int64_t P = learner_config_num_params(learner_config(l));
+  float *p1 = malloc(sizeof(float) * (size_t)P), *p2 = malloc(sizeof(float) * (size_t)P);
+  for (int which = 0; which < 2; which++) {
+    params(l, which, p1);
+    params(r, which, p2);
+    ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
+  }
+  ck_assert(a1 == b1 && memcmp(qa, qb, sizeof qa) == 0);
+  membuf_t ma = {0}, mr = {0};
+  save_to(l, 1, &ma);
+  save_to(r, 1, &mr);
+  ck_assert(ma.n == mr.n && memcmp(ma.p, mr.p, ma.n) == 0);
+  free(ma.p), free(mr.p), free(p1), free(p2);
+}
+
 START_TEST(test_attention_learner) {
   char err[256];
   learner_config_t c = small_config(0, 1), c0 = c;
@@ -130,25 +156,9 @@ START_TEST(test_attention_learner) {
   ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_config(r)->attn_tokens, 3);
   ck_assert_int_eq(learner_config(r)->attn_heads, 2);
-  learner_stats_t sa, sb;
-  int32_t a1, b1;
-  float qa[7], qb[7];
-  future(l, &sa, &a1, qa);
-  future(r, &sb, &b1, qb);
-  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && sa.step == sb.step);
-  float *p2 = malloc(sizeof(float) * (size_t)P);
-  for (int which = 0; which < 2; which++) {
-    params(l, which, p1);
-    params(r, which, p2);
-    ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
-  }
-  ck_assert(a1 == b1 && memcmp(qa, qb, sizeof qa) == 0);
-  membuf_t ma = {0}, mr = {0};
-  save_to(l, 1, &ma);
-  save_to(r, 1, &mr);
-  ck_assert(ma.n == mr.n && memcmp(ma.p, mr.p, ma.n) == 0);
-  free(ma.p), free(mr.p), free(mb.p);
-  free(p), free(p0), free(p1), free(p2);
+  same_future(l, r);
+  free(mb.p);
+  free(p), free(p0), free(p1);
   learner_destroy(l);
   learner_destroy(r);
 }
@@ -522,23 +532,7 @@ START_TEST(test_ensemble_learner) {
   ck_assert_msg(learner_load(mem_read, &mb, LEARNER_BACKEND_CPU, &r, err, sizeof err) == 0, "%s", err);
   ck_assert_int_eq(learner_backend(r), LEARNER_BACKEND_CPU);
   ck_assert_int_eq(learner_config(r)->ensemble_k, 3);
-  learner_stats_t sa, sb;
-  int32_t a1, b1r;
-  float qa[7], qb[7];
-  future(l, &sa, &a1, qa);
-  future(r, &sb, &b1r, qb);
-  ck_assert(memcmp(&sa.loss_mean, &sb.loss_mean, 4) == 0 && sa.step == sb.step);
-  float *p1 = malloc(sizeof(float) * (size_t)P), *p2 = malloc(sizeof(float) * (size_t)P);
-  for (int which = 0; which < 2; which++) {
-    params(l, which, p1);
-    params(r, which, p2);
-    ck_assert_msg(memcmp(p1, p2, sizeof(float) * (size_t)P) == 0, "params %d differ after restore", which);
-  }
-  ck_assert(a1 == b1r && memcmp(qa, qb, sizeof qa) == 0);
-  membuf_t ma = {0}, mr = {0};
-  save_to(l, 1, &ma);
-  save_to(r, 1, &mr);
-  ck_assert(ma.n == mr.n && memcmp(ma.p, mr.p, ma.n) == 0);
+  same_future(l, r);
   /* a state without its priors section does not load */
   membuf_t cut = {0};
   save_to(l, 0, &cut);
@@ -553,8 +547,7 @@ START_TEST(test_ensemble_learner) {
   ck_assert_int_ne(learner_load(mem_read, &cut, LEARNER_BACKEND_AUTO, &bad, err, sizeof err), 0);
   ck_assert_ptr_null(bad);
   ck_assert_msg(strstr(err, "prior heads") != NULL, "%s", err);
-  free(ma.p), free(mr.p), free(mb.p), free(before.p), free(cut.p);
-  free(p1), free(p2);
+  free(mb.p), free(before.p), free(cut.p);
   learner_destroy(l);
   learner_destroy(r);
 }
