@@ -434,6 +434,13 @@ int ckpt_write_meta(const char *dir, const char *key, const char *value, char *e
   return fsync_dir(dir) ? fail(err, errlen, "fsync %s: %s", dir, strerror(errno)) : 0;
 }
 
+int ckpt_remove_meta(const char *dir, const char *key, char *err, size_t errlen) {
+  char path[1200];
+  snprintf(path, sizeof path, "%.1100s/%s", dir, key);
+  if (unlink(path) && errno != ENOENT) return fail(err, errlen, "remove %s: %s", path, strerror(errno));
+  return fsync_dir(dir) && errno != ENOENT ? fail(err, errlen, "fsync %s: %s", dir, strerror(errno)) : 0;
+}
+
 int ckpt_read_meta(const char *dir, const char *key, char *value, size_t n) {
   char path[1200];
   snprintf(path, sizeof path, "%.1100s/%s", dir, key);

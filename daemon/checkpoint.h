@@ -92,5 +92,7 @@ int ckpt_find_retired(const char *state_dir, const char *name, char *why, size_t
  * checkpoints hold the current hyperparameters, not the creation ones). */
 int ckpt_write_meta(const char *dir, const char *key, const char *value, char *err, size_t errlen);
 int ckpt_read_meta(const char *dir, const char *key, char *value, size_t n);
+/* Removes a meta file (durably: the directory is fsynced); 0 also when there was none. */
+int ckpt_remove_meta(const char *dir, const char *key, char *err, size_t errlen);
 
 #endif

@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "trainer.h"
+#include "verdict.h"
 
 static learner_backend_t backend_of(server_t *s, const char *dir, const char *name) {
   char b[32];
@@ -56,13 +57,23 @@ static int restore_one(server_t *s, const char *name) {
       continue;
     }
     learner_config_t cfg = *learner_config(learner_pop_member(l, 0));
+    char verr[512], *verdict;
+    verdict_restore(dir, name, l, verr, sizeof verr, &verdict); /* members that had diverged stay so */
     trainer_t *t;
     int code = trainer_register(s, name, l, &cfg, 1, &t, err, sizeof err);
     if (code) {
+      free(verdict);
       learner_pop_destroy(l);
       log_error(name, "not restored: %s", err);
       said = 1;
       break;
+    }
+    t->verdict = verdict; /* no job has run yet: the worker's field is still ours */
+    if (verr[0]) {
+      pthread_mutex_lock(&t->mu);
+      snprintf(t->error, sizeof t->error, "%s", verr);
+      t->diverged = 1;
+      pthread_mutex_unlock(&t->mu);
     }
     log_info(name, "restored from %s: step %llu, %s backend%s", all[i].id, (unsigned long long)t->stats.step,
              learner_backend_name(t->backend), i < n - 1 ? " (newer checkpoints failed: see above)" : "");

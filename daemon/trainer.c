@@ -1,5 +1,6 @@
 /* trainer.c — see trainer.h. */
 #include "trainer.h"
+#include "verdict.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -42,6 +43,7 @@ int trainer_name_ok(const char *name) {
 static void trainer_free(trainer_t *t) {
   learner_pop_destroy(t->p);
   free(t->train_credit);
+  free(t->verdict);
   workq_free(&t->q);
   pthread_mutex_destroy(&t->mu);
   pthread_mutex_destroy(&t->run_mu);
@@ -274,7 +276,10 @@ static void job_run(void *owner, void *arg) {
     }
   }
   j->run(j);
-  if (t && !t->removed) trainer_snapshot(t, j->c != NULL);
+  if (t && !t->removed) {
+    trainer_snapshot(t, j->c != NULL);
+    trainer_verdict_sync(t); /* a divergence, or its end, is kept for a restart */
+  }
   trainer_job_free(j);
 }
 

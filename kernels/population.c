@@ -126,6 +126,10 @@ volatile int *learner_pop_stop_flag(learner_pop_t *p) { return &p->stop; }
 
 int learner_pop_diverged(const learner_pop_t *p, int i) { return i >= 0 && i < p->n && p->diverged[i]; }
 
+void learner_pop_mark_diverged(learner_pop_t *p, int i) {
+  if (i >= 0 && i < p->n) p->diverged[i] = 1;
+}
+
 int learner_pop_set_hparams(learner_pop_t *p, int i, const learner_hparams_t *hp, char *err, size_t errlen) {
   int rc = learner_pop_check_member(p, i, err, errlen);
   if (rc) return rc;

@@ -79,6 +79,10 @@ volatile int *learner_pop_stop_flag(learner_pop_t *p);
 /* 1 when member i diverged (its steps are skipped), else 0; how many have. */
 int learner_pop_diverged(const learner_pop_t *p, int i);
 int learner_pop_n_diverged(const learner_pop_t *p);
+/* Marks member i diverged, as a step that diverged would (its steps skipped
+ * until SetHyperparams, CopyMember or a load names it): the daemon restoring
+ * a verdict from before a restart onto the state it was given for. */
+void learner_pop_mark_diverged(learner_pop_t *p, int i);
 /* 1: the members step in the same launches (the CUDA backend, shapes its
  * fused kernels stage; docs/population.md); 0: one after another */
 int learner_pop_grouped(const learner_pop_t *p);

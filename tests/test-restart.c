@@ -9,6 +9,8 @@
  * - Destroyed trainers do not come back; --restore 0 brings nothing back, and
  *   a new trainer of an old name starts clean (the old directory is moved to
  *   .retired, not mixed with the new one's checkpoints).
+ * - A trainer or member that diverged is still stopped after a restart, at
+ *   its step, until resumed; a verdict whose state was never saved is not.
  */
 #include <check.h>
 #include <signal.h>
@@ -437,6 +439,122 @@ START_TEST(test_restart_behind_a_client_is_reported) {
 }
 END_TEST
 
+static int verdict_file(const daemon_t *d, const char *name) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s/diverged", d->state, name);
+  return access(p, F_OK) == 0;
+}
+
+static void info_of(dqnd_client_t *c, const char *name, uint32_t member, dqnd_trainer_info_t *ti) {
+  dqnd_use_member(c, member);
+  ck_assert_msg(dqnd_trainer_info(c, name, ti) == 0, "%s", dqnd_last_error(c));
+  dqnd_use_member(c, 0);
+}
+
+/* A divergence outlives a restart (daemon/verdict.h): a lone trainer that
+ * diverged, and a population's member that diverged alone, are still
+ * stopped after SIGTERM and a restart, at the steps they stopped at, and
+ * refuse training as before; once resumed (SetHyperparams, CopyMember) a
+ * restart brings them back ready. A verdict whose state was never saved (a
+ * member diverged, then SIGKILL) does not mark the older state restored. */
+START_TEST(test_divergence_survives_restart) {
+  daemon_t d = {0};
+  const char *replay[] = {"--checkpoint-replay", "1", NULL};
+  const char *absurd[] = {"lr=10", "weight_decay=10"}, *sane[] = {"lr=0.001", "weight_decay=0"};
+  start_daemon_argv(&d, replay);
+  dqnd_client_t *c = connect_to(&d);
+  ck_assert_int_eq(dqnd_create_trainer(c, "wild", small_fields, N_SMALL, NULL, NULL), 0);
+  ck_assert_int_eq(dqnd_create_population(c, "pop", small_fields, N_SMALL, NULL, 3, NULL), 0);
+  batch_t b;
+  make_batch(&b, 64, 3);
+  ck_assert_int_eq(submit(c, "wild", &b), 0);
+  for (uint32_t i = 0; i < 3; i++) {
+    dqnd_use_member(c, i);
+    ck_assert_int_eq(submit(c, "pop", &b), 0);
+  }
+  dqnd_use_member(c, 0);
+  learner_stats_t st;
+  ck_assert_int_eq(dqnd_step(c, "wild", 5, &st), 0);
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", absurd, 2), 0);
+  ck_assert_int_eq(dqnd_step(c, "wild", 100, &st), 9);
+  ck_assert_int_eq(dqnd_step(c, "pop", 5, &st), 0);
+  dqnd_use_member(c, 1);
+  ck_assert_int_eq(dqnd_set_hparams(c, "pop", absurd, 2), 0);
+  dqnd_use_member(c, 0);
+  ck_assert_int_eq(dqnd_step(c, "pop", 30, &st), 0); /* member 1 diverges alone, the others train on */
+  dqnd_trainer_info_t ti;
+  info_of(c, "wild", 0, &ti);
+  ck_assert_msg(strstr(ti.state, "diverged"), "%s", ti.state);
+  const uint64_t wild_step = ti.stats.step;
+  info_of(c, "pop", 1, &ti);
+  ck_assert_msg(strstr(ti.state, "member 1 diverged"), "%s", ti.state);
+  const uint64_t m1_step = ti.stats.step;
+  ck_assert_msg(m1_step < 40 && wild_step < 105, "member 1 at %llu, wild at %llu", (unsigned long long)m1_step,
+                (unsigned long long)wild_step);
+  ck_assert(verdict_file(&d, "wild") && verdict_file(&d, "pop"));
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+
+  start_daemon_argv(&d, replay);
+  c = connect_to(&d);
+  ck_assert_msg(log_has(&d, "[wild] restored as diverged before the restart: 1 of 1 member"), "wild's log line");
+  ck_assert_msg(log_has(&d, "[pop] restored as diverged before the restart: 1 of 3 members"), "pop's log line");
+  info_of(c, "wild", 0, &ti);
+  ck_assert_msg(strstr(ti.state, "diverged"), "after the restart: %s", ti.state);
+  ck_assert_int_eq((long long)ti.stats.step, (long long)wild_step);
+  int rc = dqnd_step(c, "wild", 1, &st);
+  ck_assert_msg(rc == 9 && strstr(dqnd_last_error(c), "stopped training: diverged"), "%d %s", rc,
+                dqnd_last_error(c));
+  ck_assert_int_eq(submit(c, "wild", &b), 9);
+  info_of(c, "pop", 1, &ti);
+  ck_assert_msg(strstr(ti.state, "member 1 diverged"), "after the restart: %s", ti.state);
+  ck_assert_int_eq((long long)ti.stats.step, (long long)m1_step);
+  info_of(c, "pop", 0, &ti);
+  ck_assert_str_eq(ti.state, "ready");
+  dqnd_use_member(c, 1);
+  ck_assert_int_eq(submit(c, "pop", &b), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "member 1 of trainer 'pop' diverged"), "%s", dqnd_last_error(c));
+  dqnd_use_member(c, 0);
+  ck_assert_int_eq(dqnd_step(c, "pop", 2, &st), 0);
+  ck_assert_int_eq((long long)st.step, 37);
+  info_of(c, "pop", 1, &ti);
+  ck_assert_int_eq((long long)ti.stats.step, (long long)m1_step); /* skipped */
+  /* resumed: the files go, and the next restart brings both back ready */
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
+  ck_assert_int_eq(dqnd_copy_member(c, "pop", 1, 0, 0, NULL, 0), 0);
+  ck_assert(!verdict_file(&d, "wild") && !verdict_file(&d, "pop"));
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+
+  start_daemon_argv(&d, replay);
+  c = connect_to(&d);
+  info_of(c, "wild", 0, &ti);
+  ck_assert_str_eq(ti.state, "ready");
+  info_of(c, "pop", 1, &ti);
+  ck_assert_str_eq(ti.state, "ready");
+  /* member 2 diverges, and the daemon dies before anything saves that state */
+  dqnd_use_member(c, 2);
+  ck_assert_int_eq(dqnd_set_hparams(c, "pop", absurd, 2), 0);
+  dqnd_use_member(c, 0);
+  ck_assert_int_eq(dqnd_step(c, "pop", 30, &st), 0);
+  info_of(c, "pop", 2, &ti);
+  ck_assert_msg(strstr(ti.state, "member 2 diverged"), "%s", ti.state);
+  ck_assert(verdict_file(&d, "pop"));
+  int ks = stop_daemon(&d, SIGKILL);
+  ck_assert(WIFSIGNALED(ks) && WTERMSIG(ks) == SIGKILL);
+  start_daemon_argv(&d, replay);
+  c = connect_to(&d);
+  ck_assert_msg(log_has(&d, "[pop] member 2 diverged at step"), "the log says why the verdict was not applied");
+  info_of(c, "pop", 2, &ti);
+  ck_assert_msg(!strcmp(ti.state, "ready") && ti.stats.step == 37, "member 2: %s at step %llu", ti.state,
+                (unsigned long long)ti.stats.step);
+  ck_assert(!verdict_file(&d, "pop")); /* rewritten as what holds: nothing */
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 START_TEST(test_half_open_connections_do_not_wedge) {
   daemon_t d = {0};
   int port = 21000 + (int)(getpid() % 20000);
@@ -478,6 +596,7 @@ int main(void) {
   tcase_add_test(tc, test_final_save_failure);
   tcase_add_test(tc, test_pinned_checkpoint);
   tcase_add_test(tc, test_restart_behind_a_client_is_reported);
+  tcase_add_test(tc, test_divergence_survives_restart);
   tcase_add_test(tc, test_half_open_connections_do_not_wedge);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -1,0 +1,39 @@
+/*
+ * verdict.h — a divergence verdict that outlives a restart
+ * (docs/architecture.md, "Restore at start").
+ *
+ * A trainer whose step diverged stops training and keeps its last good state;
+ * a member of a population stops alone. The checkpoint holds that state, not
+ * the verdict, so the verdict is kept beside it: STATE/<name>/diverged, one
+ * line per diverged member, "<member> <step>" (the step its last good state
+ * is at), and "trainer <error>" when the whole trainer stopped (every member
+ * diverged: the text commands are refused with). Written atomically
+ * (ckpt_write_meta) whenever the set changes, removed when none is left
+ * (SetHyperparams, CopyMember or LoadCheckpoint resumed them).
+ *
+ * At restore, a member's line is applied only when the state restored for it
+ * is at that step: a crash that left only an older checkpoint brings back a
+ * state that has not diverged, and it trains.
+ */
+#ifndef DQND_VERDICT_H
+#define DQND_VERDICT_H
+
+#include <stddef.h>
+
+#include "trainer.h"
+
+/* Worker only (job_run calls it after every job): rewrites STATE/<name>/diverged
+ * when the diverged members, or the trainer's error, differ from what was
+ * last written (t->verdict), or removes it when none diverged. A failed write
+ * is logged and tried again after the next job. */
+void trainer_verdict_sync(trainer_t *t);
+
+/* Restore (before the trainer is registered): applies dir's verdict to p,
+ * the state just loaded for trainer `name`, marking each member whose step
+ * matches (learner_pop_mark_diverged). error receives the trainer's error
+ * text when every member is diverged and the file names one (else ""); a
+ * line that does not apply is logged and the file rewritten without it.
+ * *text: what the file now holds (NULL: no file), for t->verdict. */
+void verdict_restore(const char *dir, const char *name, learner_pop_t *p, char *error, size_t n, char **text);
+
+#endif
