@@ -1,8 +1,8 @@
 /*
  * dt_window.h — where a Decision Transformer window comes from (docs/
  * learner.md §16, "Windows"): the rule both backends run, so that they draw
- * the same windows (the CPU in kernels/cpu/dt_sample.c; the CUDA kernels
- * will call these same functions).
+ * the same windows (the CPU in kernels/cpu/dt_sample.c, the CUDA kernels in
+ * kernels/cuda/dt_train.cu call these same functions).
  *
  * Row i of pre-training step t ends its window at a slot drawn uniformly from
  * the ring (Philox stream DT, counter t, lane i x DT_TRIES + try, word 0),
@@ -16,10 +16,30 @@
 #ifndef DQN_DT_WINDOW_H
 #define DQN_DT_WINDOW_H
 
+#include <stdio.h>
+
 #include "her.h"
 #include "philox.h"
 
 #define DT_TRIES 16
+
+
+/* Why a pre-training step drew no window, for both backends' refusal: the
+ * replay holds no whole ended episode (has 0), or step t's B rows each missed
+ * them in all DT_TRIES draws (they are few among the replay's slots). The
+ * draws depend only on the seed, t and the replay's size, so the step is
+ * refused the same way until more ended episodes arrive. */
+static inline void dt_no_window_message(char *err, size_t n, int has, unsigned long long t, int B, long long size) {
+  if (!has)
+    snprintf(err, n, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
+                     "(submit episodes that end in done or episode_ends)");
+  else
+    snprintf(err, n,
+             "pre-training step %llu drew no window: each of its %d rows missed, in all %d draws, the slots of "
+             "whole ended episodes among the replay's %lld (they are too few; submit more episodes that end in "
+             "done or episode_ends)",
+             t + 1, B, DT_TRIES, size);
+}
 
 /* the window's last slot for row i, or -1 (no eligible draw); its episode's
  * bounds through *first, *last (insertion counts) */

@@ -121,7 +121,7 @@ int model_build(model_t *m, const model_desc_t *d, char *err, size_t errlen) {
     snprintf(pre, sizeof pre, "prior%d.", k);
     head_set(&b, d, pre, "priors", MODEL_VEC_PRIOR, 0);
   }
-  /* a Decision Transformer's own vector: laid out only (model.h), nothing trains it yet */
+  /* a Decision Transformer's own vector (model.h; pre-trained by learner_dt.c, docs/learner.md §16) */
   if (d->dt_layers) {
     int E = d->dt_embed;
     if (E < 1 || d->dt_max_ep_len < 1)

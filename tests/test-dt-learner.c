@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "cpu/dt.h"
 #include "cpu/replay.h"
+#include "dt_window.h"
 #include "feed.h"
 #include "learner.h"
 #include "learner_impl.h"
@@ -342,6 +343,38 @@ START_TEST(test_bad_input) {
   free(p0), free(p1);
   ck_assert_int_eq(learner_pretrain_dt(l, 0, NULL, NULL, err, sizeof err), LEARNER_EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "n: 0"));
+  /* one ended episode among many open slots: step 1's every draw misses it
+   * (the oracle: the window rule's draws, dt_window.h, the ended episode being
+   * slot 0 alone), so the step is refused, saying why, and changes nothing */
+  {
+    learner_config_t cw = dt_config();
+    cw.replay_capacity = 4000;
+    learner_t *lw = make(&cw);
+    const int S = cw.state_dim, n = 4000;
+    float *s = calloc((size_t)n * S, sizeof(float)), *r = calloc(n, sizeof(float));
+    int32_t *a = calloc(n, sizeof(int32_t));
+    uint8_t *dn = calloc(n, 1);
+    dn[0] = 1; /* slot 0: an episode of one step that ended; slots 1..3999: one open episode */
+    learner_transitions_t tr = {n, s, a, r, s, dn, NULL, NULL};
+    ck_assert_int_eq(learner_submit(lw, &tr, err, sizeof err), 0);
+    free(s), free(r), free(a), free(dn);
+    int hits = 0;
+    for (int i = 0; i < cw.dt_batch; i++)
+      for (int k = 0; k < DT_TRIES; k++)
+        hits += philox_below(philox_draw(cw.seed, PHILOX_STREAM_DT, 0, (uint32_t)(i * DT_TRIES + k)).v[0], n) == 0;
+    ck_assert_msg(hits == 0, "the draws of seed %llu hit slot 0 %d times: pick another seed for this case",
+                  (unsigned long long)cw.seed, hits);
+    float *q0 = dt_params(lw);
+    ck_assert_int_eq(learner_pretrain_dt(lw, 3, NULL, &st, err, sizeof err), LEARNER_EEMPTY);
+    ck_assert_msg(strstr(err, "pre-training step 1 drew no window: each of its 6 rows missed, in all 16 draws") &&
+                      strstr(err, "among the replay's 4000"),
+                  "%s", err);
+    ck_assert_int_eq(st.steps_run, 0);
+    float *q1 = dt_params(lw);
+    ck_assert(!memcmp(q0, q1, (size_t)learner_section_bytes(lw, SEC_DT_PARAMS)));
+    free(q0), free(q1);
+    learner_destroy(lw);
+  }
   /* the window's fields */
   float s[4 * 6] = {0}, rtg[4] = {1, 1, 1, 1};
   int32_t a[4] = {0, 1, 2, 3}, ts[4] = {0, 1, 2, 3}, out;

@@ -1,6 +1,6 @@
 /*
  * dt.h — the Decision Transformer's loss and exact gradient on the CPU: the
- * spec the CUDA kernels will mirror (docs/learner.md, "Decision
+ * spec the CUDA kernels mirror (docs/learner.md, "Decision
  * Transformer"; issue 30). A GPT over windows of K steps, three tokens a step
  * (return-to-go, state, action), L blocks of causal attention and a GELU
  * MLP, the action logits read at each state token. Instantiated for float

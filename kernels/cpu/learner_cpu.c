@@ -16,6 +16,7 @@
 
 #include "../backend.h"
 #include "../learner.h"
+#include "../dt_window.h"
 #include "../philox.h"
 #include "dqn_math.h"
 #include "dt.h"
@@ -446,7 +447,8 @@ static int cpu_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_s
   const dt_hparams_t hp = {h->dt_lr,      h->dt_weight_decay, h->dt_clip, h->adam_beta1, h->adam_beta2,
                            h->adam_eps,   m->cfg.dt_rtg_scale, h->dt_warmup};
   double lsum = 0, gsum = 0;
-  int ran = 0, rc = dt_replay_has_episode(&m->rp) ? LEARNER_OK : LEARNER_EEMPTY, stopped = 0;
+  const int has = dt_replay_has_episode(&m->rp);
+  int ran = 0, rc = has ? LEARNER_OK : LEARNER_EEMPTY, stopped = 0;
   dt_step_stats_t s = {0};
   for (; !rc && ran < n; ran++) {
     if ((stopped = learner_should_stop(stop))) break;
@@ -456,9 +458,7 @@ static int cpu_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner_dt_s
   }
   st->dt_step = m->dt.step, st->steps_run = ran;
   st->loss_mean = ran ? (float)(lsum / ran) : 0, st->grad_norm_mean = ran ? (float)(gsum / ran) : 0;
-  if (rc == LEARNER_EEMPTY)
-    snprintf(err, errlen, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
-                          "(submit episodes that end in done or episode_ends)");
+  if (rc == LEARNER_EEMPTY) dt_no_window_message(err, errlen, has, m->dt.step, m->cfg.dt_batch, m->rp.size);
   else if (rc == LEARNER_EDIVERGED)
     snprintf(err, errlen, "pre-training step %llu diverged: loss %g, gradient norm %g; it was not applied",
              (unsigned long long)m->dt.step + 1, s.loss, s.grad_norm);

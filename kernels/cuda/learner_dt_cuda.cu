@@ -12,6 +12,7 @@
 
 #include "cuda_check.h"
 #include "dt_train_cuda.cuh"
+#include "dt_window.h"
 #include "learner_cuda.cuh"
 #include "model.h"
 
@@ -105,8 +106,7 @@ static int call_result(cuda_learner_t *m, int has, const float *sums, int stoppe
   st->loss_mean = ran ? (float)(acc[0] / ran) : 0, st->grad_norm_mean = ran ? (float)(acc[1] / ran) : 0;
   st->loss_last = sums[DT_SUM_LOSS_LAST], st->grad_norm_last = sums[DT_SUM_NORM_LAST], st->lr_last = sums[DT_SUM_LR_LAST];
   if (!has || sums[DT_SUM_WHY] == 1) {
-    snprintf(err, errlen, "the replay holds no whole episode that has ended: a Decision Transformer window needs one "
-                          "(submit episodes that end in done or episode_ends)");
+    dt_no_window_message(err, errlen, has, ctr, m->cfg.dt_batch, m->size);
     return LEARNER_EEMPTY;
   }
   if (sums[DT_SUM_WHY] == 2) {
