@@ -59,19 +59,22 @@ void dispatch_run_pretrain_dt(trainer_job_t *j) {
   int rc = learner_pop_pretrain_dt(t->p, (int)rpc_request(c)->pretrain_dt->n, &stop, sts, err, sizeof err);
   const int why = trainer_long_end(t);
   const double secs = now_s() - t0;
-  if (rc && rc != LEARNER_ESTOPPED && !(rc == LEARNER_EDIVERGED && P > 1)) {
-    /* nothing ran (an empty replay), or one member (of one) diverged: its state is the last good step's */
+  int64_t steps = 0;
+  for (int i = 0; i < P; i++) steps += sts[i].steps_run;
+  /* in a population a member that diverged, or drew no window, stopped alone:
+   * the others' steps are an answer (each member's steps_run says what ran) */
+  const int alone = P > 1 && (rc == LEARNER_EDIVERGED || (rc == LEARNER_EEMPTY && steps > 0));
+  if (rc && rc != LEARNER_ESTOPPED && !alone) {
+    /* nothing ran (no window anywhere), or one member (of one) diverged: its state is the last good step's */
     free(sts), free(ps), free(pp);
     if (rc != LEARNER_EEMPTY && rc != LEARNER_EDIVERGED) trainer_note_error(t, rc, err);
     rpc_reply_error(c, dispatch_learner_code(rc), "PretrainDT: %s", err);
     return;
   }
-  if (rc == LEARNER_EDIVERGED) log_warn(t->name, "PretrainDT: %s (the other members ran on)", err);
-  int64_t steps = 0;
+  if (alone) log_warn(t->name, "PretrainDT: %s (the other members ran on)", err);
   for (int i = 0; i < P; i++) {
     dt_stats_to_pb(&sts[i], &ps[i]);
     pp[i] = &ps[i];
-    steps += sts[i].steps_run;
     if (sts[i].handed_over) log_info(t->name, "PretrainDT: member %d's state embedding became trunk1", i);
   }
   Dqnd__V1__PretrainDTResult pr = DQND__V1__PRETRAIN_DTRESULT__INIT;

@@ -310,7 +310,10 @@ int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learn
     char merr[512] = "";
     int rc = learner_pretrain_dt_ctl(p->m[i], n, &ctl, &st[i], merr, sizeof merr);
     if (rc) prefix_member(merr, sizeof merr, p->n, i);
-    if (rc == LEARNER_EDIVERGED) {
+    /* a member that diverged, or whose step drew no window (its draws missed
+     * the few ended episodes: dt_no_window_message), stops alone, as in the
+     * grouped launches; the call reports the first */
+    if (rc == LEARNER_EDIVERGED || rc == LEARNER_EEMPTY) {
       if (result == LEARNER_OK) result = rc, snprintf(first, sizeof first, "%s", merr);
     } else if (rc) {
       seterr(err, errlen, "%s", merr);

@@ -63,7 +63,10 @@ int learner_pop_step_until(learner_pop_t *p, int n, learner_stop_t *stop, learne
  * member, one after another, with the population's stop flag. Nothing runs
  * unless every member's replay can give a window (LEARNER_EEMPTY naming the
  * member). A member whose step is not finite stops alone (LEARNER_EDIVERGED
- * for the call, the others run on); a stop ends the call (LEARNER_ESTOPPED).
+ * for the call, the others run on), as does one whose step drew no window
+ * (every draw missed its replay's few ended episodes: LEARNER_EEMPTY for the
+ * call); the first such member's code and message are the call's, and each
+ * member's steps_run says what ran. A stop ends the call (LEARNER_ESTOPPED).
  * st[i]: member i's. */
 int learner_pop_pretrain_dt(learner_pop_t *p, int n, learner_stop_t *stop, learner_dt_stats_t *st, char *err,
                             size_t errlen);

@@ -18,6 +18,7 @@
 #include "population.h"
 #include "testutil.h"
 #include "feed.h"
+#include "dt_window.h"
 #ifdef POP_TEST_CUDA
 #include "gpu_testutil.h"
 #define BE LEARNER_BACKEND_CUDA
@@ -505,6 +506,53 @@ START_TEST(test_dt_member_is_its_lone_twin) {
 }
 END_TEST
 
+/* A member whose pre-training step draws no window (one ended episode among
+ * 4,000 open slots: every draw misses it; the oracle is the window rule's
+ * draws, dt_window.h) stops alone: the call answers LEARNER_EEMPTY naming it,
+ * and the other members ran every step, each its lone twin's bytes. */
+START_TEST(test_dt_member_without_window_stops_alone) {
+  learner_config_t c = dt_config(0);
+  c.replay_capacity = 4000;
+  char err[512];
+  learner_pop_t *p;
+  ck_assert_msg(learner_pop_create(&c, N, NULL, BE, &p, err, sizeof err) == 0, "%s", err);
+  const int n = 4000, S = c.state_dim;
+  float *s = calloc((size_t)n * S, sizeof(float)), *r = calloc(n, sizeof(float));
+  int32_t *a = calloc(n, sizeof(int32_t));
+  uint8_t *dn = calloc(n, 1);
+  dn[0] = 1; /* slot 0: an episode of one step that ended; slots 1..3999: one open episode */
+  learner_transitions_t tr = {n, s, a, r, s, dn, NULL, NULL};
+  for (int i = 0; i < N; i++)
+    if (i == 1) ck_assert_int_eq(learner_submit(learner_pop_member(p, i), &tr, err, sizeof err), 0);
+    else dt_history(learner_pop_member(p, i), i, 0);
+  free(s), free(r), free(a), free(dn);
+  int hits = 0;
+  for (int i = 0; i < c.dt_batch; i++)
+    for (int k = 0; k < DT_TRIES; k++)
+      hits += philox_below(philox_draw(c.seed + 1, PHILOX_STREAM_DT, 0, (uint32_t)(i * DT_TRIES + k)).v[0], n) == 0;
+  ck_assert_msg(hits == 0, "member 1's draws hit slot 0 %d times: pick another seed for this case", hits);
+  learner_dt_stats_t st[N], lt;
+  ck_assert_int_eq(learner_pop_pretrain_dt(p, 5, NULL, st, err, sizeof err), LEARNER_EEMPTY);
+  ck_assert_msg(strstr(err, "member 1: pre-training step 1 drew no window"), "%s", err);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(st[i].steps_run, i == 1 ? 0 : 5);
+    if (i == 1) continue;
+    learner_config_t mc = c;
+    mc.seed = c.seed + (uint64_t)i;
+    learner_t *l;
+    ck_assert_msg(learner_create(&mc, BE, &l, err, sizeof err) == 0, "%s", err);
+    dt_history(l, i, 0);
+    ck_assert_int_eq(learner_pretrain_dt(l, 5, NULL, &lt, err, sizeof err), 0);
+    membuf_t mine, twin;
+    save_to(learner_pop_member(p, i), &mine), save_to(l, &twin);
+    ck_assert_msg(same_bytes(&mine, &twin), "member %d differs from its lone twin", i);
+    free(mine.p), free(twin.p);
+    learner_destroy(l);
+  }
+  learner_pop_destroy(p);
+}
+END_TEST
+
 /* bad input: each refused with a message naming it, nothing changed */
 START_TEST(test_bad_input) {
   const learner_config_t c = config(0);
@@ -584,6 +632,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_copy_member, 0, 2);
   tcase_add_test(tc, test_stop_changes_nothing);
   tcase_add_loop_test(tc, test_dt_member_is_its_lone_twin, 0, DT_CONFIGS);
+  tcase_add_test(tc, test_dt_member_without_window_stops_alone);
   tcase_add_test(tc, test_bad_input);
   suite_add_tcase(s, tc);
   return tu_run(s);

@@ -110,6 +110,43 @@ class DTTest(DaemonTest):
             self.assertEqual(lone["loss_last"], s["members"][1]["loss_last"])
             self.assertEqual(c.act_dt("dtp", **window(3), member=1), c.act_dt("dtlone", **window(3)))
 
+    def test_population_member_without_window(self):
+        """a member whose replay holds one ended episode among 4,000 open
+        slots draws no window (every draw misses it: the oracle is the
+        window rule's Philox draws, below) and stops alone: PretrainDT
+        answers with the other member's steps, each member's steps_run
+        saying what ran"""
+        seed, n, rows = DT["seed"], 4000, DT["dt_batch"]
+        hits = sum(philox_below(philox_v0(seed + 1, 11, 0, i * 16 + k), n) == 0 for i in range(rows) for k in range(16))
+        self.assertEqual(hits, 0, "member 1's draws hit slot 0: pick another seed for this case")
+        with self.client() as c:
+            c.create_trainer("dtw", dict(DT, replay_capacity=n), population=2)
+            c.submit("dtw", **batch(60, 7), member=0)
+            sparse = batch(n, 9)
+            sparse["dones"] = np.arange(n) == 0  # slot 0 ends an episode; the rest is one open episode
+            c.submit("dtw", **sparse, member=1)
+            s = c.pretrain_dt("dtw", 4)
+            self.assertEqual([m["steps_run"] for m in s["members"]], [4, 0])
+            self.assertEqual([m["dt_step"] for m in s["members"]], [4, 0])
+            # member 1 is not stopped: it pre-trains once its replay has more ended episodes
+            self.assertEqual(c.trainer_info("dtw", member=1)["state"], "ready")
+
+
+def philox_v0(seed, stream, step, lane):
+    """word 0 of Philox4x32-10 at (seed, stream, step, lane), as kernels/philox.h draws it"""
+    m = 0xFFFFFFFF
+    c = [lane & m, step & m, step >> 32, stream]
+    k0, k1 = seed & m, seed >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & m, (p0 >> 32) ^ c[3] ^ k1, p0 & m]
+        k0, k1 = (k0 + 0x9E3779B9) & m, (k1 + 0xBB67AE85) & m
+    return c[0]
+
+
+def philox_below(u, n):
+    return (u * n) >> 32
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
