@@ -164,16 +164,28 @@ __global__ void dueling_log_softmax_kernel(const float *__restrict__ V, const fl
 }
 
 /* Q[row, qoff + a] = sum_z exp(logp[row, a, z]) * (vmin + z dz); one warp per (row, a). */
+/* a warp a (row, action), over as many warps as the grid has (rows x n may
+ * pass 2^31: Act's million states of a wide branch) */
 __global__ void c51_q_values_kernel(const float *__restrict__ logp, float *__restrict__ Q, int rows, int n, int Z,
                                     int qoff, int qw, float vmin, float dz) {
-  int gw = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (gw >= rows * n) return;
-  int row = gw / n, a = gw % n;
-  const float *lp = logp + ((size_t)row * n + a) * Z;
-  float s = 0.0f;
-  for (int z = lane; z < Z; z += 32) s += expf(lp[z]) * (vmin + dz * (float)z);
-  for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) Q[(size_t)row * qw + qoff + a] = s;
+  const long long total = (long long)rows * n, stride = (long long)gridDim.x * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (long long gw = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; gw < total; gw += stride) {
+    const long long row = gw / n;
+    const int a = (int)(gw % n);
+    const float *lp = logp + (size_t)gw * Z;
+    float s = 0.0f;
+    for (int z = lane; z < Z; z += 32) s += expf(lp[z]) * (vmin + dz * (float)z);
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) Q[(size_t)row * qw + qoff + a] = s;
+  }
+}
+
+/* c51_q_values_kernel's blocks of 256 for rows x n warps, at most 2^30 (the
+ * kernel strides past them) */
+static unsigned q_values_blocks(int rows, int n) {
+  const long long b = ((long long)rows * n * 32 + 255) / 256;
+  return (unsigned)(b < (1LL << 30) ? b : (1LL << 30));
 }
 
 // launchers
@@ -279,9 +291,8 @@ extern "C" int cuda_net_forward(const net_layout_t *L, const float *P, const flo
     TRY(linear(A->hb[d], P + b2->off_w, P + b2->off_b, A->A[d], NULL, slope, rows, L->AH, nz, st));
     dueling_log_softmax_kernel<<<rows, 128, 0, st>>>(A->V, A->A[d], A->logp[d], L->n[d], L->Z);
     TRY(cudaGetLastError());
-    int warps = rows * L->n[d];
-    c51_q_values_kernel<<<(warps * 32 + 255) / 256, 256, 0, st>>>(A->logp[d], A->q, rows, L->n[d], L->Z, qoff,
-                                                                   L->q_width, vmin, dz);
+    c51_q_values_kernel<<<q_values_blocks(rows, L->n[d]), 256, 0, st>>>(A->logp[d], A->q, rows, L->n[d], L->Z, qoff,
+                                                                         L->q_width, vmin, dz);
     TRY(cudaGetLastError());
     qoff += L->n[d];
   }
@@ -338,9 +349,8 @@ extern "C" int cuda_net_forward_heads(const net_layout_t *L, const float *P, con
       }
       dueling_log_softmax_kernel<<<rows, 128, 0, st>>>(A->V, A->A[d], A->logp[d], L->n[d], L->Z);
       TRY(cudaGetLastError());
-      int warps = rows * L->n[d];
-      c51_q_values_kernel<<<(warps * 32 + 255) / 256, 256, 0, st>>>(A->logp[d], qk, rows, L->n[d], L->Z, qoff,
-                                                                     L->q_width, vmin, dz);
+      c51_q_values_kernel<<<q_values_blocks(rows, L->n[d]), 256, 0, st>>>(A->logp[d], qk, rows, L->n[d], L->Z, qoff,
+                                                                           L->q_width, vmin, dz);
       TRY(cudaGetLastError());
       qoff += L->n[d];
     }

@@ -200,8 +200,15 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
   size_t S = (size_t)m->cfg.state_dim;
   long long done = 0;
   size_t row = S * 8 + 4 + 4 + 1 + 8 + 1 + 16 + 1; /* ..., end marker, episode bounds, alignment */
-  /* stage through pinned memory in chunks, then async copies into the ring */
-  const long long chunk = 1 << 16;
+  /* stage through pinned memory in chunks, then async copies into the ring:
+   * a chunk of at most 65,536 rows and 64 MiB (a row of a 65,536-float state
+   * is 512 KiB), and no more rows than this submit has or 4,096 (so that
+   * submits of slowly growing sizes do not pin a new buffer each time) */
+  long long chunk = (64LL << 20) / (long long)row;
+  if (chunk > 1 << 16) chunk = 1 << 16;
+  const long long want = t->n > 4096 ? t->n : 4096;
+  if (chunk > want) chunk = want;
+  if (chunk < 1) chunk = 1;
   if (ensure_staging(m, (size_t)chunk * row, err, errlen)) return LEARNER_EDEVICE;
   while (done < t->n) {
     long long run = t->n - done;
@@ -211,7 +218,7 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
     float *hs = (float *)p, *hs2 = hs + run * S;
     int32_t *ha = (int32_t *)(hs2 + run * S);
     float *hr = (float *)(ha + run);
-    long long *he = (long long *)(hr + run + (run & 1)); /* 8-byte aligned */
+    long long *he = (long long *)(hr + run); /* 8-byte aligned: 2 run (S + 1) floats and ints before it */
     long long *hf = he + run, *hl = hf + run;
     uint8_t *hd = (uint8_t *)(hl + run), *hx = hd + run;
     DEV(cudaStreamSynchronize(m->st)); /* the staging buffer is free again */
@@ -406,7 +413,11 @@ static int cuda_set_counters(void *impl, const learner_counters_t *c) {
   m->head = c->replay_head;
   m->total = c->replay_total;
   m->last = c->last;
-  return cudaMemcpy(m->ds, &ds, sizeof ds, cudaMemcpyHostToDevice) ? LEARNER_EDEVICE : LEARNER_OK;
+  /* on the learner's stream, finished before the return (a copy on the
+   * legacy stream is not ordered with the step's non-blocking streams) */
+  if (cudaMemcpyAsync(m->ds, &ds, sizeof ds, cudaMemcpyHostToDevice, m->st) || cudaStreamSynchronize(m->st))
+    return LEARNER_EDEVICE;
+  return LEARNER_OK;
 }
 
 /* Where the state's tensors live, in device memory (state_format.h's
@@ -424,13 +435,16 @@ static void cuda_bufs(void *impl, learner_bufs_t *b) {
 
 static int cuda_copy(void *impl, void *dst, const void *src, size_t n, int to_backend) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
-  if (cudaMemcpy(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)) return LEARNER_EDEVICE;
+  /* on the learner's stream, as cuda_sync_target does: the legacy stream's
+   * copies and memsets are not ordered with the step's non-blocking streams
+   * (a pageable cudaMemcpy may return before its DMA lands); and finished
+   * before the return, since a population's step runs on member 0's stream */
+  if (cudaMemcpyAsync(dst, src, n, to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, m->st))
+    return LEARNER_EDEVICE;
   /* any section written from the host (a load, a member's copy, a hand-over)
-   * may be the target: the next step packs it again (pack.cu). On the
-   * learner's stream, as cuda_sync_target does: a cudaMemset goes to the
-   * legacy stream, which the step's non-blocking streams do not wait for */
+   * may be the target: the next step packs it again (pack.cu) */
   if (to_backend && cudaMemsetAsync(&m->ds->tg_stale, 1, sizeof(int), m->st)) return LEARNER_EDEVICE;
-  return LEARNER_OK;
+  return cudaStreamSynchronize(m->st) ? LEARNER_EDEVICE : LEARNER_OK;
 }
 
 static int cuda_load_done(void *impl) {

@@ -40,6 +40,7 @@ extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t 
   if (!e) {
     dt_init_params(&reg, c->seed, host);
     e = (int)cudaMemcpy(m->dt->dt.p, host, sizeof(float) * (size_t)L.n_params, cudaMemcpyHostToDevice);
+    if (!e) e = (int)cudaDeviceSynchronize(); /* landed before any stream's first pre-training step */
   }
   free(host);
   if (e) {
@@ -145,6 +146,10 @@ static cudaError_t run_steps(cuda_learner_t *m, cuda_dt_train_t *t, const cuda_d
     for (int i = 0; i < nm && e == cudaSuccess; i++) live += sums[(size_t)i * DT_SUM_ROWS_ANY + DT_SUM_HALT] == 0;
     if (e == cudaSuccess && !live) break;
   }
+  /* the call's zeroing (call_begin) done too when no round ran (n 0: a
+   * population's check that every member can draw; a stop before the first):
+   * a group's steps run on member 0's stream and write these sums */
+  if (e == cudaSuccess) e = cudaStreamSynchronize(m->st);
   return e;
 }
 

@@ -350,12 +350,19 @@ static int capture(cuda_learner_t *m, enqueue_fn enq, void *ctx, cudaGraph_t *gr
                    size_t errlen) {
   DEV(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
   int rc = enq(ctx, err, errlen);
-  cudaGraph_t g;
+  cudaGraph_t g = NULL;
   cudaError_t e = cudaStreamEndCapture(m->st, &g);
-  if (rc) return LEARNER_EDEVICE;
-  DEV(e);
+  if (rc || e != cudaSuccess) { /* a launcher's own check failed, or the capture: no graph kept */
+    if (g) cudaGraphDestroy(g);
+    if (rc) return LEARNER_EDEVICE;
+    DEV(e);
+  }
+  if ((e = cudaGraphInstantiate(exec, g, 0)) != cudaSuccess) {
+    cudaGraphDestroy(g);
+    *exec = NULL;
+    DEV(e);
+  }
   *graph = g;
-  DEV(cudaGraphInstantiate(exec, g, 0));
   return 0;
 }
 
