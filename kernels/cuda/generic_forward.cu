@@ -223,16 +223,20 @@ static cudaError_t linear(const float *X, const float *W, const float *b, float 
   return (cudaError_t)cuda_gemm(rows, N, K, X, K, 1, W, 1, K, Y, 0, b, H, slope, st);
 }
 
+extern "C" size_t cuda_acts_floats(const net_layout_t *L, int rows) {
+  const size_t r = (size_t)rows, K = (size_t)(L->K < 1 ? 1 : L->K), pr = L->has_prior ? 1 : 0;
+  return r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width * 2 +
+         r * (size_t)L->q_width +
+         pr * (r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width) +
+         (K > 1 || pr || L->attn.T ? K * r * L->q_width : 0) + cuda_attn_acts_floats(L, r);
+}
+
 extern "C" int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows) {
   memset(A, 0, sizeof *A);
   A->rows = rows;
   size_t r = (size_t)rows;
   const size_t K = (size_t)(L->K < 1 ? 1 : L->K), pr = L->has_prior ? 1 : 0;
-  size_t need = r * (2 * L->H1 + 2 * L->H2 + 2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH +
-                r * (size_t)L->a_width * 2 + r * (size_t)L->q_width +
-                pr * (r * (2 * L->VH + L->Z) + r * (size_t)L->D * 2 * L->AH + r * (size_t)L->a_width) +
-                (K > 1 || pr || L->attn.T ? K * r * L->q_width : 0) + cuda_attn_acts_floats(L, r);
-  cudaError_t e = dev_alloc_t(&A->mem, need * sizeof(float));
+  cudaError_t e = dev_alloc_t(&A->mem, cuda_acts_floats(L, rows) * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = A->mem;
   A->a1 = p, p += r * L->H1;

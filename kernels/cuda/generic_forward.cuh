@@ -56,6 +56,8 @@ int cuda_gemm_split(int M, int N, int K, const float *A, int sam, int sak, const
 
 /* Device buffers for `rows` inputs; 0 or a cudaError_t. */
 int cuda_acts_alloc(cuda_acts_t *A, const net_layout_t *L, int rows);
+/* the floats cuda_acts_alloc takes for rows (the memory estimate's too) */
+size_t cuda_acts_floats(const net_layout_t *L, int rows);
 void cuda_acts_free(cuda_acts_t *A);
 
 /* Forward of X [rows, S] with the plain (mean) weights in params (the flat

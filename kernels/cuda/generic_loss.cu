@@ -158,6 +158,30 @@ __global__ void batch_loss_kernel(const float *__restrict__ loss_i, const float 
 
 // launchers
 
+/* the generic step's split-K scratch: 16 parts of the widest layer */
+static size_t splitk_floats(const net_layout_t *L) {
+  size_t widest = 0;
+  for (int li = 0; li < L->n_layers; li++) {
+    size_t w = (size_t)L->layer[li].in * L->layer[li].out;
+    widest = w > widest ? w : widest;
+  }
+  return 16 * widest;
+}
+
+/* ws->mem's floats (the rows' activations are cuda_acts_floats') */
+static size_t ws_mem_floats(const net_layout_t *L, int B) {
+  int nmax = 0;
+  for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
+  size_t b = (size_t)B, N = (size_t)(L->n_noise ? L->n_noise : 1);
+  return 2 * b * L->S + 2 * (size_t)L->n_params + 2 * N + b * L->Z + b * (size_t)nmax * L->Z +
+         b * ((size_t)L->VH + L->H2 + L->H1 + L->AH) + 3 * b /* r, done, w */ + 2 * b /* loss_i, qsum */ + 2 +
+         b /* a */ + (size_t)L->D * b /* best */ + splitk_floats(L);
+}
+
+extern "C" size_t cuda_dqn_ws_floats(const net_layout_t *L, int B) {
+  return cuda_acts_floats(L, 2 * B) + cuda_acts_floats(L, B) + ws_mem_floats(L, B) + cuda_fused_floats(L, B);
+}
+
 extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores,
                                  int gemm_occupancy) {
   memset(ws, 0, sizeof *ws);
@@ -167,17 +191,8 @@ extern "C" int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B
   int nmax = 0;
   for (int d = 0; d < L->D; d++) nmax = L->n[d] > nmax ? L->n[d] : nmax;
   size_t b = (size_t)B, N = (size_t)(L->n_noise ? L->n_noise : 1);
-  size_t need = 2 * b * L->S + 2 * (size_t)L->n_params + 2 * N + b * L->Z + b * (size_t)nmax * L->Z +
-                b * ((size_t)L->VH + L->H2 + L->H1 + L->AH) + 3 * b /* r, done, w */ + 2 * b /* loss_i, qsum */ + 2 +
-                b /* a */ + (size_t)L->D * b /* best */;
-  size_t widest = 0;
-  for (int li = 0; li < L->n_layers; li++) {
-    size_t w = (size_t)L->layer[li].in * L->layer[li].out;
-    widest = w > widest ? w : widest;
-  }
-  ws->splitk_floats = 16 * widest;
-  need += ws->splitk_floats;
-  cudaError_t e = dev_alloc_t(&ws->mem, need * sizeof(float));
+  ws->splitk_floats = splitk_floats(L);
+  cudaError_t e = dev_alloc_t(&ws->mem, ws_mem_floats(L, B) * sizeof(float));
   if (e != cudaSuccess) return (int)e;
   float *p = ws->mem;
   ws->x = p, p += 2 * b * L->S;

@@ -51,6 +51,9 @@ int cuda_effective_weights(const net_layout_t *L, const float *params, const flo
  * cuda_gemm_occupancy, 2 by default). 0 or a cudaError_t. */
 int cuda_dqn_ws_alloc(cuda_dqn_ws_t *ws, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy);
 void cuda_dqn_ws_free(cuda_dqn_ws_t *ws);
+/* the floats cuda_dqn_ws_alloc's buffers take, its phases' one buffer
+ * included (not their plan's split-K scratch: the memory estimate's slack) */
+size_t cuda_dqn_ws_floats(const net_layout_t *L, int B);
 
 /* Loss and gradient w.r.t. the online parameters (grad may be NULL: loss only).
  * noisy: use ws->fn_on / ws->fn_tg (already f-transformed) for the NoisyNet

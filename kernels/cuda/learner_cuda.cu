@@ -115,10 +115,15 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
   if (!rc && cudaStreamCreateWithFlags(&m->halt_st, cudaStreamNonBlocking) != cudaSuccess) rc = 1;
   for (int i = 0; i < 2 && !rc; i++)
     if (cudaEventCreateWithFlags(&m->group_done[i], cudaEventDisableTiming) != cudaSuccess) rc = 1;
-  if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess ||
-      cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores, c->cuda_gemm_occupancy)) {
+  if (rc || cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking) != cudaSuccess) {
     cuda_learner_destroy(m);
-    snprintf(err, errlen, "replay_capacity: GPU allocation failed");
+    snprintf(err, errlen, "replay_capacity: GPU allocation of the replay and the network failed");
+    return LEARNER_ENOMEM;
+  }
+  if (cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores, c->cuda_gemm_occupancy)) {
+    cuda_learner_destroy(m);
+    snprintf(err, errlen, "batch: GPU allocation of the step's workspace (~%lld MiB for batch %d) failed",
+             (long long)(cuda_dqn_ws_floats(&m->L, (int)B) * 4 >> 20), (int)B);
     return LEARNER_ENOMEM;
   }
   if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1 || m->L.attn.T) && !m->ws.fused.ok) {
@@ -482,22 +487,37 @@ static int cuda_load_done(void *impl) {
   return LEARNER_OK;
 }
 
-/* beyond the state's tensors (learner.c): the packs and the step's
- * scratch (3 P), the PER trees (float sums and mins, the owner per leaf),
- * the activations of 3B rows, and room for the graph and the launches */
+/* Act's buffers as counted: they grow with the largest request a trainer
+ * gets; the estimate counts requests of up to this many states */
+#define CUDA_ACT_ESTIMATE_STATES 256
+
+/* beyond the state's tensors (learner.c: the parameters, moments, gradient,
+ * replay and episode bounds): what cuda_learner_create allocates, by the
+ * functions that size the allocations — its own small arrays, Act's weights
+ * and noise, the PER trees (float sums and mins, the owner per leaf), the
+ * step's workspace (cuda_dqn_ws_floats: both rows' activations, the
+ * effective NoisyNet weights, the generic split-K scratch, the phases'
+ * packs and activations), Act's buffers for CUDA_ACT_ESTIMATE_STATES
+ * states — and 64 MiB for what depends on the device (the phases' split-K
+ * plan, the graph) */
 static int64_t cuda_workspace_estimate(const learner_config_t *c) {
   net_layout_t L;
   net_layout_init(&L, c);
   int64_t T = 1;
   while (T < c->replay_capacity) T <<= 1;
-  int64_t acts = (int64_t)3 * c->batch * (2 * L.H1 + 2 * L.H2 + 2 * L.VH + L.Z + 2 * L.D * L.AH + 2 * L.a_width);
+  const int64_t P = L.n_params, B = c->batch, N = L.n_noise ? L.n_noise : 1, A = CUDA_ACT_ESTIMATE_STATES;
+  const int64_t own = B * (4 + 8 + 4) /* gdisc, idx, prio */ + (int64_t)sizeof(learner_hparams_t) +
+                      (int64_t)sizeof(dev_state_t) + CUDA_NORM_SCRATCH * 8 + N * 4 + P * 4 /* act_weff */;
+  const int64_t per = c->prioritized ? 2 * T * 4 * 2 + T * 4 : 0;
+  const int64_t step = (int64_t)cuda_dqn_ws_floats(&L, c->batch) * 4;
+  const int64_t act = (int64_t)cuda_acts_floats(&L, (int)A) * 4 + A * c->state_dim * 4 + A * 4 + 64 * 4;
   int64_t dt = 0; /* the DT's gradient and activations (dt_cuda.cuh), and Act's copy of its parameters */
   if (c->dt_layers) {
     const int64_t N = 3 * (int64_t)c->dt_context, Tk = (int64_t)c->dt_batch * N, E = c->dt_embed, NL = c->dt_layers;
     dt = 4 * (4 * learner_config_num_dt(c) + Tk * E * (12 * NL + 16) + Tk * 4 * E * (2 * NL + 3) +
               (int64_t)c->dt_batch * c->dt_heads * N * N * (NL + 1) + (int64_t)c->dt_batch * c->dt_context * c->state_dim);
   }
-  return L.n_params * 4 * 3 + (c->prioritized ? 2 * T * 8 + T * 4 : 0) + acts * 4 + (64 << 20) + dt;
+  return own + per + step + act + dt + (64 << 20);
 }
 
 static int64_t cuda_memory_free(void) {

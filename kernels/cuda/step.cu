@@ -71,10 +71,9 @@ __global__ void finish_kernel(dev_state_t *ds, const float *loss, const float *q
 
 /* ---- the phases' buffers, plan, stream and events */
 
-extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
-                                const float *x) {
-  memset(f, 0, sizeof *f);
-  f->pz.n = 1; /* a population sets its members' (group.cu) */
+/* f's shapes from L (f zeroed first); 0 when the phases cannot stage them
+ * (the generic kernels run the step then) */
+static int fused_shape(cuda_fused_t *f, const net_layout_t *L) {
   f->K = L->K < 1 ? 1 : L->K;
   f->pr = L->has_prior ? 1 : 0;
   f->VHp = L->VH * (1 + f->pr), f->AHp = L->AH * (1 + f->pr);
@@ -93,20 +92,41 @@ extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, i
   if ((f->K == 1 ? !cuda_loss_fits(L) : !cuda_loss_ens_fits(L)) || L->Z > LEARNER_MAX_ATOMS) return 0;
   /* attn.cu holds a row's attention in one block's shared memory */
   if (!cuda_attn_fits(L)) return 0;
-  f->tc = tensor_cores ? 1 : 0;
-  int rc0;
-  cuda_pack_layout(L, f);
-  /* packs, then every activation of the 3B rows, then the B rows' gradients */
-  const size_t b = (size_t)B;
   f->attn = L->attn.T > 0;
-  const size_t awg = cuda_attn_wgrad_floats(L, B);
-  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 + awg : 0;
+  cuda_pack_layout(L, f);
+  return 1;
+}
+
+/* f->mem's floats: the packs, then every activation of the 3B rows, then
+ * the B rows' gradients */
+static size_t fused_mem_floats(const cuda_fused_t *f, const net_layout_t *L, int B) {
+  const size_t b = (size_t)B;
+  const size_t att = f->attn ? cuda_attn_acts_floats(L, 3 * b) + 6 * b * L->H2 + cuda_attn_wgrad_floats(L, B) : 0;
   /* the ensemble loss's masks [B,K] and ce_mean [B] */
   const size_t ens = f->K > 1 || f->pr ? b * f->K + b : 0;
-  size_t need = (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
-                b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens + att;
+  return (size_t)f->pw.total + 3 * b * f->LW + 3 * b * ((size_t)L->H1 + L->H2 + f->HC) +
+         b * ((size_t)f->O2 + f->HC + L->H2 + L->H1) + 3 * b * f->O2 + (size_t)f->pw.total + ens + att;
+}
+
+extern "C" size_t cuda_fused_floats(const net_layout_t *L, int B) {
+  cuda_fused_t *f = (cuda_fused_t *)calloc(1, sizeof *f);
+  const size_t n = f && fused_shape(f, L) ? fused_mem_floats(f, L, B) : 0;
+  free(f);
+  return n;
+}
+
+extern "C" int cuda_fused_alloc(cuda_fused_t *f, const net_layout_t *L, int B, int tensor_cores, int gemm_occupancy,
+                                const float *x) {
+  memset(f, 0, sizeof *f);
+  f->pz.n = 1; /* a population sets its members' (group.cu) */
+  if (!fused_shape(f, L)) return 0;
+  f->tc = tensor_cores ? 1 : 0;
+  int rc0;
+  const size_t b = (size_t)B;
+  const size_t awg = cuda_attn_wgrad_floats(L, B);
+  const int ens = f->K > 1 || f->pr; /* the ensemble loss's masks [B,K] and ce_mean [B] */
   cudaError_t e;
-  if ((e = dev_alloc_t(&f->mem, need * sizeof(float))) != cudaSuccess) return (int)e;
+  if ((e = dev_alloc_t(&f->mem, fused_mem_floats(f, L, B) * sizeof(float))) != cudaSuccess) return (int)e;
   float *p = f->mem;
   f->w_on = p, p += f->pw.total;
   f->logp = p, p += 3 * b * f->LW;

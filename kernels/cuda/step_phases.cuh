@@ -165,6 +165,8 @@ void cuda_fused_free(cuda_fused_t *f);
 
 /* pack.cu: f->pw for L (the sizes f->HC, f->O2, f->AW, f->aoff, the sets' set) */
 void cuda_pack_layout(const net_layout_t *L, cuda_fused_t *f);
+/* the floats cuda_fused_alloc's one buffer takes (0: the phases cannot stage L) */
+size_t cuda_fused_floats(const net_layout_t *L, int B);
 /* pack.cu: the sets' pack job table (K > 1 or priors) into f->pack_tab */
 int cuda_pack_table(const net_layout_t *L, cuda_fused_t *f);
 /* pack.cu: the fixed priors into both packs: once, after f->prior is set or loaded */
