@@ -15,10 +15,21 @@
 
 char dqnd_bin[1024], dqnctl_bin[1024];
 
+/* DQND_VALGRIND: a valgrind binary to run every daemon under
+ * (scripts/valgrind-daemon.sh): errors or definite leaks make the daemon
+ * exit 99, which fails the test that stops it; waits are 10x longer */
+static char valgrind_bin[1024], valgrind_supp[1100];
+static int slow = 1;
+
 void harness_init(void) {
-  const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN");
+  const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN"), *vg = getenv("DQND_VALGRIND");
   snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");
   snprintf(dqnctl_bin, sizeof dqnctl_bin, "%s", ctl ? ctl : "../client/dqnctl");
+  if (vg && vg[0]) {
+    const char *supp = getenv("DQND_VALGRIND_SUPP"); /* tests/valgrind.supp: nng 1.5.2's own leak */
+    snprintf(valgrind_bin, sizeof valgrind_bin, "%s", vg), slow = 10;
+    snprintf(valgrind_supp, sizeof valgrind_supp, "--suppressions=%s", supp && supp[0] ? supp : "/dev/null");
+  }
   signal(SIGPIPE, SIG_IGN);
 }
 
@@ -69,12 +80,23 @@ void start_daemon_argv(daemon_t *d, const char *const *extra) {
     for (int i = 0; extra && extra[i] && k < 31; i++) argv[k++] = (char *)extra[i];
     argv[k] = NULL;
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    if (valgrind_bin[0]) {
+      char logf[400];
+      snprintf(logf, sizeof logf, "--log-file=%s/valgrind.%%p.log", d->dir);
+      char *vargv[48] = {valgrind_bin, "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                         "--show-leak-kinds=definite", logf, valgrind_supp, "--"};
+      int v = 8;
+      for (int i = 0; argv[i] && v < 47; i++) vargv[v++] = argv[i];
+      vargv[v] = NULL;
+      execv(valgrind_bin, vargv);
+      _exit(127);
+    }
     execv(dqnd_bin, argv);
     _exit(127);
   }
   /* wait until it answers; reap it meanwhile, so a daemon that cannot start
    * (a missing binary: 127, a bad option: 2) fails now, not at the deadline */
-  for (int i = 0; i < 500; i++) {
+  for (int i = 0; i < 500 * slow; i++) {
     int st;
     if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
       char tail[1500];
@@ -94,7 +116,7 @@ void start_daemon_argv(daemon_t *d, const char *const *extra) {
   }
   kill(d->pid, SIGKILL);
   waitpid(d->pid, NULL, 0);
-  ck_abort_msg("dqnd did not come up on %s within 10 s", d->url);
+  ck_abort_msg("dqnd did not come up on %s within %d s", d->url, 10 * slow);
 }
 
 void start_daemon_args(daemon_t *d, const char *extra1, const char *extra2) {
@@ -105,6 +127,7 @@ void start_daemon(daemon_t *d) { start_daemon_argv(d, NULL); }
 
 int wait_exit(pid_t pid, int seconds) {
   int st = 0;
+  seconds *= slow;
   for (int i = 0; i < seconds * 50; i++) {
     pid_t r = waitpid(pid, &st, WNOHANG);
     if (r == pid) return st;

@@ -22,7 +22,9 @@ typedef struct daemon_proc {
   int listen_in_config; /* the caller's --config file names url: no --listen from the harness */
 } daemon_t;
 
-/* Reads DQND_BIN / DQNCTL_BIN and ignores SIGPIPE. */
+/* Reads DQND_BIN / DQNCTL_BIN (and DQND_VALGRIND: every daemon under that
+ * valgrind, its log in the test's directory, its waits 10x longer) and
+ * ignores SIGPIPE. */
 void harness_init(void);
 /* Starts dqnd (in d->dir, made when empty; the same dir again restarts it
  * on the same state) with extra options (NULL-terminated, may be NULL) and

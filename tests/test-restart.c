@@ -439,9 +439,12 @@ START_TEST(test_restart_behind_a_client_is_reported) {
 }
 END_TEST
 
-static int verdict_file(const daemon_t *d, const char *name) {
+/* whether STATE/<name>/diverged exists once it is `want` or 10 s have
+ * passed: the worker writes it after the command's reply */
+static int verdict_file(const daemon_t *d, const char *name, int want) {
   char p[600];
   snprintf(p, sizeof p, "%s/%s/diverged", d->state, name);
+  for (int i = 0; i < 100 && (access(p, F_OK) == 0) != want; i++) usleep(100000);
   return access(p, F_OK) == 0;
 }
 
@@ -491,7 +494,7 @@ START_TEST(test_divergence_survives_restart) {
   const uint64_t m1_step = ti.stats.step;
   ck_assert_msg(m1_step < 40 && wild_step < 105, "member 1 at %llu, wild at %llu", (unsigned long long)m1_step,
                 (unsigned long long)wild_step);
-  ck_assert(verdict_file(&d, "wild") && verdict_file(&d, "pop"));
+  ck_assert(verdict_file(&d, "wild", 1) && verdict_file(&d, "pop", 1));
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
 
@@ -522,7 +525,7 @@ START_TEST(test_divergence_survives_restart) {
   /* resumed: the files go, and the next restart brings both back ready */
   ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
   ck_assert_int_eq(dqnd_copy_member(c, "pop", 1, 0, 0, NULL, 0), 0);
-  ck_assert(!verdict_file(&d, "wild") && !verdict_file(&d, "pop"));
+  ck_assert(!verdict_file(&d, "wild", 0) && !verdict_file(&d, "pop", 0));
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
 
@@ -539,7 +542,7 @@ START_TEST(test_divergence_survives_restart) {
   ck_assert_int_eq(dqnd_step(c, "pop", 30, &st), 0);
   info_of(c, "pop", 2, &ti);
   ck_assert_msg(strstr(ti.state, "member 2 diverged"), "%s", ti.state);
-  ck_assert(verdict_file(&d, "pop"));
+  ck_assert(verdict_file(&d, "pop", 1));
   int ks = stop_daemon(&d, SIGKILL);
   ck_assert(WIFSIGNALED(ks) && WTERMSIG(ks) == SIGKILL);
   start_daemon_argv(&d, replay);
@@ -548,7 +551,7 @@ START_TEST(test_divergence_survives_restart) {
   info_of(c, "pop", 2, &ti);
   ck_assert_msg(!strcmp(ti.state, "ready") && ti.stats.step == 37, "member 2: %s at step %llu", ti.state,
                 (unsigned long long)ti.stats.step);
-  ck_assert(!verdict_file(&d, "pop")); /* rewritten as what holds: nothing */
+  ck_assert(!verdict_file(&d, "pop", 0)); /* rewritten as what holds: nothing */
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
   rm_rf(d.dir);
