@@ -25,6 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SANITIZE_ADDRESS__)
+/* the sanitizer runtime's (sanitizer/allocator_interface.h, which gcc does not ship) */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 #include <arpa/inet.h>
 #include <nng/nng.h>
@@ -243,7 +247,13 @@ static void render(server_t *s, buf_t *b) {
   for (int i = 0; i < n; i++) out(b, "dqnd_trainer_memory_bytes{trainer=\"%s\"} %" PRId64 "\n", t[i].name, t[i].memory);
   free(t);
 
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#if defined(__SANITIZE_ADDRESS__)
+  /* a sanitizer build: AddressSanitizer's allocator replaces glibc's, whose
+   * mallinfo2 would count nothing */
+  family(b, "dqnd_heap_bytes", "gauge",
+         "Bytes malloc has handed out and not had back (AddressSanitizer's allocator in this build).");
+  out(b, "dqnd_heap_bytes %zu\n", __sanitizer_get_current_allocated_bytes());
+#elif defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   /* what a leak grows (the resident size also moves with what malloc keeps
    * after a free): test-soak compares it between two quiet moments */
   struct mallinfo2 mi = mallinfo2();

@@ -111,7 +111,7 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
     if int(cfg0.get("dt_layers", 0)):  # --dt: each member's own random episodes, then one PretrainDT for all
         for i, (t, _) in enumerate(members):
             search.dt_warmup(client, name, t, cfg0, a.seed * 1000 + t.number, member=i, pretrain=False)
-        st = client.pretrain_dt(name, members[0][0].params["dt_pretrain_steps"])
+        st = search.pretrain_dt(client, name, members[0][0].params["dt_pretrain_steps"])
         for i, (t, _) in enumerate(members):
             with search.lock:
                 t.set_user_attr("dt_loss", st["members"][i]["loss_mean"] if n > 1 else st["loss_mean"])

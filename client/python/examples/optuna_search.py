@@ -242,10 +242,52 @@ def dt_warmup(search, client, name, trial, cfg, seed, member=0, pretrain=True):
     client.submit(name, **search.dt_dataset(seed, search.a.dt_episodes, rng), member=member)
     if not pretrain:
         return None
-    st = client.pretrain_dt(name, trial.params["dt_pretrain_steps"])
+    st = pretrain_dt(search, client, name, trial.params["dt_pretrain_steps"])
     search.log(f"trial {trial.number}: pre-trained its DT, {st['dt_step']} steps, loss {st['loss_mean']:.4f}"
                f"{', handed over to trunk1' if st['handed_over'] else ''}")
     return st
+
+
+PRETRAIN_CHUNK = 50
+
+
+def pretrain_dt(search, client, name, steps):
+    """PretrainDT of `steps` on every member, in calls of PRETRAIN_CHUNK
+    steps (each far inside the client's timeout, so a slow machine does not
+    stop one at its deadline). Returns the last call's stats, each member's
+    loss_mean (and a lone trainer's) the mean over all its steps and
+    handed_over whether any call handed its DT over to trunk1. A call
+    that stopped early anyway is said in the log, and the next calls run
+    until the member that ran fewest has `steps`."""
+    done, sums, last, idle = 0, {}, None, 0
+    while done < steps:
+        k = min(PRETRAIN_CHUNK, steps - done)
+        last = client.pretrain_dt(name, k)
+        members = last.get("members", [last])
+        for i, m in enumerate(members):
+            s = sums.setdefault(i, [0.0, 0, False])
+            s[0] += m["loss_mean"] * m["steps_run"]
+            s[1] += m["steps_run"]
+            s[2] = s[2] or bool(m.get("handed_over"))
+        if not last["stopped"]:  # every member ran k, but one that drew no window (it stops alone)
+            short = [i for i, m in enumerate(members) if m["steps_run"] < k]
+            if short:
+                search.log(f"{name}: members {short} drew no Decision Transformer window (too few ended episodes)")
+            done += k
+            continue
+        ran = min(m["steps_run"] for m in members)
+        search.log(f"{name}: PretrainDT stopped early ({last['stop_reason']}): member steps "
+                   f"{[m['steps_run'] for m in members]}; going on until each has {steps}")
+        idle = idle + 1 if ran == 0 else 0
+        if ran == 0 and (last["stop_reason"] != "deadline" or idle == 3):
+            raise dqnd.DqndError(14, f"PretrainDT of {name} stopped: {last['stop_reason']}")
+        done += ran
+    for i, m in enumerate(last.get("members", [last])):
+        m["loss_mean"] = sums[i][0] / sums[i][1] if sums[i][1] else float("nan")
+        m["handed_over"] = sums[i][2]
+    if "members" in last:
+        last["loss_mean"], last["handed_over"] = last["members"][0]["loss_mean"], last["members"][0]["handed_over"]
+    return last
 
 
 class Collector:
@@ -353,6 +395,7 @@ class Search:
         self.eval_envs = functools.partial(task.eval_envs, args.seed, args.eval_episodes)
         self.value_label = task.VALUE_LABEL
         self.dt_warmup = functools.partial(dt_warmup, self)
+        self.pretrain_dt = functools.partial(pretrain_dt, self)
 
     def log(self, msg):
         print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
