@@ -26,7 +26,8 @@
  * banks), the backward's as stored ([out][in]: a warp's 32 inputs). Wider
  * tokens read the parameters from global memory (L1/L2) in the same order.
  * Every sum runs in a fixed order and the parameter gradients are fixed
- * trees over fixed row groups: no atomics, bit-identical reruns.
+ * trees over fixed row groups (the last part to arrive, found by an arrival
+ * counter, adds them in part order: arrive_last): bit-identical reruns.
  */
 #include <cuda_runtime.h>
 #include <math.h>

@@ -355,12 +355,6 @@ int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st) {
   return (int)cudaMemset2DAsync(p, (size_t)d->pz.stride, 0, bytes, (size_t)d->pz.n, st);
 }
 
-int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaStream_t st) {
-  if (d->pz.n == 1) return (int)cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st);
-  return (int)cudaMemcpy2DAsync(dst, (size_t)d->pz.stride, src, (size_t)d->pz.stride, bytes, (size_t)d->pz.n,
-                                cudaMemcpyDeviceToDevice, st);
-}
-
 int dt_forward(cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;

@@ -186,9 +186,8 @@ static inline dim3 dt_grid(const cuda_dt_t *d, dim3 g) {
   g.z *= (unsigned)d->pz.n;
   return g;
 }
-/* bytes at p zeroed, and copied, for every member */
+/* bytes at p zeroed for every member */
 int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st);
-int dt_copy(const cuda_dt_t *d, void *dst, const void *src, size_t bytes, cudaStream_t st);
 
 /* shared by dt.cu and dt_backward.cu */
 #define DT_LN_EPS 1e-5f

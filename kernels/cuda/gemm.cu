@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(GNT * MR, SER ? 4 / MR : 1) fused_gemm_kernel(
     cp_async_commit();
   }
   /* the epilogue's operands (the forward's bias, the backward's LeakyReLU
-   * mask: build_probs checks that no phase has the other) loaded now, so
+   * mask: gemm_plan checks that no phase has the other) loaded now, so
    * their L2 round trip overlaps the first chunks' instead of following the
    * last one: they do not depend on this launch's results */
   float pb[4], pm[16];

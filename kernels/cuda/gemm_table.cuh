@@ -1,7 +1,7 @@
 /*
  * gemm_table.cuh — the layer GEMM's problem table, as the phase files fill it
  * (step_forward.cu F1..F4, step_backward.cu B1..B3 and the weight gradients,
- * through gemm_table.cu) and gemm.cu plans and launches it. Host side;
+ * through gemm_table.cu), gemm_plan.cu plans and gemm.cu launches it. Host side;
  * included by .cu files only.
  */
 #ifndef DQN_CUDA_GEMM_TABLE_CUH
@@ -19,7 +19,7 @@
  * is [m][k] (lda); TA 1: A is [k][m] and the product is a weight gradient
  * dW[o = m][i = n] written at grad + gw (row stride N), with the bias
  * gradient (sum over k of A) and NoisyNet sigma gradients. The fields from
- * blk0 on are the planner's (gemm.cu). */
+ * blk0 on are the planner's (gemm_plan.cu). */
 typedef struct gprob {
   const float *A, *W, *bias, *mask;
   float *C;

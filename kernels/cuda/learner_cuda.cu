@@ -8,7 +8,8 @@
  *   target update (optim.cu) -> new priorities (replay.cu) -> stats
  * — is captured once into a CUDA graph by step.cu and replayed by Step(n)
  * with no host work per step. Hyperparameters sit in device memory, so
- * SetHyperparams never re-captures; SubmitTransitions copies through pinned
+ * SetHyperparams re-captures only when n_step turns on or off with HER off
+ * (the sample kernel's HER and n-step branch); SubmitTransitions copies through pinned
  * staging on the trainer's stream, outside the graph, and never invalidates
  * it. Act runs the plain forward (generic_forward.cu) on any number of states.
  *
