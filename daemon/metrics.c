@@ -8,6 +8,7 @@
  *   dqnd_step_duration_seconds                   histogram  per optimiser step
  *   dqnd_trainers                                gauge
  *   dqnd_trainer_{queue_depth,replay_size,step,memory_bytes}{trainer}  gauges
+ *   dqnd_trainer_{members,diverged_members,error}{trainer}  gauges
  *   dqnd_gpu_memory_{used,total}_bytes           gauges, only with a CUDA device in use
  *   dqnd_heap_bytes                              gauge  malloc's bytes in use (glibc)
  *   dqnd_device_info{device,name}                gauge 1  the device (--device's "GPU N", its name)
@@ -245,6 +246,16 @@ static void render(server_t *s, buf_t *b) {
   family(b, "dqnd_trainer_memory_bytes", "gauge",
          "Estimated bytes the trainer's learner holds (learner_memory_estimate: parameters, optimiser, replay).");
   for (int i = 0; i < n; i++) out(b, "dqnd_trainer_memory_bytes{trainer=\"%s\"} %" PRId64 "\n", t[i].name, t[i].memory);
+  family(b, "dqnd_trainer_members", "gauge", "Members of the trainer's population (1: a trainer of one).");
+  for (int i = 0; i < n; i++) out(b, "dqnd_trainer_members{trainer=\"%s\"} %d\n", t[i].name, t[i].members);
+  family(b, "dqnd_trainer_diverged_members", "gauge",
+         "Members whose training diverged and stopped, their last good state kept (until SetHyperparams, CopyMember "
+         "or LoadCheckpoint resumes them).");
+  for (int i = 0; i < n; i++)
+    out(b, "dqnd_trainer_diverged_members{trainer=\"%s\"} %d\n", t[i].name, t[i].diverged);
+  family(b, "dqnd_trainer_error", "gauge",
+         "1 when a device error disabled the trainer (its commands answer UNAVAILABLE until a LoadCheckpoint).");
+  for (int i = 0; i < n; i++) out(b, "dqnd_trainer_error{trainer=\"%s\"} %d\n", t[i].name, t[i].error);
   free(t);
 
 #if defined(__SANITIZE_ADDRESS__)

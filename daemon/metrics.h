@@ -37,6 +37,8 @@ typedef struct metrics_trainer {
   char name[65];
   int64_t queued, replay_size, memory;
   uint64_t step;
+  int members, diverged; /* the population's size; its members that diverged (a lone trainer's: 0 or 1) */
+  int error;             /* 1: a device error disabled it (commands answer UNAVAILABLE) */
 } metrics_trainer_t;
 /* Who lists the trainers at scrape time: n rows into *out (malloc'd; the
  * caller frees), or -1 out of memory. main.c registers trainer.c's

@@ -218,9 +218,11 @@ void trainer_snapshot(trainer_t *t, int client_activity) {
   learner_hparams_t hp;
   learner_get_stats(trainer_member(t, 0), &st);
   learner_get_hparams(trainer_member(t, 0), &hp);
+  const int n_div = learner_pop_n_diverged(t->p);
   pthread_mutex_lock(&t->mu);
   t->stats = st;
   t->hp = hp;
+  t->n_diverged = n_div;
   if (client_activity) t->last_active = now_s();
   pthread_mutex_unlock(&t->mu);
 }
@@ -408,9 +410,12 @@ int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
       snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
       t[i].queued = workq_pending(&ts[i]->q);
       t[i].memory = learner_pop_memory_estimate(&ts[i]->cfg, ts[i]->population, ts[i]->backend); /* immutable */
+      t[i].members = ts[i]->population;
       pthread_mutex_lock(&ts[i]->mu);
       t[i].replay_size = ts[i]->stats.replay_size;
       t[i].step = ts[i]->stats.step;
+      t[i].diverged = ts[i]->n_diverged;
+      t[i].error = ts[i]->error[0] && !ts[i]->diverged;
       pthread_mutex_unlock(&ts[i]->mu);
     }
     trainer_put(ts[i]);

@@ -32,6 +32,7 @@ struct trainer {
   learner_backend_t backend; /* of t->p; readers off the worker use this (LoadCheckpoint swaps t->p) */
   char error[512];       /* non-empty: error state, commands answer UNAVAILABLE (FAILED_PRECONDITION when diverged) */
   int diverged;          /* the error is a divergence: the learner holds its last good state */
+  int n_diverged;        /* members that diverged, as the last snapshot saw them (under mu) */
   char *verdict;         /* STATE/<name>/diverged's text as last written, NULL none (worker only; verdict.h) */
   double last_active;
   int removed;

@@ -286,6 +286,37 @@ class MetricsTest(unittest.TestCase):
                          {frozenset(): before[("dqnd_training_steps_total", frozenset())]})
         self.assertEqual(types["dqnd_requests"], "counter")  # the parser drops _total from counters' names
 
+    def test_trainer_states(self):
+        """dqnd_trainer_members, _diverged_members and _error: a population
+        of 3 whose member 1 diverges (lr 10, weight decay 10) shows 3 and 1,
+        a lone trainer that diverges 1 and 1, neither in a device error; a
+        copy of member 0 into member 1 brings the count back to 0"""
+        with dqnd.Client(self.d.url, timeout=30) as c:
+            c.create_trainer("pd", SMALL, population=3)
+            c.create_trainer("ld", SMALL)
+            for i in range(3):
+                c.submit("pd", **batch(40, i), member=i)
+            c.submit("ld", **batch(40, 7))
+            c.set_hyperparams("pd", member=1, lr=10, weight_decay=10)
+            c.set_hyperparams("ld", lr=10, weight_decay=10)
+            self.assertEqual(c.step("pd", 40)["diverged"], [1])
+            with self.assertRaises(dqnd.DqndError) as cm:
+                c.step("ld", 40)
+            self.assertEqual(cm.exception.code, 9, str(cm.exception))
+            c.stats("pd"), c.stats("ld")  # answered after the steps' snapshots
+            sm, types = samples(scrape(self.d.metrics_url)[2])
+            for name in ("dqnd_trainer_members", "dqnd_trainer_diverged_members", "dqnd_trainer_error"):
+                self.assertEqual(types[name], "gauge")
+            self.assertEqual([value(sm, "dqnd_trainer_members", trainer=t) for t in ("pd", "ld")], [3, 1])
+            self.assertEqual([value(sm, "dqnd_trainer_diverged_members", trainer=t) for t in ("pd", "ld")], [1, 1])
+            self.assertEqual([value(sm, "dqnd_trainer_error", trainer=t) for t in ("pd", "ld")], [0, 0])
+            c.copy_member("pd", 1, 0)
+            c.stats("pd")
+            sm, _ = samples(scrape(self.d.metrics_url)[2])
+            self.assertEqual(value(sm, "dqnd_trainer_diverged_members", trainer="pd"), 0)
+            c.destroy_trainer("pd")
+            c.destroy_trainer("ld")
+
     def test_device_refused_at_start(self):
         """--device names a GPU that is not there: the start stops, naming it;
         out of range: a usage error; beyond CUDA_VISIBLE_DEVICES: named"""
