@@ -69,12 +69,13 @@ static int restore_one(server_t *s, const char *name) {
       break;
     }
     t->verdict = verdict; /* no job has run yet: the worker's field is still ours */
+    pthread_mutex_lock(&t->mu);
+    t->n_diverged = learner_pop_n_diverged(l);
     if (verr[0]) {
-      pthread_mutex_lock(&t->mu);
       snprintf(t->error, sizeof t->error, "%s", verr);
       t->diverged = 1;
-      pthread_mutex_unlock(&t->mu);
     }
+    pthread_mutex_unlock(&t->mu);
     log_info(name, "restored from %s: step %llu, %s backend%s", all[i].id, (unsigned long long)t->stats.step,
              learner_backend_name(t->backend), i < n - 1 ? " (newer checkpoints failed: see above)" : "");
     trainer_put(t);
