@@ -486,10 +486,13 @@ void dispatch_run_swap(trainer_job_t *j) {
   t->p = j->loaded;
   j->loaded = NULL;
   learner_pop_destroy(old);
+  const learner_backend_t be = learner_backend(trainer_member(t, 0));
+  const int64_t memory = learner_pop_memory_estimate(&t->cfg, t->population, be);
   pthread_mutex_lock(&t->mu);
   t->error[0] = 0; /* a good state replaces an errored one */
   t->diverged = 0;
-  t->backend = learner_backend(trainer_member(t, 0));
+  t->backend = be;
+  t->memory = memory;
   pthread_mutex_unlock(&t->mu);
   char merr[256];
   if (ckpt_write_meta(t->dir, "backend", learner_backend_name(t->backend), merr, sizeof merr))

@@ -137,6 +137,7 @@ int trainer_register(server_t *s, const char *name, learner_pop_t *p, const lear
   t->p = p;
   t->population = learner_pop_size(p);
   t->backend = learner_backend(l);
+  t->memory = learner_pop_memory_estimate(learner_config(l), learner_pop_size(p), t->backend);
   t->cfg = *learner_config(l);
   t->cfg_hash = hash;
   pthread_mutex_init(&t->mu, NULL);
@@ -409,12 +410,12 @@ int trainer_metrics_list(server_t *s, metrics_trainer_t **out) {
     if (t) {
       snprintf(t[i].name, sizeof t[i].name, "%s", ts[i]->name);
       t[i].queued = workq_pending(&ts[i]->q);
-      t[i].memory = learner_pop_memory_estimate(&ts[i]->cfg, ts[i]->population, ts[i]->backend); /* immutable */
       t[i].members = ts[i]->population;
       pthread_mutex_lock(&ts[i]->mu);
       t[i].replay_size = ts[i]->stats.replay_size;
       t[i].step = ts[i]->stats.step;
       t[i].diverged = ts[i]->n_diverged;
+      t[i].memory = ts[i]->memory;
       t[i].error = ts[i]->error[0] && !ts[i]->diverged;
       pthread_mutex_unlock(&ts[i]->mu);
     }

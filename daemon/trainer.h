@@ -30,6 +30,8 @@ struct trainer {
   learner_stats_t stats;
   learner_hparams_t hp;  /* the current hyperparameters (SetHyperparams changes them) */
   learner_backend_t backend; /* of t->p; readers off the worker use this (LoadCheckpoint swaps t->p) */
+  int64_t memory;        /* learner_pop_memory_estimate of it (under mu: metrics read it, never computing it
+                          * on their thread, where the CUDA estimate would make device calls) */
   char error[512];       /* non-empty: error state, commands answer UNAVAILABLE (FAILED_PRECONDITION when diverged) */
   int diverged;          /* the error is a divergence: the learner holds its last good state */
   int n_diverged;        /* members that diverged, as the last snapshot saw them (under mu) */

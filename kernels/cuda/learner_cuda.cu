@@ -121,16 +121,17 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
     snprintf(err, errlen, "replay_capacity: GPU allocation of the replay and the network failed");
     return LEARNER_ENOMEM;
   }
+  /* (each message is written before cuda_learner_destroy frees m) */
   if (cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores, c->cuda_gemm_occupancy)) {
-    cuda_learner_destroy(m);
     snprintf(err, errlen, "batch: GPU allocation of the step's workspace (~%lld MiB for batch %d) failed",
              (long long)(cuda_dqn_ws_floats(&m->L, (int)B) * 4 >> 20), (int)B);
+    cuda_learner_destroy(m);
     return LEARNER_ENOMEM;
   }
   if ((m->L.K > 1 || m->L.has_prior || c->ensemble_mask_p < 1 || m->L.attn.T) && !m->ws.fused.ok) {
-    cuda_learner_destroy(m);
     snprintf(err, errlen, "%s: the cuda step cannot stage these shapes with head sets or attention; use backend=cpu",
              m->L.attn.T ? "attn_tokens" : "ensemble_k");
+    cuda_learner_destroy(m);
     return LEARNER_EUNSUPPORTED;
   }
   { /* the ensemble's loss (step_loss_ens.cu): masks from the sampled slots' insertion counts */
