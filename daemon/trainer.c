@@ -281,7 +281,13 @@ static void job_run(void *owner, void *arg) {
   j->run(j);
   if (t && !t->removed) {
     trainer_snapshot(t, j->c != NULL);
-    trainer_verdict_sync(t); /* a divergence, or its end, is kept for a restart */
+    if (t->verdict || learner_pop_n_diverged(t->p)) { /* a divergence, or its end, is kept for a restart */
+      char error[512] = "";
+      pthread_mutex_lock(&t->mu);
+      if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
+      pthread_mutex_unlock(&t->mu);
+      verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
+    }
   }
   trainer_job_free(j);
 }

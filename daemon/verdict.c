@@ -36,27 +36,22 @@ static char *verdict_text(learner_pop_t *p, const char *error) {
   return s;
 }
 
-void trainer_verdict_sync(trainer_t *t) {
-  if (!t->verdict && !learner_pop_n_diverged(t->p)) return; /* the common case: nothing to say, nothing said */
-  char error[512] = "";
-  pthread_mutex_lock(&t->mu);
-  if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
-  pthread_mutex_unlock(&t->mu);
-  char *text = verdict_text(t->p, error), err[512];
-  if (text == t->verdict || (text && t->verdict && !strcmp(text, t->verdict))) {
+void verdict_sync(const char *dir, const char *name, learner_pop_t *p, const char *error, char **written) {
+  char *text = verdict_text(p, error), err[512];
+  if (text == *written || (text && *written && !strcmp(text, *written))) {
     free(text);
     return;
   }
-  int rc = text ? ckpt_write_meta(t->dir, VERDICT_FILE, text, err, sizeof err)
-                : ckpt_remove_meta(t->dir, VERDICT_FILE, err, sizeof err);
+  int rc = text ? ckpt_write_meta(dir, VERDICT_FILE, text, err, sizeof err)
+                : ckpt_remove_meta(dir, VERDICT_FILE, err, sizeof err);
   if (rc) {
-    log_warn(t->name, "the divergence verdict is not recorded for a restart (tried again after the next command): %s",
+    log_warn(name, "the divergence verdict is not recorded for a restart (tried again after the next command): %s",
              err);
     free(text);
     return;
   }
-  free(t->verdict);
-  t->verdict = text;
+  free(*written);
+  *written = text;
 }
 
 void verdict_restore(const char *dir, const char *name, learner_pop_t *p, char *error, size_t n, char **text) {

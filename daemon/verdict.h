@@ -20,13 +20,15 @@
 
 #include <stddef.h>
 
-#include "trainer.h"
+#include "population.h"
 
-/* Worker only (job_run calls it after every job): rewrites STATE/<name>/diverged
- * when the diverged members, or the trainer's error, differ from what was
- * last written (t->verdict), or removes it when none diverged. A failed write
- * is logged and tried again after the next job. */
-void trainer_verdict_sync(trainer_t *t);
+/* The trainer's worker, after every job (trainer.c): rewrites dir's verdict
+ * for trainer `name` when p's diverged members, or error (the trainer's
+ * error text when the whole trainer stopped, else ""), differ from what was
+ * last written (*written: the trainer's cache, NULL none), or removes it
+ * when none diverged. A failed write is logged and tried again after the
+ * next job. */
+void verdict_sync(const char *dir, const char *name, learner_pop_t *p, const char *error, char **written);
 
 /* Restore (before the trainer is registered): applies dir's verdict to p,
  * the state just loaded for trainer `name`, marking each member whose step
