@@ -6,11 +6,12 @@
  * later, at creation, or leave the next trainer without room), nor be far
  * above it (it would refuse trainers that fit). The oracle is the device's
  * own count: cudaMemGetInfo's free memory before the learner is created and
- * after it has captured its graph, stepped and acted (learner_memory_available),
+ * after it has captured its graph, stepped and acted on more states than one
+ * pass of Act takes (learner_memory_available),
  * each shape created once first so that the kernels' code is already loaded.
  * Bounds: measured <= estimate <= measured + 25% + 96 MiB a member (the
  * estimate's 64 MiB a learner for the device-dependent split-K plan and the
- * graph, and Act's buffers for 256 states). Exits 77 with no usable GPU.
+ * graph). Exits 77 with no usable GPU.
  */
 #include <check.h>
 #include <stdio.h>
@@ -56,7 +57,8 @@ static learner_config_t shape(int which, const char **name) {
   return c;
 }
 
-/* create, feed, step (the graph captured), act on 256 states; destroyed by the caller */
+/* create, feed, step (the graph captured), act on 5,000 states (more than
+ * one pass of Act: its buffers at their largest); destroyed by the caller */
 static learner_pop_t *use(const learner_config_t *c, int members) {
   learner_pop_t *p;
   char err[512];
@@ -64,7 +66,7 @@ static learner_pop_t *use(const learner_config_t *c, int members) {
   for (int i = 0; i < members; i++) tu_feed(learner_pop_member(p, i), 2000, 7 + (uint64_t)i);
   learner_stats_t st[8];
   ck_assert_msg(learner_pop_step_until(p, 3, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
-  enum { NA = 256 };
+  enum { NA = 5000 };
   float *s = calloc((size_t)NA * c->state_dim, sizeof(float));
   int32_t *a = malloc(sizeof(int32_t) * NA);
   ck_assert_msg(learner_act(learner_pop_member(p, 0), s, NA, 0, a, NULL, err, sizeof err) == 0, "%s", err);

@@ -277,37 +277,46 @@ static int cuda_submit(void *impl, const learner_transitions_t *t, char *err, si
   return LEARNER_OK;
 }
 
+/* the most states one pass of Act's forward takes: 4096, and no more than
+ * 64 MiB of activations (at least one state), as the CPU backend's act_rows:
+ * a wide network's row is megabytes, and the buffers stay with the trainer */
+static int cuda_act_rows(const net_layout_t *L) {
+  const int64_t row = (int64_t)cuda_acts_floats(L, 1) * 4, k = (64LL << 20) / (row > 0 ? row : 1);
+  return k < 1 ? 1 : k > 4096 ? 4096 : (int)k;
+}
+
 /* One head set: the argmax per branch on the device, the variance over heads
  * 0. K head sets or priors (docs/learner.md §8): every head's Q on the device
  * (cuda_net_forward_heads), then the mean, the variance and the action by
- * act_select on the host, by the CPU backend's code (learner_act_heads). */
+ * act_select on the host, by the CPU backend's code (learner_act_heads).
+ * The states go through in passes of cuda_act_rows (rows are independent:
+ * the same values as one pass). */
 static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t episode, int32_t *actions, float *q,
                     float *q_var, char *err, size_t errlen) {
   cuda_learner_t *m = (cuda_learner_t *)impl;
   const net_layout_t *L = &m->L;
   size_t S = (size_t)m->cfg.state_dim;
-  if (m->act.rows < n) {
+  const int most = cuda_act_rows(L), rows = n < most ? n : most;
+  if (m->act.rows < rows) {
     cuda_acts_free(&m->act);
     dev_free(m->act_x);
     dev_free(m->act_a);
     m->act_x = NULL;
     m->act_a = NULL;
-    if (cuda_acts_alloc(&m->act, L, n) || dev_alloc_t(&m->act_x, (size_t)n * S * 4) != cudaSuccess ||
-        dev_alloc_t(&m->act_a, (size_t)n * 4 + 64 * 4) != cudaSuccess) {
+    if (cuda_acts_alloc(&m->act, L, rows) || dev_alloc_t(&m->act_x, (size_t)rows * S * 4) != cudaSuccess ||
+        dev_alloc_t(&m->act_a, (size_t)rows * 4 + 64 * 4) != cudaSuccess) {
       cuda_acts_free(&m->act);
-      return snprintf(err, errlen, "count: no GPU memory for %d states", n), LEARNER_ENOMEM;
+      return snprintf(err, errlen, "count: no GPU memory for %d states", rows), LEARNER_ENOMEM;
     }
   }
   const int heads = L->K > 1 || L->has_prior || L->attn.T;
   const size_t K = (size_t)(L->K < 1 ? 1 : L->K), qw = (size_t)L->q_width;
-  if (ensure_staging(m, (size_t)n * S * 4 + (size_t)n * (4 + 4 * qw) + (heads ? K * (size_t)n * qw * 4 : 0), err,
-                     errlen))
+  if (ensure_staging(m, (size_t)rows * S * 4 + (size_t)rows * (4 + 4 * qw) + (heads ? K * (size_t)rows * qw * 4 : 0),
+                     err, errlen))
     return LEARNER_EDEVICE;
   DEV(cudaStreamSynchronize(m->st));
-  memcpy(m->staging, states, (size_t)n * S * 4);
-  DEV(cudaMemcpyAsync(m->act_x, m->staging, (size_t)n * S * 4, cudaMemcpyHostToDevice, m->st));
   const float *w = m->on;
-  if (noisy && m->cfg.noisy) {
+  if (noisy && m->cfg.noisy) { /* one draw for the whole call, whatever its passes */
     long long nn = L->n_noise;
     DEV((cudaError_t)cuda_noise(&m->ds->step, m->cfg.seed, NULL, cuda_pz_t{1, 0}, PHILOX_STREAM_NOISE_ACT, 1, m->act_count++, m->act_noise,
                                 nn, m->st));
@@ -315,42 +324,50 @@ static int cuda_act(void *impl, const float *states, int n, int noisy, int64_t e
       return snprintf(err, errlen, "cuda: noisy weights failed"), LEARNER_EDEVICE;
     w = m->act_weff;
   }
-  if (heads) {
-    int rc = cuda_net_forward_heads(L, w, m->prior, m->cfg.ensemble_prior_scale, m->act_x, n, m->cfg.leaky_slope,
-                                    m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
+  const int head = learner_act_head(&m->cfg, episode);
+  for (int i0 = 0; i0 < n; i0 += rows) {
+    const int nr = n - i0 < rows ? n - i0 : rows;
+    DEV(cudaStreamSynchronize(m->st)); /* the staging area's last pass is read */
+    memcpy(m->staging, states + (size_t)i0 * S, (size_t)nr * S * 4);
+    DEV(cudaMemcpyAsync(m->act_x, m->staging, (size_t)nr * S * 4, cudaMemcpyHostToDevice, m->st));
+    if (heads) {
+      int rc = cuda_net_forward_heads(L, w, m->prior, m->cfg.ensemble_prior_scale, m->act_x, nr, m->cfg.leaky_slope,
+                                      m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
+      if (rc)
+        return snprintf(err, errlen, "cuda: forward failed: %s", cudaGetErrorString((cudaError_t)rc)), LEARNER_EDEVICE;
+      float *hq = (float *)((char *)m->staging + (size_t)rows * S * 4);
+      DEV(cudaMemcpyAsync(hq, m->act.qk, K * (size_t)nr * qw * 4, cudaMemcpyDeviceToHost, m->st));
+      DEV(cudaStreamSynchronize(m->st));
+      float *qrow = (float *)malloc(2 * qw * 4), *var = qrow + qw;
+      if (!qrow) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
+      for (int r = 0; r < nr; r++) {
+        const size_t i = (size_t)i0 + (size_t)r;
+        actions[i] = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, hq + (size_t)r * qw,
+                                       (size_t)nr * qw, qrow, var);
+        if (q) memcpy(q + i * qw, qrow, qw * 4);
+        if (q_var) memcpy(q_var + i * qw, var, qw * 4);
+      }
+      free(qrow);
+      continue;
+    }
+    int rc = cuda_net_forward(L, w, m->act_x, nr, m->cfg.leaky_slope, m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
     if (rc)
       return snprintf(err, errlen, "cuda: forward failed: %s", cudaGetErrorString((cudaError_t)rc)), LEARNER_EDEVICE;
-    float *hq = (float *)((char *)m->staging + (size_t)n * S * 4);
-    DEV(cudaMemcpyAsync(hq, m->act.qk, K * (size_t)n * qw * 4, cudaMemcpyDeviceToHost, m->st));
+    int *dn = (int *)(m->act_a + rows);
+    int nh[LEARNER_MAX_BRANCHES];
+    for (int d = 0; d < L->D; d++) nh[d] = L->n[d];
+    DEV(cudaMemcpyAsync(dn, nh, sizeof(int) * (size_t)L->D, cudaMemcpyHostToDevice, m->st));
+    act_argmax_kernel<<<GRID(nr, 128), 0, m->st>>>(m->act.q, nr, L->q_width, L->D, dn, m->act_a);
+    LAUNCHED();
+    int32_t *ha = (int32_t *)((char *)m->staging + (size_t)rows * S * 4);
+    float *hq = (float *)(ha + rows);
+    DEV(cudaMemcpyAsync(ha, m->act_a, (size_t)nr * 4, cudaMemcpyDeviceToHost, m->st));
+    if (q) DEV(cudaMemcpyAsync(hq, m->act.q, (size_t)nr * 4 * qw, cudaMemcpyDeviceToHost, m->st));
     DEV(cudaStreamSynchronize(m->st));
-    const int head = learner_act_head(&m->cfg, episode);
-    float *qrow = (float *)malloc(2 * qw * 4), *var = qrow + qw;
-    if (!qrow) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
-    for (int i = 0; i < n; i++) {
-      actions[i] = learner_act_heads(L, m->cfg.hp.act_select, m->cfg.hp.ucb_c, head, hq + (size_t)i * qw,
-                                     (size_t)n * qw, qrow, var);
-      if (q) memcpy(q + (size_t)i * qw, qrow, qw * 4);
-      if (q_var) memcpy(q_var + (size_t)i * qw, var, qw * 4);
-    }
-    free(qrow);
-    return LEARNER_OK;
+    memcpy(actions + i0, ha, (size_t)nr * 4);
+    if (q) memcpy(q + (size_t)i0 * qw, hq, (size_t)nr * 4 * qw);
+    if (q_var) memset(q_var + (size_t)i0 * qw, 0, (size_t)nr * 4 * qw);
   }
-  int rc = cuda_net_forward(L, w, m->act_x, n, m->cfg.leaky_slope, m->cfg.v_min, m->cfg.v_max, &m->act, m->st);
-  if (rc) return snprintf(err, errlen, "cuda: forward failed: %s", cudaGetErrorString((cudaError_t)rc)), LEARNER_EDEVICE;
-  int *dn = (int *)(m->act_a + n);
-  int nh[LEARNER_MAX_BRANCHES];
-  for (int d = 0; d < L->D; d++) nh[d] = L->n[d];
-  DEV(cudaMemcpyAsync(dn, nh, sizeof(int) * (size_t)L->D, cudaMemcpyHostToDevice, m->st));
-  act_argmax_kernel<<<GRID(n, 128), 0, m->st>>>(m->act.q, n, L->q_width, L->D, dn, m->act_a);
-  LAUNCHED();
-  int32_t *ha = (int32_t *)((char *)m->staging + (size_t)n * S * 4);
-  float *hq = (float *)(ha + n);
-  DEV(cudaMemcpyAsync(ha, m->act_a, (size_t)n * 4, cudaMemcpyDeviceToHost, m->st));
-  if (q) DEV(cudaMemcpyAsync(hq, m->act.q, (size_t)n * 4 * (size_t)L->q_width, cudaMemcpyDeviceToHost, m->st));
-  DEV(cudaStreamSynchronize(m->st));
-  memcpy(actions, ha, (size_t)n * 4);
-  if (q) memcpy(q, hq, (size_t)n * 4 * (size_t)L->q_width);
-  if (q_var) memset(q_var, 0, (size_t)n * 4 * (size_t)L->q_width);
   return LEARNER_OK;
 }
 
@@ -489,17 +506,13 @@ static int cuda_load_done(void *impl) {
   return LEARNER_OK;
 }
 
-/* Act's buffers as counted: they grow with the largest request a trainer
- * gets; the estimate counts requests of up to this many states */
-#define CUDA_ACT_ESTIMATE_STATES 256
-
 /* beyond the state's tensors (learner.c: the parameters, moments, gradient,
  * replay and episode bounds): what cuda_learner_create allocates, by the
  * functions that size the allocations — its own small arrays, Act's weights
  * and noise, the PER trees (float sums and mins, the owner per leaf), the
  * step's workspace (cuda_dqn_ws_floats: both rows' activations, the
  * effective NoisyNet weights, the generic split-K scratch, the phases'
- * packs and activations), Act's buffers for CUDA_ACT_ESTIMATE_STATES
+ * packs and activations), Act's buffers for a pass of cuda_act_rows
  * states — and 64 MiB for what depends on the device (the phases' split-K
  * plan, the graph) */
 static int64_t cuda_workspace_estimate(const learner_config_t *c) {
@@ -507,7 +520,7 @@ static int64_t cuda_workspace_estimate(const learner_config_t *c) {
   net_layout_init(&L, c);
   int64_t T = 1;
   while (T < c->replay_capacity) T <<= 1;
-  const int64_t P = L.n_params, B = c->batch, N = L.n_noise ? L.n_noise : 1, A = CUDA_ACT_ESTIMATE_STATES;
+  const int64_t P = L.n_params, B = c->batch, N = L.n_noise ? L.n_noise : 1, A = cuda_act_rows(&L);
   const int64_t own = B * (4 + 8 + 4) /* gdisc, idx, prio */ + (int64_t)sizeof(learner_hparams_t) +
                       (int64_t)sizeof(dev_state_t) + CUDA_NORM_SCRATCH * 8 + N * 4 + P * 4 /* act_weff */;
   const int64_t per = c->prioritized ? 2 * T * 4 * 2 + T * 4 : 0;
