@@ -122,6 +122,11 @@ typedef struct learner_backend_ops {
    * NULL where the backend has no groups. */
   int (*group_dt_step)(void *group, int n, learner_stop_ctl_t *stop, struct learner_dt_stats *st, int *rcs,
                        char (*errs)[512], char *err, size_t errlen);
+  /* Bytes of workspace_estimate that a population counts once rather than
+   * once a member (learner_pop_memory_estimate): CUDA's allowance for what
+   * depends on the device beyond what a member needs (measured: the lone
+   * learner leaves 16-52 MiB uncounted, a member ~2; test-gpu-memory). */
+  int64_t population_shared;
 } learner_backend_ops_t;
 
 extern const learner_backend_ops_t learner_cpu_ops;

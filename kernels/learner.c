@@ -211,6 +211,11 @@ int64_t learner_memory_estimate(const learner_config_t *c, learner_backend_t be)
   return state_bytes(c, &replay) + ops_of(be)->workspace_estimate(c);
 }
 
+int64_t learner_memory_population_shared(learner_backend_t be) {
+  if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
+  return ops_of(be)->population_shared;
+}
+
 int64_t learner_memory_available(learner_backend_t be) {
   if (be == LEARNER_BACKEND_AUTO) be = learner_backend_default();
   return ops_of(be)->memory_free();

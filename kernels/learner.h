@@ -54,6 +54,9 @@ int learner_memory_fits(const learner_config_t *c, learner_backend_t be, char *e
 /* What learner_memory_fits compares with: bytes the backend may still
  * allocate, -1 when unknown. */
 int64_t learner_memory_available(learner_backend_t be);
+/* The part of learner_memory_estimate that a population's members share
+ * (counted once for all of them: learner_pop_memory_estimate). */
+int64_t learner_memory_population_shared(learner_backend_t be);
 
 /* Copies transitions into the replay ring (oldest overwritten when full). New
  * items get the current maximum priority. Validates first; on error nothing

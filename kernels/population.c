@@ -45,14 +45,14 @@ static int check_n(int n, char *err, size_t errlen) {
 }
 
 int64_t learner_pop_memory_estimate(const learner_config_t *c, int n, learner_backend_t be) {
-  return (int64_t)n * learner_memory_estimate(c, be);
+  return (int64_t)n * learner_memory_estimate(c, be) - (int64_t)(n - 1) * learner_memory_population_shared(be);
 }
 
 int learner_pop_memory_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen) {
   int rc = check_n(n, err, errlen);
   if (rc) return rc;
   if (n == 1) return learner_memory_fits(c, be, err, errlen);
-  const int64_t one = learner_memory_estimate(c, be), need = (int64_t)n * one, free_b = learner_memory_available(be);
+  const int64_t need = learner_pop_memory_estimate(c, n, be), one = need / n, free_b = learner_memory_available(be);
   if (free_b < 0 || need <= free_b) return LEARNER_OK;
   seterr(err, errlen,
          "population: %d members need ~%lld MiB (each ~%lld MiB: parameters, optimiser, a replay of %lld), %lld MiB "
