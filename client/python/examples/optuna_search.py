@@ -258,8 +258,12 @@ def pretrain_dt(search, client, name, steps):
     loss_mean (and a lone trainer's) the mean over all its steps and
     handed_over whether any call handed its DT over to trunk1. A call
     that stopped early anyway is said in the log, and the next calls run
-    until the member that ran fewest has `steps`."""
-    done, sums, last, idle = 0, {}, None, 0
+    until the member that ran fewest (of those that ran in a whole call)
+    has `steps`. Three stopped calls in a row with no progress, or a
+    cancelled one, end it with RuntimeError (the trial FAILs; its daemon is
+    not taken for gone); a stop for the daemon's shutdown raises
+    UNAVAILABLE, as the daemon's going away does."""
+    done, sums, last, idle, stuck = 0, {}, None, 0, set()
     while done < steps:
         k = min(PRETRAIN_CHUNK, steps - done)
         last = client.pretrain_dt(name, k)
@@ -269,18 +273,23 @@ def pretrain_dt(search, client, name, steps):
             s[0] += m["loss_mean"] * m["steps_run"]
             s[1] += m["steps_run"]
             s[2] = s[2] or bool(m.get("handed_over"))
-        if not last["stopped"]:  # every member ran k, but one that drew no window (it stops alone)
+        if not last["stopped"]:  # every member ran k, but one that stopped alone
             short = [i for i, m in enumerate(members) if m["steps_run"] < k]
             if short:
-                search.log(f"{name}: members {short} drew no Decision Transformer window (too few ended episodes)")
-            done += k
+                stuck.update(short)
+                search.log(f"{name}: members {short} stopped alone (no Decision Transformer window, or their "
+                           "step diverged: see the daemon's log)")
+            done, idle = done + k, 0
             continue
-        ran = min(m["steps_run"] for m in members)
+        live = [m["steps_run"] for i, m in enumerate(members) if i not in stuck] or [0]
+        ran = min(live)
         search.log(f"{name}: PretrainDT stopped early ({last['stop_reason']}): member steps "
                    f"{[m['steps_run'] for m in members]}; going on until each has {steps}")
+        if last["stop_reason"] == "shutdown":
+            raise dqnd.DqndError(14, f"PretrainDT of {name} stopped: the daemon is shutting down")
         idle = idle + 1 if ran == 0 else 0
-        if ran == 0 and (last["stop_reason"] != "deadline" or idle == 3):
-            raise dqnd.DqndError(14, f"PretrainDT of {name} stopped: {last['stop_reason']}")
+        if last["stop_reason"] == "cancelled" or idle == 3:
+            raise RuntimeError(f"PretrainDT of {name} stopped ({last['stop_reason']}) without progress")
         done += ran
     for i, m in enumerate(last.get("members", [last])):
         m["loss_mean"] = sums[i][0] / sums[i][1] if sums[i][1] else float("nan")
