@@ -281,7 +281,9 @@ static void job_run(void *owner, void *arg) {
   j->run(j);
   if (t && !t->removed) {
     trainer_snapshot(t, j->c != NULL);
-    if (t->verdict || learner_pop_n_diverged(t->p)) { /* a divergence, or its end, is kept for a restart */
+    /* a divergence, or its end, is kept for a restart (n_diverged: the
+     * snapshot's count; this worker is its only writer) */
+    if (t->verdict || t->n_diverged) {
       char error[512] = "";
       pthread_mutex_lock(&t->mu);
       if (t->diverged) snprintf(error, sizeof error, "%s", t->error);

@@ -36,6 +36,7 @@
 #include "cp_async.cuh"
 #include "cuda_check.h"
 #include "generic_forward.cuh"
+#include "smem_optin.cuh"
 #include "step_phases.cuh"
 
 #define ATT_NT 256        /* threads of the row kernels */
@@ -435,16 +436,6 @@ extern "C" int cuda_attn_fits(const net_layout_t *L) { return !L->attn.T || att_
  * and its launch on another thread (ens_plan in step_loss_ens.cu and the
  * DT's kernels set theirs the same way; tests/test-gpu-shared.c). */
 #define ATT_MAX_DEVICES 64
-/* a kernel's dynamic shared memory may reach the opt-in limit less its
- * static part (attn_wgrad_kernel's arrive_last flag): the whole limit is
- * refused, cudaErrorInvalidValue (measured: the first run of test-gpu-shared) */
-template <typename Kernel> static cudaError_t allow_optin(Kernel k, int optin) {
-  cudaFuncAttributes fa;
-  cudaError_t e = cudaFuncGetAttributes(&fa, k);
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)fa.sharedSizeBytes);
-}
-
 static int attn_smem_allow(size_t bytes) {
   static int done[ATT_MAX_DEVICES]; /* 1: this device's attributes are at their opt-in limits */
   if (bytes <= 48 * 1024) return 0;
@@ -453,9 +444,9 @@ static int attn_smem_allow(size_t bytes) {
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (bytes + 64 > (size_t)optin) return (int)cudaErrorInvalidConfiguration; /* 64: the static parts' room */
   if (dev < ATT_MAX_DEVICES && __atomic_load_n(&done[dev], __ATOMIC_ACQUIRE)) return 0;
-  CUDA_RET(allow_optin(attn_forward_kernel, optin));
-  CUDA_RET(allow_optin(attn_backward_kernel, optin));
-  CUDA_RET(allow_optin(attn_wgrad_kernel, optin));
+  CUDA_RET(cuda_allow_optin(attn_forward_kernel, optin));
+  CUDA_RET(cuda_allow_optin(attn_backward_kernel, optin));
+  CUDA_RET(cuda_allow_optin(attn_wgrad_kernel, optin));
   if (dev < ATT_MAX_DEVICES) __atomic_store_n(&done[dev], 1, __ATOMIC_RELEASE); /* two threads racing set the same */
   return 0;
 }

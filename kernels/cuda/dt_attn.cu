@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "smem_optin.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 
@@ -487,12 +488,12 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
    * kernel's, shared by every trainer in the process, so one with smaller
    * windows must not lower it under another's (setting the same value again
    * from another thread is harmless) */
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_q_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_bwd_kv_win_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_win_kernel<2>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_bwd_q_win_kernel<2>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_bwd_kv_win_kernel<2>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_win_kernel<4>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_bwd_q_win_kernel<4>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_bwd_kv_win_kernel<4>, optin));
   return 0;
 }
 

@@ -35,6 +35,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "smem_optin.cuh"
 #include "cp_async.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
@@ -418,9 +419,9 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
                           : sizeof(float) * bq_floats(NP, dh);
   if (most > (size_t)optin || sizeof(float) * bkv_floats(NP, dh) > (size_t)optin) return 0;
   /* the device's whole opt-in, as dt_attn_init sets its kernels' */
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_bwd_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_RET(cudaFuncSetAttribute(dt_attn_tc_bwd_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel, optin));
   *fits = 1;
   return 0;
 }

@@ -17,6 +17,7 @@
  */
 #include <math.h>
 
+#include "smem_optin.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 
@@ -129,8 +130,8 @@ int dt_head_init(const dt_layout_t *L, int *wpb) {
   while (*wpb > 1 && head_smem(*wpb, L) > 48 * 1024) *wpb /= 2;
   if (head_smem(1, L) > (size_t)optin) return (int)cudaErrorInvalidValue; /* a row (E + A floats) past shared memory */
   if (head_smem(1, L) > 48 * 1024) {
-    CUDA_RET(cudaFuncSetAttribute(dt_head_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CUDA_RET(cudaFuncSetAttribute(dt_head_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    CUDA_RET(cuda_allow_optin(dt_head_kernel, optin));
+    CUDA_RET(cuda_allow_optin(dt_head_bwd_kernel, optin));
   }
   return 0;
 }

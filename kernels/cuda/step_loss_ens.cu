@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "smem_optin.cuh"
 #include "../philox.h"
 #include "c51.cuh"
 #include "cp_async.cuh"
@@ -290,7 +291,7 @@ static size_t ens_plan(const net_layout_t *L, int K, long long blocks, int *nw) 
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaFuncSetAttribute(ens_loss_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess)
+      cuda_allow_optin(ens_loss_kernel, optin) != cudaSuccess)
     return 0;
   const size_t e23 = sizeof(float) * (size_t)e23_floats(K, L->D, L->Z), e1 = sizeof(float) * (size_t)e1_warp_floats(nmax, L->Z);
   const int top = K * L->D < 16 ? K * L->D : 16;
