@@ -19,18 +19,16 @@
 static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
 
 /* Blocks of one launch: tiles, alignment, and split-K parts for problems
- * [p0, p1): about `occ` blocks per SM at least, and at most SPLIT_MAX_K k
- * per part. */
+ * [p0, p1): split-K parts sized by the phase's work for about `occ` blocks
+ * an SM (below), at most SPLIT_MAX_K k per part. */
 static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, int *blocks, int *ntiles,
                        size_t *part_floats) {
-  int tiles = 0;
   const int bm = big == 2 ? WG_BM : big ? GBM2 : GBM, bn = big == 2 ? WG_BN : big ? GBN2 : GBN;
   for (int i = p0; i < p1; i++) {
     gprob_t *g = &pr[i];
     g->tn = (g->N + bn - 1) / bn;
     g->tiles = (g->M + bm - 1) / bm * g->tn;
     g->al = al16(g->A, g->lda) | al16(g->W, g->ldw) << 1;
-    tiles += g->tiles;
   }
   if (big) { /* large tiles run only where there are plenty: no split-K */
     int blk = 0;
