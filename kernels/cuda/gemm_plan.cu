@@ -14,6 +14,7 @@
 #include "gemm_table.cuh"
 #include "gemm_dev.cuh"
 #include "gemm_tiles.cuh"
+#include "split_rule.h"
 #include "arena.cuh"
 
 static int al16(const float *p, int ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
@@ -40,15 +41,10 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, i
     *blocks = blk, *ntiles = 0, *part_floats = 0;
     return;
   }
-  /* split-K parts by work, not by tiles: the phase's k-work (each problem's
-   * tiles times its K) shared over `occ` blocks an SM gives a block's share,
-   * and a problem gets about K / share parts (to the nearest), so a
-   * problem deep in K (B1's 9-action heads beside the value's 51) is split
-   * where a shallow one is not; at most sqrt(K / 16) parts (a part's time
-   * falls as K / parts but the last block reads the parts one after
-   * another, so the sum is least near sqrt(K)), each SPLIT_MIN_CHUNKS k
-   * chunks at least and SPLIT_MAX_K k at most (DEVICE_NOTES.md items 40
-   * and 181; occ is the config's cuda_gemm_occupancy) */
+  /* split-K parts by work, not by tiles (split_rule.h): a problem deep in K
+   * (B1's 9-action heads beside the value's 51) is split where a shallow one
+   * in the same launch is not (DEVICE_NOTES.md items 40 and 181; occ is the
+   * config's cuda_gemm_occupancy) */
   long long work = 0;
   for (int i = p0; i < p1; i++) work += (long long)pr[i].tiles * pr[i].K;
   if (work < 1) work = 1;
@@ -56,15 +52,7 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, i
   size_t pf = 0;
   for (int i = p0; i < p1; i++) {
     gprob_t *g = &pr[i];
-    long long sp = (2LL * g->K * occ * nsm + work) / (2 * work);
-    int cap = 1;
-    while ((long long)(cap + 1) * (cap + 1) * 16 <= g->K) cap++;
-    if (sp > cap) sp = cap;
-    const int kmax = g->K / (SPLIT_MIN_CHUNKS * GBK);
-    if (sp > kmax) sp = kmax;
-    if (g->K > SPLIT_MAX_K * sp) sp = (g->K + SPLIT_MAX_K - 1) / SPLIT_MAX_K;
-    if (sp < 1) sp = 1;
-    g->kper = ((g->K + sp - 1) / sp + GBK - 1) / GBK * GBK;
+    g->kper = gemm_split_kper(g->K, work, occ, nsm);
     g->splits = (g->K + g->kper - 1) / g->kper;
     if (g->splits < 1) g->splits = 1;
     g->blk0 = blk, blk += g->tiles * g->splits;

@@ -1,7 +1,7 @@
 /*
  * gemm_tiles.cuh — the layer GEMM's tile shapes and limits, shared by its
- * kernels (gemm.cu) and its planner (gemm_plan.cu). Included by .cu files
- * only.
+ * kernels (gemm.cu) and its planner (gemm_plan.cu, split_rule.h); #defines
+ * only, so tests/test-split-rule.c includes it from C too.
  */
 #ifndef DQN_CUDA_GEMM_TILES_CUH
 #define DQN_CUDA_GEMM_TILES_CUH
