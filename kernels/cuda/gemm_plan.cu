@@ -47,7 +47,6 @@ static void plan_phase(gprob_t *pr, int p0, int p1, int nsm, int big, int occ, i
    * config's cuda_gemm_occupancy) */
   long long work = 0;
   for (int i = p0; i < p1; i++) work += (long long)pr[i].tiles * pr[i].K;
-  if (work < 1) work = 1;
   int blk = 0, cnt = 0;
   size_t pf = 0;
   for (int i = p0; i < p1; i++) {

@@ -1,6 +1,6 @@
 /*
  * split_rule.h — how many split-K parts a layer-GEMM problem gets
- * (gemm_plan.cu's rule, docs/gpu.md "The split-K planner"), as plain C so a
+ * (gemm_plan.cu's rule; docs/gpu.md, the split-K planner's paragraph), as plain C so a
  * CPU test (tests/test-split-rule.c) holds it without a GPU. GBK and the
  * SPLIT_* limits come from gemm_tiles.cuh, which the caller includes first.
  */
