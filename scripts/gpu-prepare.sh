@@ -48,7 +48,8 @@ done
 # xz -9: a 64 MB dictionary, so the binaries (8 MB each, the same kernels in each) compress as one
 tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
 # A/B builds: AB_PATCHES="kernels/dev/patches/a.patch ..." applies each patch
-# to this tree in turn, rebuilds the benches and AB_TESTS, strips them into
+# to this tree in turn, rebuilds AB_BENCHES (bench-gpu-step bench-gpu-pop by
+# default; bench-gpu-dt for the DT) and AB_TESTS, strips them into
 # .devcarry/x/<patch name>/ and reverses the patch (also when its build
 # fails), then rebuilds this tree; carry .devcarry/x.tar.xz and compare on the
 # GPU machine with AB_VARIANTS="new <patch name> ..." kernels/dev/ab-pop.sh
@@ -60,9 +61,11 @@ if [ -n "${AB_PATCHES:-}" ]; then
     git apply "$p"
     trap 'git apply -R "$p"' EXIT
     cuda_fresh
-    ninja -C build tests/bench/bench-gpu-step tests/bench/bench-gpu-pop $(for t in ${AB_TESTS-test-gpu-loss test-gpu-learner}; do echo "tests/$t"; done)
+    ninja -C build $(for b in ${AB_BENCHES:-bench-gpu-step bench-gpu-pop}; do echo "tests/bench/$b"; done) \
+      $(for t in ${AB_TESTS-test-gpu-loss test-gpu-learner}; do echo "tests/$t"; done)
     mkdir -p ".devcarry/x/$name"
-    for b in build/tests/bench/bench-gpu-step build/tests/bench/bench-gpu-pop ${AB_TESTS-test-gpu-loss test-gpu-learner}; do
+    for b in $(for b in ${AB_BENCHES:-bench-gpu-step bench-gpu-pop}; do echo "build/tests/bench/$b"; done) \
+      ${AB_TESTS-test-gpu-loss test-gpu-learner}; do
       [ -f "$b" ] || b=build/tests/$b
       strip -o ".devcarry/x/$name/$(basename "$b")" "$b"
     done

@@ -8,6 +8,8 @@
 # built here and copied there, as gpu-prepare.sh's AB_PATCHES does); a
 # build without a bench is skipped. AB_MODES ("0") the bench-gpu-step modes
 # (3 ensemble, 4 ensemble + attention); AB_POPS= (empty) skips populations.
+# AB_DT (e.g. 64,256) adds the DT pre-training step (bench-gpu-dt) at those
+# batches, AB_DT_POPS (1 by default, e.g. 1,8) its population sizes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .devcarry/lib.tar.xz ] && [ ! -d .devcarry/lib ] && tar -C .devcarry -xJf .devcarry/lib.tar.xz
@@ -24,6 +26,10 @@ for r in $(seq ${AB_ROUNDS:-2}); do
           BENCH_TF32=$tc BENCH_PROFILE_MODE=$m $d/bench-gpu-step ${AB_BATCHES-64,256,1024,4096} 300 2>&1 | grep -E "us/step|µs|batch" | head -6
         fi
       done
+      if [ -n "${AB_DT-}" ] && [ -x $d/bench-gpu-dt ]; then
+        echo "== round $r $v $prec dt"
+        $d/bench-gpu-dt "$AB_DT" $tc "" "${AB_DT_POPS:-1}" 2>&1 | grep -E "^B=|rror|fail"
+      fi
       if [ -n "${AB_POPS-1,8,32}" ] && [ -x $d/bench-gpu-pop ]; then
         echo "== round $r $v $prec pop"
         # errors too: a build that fails at some size shows why instead of nothing
