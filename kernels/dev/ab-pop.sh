@@ -15,6 +15,19 @@ cd "$(dirname "$0")/../.."
 [ -f .devcarry/lib.tar.xz ] && [ ! -d .devcarry/lib ] && tar -C .devcarry -xJf .devcarry/lib.tar.xz
 [ -f .devcarry/bin.tar.xz ] && [ ! -d .devcarry/bin ] && tar -C .devcarry -xJf .devcarry/bin.tar.xz
 [ -d .devcarry/x ] || tar -C .devcarry -xJf .devcarry/x.tar.xz
+# AB_RUN_TESTS=1: first each variant's own tests (the test-gpu-* that
+# gpu-prepare.sh's AB_TESTS put beside its benches), their last lines
+if [ "${AB_RUN_TESTS:-0}" = 1 ]; then
+  export DQND_GOLDEN_DIR=$PWD/tests/golden OPENBLAS_NUM_THREADS=1
+  for v in ${AB_VARIANTS:-base new}; do
+    for t in .devcarry/x/$v/test-gpu-*; do
+      [ -x "$t" ] || continue
+      timeout ${AB_TEST_TIMEOUT:-300} "$t" > "/tmp/ab-$v-$(basename "$t").log" 2>&1; rc=$?
+      echo "== $v $(basename "$t"): rc $rc"
+      grep -E "Checks|bit for bit the|differs|Assertion|FAIL|rror" "/tmp/ab-$v-$(basename "$t").log" | tail -${AB_TEST_LINES:-12}
+    done
+  done
+fi
 for r in $(seq ${AB_ROUNDS:-2}); do
   for prec in ${AB_PREC:-tf32 fp32}; do
     tc=$([ $prec = tf32 ] && echo 1 || echo 0)
