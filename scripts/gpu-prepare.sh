@@ -61,11 +61,16 @@ if [ -n "${AB_PATCHES:-}" ]; then
     git apply "$p"
     trap 'git apply -R "$p"' EXIT
     cuda_fresh
+    # the AB_TESTS this variant has (a patch may add a test the others lack)
+    ninja -C build build.ninja > /dev/null
+    tests=""
+    for t in ${AB_TESTS-test-gpu-loss test-gpu-learner}; do
+      ninja -C build -t query "tests/$t" > /dev/null 2>&1 && tests="$tests $t"
+    done
     ninja -C build $(for b in ${AB_BENCHES:-bench-gpu-step bench-gpu-pop}; do echo "tests/bench/$b"; done) \
-      $(for t in ${AB_TESTS-test-gpu-loss test-gpu-learner}; do echo "tests/$t"; done)
+      $(for t in $tests; do echo "tests/$t"; done)
     mkdir -p ".devcarry/x/$name"
-    for b in $(for b in ${AB_BENCHES:-bench-gpu-step bench-gpu-pop}; do echo "build/tests/bench/$b"; done) \
-      ${AB_TESTS-test-gpu-loss test-gpu-learner}; do
+    for b in $(for b in ${AB_BENCHES:-bench-gpu-step bench-gpu-pop}; do echo "build/tests/bench/$b"; done) $tests; do
       [ -f "$b" ] || b=build/tests/$b
       strip -o ".devcarry/x/$name/$(basename "$b")" "$b"
     done
