@@ -48,7 +48,7 @@ done
 # xz -9: a 64 MB dictionary, so the binaries (8 MB each, the same kernels in each) compress as one
 tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
 # A/B builds: AB_PATCHES="kernels/dev/patches/a.patch ..." applies each patch
-# to this tree in turn, rebuilds AB_BENCHES (bench-gpu-step bench-gpu-pop by
+# (or a.patch+b.patch: b on top of a) to this tree in turn, rebuilds AB_BENCHES (bench-gpu-step bench-gpu-pop by
 # default; bench-gpu-dt for the DT) and AB_TESTS, strips them into
 # .devcarry/x/<patch name>/ and reverses the patch (also when its build
 # fails), then rebuilds this tree; carry .devcarry/x.tar.xz and compare on the
@@ -57,9 +57,12 @@ tar -C .devcarry -cf - bin | xz -9 > .devcarry/bin.tar.xz
 if [ -n "${AB_PATCHES:-}" ]; then
   rm -rf .devcarry/x && mkdir -p .devcarry/x
   for p in $AB_PATCHES; do
-    name=$(basename "$p" .patch)
-    git apply "$p"
-    trap 'git apply -R "$p"' EXIT
+    # a.patch+b.patch: b applies on top of a (a variant's increment kept as
+    # its own patch); the variant is named after the last
+    name=$(basename "${p##*+}" .patch)
+    ps=$(echo "$p" | tr '+' ' ') rs=$(echo "$p" | tr '+' '\n' | tac | tr '\n' ' ')
+    for q in $ps; do git apply "$q"; done
+    trap 'for q in $rs; do git apply -R "$q"; done' EXIT
     cuda_fresh
     # the AB_TESTS this variant has (a patch may add a test the others lack)
     ninja -C build build.ninja > /dev/null
@@ -74,7 +77,7 @@ if [ -n "${AB_PATCHES:-}" ]; then
       [ -f "$b" ] || b=build/tests/$b
       strip -o ".devcarry/x/$name/$(basename "$b")" "$b"
     done
-    git apply -R "$p"
+    for q in $rs; do git apply -R "$q"; done
     trap - EXIT
   done
   cuda_fresh
