@@ -134,7 +134,9 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
 int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st);
 const char *dqnd_last_stop(const dqnd_client_t *c);
 /* The Decision Transformer (dt_layers > 0; docs/learner.md §16): n
- * pre-training steps of every member, stopping and cancelled as dqnd_step;
+ * pre-training steps of every member, stopping and cancelled as dqnd_step
+ * (and stopping at a later step of a trainer of one that draws no window:
+ * dqnd_last_stop() "no window");
  * st (optional) receives the stats of the member dqnd_use_member names,
  * tokens_per_s (optional) the call's rate over every member. */
 int dqnd_pretrain_dt(dqnd_client_t *c, const char *name, int n, learner_dt_stats_t *st, double *tokens_per_s);

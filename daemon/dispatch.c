@@ -573,7 +573,16 @@ static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t err
     if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), CODE_INVALID_ARGUMENT;
     j->fields[j->n_fields++] = f;
   }
-  return learner_hparams_validate(&j->cfg.hp, err, errlen) ? CODE_INVALID_ARGUMENT : 0;
+  /* each field within its bounds; the one rule across fields (tau 0 needs
+   * target_period >= 1) only where both are given: the other's value is the
+   * member's current one, which the worker checks the combination against
+   * (an earlier SetHyperparams may have changed it since the creation) */
+  learner_hparams_t hp = j->cfg.hp;
+  int gave_tau = 0, gave_period = 0;
+  for (int i = 0; i < j->n_fields; i++)
+    gave_tau |= !strcmp(j->fields[i]->name, "tau"), gave_period |= !strcmp(j->fields[i]->name, "target_period");
+  if (!gave_tau || !gave_period) hp.tau = 1, hp.target_period = 1;
+  return learner_hparams_validate(&hp, err, errlen) ? CODE_INVALID_ARGUMENT : 0;
 }
 
 /* a field's value from one config into another (hyperparameters are scalars) */
@@ -595,13 +604,7 @@ static void run_hparams(trainer_job_t *j) {
     return;
   }
   log_info(t->name, "hyperparameters changed (%d fields)", j->n_fields);
-  if (t->diverged) { /* new hyperparameters resume a diverged trainer from its last good state */
-    pthread_mutex_lock(&t->mu);
-    t->error[0] = 0;
-    t->diverged = 0;
-    pthread_mutex_unlock(&t->mu);
-    log_info(t->name, "training resumes from its last good state");
-  }
+  trainer_resume(t); /* new hyperparameters resume a diverged trainer from its last good state */
   trainer_snapshot(t, 1); /* the reply shows the new values */
   dispatch_reply_member(c, t, j->member);
 }

@@ -376,6 +376,7 @@ static void load_member(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoi
   }
   j->loaded = l;
   j->member = (int)m->member;
+  j->diverged_ok = 1; /* a good state for a member of a trainer whose every member diverged */
   int rc = trainer_enqueue(j);
   if (rc) {
     trainer_job_free(j);
@@ -396,6 +397,7 @@ void dispatch_run_load_member(trainer_job_t *j) {
     return;
   }
   log_info(t->name, "member %d's state replaced from a checkpoint", j->member);
+  trainer_resume(t);
   trainer_snapshot(t, 1);
   dispatch_reply_member(j->c, t, j->member);
 }

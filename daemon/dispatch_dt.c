@@ -64,7 +64,11 @@ void dispatch_run_pretrain_dt(trainer_job_t *j) {
   /* in a population a member that diverged, or drew no window, stopped alone:
    * the others' steps are an answer (each member's steps_run says what ran) */
   const int alone = P > 1 && (rc == LEARNER_EDIVERGED || (rc == LEARNER_EEMPTY && steps > 0));
-  if (rc && rc != LEARNER_ESTOPPED && !alone) {
+  /* a trainer of one whose later step drew no window: the steps before it
+   * are applied (and the hand-over with them), so they are the answer, as a
+   * stop between steps is: stopped, "no window" */
+  const int no_window = P == 1 && rc == LEARNER_EEMPTY && steps > 0;
+  if (rc && rc != LEARNER_ESTOPPED && !alone && !no_window) {
     /* nothing ran (no window anywhere), or one member (of one) diverged: its state is the last good step's */
     free(sts), free(ps), free(pp);
     if (rc != LEARNER_EEMPTY && rc != LEARNER_EDIVERGED) trainer_note_error(t, rc, err);
@@ -72,6 +76,8 @@ void dispatch_run_pretrain_dt(trainer_job_t *j) {
     return;
   }
   if (alone) log_warn(t->name, "PretrainDT: %s (the other members ran on)", err);
+  if (no_window) log_warn(t->name, "PretrainDT stopped after %lld of %u steps: %s", (long long)steps,
+                          rpc_request(c)->pretrain_dt->n, err);
   for (int i = 0; i < P; i++) {
     dt_stats_to_pb(&sts[i], &ps[i]);
     pp[i] = &ps[i];
@@ -85,6 +91,9 @@ void dispatch_run_pretrain_dt(trainer_job_t *j) {
     pr.stopped = 1;
     pr.stop_reason = (char *)dispatch_stop_reason(&stop, why);
     log_info(t->name, "PretrainDT %s: %s", pr.stop_reason, err);
+  } else if (no_window) {
+    pr.stopped = 1;
+    pr.stop_reason = "no window";
   }
   rep_t r = DQND__V1__REPLY__INIT;
   r.result_case = DQND__V1__REPLY__RESULT_PRETRAIN_DT;

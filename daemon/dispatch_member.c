@@ -12,13 +12,19 @@
 #include "dispatch_impl.h"
 #include "log.h"
 
-int dispatch_check_member(const trainer_t *t, uint32_t member, trainer_job_t *j, char *err, size_t errlen) {
+/* field (the request's name for the index) within [0, population) */
+static int check_index(const trainer_t *t, uint32_t member, const char *field, char *err, size_t errlen) {
   if (member >= (uint32_t)t->population)
-    return snprintf(err, errlen, "member: %u is outside [0, %d) (trainer '%s' has %d member%s)", member,
+    return snprintf(err, errlen, "%s: %u is outside [0, %d) (trainer '%s' has %d member%s)", field, member,
                     t->population, t->name, t->population, t->population == 1 ? "" : "s"),
            CODE_INVALID_ARGUMENT;
-  j->member = (int)member;
   return 0;
+}
+
+int dispatch_check_member(const trainer_t *t, uint32_t member, trainer_job_t *j, char *err, size_t errlen) {
+  const int code = check_index(t, member, "member", err, errlen);
+  if (!code) j->member = (int)member;
+  return code;
 }
 
 int dispatch_member_diverged(trainer_job_t *j) {
@@ -39,8 +45,9 @@ int dispatch_check_copy(const req_t *r, trainer_job_t *j, char *err, size_t errl
     return snprintf(err, errlen, "name: trainer '%s' is not a population (created without population > 1)", t->name),
            CODE_FAILED_PRECONDITION;
   int code;
-  if ((code = dispatch_check_member(t, m->src, j, err, errlen))) return code;
-  if ((code = dispatch_check_member(t, m->dst, j, err, errlen))) return code;
+  if ((code = check_index(t, m->src, "src", err, errlen))) return code;
+  if ((code = check_index(t, m->dst, "dst", err, errlen))) return code;
+  j->member = (int)m->dst;
   if (m->dst == m->src) return snprintf(err, errlen, "dst: %u is src too", m->dst), CODE_INVALID_ARGUMENT;
   if (m->n_factors > TRAINER_JOB_MAX_FIELDS)
     return snprintf(err, errlen, "factors: %zu given, at most %d", m->n_factors, TRAINER_JOB_MAX_FIELDS),
@@ -79,5 +86,6 @@ void dispatch_run_copy(trainer_job_t *j) {
   }
   log_info(t->name, "member %u copied from member %u%s, %d hyperparameter%s scaled", m->dst, m->src,
            m->with_replay ? " with its replay" : "", j->n_factors, j->n_factors == 1 ? "" : "s");
+  trainer_resume(t); /* dst is good now, where every member had diverged */
   dispatch_reply_member(c, t, (int)m->dst);
 }

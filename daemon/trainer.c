@@ -270,8 +270,8 @@ static void job_run(void *owner, void *arg) {
     if (why[0]) {
       if (diverged)
         refuse(j, CODE_FAILED_PRECONDITION,
-                        "name: trainer '%s' stopped training: %s (SetHyperparams resumes it, LoadCheckpoint replaces it)",
-                        t->name, why);
+               "name: trainer '%s' stopped training: %s (SetHyperparams resumes it, %sLoadCheckpoint replaces it)",
+               t->name, why, t->population > 1 ? "CopyMember or a member's LoadCheckpoint resume it, " : "");
       else
         refuse(j, CODE_UNAVAILABLE, "name: trainer '%s' is in an error state: %s", t->name, why);
       trainer_job_free(j);
@@ -344,6 +344,15 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err) {
   snprintf(t->error, sizeof t->error, "%.200s", err);
   pthread_mutex_unlock(&t->mu);
   log_error(t->name, "device error, trainer disabled: %s", err);
+}
+
+void trainer_resume(trainer_t *t) {
+  if (!t->diverged) return;
+  pthread_mutex_lock(&t->mu);
+  t->error[0] = 0;
+  t->diverged = 0;
+  pthread_mutex_unlock(&t->mu);
+  log_info(t->name, "training resumes from its last good state");
 }
 
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n) {

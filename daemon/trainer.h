@@ -155,6 +155,11 @@ void trainer_note_error(trainer_t *t, int learner_rc, const char *err);
  * training and LoadCheckpoint replaces the state. msg receives the reply's
  * text (what diverged, where the good state went). */
 void trainer_note_diverged(trainer_t *t, const char *err, char *msg, size_t n);
+/* A good state is back where the trainer had stopped training (every member
+ * diverged): SetHyperparams, CopyMember or a member's LoadCheckpoint made one
+ * member good again. The trainer trains again (a no-op when it had not
+ * stopped). On its worker. */
+void trainer_resume(trainer_t *t);
 /* Continuous training after a submit to a member: steps owed to it accrue
  * as its samples_per_insert x inserted / batch and are paid now, on the
  * worker, by that member alone (as a lone trainer of its own would). */

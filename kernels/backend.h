@@ -52,6 +52,11 @@ enum learner_section {
   SEC_DT_COUNTERS = 23, /* u64 pre-training steps taken */
 };
 
+/* dt_act's refusal where the logits it would take the argmax of are not finite */
+#define DT_ACT_NONFINITE                                                                                          \
+  "the Decision Transformer's logits are not finite: its forward overflows (diverged parameters, or states or a "  \
+  "return-to-go too large for it)"
+
 /* Everything but tensors that a restore needs to continue bit-identically. */
 typedef struct learner_counters {
   uint64_t step;      /* optimiser steps taken (Adam's t = step) */
@@ -110,7 +115,9 @@ typedef struct learner_backend_ops {
    * has none (learner.c then refuses dt_layers > 0 on it). dt_step: n
    * pre-training steps as learner_pretrain_dt says (st's handed_over is
    * learner.c's). dt_act: the flat action for one window of K steps,
-   * left-padded (mask 0), the return-to-go already divided by the scale. */
+   * left-padded (mask 0), the return-to-go already divided by the scale;
+   * LEARNER_EDIVERGED with DT_ACT_NONFINITE where a logit at the state token
+   * is not finite. */
   int (*dt_step)(void *impl, int n, learner_stop_ctl_t *stop, struct learner_dt_stats *st, char *err, size_t errlen);
   int (*dt_act)(void *impl, const float *states, const float *rtg, const int32_t *actions, const int32_t *timesteps,
                 const float *mask, int32_t *action, char *err, size_t errlen);

@@ -133,6 +133,12 @@ int learner_act_dt(learner_t *l, const learner_dt_window_t *w, int32_t *action, 
   for (int t = 0; t < n; t++) {
     memcpy(states + (size_t)(p + t) * S, w->states + (size_t)t * S, sizeof(float) * (size_t)S);
     rtg[p + t] = w->rtg[t] / c->dt_rtg_scale;
+    if (!isfinite(rtg[p + t])) { /* a finite R-hat over a small scale can overflow */
+      free(x), free(ia);
+      return seterr(err, errlen, "rtg[%d]: %g / dt_rtg_scale %g is not finite", t, (double)w->rtg[t],
+                    (double)c->dt_rtg_scale),
+             LEARNER_EINVAL;
+    }
     acts[p + t] = t < n - 1 ? w->actions[t] : 0;
     ts[p + t] = w->timesteps[t];
     mask[p + t] = 1;

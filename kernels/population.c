@@ -412,12 +412,16 @@ static int copy_into(learner_pop_t *p, int dst, learner_t *s, int with_replay, c
     k.replay_size = ks.replay_size, k.replay_head = ks.replay_head, k.replay_total = ks.replay_total;
     k.max_leaf = ks.max_leaf;
   }
-  /* the counters first: a replay section's length follows the replay size */
-  if ((rc = d->ops->set_counters(d->impl, &k))) return rc;
+  /* the buffer before anything changes (on any error nothing has); then the
+   * counters: a replay section's length follows the replay size */
   unsigned char *buf = malloc(COPY_CHUNK);
   if (!buf) {
     seterr(err, errlen, "out of memory");
     return LEARNER_ENOMEM;
+  }
+  if ((rc = d->ops->set_counters(d->impl, &k))) {
+    free(buf);
+    return rc;
   }
   for (int i = 0; i < state_num_sections && !rc; i++) {
     const state_section_t *sec = &state_sections[i];
@@ -598,7 +602,7 @@ int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, 
   }
   learner_counters_t k;
   if ((rc = src->ops->get_counters(src->impl, &k))) return rc;
-  return copy_into(p, i, src, k.replay_total > 0, NULL, 0, err, errlen);
+  return copy_into(p, i, src, k.replay_size > 0, NULL, 0, err, errlen);
 }
 
 /* a reader that adds CRC-32 over what it reads while on */

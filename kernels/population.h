@@ -131,8 +131,10 @@ int learner_pop_peek(learner_read_fn r, void *ctx, learner_config_t *c, int *n, 
 /* Member i takes the state of src, a learner shaped as the members (seed and
  * hyperparameters may differ: a loaded checkpoint of a lone trainer, or of
  * one member): parameters, prior heads, Adam moments, step and noisy-Act
- * counters, last statistics and hyperparameters, and its replay when src has
- * ever held transitions (else member i keeps its own); it keeps its seed, as
+ * counters, last statistics and hyperparameters, and its replay when src
+ * holds one (a checkpoint saved with its replay; else member i keeps its own:
+ * a state saved without it would leave the member none, and every Step of the
+ * population then fails); it keeps its seed, as
  * learner_pop_copy_member does. A diverged member trains again. */
 int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, size_t errlen);
 /* Where member i's state lies in a serialised population state (r reads it

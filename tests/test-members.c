@@ -341,12 +341,101 @@ START_TEST(test_population_over_the_wire) {
 }
 END_TEST
 
+/* A trainer whose every member diverged has stopped training (every
+ * command but the diverged-safe ones refused); CopyMember, and a member's
+ * LoadCheckpoint, make a member good again and the trainer trains again
+ * (SetHyperparams did so already). A member state saved without its replay
+ * leaves the member its own (emptied, every Step of the population would
+ * fail on it). CopyMember's bad indices name src or dst; SetHyperparams
+ * checks tau against target_period on the member's current values. */
+START_TEST(test_every_member_diverged) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
+  OK(create(c, "all", P, 7, &rep));
+  FREE(rep);
+  batch_t *b = malloc(sizeof *b);
+  make_batch(b, 48, 5);
+  for (int i = 0; i < P; i++) OK(submit_member(c, "all", i, b));
+  OK(step(c, "all", 2, &pr));
+  FREE(pr);
+  ck_assert_int_eq(copy(c, "all", 5, 0, NULL, NULL, &rep), 3);
+  ck_assert_str_eq(dqnd_last_error(c), "dst: 5 is outside [0, 3) (trainer 'all' has 3 members)");
+  ck_assert_int_eq(copy(c, "all", 0, 7, NULL, NULL, &rep), 3);
+  ck_assert_str_eq(dqnd_last_error(c), "src: 7 is outside [0, 3) (trainer 'all' has 3 members)");
+  /* member 2's state at step 2, without its replay: a lone trainer's checkpoint */
+  dqnd_checkpoint_t k;
+  OK(dqnd_save_checkpoint(c, "all", 0, &k));
+  char local[600];
+  snprintf(local, sizeof local, "%s/member2.ckpt", d.dir);
+  dqnd_use_member(c, 2);
+  OK(dqnd_fetch_checkpoint(c, "all", k.id, local, 0, NULL));
+  dqnd_use_member(c, 0);
+
+  /* every member diverges: the trainer stops training */
+  for (int i = 0; i < P; i++) {
+    OK(set_lr(c, "all", i, "10", "10", &rep));
+    FREE(rep);
+  }
+  ck_assert_int_eq(step(c, "all", 100, &pr), 9);
+  FREE(pr);
+  ck_assert_int_eq(submit_member(c, "all", 1, b), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "stopped training") && strstr(dqnd_last_error(c), "CopyMember"), "%s",
+                dqnd_last_error(c));
+  /* CopyMember makes member 1 a copy of member 0's last good state: the
+   * trainer takes commands again (member 0's state is no healthy one: it
+   * is not trained on here) */
+  OK(copy(c, "all", 1, 0, NULL, NULL, &rep));
+  FREE(rep);
+  OK(submit_member(c, "all", 1, b));
+  OK(stats(c, "all", 1, &rep));
+  ck_assert_msg(!strstr(rep->trainer->state, "diverged"), "%s", rep->trainer->state);
+  FREE(rep);
+
+  /* again every member diverged; member 2's saved state brings it back, its
+   * own replay kept (the file has none) */
+  OK(set_lr(c, "all", 1, "10", "10", &rep));
+  FREE(rep);
+  ck_assert_int_eq(step(c, "all", 100, &pr), 9);
+  FREE(pr);
+  ck_assert_int_eq(submit_member(c, "all", 2, b), 9);
+  dqnd_use_member(c, 2);
+  OK(dqnd_load_checkpoint_file(c, "all", local, 0, NULL, 0));
+  dqnd_use_member(c, 0);
+  OK(stats(c, "all", 2, &rep));
+  ck_assert_int_eq(rep->trainer->stats->step, 2);
+  ck_assert_int_eq(rep->trainer->stats->replay_size, 48);
+  FREE(rep);
+  OK(step(c, "all", 3, &pr));
+  ck_assert_int_eq(pr->step->n_diverged, 2);
+  ck_assert_int_eq(pr->step->members[2]->step, 5);
+  FREE(pr);
+
+  /* tau 0 needs target_period >= 1, on the member's current values: a Set
+   * of target_period 0 alone is valid once tau is not 0, and the other way */
+  ck_assert_int_eq(set_field(c, "all", 2, "tau", "0.005"), 0);
+  ck_assert_int_eq(set_field(c, "all", 2, "target_period", "0"), 0);
+  ck_assert_int_eq(set_field(c, "all", 2, "tau", "0"), 3);
+  ck_assert_msg(strstr(dqnd_last_error(c), "target_period: must be >= 1 when tau is 0"), "%s", dqnd_last_error(c));
+  OK(stats(c, "all", 2, &rep));
+  ck_assert_str_eq(field(rep->trainer, "target_period"), "0");
+  ck_assert(fieldf(rep->trainer, "tau") == 0.005f);
+  FREE(rep);
+  free(b);
+  dqnd_close(c);
+  ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("members");
   TCase *tc = tcase_create("wire");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_population_over_the_wire);
+  tcase_add_test(tc, test_every_member_diverged);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -98,7 +98,8 @@ int dt_replay_has_episode(const struct replay *rp);
  * timestep; its action is not read (the state token sees no later token) —
  * gives the flat joint action of the per-branch argmax of the logits at its
  * state token (first branch most significant; the lowest index on a tie).
- * -1 when the last step is padding, -2 when out of memory. */
+ * -1 when the last step is padding, -2 when out of memory, -3 when a logit
+ * at the state token is not finite. */
 int32_t dt_act_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b);
 
 /* ---- pre-training (dt_train.c) */

@@ -89,6 +89,11 @@ int32_t dt_act_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b) {
     return -2;
   }
   const float *zt = z + (size_t)(K - 1) * L->A;
+  for (int c = 0; c < L->A; c++)
+    if (!isfinite(zt[c])) { /* an argmax among NaNs is no answer */
+      free(z);
+      return -3;
+    }
   int32_t flat = 0;
   for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
     int best = 0;

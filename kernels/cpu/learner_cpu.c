@@ -477,6 +477,7 @@ static int cpu_dt_act(void *impl, const float *states, const float *rtg, const i
   cpu_learner_t *m = impl;
   const dt_batch_t b = {1, states, rtg, mask, actions, timesteps};
   const int32_t a = dt_act_f32(&m->dt.L, m->dt.p, &b);
+  if (a == -3) return snprintf(err, errlen, "%s", DT_ACT_NONFINITE), LEARNER_EDIVERGED;
   if (a < 0) {
     snprintf(err, errlen, a == -1 ? "steps: the window's last step is padding" : "out of memory");
     return a == -1 ? LEARNER_EINVAL : LEARNER_ENOMEM;

@@ -65,6 +65,38 @@ class DTTest(DaemonTest):
             self.code(9, c.act_dt, "nodt", **window(1), needle="policy: trainer 'nodt' has no Decision Transformer")
             self.code(3, c.create_trainer, "dtbad", dict(DT, dt_heads=3), needle="dt_heads: 3 does not divide")
 
+    def test_later_step_without_window(self):
+        """a trainer of one whose first step draws a window and whose second
+        draws none (one ended episode among 4,000 slots; the oracle is the
+        window rule's Philox draws) answers with the step that ran: stopped,
+        stop reason "no window"; the next call, whose first step draws none,
+        is refused. A return-to-go whose quotient by dt_rtg_scale overflows
+        is refused naming rtg, and states too large for the forward get no
+        action (its logits are not finite) rather than action 0"""
+        n, rows = 4000, DT["dt_batch"]
+
+        def hits(seed, step):
+            return sum(philox_below(philox_v0(seed, 11, step, i * 16 + k), n) == 0 for i in range(rows)
+                       for k in range(16))
+        seed = next(s for s in range(1, 100000) if hits(s, 0) > 0 and hits(s, 1) == 0)
+        with self.client() as c:
+            c.create_trainer("dtlate", dict(DT, seed=seed, replay_capacity=n))
+            sparse = batch(n, 9)
+            sparse["dones"] = np.arange(n) == 0  # slot 0 ends an episode; the rest is one open episode
+            c.submit("dtlate", **sparse)
+            s = c.pretrain_dt("dtlate", 3)
+            self.assertEqual((s["steps_run"], s["dt_step"], s["stopped"], s["stop_reason"]), (1, 1, True, "no window"))
+            self.assertTrue(math.isfinite(s["loss_last"]) and s["loss_last"] > 0)
+            self.code(9, c.pretrain_dt, "dtlate", 2, needle="pre-training step 2 drew no window")
+            self.assertEqual(c.trainer_info("dtlate")["state"], "ready")
+            c.create_trainer("dtscale", dict(DT, dt_rtg_scale=1e-6))
+            w = window(5)
+            w["rtg"] = np.array([1e33, 1.0, 0.0])
+            self.code(3, c.act_dt, "dtscale", **w, needle="rtg[0]: 1e+33 / dt_rtg_scale 1e-06 is not finite")
+            w = window(5)
+            w["states"][-1] = 3e38
+            self.code(9, c.act_dt, "dtscale", **w, needle="logits are not finite")
+
     def test_checkpoint_continues(self):
         """a saved DT trainer (with its replay) loaded as a new trainer
         pre-trains on exactly as the one it came from"""

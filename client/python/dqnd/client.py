@@ -459,8 +459,10 @@ class Client:
         clip), lr (the warm-up's, at the last step), handed_over
         (dt_handover=trunk1 applied now), tokens_per_s, and "stopped" /
         "stop_reason" as step() gives them; a population adds "members",
-        every member's stats. A replay with no whole ended episode raises
-        FAILED_PRECONDITION. Interrupted or unanswered, it is cancelled on
+        every member's stats. A replay with no whole ended episode, or a
+        first step that draws no window, raises FAILED_PRECONDITION; a later
+        step of a trainer of one that draws none ends the call with the steps
+        that ran (stopped, stop_reason "no window"). Interrupted or unanswered, it is cancelled on
         the daemon as step() is."""
         r = self._long_call(name, "pretrain_dt", pb.PretrainDT(name=name, n=int(n)), "PretrainDT").pretrain_dt
         out = _stats(r.stats)
