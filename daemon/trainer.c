@@ -296,18 +296,103 @@ static void job_run(void *owner, void *arg) {
 
 int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->s->admin, job_run, j); }
 
+/* a reader over bytes [pos, end) of a checkpoint file */
+typedef struct {
+  const ckpt_info_t *info;
+  uint64_t pos, end;
+} file_reader_t;
+
+static int file_reader(void *ctx, void *buf, size_t n) {
+  file_reader_t *r = ctx;
+  size_t got = 0;
+  if (r->pos + n > r->end || ckpt_read_chunk(r->info, r->pos, buf, n, &got) || got != n) return -1;
+  r->pos += n;
+  return 0;
+}
+
+/* Member i back to its state in checkpoint info (a lone trainer's bytes
+ * within the population's file: learner_pop_member_range), marked diverged. */
+static int member_from_checkpoint(trainer_t *t, int i, const ckpt_info_t *info, char *err, size_t errlen) {
+  file_reader_t rd = {info, 0, info->bytes};
+  uint64_t off, len;
+  uint32_t crc;
+  int rc = learner_pop_member_range(file_reader, &rd, i, &off, &len, &crc, err, errlen);
+  if (rc) return rc;
+  unsigned char *buf = len <= SIZE_MAX ? malloc((size_t)len) : NULL;
+  size_t got = 0;
+  if (!buf) return snprintf(err, errlen, "out of memory for its %llu bytes", (unsigned long long)len), -1;
+  if (ckpt_read_chunk(info, off, buf, (size_t)len, &got) || got != len) {
+    free(buf);
+    return snprintf(err, errlen, "reading %s failed", info->id), -1;
+  }
+  learner_pop_t *l = NULL;
+  rc = ckpt_load_mem(buf, (size_t)len, learner_backend(trainer_member(t, 0)), &l, err, errlen);
+  free(buf);
+  if (rc) return rc;
+  rc = learner_pop_load_member(t->p, i, learner_pop_member(l, 0), err, errlen);
+  learner_pop_destroy(l);
+  if (!rc) learner_pop_mark_diverged(t->p, i);
+  return rc;
+}
+
+/* A population whose member's state is not finite (an update overflowed
+ * while its loss stayed finite, so no step was refused) would keep every
+ * member from being saved. Each such member goes back to its state in the
+ * newest checkpoint, its last saved good one, and stops training alone, as a
+ * member whose step diverged does; the others' state is then saved. 0 when
+ * each such member went back, else -1 (err: why, naming the member); not
+ * done where no member's state is finite. */
+static int heal_members(trainer_t *t, char *err, size_t errlen) {
+  const int P = t->population;
+  int bad = 0;
+  for (int i = 0; i < P; i++) bad += !learner_state_finite(trainer_member(t, i));
+  if (!bad || bad == P) return -1;
+  ckpt_info_t info;
+  char why[512];
+  if (ckpt_find(t->dir, "", &info, why, sizeof why))
+    return snprintf(err, errlen, "no checkpoint of trainer '%s' to take its last good state from", t->name), -1;
+  for (int i = 0; i < P; i++) {
+    if (learner_state_finite(trainer_member(t, i))) continue;
+    if (member_from_checkpoint(t, i, &info, why, sizeof why))
+      return snprintf(err, errlen, "member %d's state could not be taken back from checkpoint %s: %.300s", i, info.id,
+                      why),
+             -1;
+    log_error(t->name, "member %d's parameters or Adam moments were not finite: it went back to its state in "
+              "checkpoint %s and stopped training (SetHyperparams resumes it, CopyMember replaces it)", i, info.id);
+  }
+  return 0;
+}
+
 int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char *err, size_t errlen) {
   /* a state that would not load again (a diverged trainer's Adam moments can
    * overflow while its parameters stay finite) is not written (learner_save
    * refuses it): each save prunes the oldest checkpoint, so periodic saves
    * would have replaced every good one by files that cannot be loaded */
   int rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, pin, info, err, errlen);
+  char herr[700] = "";
+  if (rc == CKPT_ENONFINITE && t->population > 1) { /* the other members' work is not lost to one */
+    if (!heal_members(t, herr, sizeof herr)) {
+      char error[512] = "";
+      pthread_mutex_lock(&t->mu);
+      if (learner_pop_n_diverged(t->p) == t->population) /* the last to go: the trainer stops training */
+        snprintf(t->error, sizeof t->error, "diverged: every member diverged, the last with a state not finite"),
+            t->diverged = 1;
+      if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
+      pthread_mutex_unlock(&t->mu);
+      rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, pin, info, err, errlen);
+      /* the verdict beside it now (a shutdown's final save has no job after it) */
+      if (rc == 0) verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
+    } else if (herr[0])
+      log_error(t->name, "a member's state is not finite, and %s", herr);
+  }
   if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
   else if (rc == CKPT_ENONFINITE) {
+    char tail[1100] = ""; /* which member (err: "writing checkpoint: member i: state: section ...") */
+    if (t->population > 1) snprintf(tail, sizeof tail, " (%.300s%s%.200s)", err, herr[0] ? "; " : "", herr);
     snprintf(err, errlen,
              "state: trainer '%s''s parameters or Adam moments are not finite (it diverged), so it was not saved and "
-             "its earlier checkpoints are kept: load one",
-             t->name);
+             "its earlier checkpoints are kept: load one%s",
+             t->name, tail);
     log_error(t->name, "checkpoint not written: %s", err);
     return TRAINER_SAVE_NOT_FINITE;
   } else

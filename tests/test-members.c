@@ -429,6 +429,66 @@ START_TEST(test_every_member_diverged) {
 }
 END_TEST
 
+/* A member whose update overflowed while its loss stayed finite (grad_clip
+ * 0 and states of 1e30: an Adam moment past the float range, and no step
+ * refused) holds a state no checkpoint may carry. A save takes that member
+ * back to its state in the newest checkpoint and stops it alone (diverged),
+ * and saves the others' state (refused whole before: the final save at
+ * SIGTERM lost every member's work since the last checkpoint); a restart
+ * keeps it so. */
+START_TEST(test_member_state_not_finite) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
+  batch_t *b = malloc(sizeof *b);
+  /* nf: saved by SaveCheckpoint; nf2: by the final save at SIGTERM */
+  const char *names[2] = {"nf", "nf2"};
+  for (int t = 0; t < 2; t++) {
+    OK(create(c, names[t], 2, 11, &rep));
+    FREE(rep);
+    OK(set_field(c, names[t], 1, "grad_clip", "0"));
+    make_batch(b, 64, 3);
+    OK(submit_member(c, names[t], 0, b));
+    OK(submit_member(c, names[t], 1, b));
+    OK(step(c, names[t], 2, &pr));
+    FREE(pr);
+    dqnd_checkpoint_t k;
+    OK(dqnd_save_checkpoint(c, names[t], 0, &k));
+    make_batch(b, 64, 5);
+    for (int i = 0; i < 64 * S_DIM; i++) b->s[i] *= 1e30f, b->s2[i] = b->s[i];
+    OK(submit_member(c, names[t], 1, b));
+    OK(step(c, names[t], 3, &pr));
+    ck_assert_int_eq(pr->step->n_diverged, 0); /* the loss stayed finite: no step was refused */
+    ck_assert_int_eq(pr->step->members[1]->step, 5);
+    FREE(pr);
+  }
+  dqnd_checkpoint_t k;
+  OK(dqnd_save_checkpoint(c, "nf", 0, &k));
+  ck_assert_int_eq((int)k.step, 5);
+  for (int round = 0; round < 2; round++) { /* the save's answer, then a restart's */
+    for (int t = 0; t < 1 + round; t++) {
+      OK(stats(c, names[t], 1, &rep));
+      ck_assert_int_eq(rep->trainer->stats->step, 2);
+      ck_assert_msg(strstr(rep->trainer->state, "diverged"), "%s, round %d: %s", names[t], round,
+                    rep->trainer->state);
+      FREE(rep);
+      OK(stats(c, names[t], 0, &rep));
+      ck_assert_int_eq(rep->trainer->stats->step, 5);
+      FREE(rep);
+      ck_assert_int_eq(submit_member(c, names[t], 1, b), 9);
+    }
+    dqnd_close(c);
+    ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0); /* its final saves succeed */
+    if (round) break;
+    start_daemon(&d);
+    c = connect_to(&d);
+  }
+  free(b);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("members");
@@ -436,6 +496,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_population_over_the_wire);
   tcase_add_test(tc, test_every_member_diverged);
+  tcase_add_test(tc, test_member_state_not_finite);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
