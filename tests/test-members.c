@@ -362,8 +362,10 @@ START_TEST(test_every_member_diverged) {
   FREE(pr);
   ck_assert_int_eq(copy(c, "all", 5, 0, NULL, NULL, &rep), 3);
   ck_assert_str_eq(dqnd_last_error(c), "dst: 5 is outside [0, 3) (trainer 'all' has 3 members)");
+  FREE(rep);
   ck_assert_int_eq(copy(c, "all", 0, 7, NULL, NULL, &rep), 3);
   ck_assert_str_eq(dqnd_last_error(c), "src: 7 is outside [0, 3) (trainer 'all' has 3 members)");
+  FREE(rep);
   /* member 2's state at step 2, without its replay: a lone trainer's checkpoint */
   dqnd_checkpoint_t k;
   OK(dqnd_save_checkpoint(c, "all", 0, &k));
