@@ -23,17 +23,40 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
   return -1;
 }
 
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+/* directory p (its parent's entry made durable when it is new: a new
+ * trainer's directory must survive a power loss as its checkpoints do) */
+static int mkdir_durable(char *p, char *err, size_t errlen) {
+  if (mkdir(p, 0750)) return errno == EEXIST ? 0 : fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
+  char *slash = strrchr(p, '/');
+  int rc;
+  if (!slash) rc = fsync_dir(".");
+  else if (slash == p) rc = fsync_dir("/");
+  else {
+    *slash = 0;
+    rc = fsync_dir(p);
+    *slash = '/';
+  }
+  return rc ? fail(err, errlen, "fsync the directory holding %s: %s", p, strerror(errno)) : 0;
+}
+
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen) {
   char p[1200];
   snprintf(p, sizeof p, "%s", dir);
   for (char *s = p + 1; *s; s++) {
     if (*s != '/') continue;
     *s = 0;
-    if (mkdir(p, 0750) && errno != EEXIST) return fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
+    if (mkdir_durable(p, err, errlen)) return -1;
     *s = '/';
   }
-  if (mkdir(p, 0750) && errno != EEXIST) return fail(err, errlen, "mkdir %s: %s", p, strerror(errno));
-  return 0;
+  return mkdir_durable(p, err, errlen);
 }
 
 int ckpt_lock_state_dir(const char *dir, char *err, size_t errlen) {
@@ -144,14 +167,6 @@ static int file_write(void *ctx, const void *buf, size_t n) {
   w->crc = learner_crc32(w->crc, buf, n);
   w->bytes += n;
   return 0;
-}
-
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
 }
 
 int ckpt_write(const char *dir, learner_pop_t *p, int with_replay, int keep, int pin, ckpt_info_t *out, char *err,

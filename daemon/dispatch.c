@@ -366,7 +366,7 @@ static void run_destroy(trainer_job_t *j) {
   char err[512], moved[1300];
   int src = m->save_final ? trainer_save(t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err) : 0;
   if (src) {
-    rpc_reply_error(c, src == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
+    rpc_reply_error(c, src > 0 ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "save_final: %s (trainer kept)", err);
     return;
   }

@@ -37,7 +37,7 @@ void dispatch_run_save(trainer_job_t *j) {
   const Dqnd__V1__SaveCheckpoint *m = rpc_request(c)->save_checkpoint;
   int rc = trainer_save(j->t, m->with_replay, m->pin, &info, err, sizeof err);
   if (rc)
-    rpc_reply_error(c, rc == TRAINER_SAVE_NOT_FINITE ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
+    rpc_reply_error(c, rc > 0 ? CODE_FAILED_PRECONDITION : CODE_INTERNAL,
                     "%s", err);
   else dispatch_reply_checkpoint(c, &info);
 }

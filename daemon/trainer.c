@@ -394,6 +394,8 @@ int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char
              "its earlier checkpoints are kept: load one%s",
              t->name, tail);
     log_error(t->name, "checkpoint not written: %s", err);
+    for (int i = 0; i < t->population; i++)
+      if (learner_state_finite(trainer_member(t, i))) return TRAINER_SAVE_MEMBER_NOT_FINITE;
     return TRAINER_SAVE_NOT_FINITE;
   } else
     log_error(t->name, "checkpoint failed: %s", err);
@@ -641,14 +643,17 @@ static void run_final(trainer_job_t *j) {
   ckpt_info_t info;
   char err[512];
   if (in_error(j->t)) { /* its last good checkpoint is what a restart should find */
-    log_warn(j->t->name, "in an error state: no final checkpoint (the last good one stays the newest)");
+    log_error(j->t->name, "in an error state: no final checkpoint (the last good one stays the newest; the work since "
+              "it is lost, which the exit status reports)");
+    atomic_fetch_add(&j->s->final_failed, 1);
     trainer_stop(j->t, "unloaded");
     return;
   }
   const int rc = trainer_save(j->t, j->s->opts.checkpoint_replay, 0, &info, err, sizeof err);
   /* a diverged state has nothing to save (its earlier checkpoints stand);
-   * any other failure loses the work since the last checkpoint: the exit
-   * status says so (main.c) */
+   * any other failure, a population member's state that kept the others
+   * from being saved included, loses the work since the last checkpoint:
+   * the exit status says so (main.c) */
   if (rc && rc != TRAINER_SAVE_NOT_FINITE) atomic_fetch_add(&j->s->final_failed, 1);
   trainer_stop(j->t, "unloaded");
 }

@@ -132,9 +132,15 @@ int trainer_enqueue(trainer_job_t *j);
 
 /* Worker only, for handlers: */
 /* A checkpoint now (logged): 0, -1 (a ckpt/learner error, err says why), or
- * TRAINER_SAVE_NOT_FINITE: the state is not finite (a diverged trainer),
- * nothing written, the earlier checkpoints kept. */
+ * TRAINER_SAVE_NOT_FINITE: the state is not finite (a diverged trainer; in
+ * a population, every member's), nothing written, the earlier checkpoints
+ * kept; or TRAINER_SAVE_MEMBER_NOT_FINITE: a population member's state is
+ * not finite and could not go back to its last checkpointed one (no
+ * checkpoint yet, or it would not load), so nothing was written although
+ * other members' states are good: their work since the last checkpoint is
+ * not saved (a failure for the final save, which the exit status reports). */
 #define TRAINER_SAVE_NOT_FINITE 1
+#define TRAINER_SAVE_MEMBER_NOT_FINITE 2
 int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char *err, size_t errlen);
 /* Moves the trainer's directory to STATE/.retired/ (before trainer_stop: the
  * name is not free yet, so a new trainer of that name cannot race for the

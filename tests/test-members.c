@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "testutil.h"
@@ -491,6 +492,41 @@ START_TEST(test_member_state_not_finite) {
 }
 END_TEST
 
+/* The same member overflow where the population has no checkpoint yet: the
+ * member has nothing to go back to, so the save is refused naming it, and
+ * the final save at SIGTERM loses the healthy member's work, which the exit
+ * status reports (1) */
+START_TEST(test_member_not_finite_unsaved) {
+  daemon_t d = {0};
+  start_daemon(&d);
+  dqnd_client_t *c = connect_to(&d);
+  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
+  OK(create(c, "nf3", 2, 11, &rep));
+  FREE(rep);
+  OK(set_field(c, "nf3", 1, "grad_clip", "0"));
+  batch_t *b = malloc(sizeof *b);
+  make_batch(b, 64, 3);
+  OK(submit_member(c, "nf3", 0, b));
+  OK(submit_member(c, "nf3", 1, b));
+  make_batch(b, 64, 5);
+  for (int i = 0; i < 64 * S_DIM; i++) b->s[i] *= 1e30f, b->s2[i] = b->s[i];
+  OK(submit_member(c, "nf3", 1, b));
+  OK(step(c, "nf3", 3, &pr));
+  ck_assert_int_eq(pr->step->n_diverged, 0);
+  FREE(pr);
+  dqnd_checkpoint_t k;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "nf3", 0, &k), 9);
+  ck_assert_msg(strstr(dqnd_last_error(c), "member 1: state: section") &&
+                    strstr(dqnd_last_error(c), "no checkpoint of trainer 'nf3' to take its last good state from"),
+                "%s", dqnd_last_error(c));
+  free(b);
+  dqnd_close(c);
+  const int st = stop_daemon(&d, SIGTERM);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+  rm_rf(d.dir);
+}
+END_TEST
+
 int main(void) {
   harness_init();
   Suite *s = suite_create("members");
@@ -499,6 +535,7 @@ int main(void) {
   tcase_add_test(tc, test_population_over_the_wire);
   tcase_add_test(tc, test_every_member_diverged);
   tcase_add_test(tc, test_member_state_not_finite);
+  tcase_add_test(tc, test_member_not_finite_unsaved);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
