@@ -288,7 +288,11 @@ static void job_run(void *owner, void *arg) {
       pthread_mutex_lock(&t->mu);
       if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
       pthread_mutex_unlock(&t->mu);
-      verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
+      /* a line goes (a member the verdict names trains again) only with a
+       * checkpoint of the resumed state (trainer_save syncs the verdict): a
+       * crash before one restores the state that diverged, which its line
+       * must still stop */
+      if (!(t->verdict && verdict_lifts(t->verdict, t->p))) verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
     }
   }
   trainer_job_free(j);
@@ -372,20 +376,28 @@ int trainer_save(trainer_t *t, int with_replay, int pin, ckpt_info_t *info, char
   char herr[700] = "";
   if (rc == CKPT_ENONFINITE && t->population > 1) { /* the other members' work is not lost to one */
     if (!heal_members(t, herr, sizeof herr)) {
-      char error[512] = "";
       pthread_mutex_lock(&t->mu);
       if (learner_pop_n_diverged(t->p) == t->population) /* the last to go: the trainer stops training */
         snprintf(t->error, sizeof t->error, "diverged: every member diverged, the last with a state not finite"),
             t->diverged = 1;
-      if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
       pthread_mutex_unlock(&t->mu);
       rc = ckpt_write(t->dir, t->p, with_replay, t->srv->opts.keep_checkpoints, pin, info, err, errlen);
-      /* the verdict beside it now (a shutdown's final save has no job after it) */
-      if (rc == 0) verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
     } else if (herr[0])
       log_error(t->name, "a member's state is not finite, and %s", herr);
   }
-  if (rc == 0) log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
+  if (rc == 0) {
+    log_info(t->name, "checkpoint %s (%llu bytes)", info->id, (unsigned long long)info->bytes);
+    /* the verdict beside it describes the state just saved (a member that
+     * trains again loses its line now, not before; a shutdown's final save
+     * has no job after it) */
+    if (t->verdict || learner_pop_n_diverged(t->p)) {
+      char error[512] = "";
+      pthread_mutex_lock(&t->mu);
+      if (t->diverged) snprintf(error, sizeof error, "%s", t->error);
+      pthread_mutex_unlock(&t->mu);
+      verdict_sync(t->dir, t->name, t->p, error, &t->verdict);
+    }
+  }
   else if (rc == CKPT_ENONFINITE) {
     char tail[1100] = ""; /* which member (err: "writing checkpoint: member i: state: section ...") */
     if (t->population > 1) snprintf(tail, sizeof tail, " (%.300s%s%.200s)", err, herr[0] ? "; " : "", herr);

@@ -54,6 +54,15 @@ void verdict_sync(const char *dir, const char *name, learner_pop_t *p, const cha
   *written = text;
 }
 
+int verdict_lifts(const char *written, learner_pop_t *p) {
+  const int P = learner_pop_size(p);
+  for (const char *l = written; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    int i = -1;
+    if (sscanf(l, "%d", &i) == 1 && i >= 0 && i < P && !learner_pop_diverged(p, i)) return 1;
+  }
+  return 0;
+}
+
 void verdict_restore(const char *dir, const char *name, learner_pop_t *p, char *error, size_t n, char **text) {
   error[0] = 0;
   *text = NULL;

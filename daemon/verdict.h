@@ -9,7 +9,8 @@
  * is at), and "trainer <error>" when the whole trainer stopped (every member
  * diverged: the text commands are refused with). Written atomically
  * (ckpt_write_meta) whenever the set changes, removed when none is left
- * (SetHyperparams, CopyMember or LoadCheckpoint resumed them).
+ * (SetHyperparams, CopyMember or LoadCheckpoint resumed them, and a
+ * checkpoint of the resumed state was written: verdict_lifts).
  *
  * At restore, a member's line is applied only when the state restored for it
  * is at that step: a crash that left only an older checkpoint brings back a
@@ -29,6 +30,14 @@
  * when none diverged. A failed write is logged and tried again after the
  * next job. */
 void verdict_sync(const char *dir, const char *name, learner_pop_t *p, const char *error, char **written);
+
+/* 1 when a member that written (the verdict's text) names diverged is no
+ * longer diverged in p (SetHyperparams, CopyMember or LoadCheckpoint
+ * resumed it), else 0. The worker drops such a line only with a checkpoint
+ * of the resumed state (trainer_save syncs the verdict after each one):
+ * else a crash in between would restore the state that diverged, with no
+ * verdict to stop it. */
+int verdict_lifts(const char *written, learner_pop_t *p);
 
 /* Restore (before the trainer is registered): applies dir's verdict to p,
  * the state just loaded for trainer `name`, marking each member whose step

@@ -522,10 +522,31 @@ START_TEST(test_divergence_survives_restart) {
   ck_assert_int_eq((long long)st.step, 37);
   info_of(c, "pop", 1, &ti);
   ck_assert_int_eq((long long)ti.stats.step, (long long)m1_step); /* skipped */
-  /* resumed: the files go, and the next restart brings both back ready */
+  /* resumed: the files stay until a checkpoint holds the resumed state (the
+   * newest one is still the state that diverged: a crash now restores it,
+   * and the files must still stop it), then go, and the next restart brings
+   * both back ready */
   ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
   ck_assert_int_eq(dqnd_copy_member(c, "pop", 1, 0, 0, NULL, 0), 0);
-  ck_assert(!verdict_file(&d, "wild", 0) && !verdict_file(&d, "pop", 0));
+  ck_assert_int_eq(dqnd_step(c, "pop", 1, &st), 0);
+  ck_assert(verdict_file(&d, "wild", 1) && verdict_file(&d, "pop", 1));
+  int kr = stop_daemon(&d, SIGKILL);
+  ck_assert(WIFSIGNALED(kr) && WTERMSIG(kr) == SIGKILL);
+  start_daemon_argv(&d, replay);
+  c = connect_to(&d);
+  info_of(c, "wild", 0, &ti);
+  ck_assert_msg(strstr(ti.state, "diverged") && ti.stats.step == wild_step, "after the crash: %s", ti.state);
+  info_of(c, "pop", 1, &ti);
+  ck_assert_msg(strstr(ti.state, "member 1 diverged") && ti.stats.step == m1_step, "after the crash: %s", ti.state);
+  ck_assert_int_eq(dqnd_set_hparams(c, "wild", sane, 2), 0);
+  ck_assert_int_eq(dqnd_copy_member(c, "pop", 1, 0, 0, NULL, 0), 0);
+  ck_assert_int_eq(dqnd_step(c, "pop", 2, &st), 0); /* the crash took the 2 steps above */
+  ck_assert_int_eq((long long)st.step, 37);
+  dqnd_checkpoint_t kw, kp;
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "wild", 0, &kw), 0);
+  ck_assert(!verdict_file(&d, "wild", 0) && verdict_file(&d, "pop", 1));
+  ck_assert_int_eq(dqnd_save_checkpoint(c, "pop", 0, &kp), 0);
+  ck_assert(!verdict_file(&d, "pop", 0));
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
 
