@@ -260,6 +260,12 @@ class ClientTest(DaemonTest):
             self.code(5, c.fetch_checkpoint, "bad", os.path.join(self.d.dir, "x.dqnd"), needle="none written yet")
             self.assertFalse(os.path.exists(os.path.join(self.d.dir, "x.dqnd")))
             self.code(9, c.step, "bad", 1)  # FAILED_PRECONDITION: no batch in the replay yet
+            # what the wire cannot carry: refused as INVALID_ARGUMENT naming the argument, nothing sent
+            self.code(3, c.step, "bad", -1, needle="n: -1 is not an integer in [0, 2^32)")
+            self.code(3, c.step, "bad", 1 << 32, needle="n: 4294967296 is not")
+            self.code(3, c.pretrain_dt, "bad", -5, needle="n: -5 is not")
+            self.code(3, c.copy_member, "bad", 1, 0, lr=10 ** 400, needle="factors: lr = ")
+            self.code(3, c.cancel, "bad", -1, needle="request_id: -1 is not an integer in [0, 2^64)")
             self.assertEqual(c.stats("bad")["replay_total"], 0)  # none of the above stored anything
 
     def test_ensemble_act(self):

@@ -41,6 +41,7 @@ import time
 import unittest
 import warnings
 
+import numpy as np
 import optuna
 
 import dqnd
@@ -253,6 +254,19 @@ class SearchTest(unittest.TestCase):
             self.assertEqual(src.user_attrs["trainer"], t.user_attrs["trainer"], "exploits within its population")
             self.assertGreaterEqual(src.intermediate_values[e["round"]], t.intermediate_values[e["round"]],
                                     "the worse copies the better")
+            # what it trains with from then on: src's hyperparameters at that round, lr scaled
+            before = [x for x in src.user_attrs.get("pbt", []) if x["round"] < e["round"]]
+            src_h = dict(src.params, **(before[-1]["hparams"] if before else {}))
+            for k, v in e["hparams"].items():
+                want = np.float32(float(np.float32(src_h[k])) * e["lr_factor"]) if k == "lr" else src_h[k]
+                if isinstance(v, float):
+                    self.assertEqual(np.float32(v), np.float32(want), f"trial {t.number} round {e['round']}: {k}")
+                else:
+                    self.assertEqual(v, want, f"trial {t.number} round {e['round']}: {k}")
+            self.assertEqual(t.user_attrs["effective"], t.user_attrs["pbt"][-1]["hparams"])
+        top = sorted((t for t in trials if t.state == TS.COMPLETE), key=lambda t: -t.value)[:5]
+        if any("effective" in t.user_attrs for t in top):  # the report marks them
+            self.assertIn("* exploited another member (--pbt)", p.stdout)
         self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
         p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--pbt", 3, "--population", 2)
         self.check(p, 2)

@@ -18,6 +18,7 @@ that gets no reply in time is cancelled there before DEADLINE_EXCEEDED is
 raised. Request ids start at a random value, so that a Cancel naming one
 finds this client's Step and not another client's.
 """
+import math
 import os
 import secrets
 import stat
@@ -174,6 +175,14 @@ def _info(t):
             "config": {f.name: f.value for f in t.config}, "config_hash": t.config_hash,
             "stats": _stats(t.stats), "state_dim": t.state_dim, "branches": list(t.branches),
             "population": t.population or 1, "member": t.member}
+
+
+def _uint(arg, v, bits=32):
+    """an unsigned field's value, checked before anything is sent (the
+    daemon checks its own bounds; this only what the wire cannot carry)"""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < 1 << bits:
+        raise _bad(arg, f"{v!r} is not an integer in [0, 2^{bits})")
+    return int(v)
 
 
 def _member(member):
@@ -410,7 +419,7 @@ class Client:
         its message saying how that went; a KeyboardInterrupt (or SystemExit
         from a signal handler) while waiting cancels it too before it
         propagates, with a note saying how that went."""
-        r = self._long_call(name, "step", pb.Step(name=name, n=int(n)), "Step").step
+        r = self._long_call(name, "step", pb.Step(name=name, n=_uint("n", n)), "Step").step
         out = _stats(r.stats)
         out["stopped"] = bool(r.stopped)
         out["stop_reason"] = (r.stop_reason or "stopped") if r.stopped else ""
@@ -464,7 +473,7 @@ class Client:
         step of a trainer of one that draws none ends the call with the steps
         that ran (stopped, stop_reason "no window"). Interrupted or unanswered, it is cancelled on
         the daemon as step() is."""
-        r = self._long_call(name, "pretrain_dt", pb.PretrainDT(name=name, n=int(n)), "PretrainDT").pretrain_dt
+        r = self._long_call(name, "pretrain_dt", pb.PretrainDT(name=name, n=_uint("n", n)), "PretrainDT").pretrain_dt
         out = _stats(r.stats)
         out["tokens_per_s"] = r.tokens_per_s
         out["stopped"] = bool(r.stopped)
@@ -502,7 +511,7 @@ class Client:
         command runs on the trainer now. Returns what was found: "running"
         (it stops between steps and answers its own client, stopped),
         "queued" (it answers CANCELLED without running) or "none"."""
-        rep = self._call("cancel", pb.Cancel(name=name, request_id=int(request_id)))
+        rep = self._call("cancel", pb.Cancel(name=name, request_id=_uint("request_id", request_id, 64)))
         if rep.WhichOneof("result") != "cancel":
             raise DqndError(13, f"{self.url}: Cancel answered without a CancelResult")
         return rep.cancel.found
@@ -578,7 +587,12 @@ class Client:
         copy_member("pop", 3, 0, lr=0.8). Returns dst's info."""
         f = []
         for k, v in factors.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+            try:  # float() of a huge int overflows
+                ok = not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and \
+                    math.isfinite(float(v))
+            except OverflowError:
+                ok = False
+            if not ok:
                 raise _bad("factors", f"{k} = {v!r} is not a finite number")
             f.append(pb.Field(name=k, value=repr(float(v))))
         m = pb.CopyMember(name=name, dst=_member(dst), src=_member(src), with_replay=bool(with_replay), factors=f)

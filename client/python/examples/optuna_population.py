@@ -15,7 +15,12 @@ has). With --pbt R, every R rounds the live members are ranked by their last
 evaluation and the worst quarter (at least one) each become a copy of one of
 the best quarter (CopyMember: network, Adam moments, counters; no weights
 over the wire) with lr times 0.8 or 1.25 (exploit and explore); the copy is
-recorded in the trial's user attribute "pbt". A population's trials have no
+recorded in the trial's user attribute "pbt", each entry with the
+hyperparameters the member trains with from then on (the source's, lr
+scaled: CopyMember's answer), and the last of them in "effective". A trial's
+params stay its first draw (Optuna's sampler learns from those); the report
+marks the exploited trials and shows their effective hyperparameters, which
+produced their value. A population's trials have no
 resume point: a daemon lost meanwhile FAILs them (the single-trial mode
 resumes from checkpoints).
 """
@@ -78,23 +83,23 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
             except dqnd.DqndError as e:
                 if e.code in UNREACHABLE:
                     gone, err = True, e
-        with search.lock:
-            for t, _ in members:
-                if t.number not in done:  # the ones still running when it failed
-                    done[t.number] = (TrialState.FAIL, None)
-                    search.study.tell(t, state=TrialState.FAIL)
-            search.running -= len(members)
+        for t, _ in members:
+            if t.number not in done:  # the ones still running when it failed
+                _tell(search, t, done, TrialState.FAIL, None)
         search.log(f"population {name} (trials {nums[0]}..{nums[-1]}) ended" + (f": {err}" if err else ""))
         if gone:
             return search.drop(link.url, err)
 
 
 def _tell(search, trial, done, state, value):
+    """The trial's end, told once; it stops counting as running now (a
+    pruned member's trial is finished while its population runs on)."""
     with search.lock:
         if state.name == "COMPLETE":
             search.study.tell(trial, value)
         else:
             search.study.tell(trial, state=state)
+        search.running -= 1
     done[trial.number] = (state, value)
 
 
@@ -175,11 +180,17 @@ def exploit(search, client, name, members, live, last, rnd, rng):
     for dst in worst:
         src = int(rng.choice(best))
         f = float(rng.choice(PBT_FACTORS))
-        client.copy_member(name, dst, src, lr=f)
+        info = client.copy_member(name, dst, src, lr=f)
         t = members[dst][0]
+        # what dst trains with now: src's hyperparameters, lr scaled (the
+        # daemon's answer, in the types of the trial's own params)
+        eff = {k: type(v)(info["config"][k]) if not isinstance(v, bool) else info["config"][k] in ("1", "true")
+               for k, v in t.params.items() if k in HPARAMS and k in info["config"]}
         with search.lock:
             hist = list(t.user_attrs.get("pbt", []))
-            hist.append({"round": rnd, "from_member": src, "from_trial": members[src][0].number, "lr_factor": f})
+            hist.append({"round": rnd, "from_member": src, "from_trial": members[src][0].number, "lr_factor": f,
+                         "hparams": eff})
             t.set_user_attr("pbt", hist)
+            t.set_user_attr("effective", eff)
         search.log(f"trial {t.number} (member {dst}, value {last[dst]:.4f}) exploits member {src} "
                    f"(trial {members[src][0].number}, value {last[src]:.4f}), lr x {f:g}")

@@ -677,9 +677,13 @@ class Search:
         print(f"\nbest {len(done)} of study '{self.a.study}':")
         print(f"{'trial':>5} {'value':>8}  " + "  ".join(f"{k:>13}" for k in keys) + "  daemon")
         for t in done:
-            cells = [f"{t.params[k]:13.4g}" if isinstance(t.params.get(k), float) else f"{t.params.get(k, '-')!s:>13}"
-                     for k in keys]
-            print(f"{t.number:5d} {t.value:8.4f}  " + "  ".join(cells) + f"  {t.user_attrs.get('daemon', '-')}")
+            p = dict(t.params, **t.user_attrs.get("effective", {}))  # after PBT exploits: what it trained with
+            cells = [f"{p[k]:13.4g}" if isinstance(p.get(k), float) else f"{p.get(k, '-')!s:>13}" for k in keys]
+            mark = "*" if "effective" in t.user_attrs else " "
+            print(f"{t.number:5d}{mark}{t.value:8.4f}  " + "  ".join(cells) + f"  {t.user_attrs.get('daemon', '-')}")
+        if any("effective" in t.user_attrs for t in done):
+            print("* exploited another member (--pbt): its hyperparameters at the end, user attribute 'effective' "
+                  "(its params hold its first draw)")
         counts = collections.Counter(t.state.name for t in trials)
         print("trials by state: " + ", ".join(f"{s.name} {counts.get(s.name, 0)}" for s in TrialState)
               + f" (total {len(trials)})")
