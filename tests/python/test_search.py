@@ -492,6 +492,41 @@ class SearchTest(unittest.TestCase):
         print(f"\npostgres: driver 1 ran trials {sorted(mine[0])}, driver 2 {sorted(mine[1])}", file=sys.stderr)
 
 
+class TrainTest(unittest.TestCase):
+    """optuna_search.train(), the round's n steps against a stand-in
+    client: a Step stopped by its deadline is followed by one for the rest
+    (rounds of fewer steps would be compared with full ones); a cancelled
+    one, or one that made no progress, fails the trial; the daemon's shutdown
+    raises UNAVAILABLE, as the daemon going away does."""
+
+    class Client:
+        def __init__(self, runs, reason="deadline"):
+            self.runs, self.reason, self.asked = list(runs), reason, []
+
+        def step(self, name, n):
+            self.asked.append(n)
+            ran = min(n, self.runs.pop(0))
+            return {"steps_run": ran, "stopped": ran < n, "stop_reason": self.reason if ran < n else ""}
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import optuna_search
+        self.train = optuna_search.train
+        optuna_search.dqnd = dqnd  # as main() finds it
+
+    def test_train(self):
+        c = self.Client([30, 50, 20])
+        self.train(c, "t", 100)
+        self.assertEqual(c.asked, [100, 70, 20])
+        with self.assertRaisesRegex(RuntimeError, r"stopped \(deadline\) with 100 of 100 steps left"):
+            self.train(self.Client([0]), "t", 100)
+        with self.assertRaisesRegex(RuntimeError, r"stopped \(cancelled\) with 60 of 100 steps left"):
+            self.train(self.Client([40], "cancelled"), "t", 100)
+        with self.assertRaises(dqnd.DqndError) as cm:
+            self.train(self.Client([40], "shutdown"), "t", 100)
+        self.assertEqual(cm.exception.code, 14)
+
+
 class Postgres:
     """A throwaway PostgreSQL cluster: its data directory and unix socket in a
     fresh directory owned by the server's user (postgres when run as root)."""
@@ -565,7 +600,9 @@ if __name__ == "__main__":
     pg_only = "--postgres" in sys.argv[1:]
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
-    result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(SearchTest(n) for n in names))
+    suite = unittest.TestSuite([SearchTest(n) for n in names] +
+                               ([] if pg_only else [TrainTest(n) for n in loader.getTestCaseNames(TrainTest)]))
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
     if not result.wasSuccessful():
         sys.exit(1)
     if result.skipped:

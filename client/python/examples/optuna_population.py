@@ -30,6 +30,7 @@ SHAPE = ("batch", "prioritized", "dt_layers", "dt_pretrain_steps", "dt_handover"
          "attention", "ensemble_k", "noisy")  # (the last three: --env bitflip's)
 HPARAMS = ("lr", "gamma", "target_period", "her_ratio", "her_strategy", "n_step")  # each member's own
 PBT_FACTORS = (0.8, 1.25)
+FAILED_PRECONDITION = 9
 
 
 def ask_population(search, sample_config):
@@ -135,18 +136,35 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
         if search.stop.is_set():
             raise Interrupted()
         eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
-        for i in sizes:
+        def diverged(i):  # it stops alone, its trial FAILs
+            sizes.pop(i, None)
+            if i in live:
+                live.remove(i)
+                _tell(search, members[i][0], done, TrialState.FAIL, None)
+                search.log(f"trial {members[i][0].number} (member {i}) diverged -> FAIL")
+
+        for i in list(sizes):
             if i in live or sizes[i] < batch:
-                sizes[i] = client.submit(name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i),
-                                         member=i)
-        if a.samples_per_insert == 0 and min(sizes.values()) >= batch:
+                try:
+                    sizes[i] = client.submit(
+                        name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
+                except dqnd.DqndError as e:  # with --samples-per-insert no Step reports it: its next Submit does
+                    if e.code != FAILED_PRECONDITION or f"member {i} of trainer" not in e.message:
+                        raise
+                    diverged(i)
+        if a.samples_per_insert == 0 and sizes and min(sizes.values()) >= batch:
             st = client.step(name, a.train_steps)
             for i in st.get("diverged", []):
-                sizes.pop(i, None)
-                if i in live:  # diverged: it stops alone, its trial FAILs
-                    live.remove(i)
-                    _tell(search, members[i][0], done, TrialState.FAIL, None)
-                    search.log(f"trial {members[i][0].number} (member {i}) diverged -> FAIL")
+                diverged(i)
+            if st["stopped"]:  # members stepped unevenly (in order on the CPU): rounds would not compare
+                if st["stop_reason"] == "shutdown":
+                    raise dqnd.DqndError(14, f"Step of {name} stopped: the daemon is shutting down")
+                raise RuntimeError(f"Step of {name} stopped ({st['stop_reason']}): member steps "
+                                   f"{[m['steps_run'] for m in st.get('members', [st])]} of {a.train_steps}")
+        elif a.samples_per_insert > 0:  # a member that diverged while its submits trained it
+            for i in list(live):
+                if "diverged" in client.trainer_info(name, member=i)["state"]:
+                    diverged(i)
         if not live:  # every member failed
             return
         if rnd % a.eval_every and rnd != a.rounds:

@@ -552,8 +552,9 @@ class Search:
                     raise
                 at = run.resume_round()
                 run.resumes_at[at] = run.resumes_at.get(at, 0) + 1
-                if run.resumes_at[at] > MAX_RESUMES:
-                    raise
+                if run.resumes_at[at] > MAX_RESUMES:  # the trial FAILs; its daemon, up again, stays in the search
+                    raise RuntimeError(f"resumed {MAX_RESUMES} times from round {at} without getting past it; "
+                                       f"the last time: {e}") from e
                 self.log(f"trial {trial.number}: daemon {link.url} lost ({e})")
                 self.reconnect(link, e)  # its error when the daemon does not come back: the trial FAILs
                 with self.lock:
@@ -621,7 +622,7 @@ class Search:
             eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
             size = client.submit(name, *collector.round(client, name, a.collect, eps, rng))
             if a.samples_per_insert == 0 and size >= int(run.cfg["batch"]):  # (bitflip's first rounds may hold less)
-                client.step(name, a.train_steps)
+                train(client, name, a.train_steps)
             if rnd % a.eval_every and rnd != a.rounds:
                 continue
             value = self.evaluate(client, name, eval_envs)
@@ -691,6 +692,23 @@ class Search:
             print("daemons dropped: " + ", ".join(f"{u} ({e})" for u, e in self.lost.items()))
         if self.a.plot:
             plot(trials, self.a.plot, self.a.study, self.value_label)
+
+
+def train(client, name, n):
+    """n steps of trainer `name`, all of them: a Step that stopped early (its
+    deadline: the client's timeout, shorter than n steps take) is followed by
+    one for the rest. A stop for the daemon's shutdown raises UNAVAILABLE (the
+    daemon is going); a cancelled one, or one that made no progress, raises
+    RuntimeError (the trial FAILs): rounds of fewer steps would be compared
+    with full ones."""
+    left = n
+    while left > 0:
+        r = client.step(name, left)
+        left -= r["steps_run"]
+        if left > 0 and r["stop_reason"] == "shutdown":
+            raise dqnd.DqndError(14, f"Step of {name} stopped: the daemon is shutting down")
+        if left > 0 and (r["stop_reason"] == "cancelled" or r["steps_run"] == 0):
+            raise RuntimeError(f"Step of {name} stopped ({r['stop_reason']}) with {left} of {n} steps left")
 
 
 def plot(trials, path, title, ylabel):
