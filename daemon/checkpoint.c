@@ -261,6 +261,14 @@ int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, siz
   return 0;
 }
 
+int ckpt_reader(void *ctx, void *buf, size_t n) {
+  ckpt_reader_t *r = ctx;
+  size_t got = 0;
+  if (r->pos + n > r->end || ckpt_read_chunk(r->info, r->pos, buf, n, &got) || got != n) return -1;
+  r->pos += n;
+  return 0;
+}
+
 static int file_read(void *ctx, void *buf, size_t n) { return fread(buf, 1, n, ctx) == n ? 0 : -1; }
 
 /* 1 when the resolved path p lies in the resolved directory of root */

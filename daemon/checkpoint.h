@@ -52,6 +52,13 @@ int ckpt_find(const char *dir, const char *id, ckpt_info_t *out, char *err, size
 int ckpt_list(const char *dir, ckpt_info_t **out, int *n);
 /* Reads up to n bytes at off; *got = bytes read. */
 int ckpt_read_chunk(const ckpt_info_t *c, uint64_t off, void *buf, size_t n, size_t *got);
+/* A learner_read_fn over bytes [pos, end) of a checkpoint's file (ctx: a
+ * ckpt_reader_t; learner_pop_member_range walks a population's file so). */
+typedef struct {
+  const ckpt_info_t *info;
+  uint64_t pos, end;
+} ckpt_reader_t;
+int ckpt_reader(void *ctx, void *buf, size_t n);
 /* Builds a learner from a file / memory; nothing else is touched. A file
  * that is not there is CKPT_ENOENT, one we may not read CKPT_EACCES. */
 /* LoadCheckpoint's daemon-side path, confined: a relative path is taken

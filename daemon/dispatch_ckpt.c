@@ -87,20 +87,6 @@ int dispatch_check_fetch(const req_t *r, trainer_job_t *j, char *err, size_t err
   return r->fetch_checkpoint->member_only ? dispatch_check_member(j->t, r->fetch_checkpoint->member, j, err, errlen) : 0;
 }
 
-/* a reader over bytes [pos, end) of a checkpoint file */
-typedef struct {
-  const ckpt_info_t *info;
-  uint64_t pos, end;
-} ckpt_reader_t;
-
-static int ckpt_reader(void *ctx, void *buf, size_t n) {
-  ckpt_reader_t *r = ctx;
-  size_t got = 0;
-  if (r->pos + n > r->end || ckpt_read_chunk(r->info, r->pos, buf, n, &got) || got != n) return -1;
-  r->pos += n;
-  return 0;
-}
-
 /* member `member`'s bytes in the checkpoint info (t->fetch_member: the last
  * one found): its place in the file, its length and CRC-32 put in *info
  * (bytes, crc32) with the offset it starts at in *base; 0, or a code with

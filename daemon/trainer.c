@@ -300,27 +300,13 @@ static void job_run(void *owner, void *arg) {
 
 int trainer_enqueue(trainer_job_t *j) { return workq_push(j->t ? &j->t->q : &j->s->admin, job_run, j); }
 
-/* a reader over bytes [pos, end) of a checkpoint file */
-typedef struct {
-  const ckpt_info_t *info;
-  uint64_t pos, end;
-} file_reader_t;
-
-static int file_reader(void *ctx, void *buf, size_t n) {
-  file_reader_t *r = ctx;
-  size_t got = 0;
-  if (r->pos + n > r->end || ckpt_read_chunk(r->info, r->pos, buf, n, &got) || got != n) return -1;
-  r->pos += n;
-  return 0;
-}
-
 /* Member i back to its state in checkpoint info (a lone trainer's bytes
  * within the population's file: learner_pop_member_range), marked diverged. */
 static int member_from_checkpoint(trainer_t *t, int i, const ckpt_info_t *info, char *err, size_t errlen) {
-  file_reader_t rd = {info, 0, info->bytes};
+  ckpt_reader_t rd = {info, 0, info->bytes};
   uint64_t off, len;
   uint32_t crc;
-  int rc = learner_pop_member_range(file_reader, &rd, i, &off, &len, &crc, err, errlen);
+  int rc = learner_pop_member_range(ckpt_reader, &rd, i, &off, &len, &crc, err, errlen);
   if (rc) return rc;
   unsigned char *buf = len <= SIZE_MAX ? malloc((size_t)len) : NULL;
   size_t got = 0;

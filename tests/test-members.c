@@ -432,6 +432,33 @@ START_TEST(test_every_member_diverged) {
 }
 END_TEST
 
+/* Population `name` of 2 (seed 11), member 1 with grad_clip 0, both fed
+ * and (with save) stepped twice and checkpointed; then member 1 fed states of
+ * 1e30 and 3 steps run: its second Adam moment overflows while its loss
+ * stays finite, so no step is refused (b: scratch) */
+static void overflow_member(dqnd_client_t *c, const char *name, int save, batch_t *b) {
+  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
+  OK(create(c, name, 2, 11, &rep));
+  FREE(rep);
+  OK(set_field(c, name, 1, "grad_clip", "0"));
+  make_batch(b, 64, 3);
+  OK(submit_member(c, name, 0, b));
+  OK(submit_member(c, name, 1, b));
+  if (save) {
+    OK(step(c, name, 2, &pr));
+    FREE(pr);
+    dqnd_checkpoint_t k;
+    OK(dqnd_save_checkpoint(c, name, 0, &k));
+  }
+  make_batch(b, 64, 5);
+  for (int i = 0; i < 64 * S_DIM; i++) b->s[i] *= 1e30f, b->s2[i] = b->s[i];
+  OK(submit_member(c, name, 1, b));
+  OK(step(c, name, 3, &pr));
+  ck_assert_int_eq(pr->step->n_diverged, 0); /* the loss stayed finite: no step was refused */
+  ck_assert_int_eq(pr->step->members[1]->step, save ? 5 : 3);
+  FREE(pr);
+}
+
 /* A member whose update overflowed while its loss stayed finite (grad_clip
  * 0 and states of 1e30: an Adam moment past the float range, and no step
  * refused) holds a state no checkpoint may carry. A save takes that member
@@ -443,29 +470,11 @@ START_TEST(test_member_state_not_finite) {
   daemon_t d = {0};
   start_daemon(&d);
   dqnd_client_t *c = connect_to(&d);
-  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
+  Dqnd__V1__Reply *rep = NULL;
   batch_t *b = malloc(sizeof *b);
   /* nf: saved by SaveCheckpoint; nf2: by the final save at SIGTERM */
   const char *names[2] = {"nf", "nf2"};
-  for (int t = 0; t < 2; t++) {
-    OK(create(c, names[t], 2, 11, &rep));
-    FREE(rep);
-    OK(set_field(c, names[t], 1, "grad_clip", "0"));
-    make_batch(b, 64, 3);
-    OK(submit_member(c, names[t], 0, b));
-    OK(submit_member(c, names[t], 1, b));
-    OK(step(c, names[t], 2, &pr));
-    FREE(pr);
-    dqnd_checkpoint_t k;
-    OK(dqnd_save_checkpoint(c, names[t], 0, &k));
-    make_batch(b, 64, 5);
-    for (int i = 0; i < 64 * S_DIM; i++) b->s[i] *= 1e30f, b->s2[i] = b->s[i];
-    OK(submit_member(c, names[t], 1, b));
-    OK(step(c, names[t], 3, &pr));
-    ck_assert_int_eq(pr->step->n_diverged, 0); /* the loss stayed finite: no step was refused */
-    ck_assert_int_eq(pr->step->members[1]->step, 5);
-    FREE(pr);
-  }
+  for (int t = 0; t < 2; t++) overflow_member(c, names[t], 1, b);
   dqnd_checkpoint_t k;
   OK(dqnd_save_checkpoint(c, "nf", 0, &k));
   ck_assert_int_eq((int)k.step, 5);
@@ -500,20 +509,8 @@ START_TEST(test_member_not_finite_unsaved) {
   daemon_t d = {0};
   start_daemon(&d);
   dqnd_client_t *c = connect_to(&d);
-  Dqnd__V1__Reply *rep = NULL, *pr = NULL;
-  OK(create(c, "nf3", 2, 11, &rep));
-  FREE(rep);
-  OK(set_field(c, "nf3", 1, "grad_clip", "0"));
   batch_t *b = malloc(sizeof *b);
-  make_batch(b, 64, 3);
-  OK(submit_member(c, "nf3", 0, b));
-  OK(submit_member(c, "nf3", 1, b));
-  make_batch(b, 64, 5);
-  for (int i = 0; i < 64 * S_DIM; i++) b->s[i] *= 1e30f, b->s2[i] = b->s[i];
-  OK(submit_member(c, "nf3", 1, b));
-  OK(step(c, "nf3", 3, &pr));
-  ck_assert_int_eq(pr->step->n_diverged, 0);
-  FREE(pr);
+  overflow_member(c, "nf3", 0, b);
   dqnd_checkpoint_t k;
   ck_assert_int_eq(dqnd_save_checkpoint(c, "nf3", 0, &k), 9);
   ck_assert_msg(strstr(dqnd_last_error(c), "member 1: state: section") &&
