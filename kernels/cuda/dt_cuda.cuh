@@ -53,6 +53,9 @@ typedef struct cuda_dt {
                                            * for TF32 GEMMs are written TF32-rounded (wr, wT, h1, h2, gl) and the
                                            * TMA tile rounds only the others (dt_tf32_ops); 0: every tile rounds
                                            * every operand (the same bits: rounding twice is rounding once) */
+  int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on the
+                                           * 128 x 128 tile (dt_gemm_big.cuh); 0: all on the 64 x 64 tile (the
+                                           * same bits) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -138,6 +141,13 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, float *db, int *used);
+/* for the tests: one fp32 GEMM as the DT makes them (unsplit, dt_gemm_op's
+ * arguments) on the 128 x 128 tile where big and it takes the call, else on
+ * the 64 x 64 tile; *used: 1 where the 128 tile ran; synchronised. 0 or a
+ * cudaError_t. */
+int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+                     float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
+                     int *used);
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
  * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
  * *ws: 0 on the FFMA kernels, else on dt_attn_tc.cu's TF32 kernels with

@@ -11,6 +11,7 @@
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
+#include "dt_gemm_big.cuh"
 #include "gemm_dev.cuh"
 
 // kernels
@@ -212,6 +213,52 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
 }
 
+/* dt_gemm_kernel's unsplit call on 128 x 128 tiles (dt_gemm_big.cuh: 8 x 8
+ * sums a thread, the same sums in the same order, so the same bits) */
+struct dtb_dev_sync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+struct dtb_dev_ep {
+  float *C;
+  int ldc;
+  const float *bias, *R;
+  int ldr, acc, op;
+  float *G;
+  int N, vec;
+  __device__ void operator()(int m, int n, float (&v)[4]) const {
+    dt_ep_storev<4>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+  }
+};
+
+template <int TA, int TB>
+__global__ void __launch_bounds__(DTB_NT, 2) dt_gemm_big_kernel(int M, int N, int K, const float *A, int lda,
+                                                               const float *B, int ldb, float *C, int ldc,
+                                                               const float *bias, const float *R, int ldr, int acc,
+                                                               int op, float *G, cuda_pz_t pz) {
+  pdl_wait();
+  __shared__ __align__(16) dtb_stage_t As[2], Bs[2];
+  const long long mo = dt_moz(pz);
+  const int m0 = blockIdx.y * DTB_T, n0 = blockIdx.x * DTB_T;
+  dtb_dev_sync sync;
+  float s[8][8];
+  dtb_mainloop<TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0, As, Bs, sync, s);
+  pdl_go();
+  dtb_dev_ep ep = {dt_off(C, mo), ldc, dt_off0(bias, mo), dt_off0(R, mo), ldr, acc, op, dt_off0(G, mo), N, 0};
+  ep.vec = dt_ep_vec<4>(ep.C, ldc, ep.bias, ep.R, ldr, ep.G);
+  dtb_epilogue((int)threadIdx.x, M, m0, n0, s, ep);
+}
+
+/* 1 where an fp32 launch takes the 128 tile: unsplit, and its tiles (the
+ * members' included) two an SM at least (DTB_MIN_BLOCKS); the 64 tile's 4x
+ * the blocks fill the GPU better below that: a lone learner's 15,360-row
+ * products at batch 256 (120 tiles) ran 2% slower on the 128 tile, 8
+ * members' (960) 10% faster (kernels/dev/DEVICE_NOTES.md item 188). Either
+ * tile gives the same bits, so members count here. */
+static int dt_big_takes(const cuda_dt_t *d, int M, int N, int K, int kper) {
+  const long long tiles = (long long)((M + DTB_T - 1) / DTB_T) * ((N + DTB_T - 1) / DTB_T) * d->pz.n;
+  return !d->tc && d->big && kper >= K && tiles >= DTB_MIN_BLOCKS;
+}
+
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                 int tb, int split) {
   if (!d->tc || !d->wg || !dt_wg_fits(M, N, K, A, lda, ta, B, ldb, tb)) return 0;
@@ -258,6 +305,19 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
     return;
   if (tile) {
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
+    return;
+  }
+  if (dt_big_takes(d, M, N, K, kper)) {
+    const dim3 gb((unsigned)((N + DTB_T - 1) / DTB_T), (unsigned)((M + DTB_T - 1) / DTB_T), grid.z);
+#define DTB_GO(TA, TB) \
+  pdl_launch(dt_gemm_big_kernel<TA, TB>, gb, DTB_NT, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz)
+    switch (2 * ta + tb) {
+      case 0: DTB_GO(0, 0); break;
+      case 1: DTB_GO(0, 1); break;
+      case 2: DTB_GO(1, 0); break;
+      default: DTB_GO(1, 1); break;
+    }
+#undef DTB_GO
     return;
   }
 #define DG_GO(KER, TA, TB) \
@@ -376,4 +436,16 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   pdl_launch(dt_splitk_reduce_kernel, dt_grid(d, dim3((unsigned)(blocks + bblocks))), 256, 0, st, part, (int)parts, M,
              N, C, ldc, (int)blocks, bpart, db, d->pz);
   return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                                int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
+                                float *G, int *used) {
+  cuda_dt_t d;
+  memset(&d, 0, sizeof d);
+  d.pz = cuda_pz_t{1, 0}, d.big = big;
+  *used = dt_big_takes(&d, M, N, K, K);
+  const int e = dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
+  if (e) return e;
+  return (int)cudaDeviceSynchronize();
 }
