@@ -445,6 +445,40 @@ class SearchTest(unittest.TestCase):
         self.assertEqual(sorted(trials[0].intermediate_values), [10, 20, 30, 40])
         self.assertEqual(a.trainers(), [], "both trials destroyed their trainers")
 
+    def test_sigint_cancels_the_running_step(self):
+        """Ctrl-C while a trial's Step of 10^6 steps runs (minutes on the
+        CPU): the driver cancels it on the daemon, the trial FAILs, its
+        trainer goes, and the driver exits 130 within seconds."""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "int.db")
+        proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "int",
+                                           "--trials", 1, "--rounds", 3, "--train-steps", 1000000, "--timeout", 600,
+                                           "--seed", 3), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            running = False
+            while not running and time.monotonic() < deadline:  # the Step has started: it is the queued job
+                time.sleep(0.2)
+                with dqnd.Client(a.url, timeout=10) as c:
+                    running = any(t["queued"] >= 1 for t in c.list_trainers())
+            self.assertTrue(running, "no Step started within 60 s")
+            time.sleep(0.5)
+            t = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            secs = time.monotonic() - t
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 130, f"stdout:\n{out}\nstderr:\n{err}")
+        self.assertLess(secs, 20, out)
+        self.assertIn("its running command cancelled", out)
+        trials = optuna.load_study(study_name="int", storage=f"sqlite:///{db}").get_trials()
+        self.assertEqual([t.state for t in trials], [TS.FAIL])
+        self.assertEqual(a.trainers(), [], "the trial's trainer destroyed")
+
     def test_plot_without_matplotlib(self):
         """--plot where matplotlib cannot be imported: exit 2 at the argument
         check, saying what to install, before a daemon or the storage is touched."""

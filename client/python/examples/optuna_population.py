@@ -59,6 +59,7 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
         if not members:
             return
         name = f"{search.trainer_prefix}-pop{members[0][0].number}"
+        link.name = name  # (search.cancel_running)
         nums = [t.number for t, _ in members]
         for i, (t, cfg) in enumerate(members):
             with search.lock:
@@ -87,6 +88,7 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
         for t, _ in members:
             if t.number not in done:  # the ones still running when it failed
                 _tell(search, t, done, TrialState.FAIL, None)
+        link.name = None
         search.log(f"population {name} (trials {nums[0]}..{nums[-1]}) ended" + (f": {err}" if err else ""))
         if gone:
             return search.drop(link.url, err)

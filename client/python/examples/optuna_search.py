@@ -363,10 +363,11 @@ class Interrupted(Exception):
 
 class Link:
     """A worker's connection to its daemon: the Client is replaced when the
-    daemon went away and came back."""
+    daemon went away and came back; name: the trainer it drives now (None
+    between trials), for cancel_running."""
 
     def __init__(self, url, client):
-        self.url, self.client = url, client
+        self.url, self.client, self.name = url, client, None
 
 
 class TrialRun:
@@ -390,6 +391,7 @@ class Search:
         self.lock = threading.Lock()  # around every storage call and the counts
         self.stop = threading.Event()
         self.running = 0
+        self.links = []  # the workers' Links (cancel_running)
         self.lost = {}  # url -> why
         self.t0 = time.monotonic()
         self.study = open_study(args)
@@ -457,6 +459,8 @@ class Search:
             return
         except dqnd.DqndError as e:
             return self.drop(url, e)
+        with self.lock:
+            self.links.append(link)
         try:
             if self.a.population > 1:  # optuna_population.py
                 optuna_population.population_trials(self, link, self.sample_config, self.Collector, self.evaluate,
@@ -464,7 +468,26 @@ class Search:
             else:
                 self.trials(link)
         finally:
+            with self.lock:
+                self.links.remove(link)
             link.client.close()
+
+    def cancel_running(self):
+        """On SIGINT / SIGTERM, every second until the workers end: the
+        command each worker has running on its daemon (a Step of
+        --train-steps, a PretrainDT) cancelled there, on a connection of its
+        own: it stops between steps and answers, and its trial FAILs, so the
+        search ends in seconds whatever the steps."""
+        with self.lock:
+            busy = [(k.url, k.name, k.client.pending_request_id) for k in self.links if k.name]
+        for url, name, rid in busy:
+            try:
+                with dqnd.Client(url, timeout=2) as c:
+                    found = c.cancel(name, rid)
+                if found != "none":
+                    self.log(f"{name} on {url}: its {found} command cancelled")
+            except dqnd.DqndError as e:
+                self.log(f"{name} on {url}: the cancel failed ({e}); it stops after its command")
 
     def trials(self, link):
         url = link.url
@@ -478,6 +501,7 @@ class Search:
                 trial.set_user_attr("daemon", url)
                 trial.set_user_attr("trainer", name)
                 self.running += 1
+                link.name = name
             params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in trial.params.items())
             self.log(f"trial {trial.number} started on {url} as {name}: {params}")
@@ -506,6 +530,7 @@ class Search:
                 else:
                     self.study.tell(trial, state=state)
                 self.running -= 1
+                link.name = None
             how = f"{value:.4f}" if value is not None else err
             self.log(f"trial {trial.number} {state.name}: {how} ({time.monotonic() - t:.1f} s)")
             if gone:
@@ -660,9 +685,13 @@ class Search:
                    for _ in range(self.a.per_daemon) for u in self.a.daemons]
         for t in threads:
             t.start()
+        next_cancel = 0.0
         for t in threads:
             while t.is_alive():
                 t.join(0.2)
+                if stopped and time.monotonic() >= next_cancel:  # the running Steps too, not only the next round
+                    next_cancel = time.monotonic() + 1.0
+                    self.cancel_running()
         if stopped:
             return 128 + stopped[0]
         if len(self.lost) == len(self.a.daemons) and self.finished() < self.a.trials:
