@@ -548,10 +548,10 @@ static void run_sync(trainer_job_t *j) {
   else dispatch_reply_done(c);
 }
 
-/* Names and values, parsed once into j->cfg (the fields given in j->fields)
- * and checked in combination with the trainer's creation hyperparameters.
- * The worker applies them onto its current ones (an earlier queued Set may
- * have changed those), where the learner checks the combination again. */
+/* Names and values, parsed once into j->cfg (the fields given in j->fields),
+ * each checked against its bounds. The worker applies them onto the member's
+ * current ones (an earlier queued Set may have changed those), where the
+ * learner checks their combination. */
 static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t errlen) {
   const Dqnd__V1__SetHyperparams *m = r->set_hyperparams;
   int mc = dispatch_check_member(j->t, m->member, j, err, errlen);
@@ -559,7 +559,6 @@ static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t err
   if (m->n_hparams == 0) return snprintf(err, errlen, "hparams: no fields given (name=value pairs)"), CODE_INVALID_ARGUMENT;
   if (fields_unique(m->hparams, m->n_hparams, "hparams", err, errlen)) return CODE_INVALID_ARGUMENT;
   learner_config_default(&j->cfg);
-  j->cfg.hp = j->t->cfg.hp;
   for (size_t i = 0; i < m->n_hparams; i++) {
     const learner_field_t *f = learner_field_find(m->hparams[i]->name);
     if (!f) {
@@ -573,16 +572,10 @@ static int check_hparams(const req_t *r, trainer_job_t *j, char *err, size_t err
     if (j->n_fields == TRAINER_JOB_MAX_FIELDS) return snprintf(err, errlen, "hparams: too many fields"), CODE_INVALID_ARGUMENT;
     j->fields[j->n_fields++] = f;
   }
-  /* each field within its bounds; the one rule across fields (tau 0 needs
-   * target_period >= 1) only where both are given: the other's value is the
-   * member's current one, which the worker checks the combination against
-   * (an earlier SetHyperparams may have changed it since the creation) */
-  learner_hparams_t hp = j->cfg.hp;
-  int gave_tau = 0, gave_period = 0;
-  for (int i = 0; i < j->n_fields; i++)
-    gave_tau |= !strcmp(j->fields[i]->name, "tau"), gave_period |= !strcmp(j->fields[i]->name, "target_period");
-  if (!gave_tau || !gave_period) hp.tau = 1, hp.target_period = 1;
-  return learner_hparams_validate(&hp, err, errlen) ? CODE_INVALID_ARGUMENT : 0;
+  /* each field is within its bounds (learner_config_set); how they combine
+   * (tau 0 needs target_period >= 1) is the worker's to check, on the
+   * member's current values (learner_pop_set_hparams), not the creation ones */
+  return 0;
 }
 
 /* a field's value from one config into another (hyperparameters are scalars) */

@@ -16,6 +16,7 @@
 #ifndef DQN_CPU_DT_H
 #define DQN_CPU_DT_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -41,6 +42,23 @@ typedef struct dt_layout {
   int64_t lnf_w, lnf_b, head_w[LEARNER_MAX_BRANCHES], head_b[LEARNER_MAX_BRANCHES];
   int64_t n_params;
 } dt_layout_t;
+
+/* Act's rule on one state token's logits zt [A], for both backends: the
+ * per-branch argmax (the lowest index on a tie) composed into the flat joint
+ * action, the first branch most significant; -3 when a logit is not finite
+ * (an argmax among NaNs is no answer). */
+static inline int32_t dt_action_of(const dt_layout_t *L, const float *zt) {
+  for (int c = 0; c < L->A; c++)
+    if (!isfinite(zt[c])) return -3;
+  int32_t flat = 0;
+  for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
+    int best = 0;
+    for (int c = 1; c < L->n[d]; c++)
+      if (zt[off + c] > zt[off + best]) best = c;
+    flat = flat * L->n[d] + best;
+  }
+  return flat;
+}
 
 /* From a registry built with dt_layers > 0: context K and nh heads (E % nh
  * == 0). 0, or LEARNER_EINVAL naming the field. */

@@ -88,19 +88,7 @@ int32_t dt_act_f32(const dt_layout_t *L, const float *p, const dt_batch_t *b) {
     free(z);
     return -2;
   }
-  const float *zt = z + (size_t)(K - 1) * L->A;
-  for (int c = 0; c < L->A; c++)
-    if (!isfinite(zt[c])) { /* an argmax among NaNs is no answer */
-      free(z);
-      return -3;
-    }
-  int32_t flat = 0;
-  for (int d = 0, off = 0; d < L->D; off += L->n[d], d++) {
-    int best = 0;
-    for (int c = 1; c < L->n[d]; c++)
-      if (zt[off + c] > zt[off + best]) best = c;
-    flat = flat * L->n[d] + best;
-  }
+  const int32_t flat = dt_action_of(L, z + (size_t)(K - 1) * L->A);
   free(z);
   return flat;
 }

@@ -224,19 +224,9 @@ extern "C" int cuda_dt_act(void *impl, const float *states, const float *rtg, co
     if (zp != z) free(zp);
     return snprintf(err, errlen, "dt act: %s", cudaGetErrorString(e)), LEARNER_EDEVICE;
   }
-  for (int c = 0; c < L->A; c++)
-    if (!isfinite(zp[c])) { /* an argmax among NaNs is no answer (dt_act_f32) */
-      if (zp != z) free(zp);
-      return snprintf(err, errlen, "%s", DT_ACT_NONFINITE), LEARNER_EDIVERGED;
-    }
-  int32_t flat = 0; /* dt_act_f32's rule: per branch the argmax, the lowest index on a tie */
-  for (int dd = 0, off = 0; dd < L->D; off += L->n[dd], dd++) {
-    int best = 0;
-    for (int c = 1; c < L->n[dd]; c++)
-      if (zp[off + c] > zp[off + best]) best = c;
-    flat = flat * L->n[dd] + best;
-  }
+  const int32_t flat = dt_action_of(L, zp); /* the CPU's rule (dt.h) */
   if (zp != z) free(zp);
+  if (flat == -3) return snprintf(err, errlen, "%s", DT_ACT_NONFINITE), LEARNER_EDIVERGED;
   *action = flat;
   return LEARNER_OK;
 }

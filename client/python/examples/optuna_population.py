@@ -163,14 +163,16 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
                     raise dqnd.DqndError(14, f"Step of {name} stopped: the daemon is shutting down")
                 raise RuntimeError(f"Step of {name} stopped ({st['stop_reason']}): member steps "
                                    f"{[m['steps_run'] for m in st.get('members', [st])]} of {a.train_steps}")
-        elif a.samples_per_insert > 0:  # a member that diverged while its submits trained it
-            for i in list(live):
-                if "diverged" in client.trainer_info(name, member=i)["state"]:
-                    diverged(i)
         if not live:  # every member failed
             return
         if rnd % a.eval_every and rnd != a.rounds:
             continue
+        if a.samples_per_insert > 0:  # before it is evaluated or copied: a member its submits' training diverged
+            for i in list(live):
+                if "diverged" in client.trainer_info(name, member=i)["state"]:
+                    diverged(i)
+            if not live:
+                return
         for i in list(live):
             t = members[i][0]
             value = evaluate(client, name, eval_envs, member=i)
