@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 import warnings
 
@@ -561,6 +562,101 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 14)
 
 
+class AskPopulationTest(unittest.TestCase):
+    """optuna_population.ask_population against two drivers' Search objects
+    (stand-ins: lock, counts, log) on one journal storage, in one process.
+    Driver b asks a whole population while driver a is between the asks of
+    its own members: each population's members still share their first's
+    shape fields (Optuna's queue of enqueued trials is the storage's; a
+    driver that enqueued its members' shapes there lost them to the other
+    driver's next ask). A trial enqueued by hand with other shape fields is
+    held for a population of its own, not made a member with the wrong
+    batch, and one that no population takes FAILs at the end."""
+
+    class Search:
+        def __init__(self, study, population, trials):
+            self.a = types.SimpleNamespace(population=population, trials=trials)
+            self.study, self.lock, self.running, self.held, self.logged = study, threading.Lock(), 0, [], []
+
+        def finished(self):
+            return len(self.study.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED, TS.FAIL)))
+
+        def log(self, msg):
+            self.logged.append(msg)
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import optuna_population
+        import optuna_search
+        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
+        self.dir = tempfile.mkdtemp(prefix="dqnd-ask-")
+        self.addCleanup(shutil.rmtree, self.dir)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # JournalStorage
+
+    def study(self, seed):
+        storage = optuna.storages.JournalStorage(
+            optuna.storages.JournalFileStorage(os.path.join(self.dir, "journal.log")))
+        return optuna.create_study(study_name="s", storage=storage, direction="maximize", load_if_exists=True,
+                                   sampler=optuna.samplers.RandomSampler(seed=seed))
+
+    def shapes(self, members):
+        return [{k: t.params.get(k) for k in self.pop.SHAPE} for t, _ in members]
+
+    def test_two_drivers(self):
+        for seed in range(6):  # random shapes: at least one seed's b draws other shapes than a's
+            a = self.Search(self.study(seed), 3, 100)
+            b = self.Search(self.study(seed + 1000), 3, 100)
+            got, ask, calls = {}, a.study.ask, []
+
+            def a_ask(*args, **kw):  # b's whole population between a's first ask and its member's
+                calls.append(1)
+                if len(calls) == 2:
+                    got["b"] = self.pop.ask_population(b, self.sample_config)
+                return ask(*args, **kw)
+
+            a.study.ask = a_ask
+            got["a"] = self.pop.ask_population(a, self.sample_config)
+            for who in ("a", "b"):
+                s = self.shapes(got[who])
+                self.assertEqual(len(s), 3, who)
+                self.assertTrue(all(x == s[0] for x in s), f"seed {seed}, driver {who}: members' shapes {s}")
+                for t, cfg in got[who]:  # each trial's config is its own params'
+                    self.assertEqual((cfg["batch"], cfg["prioritized"]), (t.params["batch"], t.params["prioritized"]))
+            numbers = [t.number for t, _ in got["a"] + got["b"]]
+            self.assertEqual(len(numbers), len(set(numbers)), "no trial in both populations")
+            self.assertEqual((a.running, b.running, a.held, b.held), (3, 3, [], []))
+            shutil.rmtree(self.dir)
+            os.mkdir(self.dir)
+
+    def test_enqueued_other_shape_held(self):
+        s = self.Search(self.study(1), 3, 8)
+        s.study.enqueue_trial({"lr": 1e-3, "gamma": 0.5, "batch": 32, "target_period": 10, "prioritized": 0})
+        s.study.enqueue_trial({"batch": 128, "prioritized": 1})
+        first = self.pop.ask_population(s, self.sample_config)
+        self.assertEqual(self.shapes(first), [{k: v for k, v in self.shapes(first)[0].items()}] * 3)
+        self.assertEqual(first[0][0].params["batch"], 32)
+        self.assertTrue(all(t.params["batch"] == 32 and t.params["prioritized"] == 0 for t, _ in first))
+        self.assertEqual([t.params["batch"] for t, _ in s.held], [128])
+        self.assertEqual(s.running, 4)
+        self.assertTrue(any("held for a population of its own" in m for m in s.logged), s.logged)
+        second = self.pop.ask_population(s, self.sample_config)  # the held trial starts it
+        self.assertEqual(second[0][0].number, 1)
+        self.assertTrue(all(t.params["batch"] == 128 and t.params["prioritized"] == 1 for t, _ in second))
+        self.assertEqual((len(second), s.running, s.held), (3, 6, []))
+        for t, _ in first + second:
+            s.study.tell(t, 1.0)
+            s.running -= 1
+        s.study.enqueue_trial({"batch": 64, "prioritized": 0})
+        s.study.enqueue_trial({"batch": 128, "prioritized": 0})
+        last = self.pop.ask_population(s, self.sample_config)  # 2 trials left: the second is held
+        self.assertEqual(([t.params["batch"] for t, _ in last], len(s.held)), ([64], 1))
+        self.pop.fail_held(s, TS)
+        self.assertEqual((s.held, s.running), ([], 1))
+        self.assertEqual([t.state for t in s.study.get_trials() if t.params.get("batch") == 128 and
+                          t.number > 6], [TS.FAIL])
+
+
 class Postgres:
     """A throwaway PostgreSQL cluster: its data directory and unix socket in a
     fresh directory owned by the server's user (postgres when run as root)."""
@@ -635,7 +731,7 @@ if __name__ == "__main__":
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
     suite = unittest.TestSuite([SearchTest(n) for n in names] +
-                               ([] if pg_only else [TrainTest(n) for n in loader.getTestCaseNames(TrainTest)]))
+                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest) for n in loader.getTestCaseNames(c)]))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     if not result.wasSuccessful():
         sys.exit(1)

@@ -24,7 +24,14 @@ produced their value. A population's trials have no
 resume point: a daemon lost meanwhile FAILs them (the single-trial mode
 resumes from checkpoints).
 """
+import warnings
+
 import numpy as np
+import optuna
+
+# PartialFixedSampler is marked experimental (ExperimentalWarning): its
+# behaviour is what ask_population relies on, as documented
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning, module=__name__)
 
 SHAPE = ("batch", "prioritized", "dt_layers", "dt_pretrain_steps", "dt_handover",  # drawn once per population
          "attention", "ensemble_k", "noisy")  # (the last three: --env bitflip's)
@@ -35,20 +42,53 @@ FAILED_PRECONDITION = 9
 
 def ask_population(search, sample_config):
     """Up to --population trials (fewer when fewer are left), asked under
-    search.lock and counted as running; [] when the study is done."""
+    search.lock and counted as running; [] when the study is done.
+
+    The members after the first are asked through a PartialFixedSampler that
+    holds the first's shape fields: this process's sampler, so drivers that
+    share a study cannot take each other's members (Optuna's queue of
+    enqueued trials is the storage's, shared by every driver). A trial
+    enqueued with other shape fields (study.enqueue_trial) that an ask pops
+    anyway is held, counted as running, and starts a later population."""
     a, study = search.a, search.study
     with search.lock:
-        n = min(a.population, a.trials - search.finished() - search.running)
-        if n < 1:
+        left = a.trials - search.finished() - search.running  # new trials this driver may ask
+        if search.held:
+            first, cfg = search.held.pop(0)
+        elif left >= 1:
+            first, left = study.ask(), left - 1
+            cfg = sample_config(first)
+            search.running += 1
+        else:
             return []
-        first = study.ask()
-        out = [(first, sample_config(first))]
-        for _ in range(n - 1):
-            study.enqueue_trial({k: first.params[k] for k in SHAPE if k in first.params})
-            t = study.ask()
-            out.append((t, sample_config(t)))
-        search.running += n
+        out = [(first, cfg)]
+        fixed = {k: first.params[k] for k in SHAPE if k in first.params}
+        base = study.sampler
+        study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
+        try:
+            while len(out) < a.population and left >= 1:
+                t, left = study.ask(), left - 1
+                c = sample_config(t)
+                search.running += 1
+                if {k: t.params[k] for k in SHAPE if k in t.params} == fixed:
+                    out.append((t, c))
+                else:
+                    search.held.append((t, c))
+                    search.log(f"trial {t.number} came queued with other shape fields than trial "
+                               f"{first.number}'s: held for a population of its own")
+        finally:
+            study.sampler = base
     return out
+
+
+def fail_held(search, TrialState):
+    """The held trials (ask_population) that no population took: FAIL, so
+    none stays RUNNING in the study after the driver ends."""
+    with search.lock:
+        while search.held:
+            t, _ = search.held.pop()
+            search.study.tell(t, state=TrialState.FAIL)
+            search.running -= 1
 
 
 def population_trials(search, link, sample_config, Collector, evaluate, TrialState, dqnd, Interrupted, UNREACHABLE):

@@ -391,6 +391,7 @@ class Search:
         self.lock = threading.Lock()  # around every storage call and the counts
         self.stop = threading.Event()
         self.running = 0
+        self.held = []  # population mode: asked trials waiting for a population (optuna_population.py)
         self.links = []  # the workers' Links (cancel_running)
         self.lost = {}  # url -> why
         self.t0 = time.monotonic()
@@ -692,6 +693,7 @@ class Search:
                 if stopped and time.monotonic() >= next_cancel:  # the running Steps too, not only the next round
                     next_cancel = time.monotonic() + 1.0
                     self.cancel_running()
+        optuna_population.fail_held(self, TrialState)
         if stopped:
             return 128 + stopped[0]
         if len(self.lost) == len(self.a.daemons) and self.finished() < self.a.trials:
