@@ -9,6 +9,11 @@
 #include "log.h"
 
 #define VERDICT_FILE "diverged"
+/* *text when a rewrite at restore failed: what the file holds is not known.
+ * No verdict's text equals it (each line starts with a digit or "trainer"),
+ * so the worker's next sync writes or removes the file, and tries again
+ * after each job until that succeeds. */
+#define VERDICT_UNKNOWN "?"
 
 /* the file's text for p's diverged members and the trainer's error (""
  * none), without its last newline (ckpt_write_meta adds it); NULL when no
@@ -111,9 +116,9 @@ void verdict_restore(const char *dir, const char *name, learner_pop_t *p, char *
     int rc = *text ? ckpt_write_meta(dir, VERDICT_FILE, *text, err, sizeof err)
                    : ckpt_remove_meta(dir, VERDICT_FILE, err, sizeof err);
     if (rc) {
-      log_warn(name, "%s", err);
+      log_warn(name, "%s (tried again after the next command)", err);
       free(*text);
-      *text = NULL; /* not what the file holds: the first job writes it again */
+      *text = strdup(VERDICT_UNKNOWN); /* not what the file holds: the first job writes it again */
     }
   }
 }

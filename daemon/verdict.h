@@ -44,7 +44,10 @@ int verdict_lifts(const char *written, learner_pop_t *p);
  * matches (learner_pop_mark_diverged). error receives the trainer's error
  * text when every member is diverged and the file names one (else ""); a
  * line that does not apply is logged and the file rewritten without it.
- * *text: what the file now holds (NULL: no file), for t->verdict. */
+ * *text: what the file now holds (NULL: no file), for t->verdict; where that
+ * rewrite failed, a text no verdict has, so that the worker's next
+ * verdict_sync writes the file again (else a stale line, with nothing
+ * diverged, would stay and stop a member that later reaches its step). */
 void verdict_restore(const char *dir, const char *name, learner_pop_t *p, char *error, size_t n, char **text);
 
 #endif

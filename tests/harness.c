@@ -80,6 +80,13 @@ void start_daemon_argv(daemon_t *d, const char *const *extra) {
     for (int i = 0; extra && extra[i] && k < 31; i++) argv[k++] = (char *)extra[i];
     argv[k] = NULL;
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    if (d->preload) { /* before an ASan runtime the daemon links: ASan must be told that is fine */
+      setenv("LD_PRELOAD", d->preload, 1);
+      char asan[600];
+      const char *o = getenv("ASAN_OPTIONS");
+      snprintf(asan, sizeof asan, "%.500s%sverify_asan_link_order=0", o ? o : "", o && o[0] ? ":" : "");
+      setenv("ASAN_OPTIONS", asan, 1);
+    }
     if (valgrind_bin[0]) {
       char logf[400];
       snprintf(logf, sizeof logf, "--log-file=%s/valgrind.%%p.log", d->dir);

@@ -20,6 +20,7 @@ typedef struct daemon_proc {
   pid_t pid;
   char dir[256], url[320], state[300], log[300];
   int listen_in_config; /* the caller's --config file names url: no --listen from the harness */
+  const char *preload;  /* a shared object the daemon starts with (LD_PRELOAD), NULL none */
 } daemon_t;
 
 /* Reads DQND_BIN / DQNCTL_BIN (and DQND_VALGRIND: every daemon under that

@@ -10,7 +10,8 @@
  *   a new trainer of an old name starts clean (the old directory is moved to
  *   .retired, not mixed with the new one's checkpoints).
  * - A trainer or member that diverged is still stopped after a restart, at
- *   its step, until resumed; a verdict whose state was never saved is not.
+ *   its step, until resumed; a verdict whose state was never saved is not,
+ *   and its file goes even where the first try to remove it fails.
  */
 #include <check.h>
 #include <signal.h>
@@ -566,12 +567,32 @@ START_TEST(test_divergence_survives_restart) {
   ck_assert(verdict_file(&d, "pop", 1));
   int ks = stop_daemon(&d, SIGKILL);
   ck_assert(WIFSIGNALED(ks) && WTERMSIG(ks) == SIGKILL);
+  /* and the verdict's removal at restore fails (fault-unlink.c, while the
+   * flag file exists): the stale line stays on disk until the next command
+   * removes it (else a member reaching step 37 again by a later save would
+   * be stopped by it at the restart after) */
+  const char *shim = getenv("DQND_FAULT_UNLINK");
+  ck_assert_msg(shim && shim[0], "DQND_FAULT_UNLINK (meson test sets it) names tests/fault-unlink.c's module");
+  char flag[600];
+  snprintf(flag, sizeof flag, "%s/unlink-fails", d.dir);
+  FILE *ff = fopen(flag, "w");
+  ck_assert_ptr_nonnull(ff);
+  fclose(ff);
+  setenv("DQND_TEST_UNLINK_FAILS", flag, 1);
+  d.preload = shim;
   start_daemon_argv(&d, replay);
+  d.preload = NULL;
+  unsetenv("DQND_TEST_UNLINK_FAILS");
   c = connect_to(&d);
   ck_assert_msg(log_has(&d, "[pop] member 2 diverged at step"), "the log says why the verdict was not applied");
+  ck_assert_msg(log_has(&d, "/diverged: Input/output error (tried again after the next command)"),
+                "the failed removal is logged");
   info_of(c, "pop", 2, &ti);
   ck_assert_msg(!strcmp(ti.state, "ready") && ti.stats.step == 37, "member 2: %s at step %llu", ti.state,
                 (unsigned long long)ti.stats.step);
+  ck_assert(verdict_file(&d, "pop", 1)); /* still there: its removal failed */
+  ck_assert_int_eq(unlink(flag), 0);
+  ck_assert_int_eq(dqnd_step(c, "pop", 1, &st), 0);
   ck_assert(!verdict_file(&d, "pop", 0)); /* rewritten as what holds: nothing */
   dqnd_close(c);
   ck_assert_int_eq(stop_daemon(&d, SIGTERM), 0);
