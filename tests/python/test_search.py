@@ -14,7 +14,8 @@ temporary ipc socket and state directory:
   - a daemon SIGKILLed during a trial and restarted 2 s later (as systemd
     does) on the same state directory and URL: the trial resumes from its
     last evaluation's checkpoint at the learner step it had reached, and no
-    trial FAILs;
+    trial FAILs; with --population 3, the population resumes from its
+    last evaluation's population checkpoint the same way;
   - --env bitflip --dt: every feature in the search space, trials finishing;
   - --plot without matplotlib is a usage error (exit 2) before anything runs;
   - two drivers share one study through a PostgreSQL server this test starts
@@ -445,6 +446,55 @@ class SearchTest(unittest.TestCase):
         self.assertNotIn("resumes", trials[1].user_attrs)
         self.assertEqual(sorted(trials[0].intermediate_values), [10, 20, 30, 40])
         self.assertEqual(a.trainers(), [], "both trials destroyed their trainers")
+
+    def test_population_restart_resumes(self):
+        """--population 3: SIGKILL once the population saved its round-10
+        resume point; the daemon comes back 2 s later on the same state
+        directory and restores the population; the driver loads that
+        checkpoint and goes on from round 11: no trial FAILs, the daemon is
+        not dropped, each of the three trials records one resume, and the
+        population's trainer is gone at the end."""
+        a = self.daemon("a")
+        db = os.path.join(self.tmp, "pop-restart.db")
+        proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "prs",
+                                           "--trials", 3, "--population", 3, "--rounds", 20, "--eval-every", 5,
+                                           "--timeout", 5, "--daemon-retry", 30),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        watchdog = threading.Timer(90, proc.kill)
+        watchdog.start()
+        out, restarter = [], None
+        with proc:
+            try:
+                for line in proc.stdout:
+                    out.append(line)
+                    if restarter is None and re.search(r"population prs-pop0: resume point at round 10 ", line):
+                        a.kill()
+                        out.append("---- SIGKILL to daemon a; restarted in 2 s\n")
+                        restarter = threading.Timer(2.0, a.start)
+                        restarter.start()
+            finally:
+                watchdog.cancel()
+                if restarter:
+                    restarter.join()
+        out = "".join(out)
+        self.check(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+        self.assertIsNotNone(restarter, f"the population never reached round 10:\n{out}")
+        print("\n" + "".join(line for line in out.splitlines(True) if "population" in line or "daemon" in line
+                             or "----" in line), file=sys.stderr)
+        step = re.search(r"population prs-pop0: resume point at round 10 \(learner step (\d+)\)", out).group(1)
+        self.assertRegex(out, rf"population prs-pop0: daemon {re.escape(a.url)} lost \((UNAVAILABLE|DEADLINE_EXCEEDED)")
+        self.assertIn(f"daemon {a.url} answers again", out)
+        self.assertIn(f"population prs-pop0 resumes on {a.url} from round 10 (learner step {step})", out)
+        self.assertNotIn("dropped", out)
+        with open(a.log) as f:
+            self.assertRegex(f.read(), rf"\[prs-pop0\] restored from .*: step {step}", "the daemon restored it")
+        trials = optuna.load_study(study_name="prs", storage=f"sqlite:///{db}").get_trials()
+        self.assertEqual(len(trials), 3)
+        self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
+        for t in trials:  # every member was live at round 10 (the pruner waits 2 trials and round 6)
+            self.assertEqual(t.user_attrs.get("resumes"), 1, t.number)
+            self.assertEqual(sorted(t.intermediate_values)[:3], [5, 10, 15], t.number)
+        self.assertEqual(a.trainers(), [], "the population destroyed its trainer")
 
     def test_sigint_cancels_the_running_step(self):
         """Ctrl-C while a trial's Step of 10^6 steps runs (minutes on the

@@ -20,10 +20,13 @@ hyperparameters the member trains with from then on (the source's, lr
 scaled: CopyMember's answer), and the last of them in "effective". A trial's
 params stay its first draw (Optuna's sampler learns from those); the report
 marks the exploited trials and shows their effective hyperparameters, which
-produced their value. A population's trials have no
-resume point: a daemon lost meanwhile FAILs them (the single-trial mode
-resumes from checkpoints).
+produced their value. A population resumes as a single trial does: at each
+evaluation it saves a pinned population checkpoint (every member, with its
+replay) and keeps this side's state then; a daemon that goes away and comes
+back within --daemon-retry (systemd restarts it) gets that checkpoint loaded
+and the rounds go on from there, the trials told meanwhile staying told.
 """
+import copy
 import warnings
 
 import numpy as np
@@ -110,8 +113,8 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
             search.log(f"trial {t.number} started on {link.url} as {name} member {i}: {params}")
         done, err = {}, None
         try:
-            run_population(search, link.client, name, members, done, Collector, evaluate, TrialState, dqnd,
-                           Interrupted)
+            run_population(search, link, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted,
+                           UNREACHABLE)
         except dqnd.DqndError as e:
             err = e
         except Interrupted:
@@ -146,14 +149,59 @@ def _tell(search, trial, done, state, value):
     done[trial.number] = (state, value)
 
 
-def run_population(search, client, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted):
-    a = search.a
-    n = len(members)
+MAX_RESUMES = 3  # a population resumed this often from the same point without getting past it FAILs
+
+
+def run_population(search, link, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted,
+                   UNREACHABLE):
+    """The population's rounds; when its daemon goes away meanwhile and comes
+    back within --daemon-retry (systemd restarts it; it restores its
+    trainers), again from its resume point: the population checkpoint saved
+    at the last evaluation and this side's state then (each member's
+    collector and random generator, which members are live, their last
+    values and replay sizes), or the start before the first. A member's trial
+    told meanwhile (pruned, failed) stays told."""
+    run = {"snap": None, "resumes_at": {}, "reported": set()}
+    while True:
+        try:
+            return pop_rounds(search, link.client, name, members, done, run, Collector, evaluate, TrialState,
+                              dqnd, Interrupted)
+        except dqnd.DqndError as e:
+            if e.code not in UNREACHABLE:
+                raise
+            at = run["snap"]["round"] if run["snap"] else 0
+            run["resumes_at"][at] = run["resumes_at"].get(at, 0) + 1
+            if run["resumes_at"][at] > MAX_RESUMES:  # its trials FAIL; the daemon, up again, stays in the search
+                raise RuntimeError(f"resumed {MAX_RESUMES} times from round {at} without getting past it; "
+                                   f"the last time: {e}") from e
+            search.log(f"population {name}: daemon {link.url} lost ({e})")
+            search.reconnect(link, e)  # its error when the daemon does not come back: the live trials FAIL
+            with search.lock:
+                for t, _ in members:
+                    if t.number not in done:
+                        t.set_user_attr("resumes", sum(run["resumes_at"].values()))
+            search.log(f"population {name} resumes on {link.url} from round {at}"
+                       + (f" (learner step {run['snap']['step']})" if run["snap"] else " (the start)"))
+
+
+def pop_start(search, client, name, members, TrialState, dqnd):
+    """The population's trainer, new (a leftover of this very population,
+    from a daemon restarted before its first resume point, replaced), its
+    members' hyperparameters set and, with --dt, their DTs pre-trained."""
+    a, n = search.a, len(members)
     cfg0 = dict(members[0][1])
     cfg0["seed"] = a.seed * 1000 + members[0][0].number  # member i: this + i
     if a.samples_per_insert > 0:
         cfg0["samples_per_insert"], cfg0["min_replay"] = a.samples_per_insert, cfg0["batch"]
-    client.create_trainer(name, cfg0, a.backend, population=n)
+    try:
+        created = client.create_trainer(name, cfg0, a.backend, population=n)["created"]
+    except dqnd.DqndError as e:
+        if e.code != 6:  # ALREADY_EXISTS: there with another config
+            raise
+        created = False
+    if not created:
+        client.destroy_trainer(name)
+        client.create_trainer(name, cfg0, a.backend, population=n)
     for i, (t, cfg) in enumerate(members[1:], 1):
         client.set_hyperparams(name, member=i, **{k: cfg[k] for k in HPARAMS})
     if int(cfg0.get("dt_layers", 0)):  # --dt: each member's own random episodes, then one PretrainDT for all
@@ -164,17 +212,56 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
             with search.lock:
                 t.set_user_attr("dt_loss", st["members"][i]["loss_mean"] if n > 1 else st["loss_mean"])
         search.log(f"population {name}: every member pre-trained its DT ({st['dt_step']} steps)")
-    collectors = [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members]
-    rngs = [np.random.default_rng([a.seed, t.number]) for t, _ in members]
-    pbt_rng = np.random.default_rng([a.seed, members[0][0].number, 7])
+    return cfg0
+
+
+def pop_restore(search, client, name, snap, dqnd):
+    """The trainer as it was at the resume point: its checkpoint loaded (the
+    daemon restored its newest on restart, but the trainer may have gone on,
+    or not come back). False when it cannot be loaded: the population then
+    starts over."""
+    try:
+        client.trainer_info(name)
+        exists = True
+    except dqnd.DqndError as e:
+        if e.code != 5:  # NOT_FOUND
+            raise
+        exists = False
+    try:
+        client.load_checkpoint(name, path=snap["path"], create=not exists, backend=search.a.backend)
+        return True
+    except dqnd.DqndError as e:
+        if e.code in (4, 14):  # the daemon went again
+            raise
+        search.log(f"population {name}: cannot load its checkpoint {snap['path']} ({e}); starting over")
+        return False
+
+
+def pop_rounds(search, client, name, members, done, run, Collector, evaluate, TrialState, dqnd, Interrupted):
+    a = search.a
+    n = len(members)
+    if run["snap"] is not None and not pop_restore(search, client, name, run["snap"], dqnd):
+        run["snap"] = None
+    if run["snap"] is None:
+        cfg0 = pop_start(search, client, name, members, TrialState, dqnd)
+        st = {
+            "collectors": [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members],
+            "rngs": [np.random.default_rng([a.seed, t.number]) for t, _ in members],
+            "pbt_rng": np.random.default_rng([a.seed, members[0][0].number, 7]),
+            "live": list(range(n)), "last": {},
+            # each member's replay size, diverged ones dropped: a Step needs every
+            # member it steps to hold a batch (pruned ones too: they stay in the
+            # trainer), so a pruned member that holds less is still fed until it
+            # does (bitflip's short episodes; a meanrev round always fills a batch)
+            "sizes": dict.fromkeys(range(n), 0),
+            "batch": int(cfg0["batch"]), "round": 0}
+    else:  # copies: a second resume from the same point starts from it again
+        st = copy.deepcopy(run["snap"]["state"])
+        st["live"] = [i for i in st["live"] if members[i][0].number not in done]  # told since: stays told
+    collectors, rngs, pbt_rng = st["collectors"], st["rngs"], st["pbt_rng"]
+    live, last, sizes, batch = st["live"], st["last"], st["sizes"], st["batch"]
     eval_envs = search.eval_envs()
-    live, last = list(range(n)), {}
-    # each member's replay size, diverged ones dropped: a Step needs every
-    # member it steps to hold a batch (pruned ones too: they stay in the
-    # trainer), so a pruned member that holds less is still fed until it does
-    # (bitflip's short episodes; a meanrev round always fills a batch)
-    sizes, batch = dict.fromkeys(range(n), 0), int(cfg0["batch"])
-    for rnd in range(1, a.rounds + 1):
+    for rnd in range(st["round"] + 1, a.rounds + 1):
         if search.stop.is_set():
             raise Interrupted()
         eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
@@ -195,14 +282,14 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
                         raise
                     diverged(i)
         if a.samples_per_insert == 0 and sizes and min(sizes.values()) >= batch:
-            st = client.step(name, a.train_steps)
-            for i in st.get("diverged", []):
+            r = client.step(name, a.train_steps)
+            for i in r.get("diverged", []):
                 diverged(i)
-            if st["stopped"]:  # members stepped unevenly (in order on the CPU): rounds would not compare
-                if st["stop_reason"] == "shutdown":
+            if r["stopped"]:  # members stepped unevenly (in order on the CPU): rounds would not compare
+                if r["stop_reason"] == "shutdown":
                     raise dqnd.DqndError(14, f"Step of {name} stopped: the daemon is shutting down")
-                raise RuntimeError(f"Step of {name} stopped ({st['stop_reason']}): member steps "
-                                   f"{[m['steps_run'] for m in st.get('members', [st])]} of {a.train_steps}")
+                raise RuntimeError(f"Step of {name} stopped ({r['stop_reason']}): member steps "
+                                   f"{[m['steps_run'] for m in r.get('members', [r])]} of {a.train_steps}")
         if not live:  # every member failed
             return
         if rnd % a.eval_every and rnd != a.rounds:
@@ -218,7 +305,9 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
             value = evaluate(client, name, eval_envs, member=i)
             last[i] = value
             with search.lock:
-                t.report(value, rnd)
+                if (i, rnd) not in run["reported"]:  # a round reported before its daemon went away: not again
+                    t.report(value, rnd)
+                    run["reported"].add((i, rnd))
                 prune = rnd < a.rounds and t.should_prune()
             search.log(f"trial {t.number} round {rnd}/{a.rounds}: value {value:.4f} (member {i})"
                        f"{' -> pruned' if prune else ''}")
@@ -229,6 +318,11 @@ def run_population(search, client, name, members, done, Collector, evaluate, Tri
             return
         if a.pbt and rnd % a.pbt == 0 and rnd < a.rounds and len(live) >= 2:
             exploit(search, client, name, members, live, last, rnd, pbt_rng)
+        if rnd < a.rounds:  # the resume point: the population's checkpoint, this side's state
+            ck = client.save_checkpoint(name, with_replay=True, pin=True)  # not pruned by later saves
+            st["round"] = rnd
+            run["snap"] = {"round": rnd, "path": ck["path"], "step": ck["step"], "state": copy.deepcopy(st)}
+            search.log(f"population {name}: resume point at round {rnd} (learner step {ck['step']})")
     for i in live:
         _tell(search, members[i][0], done, TrialState.COMPLETE, last[i])
 
@@ -249,7 +343,7 @@ def exploit(search, client, name, members, live, last, rnd, rng):
         eff = {k: type(v)(info["config"][k]) if not isinstance(v, bool) else info["config"][k] in ("1", "true")
                for k, v in t.params.items() if k in HPARAMS and k in info["config"]}
         with search.lock:
-            hist = list(t.user_attrs.get("pbt", []))
+            hist = [h for h in t.user_attrs.get("pbt", []) if h["round"] != rnd]  # (redone after a resume)
             hist.append({"round": rnd, "from_member": src, "from_trial": members[src][0].number, "lr_factor": f,
                          "hparams": eff})
             t.set_user_attr("pbt", hist)
