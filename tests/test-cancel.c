@@ -357,6 +357,42 @@ START_TEST(test_dqnctl_stop_and_options) {
   ck_assert_int_gt((long long)st.step, 0);
   /* the trainer is free again at once */
   ck_assert_int_eq(dqnd_step(c, "t", 2, &st), 0);
+  /* Ctrl-C before the Step is sent: --member's check (a GetStats) waits in the
+   * trainer's queue behind another dqnctl's long Step; dqnctl exits 130 at
+   * once, having started nothing (it waited for the check's deadline, then
+   * cancelled the check's request id, not the Step's) */
+  char path2[400];
+  snprintf(path2, sizeof path2, "%s/ctl2.out", d.dir);
+  pid_t blocker = fork();
+  if (blocker == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  usleep(500000);
+  snprintf(cmd, sizeof cmd, "exec '%s' --url '%s' --member 0 step t 5 >'%s' 2>&1", dqnctl_bin, d.url, path2);
+  p = fork();
+  if (p == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  usleep(700000);
+  t0 = mono();
+  kill(p, SIGINT);
+  status = wait_exit(p, 20);
+  took = mono() - t0;
+  txt = read_file(path2, &n);
+  ck_assert_ptr_nonnull(txt);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %d: %s", status, txt);
+  ck_assert_msg(strstr(txt, "interrupted before the command was sent: nothing was started"), "%s", txt);
+  ck_assert_msg(took < 3, "dqnctl took %.1f s to stop", took);
+  free(txt);
+  kill(blocker, SIGINT); /* the other dqnctl's Step is still running, and is cancelled as before */
+  status = wait_exit(blocker, 10);
+  txt = read_file(path, &n);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130 && strstr(txt, "(it was running)"), "status %d: %s",
+                status, txt);
+  free(txt);
+  ck_assert_int_eq(dqnd_step(c, "t", 2, &st), 0);
   /* options after the command */
   ck_assert_int_eq(run_ctl(&d, "stats t --json", out, sizeof out), 0);
   ck_assert_msg(strstr(out, "\"replay_total\": 64") && strstr(out, "\"name\": \"t\""), "%s", out);
