@@ -740,6 +740,7 @@ void dispatch(server_t *s, rpc_call_t *c) {
       rpc_reply_error(c, CODE_RESOURCE_EXHAUSTED, "%s: the queue is full (%d); retry later", wire_command_name(cs),
                       s->opts.queue_depth);
     else
-      rpc_reply_error(c, CODE_UNAVAILABLE, "%s: the trainer is shutting down", wire_command_name(cs));
+      rpc_reply_error(c, CODE_UNAVAILABLE, "%s: the %s is shutting down", wire_command_name(cs),
+                      t ? "trainer" : "daemon");
   }
 }

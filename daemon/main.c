@@ -130,6 +130,12 @@ static void on_signal(uv_signal_t *h, int sig) {
   log_info(NULL, "signal %d: draining queues and writing final checkpoints", sig);
   sd_notify(0, "STOPPING=1");
   atomic_store(&a->srv.draining, 1);
+  /* an nng thread that saw draining unset may still be pushing an admin job
+   * (CreateTrainer, LoadCheckpoint): closed now, that push fails and is
+   * answered UNAVAILABLE, so no admin job can start after the drain timer
+   * found the queue empty and main freed the calls (rpc_stop); the jobs
+   * already queued still run, counted by workq_pending */
+  workq_close(&a->srv.admin);
   for_each_trainer(&a->srv, final_one, NULL);
   uv_timer_start(&a->drain_timer, on_drain_timer, 0, 20);
 }

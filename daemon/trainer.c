@@ -54,10 +54,16 @@ void trainer_put(trainer_t *t) {
   if (t && atomic_fetch_sub(&t->refs, 1) == 1) trainer_free(t);
 }
 
-/* the worker's last act */
+/* the worker's last act: the learner goes here, on the worker (its replay's
+ * memory, CUDA's frees and graph teardown), not wherever the trainer's last
+ * reference happens to be dropped (an nng callback or the metrics thread,
+ * which never touch a learner); no job runs after this, and nothing else
+ * reads t->p */
 static void worker_exit(void *owner) {
   trainer_t *t = owner;
   server_t *s = t->srv;
+  learner_pop_destroy(t->p);
+  t->p = NULL;
   trainer_put(t);
   atomic_fetch_sub(&s->live_trainers, 1);
 }
