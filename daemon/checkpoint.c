@@ -318,6 +318,16 @@ denied:
          CKPT_EACCES;
 }
 
+int ckpt_load_code(int learner_rc) {
+  switch (learner_rc) {
+  case LEARNER_OK: return 0;
+  case LEARNER_ENOMEM: return CKPT_ENOMEM;
+  case LEARNER_EUNSUPPORTED: return CKPT_EUNSUPPORTED;
+  case LEARNER_EDEVICE: return CKPT_EDEVICE;
+  default: return CKPT_ERR;
+  }
+}
+
 int ckpt_fits(const learner_config_t *c, int n, learner_backend_t be, char *err, size_t errlen) {
   return learner_pop_memory_fits(c, n, be, err, errlen) ? CKPT_ENOMEM : 0;
 }
@@ -350,15 +360,16 @@ int ckpt_load_file(const char *path, learner_backend_t be, learner_pop_t **out, 
     return CKPT_ENOMEM;
   }
   if (!rc && fseek(f, 0, SEEK_SET)) rc = fail(err, errlen, "path: cannot rewind %s: %s", path, strerror(errno));
-  if (!rc) rc = learner_pop_load(file_read, f, be, out, err, errlen);
+  if (!rc) rc = ckpt_load_code(learner_pop_load(file_read, f, be, out, err, errlen));
+  else rc = CKPT_ERR;
   if (!rc && fgetc(f) != EOF) { /* bytes after the end section: not a file this daemon wrote */
     learner_pop_destroy(*out);
     *out = NULL;
     fail(err, errlen, "path: %s has bytes after its end section", path);
-    rc = -1;
+    rc = CKPT_ERR;
   }
   fclose(f);
-  return rc ? -1 : 0;
+  return rc;
 }
 
 typedef struct {
@@ -381,13 +392,13 @@ int ckpt_load_mem(const void *data, size_t n, learner_backend_t be, learner_pop_
   if (rc) return -1;
   if (ckpt_fits(&cfg, npop, be, err, errlen)) return CKPT_ENOMEM;
   m.pos = 0;
-  rc = learner_pop_load(mem_read, &m, be, out, err, errlen);
+  rc = ckpt_load_code(learner_pop_load(mem_read, &m, be, out, err, errlen));
   if (!rc && m.pos != n) {
     learner_pop_destroy(*out);
     *out = NULL;
     return fail(err, errlen, "data: %zu trailing bytes after the checkpoint", n - m.pos);
   }
-  return rc ? -1 : 0;
+  return rc;
 }
 
 int ckpt_retire(const char *state_dir, const char *name, const char *why, char *newdir, size_t n, char *err,

@@ -28,7 +28,18 @@ typedef struct ckpt_info {
   int pinned; /* the trainer's pinned checkpoint (meta key "pinned"): retention passes it over */
 } ckpt_info_t;
 
-enum { CKPT_ERR = -1, CKPT_ENOENT = -2, CKPT_EACCES = -3, CKPT_ENOTREG = -4, CKPT_ENOMEM = -5, CKPT_ENONFINITE = -6 };
+enum {
+  CKPT_ERR = -1, /* the bytes are not a checkpoint this daemon can read (DATA_LOSS) */
+  CKPT_ENOENT = -2,
+  CKPT_EACCES = -3,
+  CKPT_ENOTREG = -4,
+  CKPT_ENOMEM = -5,
+  CKPT_ENONFINITE = -6,
+  CKPT_EUNSUPPORTED = -7, /* a sound file this build or backend cannot hold (LEARNER_EUNSUPPORTED) */
+  CKPT_EDEVICE = -8       /* a sound file the device failed to take (LEARNER_EDEVICE) */
+};
+/* A learner code of a load (learner_pop_load) as a CKPT code */
+int ckpt_load_code(int learner_rc);
 
 int ckpt_mkdirs(const char *dir, char *err, size_t errlen);
 /* One daemon per state directory: an exclusive flock on STATE_DIR/dqnd.lock,
@@ -60,7 +71,9 @@ typedef struct {
 } ckpt_reader_t;
 int ckpt_reader(void *ctx, void *buf, size_t n);
 /* Builds a learner from a file / memory; nothing else is touched. A file
- * that is not there is CKPT_ENOENT, one we may not read CKPT_EACCES. */
+ * that is not there is CKPT_ENOENT, one we may not read CKPT_EACCES; a sound
+ * file the memory, the build or the device cannot take CKPT_ENOMEM,
+ * CKPT_EUNSUPPORTED or CKPT_EDEVICE (not the file's fault); else CKPT_ERR. */
 /* LoadCheckpoint's daemon-side path, confined: a relative path is taken
  * from state_dir; the path with every symlink resolved must lie inside
  * state_dir or one of the ':'-separated allowed dirs (each resolved too).

@@ -285,7 +285,15 @@ void dispatch_reply_member(rpc_call_t *c, trainer_t *t, int member) {
   learner_t *l = trainer_member(t, member);
   learner_config_t cfg = *learner_config(l); /* its seed and hyperparameters */
   learner_stats_t st;
-  learner_get_stats(l, &st);
+  int src = learner_get_stats(l, &st);
+  if (src) {
+    char err[200];
+    snprintf(err, sizeof err, "device: reading the learner's statistics failed (learner code %d)", src);
+    trainer_note_error(t, src, err);
+    free(ti);
+    rpc_reply_error(c, dispatch_learner_code(src), "%s", err);
+    return;
+  }
   trainer_info(t, &cfg, &st, t->backend, member, ti);
   if (learner_pop_diverged(t->p, member)) snprintf(ti->state, sizeof ti->state, "member %d diverged", member);
   rep_t r = DQND__V1__REPLY__INIT;
@@ -423,7 +431,13 @@ static void run_submit(trainer_job_t *j) {
     return;
   }
   learner_stats_t st;
-  learner_get_stats(trainer_member(t, j->member), &st);
+  rc = learner_get_stats(trainer_member(t, j->member), &st);
+  if (rc) {
+    snprintf(err, sizeof err, "device: reading the replay's size after the insert failed (learner code %d)", rc);
+    trainer_note_error(t, rc, err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
+    return;
+  }
   Dqnd__V1__SubmitResult sr = DQND__V1__SUBMIT_RESULT__INIT;
   uint32_t inserted = (uint32_t)j->tr.n;
   metrics_transitions(inserted);
@@ -544,8 +558,13 @@ static void run_sync(trainer_job_t *j) {
   rpc_call_t *c = j->c;
   if (dispatch_member_diverged(j)) return;
   int rc = learner_sync_target(trainer_member(j->t, j->member), rpc_request(c)->sync_target->tau);
-  if (rc) rpc_reply_error(c, dispatch_learner_code(rc), "tau: rejected by the learner");
-  else dispatch_reply_done(c);
+  if (rc) { /* tau was checked (check_sync): what is left is the device's */
+    char err[200];
+    snprintf(err, sizeof err, "%s", rc == LEARNER_EDEVICE ? "device: the target copy failed" : "tau: rejected by the learner");
+    trainer_note_error(j->t, rc, err);
+    rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
+  } else
+    dispatch_reply_done(c);
 }
 
 /* Names and values, parsed once into j->cfg (the fields given in j->fields),
@@ -593,6 +612,7 @@ static void run_hparams(trainer_job_t *j) {
   char err[512];
   int rc = learner_pop_set_hparams(t->p, j->member, &now.hp, err, sizeof err); /* a diverged member trains again */
   if (rc) {
+    trainer_note_error(t, rc, err); /* (a device error only) */
     rpc_reply_error(c, dispatch_learner_code(rc), "%s", err);
     return;
   }

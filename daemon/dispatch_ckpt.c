@@ -211,6 +211,20 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
 
 void dispatch_run_swap(trainer_job_t *j);
 
+/* a loader's CKPT code as the reply's status: DATA_LOSS only for bytes that
+ * are not a readable checkpoint */
+static int load_status(int lrc) {
+  switch (lrc) {
+  case CKPT_ENOENT: return CODE_NOT_FOUND;
+  case CKPT_ENOMEM: return CODE_RESOURCE_EXHAUSTED;
+  case CKPT_EACCES: return CODE_PERMISSION_DENIED;
+  case CKPT_ENOTREG: return CODE_INVALID_ARGUMENT;
+  case CKPT_EUNSUPPORTED: return CODE_FAILED_PRECONDITION;
+  case CKPT_EDEVICE: return CODE_UNAVAILABLE;
+  default: return CODE_DATA_LOSS;
+  }
+}
+
 /* LoadCheckpoint from a file on the daemon's side (confined to state_dir and
  * checkpoint-dirs): the population, or NULL with the call answered */
 static learner_pop_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoint *m, learner_backend_t be) {
@@ -218,14 +232,7 @@ static learner_pop_t *load_path(server_t *s, rpc_call_t *c, const Dqnd__V1__Load
   learner_pop_t *l = NULL;
   int lrc = ckpt_path_confine(m->path, s->opts.state_dir, s->opts.checkpoint_dirs, real, sizeof real, err, sizeof err);
   if (!lrc) lrc = ckpt_load_file(real, be, &l, err, sizeof err);
-  if (lrc)
-    rpc_reply_error(c,
-                    lrc == CKPT_ENOENT    ? CODE_NOT_FOUND
-                    : lrc == CKPT_ENOMEM  ? CODE_RESOURCE_EXHAUSTED
-                    : lrc == CKPT_EACCES  ? CODE_PERMISSION_DENIED
-                    : lrc == CKPT_ENOTREG ? CODE_INVALID_ARGUMENT
-                                          : CODE_DATA_LOSS,
-                    "%s", err);
+  if (lrc) rpc_reply_error(c, load_status(lrc), "%s", err);
   return l;
 }
 
@@ -318,18 +325,20 @@ static learner_pop_t *load_chunk(server_t *s, rpc_call_t *c, const Dqnd__V1__Loa
   for (pp = &s->uploads; *pp != u; pp = &(*pp)->next) {}
   *pp = u->next;
   pthread_mutex_unlock(&s->up_mu);
-  int bad = u->n != u->total;
-  if (bad) snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
-  else if (learner_crc32(0, u->data, u->n) != m->crc32) {
-    bad = 1;
+  int bad = 0; /* the reply's status */
+  if (u->n != u->total) {
+    bad = CODE_DATA_LOSS;
+    snprintf(err, sizeof err, "total: received %llu of %llu bytes", (unsigned long long)u->n, (unsigned long long)u->total);
+  } else if (learner_crc32(0, u->data, u->n) != m->crc32) {
+    bad = CODE_DATA_LOSS;
     snprintf(err, sizeof err, "crc32: the uploaded bytes do not match %08x", m->crc32);
   } else {
     int lrc = ckpt_load_mem(u->data, u->n, be, &l, err, sizeof err);
-    if (lrc) bad = lrc == CKPT_ENOMEM ? 2 : 1;
+    if (lrc) bad = load_status(lrc);
   }
   upload_free(u);
   if (bad) {
-    rpc_reply_error(c, bad == 2 ? CODE_RESOURCE_EXHAUSTED : CODE_DATA_LOSS, "%s", err);
+    rpc_reply_error(c, bad, "%s", err);
     return NULL;
   }
   return l;
@@ -379,7 +388,8 @@ void dispatch_run_load_member(trainer_job_t *j) {
   learner_pop_destroy(j->loaded);
   j->loaded = NULL;
   if (rc) {
-    rpc_reply_error(j->c, rc == LEARNER_EINVAL ? CODE_FAILED_PRECONDITION : CODE_INTERNAL, "%s", err);
+    trainer_note_error(t, rc, err); /* (a device error only) */
+    rpc_reply_error(j->c, rc == LEARNER_EINVAL ? CODE_FAILED_PRECONDITION : dispatch_learner_code(rc), "%s", err);
     return;
   }
   log_info(t->name, "member %d's state replaced from a checkpoint", j->member);

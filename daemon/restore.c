@@ -47,7 +47,9 @@ static int restore_one(server_t *s, const char *name) {
     sd_notifyf(0, "STATUS=restoring %s from %s\nEXTEND_TIMEOUT_USEC=%llu", name, all[i].id, 120000000ULL);
     learner_pop_t *l;
     int lrc = ckpt_load_file(all[i].path, be, &l, err, sizeof err);
-    if (lrc == CKPT_ENOMEM) { /* an older checkpoint of the same trainer needs as much: not tried */
+    if (lrc == CKPT_ENOMEM || lrc == CKPT_EUNSUPPORTED || lrc == CKPT_EDEVICE) {
+      /* not the file's fault: an older checkpoint of the same trainer needs as
+       * much, of the same build and device: not tried */
       log_error(name, "not restored: %s (its checkpoints are kept in %s)", err, dir);
       said = 1;
       break;

@@ -409,7 +409,10 @@ int learner_set_hparams(learner_t *l, const learner_hparams_t *hp, char *err, si
 int learner_get_stats(const learner_t *l, learner_stats_t *st) {
   learner_counters_t c;
   int rc = l->ops->get_counters(l->impl, &c);
-  if (rc) return rc;
+  if (rc) { /* (a device error): zeros, never what the stack held */
+    memset(st, 0, sizeof *st);
+    return rc;
+  }
   *st = c.last;
   st->step = c.step;
   st->replay_size = c.replay_size;
