@@ -354,8 +354,8 @@ static void load_member(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoi
   const char *why = NULL;
   char err[512];
   if (learner_pop_size(l) != 1) {
-    snprintf(err, sizeof err, "path: the checkpoint holds %d members; a member's state is a lone trainer's",
-             learner_pop_size(l));
+    snprintf(err, sizeof err, "%s: the checkpoint holds %d members; a member's state is a lone trainer's",
+             m->path && m->path[0] ? "path" : "data", learner_pop_size(l));
     why = err;
   } else if (m->member >= (uint32_t)t->population) {
     snprintf(err, sizeof err, "member: %u is outside [0, %d)", m->member, t->population);
@@ -434,16 +434,16 @@ static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheck
     learner_config_get(lc, df, theirs, sizeof theirs);
     learner_pop_destroy(l);
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
-                    "path: the checkpoint's %s is %s, trainer '%s''s %s: a checkpoint loads into a trainer of its own "
+                    "%s: the checkpoint's %s is %s, trainer '%s''s %s: a checkpoint loads into a trainer of its own "
                     "config, hyperparameters aside (create a new trainer from it instead)",
-                    df->name, theirs, m->name, mine);
+                    m->path && m->path[0] ? "path" : "data", df->name, theirs, m->name, mine);
     trainer_put(t);
     return;
   }
   if (learner_pop_size(l) != t->population) {
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
-                    "path: the checkpoint holds %d members, trainer '%s' %d (create a new trainer from it instead)",
-                    learner_pop_size(l), m->name, t->population);
+                    "%s: the checkpoint holds %d members, trainer '%s' %d (create a new trainer from it instead)",
+                    m->path && m->path[0] ? "path" : "data", learner_pop_size(l), m->name, t->population);
     learner_pop_destroy(l);
     trainer_put(t);
     return;

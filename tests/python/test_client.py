@@ -218,6 +218,15 @@ class ClientTest(DaemonTest):
                       needle="create: a member's state loads into an existing trainer's member")
             self.code(3, c.load_checkpoint, "popy", file=l0, member=5, needle="member: 5 is outside [0, 3)")
             self.code(3, c.fetch_checkpoint, "popy", m1, member=7, needle="member: 7 is outside [0, 3)")
+            # an uploaded file is named as data, a daemon-side one as path
+            whole = os.path.join(d, "whole")
+            c.fetch_checkpoint("popy", whole)
+            self.code(3, c.load_checkpoint, "popy", file=whole, member=1,
+                      needle="data: the checkpoint holds 3 members; a member's state is a lone trainer's")
+            self.code(9, c.load_checkpoint, "popy-lone0", file=whole,
+                      needle="data: the checkpoint holds 3 members, trainer 'popy-lone0' 1")
+            self.code(9, c.load_checkpoint, "popy-lone0", path=c.list_checkpoints("popy")[-1]["path"],
+                      needle="path: the checkpoint holds 3 members, trainer 'popy-lone0' 1")
             shutil.rmtree(d)
             self.code(3, c.submit, "popy", **batch(5, 1), member=3, needle="member: 3 is outside [0, 3)")
             self.code(3, c.stats, "popy", member=-1, needle="member: -1 is not an integer")
