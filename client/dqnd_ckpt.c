@@ -3,10 +3,12 @@
 #include "dqnd_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,7 +120,8 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
    * atomic), renamed over it only once every byte is in and checked. A
    * symlink is followed (the file it names is replaced, not the link); a
    * target that exists and is not a regular file (a pipe, /dev/stdout) is
-   * written directly. The new file gets 0666 less the umask, as fopen's. */
+   * written directly. A new file gets 0666 less the umask, as fopen's; one
+   * that replaces a file keeps that file's mode. */
   char real[4096];
   const char *target = local_path;
   struct stat st;
@@ -145,19 +148,28 @@ int dqnd_fetch_checkpoint(dqnd_client_t *c, const char *name, const char *id, co
     }
     target = real;
   }
+  /* the temporary file: a file that replaces another keeps that one's mode;
+   * a new one gets 0666 less the umask, applied by open() itself (reading
+   * the umask would mean setting it, process-wide: another thread's files
+   * could be created meanwhile with none) */
+  struct stat old;
+  const int replaces = stat(target, &old) == 0 && S_ISREG(old.st_mode);
   size_t pl = strlen(target);
   char *tmp = malloc(pl + 32);
   if (!tmp) return seterr(c, DQND_ENOMEM, "out of memory");
-  snprintf(tmp, pl + 32, "%s.part-XXXXXX", target);
-  int fd = mkstemp(tmp);
+  int fd = -1, e = EEXIST;
+  for (int tries = 0; fd < 0 && e == EEXIST && tries < 100; tries++) {
+    uint64_t r = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL + (uint64_t)tries; /* (getrandom failing: still unique a try) */
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r ^= (uint64_t)time(NULL) << 20;
+    snprintf(tmp, pl + 32, "%s.part-%016llx", target, (unsigned long long)r);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replaces ? 0600 : 0666);
+    e = fd < 0 ? errno : 0;
+  }
   if (fd < 0) {
-    int e = errno;
     free(tmp);
     return seterr(c, DQND_EIO, "cannot create a temporary file beside %s: %s", local_path, strerror(e));
   }
-  mode_t um = umask(0);
-  umask(um);
-  if (fchmod(fd, 0666 & ~um)) { /* best effort: the file stays 0600 */
+  if (replaces && fchmod(fd, old.st_mode & 07777)) { /* best effort: the file stays 0600 */
   }
   FILE *f = fdopen(fd, "wb");
   if (!f) {

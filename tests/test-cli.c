@@ -125,6 +125,19 @@ START_TEST(test_fetch_never_destroys_a_file) {
   ck_assert_int_eq(tst.st_mode & 0777, 0644);
   snprintf(args, sizeof args, "cmp -s %s %s", target, copy);
   ck_assert_msg(system(args) == 0, "the symlink's target is not the checkpoint");
+  /* a fetch over an existing file keeps that file's mode (0600 stays 0600,
+   * whatever the umask); a new file under umask 077 is 0600 */
+  ck_assert_int_eq(chmod(target, 0600), 0);
+  snprintf(args, sizeof args, "umask 022; '%s' --url '%s' fetch c -o %s >/dev/null", dqnctl_bin, d.url, target);
+  ck_assert_int_eq(system(args), 0);
+  ck_assert_int_eq(stat(target, &tst), 0);
+  ck_assert_int_eq(tst.st_mode & 0777, 0600);
+  char fresh[420];
+  snprintf(fresh, sizeof fresh, "%s/fresh.dqnd", d.dir);
+  snprintf(args, sizeof args, "umask 077; '%s' --url '%s' fetch c -o %s >/dev/null", dqnctl_bin, d.url, fresh);
+  ck_assert_int_eq(system(args), 0);
+  ck_assert_int_eq(stat(fresh, &tst), 0);
+  ck_assert_int_eq(tst.st_mode & 0777, 0600);
   /* into a stream (a FIFO, not a regular file): written straight through */
   char full[4000];
   snprintf(full, sizeof full,
