@@ -355,7 +355,7 @@ static int call_step(ctx_t *x, const char *name, long long n, void *out) {
 static int cmd_step(ctx_t *x, const cli_args_t *a) {
   long long n;
   if (cli_int("dqnctl step", "N", a->pos[1], 1, LEARNER_MAX_STEPS, &n)) return EXIT_USAGE;
-  learner_stats_t st;
+  learner_stats_t st = {0};
   int interrupted;
   int rc = watched(x, a->pos[0], n, call_step, &st, &interrupted);
   if (rc) return interrupted ? (fail_rc(x, rc), 130) : fail_rc(x, rc);

@@ -275,7 +275,8 @@ int dqnd_health(dqnd_client_t *c, int *serving, double *uptime_s) {
   req.health = &h;
   Dqnd__V1__Reply *rep;
   int rc = dqnd_call(c, &req, &rep);
-  if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_HEALTH) {
+  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_HEALTH) rc = seterr(c, DQND_EPROTO, "Health: no HealthResult");
+  if (!rc) {
     if (serving) *serving = rep->health->serving;
     if (uptime_s) *uptime_s = rep->health->uptime_s;
   }
@@ -356,7 +357,9 @@ int dqnd_create_population(dqnd_client_t *c, const char *name, const char *const
   req.create_trainer = &m;
   Dqnd__V1__Reply *rep;
   rc = dqnd_call(c, &req, &rep);
-  if (!rc && created) *created = rep->result_case == DQND__V1__REPLY__RESULT_TRAINER && rep->trainer->created;
+  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_TRAINER)
+    rc = seterr(c, DQND_EPROTO, "CreateTrainer: no TrainerInfo in the reply");
+  if (!rc && created) *created = rep->trainer->created;
   dqnd_reply_free(rep);
   fields_free(&fl);
   return rc;
@@ -372,7 +375,9 @@ int dqnd_destroy_trainer(dqnd_client_t *c, const char *name, int save_final, dqn
   Dqnd__V1__Reply *rep;
   if (saved) memset(saved, 0, sizeof *saved);
   int rc = dqnd_call(c, &req, &rep);
-  if (!rc && saved && rep->result_case == DQND__V1__REPLY__RESULT_CHECKPOINT) ckpt_from_pb(rep->checkpoint, saved);
+  if (!rc && save_final && rep->result_case != DQND__V1__REPLY__RESULT_CHECKPOINT)
+    rc = seterr(c, DQND_EPROTO, "DestroyTrainer: no checkpoint in the reply of a final save");
+  if (!rc && saved && save_final) ckpt_from_pb(rep->checkpoint, saved);
   dqnd_reply_free(rep);
   return rc;
 }
@@ -459,7 +464,8 @@ int dqnd_submit(dqnd_client_t *c, const char *name, int state_dim, const learner
   req.submit_transitions = &m;
   Dqnd__V1__Reply *rep;
   int rc = dqnd_call(c, &req, &rep);
-  if (!rc && replay_size && rep->result_case == DQND__V1__REPLY__RESULT_SUBMIT) *replay_size = rep->submit->replay_size;
+  if (!rc && rep->result_case != DQND__V1__REPLY__RESULT_SUBMIT) rc = seterr(c, DQND_EPROTO, "Submit: no SubmitResult");
+  if (!rc && replay_size) *replay_size = rep->submit->replay_size;
   dqnd_reply_free(rep);
   return rc;
 }
@@ -513,16 +519,25 @@ int dqnd_act_episode(dqnd_client_t *c, const char *name, const float *states, in
   if (!rc) {
     /* a reply is checked before it is copied (a daemon that is not dqnd, or
      * a buggy one, must not make the copies read or write out of bounds):
-     * q is n rows of a whole number of floats, within q_cap */
+     * q is n rows of a whole number of floats, each within q's rows (q_cap / n) */
     const size_t qn = rep->result_case == DQND__V1__REPLY__RESULT_ACT ? rep->act->q.len : 0;
+    const size_t wr = n > 0 ? qn / 4 / (size_t)n : 0, wd = n > 0 ? q_cap / (size_t)n : 0; /* row widths */
     if (rep->result_case != DQND__V1__REPLY__RESULT_ACT || rep->act->actions.len != (size_t)n * 4 ||
-        (q && (qn == 0 || qn % ((size_t)n * 4) || qn > q_cap * 4)) || (q_var && rep->act->q_var.len != qn))
+        (q && (qn == 0 || qn % ((size_t)n * 4) || wr > wd)) || (q_var && rep->act->q_var.len != qn))
       rc = seterr(c, DQND_EPROTO, "Act reply of unexpected size");
     else {
       memcpy(actions, rep->act->actions.data, (size_t)n * 4);
-      if (q) memcpy(q, rep->act->q.data, qn);
-      if (q_var) memcpy(q_var, rep->act->q_var.data, qn);
-      for (size_t i = qn / 4; q && i < q_cap; i++) { /* past the reply's width: NaN, not stale memory */
+      /* row by row: a reply's narrower rows (a trainer of fewer actions than
+       * q was sized for) NaN-padded each, not packed together */
+      for (size_t r = 0; q && r < (size_t)n; r++) {
+        memcpy(q + r * wd, rep->act->q.data + r * wr * 4, wr * 4);
+        if (q_var) memcpy(q_var + r * wd, rep->act->q_var.data + r * wr * 4, wr * 4);
+        for (size_t i = wr; i < wd; i++) { /* past the reply's width: NaN, not stale memory */
+          q[r * wd + i] = NAN;
+          if (q_var) q_var[r * wd + i] = NAN;
+        }
+      }
+      for (size_t i = (size_t)n * wd; q && i < q_cap; i++) { /* (q_cap not a multiple of n) */
         q[i] = NAN;
         if (q_var) q_var[i] = NAN;
       }

@@ -155,7 +155,8 @@ uint64_t dqnd_pending_request_id(const dqnd_client_t *c);
  * of it): the next long command gives it up, dqnd_close waits up to 2 s for
  * it first (libnng 1.5 can hang closing a pipe that is receiving). */
 int dqnd_reply_in_flight(const dqnd_client_t *c);
-/* q (optional) receives n * sum(branches) floats; q_cap is its length. */
+/* q (optional) receives n rows of sum(branches) floats; q_cap is its length
+ * (rows of q_cap / n floats: a reply's narrower rows are NaN-padded each). */
 int dqnd_act(dqnd_client_t *c, const char *name, const float *states, int n, int state_dim, int noisy,
              int32_t *actions, float *q, size_t q_cap);
 /* dqnd_act naming the episode (act_select=thompson acts with that episode's

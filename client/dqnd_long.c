@@ -137,7 +137,9 @@ int dqnd_step(dqnd_client_t *c, const char *name, int n, learner_stats_t *st) {
   req.step = &m;
   Dqnd__V1__Reply *rep;
   int rc = long_call(c, &req, &rep);
-  if (!rc && rep->result_case == DQND__V1__REPLY__RESULT_STEP) {
+  if (!rc && (rep->result_case != DQND__V1__REPLY__RESULT_STEP || !rep->step->stats))
+    rc = seterr(c, DQND_EPROTO, "Step: no StepResult with stats in the reply");
+  if (!rc) {
     /* the stats of the member dqnd_use_member names (a population's reply
      * has every member's); the Step itself ran for every member either way */
     const Dqnd__V1__TrainerStats *s = rep->step->stats;

@@ -36,7 +36,7 @@ static uint8_t payload[64];
 /* scenarios 8-10, a Step: 8 never answered, 9 answered 700 ms late (7
  * steps), 10 answered at once (3 steps); a Cancel finds "running" in 8,
  * else "none" */
-enum { STEP_SILENT = 8, STEP_LATE = 9, STEP_NOW = 10 };
+enum { STEP_SILENT = 8, STEP_LATE = 9, STEP_NOW = 10, STEP_EMPTY = 11 /* OK, no result */ };
 #define LATE_US 700000
 
 /* fills r; returns the microseconds to wait before sending it, or -1: none */
@@ -59,6 +59,7 @@ static long answer(const Dqnd__V1__Request *q, Dqnd__V1__Reply *r, Dqnd__V1__Sta
   }
   if (q->command_case == DQND__V1__REQUEST__COMMAND_STEP) {
     if (scenario == STEP_SILENT) return -1;
+    if (scenario == STEP_EMPTY) return 0;
     dqnd__v1__step_result__init(&sr);
     dqnd__v1__trainer_stats__init(&ts);
     ts.steps_run = scenario == STEP_LATE ? 7 : 3;
@@ -159,6 +160,26 @@ START_TEST(test_bad_replies) {
   memset(&ck, 0x5a, sizeof ck);
   ck_assert_int_eq(dqnd_save_checkpoint(c, "t", 0, &ck), DQND_EPROTO);
   ck_assert(ck.id[0] == 0 && ck.bytes == 0); /* zeroed, never stale */
+  /* an OK without its result is not taken for one (it was: stats left
+   * unwritten, "shutting down, up 0 s", "replay holds 0") */
+  int serving = 7;
+  ck_assert_int_eq(dqnd_health(c, &serving, NULL), DQND_EPROTO);
+  const char *fields[] = {"state_dim=3"};
+  int created = 7;
+  ck_assert_int_eq(dqnd_create_trainer(c, "t", fields, 1, "cpu", &created), DQND_EPROTO);
+  float st3[3] = {0}, r1[1] = {0};
+  int32_t a1[1] = {0};
+  uint8_t d1[1] = {0};
+  learner_transitions_t tr = {1, st3, a1, r1, st3, d1, NULL, NULL};
+  int64_t size = 7;
+  ck_assert_int_eq(dqnd_submit(c, "t", 3, &tr, &size), DQND_EPROTO);
+  memset(&ck, 0x5a, sizeof ck);
+  ck_assert_int_eq(dqnd_destroy_trainer(c, "t", 1, &ck), DQND_EPROTO);
+  ck_assert(ck.id[0] == 0 && ck.bytes == 0);
+  learner_stats_t sts;
+  scenario = STEP_EMPTY;
+  ck_assert_int_eq(dqnd_step(c, "t", 3, &sts), DQND_EPROTO);
+  ck_assert_msg(strstr(dqnd_last_error(c), "no StepResult"), "%s", dqnd_last_error(c));
 
   float s[6] = {0}, q[14];
   int32_t a[2];
@@ -166,10 +187,10 @@ START_TEST(test_bad_replies) {
   ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), DQND_EPROTO);
   scenario = 2; /* 16 floats: more than q holds */
   ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), DQND_EPROTO);
-  scenario = 3; /* 10 floats (rows of 5): copied, the rest NaN */
+  scenario = 3; /* 10 floats (rows of 5) into rows of 7: each row copied, its last 2 NaN */
   ck_assert_int_eq(dqnd_act(c, "t", s, 2, 3, 0, a, q, 14), 0);
-  ck_assert(memcmp(q, payload, 40) == 0);
-  for (int i = 10; i < 14; i++) ck_assert(isnan(q[i]));
+  ck_assert(memcmp(q, payload, 20) == 0 && memcmp(q + 7, payload + 20, 20) == 0);
+  ck_assert(isnan(q[5]) && isnan(q[6]) && isnan(q[12]) && isnan(q[13]));
 
   scenario = 4;
   dqnd_trainer_info_t ti;
