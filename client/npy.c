@@ -94,9 +94,16 @@ int npy_read(const char *path, npy_array_t *a, char *err, size_t errlen) {
          path, (int)(dl < 16 ? dl : 16), d + 1);
     goto out;
   }
-  if (strstr(fo, "True") && strstr(fo, "True") < strchr(fo + 15, ',')) {
-    fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
-    goto out;
+  { /* the value right after the key (it may be the header's last: no ',' after it) */
+    const char *v = fo + strlen("'fortran_order'");
+    while (*v == ' ') v++;
+    if (*v++ != ':') goto badhdr;
+    while (*v == ' ') v++;
+    if (!strncmp(v, "True", 4)) {
+      fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
+      goto out;
+    }
+    if (strncmp(v, "False", 5)) goto badhdr;
   }
   char *p = strchr(sh, '(');
   if (!p) goto badhdr;
