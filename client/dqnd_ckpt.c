@@ -206,19 +206,24 @@ int dqnd_load_checkpoint_path(dqnd_client_t *c, const char *name, const char *da
  * daemon's max_message_bytes (ServerInfo) would refuse a request that big
  * (a chunk and the request around it: 4 KB for the rest); 4 MiB when the
  * daemon does not say. */
-static size_t upload_chunk(dqnd_client_t *c) {
+static size_t upload_chunk(dqnd_client_t *c, int *rc) {
   size_t chunk = 4u << 20;
   Dqnd__V1__ServerInfo m = DQND__V1__SERVER_INFO__INIT;
   Dqnd__V1__Request req = DQND__V1__REQUEST__INIT;
   req.command_case = DQND__V1__REQUEST__COMMAND_SERVER_INFO;
   req.server_info = &m;
   Dqnd__V1__Reply *rep = NULL;
-  if (!dqnd_call(c, &req, &rep) && rep && rep->result_case == DQND__V1__REPLY__RESULT_SERVER_INFO) {
+  *rc = dqnd_call(c, &req, &rep);
+  if (!*rc && rep && rep->result_case == DQND__V1__REPLY__RESULT_SERVER_INFO) {
     const uint64_t mm = rep->server_info->max_message_bytes;
     const uint64_t cap = mm > 8192 ? mm - 4096 : mm / 2;
     if (mm && cap < chunk) chunk = (size_t)(cap ? cap : 1);
   }
   dqnd_reply_free(rep);
+  /* UNAVAILABLE (the daemon restarted: decode's notice, said once; or it is
+   * going away) is the caller's to hear; any other failure (a daemon without
+   * ServerInfo) leaves the default */
+  if (*rc != DQND__V1__CODE__UNAVAILABLE) *rc = 0;
   return chunk;
 }
 
@@ -232,7 +237,12 @@ int dqnd_load_checkpoint_file(dqnd_client_t *c, const char *name, const char *lo
   }
   long size = ftell(f);
   rewind(f);
-  size_t chunk = chunk_bytes ? chunk_bytes : upload_chunk(c);
+  int prc = 0;
+  size_t chunk = chunk_bytes ? chunk_bytes : upload_chunk(c, &prc);
+  if (prc) {
+    fclose(f);
+    return prc;
+  }
   uint8_t *buf = malloc(chunk);
   if (!buf || size <= 0) {
     fclose(f);

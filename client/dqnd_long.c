@@ -184,6 +184,12 @@ static int cancel_unanswered(dqnd_client_t *c, const char *name, uint64_t reques
   dqnd_set_timeout(c, keep < 2000 ? keep : 2000);
   int crc = dqnd_cancel(c, name, request_id, found, sizeof found); /* on the socket's context, not the kept one */
   dqnd_set_timeout(c, keep);
+  if (crc == DQND__V1__CODE__UNAVAILABLE) { /* the daemon restarted (decode's notice, said once) or is going away:
+                                           * the caller hears that, not a timeout */
+    char cerr[sizeof c->err];
+    snprintf(cerr, sizeof cerr, "%s", c->err);
+    return seterr(c, crc, "%s (the %s had no reply: %.300s)", cerr, what, saved);
+  }
   nng_msg *late = NULL;
   if (!crc && settle(c, SETTLE_MS, &late) == 1 && late) late_note(c, late, request_id, note, sizeof note);
   return seterr(c, rc, "%s (the %s was %s%s)", saved, what,

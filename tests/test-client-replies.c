@@ -13,6 +13,7 @@
  * that comes after the timeout is quoted in the error.
  */
 #include <check.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,6 +33,9 @@ static char url[200], dir[64];
 /* what the fake daemon answers: set by the test before each call */
 static int scenario;
 static uint8_t payload[64];
+/* Reply.instance, the daemon process's id: a test changes it to play a
+ * daemon that restarted between two replies */
+static _Atomic uint64_t instance = 1;
 
 /* scenarios 8-10, a Step: 8 never answered, 9 answered 700 ms late (7
  * steps), 10 answered at once (3 steps); a Cancel finds "running" in 8,
@@ -113,6 +117,7 @@ static void *serve(void *arg) {
     Dqnd__V1__Status st = DQND__V1__STATUS__INIT;
     st.message = "";
     const long wait_us = answer(q, &r, &st);
+    r.instance = atomic_load(&instance);
     if (wait_us < 0) { /* unanswered: the REP socket drops it at the next receive */
       dqnd__v1__request__free_unpacked(q, NULL);
       continue;
@@ -207,7 +212,17 @@ START_TEST(test_bad_replies) {
     struct stat sb;
     ck_assert_msg(stat(local, &sb) != 0, "a failed fetch left %s", local);
   }
+  /* the daemon restarted before an upload's chunk-size probe (ServerInfo):
+   * the notice, said once, reaches the caller (it was dropped, the upload
+   * went on, and the load returned 0) */
+  FILE *lf = fopen(local, "wb");
+  ck_assert(lf && fwrite(payload, 1, 64, lf) == 64 && fclose(lf) == 0);
+  scenario = 0;
+  atomic_store(&instance, 3);
+  ck_assert_int_eq(dqnd_load_checkpoint_file(c, "t", local, 0, "cpu", 0), DQND__V1__CODE__UNAVAILABLE);
+  ck_assert_msg(strstr(dqnd_last_error(c), "the daemon restarted"), "%s", dqnd_last_error(c));
   dqnd_close(c);
+  atomic_store(&instance, 1); /* (the next test's daemon) */
   fake_down();
 }
 END_TEST
@@ -243,6 +258,14 @@ START_TEST(test_unanswered_step) {
   /* the connection goes on */
   scenario = STEP_NOW;
   ck_assert_msg(dqnd_step(c, "t", 3, &st) == 0, "%s", dqnd_last_error(c));
+  /* never answered, and the daemon restarted before the Cancel's reply: the
+   * caller hears of the restart (UNAVAILABLE), not a timeout */
+  atomic_store(&instance, 2);
+  scenario = STEP_SILENT;
+  ck_assert_int_eq(dqnd_step(c, "t", 5, &st), DQND__V1__CODE__UNAVAILABLE);
+  ck_assert_msg(strstr(dqnd_last_error(c), "the daemon restarted") && strstr(dqnd_last_error(c), "the Step had no reply"),
+                "%s", dqnd_last_error(c));
+  /* (the new daemon, instance 2, is the one from here) */
   /* never answered, then closed: dqnd_close waits its 2 s and returns */
   scenario = STEP_SILENT;
   ck_assert_int_eq(dqnd_step(c, "t", 5, &st), DQND_ETIMEDOUT);
