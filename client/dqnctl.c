@@ -799,6 +799,7 @@ int main(int argc, char **argv) {
     }
   }
   int rc = cur_cmd->fn(&x, &args);
+  if (rc == EXIT_OK && json_output_failed()) rc = EXIT_LOCAL; /* said on stderr */
   stop_watch(); /* (a command refused before its Step) */
   dqnd_close(x.c);
   free(rest); /* args point into it */

@@ -416,14 +416,14 @@ int cmd_inspect(ctx_t *x, const cli_args_t *a) {
   int trailing = rc == 0 && (long)at != size;
   if (x->json) {
     json_t *j = one ? one : json_object();
-    json_object_set_new(j, "file", json_string(path));
+    json_object_set_new(j, "file", json_text(path));
     json_object_set_new(j, "bytes", json_integer((json_int_t)size));
     if (pop) {
       json_object_set_new(j, "population", json_integer((json_int_t)n));
       json_object_set_new(j, "members", members);
     } else
       json_decref(members);
-    if (rc || trailing) json_object_set_new(j, "error", json_string(rc ? err : "trailing bytes"));
+    if (rc || trailing) json_object_set_new(j, "error", json_text(rc ? err : "trailing bytes"));
     if (!json_object_get(j, "error")) json_object_set_new(j, "error", json_string(""));
     print_json(j);
   } else

@@ -9,14 +9,35 @@ const char *opt(ctx_t *x, const cli_args_t *a, const char *name) { return cli_ge
 
 int fail_rc(ctx_t *x, int rc) {
   fprintf(stderr, "dqnctl: %s: %s\n", dqnd_strerror(rc), dqnd_last_error(x->c));
-  return rc > 0 ? EXIT_SERVER : (rc == DQND_EIO ? EXIT_LOCAL : EXIT_TRANSPORT);
+  if (rc > 0) return EXIT_SERVER; /* the daemon answered it */
+  switch (rc) {
+  case DQND_EIO: case DQND_ENOMEM: return EXIT_LOCAL;
+  case DQND_EINVAL: return EXIT_USAGE; /* an argument libdqnd refused before sending */
+  default: return EXIT_TRANSPORT;      /* no (usable) reply */
+  }
 }
 
+static int json_failed;
+
+int json_output_failed(void) { return json_failed; }
+
 void print_json(json_t *j) {
-  char *s = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
+  char *s = j ? json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
   if (s) puts(s);
+  else {
+    fprintf(stderr, "dqnctl: the JSON output could not be made (a string in it, a path perhaps, is not UTF-8)\n");
+    json_failed = 1;
+  }
   free(s);
   json_decref(j);
+}
+
+json_t *json_text(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  fprintf(stderr, "dqnctl: '%.200s' is not UTF-8: JSON cannot hold it\n", s);
+  json_failed = 1;
+  return json_null();
 }
 
 /* Every stats field (LEARNER_STATS_FIELDS), by its own name, in JSON and text. */

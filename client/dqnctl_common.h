@@ -42,7 +42,12 @@ typedef struct cmd {
 const char *opt(ctx_t *x, const cli_args_t *a, const char *name);
 /* Prints the error of a failed libdqnd call; returns the exit status. */
 int fail_rc(ctx_t *x, int rc);
+/* j on stdout, taking j; NULL (a json_pack that failed: a string not
+ * UTF-8) is an error message instead, and the command exits 4 */
 void print_json(json_t *j);
+/* json_string(s), or null with that error for a string that is not UTF-8 */
+json_t *json_text(const char *s);
+int json_output_failed(void);
 
 /* Every stats field by its own name: a JSON object, or one text line (JSON with --json). */
 json_t *stats_json(const learner_stats_t *st);

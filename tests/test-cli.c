@@ -132,6 +132,14 @@ START_TEST(test_fetch_never_destroys_a_file) {
   ck_assert_int_eq(system(args), 0);
   ck_assert_int_eq(stat(target, &tst), 0);
   ck_assert_int_eq(tst.st_mode & 0777, 0600);
+  /* --json with a path that is not UTF-8: the fetch is done, the JSON cannot
+   * hold the path: said on stderr, exit 4 (it printed nothing and exited 0) */
+  snprintf(args, sizeof args, "fetch c -o '%s/\xff.dqnd' --json", d.dir);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 4);
+  ck_assert_msg(strstr(out, "the JSON output could not be made") && strstr(out, "not UTF-8"), "%s", out);
+  snprintf(args, sizeof args, "inspect '%s/\xff.dqnd' --json", d.dir);
+  ck_assert_int_eq(run_ctl(&d, args, out, sizeof out), 4);
+  ck_assert_msg(strstr(out, "is not UTF-8: JSON cannot hold it"), "%s", out);
   char fresh[420];
   snprintf(fresh, sizeof fresh, "%s/fresh.dqnd", d.dir);
   snprintf(args, sizeof args, "umask 077; '%s' --url '%s' fetch c -o %s >/dev/null", dqnctl_bin, d.url, fresh);
