@@ -107,12 +107,15 @@ PHILOX_FN float her_nstep_return(const float *r, int m, int64_t c, float gamma, 
 /* The episode bounds of every stored transition from the stored dones and
  * end markers (after a restore), oldest to newest; returns the count the
  * open episode began at. The oldest stored episode counts as overwritten
- * (first = oldest - 1) unless the ring never wrapped: its start may be gone;
- * with nothing stored the next transition starts an episode. */
+ * (first = oldest - 1) only when the ring is full: its start may be gone.
+ * A replay not full has dropped nothing since it was last empty (a state
+ * loaded without its replay starts one empty, and the next transition then
+ * starts an episode), so its oldest transition starts an episode, whatever
+ * the count before it; with nothing stored the next transition starts one. */
 static inline int64_t her_rebuild_episodes(const uint8_t *done, const uint8_t *epend, int64_t head, int64_t total,
                                            int64_t size, int64_t cap, int64_t *first, int64_t *last) {
   const int64_t oldest = total - size;
-  int64_t open = oldest == 0 || size == 0 ? oldest : oldest - 1; /* nothing stored: the next one starts afresh */
+  int64_t open = size < cap ? oldest : oldest - 1;
   for (int64_t c = oldest; c < total; c++) {
     int64_t slot = her_slot(c, head, total, cap);
     first[slot] = open;

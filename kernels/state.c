@@ -223,6 +223,13 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
   learner_counters_t c;
   counters_decode(&c, cb);
   const learner_config_t *cfg = &l->cfg;
+  /* (a leaf past the range a step keeps: an earlier build's; clamped, not refused) */
+  if (isfinite(c.max_leaf) && c.max_leaf > 0)
+    c.max_leaf = c.max_leaf < REPLAY_LEAF_MIN ? REPLAY_LEAF_MIN : c.max_leaf > REPLAY_LEAF_MAX ? REPLAY_LEAF_MAX : c.max_leaf;
+  if (c.step > ((uint64_t)1 << 62)) { /* Adam's bias correction at step + 1 = 0 wrapped would divide by 0 */
+    seterr(err, errlen, "state: counters: step %llu is past 2^62", (unsigned long long)c.step);
+    return LEARNER_ECORRUPT;
+  }
   if (c.replay_size < 0 || c.replay_size > cfg->replay_capacity || c.replay_head < 0 ||
       c.replay_head >= cfg->replay_capacity || c.replay_total < c.replay_size ||
       c.replay_total > ((int64_t)1 << 62) || /* room to count on: insertion counts are int64 sums */
@@ -270,16 +277,39 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
     }
     seen[tag] = 1;
     uint32_t crc = 0;
+    /* what a save refuses to write (the section's check) a load refuses too,
+     * once the CRC says the bytes are the file's: a NaN in a replay state or
+     * a prior head would make every step diverge, stuck on the same draws */
+    const int checked = sec->check != STATE_ANY, nonneg = sec->check == STATE_FINITE_NONNEG;
+    int bad = 0;
+    float badv = 0;
     for (uint64_t off = 0; !rc && off < len; off += CHUNK) {
       size_t k = (size_t)(len - off < CHUNK ? len - off : CHUNK);
       if ((rc = read_all(r, ctx, bounce, k, err, errlen))) break;
       crc = learner_crc32c(crc, bounce, k);
+      for (size_t i = 0; checked && !bad && i + 4 <= k; i += 4) {
+        const float v = get_f32(bounce + i);
+        if (!isfinite(v) || (nonneg && v < 0)) bad = 1, badv = v;
+      }
+      if (tag == SEC_R_PRIO) /* leaves of earlier builds: into the range a step keeps (backend.h) */
+        for (size_t i = 0; i + 4 <= k; i += 4) {
+          const float v = get_f32(bounce + i);
+          if (isfinite(v) && v > 0 && (v < REPLAY_LEAF_MIN || v > REPLAY_LEAF_MAX))
+            put_f32(bounce + i, v < REPLAY_LEAF_MIN ? REPLAY_LEAF_MIN : REPLAY_LEAF_MAX);
+        }
       rc = learner_section_write(l, tag, (int64_t)off, (int64_t)k, bounce);
     }
     if (rc) break;
     if ((rc = read_all(r, ctx, t, 4, err, errlen))) break;
     if (crc != get_u32(t)) {
       seterr(err, errlen, "state: section %u fails its CRC32C check", tag);
+      rc = LEARNER_ECORRUPT;
+      break;
+    }
+    if (bad) {
+      seterr(err, errlen,
+             "state: section %u (%s) holds %g: a value not finite (or a negative second moment) is not a state a "
+             "learner can train from", tag, sec->name, (double)badv);
       rc = LEARNER_ECORRUPT;
       break;
     }
@@ -292,6 +322,17 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       seterr(err, errlen, "state: section %u (%s) missing", state_sections[i].tag, state_sections[i].name);
       return LEARNER_ECORRUPT;
     }
+  if (STATE_CONFIG_HAS_DT(cfg)) { /* the DT's step counter: as the DQN's */
+    uint64_t dt_step = 0;
+    unsigned char b8[8];
+    if (learner_section_bytes(l, SEC_DT_COUNTERS) == 8 && !learner_section_read(l, SEC_DT_COUNTERS, 0, 8, b8)) {
+      memcpy(&dt_step, b8, 8);
+      if (dt_step > ((uint64_t)1 << 62)) {
+        seterr(err, errlen, "state: dt counters: step %llu is past 2^62", (unsigned long long)dt_step);
+        return LEARNER_ECORRUPT;
+      }
+    }
+  }
   rc = l->ops->load_done(l->impl);
   if (rc) {
     seterr(err, errlen, "state: %s (its sections pass their CRCs, but the backend rejects their contents: an "

@@ -64,7 +64,9 @@ typedef struct learner_bufs {
  * parameter count in floats, or row_c bytes */
 enum { STATE_UNIT_PARAMS = 0, STATE_UNIT_PRIOR = 1, STATE_UNIT_ROW = 2, STATE_UNIT_DT = 3, STATE_UNIT_FIXED = 4 };
 /* what a save refuses to write and a load refuses to take (a diverged
- * learner's state): floats that are not finite, and negative ones */
+ * learner's state, or a file from elsewhere): floats that are not finite,
+ * and negative ones; the replay's states and rewards too (Submit refuses
+ * them, so a state holding one was not written by a learner) */
 enum { STATE_ANY = 0, STATE_FINITE = 1, STATE_FINITE_NONNEG = 2 };
 
 typedef struct state_section {
@@ -93,15 +95,15 @@ typedef struct state_section {
 /* the ensemble's fixed prior heads (docs/learner.md, "Ensemble heads"),
  * owner "priors": only when ensemble_prior_scale > 0 (its rows carry
  * priors_only = 1) */
-#define PRIORS_SECTIONS(S) S(SEC_PRIORS, "prior heads", B_(prior), STATE_UNIT_PRIOR, 0, 0, 0, 0, STATE_ANY)
+#define PRIORS_SECTIONS(S) S(SEC_PRIORS, "prior heads", B_(prior), STATE_UNIT_PRIOR, 0, 0, 0, 0, STATE_FINITE)
 #define OPTIM_SECTIONS(S)                                                                                        \
   S(SEC_ADAM_M, "adam first moments", B_(adam_m), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE)                  \
   S(SEC_ADAM_V, "adam second moments", B_(adam_v), STATE_UNIT_PARAMS, 0, 0, 0, 0, STATE_FINITE_NONNEG)
 #define REPLAY_SECTIONS(S)                                                                                       \
-  S(SEC_R_S, "replay states", B_(s), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_ANY)                                     \
-  S(SEC_R_S2, "replay next states", B_(s2), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_ANY)                              \
+  S(SEC_R_S, "replay states", B_(s), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_FINITE)                                  \
+  S(SEC_R_S2, "replay next states", B_(s2), STATE_UNIT_ROW, 1, 0, 4, 0, STATE_FINITE)                           \
   S(SEC_R_A, "replay actions", B_(a), STATE_UNIT_ROW, 1, 0, 0, 4, STATE_ANY)                                    \
-  S(SEC_R_R, "replay rewards", B_(r), STATE_UNIT_ROW, 1, 0, 0, 4, STATE_ANY)                                    \
+  S(SEC_R_R, "replay rewards", B_(r), STATE_UNIT_ROW, 1, 0, 0, 4, STATE_FINITE)                                 \
   S(SEC_R_DONE, "replay dones", B_(done), STATE_UNIT_ROW, 1, 0, 0, 1, STATE_ANY)                                \
   S(SEC_R_EP, "replay episode ids", B_(ep), STATE_UNIT_ROW, 1, 0, 0, 8, STATE_ANY)                              \
   S(SEC_R_PRIO, "replay priorities", B_(prio), STATE_UNIT_ROW, 1, 1, 0, 4, STATE_ANY)

@@ -111,6 +111,25 @@ START_TEST(test_bounds_and_eligibility) {
   ck_assert_int_eq(cp.open_first, rp.open_first);
   free(f), free(l);
   replay_free(&rp);
+  /* a replay restored without its transitions holds none at a count T > 0
+   * (a state saved without its replay, loaded: size 0, head 0, the next
+   * transition opens an episode): an episode submitted then is whole, and
+   * stays whole through a rebuild, the restore of a save with the replay
+   * (it counted as overwritten there: the ring "wrapped" unless T was 0) */
+  replay_t z;
+  ck_assert_int_eq(replay_init(&z, 10, S, 0, 0.5f), 0);
+  z.total = 57;
+  z.open_first = 57;
+  for (int k = 0; k < 3; k++) add1(&z, k == 2, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t x = z.total - z.size; x < z.total; x++) {
+      int64_t slot = her_slot(x, z.head, z.total, z.cap);
+      ck_assert_msg(her_eligible(z.ep_first[slot], z.ep_last[slot], z.total, z.size), "pass %d, count %lld", pass,
+                    (long long)x);
+    }
+    replay_rebuild_episodes(&z);
+  }
+  replay_free(&z);
 }
 END_TEST
 

@@ -26,6 +26,7 @@
 
 #include "learner.h"
 #include "backend.h"
+#include "learner_impl.h" /* learner_section_read: a loaded leaf */
 #include "testutil.h"
 #include "feed.h"
 #include "k1_pin.h"
@@ -519,6 +520,55 @@ START_TEST(test_nonfinite_state_refused) {
 }
 END_TEST
 
+/* What a client could not have submitted, in a state with its replay and
+ * the section's CRC recomputed: a NaN in a replay state, next state or
+ * reward is refused naming the section (it loaded, and every batch that
+ * drew it diverged, stuck on the same draws); a step counter of 2^64 - 1
+ * (Adam's bias correction at step + 1 = 0) is refused; a PER leaf past the
+ * range a step keeps (3e38: the sum turns infinite) loads clamped to it. */
+START_TEST(test_replay_from_outside) {
+  const uint32_t tags[3] = {SEC_R_S, SEC_R_S2, SEC_R_R};
+  const char *names[3] = {"(replay states)", "(replay next states)", "(replay rewards)"};
+  for (int t = 0; t < 3; t++) {
+    membuf_t m = {0};
+    tiny_state(&m, 1);
+    size_t len;
+    unsigned char *d = section_of(&m, tags[t], &len);
+    float v = t == 1 ? INFINITY : NAN;
+    memcpy(d + 4 * (len / 8), &v, 4);
+    reseal(d, len);
+    char err[300];
+    ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+    ck_assert_msg(strstr(err, names[t]) && strstr(err, "not finite"), "%s", err);
+    free(m.p);
+  }
+  membuf_t m = {0};
+  tiny_state(&m, 1);
+  size_t len;
+  unsigned char *d = section_of(&m, SEC_COUNTERS, &len);
+  memset(d, 0xff, 8); /* step */
+  reseal(d, len);
+  char err[300];
+  ck_assert_int_eq(try_load(&m, err, sizeof err), LEARNER_ECORRUPT);
+  ck_assert_msg(strstr(err, "past 2^62"), "%s", err);
+  free(m.p);
+  memset(&m, 0, sizeof m);
+  tiny_state(&m, 1);
+  d = section_of(&m, SEC_R_PRIO, &len);
+  const float big = 3e38f;
+  memcpy(d, &big, 4);
+  reseal(d, len);
+  learner_t *l = NULL;
+  m.pos = 0;
+  ck_assert_msg(learner_load(mem_read, &m, LEARNER_BACKEND_CPU, &l, err, sizeof err) == 0, "%s", err);
+  float leaf = 0;
+  ck_assert_int_eq(learner_section_read(l, SEC_R_PRIO, 0, 4, &leaf), 0);
+  ck_assert_float_eq(leaf, REPLAY_LEAF_MAX);
+  learner_destroy(l);
+  free(m.p);
+}
+END_TEST
+
 /* an insertion count near INT64_MAX (the next submit's sums would overflow),
  * with the section's CRC recomputed: refused (a review find) */
 START_TEST(test_counters_total_refused) {
@@ -731,6 +781,7 @@ int main(void) {
   tcase_add_test(tc, test_version_and_magic);
   tcase_add_test(tc, test_config_nul);
   tcase_add_test(tc, test_nonfinite_state_refused);
+  tcase_add_test(tc, test_replay_from_outside);
   tcase_add_test(tc, test_counters_total_refused);
   tcase_add_test(tc, test_save_refuses_nonfinite);
   tcase_add_test(tc, test_optional_section_absent);

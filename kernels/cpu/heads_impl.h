@@ -26,12 +26,12 @@ size_t SFX(net_acts_need)(const net_layout_t *L, int rows) {
 
 int SFX(net_acts_alloc)(TY(net_acts) *A, const net_layout_t *L, int rows) {
   memset(A, 0, sizeof *A);
-  A->rows = rows;
   size_t r = (size_t)rows;
   const size_t hblock = SFX(net_hblock)(L, r);
   const int K = L->K < 1 ? 1 : L->K;
   R *p = calloc(SFX(net_acts_need)(L, rows), sizeof(R));
-  if (!p) return -1;
+  if (!p) return -1; /* rows stays 0: the next call allocates again, never uses NULL buffers */
+  A->rows = rows;
   A->mem = p;
   A->a1 = p; p += r * L->H1;
   A->h1 = p; p += r * L->H1;
