@@ -781,7 +781,8 @@ if __name__ == "__main__":
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
     suite = unittest.TestSuite([SearchTest(n) for n in names] +
-                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest) for n in loader.getTestCaseNames(c)]))
+                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest)
+                                                    for n in loader.getTestCaseNames(c)]))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     if not result.wasSuccessful():
         sys.exit(1)

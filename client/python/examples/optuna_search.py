@@ -132,8 +132,9 @@ def parse_args(argv=None):
                    "(default: 0, off)")
     p.add_argument("--dt", action="store_true",
                    help="the search space gains a Decision Transformer (docs/learner.md §16): dt_layers 0, 1 or 2; "
-                   "when on, the pre-training steps (200 or 600) and dt_handover (none or trunk1): the trial "
-                   "first plays --dt-episodes random episodes, pre-trains on them, then trains as usual "
+                   "when on, the pre-training steps (200 or 600; --env bitflip 200 or 400) and dt_handover "
+                   "(none or trunk1): the trial first plays --dt-episodes random episodes, pre-trains on them, "
+                   "then trains as usual "
                    "(bitflip: dt_layers 0 or 1, the episodes alternately random and a noisy demonstrator's)")
     p.add_argument("--dt-episodes", type=int, default=128, metavar="N",
                    help="--dt: random episodes a trial collects before pre-training (default: %(default)s)")
