@@ -531,6 +531,22 @@ END_TEST
 
 /* ---------------------------------------------------- help, version, fields */
 
+/* a .npy file of header dict (padded as NumPy pads it) and two float64s:
+ * npy_read's code, err its message, *a read when 0 */
+static int npy_of_dict(const char *path, const char *dict, npy_array_t *a, char *err, size_t errlen) {
+  char hdr[128];
+  int w = snprintf(hdr, sizeof hdr, "%s", dict);
+  while ((10 + w + 1) % 64) hdr[w++] = ' ';
+  hdr[w++] = '\n';
+  FILE *f = fopen(path, "wb");
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(w & 0xff), (unsigned char)(w >> 8)};
+  double data[2] = {1.5, -2.5};
+  ck_assert(f && fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)w, f) == (size_t)w &&
+            fwrite(data, 8, 2, f) == 2 && fclose(f) == 0);
+  err[0] = 0;
+  return npy_read(path, a, err, errlen);
+}
+
 /* A .npy header whose shape claims more elements than the file holds
  * (2^62 float64s: count x 8 wrapped around to a small allocation that the
  * read and the conversions wrote past) is refused as truncated; the same
@@ -540,46 +556,22 @@ START_TEST(test_npy_shape_beyond_the_file) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   close(fd);
-  const char *shapes[2] = {"(4611686018427387904, 1)", "(2, 1)"};
-  for (int k = 0; k < 2; k++) {
-    char dict[128];
-    int w = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shapes[k]);
-    while ((10 + w + 1) % 64) dict[w++] = ' ';
-    dict[w++] = '\n';
-    FILE *f = fopen(path, "wb");
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(w & 0xff), (unsigned char)(w >> 8)};
-    double data[2] = {1.5, -2.5};
-    ck_assert(f && fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)w, f) == (size_t)w &&
-              fwrite(data, 8, 2, f) == 2 && fclose(f) == 0);
-    npy_array_t a;
-    char err[256] = "";
-    int rc = npy_read(path, &a, err, sizeof err);
-    if (k == 0) {
-      ck_assert_msg(rc != 0 && strstr(err, "truncated"), "rc %d: %s", rc, err);
-    } else {
-      ck_assert_msg(rc == 0, "%s", err);
-      ck_assert(a.count == 2 && ((double *)a.data)[1] == -2.5);
-      npy_free(&a);
-    }
-  }
+  npy_array_t a;
+  char err[256];
+  int rc = npy_of_dict(path, "{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 1), }", &a, err,
+                       sizeof err);
+  ck_assert_msg(rc != 0 && strstr(err, "truncated"), "rc %d: %s", rc, err);
+  rc = npy_of_dict(path, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 1), }", &a, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
+  ck_assert(a.count == 2 && ((double *)a.data)[1] == -2.5);
+  npy_free(&a);
   /* Fortran order refused wherever the key stands, the last one too (NumPy
    * reads such a header; the check looked for a ',' after it) */
   const char *dicts[3] = {"{'descr': '<f8', 'shape': (2, 1), 'fortran_order': True}",
                           "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 1), }",
                           "{'descr': '<f8', 'shape': (2, 1), 'fortran_order': False}"};
   for (int k = 0; k < 3; k++) {
-    char dict[128];
-    int w = snprintf(dict, sizeof dict, "%s", dicts[k]);
-    while ((10 + w + 1) % 64) dict[w++] = ' ';
-    dict[w++] = '\n';
-    FILE *f = fopen(path, "wb");
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(w & 0xff), (unsigned char)(w >> 8)};
-    double data[2] = {1.5, -2.5};
-    ck_assert(f && fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)w, f) == (size_t)w &&
-              fwrite(data, 8, 2, f) == 2 && fclose(f) == 0);
-    npy_array_t a;
-    char err[256] = "";
-    int rc = npy_read(path, &a, err, sizeof err);
+    rc = npy_of_dict(path, dicts[k], &a, err, sizeof err);
     if (k < 2) {
       ck_assert_msg(rc != 0 && strstr(err, "Fortran-order arrays are not supported"), "%s: rc %d: %s", dicts[k], rc, err);
     } else {

@@ -398,6 +398,34 @@ class SearchTest(unittest.TestCase):
         self.assertIn("no daemon left", p.stderr)
         self.assertEqual(len(optuna.load_study(study_name="kill", storage=journal(path)).trials), 8)
 
+    def run_killing(self, daemon, at, *args):
+        """The search with args, its daemon SIGKILLed at the first output line
+        matching at and restarted 2 s later (systemd's RestartSec) on the same
+        state directory and URL: its output, checked to exit 0 and to have
+        reached that line."""
+        proc = subprocess.Popen(search_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        watchdog = threading.Timer(90, proc.kill)
+        watchdog.start()
+        out, restarter = [], None
+        with proc:
+            try:
+                for line in proc.stdout:
+                    out.append(line)
+                    if restarter is None and re.search(at, line):
+                        daemon.kill()
+                        out.append(f"---- SIGKILL to daemon {daemon.url}; restarted in 2 s\n")
+                        restarter = threading.Timer(2.0, daemon.start)
+                        restarter.start()
+            finally:
+                watchdog.cancel()
+                if restarter:
+                    restarter.join()
+        out = "".join(out)
+        self.check(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+        self.assertIsNotNone(restarter, f"no line matched {at!r}:\n{out}")
+        return out
+
     def test_daemon_restart_resumes(self):
         """SIGKILL during trial 0, after its round-10 evaluation; the daemon
         comes back 2 s later (systemd's RestartSec) on the same state
@@ -408,28 +436,10 @@ class SearchTest(unittest.TestCase):
         other trial; its reported rounds are 10, 20, 30 and 40."""
         a = self.daemon("a")
         db = os.path.join(self.tmp, "search.db")
-        proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "restart",
-                                           "--trials", 2, "--rounds", 40, "--timeout", 5, "--daemon-retry", 30),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        watchdog = threading.Timer(90, proc.kill)
-        watchdog.start()
-        out, restarter = [], None
-        with proc:
-            try:
-                for line in proc.stdout:
-                    out.append(line)
-                    if restarter is None and re.search(r"trial 0 round 10/40: value", line):
-                        a.kill()  # the trial saved its resume point before it printed this line
-                        out.append("---- SIGKILL to daemon a; restarted in 2 s\n")
-                        restarter = threading.Timer(2.0, a.start)
-                        restarter.start()
-            finally:
-                watchdog.cancel()
-                if restarter:
-                    restarter.join()
-        out = "".join(out)
-        self.check(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
-        self.assertIsNotNone(restarter, f"trial 0 never reached round 10:\n{out}")
+        # the trial saved its resume point before it printed this line
+        out = self.run_killing(a, r"trial 0 round 10/40: value", "--daemons", a.url, "--storage", f"sqlite:///{db}",
+                               "--study", "restart", "--trials", 2, "--rounds", 40, "--timeout", 5,
+                               "--daemon-retry", 30)
         print("\n" + "".join(line for line in out.splitlines(True) if "trial 0" in line or "daemon" in line
                              or "----" in line), file=sys.stderr)
         self.assertRegex(out, rf"trial 0: daemon {re.escape(a.url)} lost \((UNAVAILABLE|DEADLINE_EXCEEDED)")
@@ -456,29 +466,9 @@ class SearchTest(unittest.TestCase):
         population's trainer is gone at the end."""
         a = self.daemon("a")
         db = os.path.join(self.tmp, "pop-restart.db")
-        proc = subprocess.Popen(search_cmd("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "prs",
-                                           "--trials", 3, "--population", 3, "--rounds", 20, "--eval-every", 5,
-                                           "--timeout", 5, "--daemon-retry", 30),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        watchdog = threading.Timer(90, proc.kill)
-        watchdog.start()
-        out, restarter = [], None
-        with proc:
-            try:
-                for line in proc.stdout:
-                    out.append(line)
-                    if restarter is None and re.search(r"population prs-pop0: resume point at round 10 ", line):
-                        a.kill()
-                        out.append("---- SIGKILL to daemon a; restarted in 2 s\n")
-                        restarter = threading.Timer(2.0, a.start)
-                        restarter.start()
-            finally:
-                watchdog.cancel()
-                if restarter:
-                    restarter.join()
-        out = "".join(out)
-        self.check(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
-        self.assertIsNotNone(restarter, f"the population never reached round 10:\n{out}")
+        out = self.run_killing(a, r"population prs-pop0: resume point at round 10 ", "--daemons", a.url, "--storage",
+                               f"sqlite:///{db}", "--study", "prs", "--trials", 3, "--population", 3, "--rounds", 20,
+                               "--eval-every", 5, "--timeout", 5, "--daemon-retry", 30)
         print("\n" + "".join(line for line in out.splitlines(True) if "population" in line or "daemon" in line
                              or "----" in line), file=sys.stderr)
         step = re.search(r"population prs-pop0: resume point at round 10 \(learner step (\d+)\)", out).group(1)
