@@ -267,7 +267,7 @@ class SearchTest(unittest.TestCase):
                     self.assertEqual(v, want, f"trial {t.number} round {e['round']}: {k}")
             self.assertEqual(t.user_attrs["effective"], t.user_attrs["pbt"][-1]["hparams"])
         top = sorted((t for t in trials if t.state == TS.COMPLETE), key=lambda t: -t.value)[:5]
-        if any("effective" in t.user_attrs for t in top):  # the report marks them
+        if any(t.user_attrs.get("effective") for t in top):  # the report marks them
             self.assertIn("* exploited another member (--pbt)", p.stdout)
         self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
         p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--pbt", 3, "--population", 2)
@@ -697,6 +697,103 @@ class AskPopulationTest(unittest.TestCase):
                           t.number > 6], [TS.FAIL])
 
 
+class PopulationResumeTest(unittest.TestCase):
+    """optuna_population.run_population against a stand-in client and
+    Search (no daemon): a member that diverged in round 1 (its trial told
+    FAIL) is not made live again when the daemon is lost before the first
+    resume point and the population starts over (it was, and the next
+    evaluation reported to a finished trial: Optuna raises, and the whole
+    population FAILed); a resume forgets the exploits recorded after its
+    round in the trials not yet told (pbt_forget)."""
+
+    class Client:
+        def __init__(self, lose_at_submit):
+            self.submits, self.lose_at, self.steps, self.created = 0, lose_at_submit, 0, 0
+
+        def create_trainer(self, name, cfg, backend, population=1):
+            self.created += 1
+            return {"created": True}
+
+        def set_hyperparams(self, name, member=0, **kw):
+            return {}
+
+        def submit(self, name, *a, member=0):
+            self.submits += 1
+            if self.submits == self.lose_at:
+                raise dqnd.DqndError(14, "receive: Connection reset")
+            return 1000
+
+        def step(self, name, n):
+            self.steps += 1
+            return {"stopped": False, "diverged": [2] if self.steps == 1 else []}
+
+        def save_checkpoint(self, name, with_replay=False, pin=False):
+            return {"path": f"ck-{self.steps}", "step": self.steps}
+
+        def destroy_trainer(self, name):
+            return {}
+
+    class Collector:
+        def __init__(self, seed, n):
+            pass
+
+        def round(self, client, name, k, eps, rng, member=0):
+            return ()
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import optuna_population
+        import optuna_search
+        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def search(self, study, client):
+        s = types.SimpleNamespace(
+            a=types.SimpleNamespace(seed=1, envs=2, rounds=6, eval_every=3, collect=4, eps_start=1.0, eps_end=0.1,
+                                    train_steps=8, samples_per_insert=0, pbt=0, backend="cpu", population=3),
+            lock=threading.Lock(), stop=threading.Event(), running=3, study=study, logged=[],
+            eval_envs=lambda: None)
+        s.log = s.logged.append
+        s.reconnect = lambda link, err: None  # the daemon is back at once
+        s.resilient = lambda link, fn: fn(link.client)
+        return s
+
+    def test_start_over_keeps_a_failed_member_told(self):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+        members = []
+        for _ in range(3):
+            t = study.ask()
+            members.append((t, self.sample_config(t)))
+        client = self.Client(lose_at_submit=5)  # round 2's second submit: no resume point yet
+        search = self.search(study, client)
+        link = types.SimpleNamespace(client=client, url="ipc:///stand-in")
+        done = {}
+        values = iter(range(100))
+        self.pop.run_population(search, link, "p", members, done, self.Collector,
+                                lambda c, name, envs, member=0: float(next(values)), TS, dqnd, RuntimeError,
+                                (4, 14))
+        states = [t.state for t in study.get_trials()]
+        self.assertEqual(states, [TS.COMPLETE, TS.COMPLETE, TS.FAIL], search.logged)
+        self.assertEqual(client.created, 2, "it started over once")
+        self.assertIn("population p resumes on ipc:///stand-in from round 0 (the start)", search.logged)
+        self.assertEqual(sorted(study.get_trials()[2].intermediate_values), [], "the failed one reported nothing")
+
+    def test_pbt_forget(self):
+        study = optuna.create_study(direction="maximize")
+        members = [(study.ask(), {}) for _ in range(3)]
+        for t, _ in members:
+            t.set_user_attr("pbt", [{"round": 4, "hparams": {"lr": 1.0}}, {"round": 8, "hparams": {"lr": 2.0}}])
+            t.set_user_attr("effective", {"lr": 2.0})
+        members[1][0].set_user_attr("pbt", [{"round": 8, "hparams": {"lr": 3.0}}])
+        members[1][0].set_user_attr("effective", {"lr": 3.0})
+        search = self.search(study, None)
+        self.pop.pbt_forget(search, members, {members[2][0].number: (TS.PRUNED, 0.0)}, 6)
+        a, b, c = (t.user_attrs for t, _ in members)
+        self.assertEqual((a["pbt"], a["effective"]), ([{"round": 4, "hparams": {"lr": 1.0}}], {"lr": 1.0}))
+        self.assertEqual((b["pbt"], b["effective"]), ([], None))
+        self.assertEqual(len(c["pbt"]), 2, "a trial already told keeps its record")
+
+
 class Postgres:
     """A throwaway PostgreSQL cluster: its data directory and unix socket in a
     fresh directory owned by the server's user (postgres when run as root)."""
@@ -771,7 +868,7 @@ if __name__ == "__main__":
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
     suite = unittest.TestSuite([SearchTest(n) for n in names] +
-                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest)
+                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest, PopulationResumeTest)
                                                     for n in loader.getTestCaseNames(c)]))
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     if not result.wasSuccessful():

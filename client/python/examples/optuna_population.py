@@ -122,12 +122,14 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
         except Exception as e:  # noqa: BLE001 (a failed population must not end the search)
             err = repr(e)
         gone = isinstance(err, dqnd.DqndError) and err.code in UNREACHABLE
-        if not gone:
+        if not gone:  # as a single trial's: once more after the daemon came back (a stale client's notice)
             try:
-                link.client.destroy_trainer(name)
+                search.resilient(link, lambda c: c.destroy_trainer(name))
             except dqnd.DqndError as e:
                 if e.code in UNREACHABLE:
                     gone, err = True, e
+            except Interrupted:
+                pass
         for t, _ in members:
             if t.number not in done:  # the ones still running when it failed
                 _tell(search, t, done, TrialState.FAIL, None)
@@ -248,7 +250,9 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
             "collectors": [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members],
             "rngs": [np.random.default_rng([a.seed, t.number]) for t, _ in members],
             "pbt_rng": np.random.default_rng([a.seed, members[0][0].number, 7]),
-            "live": list(range(n)), "last": {},
+            # (starting over after a loss: a trial told meanwhile, pruned or
+            # failed, stays told, as on a resume)
+            "live": [i for i in range(n) if members[i][0].number not in done], "last": {},
             # each member's replay size, diverged ones dropped: a Step needs every
             # member it steps to hold a batch (pruned ones too: they stay in the
             # trainer), so a pruned member that holds less is still fed until it
@@ -258,6 +262,7 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
     else:  # copies: a second resume from the same point starts from it again
         st = copy.deepcopy(run["snap"]["state"])
         st["live"] = [i for i in st["live"] if members[i][0].number not in done]  # told since: stays told
+    pbt_forget(search, members, done, st["round"])
     collectors, rngs, pbt_rng = st["collectors"], st["rngs"], st["pbt_rng"]
     live, last, sizes, batch = st["live"], st["last"], st["sizes"], st["batch"]
     eval_envs = search.eval_envs()
@@ -325,6 +330,20 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
             search.log(f"population {name}: resume point at round {rnd} (learner step {ck['step']})")
     for i in live:
         _tell(search, members[i][0], done, TrialState.COMPLETE, last[i])
+
+
+def pbt_forget(search, members, done, rnd):
+    """A resume (or a start over) from round rnd: the exploits recorded after
+    it never happened to the state restored (the rounds are replayed and may
+    rank the members otherwise), so the trials not yet told forget them."""
+    with search.lock:
+        for t, _ in members:
+            hist = t.user_attrs.get("pbt")
+            if t.number in done or not hist or all(h["round"] <= rnd for h in hist):
+                continue
+            hist = [h for h in hist if h["round"] <= rnd]
+            t.set_user_attr("pbt", hist)
+            t.set_user_attr("effective", hist[-1]["hparams"] if hist else None)
 
 
 def exploit(search, client, name, members, live, last, rnd, rng):

@@ -124,8 +124,9 @@ def parse_args(argv=None):
                    "(default: %(default)s)")
     p.add_argument("--population", type=int, default=1, metavar="N",
                    help="train N trials at a time as the members of one population trainer on a daemon (the "
-                   "same launches on a CUDA daemon); each is pruned or finished on its own; no resume after a "
-                   "lost daemon (default: %(default)s, a trainer per trial)")
+                   "same launches on a CUDA daemon); each is pruned or finished on its own; a daemon lost and "
+                   "back within --daemon-retry resumes the population from its last evaluation "
+                   "(default: %(default)s, a trainer per trial)")
     p.add_argument("--pbt", type=int, default=0, metavar="R",
                    help="with --population: every R rounds (a multiple of --eval-every) the worst quarter of "
                    "the members copy the best quarter's (exploit) with lr x 0.8 or 1.25 (explore) "
@@ -710,11 +711,12 @@ class Search:
         print(f"\nbest {len(done)} of study '{self.a.study}':")
         print(f"{'trial':>5} {'value':>8}  " + "  ".join(f"{k:>13}" for k in keys) + "  daemon")
         for t in done:
-            p = dict(t.params, **t.user_attrs.get("effective", {}))  # after PBT exploits: what it trained with
+            eff = t.user_attrs.get("effective") or {}  # (None: its exploits were undone by a resume)
+            p = dict(t.params, **eff)  # after PBT exploits: what it trained with
             cells = [f"{p[k]:13.4g}" if isinstance(p.get(k), float) else f"{p.get(k, '-')!s:>13}" for k in keys]
-            mark = "*" if "effective" in t.user_attrs else " "
+            mark = "*" if eff else " "
             print(f"{t.number:5d}{mark}{t.value:8.4f}  " + "  ".join(cells) + f"  {t.user_attrs.get('daemon', '-')}")
-        if any("effective" in t.user_attrs for t in done):
+        if any(t.user_attrs.get("effective") for t in done):
             print("* exploited another member (--pbt): its hyperparameters at the end, user attribute 'effective' "
                   "(its params hold its first draw)")
         counts = collections.Counter(t.state.name for t in trials)
