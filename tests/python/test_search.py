@@ -23,6 +23,9 @@ temporary ipc socket and state directory:
     run as root, when the postgres user is missing or cannot be switched to).
     It runs only with --postgres, and then alone.
 
+With them run the stand-in cases of test_search_units.py (the driver's
+functions without a daemon).
+
 Run: meson test -C build python-search (and python-search-postgres), or
 DQND_BIN=build/daemon/dqnd PYTHONPATH=build/client/python python3 tests/python/test_search.py [--postgres]
 """
@@ -39,7 +42,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import unittest
 import warnings
 
@@ -567,233 +569,6 @@ class SearchTest(unittest.TestCase):
         print(f"\npostgres: driver 1 ran trials {sorted(mine[0])}, driver 2 {sorted(mine[1])}", file=sys.stderr)
 
 
-class TrainTest(unittest.TestCase):
-    """optuna_search.train(), the round's n steps against a stand-in
-    client: a Step stopped by its deadline is followed by one for the rest
-    (rounds of fewer steps would be compared with full ones); a cancelled
-    one, or one that made no progress, fails the trial; the daemon's shutdown
-    raises UNAVAILABLE, as the daemon going away does."""
-
-    class Client:
-        def __init__(self, runs, reason="deadline"):
-            self.runs, self.reason, self.asked = list(runs), reason, []
-
-        def step(self, name, n):
-            self.asked.append(n)
-            ran = min(n, self.runs.pop(0))
-            return {"steps_run": ran, "stopped": ran < n, "stop_reason": self.reason if ran < n else ""}
-
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_search
-        self.train = optuna_search.train
-        optuna_search.dqnd = dqnd  # as main() finds it
-
-    def test_train(self):
-        c = self.Client([30, 50, 20])
-        self.train(c, "t", 100)
-        self.assertEqual(c.asked, [100, 70, 20])
-        with self.assertRaisesRegex(RuntimeError, r"stopped \(deadline\) with 100 of 100 steps left"):
-            self.train(self.Client([0]), "t", 100)
-        with self.assertRaisesRegex(RuntimeError, r"stopped \(cancelled\) with 60 of 100 steps left"):
-            self.train(self.Client([40], "cancelled"), "t", 100)
-        with self.assertRaises(dqnd.DqndError) as cm:
-            self.train(self.Client([40], "shutdown"), "t", 100)
-        self.assertEqual(cm.exception.code, 14)
-
-
-class AskPopulationTest(unittest.TestCase):
-    """optuna_population.ask_population against two drivers' Search objects
-    (stand-ins: lock, counts, log) on one journal storage, in one process.
-    Driver b asks a whole population while driver a is between the asks of
-    its own members: each population's members still share their first's
-    shape fields (Optuna's queue of enqueued trials is the storage's; a
-    driver that enqueued its members' shapes there lost them to the other
-    driver's next ask). A trial enqueued by hand with other shape fields is
-    held for a population of its own, not made a member with the wrong
-    batch, and one that no population takes FAILs at the end."""
-
-    class Search:
-        def __init__(self, study, population, trials):
-            self.a = types.SimpleNamespace(population=population, trials=trials)
-            self.study, self.lock, self.running, self.held, self.logged = study, threading.Lock(), 0, [], []
-
-        def finished(self):
-            return len(self.study.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED, TS.FAIL)))
-
-        def log(self, msg):
-            self.logged.append(msg)
-
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_population
-        import optuna_search
-        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
-        self.dir = tempfile.mkdtemp(prefix="dqnd-ask-")
-        self.addCleanup(shutil.rmtree, self.dir)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # JournalStorage
-
-    def study(self, seed):
-        storage = optuna.storages.JournalStorage(
-            optuna.storages.JournalFileStorage(os.path.join(self.dir, "journal.log")))
-        return optuna.create_study(study_name="s", storage=storage, direction="maximize", load_if_exists=True,
-                                   sampler=optuna.samplers.RandomSampler(seed=seed))
-
-    def shapes(self, members):
-        return [{k: t.params.get(k) for k in self.pop.SHAPE} for t, _ in members]
-
-    def test_two_drivers(self):
-        for seed in range(6):  # random shapes: at least one seed's b draws other shapes than a's
-            a = self.Search(self.study(seed), 3, 100)
-            b = self.Search(self.study(seed + 1000), 3, 100)
-            got, ask, calls = {}, a.study.ask, []
-
-            def a_ask(*args, **kw):  # b's whole population between a's first ask and its member's
-                calls.append(1)
-                if len(calls) == 2:
-                    got["b"] = self.pop.ask_population(b, self.sample_config)
-                return ask(*args, **kw)
-
-            a.study.ask = a_ask
-            got["a"] = self.pop.ask_population(a, self.sample_config)
-            for who in ("a", "b"):
-                s = self.shapes(got[who])
-                self.assertEqual(len(s), 3, who)
-                self.assertTrue(all(x == s[0] for x in s), f"seed {seed}, driver {who}: members' shapes {s}")
-                for t, cfg in got[who]:  # each trial's config is its own params'
-                    self.assertEqual((cfg["batch"], cfg["prioritized"]), (t.params["batch"], t.params["prioritized"]))
-            numbers = [t.number for t, _ in got["a"] + got["b"]]
-            self.assertEqual(len(numbers), len(set(numbers)), "no trial in both populations")
-            self.assertEqual((a.running, b.running, a.held, b.held), (3, 3, [], []))
-            shutil.rmtree(self.dir)
-            os.mkdir(self.dir)
-
-    def test_enqueued_other_shape_held(self):
-        s = self.Search(self.study(1), 3, 8)
-        s.study.enqueue_trial({"lr": 1e-3, "gamma": 0.5, "batch": 32, "target_period": 10, "prioritized": 0})
-        s.study.enqueue_trial({"batch": 128, "prioritized": 1})
-        first = self.pop.ask_population(s, self.sample_config)
-        self.assertEqual(self.shapes(first), [{k: v for k, v in self.shapes(first)[0].items()}] * 3)
-        self.assertEqual(first[0][0].params["batch"], 32)
-        self.assertTrue(all(t.params["batch"] == 32 and t.params["prioritized"] == 0 for t, _ in first))
-        self.assertEqual([t.params["batch"] for t, _ in s.held], [128])
-        self.assertEqual(s.running, 4)
-        self.assertTrue(any("held for a population of its own" in m for m in s.logged), s.logged)
-        second = self.pop.ask_population(s, self.sample_config)  # the held trial starts it
-        self.assertEqual(second[0][0].number, 1)
-        self.assertTrue(all(t.params["batch"] == 128 and t.params["prioritized"] == 1 for t, _ in second))
-        self.assertEqual((len(second), s.running, s.held), (3, 6, []))
-        for t, _ in first + second:
-            s.study.tell(t, 1.0)
-            s.running -= 1
-        s.study.enqueue_trial({"batch": 64, "prioritized": 0})
-        s.study.enqueue_trial({"batch": 128, "prioritized": 0})
-        last = self.pop.ask_population(s, self.sample_config)  # 2 trials left: the second is held
-        self.assertEqual(([t.params["batch"] for t, _ in last], len(s.held)), ([64], 1))
-        self.pop.fail_held(s, TS)
-        self.assertEqual((s.held, s.running), ([], 1))
-        self.assertEqual([t.state for t in s.study.get_trials() if t.params.get("batch") == 128 and
-                          t.number > 6], [TS.FAIL])
-
-
-class PopulationResumeTest(unittest.TestCase):
-    """optuna_population.run_population against a stand-in client and
-    Search (no daemon): a member that diverged in round 1 (its trial told
-    FAIL) is not made live again when the daemon is lost before the first
-    resume point and the population starts over (it was, and the next
-    evaluation reported to a finished trial: Optuna raises, and the whole
-    population FAILed); a resume forgets the exploits recorded after its
-    round in the trials not yet told (pbt_forget)."""
-
-    class Client:
-        def __init__(self, lose_at_submit):
-            self.submits, self.lose_at, self.steps, self.created = 0, lose_at_submit, 0, 0
-
-        def create_trainer(self, name, cfg, backend, population=1):
-            self.created += 1
-            return {"created": True}
-
-        def set_hyperparams(self, name, member=0, **kw):
-            return {}
-
-        def submit(self, name, *a, member=0):
-            self.submits += 1
-            if self.submits == self.lose_at:
-                raise dqnd.DqndError(14, "receive: Connection reset")
-            return 1000
-
-        def step(self, name, n):
-            self.steps += 1
-            return {"stopped": False, "diverged": [2] if self.steps == 1 else []}
-
-        def save_checkpoint(self, name, with_replay=False, pin=False):
-            return {"path": f"ck-{self.steps}", "step": self.steps}
-
-        def destroy_trainer(self, name):
-            return {}
-
-    class Collector:
-        def __init__(self, seed, n):
-            pass
-
-        def round(self, client, name, k, eps, rng, member=0):
-            return ()
-
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_population
-        import optuna_search
-        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def search(self, study, client):
-        s = types.SimpleNamespace(
-            a=types.SimpleNamespace(seed=1, envs=2, rounds=6, eval_every=3, collect=4, eps_start=1.0, eps_end=0.1,
-                                    train_steps=8, samples_per_insert=0, pbt=0, backend="cpu", population=3),
-            lock=threading.Lock(), stop=threading.Event(), running=3, study=study, logged=[],
-            eval_envs=lambda: None)
-        s.log = s.logged.append
-        s.reconnect = lambda link, err: None  # the daemon is back at once
-        s.resilient = lambda link, fn: fn(link.client)
-        return s
-
-    def test_start_over_keeps_a_failed_member_told(self):
-        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
-        members = []
-        for _ in range(3):
-            t = study.ask()
-            members.append((t, self.sample_config(t)))
-        client = self.Client(lose_at_submit=5)  # round 2's second submit: no resume point yet
-        search = self.search(study, client)
-        link = types.SimpleNamespace(client=client, url="ipc:///stand-in")
-        done = {}
-        values = iter(range(100))
-        self.pop.run_population(search, link, "p", members, done, self.Collector,
-                                lambda c, name, envs, member=0: float(next(values)), TS, dqnd, RuntimeError,
-                                (4, 14))
-        states = [t.state for t in study.get_trials()]
-        self.assertEqual(states, [TS.COMPLETE, TS.COMPLETE, TS.FAIL], search.logged)
-        self.assertEqual(client.created, 2, "it started over once")
-        self.assertIn("population p resumes on ipc:///stand-in from round 0 (the start)", search.logged)
-        self.assertEqual(sorted(study.get_trials()[2].intermediate_values), [], "the failed one reported nothing")
-
-    def test_pbt_forget(self):
-        study = optuna.create_study(direction="maximize")
-        members = [(study.ask(), {}) for _ in range(3)]
-        for t, _ in members:
-            t.set_user_attr("pbt", [{"round": 4, "hparams": {"lr": 1.0}}, {"round": 8, "hparams": {"lr": 2.0}}])
-            t.set_user_attr("effective", {"lr": 2.0})
-        members[1][0].set_user_attr("pbt", [{"round": 8, "hparams": {"lr": 3.0}}])
-        members[1][0].set_user_attr("effective", {"lr": 3.0})
-        search = self.search(study, None)
-        self.pop.pbt_forget(search, members, {members[2][0].number: (TS.PRUNED, 0.0)}, 6)
-        a, b, c = (t.user_attrs for t, _ in members)
-        self.assertEqual((a["pbt"], a["effective"]), ([{"round": 4, "hparams": {"lr": 1.0}}], {"lr": 1.0}))
-        self.assertEqual((b["pbt"], b["effective"]), ([], None))
-        self.assertEqual(len(c["pbt"]), 2, "a trial already told keeps its record")
-
-
 class Postgres:
     """A throwaway PostgreSQL cluster: its data directory and unix socket in a
     fresh directory owned by the server's user (postgres when run as root)."""
@@ -861,15 +636,18 @@ class Postgres:
 
 
 if __name__ == "__main__":
+    import test_search_units  # the driver's functions against stand-ins (beside this file)
+
     # meson runs this twice: the search tests, and with --postgres the one
     # that needs PostgreSQL, alone, so that its skip is reported as a skip
     # (exit 77; under CI scripts/test.sh fails it), never as a pass
     pg_only = "--postgres" in sys.argv[1:]
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
+    units = () if pg_only else (test_search_units.TrainTest, test_search_units.AskPopulationTest,
+                                test_search_units.PopulationResumeTest)
     suite = unittest.TestSuite([SearchTest(n) for n in names] +
-                               ([] if pg_only else [c(n) for c in (TrainTest, AskPopulationTest, PopulationResumeTest)
-                                                    for n in loader.getTestCaseNames(c)]))
+                               [c(n) for c in units for n in loader.getTestCaseNames(c)])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     if not result.wasSuccessful():
         sys.exit(1)
