@@ -211,6 +211,9 @@ int dispatch_check_load(const req_t *r, trainer_job_t *j, char *err, size_t errl
 
 void dispatch_run_swap(trainer_job_t *j);
 
+/* the request field the checkpoint came from, for the refusals that name it */
+static const char *source_field(const Dqnd__V1__LoadCheckpoint *m) { return m->path && m->path[0] ? "path" : "data"; }
+
 /* a loader's CKPT code as the reply's status: DATA_LOSS only for bytes that
  * are not a readable checkpoint */
 static int load_status(int lrc) {
@@ -355,7 +358,7 @@ static void load_member(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheckpoi
   char err[512];
   if (learner_pop_size(l) != 1) {
     snprintf(err, sizeof err, "%s: the checkpoint holds %d members; a member's state is a lone trainer's",
-             m->path && m->path[0] ? "path" : "data", learner_pop_size(l));
+             source_field(m), learner_pop_size(l));
     why = err;
   } else if (m->member >= (uint32_t)t->population) {
     snprintf(err, sizeof err, "member: %u is outside [0, %d)", m->member, t->population);
@@ -436,14 +439,14 @@ static void install_loaded(server_t *s, rpc_call_t *c, const Dqnd__V1__LoadCheck
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
                     "%s: the checkpoint's %s is %s, trainer '%s''s %s: a checkpoint loads into a trainer of its own "
                     "config, hyperparameters aside (create a new trainer from it instead)",
-                    m->path && m->path[0] ? "path" : "data", df->name, theirs, m->name, mine);
+                    source_field(m), df->name, theirs, m->name, mine);
     trainer_put(t);
     return;
   }
   if (learner_pop_size(l) != t->population) {
     rpc_reply_error(c, CODE_FAILED_PRECONDITION,
                     "%s: the checkpoint holds %d members, trainer '%s' %d (create a new trainer from it instead)",
-                    m->path && m->path[0] ? "path" : "data", learner_pop_size(l), m->name, t->population);
+                    source_field(m), learner_pop_size(l), m->name, t->population);
     learner_pop_destroy(l);
     trainer_put(t);
     return;

@@ -121,8 +121,9 @@ int learner_set_params(learner_t *l, int which, const float *src, int64_t n);
 /* 1 when every online and target parameter is finite, 0 when one is not, or
  * a LEARNER_E* code (the daemon's divergence check). */
 int learner_params_finite(learner_t *l);
-/* learner_params_finite plus both Adam moments (the second non-negative):
- * what a loaded state must pass (state.c) */
+/* learner_params_finite plus both Adam moments (the second non-negative),
+ * the DT's too: what a state must be to be saved (the daemon's save checks
+ * its members with it; a load checks the same sections as it reads them) */
 int learner_state_finite(learner_t *l);
 
 /* Copies replay items [first, first+n) (ring positions, 0 <= first, first+n

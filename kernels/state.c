@@ -281,7 +281,7 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
      * once the CRC says the bytes are the file's: a NaN in a replay state or
      * a prior head would make every step diverge, stuck on the same draws */
     const int checked = sec->check != STATE_ANY, nonneg = sec->check == STATE_FINITE_NONNEG;
-    int bad = 0;
+    int bad = 0; /* 1: a value fails the check; 2: the DT's step counter past 2^62 */
     float badv = 0;
     for (uint64_t off = 0; !rc && off < len; off += CHUNK) {
       size_t k = (size_t)(len - off < CHUNK ? len - off : CHUNK);
@@ -290,6 +290,11 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       for (size_t i = 0; checked && !bad && i + 4 <= k; i += 4) {
         const float v = get_f32(bounce + i);
         if (!isfinite(v) || (nonneg && v < 0)) bad = 1, badv = v;
+      }
+      if (tag == SEC_DT_COUNTERS && off == 0 && k >= 8) { /* the DT's step: refused past 2^62, as the DQN's */
+        uint64_t dt_step;
+        memcpy(&dt_step, bounce, 8);
+        if (dt_step > ((uint64_t)1 << 62)) bad = 2;
       }
       if (tag == SEC_R_PRIO) /* leaves of earlier builds: into the range a step keeps (backend.h) */
         for (size_t i = 0; i + 4 <= k; i += 4) {
@@ -307,9 +312,11 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       break;
     }
     if (bad) {
-      seterr(err, errlen,
-             "state: section %u (%s) holds %g: a value not finite (or a negative second moment) is not a state a "
-             "learner can train from", tag, sec->name, (double)badv);
+      if (bad == 2) seterr(err, errlen, "state: dt counters: a step past 2^62");
+      else
+        seterr(err, errlen,
+               "state: section %u (%s) holds %g: a value not finite (or a negative second moment) is not a state a "
+               "learner can train from", tag, sec->name, (double)badv);
       rc = LEARNER_ECORRUPT;
       break;
     }
@@ -322,30 +329,14 @@ static int load_into(learner_t *l, learner_read_fn r, void *ctx, int with_replay
       seterr(err, errlen, "state: section %u (%s) missing", state_sections[i].tag, state_sections[i].name);
       return LEARNER_ECORRUPT;
     }
-  if (STATE_CONFIG_HAS_DT(cfg)) { /* the DT's step counter: as the DQN's */
-    uint64_t dt_step = 0;
-    unsigned char b8[8];
-    if (learner_section_bytes(l, SEC_DT_COUNTERS) == 8 && !learner_section_read(l, SEC_DT_COUNTERS, 0, 8, b8)) {
-      memcpy(&dt_step, b8, 8);
-      if (dt_step > ((uint64_t)1 << 62)) {
-        seterr(err, errlen, "state: dt counters: step %llu is past 2^62", (unsigned long long)dt_step);
-        return LEARNER_ECORRUPT;
-      }
-    }
-  }
   rc = l->ops->load_done(l->impl);
   if (rc) {
     seterr(err, errlen, "state: %s (its sections pass their CRCs, but the backend rejects their contents: an "
                         "action, flag or priority out of range)", learner_strerror(rc));
     return rc;
   }
-  int fin = learner_state_finite(l);
-  if (fin != 1) {
-    seterr(err, errlen, "state: %s", fin < 0 ? learner_strerror(fin)
-                                             : "a parameter or an Adam moment is not finite (or a second moment is "
-                                               "negative): not a state a learner can train from");
-    return fin < 0 ? fin : LEARNER_ECORRUPT;
-  }
+  /* (parameters and moments were checked as they were read: their sections'
+   * STATE_FINITE checks above, what learner_state_finite would find) */
   return LEARNER_OK;
 }
 
