@@ -14,6 +14,7 @@ struct learner {
   learner_backend_t backend;
   volatile int stop; /* learner_stop_flag */
   int64_t n_dt;      /* the Decision Transformer's parameter count (0: none; learner_config_num_dt) */
+  int loaded_replay; /* made by learner_load from a state saved with its replay (an empty one too) */
 };
 
 /* Learners that step in the same launches: a population's members on a

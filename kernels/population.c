@@ -600,9 +600,9 @@ int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, 
     seterr(err, errlen, "state: its config differs from the population's in more than seed and hyperparameters");
     return LEARNER_EINVAL;
   }
-  learner_counters_t k;
-  if ((rc = src->ops->get_counters(src->impl, &k))) return rc;
-  return copy_into(p, i, src, k.replay_size > 0, NULL, 0, err, errlen);
+  /* a state saved with its replay replaces the member's, an empty one too
+   * (a member started over: docs/population.md "On the wire") */
+  return copy_into(p, i, src, src->loaded_replay, NULL, 0, err, errlen);
 }
 
 /* a reader that adds CRC-32 over what it reads while on */

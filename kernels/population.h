@@ -132,9 +132,10 @@ int learner_pop_peek(learner_read_fn r, void *ctx, learner_config_t *c, int *n, 
  * hyperparameters may differ: a loaded checkpoint of a lone trainer, or of
  * one member): parameters, prior heads, Adam moments, step and noisy-Act
  * counters, last statistics and hyperparameters, and its replay when src
- * holds one (a checkpoint saved with its replay; else member i keeps its own:
- * a state saved without it would leave the member none, and every Step of the
- * population then fails); it keeps its seed, as
+ * was loaded from a state saved with its replay (an empty one too: the member
+ * then starts its replay over, and the population's Steps are refused until it
+ * holds a batch again; from a state saved without it member i keeps its own, which is
+ * what a member restored to its last good state wants); it keeps its seed, as
  * learner_pop_copy_member does. A diverged member trains again. */
 int learner_pop_load_member(learner_pop_t *p, int i, learner_t *src, char *err, size_t errlen);
 /* Where member i's state lies in a serialised population state (r reads it

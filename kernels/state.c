@@ -359,6 +359,7 @@ int learner_load_in(learner_read_fn r, void *ctx, learner_backend_t backend, int
     learner_destroy(l);
     return rc;
   }
+  l->loaded_replay = with_replay;
   *out = l;
   return LEARNER_OK;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "learner.h"
+#include "backend.h"
 #include "population.h"
 #include "testutil.h"
 #include "feed.h"
@@ -384,6 +385,58 @@ START_TEST(test_copy_member) {
 }
 END_TEST
 
+/* a member started over (the search driver's refilled slot): a state of a
+ * fresh learner of its seed, saved with its (empty) replay, loaded into it
+ * empties its replay and makes it that learner, so that fed and stepped as a
+ * new trial it saves its lone twin's bytes; the same state saved without its
+ * replay leaves the member's replay as it was. cfg 0: PER's tree emptied;
+ * cfg 2: HER's episode bounds */
+START_TEST(test_member_starts_over) {
+  const learner_config_t c = config(_i ? 2 : 0);
+  learner_pop_t *p = trained_pop(&c, N);
+  learner_config_t mc = c;
+  mc.seed = c.seed + 1;
+  learner_t *fresh, *l;
+  char err[256];
+  ck_assert_msg(learner_create(&mc, BE, &fresh, err, sizeof err) == 0, "%s", err);
+  membuf_t with = {0}, without = {0}, before, now, twin;
+  ck_assert_msg(learner_save(fresh, 1, mem_write, &with, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_save(fresh, 0, mem_write, &without, err, sizeof err) == 0, "%s", err);
+  learner_destroy(fresh);
+  learner_t *m1 = learner_pop_member(p, 1);
+  save_to(m1, &before);
+  ck_assert_msg(learner_load(mem_read, &without, BE, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_load_member(p, 1, l, err, sizeof err) == 0, "%s", err);
+  learner_destroy(l);
+  save_to(m1, &now);
+  ck_assert_msg(!same_section(&now, &before, SEC_ONLINE), "the network was not loaded");
+  for (uint32_t tag = SEC_R_S; tag <= SEC_R_EPEND; tag++)
+    if (tag != SEC_R_PRIO || c.prioritized)
+      ck_assert_msg(same_section(&now, &before, tag), "a state without its replay changed replay section %u", tag);
+  free(now.p);
+  with.pos = 0;
+  ck_assert_msg(learner_load(mem_read, &with, BE, &l, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(learner_pop_load_member(p, 1, l, err, sizeof err) == 0, "%s", err);
+  learner_destroy(l);
+  save_to(m1, &now);
+  ck_assert_msg(same_bytes(&now, &with), "the member started over saves %zu bytes, the fresh learner %zu", now.n,
+                with.n);
+  free(now.p);
+  learner_stats_t st[N];
+  ck_assert_int_eq(learner_pop_step_until(p, 1, NULL, st, NULL, err, sizeof err), LEARNER_EEMPTY);
+  /* a new trial in it: the lone twin's history */
+  history_part(m1, 1, 0);
+  ck_assert_msg(learner_pop_step_until(p, 4, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
+  history_part(m1, 1, 1);
+  ck_assert_msg(learner_pop_step_until(p, 6, NULL, st, NULL, err, sizeof err) == 0, "%s", err);
+  save_to(m1, &now);
+  lone_twin(&c, 1, &twin);
+  ck_assert_msg(same_bytes(&now, &twin), "the member started over and trained is not its lone twin");
+  free(with.p), free(without.p), free(before.p), free(now.p), free(twin.p);
+  learner_pop_destroy(p);
+}
+END_TEST
+
 /* a stop before the call: the first member runs no step, no later member is
  * called, and nothing changes; in shared launches every member is stopped
  * at once. Each member's parameters, moments and replay (with its PER
@@ -630,6 +683,7 @@ int main(void) {
   tcase_add_test(tc, test_one_member);
   tcase_add_test(tc, test_member_diverges_alone);
   tcase_add_loop_test(tc, test_copy_member, 0, 2);
+  tcase_add_loop_test(tc, test_member_starts_over, 0, 2);
   tcase_add_test(tc, test_stop_changes_nothing);
   tcase_add_loop_test(tc, test_dt_member_is_its_lone_twin, 0, DT_CONFIGS);
   tcase_add_test(tc, test_dt_member_without_window_stops_alone);
