@@ -228,9 +228,12 @@ class SearchTest(unittest.TestCase):
         self.assertIn("--per-daemon must be in [1, 64]", p.stderr)
 
     def test_population_and_pbt(self):
-        """--population 3 --pbt 4: two populations of three members on one
-        daemon, each trial reported, pruned or finished on its own, the
-        worst member exploiting a better one every 4 rounds."""
+        """--population 3 --pbt 4: six trials in one population of three
+        slots on one daemon, each trial reported, pruned or finished on its
+        own, a slot whose trial ended refilled by the next (started over
+        from the slot's fresh state: its replay empty, its rounds counted
+        from its start), the worst member exploiting a better one every 4
+        rounds."""
         a = self.daemon("a")
         db = os.path.join(self.tmp, "pop.db")
         p, secs = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "pop", "--trials", 6,
@@ -240,15 +243,23 @@ class SearchTest(unittest.TestCase):
         trials = study.get_trials()
         self.assertEqual(len(trials), 6)
         self.assertTrue(all(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials), [t.state for t in trials])
-        pops = {}
-        for t in trials:
-            pops.setdefault(t.user_attrs["trainer"], []).append(t)
-        self.assertEqual(sorted(pops), ["pop-pop0", "pop-pop3"])
-        for name, ts in pops.items():
-            self.assertEqual(sorted(t.user_attrs["member"] for t in ts), [0, 1, 2], name)
-            for k in ("batch", "prioritized"):  # the shape fields: one draw per population
-                self.assertEqual(len({t.params[k] for t in ts}), 1, f"{name}: {k}")
-            self.assertGreater(len({t.params["lr"] for t in ts}), 1, f"{name}: each member its own lr")
+        self.assertEqual({t.user_attrs["trainer"] for t in trials}, {"pop-pop0"}, "one population, refilled")
+        self.assertEqual(sorted(t.user_attrs["member"] for t in trials), [0, 0, 1, 1, 2, 2])
+        for k in ("batch", "prioritized"):  # the shape fields: one draw per population
+            self.assertEqual(len({t.params[k] for t in trials}), 1, k)
+        self.assertGreater(len({t.params["lr"] for t in trials}), 1, "each member its own lr")
+        start = {t.number: t.user_attrs["start_round"] for t in trials}
+        self.assertEqual([start[i] for i in range(3)], [0, 0, 0])
+        for t in trials[3:]:  # a refilled slot: after the trial it replaced ended, at an evaluation
+            before = [u for u in trials[:t.number] if u.user_attrs["member"] == t.user_attrs["member"]]
+            self.assertGreater(start[t.number], 0)
+            self.assertEqual(start[t.number] % 2, 0)
+            self.assertEqual(max(start[u.number] + max(u.intermediate_values) for u in before), start[t.number])
+        for t in trials:  # each trial's own rounds
+            self.assertTrue(set(t.intermediate_values) <= set(range(2, 13, 2)), t.intermediate_values)
+            if t.state == TS.COMPLETE:
+                self.assertEqual(max(t.intermediate_values), 12)
+        self.assertIn("(refilled at round", p.stdout)
         exploits = [(t, e) for t in trials for e in t.user_attrs.get("pbt", [])]
         self.assertTrue(exploits, "no member exploited another")
         for t, e in exploits:
@@ -256,8 +267,9 @@ class SearchTest(unittest.TestCase):
             self.assertIn(e["lr_factor"], (0.8, 1.25))
             src = study.trials[e["from_trial"]]
             self.assertEqual(src.user_attrs["trainer"], t.user_attrs["trainer"], "exploits within its population")
-            self.assertGreaterEqual(src.intermediate_values[e["round"]], t.intermediate_values[e["round"]],
-                                    "the worse copies the better")
+            # (each at its own round: e["round"] is the population's)
+            self.assertGreaterEqual(src.intermediate_values[e["round"] - start[src.number]],
+                                    t.intermediate_values[e["round"] - start[t.number]], "the worse copies the better")
             # what it trains with from then on: src's hyperparameters at that round, lr scaled
             before = [x for x in src.user_attrs.get("pbt", []) if x["round"] < e["round"]]
             src_h = dict(src.params, **(before[-1]["hparams"] if before else {}))
@@ -645,7 +657,7 @@ if __name__ == "__main__":
     loader = unittest.TestLoader()
     names = [n for n in loader.getTestCaseNames(SearchTest) if (n == "test_two_drivers_share_postgres") == pg_only]
     units = () if pg_only else (test_search_units.TrainTest, test_search_units.AskPopulationTest,
-                                test_search_units.PopulationResumeTest)
+                                test_search_units.PopulationResumeTest, test_search_units.PopulationRefillTest)
     suite = unittest.TestSuite([SearchTest(n) for n in names] +
                                [c(n) for c in units for n in loader.getTestCaseNames(c)])
     result = unittest.TextTestRunner(verbosity=2).run(suite)

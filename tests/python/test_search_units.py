@@ -6,7 +6,8 @@ test_search.py (meson test python-search) beside its daemon cases.
   - ask_population(): two drivers on one study keep their populations' shape
     fields; a trial enqueued with other shapes is held for its own;
   - run_population(): a population that starts over after a loss keeps its
-    told trials told; a resume forgets the PBT exploits after its round.
+    told trials told; a resume forgets the PBT exploits after its round;
+    slots whose trials ended take the study's next trials (refill).
 """
 import os
 import shutil
@@ -251,3 +252,128 @@ class PopulationResumeTest(unittest.TestCase):
         self.assertEqual((a["pbt"], a["effective"]), ([{"round": 4, "hparams": {"lr": 1.0}}], {"lr": 1.0}))
         self.assertEqual((b["pbt"], b["effective"]), ([], None))
         self.assertEqual(len(c["pbt"]), 2, "a trial already told keeps its record")
+
+
+class PopulationRefillTest(unittest.TestCase):
+    """optuna_population.run_population's refilled slots against a stand-in
+    client: a slot whose trial is pruned or finished takes the next trial of
+    the study (its member started over from its fresh state, fetched for
+    every slot when the population starts and loaded with LoadCheckpoint
+    member_only, then
+    the trial's hyperparameters set), and that trial's rounds count from
+    its start; the population ends when no slot is live and the study wants
+    no more. A daemon lost while a slot was being refilled, before any
+    resume point, starts the population over with the refilling trial
+    pending: it takes the first free slot from scratch, and no trial is
+    asked twice."""
+
+    class Client:
+        def __init__(self, tmp, lose_at_load=0):
+            self.tmp, self.lose_at, self.loads, self.fetches, self.hp, self.created = tmp, lose_at_load, [], [], [], 0
+            self.saves = 0
+
+        def create_trainer(self, name, cfg, backend, population=1):
+            self.created += 1
+            # each Submit adds a third of a batch: a member holds one after its third
+            self.per_submit, self.size, self.steps = cfg["batch"] // 3 + 1, [0] * population, 0
+            return {"created": True}
+
+        def set_hyperparams(self, name, member=0, **kw):
+            self.hp.append((member, kw["lr"]))
+            return {}
+
+        def submit(self, name, *a, member=0):
+            self.size[member] += self.per_submit
+            return self.size[member]
+
+        def step(self, name, n):
+            self.steps += 1
+            return {"stopped": False, "diverged": []}
+
+        def save_checkpoint(self, name, with_replay=False, pin=False):
+            self.saves += 1
+            return {"checkpoint": f"ck{self.saves}", "path": f"ck-{self.saves}", "step": self.saves}
+
+        def fetch_checkpoint(self, name, path, checkpoint="", member=None):
+            self.fetches.append((checkpoint, member))
+            with open(path, "wb") as f:
+                f.write(f"{checkpoint}/{member}".encode())
+
+        def load_checkpoint(self, name, path=None, file=None, create=False, backend=None, member=None):
+            with open(file, "rb") as f:
+                self.loads.append((member, f.read().decode()))
+            self.size[member] = 0  # the fresh state's empty replay
+            if len(self.loads) == self.lose_at:
+                raise dqnd.DqndError(14, "receive: Connection reset")
+            return {}
+
+        def destroy_trainer(self, name):
+            return {}
+
+    class PruneTrial0(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return trial.number == 0
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import optuna_population
+        import optuna_search
+        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
+        self.tmp = tempfile.mkdtemp(prefix="dqnd-refill-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler
+
+    def run_it(self, client):
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3),
+                                    pruner=self.PruneTrial0())
+        s = types.SimpleNamespace(
+            a=types.SimpleNamespace(seed=1, envs=2, rounds=6, eval_every=3, collect=4, eps_start=1.0, eps_end=0.1,
+                                    train_steps=8, samples_per_insert=0, pbt=0, backend="cpu", population=2,
+                                    trials=4),
+            lock=threading.Lock(), stop=threading.Event(), running=0, study=study, logged=[], held=[],
+            eval_envs=lambda: None)
+        s.log = s.logged.append
+        s.finished = lambda: len(study.get_trials(deepcopy=False, states=(TS.COMPLETE, TS.PRUNED, TS.FAIL)))
+        s.reconnect = lambda link, err: None  # the daemon is back at once
+        members = self.pop.ask_population(s, self.sample_config)
+        self.assertEqual(len(members), 2)
+        link = types.SimpleNamespace(client=client, url="ipc:///stand-in")
+        for i, (t, _) in enumerate(members):  # (as population_trials does)
+            self.pop._started(s, link.url, "p", i, t, 0)
+        done = {}
+        self.pop.run_population(s, link, "p", members, done, PopulationResumeTest.Collector,
+                                lambda c, name, envs, member=0: 0.5, TS, dqnd, RuntimeError, (4, 14),
+                                self.sample_config)
+        self.assertEqual(s.running, 0, s.logged)
+        return study.get_trials(), members, s.logged
+
+    def test_refill(self):
+        client = self.Client(self.tmp)
+        trials, members, logged = self.run_it(client)
+        self.assertEqual([t.state for t in trials], [TS.PRUNED, TS.COMPLETE, TS.COMPLETE, TS.COMPLETE], logged)
+        self.assertEqual([t.number for t, _ in members], [0, 1, 2, 3])
+        # trial 2 into slot 0 at round 3 (trial 0 pruned), trial 3 into slot 1 at round 6 (trial 1 done)
+        self.assertEqual([(t.user_attrs["member"], t.user_attrs["start_round"]) for t in trials],
+                         [(0, 0), (1, 0), (0, 3), (1, 6)])
+        self.assertEqual([sorted(t.intermediate_values) for t in trials], [[3], [3, 6], [3, 6], [3, 6]])
+        self.assertEqual(client.fetches, [("ck1", 0), ("ck1", 1)], "each slot's fresh state, at the start")
+        self.assertEqual(client.loads, [(0, "ck1/0"), (1, "ck1/1")])
+        self.assertEqual(client.hp[-2:], [(0, trials[2].params["lr"]), (1, trials[3].params["lr"])])
+        self.assertIn("trial 2 started on ipc:///stand-in as p member 0 (refilled at round 3): "
+                      f"lr={trials[2].params['lr']:.3g}", " ".join(logged))
+        self.assertEqual(client.created, 1)
+        # every round from the third on steps: a refilled slot is fed a batch in its first round
+        self.assertEqual(client.steps, 10)
+
+    def test_lost_while_refilling(self):
+        client = self.Client(self.tmp, lose_at_load=1)
+        trials, members, logged = self.run_it(client)
+        self.assertEqual([t.state for t in trials], [TS.PRUNED, TS.COMPLETE, TS.COMPLETE, TS.COMPLETE], logged)
+        self.assertEqual(client.created, 2, "it started over")
+        self.assertIn("population p resumes on ipc:///stand-in from round 0 (the start)", logged)
+        # trial 2 again from scratch in slot 0 at the start over (round 0); trial 3 after trials 1 and 2 end
+        self.assertEqual([(t.user_attrs["member"], t.user_attrs["start_round"]) for t in trials],
+                         [(0, 0), (1, 0), (0, 0), (0, 6)])
+        self.assertEqual(client.fetches, [("ck1", 0), ("ck1", 1), ("ck2", 0), ("ck2", 1)],
+                         "the new trainer's fresh states")

@@ -9,9 +9,17 @@ and hyperparameters) and draw their own hyperparameters (lr, gamma,
 target_period; with bitflip also her_ratio, her_strategy and n_step), set on
 their member. Each member has its own environments,
 data and evaluation; one Step advances all of them. Each trial is reported,
-pruned or finished on its own: a pruned member is no longer collected for
-nor evaluated (it stays in the trainer, which steps it with the data it
-has). With --pbt R, every R rounds the live members are ranked by their last
+pruned or finished on its own, and its member (slot) then takes the study's
+next trial at once (refill): the member is started over from its state as
+created (parameters, Adam moments and counters, an empty replay; fetched
+for every slot when the population starts, loaded with LoadCheckpoint
+member_only, its seed kept), given the new trial's hyperparameters, and fed
+until it holds a batch; the new trial counts its rounds from there (user
+attribute "start_round"). The population ends when no slot holds a running
+trial and the study wants no more; a slot left without one is no longer
+collected for nor evaluated (it stays in the trainer, which steps it with
+the data it has). With --dt slots are not refilled (PretrainDT trains every
+member's DT at once). With --pbt R, every R rounds the live members are ranked by their last
 evaluation and the worst quarter (at least one) each become a copy of one of
 the best quarter (CopyMember: network, Adam moments, counters; no weights
 over the wire) with lr times 0.8 or 1.25 (exploit and explore); the copy is
@@ -24,9 +32,15 @@ produced their value. A population resumes as a single trial does: at each
 evaluation it saves a pinned population checkpoint (every member, with its
 replay) and keeps this side's state then; a daemon that goes away and comes
 back within --daemon-retry (systemd restarts it) gets that checkpoint loaded
-and the rounds go on from there, the trials told meanwhile staying told.
+and the rounds go on from there, the trials told meanwhile staying told; a
+trial that had refilled a slot after that point starts again from scratch
+in the next free slot.
 """
 import copy
+import itertools
+import os
+import shutil
+import tempfile
 import warnings
 
 import numpy as np
@@ -59,29 +73,49 @@ def ask_population(search, sample_config):
         if search.held:
             first, cfg = search.held.pop(0)
         elif left >= 1:
-            first, left = study.ask(), left - 1
+            first = study.ask()
             cfg = sample_config(first)
             search.running += 1
         else:
             return []
         out = [(first, cfg)]
-        fixed = {k: first.params[k] for k in SHAPE if k in first.params}
-        base = study.sampler
-        study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
-        try:
-            while len(out) < a.population and left >= 1:
-                t, left = study.ask(), left - 1
-                c = sample_config(t)
-                search.running += 1
-                if {k: t.params[k] for k in SHAPE if k in t.params} == fixed:
-                    out.append((t, c))
-                else:
-                    search.held.append((t, c))
-                    search.log(f"trial {t.number} came queued with other shape fields than trial "
-                               f"{first.number}'s: held for a population of its own")
-        finally:
-            study.sampler = base
+        fixed = shape(first)
+        while len(out) < a.population:
+            m = _ask_shaped(search, sample_config, fixed, first.number)
+            if m is None:
+                break
+            out.append(m)
     return out
+
+
+def shape(trial):
+    return {k: trial.params[k] for k in SHAPE if k in trial.params}
+
+
+def _ask_shaped(search, sample_config, fixed, first):
+    """(under search.lock) One more trial with the shape fields `fixed`: a
+    held one of that shape, else one asked through a PartialFixedSampler
+    that holds them, counted as running; None when the study is done. A
+    trial popped from the queue with other shapes is held (ask_population)."""
+    a, study = search.a, search.study
+    for k, (t, c) in enumerate(search.held):
+        if shape(t) == fixed:
+            return search.held.pop(k)
+    base = study.sampler
+    study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
+    try:
+        while a.trials - search.finished() - search.running >= 1:
+            t = study.ask()
+            c = sample_config(t)
+            search.running += 1
+            if shape(t) == fixed:
+                return t, c
+            search.held.append((t, c))
+            search.log(f"trial {t.number} came queued with other shape fields than trial "
+                       f"{first}'s: held for a population of its own")
+    finally:
+        study.sampler = base
+    return None
 
 
 def fail_held(search, TrialState):
@@ -103,18 +137,12 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
             return
         name = f"{search.trainer_prefix}-pop{members[0][0].number}"
         link.name = name  # (search.cancel_running)
-        nums = [t.number for t, _ in members]
         for i, (t, cfg) in enumerate(members):
-            with search.lock:
-                t.set_user_attr("daemon", link.url)
-                t.set_user_attr("trainer", name)
-                t.set_user_attr("member", i)
-            params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
-            search.log(f"trial {t.number} started on {link.url} as {name} member {i}: {params}")
+            _started(search, link.url, name, i, t, 0)
         done, err = {}, None
         try:
             run_population(search, link, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted,
-                           UNREACHABLE)
+                           UNREACHABLE, sample_config)
         except dqnd.DqndError as e:
             err = e
         except Interrupted:
@@ -134,9 +162,24 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
             if t.number not in done:  # the ones still running when it failed
                 _tell(search, t, done, TrialState.FAIL, None)
         link.name = None
-        search.log(f"population {name} (trials {nums[0]}..{nums[-1]}) ended" + (f": {err}" if err else ""))
+        nums = sorted(t.number for t, _ in members)
+        search.log(f"population {name} ({len(nums)} trials, {nums[0]}..{nums[-1]}) ended"
+                   + (f": {err}" if err else ""))
         if gone:
             return search.drop(link.url, err)
+
+
+def _started(search, url, name, i, t, rnd):
+    """Trial t's start in member i (slot i) of population `name` at round
+    rnd (0: the population's start; later: a refilled slot)."""
+    with search.lock:
+        t.set_user_attr("daemon", url)
+        t.set_user_attr("trainer", name)
+        t.set_user_attr("member", i)
+        t.set_user_attr("start_round", rnd)
+    params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
+    search.log(f"trial {t.number} started on {url} as {name} member {i}"
+               + (f" (refilled at round {rnd})" if rnd else "") + f": {params}")
 
 
 def _tell(search, trial, done, state, value):
@@ -155,41 +198,50 @@ MAX_RESUMES = 3  # a population resumed this often from the same point without g
 
 
 def run_population(search, link, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted,
-                   UNREACHABLE):
+                   UNREACHABLE, sample_config=None):
     """The population's rounds; when its daemon goes away meanwhile and comes
     back within --daemon-retry (systemd restarts it; it restores its
     trainers), again from its resume point: the population checkpoint saved
-    at the last evaluation and this side's state then (each member's
-    collector and random generator, which members are live, their last
-    values and replay sizes), or the start before the first. A member's trial
-    told meanwhile (pruned, failed) stays told."""
-    run = {"snap": None, "resumes_at": {}, "reported": set()}
-    while True:
-        try:
-            return pop_rounds(search, link.client, name, members, done, run, Collector, evaluate, TrialState,
-                              dqnd, Interrupted)
-        except dqnd.DqndError as e:
-            if e.code not in UNREACHABLE:
-                raise
-            at = run["snap"]["round"] if run["snap"] else 0
-            run["resumes_at"][at] = run["resumes_at"].get(at, 0) + 1
-            if run["resumes_at"][at] > MAX_RESUMES:  # its trials FAIL; the daemon, up again, stays in the search
-                raise RuntimeError(f"resumed {MAX_RESUMES} times from round {at} without getting past it; "
-                                   f"the last time: {e}") from e
-            search.log(f"population {name}: daemon {link.url} lost ({e})")
-            search.reconnect(link, e)  # its error when the daemon does not come back: the live trials FAIL
-            with search.lock:
-                for t, _ in members:
-                    if t.number not in done:
-                        t.set_user_attr("resumes", sum(run["resumes_at"].values()))
-            search.log(f"population {name} resumes on {link.url} from round {at}"
-                       + (f" (learner step {run['snap']['step']})" if run["snap"] else " (the start)"))
+    at the last evaluation and this side's state then (which trial each
+    slot holds and since when, each slot's collector and random generator,
+    which are live, their last values and replay sizes), or the start before
+    the first. A member's trial told meanwhile (pruned, failed, finished)
+    stays told; one that had started in a slot after the resume point starts
+    again from scratch in the next free slot. members grows by the trials
+    that refill slots (sample_config: how to draw them; None: no refills)."""
+    run = {"snap": None, "resumes_at": {}, "reported": set(), "url": link.url, "sample_config": sample_config,
+           "files": {}, "dir": tempfile.mkdtemp(prefix="dqnd-pop-")}
+    try:
+        while True:
+            try:
+                return pop_rounds(search, link.client, name, members, done, run, Collector, evaluate, TrialState,
+                                  dqnd, Interrupted)
+            except dqnd.DqndError as e:
+                if e.code not in UNREACHABLE:
+                    raise
+                at = run["snap"]["round"] if run["snap"] else 0
+                run["resumes_at"][at] = run["resumes_at"].get(at, 0) + 1
+                if run["resumes_at"][at] > MAX_RESUMES:  # its trials FAIL; the daemon, up again, stays in the search
+                    raise RuntimeError(f"resumed {MAX_RESUMES} times from round {at} without getting past it; "
+                                       f"the last time: {e}") from e
+                search.log(f"population {name}: daemon {link.url} lost ({e})")
+                search.reconnect(link, e)  # its error when the daemon does not come back: the live trials FAIL
+                with search.lock:
+                    for t, _ in members:
+                        if t.number not in done:
+                            t.set_user_attr("resumes", sum(run["resumes_at"].values()))
+                search.log(f"population {name} resumes on {link.url} from round {at}"
+                           + (f" (learner step {run['snap']['step']})" if run["snap"] else " (the start)"))
+    finally:
+        shutil.rmtree(run["dir"], ignore_errors=True)
 
 
-def pop_start(search, client, name, members, TrialState, dqnd):
+def pop_start(search, client, name, members, TrialState, dqnd, run):
     """The population's trainer, new (a leftover of this very population,
     from a daemon restarted before its first resume point, replaced), its
-    members' hyperparameters set and, with --dt, their DTs pre-trained."""
+    members' hyperparameters set, each member's fresh state kept for
+    refilled slots (saved before any data and fetched: run["files"]) and,
+    with --dt, their DTs pre-trained."""
     a, n = search.a, len(members)
     cfg0 = dict(members[0][1])
     cfg0["seed"] = a.seed * 1000 + members[0][0].number  # member i: this + i
@@ -206,6 +258,17 @@ def pop_start(search, client, name, members, TrialState, dqnd):
         client.create_trainer(name, cfg0, a.backend, population=n)
     for i, (t, cfg) in enumerate(members[1:], 1):
         client.set_hyperparams(name, member=i, **{k: cfg[k] for k in HPARAMS})
+    # each slot's state before its first transition (an empty replay), kept
+    # on this side (the daemon prunes the checkpoint with later saves): what a
+    # trial refilling the slot starts from. Not with --dt: PretrainDT trains
+    # every member's DT at once, so a slot's new trial could not pre-train alone
+    run["files"] = {}
+    if run["sample_config"] is not None and not int(cfg0.get("dt_layers", 0)):
+        ck = client.save_checkpoint(name, with_replay=True)["checkpoint"]
+        for i in range(n):
+            path = os.path.join(run["dir"], f"fresh-member{i}")
+            client.fetch_checkpoint(name, path, checkpoint=ck, member=i)
+            run["files"][i] = path
     if int(cfg0.get("dt_layers", 0)):  # --dt: each member's own random episodes, then one PretrainDT for all
         for i, (t, _) in enumerate(members):
             search.dt_warmup(client, name, t, cfg0, a.seed * 1000 + t.number, member=i, pretrain=False)
@@ -241,19 +304,22 @@ def pop_restore(search, client, name, snap, dqnd):
 
 def pop_rounds(search, client, name, members, done, run, Collector, evaluate, TrialState, dqnd, Interrupted):
     a = search.a
-    n = len(members)
+    n = run.setdefault("n", len(members))  # the slots (members grows by the trials that refill them)
     if run["snap"] is not None and not pop_restore(search, client, name, run["snap"], dqnd):
         run["snap"] = None
     if run["snap"] is None:
-        cfg0 = pop_start(search, client, name, members, TrialState, dqnd)
+        cfg0 = pop_start(search, client, name, members[:n], TrialState, dqnd, run)
         st = {
-            "collectors": [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members],
-            "rngs": [np.random.default_rng([a.seed, t.number]) for t, _ in members],
+            # slot i holds trial members[slot[i]] since round start[i]: its
+            # rounds are counted from there (refill)
+            "slot": list(range(n)), "start": [0] * n,
+            "collectors": [Collector(a.seed * 1000 + t.number, a.envs) for t, _ in members[:n]],
+            "rngs": [np.random.default_rng([a.seed, t.number]) for t, _ in members[:n]],
             "pbt_rng": np.random.default_rng([a.seed, members[0][0].number, 7]),
             # (starting over after a loss: a trial told meanwhile, pruned or
             # failed, stays told, as on a resume)
             "live": [i for i in range(n) if members[i][0].number not in done], "last": {},
-            # each member's replay size, diverged ones dropped: a Step needs every
+            # each slot's replay size, diverged ones dropped: a Step needs every
             # member it steps to hold a batch (pruned ones too: they stay in the
             # trainer), so a pruned member that holds less is still fed until it
             # does (bitflip's short episodes; a meanrev round always fills a batch)
@@ -261,31 +327,40 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
             "batch": int(cfg0["batch"]), "round": 0}
     else:  # copies: a second resume from the same point starts from it again
         st = copy.deepcopy(run["snap"]["state"])
-        st["live"] = [i for i in st["live"] if members[i][0].number not in done]  # told since: stays told
+        st["live"] = [i for i in st["live"] if members[st["slot"][i]][0].number not in done]  # told since: stays told
     pbt_forget(search, members, done, st["round"])
-    collectors, rngs, pbt_rng = st["collectors"], st["rngs"], st["pbt_rng"]
+    slot, start, collectors, rngs = st["slot"], st["start"], st["collectors"], st["rngs"]
     live, last, sizes, batch = st["live"], st["last"], st["sizes"], st["batch"]
+    trial = lambda i: members[slot[i]][0]  # noqa: E731 (slot i's trial)
     eval_envs = search.eval_envs()
-    for rnd in range(st["round"] + 1, a.rounds + 1):
+    refill(search, client, name, members, done, st, run, st["round"], Collector)  # slots freed before a loss
+    for rnd in itertools.count(st["round"] + 1):
         if search.stop.is_set():
             raise Interrupted()
-        eps = a.eps_start + (a.eps_end - a.eps_start) * (rnd - 1) / max(1, a.rounds - 1)
+
         def diverged(i):  # it stops alone, its trial FAILs
             sizes.pop(i, None)
             if i in live:
                 live.remove(i)
-                _tell(search, members[i][0], done, TrialState.FAIL, None)
-                search.log(f"trial {members[i][0].number} (member {i}) diverged -> FAIL")
+                _tell(search, trial(i), done, TrialState.FAIL, None)
+                search.log(f"trial {trial(i).number} (member {i}) diverged -> FAIL")
 
         for i in list(sizes):
             if i in live or sizes[i] < batch:
-                try:
-                    sizes[i] = client.submit(
-                        name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
-                except dqnd.DqndError as e:  # with --samples-per-insert no Step reports it: its next Submit does
-                    if e.code != FAILED_PRECONDITION or f"member {i} of trainer" not in e.message:
-                        raise
-                    diverged(i)
+                local = rnd - start[i]  # the slot's trial's own round
+                eps = a.eps_start + (a.eps_end - a.eps_start) * (min(local, a.rounds) - 1) / max(1, a.rounds - 1)
+                # a refilled slot is fed until it holds a batch, so the others' Step need not wait for it
+                for _ in range(64 if start[i] else 1):
+                    try:
+                        sizes[i] = client.submit(
+                            name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
+                    except dqnd.DqndError as e:  # with --samples-per-insert no Step reports it: its next Submit does
+                        if e.code != FAILED_PRECONDITION or f"member {i} of trainer" not in e.message:
+                            raise
+                        diverged(i)
+                        break
+                    if sizes[i] >= batch:
+                        break
         if a.samples_per_insert == 0 and sizes and min(sizes.values()) >= batch:
             r = client.step(name, a.train_steps)
             for i in r.get("diverged", []):
@@ -295,41 +370,75 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
                     raise dqnd.DqndError(14, f"Step of {name} stopped: the daemon is shutting down")
                 raise RuntimeError(f"Step of {name} stopped ({r['stop_reason']}): member steps "
                                    f"{[m['steps_run'] for m in r.get('members', [r])]} of {a.train_steps}")
-        if not live:  # every member failed
-            return
-        if rnd % a.eval_every and rnd != a.rounds:
-            continue
-        if a.samples_per_insert > 0:  # before it is evaluated or copied: a member its submits' training diverged
-            for i in list(live):
+        due = [i for i in live if (rnd - start[i]) % a.eval_every == 0 or rnd - start[i] == a.rounds]
+        if due and a.samples_per_insert > 0:  # before it is evaluated or copied: a member its submits' training diverged
+            for i in list(due):
                 if "diverged" in client.trainer_info(name, member=i)["state"]:
                     diverged(i)
-            if not live:
-                return
-        for i in list(live):
-            t = members[i][0]
+                    due.remove(i)
+        for i in due:
+            t, local = trial(i), rnd - start[i]
             value = evaluate(client, name, eval_envs, member=i)
             last[i] = value
             with search.lock:
-                if (i, rnd) not in run["reported"]:  # a round reported before its daemon went away: not again
-                    t.report(value, rnd)
-                    run["reported"].add((i, rnd))
-                prune = rnd < a.rounds and t.should_prune()
-            search.log(f"trial {t.number} round {rnd}/{a.rounds}: value {value:.4f} (member {i})"
+                if (t.number, local) not in run["reported"]:  # reported before its daemon went away: not again
+                    t.report(value, local)
+                    run["reported"].add((t.number, local))
+                prune = local < a.rounds and t.should_prune()
+            search.log(f"trial {t.number} round {local}/{a.rounds}: value {value:.4f} (member {i})"
                        f"{' -> pruned' if prune else ''}")
-            if prune:
+            if prune or local == a.rounds:
                 live.remove(i)
-                _tell(search, t, done, TrialState.PRUNED, value)
-        if not live:  # every member pruned or failed
+                _tell(search, t, done, TrialState.PRUNED if prune else TrialState.COMPLETE, value)
+        ranked = [i for i in due if i in live]  # evaluated this round, still running
+        if a.pbt and rnd % a.pbt == 0 and len(ranked) >= 2:
+            exploit(search, client, name, [members[k] for k in slot], ranked, last, rnd, st["pbt_rng"])
+        filled = refill(search, client, name, members, done, st, run, rnd, Collector)
+        if not live:  # every slot's trial told, and none left to take its place
             return
-        if a.pbt and rnd % a.pbt == 0 and rnd < a.rounds and len(live) >= 2:
-            exploit(search, client, name, members, live, last, rnd, pbt_rng)
-        if rnd < a.rounds:  # the resume point: the population's checkpoint, this side's state
+        if due or filled:  # the resume point: the population's checkpoint, this side's state
             ck = client.save_checkpoint(name, with_replay=True, pin=True)  # not pruned by later saves
             st["round"] = rnd
             run["snap"] = {"round": rnd, "path": ck["path"], "step": ck["step"], "state": copy.deepcopy(st)}
             search.log(f"population {name}: resume point at round {rnd} (learner step {ck['step']})")
-    for i in live:
-        _tell(search, members[i][0], done, TrialState.COMPLETE, last[i])
+
+
+def refill(search, client, name, members, done, st, run, rnd, Collector):
+    """Each free slot (its trial pruned, finished or failed) takes a trial
+    that has not run to its end: one that started in a slot after the resume
+    point restored (it starts again), else a new one with the population's
+    shape fields (_ask_shaped), while the study wants more. The member is
+    started over from its fresh state (pop_start's checkpoint: parameters,
+    Adam moments and counters as created, an empty replay; its own seed)
+    with the trial's hyperparameters, and the trial's rounds count from rnd.
+    True when a slot was refilled."""
+    if not run["files"] or search.stop.is_set():
+        return False
+    a, slot, filled = search.a, st["slot"], False
+    for i in range(len(slot)):
+        if i in st["live"]:
+            continue
+        busy = {slot[j] for j in st["live"]}
+        k = next((k for k, (t, _) in enumerate(members) if t.number not in done and k not in busy), None)
+        if k is None:
+            with search.lock:
+                m = _ask_shaped(search, run["sample_config"], shape(members[0][0]), members[0][0].number)
+            if m is None:
+                break
+            members.append(m)
+            k = len(members) - 1
+        t, cfg = members[k]
+        client.load_checkpoint(name, file=run["files"][i], member=i)
+        client.set_hyperparams(name, member=i, **{h: cfg[h] for h in HPARAMS})
+        slot[i], st["start"][i], st["sizes"][i] = k, rnd, 0
+        st["collectors"][i] = Collector(a.seed * 1000 + t.number, a.envs)
+        st["rngs"][i] = np.random.default_rng([a.seed, t.number])
+        st["last"].pop(i, None)
+        st["live"].append(i)
+        st["live"].sort()
+        _started(search, run["url"], name, i, t, rnd)
+        filled = True
+    return filled
 
 
 def pbt_forget(search, members, done, rnd):
