@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "her.h"
 #include "learner.h"
 #include "learner_impl.h"
 #include "model.h"
@@ -83,7 +85,55 @@ int learner_pretrain_dt_ctl(learner_t *l, int n, learner_stop_ctl_t *ctl, learne
   return learner_dt_after(l, rc, st, err, errlen);
 }
 
+/* After a pre-training step that was not finite: whether a return-to-go the
+ * windows can take (a stored episode that ended, every count of it) is not
+ * finite over dt_rtg_scale, formed as the windows form it (dt_rtg_from, from
+ * the episode's end back). If so err says so, naming the field, after its
+ * message: the step did not diverge, its input could not be formed. Reads
+ * the replay's rewards and end markers from the backend (the device on
+ * CUDA): only on this path. */
+static void dt_rtg_diagnose(learner_t *l, char *err, size_t errlen) {
+  learner_counters_t k;
+  if (l->ops->get_counters(l->impl, &k) || k.replay_size < 1) return;
+  const int64_t n = k.replay_size, cap = l->cfg.replay_capacity, oldest = k.replay_total - n;
+  float *r = malloc((size_t)n * sizeof *r);
+  uint8_t *done = malloc((size_t)n), *epend = malloc((size_t)n);
+  if (r && done && epend && !learner_section_read(l, SEC_R_R, 0, n * 4, r) &&
+      !learner_section_read(l, SEC_R_DONE, 0, n, done) && !learner_section_read(l, SEC_R_EPEND, 0, n, epend)) {
+    /* a full ring's oldest episode may have lost its start: no window takes
+     * it (her_rebuild_episodes); nor the open one at the newest end */
+    int64_t from = oldest;
+    if (n == cap) {
+      while (from < k.replay_total && !done[her_slot(from, k.replay_head, k.replay_total, cap)] &&
+             !epend[her_slot(from, k.replay_head, k.replay_total, cap)])
+        from++;
+      from++;
+    }
+    int ended = 0;
+    float g = 0;
+    for (int64_t c = k.replay_total - 1; c >= from; c--) {
+      const int64_t slot = her_slot(c, k.replay_head, k.replay_total, cap);
+      if (done[slot] || epend[slot]) ended = 1, g = 0;
+      if (!ended) continue;
+      g = r[slot] + g;
+      if (!isfinite(g / l->cfg.dt_rtg_scale)) {
+        const size_t at = strlen(err);
+        if (!isfinite(g))
+          snprintf(err + at, errlen - at, "; the rewards of a stored episode sum past float's range from "
+                   "insertion count %lld: its return-to-go cannot be formed", (long long)c);
+        else
+          snprintf(err + at, errlen - at, "; a stored episode's return-to-go %g (from insertion count %lld) over "
+                   "dt_rtg_scale %g overflows float: raise dt_rtg_scale", (double)g, (long long)c,
+                   (double)l->cfg.dt_rtg_scale);
+        break;
+      }
+    }
+  }
+  free(r), free(done), free(epend);
+}
+
 int learner_dt_after(learner_t *l, int rc, learner_dt_stats_t *st, char *err, size_t errlen) {
+  if (rc == LEARNER_EDIVERGED && err && errlen) dt_rtg_diagnose(l, err, errlen);
   if (st->steps_run > 0 && l->cfg.dt_handover == LEARNER_DT_HANDOVER_TRUNK1) {
     learner_counters_t c;
     int r2 = l->ops->get_counters(l->impl, &c);

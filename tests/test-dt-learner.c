@@ -426,6 +426,46 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+/* a return-to-go that the windows cannot form in float: the step's loss is
+ * not finite, and the refusal says why, naming dt_rtg_scale where a larger
+ * scale would do (the oracle: the sums by hand, in float, from each
+ * episode's end back); rewards of 1 train */
+static int pretrain_with_rewards(float reward, float scale, char *err, size_t errlen) {
+  learner_config_t c = dt_config();
+  c.dt_rtg_scale = scale;
+  learner_t *l = make(&c);
+  const int S = c.state_dim, n = 20;
+  float *st = calloc((size_t)n * S, sizeof(float)), *r = malloc(n * sizeof(float));
+  int32_t *a = calloc(n, sizeof(int32_t));
+  uint8_t *dn = calloc(n, 1);
+  for (int i = 0; i < n; i++) r[i] = reward, dn[i] = i % 4 == 3, st[i * S] = 0.1f * (float)(i % 4);
+  learner_transitions_t tr = {n, st, a, r, st, dn, NULL, NULL};
+  ck_assert_int_eq(learner_submit(l, &tr, err, errlen), 0);
+  free(st), free(r), free(a), free(dn);
+  learner_dt_stats_t ds;
+  int rc = learner_pretrain_dt(l, 2, NULL, &ds, err, errlen);
+  learner_destroy(l);
+  return rc;
+}
+
+START_TEST(test_rtg_overflow) {
+  char err[512];
+  /* 3e38 + 3e38 is past float's range: counts 19 (3e38) then 18 (inf) */
+  ck_assert(isfinite(3e38f) && !isfinite(3e38f + 3e38f));
+  ck_assert_int_eq(pretrain_with_rewards(3e38f, 4, err, sizeof err), LEARNER_EDIVERGED);
+  ck_assert_msg(strstr(err, "pre-training step 1 diverged") &&
+                    strstr(err, "the rewards of a stored episode sum past float's range from insertion count 18"),
+                "%s", err);
+  /* 1e33 / 1e-6 = 1e39: the return-to-go of the last count alone overflows */
+  ck_assert(isfinite(4e33f) && !isfinite(1e33f / 1e-6f));
+  ck_assert_int_eq(pretrain_with_rewards(1e33f, 1e-6f, err, sizeof err), LEARNER_EDIVERGED);
+  ck_assert_msg(strstr(err, "a stored episode's return-to-go 1e+33 (from insertion count 19) over dt_rtg_scale "
+                            "1e-06 overflows float: raise dt_rtg_scale"),
+                "%s", err);
+  ck_assert_msg(pretrain_with_rewards(1, 4, err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("dt-learner");
   TCase *tc = tcase_create("dt-learner");
@@ -436,6 +476,7 @@ int main(void) {
   tcase_add_test(tc, test_checkpoint_round_trip);
   tcase_add_test(tc, test_handover);
   tcase_add_test(tc, test_bad_input);
+  tcase_add_test(tc, test_rtg_overflow);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
