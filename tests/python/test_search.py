@@ -267,6 +267,7 @@ class SearchTest(unittest.TestCase):
             self.assertIn(e["lr_factor"], (0.8, 1.25))
             src = study.trials[e["from_trial"]]
             self.assertEqual(src.user_attrs["trainer"], t.user_attrs["trainer"], "exploits within its population")
+            self.assertEqual(start[src.number], start[t.number], "ranked among the members of its age")
             # (each at its own round: e["round"] is the population's)
             self.assertGreaterEqual(src.intermediate_values[e["round"] - start[src.number]],
                                     t.intermediate_values[e["round"] - start[t.number]], "the worse copies the better")

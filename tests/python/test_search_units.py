@@ -268,7 +268,8 @@ class PopulationRefillTest(unittest.TestCase):
     asked twice."""
 
     class Client:
-        def __init__(self, tmp, lose_at_load=0):
+        def __init__(self, tmp, lose_at_load=0, all_diverge_at=0):
+            self.all_diverge_at = all_diverge_at
             self.tmp, self.lose_at, self.loads, self.fetches, self.hp, self.created = tmp, lose_at_load, [], [], [], 0
             self.saves = 0
 
@@ -288,6 +289,9 @@ class PopulationRefillTest(unittest.TestCase):
 
         def step(self, name, n):
             self.steps += 1
+            if self.steps == self.all_diverge_at:  # as the daemon answers when every member diverged
+                raise dqnd.DqndError(9, f"trainer '{name}' diverged: member 0 of 2: loss nan; its last good state "
+                                        "is saved as checkpoint ck")
             return {"stopped": False, "diverged": []}
 
         def save_checkpoint(self, name, with_replay=False, pin=False):
@@ -377,3 +381,12 @@ class PopulationRefillTest(unittest.TestCase):
                          [(0, 0), (1, 0), (0, 0), (0, 6)])
         self.assertEqual(client.fetches, [("ck1", 0), ("ck1", 1), ("ck2", 0), ("ck2", 1)],
                          "the new trainer's fresh states")
+
+    def test_every_member_diverges(self):
+        client = self.Client(self.tmp, all_diverge_at=1)  # round 3's Step, the first: before its evaluation
+        trials, members, logged = self.run_it(client)
+        self.assertEqual([t.state for t in trials], [TS.FAIL, TS.FAIL, TS.COMPLETE, TS.COMPLETE], logged)
+        self.assertEqual([(t.user_attrs["member"], t.user_attrs["start_round"]) for t in trials],
+                         [(0, 0), (1, 0), (0, 3), (1, 3)])
+        self.assertEqual(client.loads, [(0, "ck1/0"), (1, "ck1/1")], "both slots started over")
+        self.assertEqual(client.created, 1)

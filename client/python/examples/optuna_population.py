@@ -18,9 +18,11 @@ until it holds a batch; the new trial counts its rounds from there (user
 attribute "start_round"). The population ends when no slot holds a running
 trial and the study wants no more; a slot left without one is no longer
 collected for nor evaluated (it stays in the trainer, which steps it with
-the data it has). With --dt slots are not refilled (PretrainDT trains every
-member's DT at once). With --pbt R, every R rounds the live members are ranked by their last
-evaluation and the worst quarter (at least one) each become a copy of one of
+the data it has). A population whose trials have a Decision Transformer
+(--dt, dt_layers drawn above 0) is not refilled: PretrainDT trains every
+member's DT at once. A Step that finds every member diverged FAILs the
+live trials and refills their slots. With --pbt R, every R of their own rounds the live members of one
+age (started at the same round) are ranked by that round's evaluation and the worst quarter (at least one) each become a copy of one of
 the best quarter (CopyMember: network, Adam moments, counters; no weights
 over the wire) with lr times 0.8 or 1.25 (exploit and explore); the copy is
 recorded in the trial's user attribute "pbt", each entry with the
@@ -28,8 +30,8 @@ hyperparameters the member trains with from then on (the source's, lr
 scaled: CopyMember's answer), and the last of them in "effective". A trial's
 params stay its first draw (Optuna's sampler learns from those); the report
 marks the exploited trials and shows their effective hyperparameters, which
-produced their value. A population resumes as a single trial does: at each
-evaluation it saves a pinned population checkpoint (every member, with its
+produced their value. A population resumes as a single trial does: every
+--eval-every rounds it saves a pinned population checkpoint (every member, with its
 replay) and keeps this side's state then; a daemon that goes away and comes
 back within --daemon-retry (systemd restarts it) gets that checkpoint loaded
 and the rounds go on from there, the trials told meanwhile staying told; a
@@ -260,7 +262,7 @@ def pop_start(search, client, name, members, TrialState, dqnd, run):
         client.set_hyperparams(name, member=i, **{k: cfg[k] for k in HPARAMS})
     # each slot's state before its first transition (an empty replay), kept
     # on this side (the daemon prunes the checkpoint with later saves): what a
-    # trial refilling the slot starts from. Not with --dt: PretrainDT trains
+    # trial refilling the slot starts from. Not with a DT (dt_layers > 0): PretrainDT trains
     # every member's DT at once, so a slot's new trial could not pre-train alone
     run["files"] = {}
     if run["sample_config"] is not None and not int(cfg0.get("dt_layers", 0)):
@@ -349,8 +351,9 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
             if i in live or sizes[i] < batch:
                 local = rnd - start[i]  # the slot's trial's own round
                 eps = a.eps_start + (a.eps_end - a.eps_start) * (min(local, a.rounds) - 1) / max(1, a.rounds - 1)
-                # a refilled slot is fed until it holds a batch, so the others' Step need not wait for it
-                for _ in range(64 if start[i] else 1):
+                # a refilled slot is fed until it holds a batch (each round adds at least one
+                # transition), so the others' Step need not wait for it
+                for _ in range(batch if start[i] else 1):
                     try:
                         sizes[i] = client.submit(
                             name, *collectors[i].round(client, name, a.collect, eps, rngs[i], member=i), member=i)
@@ -362,7 +365,12 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
                     if sizes[i] >= batch:
                         break
         if a.samples_per_insert == 0 and sizes and min(sizes.values()) >= batch:
-            r = client.step(name, a.train_steps)
+            try:
+                r = client.step(name, a.train_steps)
+            except dqnd.DqndError as e:  # every member diverged: the trainer stopped training (a refill resumes it)
+                if e.code != FAILED_PRECONDITION or "diverged" not in e.message:
+                    raise
+                r = {"stopped": False, "diverged": list(sizes)}
             for i in r.get("diverged", []):
                 diverged(i)
             if r["stopped"]:  # members stepped unevenly (in order on the CPU): rounds would not compare
@@ -390,13 +398,18 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
             if prune or local == a.rounds:
                 live.remove(i)
                 _tell(search, t, done, TrialState.PRUNED if prune else TrialState.COMPLETE, value)
-        ranked = [i for i in due if i in live]  # evaluated this round, still running
-        if a.pbt and rnd % a.pbt == 0 and len(ranked) >= 2:
-            exploit(search, client, name, [members[k] for k in slot], ranked, last, rnd, st["pbt_rng"])
-        filled = refill(search, client, name, members, done, st, run, rnd, Collector)
+        if a.pbt:  # every --pbt of their own rounds, the live members of one age rank among themselves
+            ages = {}
+            for i in due:
+                if i in live and (rnd - start[i]) % a.pbt == 0:
+                    ages.setdefault(rnd - start[i], []).append(i)
+            for age in sorted(ages):
+                if len(ages[age]) >= 2:
+                    exploit(search, client, name, [members[k] for k in slot], ages[age], last, rnd, st["pbt_rng"])
+        refill(search, client, name, members, done, st, run, rnd, Collector)
         if not live:  # every slot's trial told, and none left to take its place
             return
-        if due or filled:  # the resume point: the population's checkpoint, this side's state
+        if rnd % a.eval_every == 0:  # the resume point: the population's checkpoint, this side's state
             ck = client.save_checkpoint(name, with_replay=True, pin=True)  # not pruned by later saves
             st["round"] = rnd
             run["snap"] = {"round": rnd, "path": ck["path"], "step": ck["step"], "state": copy.deepcopy(st)}
@@ -421,9 +434,12 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
         busy = {slot[j] for j in st["live"]}
         k = next((k for k, (t, _) in enumerate(members) if t.number not in done and k not in busy), None)
         if k is None:
+            if run.get("used_up"):  # the study wanted no more (finished + running only grows to --trials)
+                break
             with search.lock:
                 m = _ask_shaped(search, run["sample_config"], shape(members[0][0]), members[0][0].number)
             if m is None:
+                run["used_up"] = True
                 break
             members.append(m)
             k = len(members) - 1

@@ -125,12 +125,13 @@ def parse_args(argv=None):
     p.add_argument("--population", type=int, default=1, metavar="N",
                    help="train N trials at a time as the members of one population trainer on a daemon (the "
                    "same launches on a CUDA daemon); each is pruned or finished on its own, and its member then "
-                   "starts over with the study's next trial (not with --dt); a daemon lost and "
+                   "starts over with the study's next trial (not when it has a DT); a daemon lost and "
                    "back within --daemon-retry resumes the population from its last evaluation "
                    "(default: %(default)s, a trainer per trial)")
     p.add_argument("--pbt", type=int, default=0, metavar="R",
-                   help="with --population: every R rounds (a multiple of --eval-every) the worst quarter of "
-                   "the members copy the best quarter's (exploit) with lr x 0.8 or 1.25 (explore) "
+                   help="with --population: every R rounds (a multiple of --eval-every) of their own the worst "
+                   "quarter of the members of one age copy the best quarter's (exploit) with lr x 0.8 or 1.25 "
+                   "(explore) "
                    "(default: 0, off)")
     p.add_argument("--dt", action="store_true",
                    help="the search space gains a Decision Transformer (docs/learner.md §16): dt_layers 0, 1 or 2; "
