@@ -228,14 +228,18 @@ class SearchTest(unittest.TestCase):
         self.assertIn("--per-daemon must be in [1, 64]", p.stderr)
 
     def test_population_and_pbt(self):
-        """--population 3 --pbt 4: six trials in one population of three
-        slots on one daemon, each trial reported, pruned or finished on its
+        """--population 3 --pbt 4: six trials of one shape (queued) in one
+        population of three slots on one daemon, each trial reported, pruned or finished on its
         own, a slot whose trial ended refilled by the next (started over
         from the slot's fresh state: its replay empty, its rounds counted
         from its start), the worst member exploiting a better one every 4
         rounds."""
         a = self.daemon("a")
         db = os.path.join(self.tmp, "pop.db")
+        # the sampler's shape draws, made alike (Optuna's queue): every slot refilled takes the next trial
+        pre = optuna.create_study(study_name="pop", storage=f"sqlite:///{db}", direction="maximize")
+        for _ in range(6):
+            pre.enqueue_trial({"batch": 64, "prioritized": 0})
         p, secs = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "pop", "--trials", 6,
                              "--population", 3, "--pbt", 4, "--eval-every", 2, "--rounds", 12, "--seed", 2)
         self.check(p)

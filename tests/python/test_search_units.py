@@ -328,7 +328,7 @@ class PopulationRefillTest(unittest.TestCase):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler
 
-    def run_it(self, client):
+    def run_it(self, client, queue=("same", "same"), running=0):
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3),
                                     pruner=self.PruneTrial0())
         s = types.SimpleNamespace(
@@ -342,6 +342,11 @@ class PopulationRefillTest(unittest.TestCase):
         s.reconnect = lambda link, err: None  # the daemon is back at once
         members = self.pop.ask_population(s, self.sample_config)
         self.assertEqual(len(members), 2)
+        # the next trials' shape fields as the sampler's draws (Optuna's queue of enqueued trials)
+        fixed = self.pop.shape(members[0][0])
+        other = dict(fixed, batch=[b for b in (32, 64, 128) if b != fixed["batch"]][0])
+        for q in queue:
+            study.enqueue_trial(fixed if q == "same" else other)
         link = types.SimpleNamespace(client=client, url="ipc:///stand-in")
         for i, (t, _) in enumerate(members):  # (as population_trials does)
             self.pop._started(s, link.url, "p", i, t, 0)
@@ -349,7 +354,8 @@ class PopulationRefillTest(unittest.TestCase):
         self.pop.run_population(s, link, "p", members, done, PopulationResumeTest.Collector,
                                 lambda c, name, envs, member=0: 0.5, TS, dqnd, RuntimeError, (4, 14),
                                 self.sample_config)
-        self.assertEqual(s.running, 0, s.logged)
+        self.assertEqual(s.running, running, s.logged)
+        self.held = s.held
         return study.get_trials(), members, s.logged
 
     def test_refill(self):
@@ -390,3 +396,15 @@ class PopulationRefillTest(unittest.TestCase):
                          [(0, 0), (1, 0), (0, 3), (1, 3)])
         self.assertEqual(client.loads, [(0, "ck1/0"), (1, "ck1/1")], "both slots started over")
         self.assertEqual(client.created, 1)
+
+    def test_other_shape_closes(self):
+        """the sampler's next draw has another batch: it is held for a
+        population of its own, and this one takes no more trials"""
+        client = self.Client(self.tmp)
+        trials, members, logged = self.run_it(client, queue=("other",), running=1)
+        self.assertEqual([t.state for t in trials], [TS.PRUNED, TS.COMPLETE, TS.RUNNING], logged)
+        self.assertEqual([t.number for t, _ in self.held], [2])
+        self.assertNotEqual(trials[2].params["batch"], trials[0].params["batch"])
+        self.assertIn("trial 2 draws other shape fields than population p's: held for a population of its own; p "
+                      "takes no more trials", logged)
+        self.assertEqual(client.loads, [], "no slot refilled")

@@ -10,7 +10,10 @@ target_period; with bitflip also her_ratio, her_strategy and n_step), set on
 their member. Each member has its own environments,
 data and evaluation; one Step advances all of them. Each trial is reported,
 pruned or finished on its own, and its member (slot) then takes the study's
-next trial at once (refill): the member is started over from its state as
+next trial (refill) where the sampler, asked free, draws it with the
+population's shape fields (a draw of other shapes is held for the next
+population, and this one takes no more: the search keeps choosing its
+shapes as it would population by population): the member is started over from its state as
 created (parameters, Adam moments and counters, an empty replay; fetched
 for every slot when the population starts, loaded with LoadCheckpoint
 member_only, its seed kept), given the new trial's hyperparameters, and fed
@@ -419,8 +422,8 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
 def refill(search, client, name, members, done, st, run, rnd, Collector):
     """Each free slot (its trial pruned, finished or failed) takes a trial
     that has not run to its end: one that started in a slot after the resume
-    point restored (it starts again), else a new one with the population's
-    shape fields (_ask_shaped), while the study wants more. The member is
+    point restored (it starts again), else the study's next trial where the
+    sampler, free, draws the population's shape fields (_ask_refill). The member is
     started over from its fresh state (pop_start's checkpoint: parameters,
     Adam moments and counters as created, an empty replay; its own seed)
     with the trial's hyperparameters, and the trial's rounds count from rnd.
@@ -434,12 +437,12 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
         busy = {slot[j] for j in st["live"]}
         k = next((k for k, (t, _) in enumerate(members) if t.number not in done and k not in busy), None)
         if k is None:
-            if run.get("used_up"):  # the study wanted no more (finished + running only grows to --trials)
+            if run.get("closed"):
                 break
             with search.lock:
-                m = _ask_shaped(search, run["sample_config"], shape(members[0][0]), members[0][0].number)
-            if m is None:
-                run["used_up"] = True
+                m = _ask_refill(search, run["sample_config"], shape(members[0][0]), name)
+            if m is None:  # no more (the study's wants only shrink), or a draw of other shapes held
+                run["closed"] = True
                 break
             members.append(m)
             k = len(members) - 1
@@ -455,6 +458,31 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
         _started(search, run["url"], name, i, t, rnd)
         filled = True
     return filled
+
+
+def _ask_refill(search, sample_config, fixed, name):
+    """(under search.lock) A trial for a refilled slot: a held one of the
+    population's shape fields `fixed`, else the study's next, asked with
+    the sampler free (counted as running). Its shape fields are the
+    sampler's to choose, as a new population's first trial's are: a search
+    keeps exploring them. A draw of other shapes is held for a population of
+    its own, and None says this population takes no more trials; None also
+    when the study wants no more."""
+    a, study = search.a, search.study
+    for k, (t, c) in enumerate(search.held):
+        if shape(t) == fixed:
+            return search.held.pop(k)
+    if a.trials - search.finished() - search.running < 1:
+        return None
+    t = study.ask()
+    c = sample_config(t)
+    search.running += 1
+    if shape(t) == fixed:
+        return t, c
+    search.held.append((t, c))
+    search.log(f"trial {t.number} draws other shape fields than population {name}'s: held for a population of "
+               f"its own; {name} takes no more trials")
+    return None
 
 
 def pbt_forget(search, members, done, rnd):

@@ -27,7 +27,8 @@ dropped; the others go on.
         --daemons ipc:///tmp/a.sock,ipc:///tmp/b.sock --storage sqlite:///search.db --plot curves.png
 
 With --population N each daemon trains N trials at a time as the members of
-one population trainer (a member whose trial ends takes the next one), and
+one population trainer (a member whose trial ends takes the next one of its
+shape), and
 --pbt R adds population-based training (optuna_population.py says how).
 
 (--plot needs matplotlib: apt-get install python3-matplotlib; without it
@@ -125,7 +126,8 @@ def parse_args(argv=None):
     p.add_argument("--population", type=int, default=1, metavar="N",
                    help="train N trials at a time as the members of one population trainer on a daemon (the "
                    "same launches on a CUDA daemon); each is pruned or finished on its own, and its member then "
-                   "starts over with the study's next trial (not when it has a DT); a daemon lost and "
+                   "starts over with the study's next trial where that draws the same shape fields (not with a DT); "
+                   "a daemon lost and "
                    "back within --daemon-retry resumes the population from its last evaluation "
                    "(default: %(default)s, a trainer per trial)")
     p.add_argument("--pbt", type=int, default=0, metavar="R",
