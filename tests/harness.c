@@ -21,6 +21,8 @@ char dqnd_bin[1024], dqnctl_bin[1024];
 static char valgrind_bin[1024], valgrind_supp[1100];
 static int slow = 1;
 
+int harness_slow(void) { return slow; }
+
 void harness_init(void) {
   const char *b = getenv("DQND_BIN"), *ctl = getenv("DQNCTL_BIN"), *vg = getenv("DQND_VALGRIND");
   snprintf(dqnd_bin, sizeof dqnd_bin, "%s", b ? b : "../daemon/dqnd");

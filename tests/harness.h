@@ -27,6 +27,9 @@ typedef struct daemon_proc {
  * valgrind, its log in the test's directory, its waits 10x longer) and
  * ignores SIGPIPE. */
 void harness_init(void);
+/* The waits' factor: 10 with DQND_VALGRIND, else 1 (a test's own waits on
+ * the daemon take it too) */
+int harness_slow(void);
 /* Starts dqnd (in d->dir, made when empty; the same dir again restarts it
  * on the same state) with extra options (NULL-terminated, may be NULL) and
  * waits until it answers; a daemon that exits first fails the test at once,
