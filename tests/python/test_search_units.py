@@ -328,9 +328,9 @@ class PopulationRefillTest(unittest.TestCase):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler
 
-    def run_it(self, client, queue=("same", "same"), running=0):
+    def run_it(self, client, queue=("same", "same"), running=0, prune=True):
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3),
-                                    pruner=self.PruneTrial0())
+                                    pruner=self.PruneTrial0() if prune else optuna.pruners.NopPruner())
         s = types.SimpleNamespace(
             a=types.SimpleNamespace(seed=1, envs=2, rounds=6, eval_every=3, collect=4, eps_start=1.0, eps_end=0.1,
                                     train_steps=8, samples_per_insert=0, pbt=0, backend="cpu", population=2,
@@ -407,4 +407,16 @@ class PopulationRefillTest(unittest.TestCase):
         self.assertNotEqual(trials[2].params["batch"], trials[0].params["batch"])
         self.assertIn("trial 2 draws other shape fields than population p's: held for a population of its own; p "
                       "takes no more trials", logged)
+        self.assertEqual(client.loads, [], "no slot refilled")
+
+    def test_all_free_other_shape_ends(self):
+        """both trials finish at round 6; the sampler's next draw has the
+        population's shape, the one after it not: the population ends, both
+        held for the next populations in the order drawn, no slot refilled"""
+        client = self.Client(self.tmp)
+        trials, members, logged = self.run_it(client, queue=("same", "other"), running=2, prune=False)
+        self.assertEqual([t.state for t in trials], [TS.COMPLETE, TS.COMPLETE, TS.RUNNING, TS.RUNNING], logged)
+        self.assertEqual([t.number for t, _ in self.held], [2, 3])
+        self.assertEqual([t.number for t, _ in members], [0, 1])
+        self.assertIn("population p: every slot free; trials 2 held for the next populations", logged)
         self.assertEqual(client.loads, [], "no slot refilled")

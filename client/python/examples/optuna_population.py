@@ -423,29 +423,38 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
     """Each free slot (its trial pruned, finished or failed) takes a trial
     that has not run to its end: one that started in a slot after the resume
     point restored (it starts again), else the study's next trial where the
-    sampler, free, draws the population's shape fields (_ask_refill). The member is
-    started over from its fresh state (pop_start's checkpoint: parameters,
-    Adam moments and counters as created, an empty replay; its own seed)
-    with the trial's hyperparameters, and the trial's rounds count from rnd.
-    True when a slot was refilled."""
+    sampler, free, draws the population's shape fields (_ask_refill). Where
+    every slot is free and the sampler draws other shapes, the population
+    ends instead: the trials drawn before that one are held for the next
+    populations with it (refilled, a slot or two would run a whole trial
+    beside idle ones). The member is started over from its fresh state
+    (pop_start's checkpoint: parameters, Adam moments and counters as
+    created, an empty replay; its own seed) with the trial's
+    hyperparameters, and the trial's rounds count from rnd."""
     if not run["files"] or search.stop.is_set():
-        return False
-    a, slot, filled = search.a, st["slot"], False
-    for i in range(len(slot)):
-        if i in st["live"]:
-            continue
-        busy = {slot[j] for j in st["live"]}
-        k = next((k for k, (t, _) in enumerate(members) if t.number not in done and k not in busy), None)
-        if k is None:
-            if run.get("closed"):
-                break
-            with search.lock:
-                m = _ask_refill(search, run["sample_config"], shape(members[0][0]), name)
-            if m is None:  # no more (the study's wants only shrink), or a draw of other shapes held
-                run["closed"] = True
-                break
-            members.append(m)
-            k = len(members) - 1
+        return
+    a, slot, live = search.a, st["slot"], st["live"]
+    free = [i for i in range(len(slot)) if i not in live]
+    busy = {slot[j] for j in live}
+    ks = [k for k, (t, _) in enumerate(members) if t.number not in done and k not in busy][:len(free)]
+    new = []
+    with search.lock:
+        while len(ks) + len(new) < len(free) and not run.get("closed"):
+            held = len(search.held)
+            m = _ask_refill(search, run["sample_config"], shape(members[0][0]), name)
+            if m is not None:
+                new.append(m)
+                continue
+            run["closed"] = True  # no more (the study's wants only shrink), or a draw of other shapes held
+            if not live and not ks and new and len(search.held) > held:
+                search.held[-1:-1] = new  # before the draw of other shapes, which they came before
+                search.log(f"population {name}: every slot free; trials {', '.join(str(t.number) for t, _ in new)} "
+                           "held for the next populations")
+                return
+    for t, c in new:
+        members.append((t, c))
+        ks.append(len(members) - 1)
+    for i, k in zip(free, ks):
         t, cfg = members[k]
         client.load_checkpoint(name, file=run["files"][i], member=i)
         client.set_hyperparams(name, member=i, **{h: cfg[h] for h in HPARAMS})
@@ -453,11 +462,9 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
         st["collectors"][i] = Collector(a.seed * 1000 + t.number, a.envs)
         st["rngs"][i] = np.random.default_rng([a.seed, t.number])
         st["last"].pop(i, None)
-        st["live"].append(i)
-        st["live"].sort()
+        live.append(i)
+        live.sort()
         _started(search, run["url"], name, i, t, rnd)
-        filled = True
-    return filled
 
 
 def _ask_refill(search, sample_config, fixed, name):
