@@ -339,6 +339,8 @@ def pop_rounds(search, client, name, members, done, run, Collector, evaluate, Tr
     trial = lambda i: members[slot[i]][0]  # noqa: E731 (slot i's trial)
     eval_envs = search.eval_envs()
     refill(search, client, name, members, done, st, run, st["round"], Collector)  # slots freed before a loss
+    if not live:  # every trial of the resume point told since, and none to take their places
+        return
     for rnd in itertools.count(st["round"] + 1):
         if search.stop.is_set():
             raise Interrupted()
@@ -441,7 +443,11 @@ def refill(search, client, name, members, done, st, run, rnd, Collector):
     with search.lock:
         while len(ks) + len(new) < len(free) and not run.get("closed"):
             held = len(search.held)
-            m = _ask_refill(search, run["sample_config"], shape(members[0][0]), name)
+            try:
+                m = _ask_refill(search, run["sample_config"], shape(members[0][0]), name)
+            except BaseException:  # (a storage error): the draws made stay the search's, held
+                search.held.extend(new)
+                raise
             if m is not None:
                 new.append(m)
                 continue
