@@ -103,23 +103,41 @@ def _ask_shaped(search, sample_config, fixed, first):
     that holds them, counted as running; None when the study is done. A
     trial popped from the queue with other shapes is held (ask_population)."""
     a, study = search.a, search.study
-    for k, (t, c) in enumerate(search.held):
-        if shape(t) == fixed:
-            return search.held.pop(k)
+    m = _held_of(search, fixed)
+    if m is not None:
+        return m
     base = study.sampler
     study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
     try:
         while a.trials - search.finished() - search.running >= 1:
-            t = study.ask()
-            c = sample_config(t)
-            search.running += 1
-            if shape(t) == fixed:
-                return t, c
-            search.held.append((t, c))
-            search.log(f"trial {t.number} came queued with other shape fields than trial "
-                       f"{first}'s: held for a population of its own")
+            m = _ask_one(search, sample_config, fixed,
+                         f"came queued with other shape fields than trial {first}'s: held for a population of its own")
+            if m is not None:
+                return m
     finally:
         study.sampler = base
+    return None
+
+
+def _held_of(search, fixed):
+    """(under search.lock) a held trial with the shape fields `fixed`, taken, or None"""
+    for k, (t, _) in enumerate(search.held):
+        if shape(t) == fixed:
+            return search.held.pop(k)
+    return None
+
+
+def _ask_one(search, sample_config, fixed, why):
+    """(under search.lock) The study's next trial, counted as running:
+    (trial, config) where its shape fields are `fixed`, else held (logged:
+    'trial N <why>') and None."""
+    t = search.study.ask()
+    c = sample_config(t)
+    search.running += 1
+    if shape(t) == fixed:
+        return t, c
+    search.held.append((t, c))
+    search.log(f"trial {t.number} {why}")
     return None
 
 
@@ -481,21 +499,11 @@ def _ask_refill(search, sample_config, fixed, name):
     keeps exploring them. A draw of other shapes is held for a population of
     its own, and None says this population takes no more trials; None also
     when the study wants no more."""
-    a, study = search.a, search.study
-    for k, (t, c) in enumerate(search.held):
-        if shape(t) == fixed:
-            return search.held.pop(k)
-    if a.trials - search.finished() - search.running < 1:
-        return None
-    t = study.ask()
-    c = sample_config(t)
-    search.running += 1
-    if shape(t) == fixed:
-        return t, c
-    search.held.append((t, c))
-    search.log(f"trial {t.number} draws other shape fields than population {name}'s: held for a population of "
-               f"its own; {name} takes no more trials")
-    return None
+    m = _held_of(search, fixed)
+    if m is not None or search.a.trials - search.finished() - search.running < 1:
+        return m
+    return _ask_one(search, sample_config, fixed, f"draws other shape fields than population {name}'s: held for a "
+                    f"population of its own; {name} takes no more trials")
 
 
 def pbt_forget(search, members, done, rnd):
