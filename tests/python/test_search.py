@@ -289,6 +289,17 @@ class SearchTest(unittest.TestCase):
         if any(t.user_attrs.get("effective") for t in top):  # the report marks them
             self.assertIn("* exploited another member (--pbt)", p.stdout)
         self.assertEqual(a.trainers(), [], "every population destroyed its trainer")
+        # --no-refill: the same queue, two populations of three, no slot refilled
+        pre = optuna.create_study(study_name="nr", storage=f"sqlite:///{db}", direction="maximize")
+        for _ in range(6):
+            pre.enqueue_trial({"batch": 64, "prioritized": 0})
+        p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--study", "nr", "--trials", 6,
+                          "--population", 3, "--eval-every", 2, "--rounds", 6, "--seed", 2, "--no-refill")
+        self.check(p)
+        nr = optuna.load_study(study_name="nr", storage=f"sqlite:///{db}").get_trials()
+        self.assertEqual(sorted({t.user_attrs["trainer"] for t in nr}), ["nr-pop0", "nr-pop3"])
+        self.assertEqual({t.user_attrs["start_round"] for t in nr}, {0})
+        self.assertNotIn("(refilled at round", p.stdout)
         p, _ = run_search("--daemons", a.url, "--storage", f"sqlite:///{db}", "--pbt", 3, "--population", 2)
         self.check(p, 2)
         self.assertIn("--pbt needs --population 2 or more and a multiple of --eval-every", p.stderr)

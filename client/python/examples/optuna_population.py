@@ -151,9 +151,11 @@ def fail_held(search, TrialState):
             search.running -= 1
 
 
-def population_trials(search, link, sample_config, Collector, evaluate, TrialState, dqnd, Interrupted, UNREACHABLE):
+def population_trials(search, link, sample_config, Collector, evaluate, TrialState, dqnd, Interrupted, UNREACHABLE,
+                      refill=True):
     """The worker of one daemon in population mode: populations until the
-    study holds --trials."""
+    study holds --trials (refill False: --no-refill, a slot whose trial
+    ended stays idle)."""
     while not search.stop.is_set() and link.url not in search.lost:
         members = ask_population(search, sample_config)
         if not members:
@@ -165,7 +167,7 @@ def population_trials(search, link, sample_config, Collector, evaluate, TrialSta
         done, err = {}, None
         try:
             run_population(search, link, name, members, done, Collector, evaluate, TrialState, dqnd, Interrupted,
-                           UNREACHABLE, sample_config)
+                           UNREACHABLE, sample_config if refill else None)
         except dqnd.DqndError as e:
             err = e
         except Interrupted:

@@ -130,6 +130,9 @@ def parse_args(argv=None):
                    "a daemon lost and "
                    "back within --daemon-retry resumes the population from its last evaluation "
                    "(default: %(default)s, a trainer per trial)")
+    p.add_argument("--no-refill", dest="refill", action="store_false",
+                   help="with --population: a member whose trial ended stays idle until its population ends "
+                   "(the default refills it with the study's next trial of the population's shape)")
     p.add_argument("--pbt", type=int, default=0, metavar="R",
                    help="with --population: every R rounds (a multiple of --eval-every) of their own the worst "
                    "quarter of the members of one age copy the best quarter's (exploit) with lr x 0.8 or 1.25 "
@@ -471,7 +474,7 @@ class Search:
         try:
             if self.a.population > 1:  # optuna_population.py
                 optuna_population.population_trials(self, link, self.sample_config, self.Collector, self.evaluate,
-                                                    TrialState, dqnd, Interrupted, UNREACHABLE)
+                                                    TrialState, dqnd, Interrupted, UNREACHABLE, refill=self.a.refill)
             else:
                 self.trials(link)
         finally:
