@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""bench-refill.py DQND [--trials N] [--population N] [--rounds N] [--seeds 1,2,3] [--json FILE]
+"""bench-refill.py DQND [--backend cpu|cuda] [--trials N] [--population N] [--rounds N] [--seeds 1,2,3] [--json FILE]
 
 The search driver's refilled slots (docs/population.md, "In a search"):
 client/python/examples/optuna_search.py --population N on meanrev against
-one CPU daemon (DQND, started here), with and without --no-refill, each
+one daemon (DQND, started here; --backend, default cpu), with and without --no-refill, each
 seed both ways, in this run. For each run, from the driver's own log:
 trial-rounds (the rounds each trial ran, summed), slot-rounds (N times
 each population's length in rounds, summed: what the trainer stepped) and
@@ -11,9 +11,9 @@ busy = trial-rounds / slot-rounds, the share of the member-steps that
 served a running trial; also the populations and the wall time. On a GPU
 a population's step costs about the same whether its members serve trials
 or idle (they run in the same launches), so busy is the share of the GPU
-a search gets out of its populations. The wall time here is the CPU
-daemon's, whose members step one after another, and it follows the batch
-sizes the sampler picked, which differ between the two runs.
+a search gets out of its populations. The wall time follows the batch
+sizes the sampler picked and the trials the pruner let run, which differ
+between the two runs (on the CPU the members step one after another).
 Needs optuna (Debian: python3-optuna) and PYTHONPATH holding the dqnd
 package (build/client/python).
 """
@@ -61,7 +61,7 @@ def run(dqnd, a, seed, refill, tmp):
     d = tempfile.mkdtemp(dir=tmp)
     url = f"ipc://{d}/d.sock"
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    daemon = subprocess.Popen([dqnd, "--listen", url, "--state-dir", f"{d}/state", "--backend", "cpu",
+    daemon = subprocess.Popen([dqnd, "--listen", url, "--state-dir", f"{d}/state", "--backend", a.backend,
                                "--checkpoint-interval", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env=env)
     try:
@@ -87,6 +87,7 @@ def run(dqnd, a, seed, refill, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dqnd")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--population", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=20)
@@ -103,7 +104,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"optuna_search.py --population {a.population}, {a.trials} trials of {a.rounds} rounds, eval every "
-          f"{a.eval_every}, meanrev, one CPU daemon; {cpu_name()}, "
+          f"{a.eval_every}, meanrev, one {a.backend.upper()} daemon; {cpu_name()}, "
           f"{os.cpu_count()} cores")
     print("| seed | slots refilled | trial-rounds | slot-rounds | busy | populations | refills | wall s | trials |")
     print("|---|---|---|---|---|---|---|---|---|")
