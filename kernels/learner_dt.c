@@ -86,36 +86,28 @@ int learner_pretrain_dt_ctl(learner_t *l, int n, learner_stop_ctl_t *ctl, learne
 }
 
 /* After a pre-training step that was not finite: whether a return-to-go the
- * windows can take (a stored episode that ended, every count of it) is not
- * finite over dt_rtg_scale, formed as the windows form it (dt_rtg_from, from
- * the episode's end back). If so err says so, naming the field, after its
- * message: the step did not diverge, its input could not be formed. Reads
- * the replay's rewards and end markers from the backend (the device on
- * CUDA): only on this path. */
+ * windows can take is not finite over dt_rtg_scale. The episodes and the
+ * rule are the windows' own: her_rebuild_episodes' bounds, her_eligible's
+ * ended and whole episodes, each return-to-go summed in float from its
+ * episode's end back as dt_rtg_from sums it. If one is not, err says so,
+ * naming the field, after its message: the step did not diverge, its input
+ * could not be formed. Reads the replay's rewards and end markers from the
+ * backend (the device on CUDA): only on this path. */
 static void dt_rtg_diagnose(learner_t *l, char *err, size_t errlen) {
   learner_counters_t k;
   if (l->ops->get_counters(l->impl, &k) || k.replay_size < 1) return;
-  const int64_t n = k.replay_size, cap = l->cfg.replay_capacity, oldest = k.replay_total - n;
+  const int64_t n = k.replay_size, cap = l->cfg.replay_capacity, head = k.replay_head, total = k.replay_total;
   float *r = malloc((size_t)n * sizeof *r);
   uint8_t *done = malloc((size_t)n), *epend = malloc((size_t)n);
-  if (r && done && epend && !learner_section_read(l, SEC_R_R, 0, n * 4, r) &&
+  int64_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
+  if (r && done && epend && first && last && !learner_section_read(l, SEC_R_R, 0, n * 4, r) &&
       !learner_section_read(l, SEC_R_DONE, 0, n, done) && !learner_section_read(l, SEC_R_EPEND, 0, n, epend)) {
-    /* a full ring's oldest episode may have lost its start: no window takes
-     * it (her_rebuild_episodes); nor the open one at the newest end */
-    int64_t from = oldest;
-    if (n == cap) {
-      while (from < k.replay_total && !done[her_slot(from, k.replay_head, k.replay_total, cap)] &&
-             !epend[her_slot(from, k.replay_head, k.replay_total, cap)])
-        from++;
-      from++;
-    }
-    int ended = 0;
+    her_rebuild_episodes(done, epend, head, total, n, cap, first, last);
     float g = 0;
-    for (int64_t c = k.replay_total - 1; c >= from; c--) {
-      const int64_t slot = her_slot(c, k.replay_head, k.replay_total, cap);
-      if (done[slot] || epend[slot]) ended = 1, g = 0;
-      if (!ended) continue;
-      g = r[slot] + g;
+    for (int64_t c = total - 1; c >= total - n; c--) {
+      const int64_t slot = her_slot(c, head, total, cap);
+      if (!her_eligible(first[slot], last[slot], total, n)) continue;
+      g = (c == last[slot] ? 0 : g) + r[slot]; /* (0 + r: the bits of dt_rtg_from's r + 0) */
       if (!isfinite(g / l->cfg.dt_rtg_scale)) {
         const size_t at = strlen(err);
         if (!isfinite(g))
@@ -129,7 +121,7 @@ static void dt_rtg_diagnose(learner_t *l, char *err, size_t errlen) {
       }
     }
   }
-  free(r), free(done), free(epend);
+  free(r), free(done), free(epend), free(first), free(last);
 }
 
 int learner_dt_after(learner_t *l, int rc, learner_dt_stats_t *st, char *err, size_t errlen) {

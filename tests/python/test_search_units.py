@@ -62,7 +62,23 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 14)
 
 
-class AskPopulationTest(unittest.TestCase):
+class DriverCase(unittest.TestCase):
+    """optuna_population and optuna_search's sample_config (self.pop,
+    self.sample_config), a temporary directory (self.tmp), Optuna quiet"""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import optuna_population
+        import optuna_search
+        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
+        self.tmp = tempfile.mkdtemp(prefix="dqnd-search-units-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # JournalStorage and PartialFixedSampler are marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+
+class AskPopulationTest(DriverCase):
     """optuna_population.ask_population against two drivers' Search objects
     (stand-ins: lock, counts, log) on one journal storage, in one process.
     Driver b asks a whole population while driver a is between the asks of
@@ -84,19 +100,9 @@ class AskPopulationTest(unittest.TestCase):
         def log(self, msg):
             self.logged.append(msg)
 
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_population
-        import optuna_search
-        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
-        self.dir = tempfile.mkdtemp(prefix="dqnd-ask-")
-        self.addCleanup(shutil.rmtree, self.dir)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # JournalStorage
-
     def study(self, seed):
         storage = optuna.storages.JournalStorage(
-            optuna.storages.JournalFileStorage(os.path.join(self.dir, "journal.log")))
+            optuna.storages.JournalFileStorage(os.path.join(self.tmp, "journal.log")))
         return optuna.create_study(study_name="s", storage=storage, direction="maximize", load_if_exists=True,
                                    sampler=optuna.samplers.RandomSampler(seed=seed))
 
@@ -126,8 +132,8 @@ class AskPopulationTest(unittest.TestCase):
             numbers = [t.number for t, _ in got["a"] + got["b"]]
             self.assertEqual(len(numbers), len(set(numbers)), "no trial in both populations")
             self.assertEqual((a.running, b.running, a.held, b.held), (3, 3, [], []))
-            shutil.rmtree(self.dir)
-            os.mkdir(self.dir)
+            shutil.rmtree(self.tmp)
+            os.mkdir(self.tmp)
 
     def test_enqueued_other_shape_held(self):
         s = self.Search(self.study(1), 3, 8)
@@ -157,7 +163,7 @@ class AskPopulationTest(unittest.TestCase):
                           t.number > 6], [TS.FAIL])
 
 
-class PopulationResumeTest(unittest.TestCase):
+class PopulationResumeTest(DriverCase):
     """optuna_population.run_population against a stand-in client and
     Search (no daemon): a member that diverged in round 1 (its trial told
     FAIL) is not made live again when the daemon is lost before the first
@@ -199,13 +205,6 @@ class PopulationResumeTest(unittest.TestCase):
 
         def round(self, client, name, k, eps, rng, member=0):
             return ()
-
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_population
-        import optuna_search
-        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def search(self, study, client):
         s = types.SimpleNamespace(
@@ -254,7 +253,7 @@ class PopulationResumeTest(unittest.TestCase):
         self.assertEqual(len(c["pbt"]), 2, "a trial already told keeps its record")
 
 
-class PopulationRefillTest(unittest.TestCase):
+class PopulationRefillTest(DriverCase):
     """optuna_population.run_population's refilled slots against a stand-in
     client: a slot whose trial is pruned or finished takes the next trial of
     the study (its member started over from its fresh state, fetched for
@@ -317,16 +316,6 @@ class PopulationRefillTest(unittest.TestCase):
     class PruneTrial0(optuna.pruners.BasePruner):
         def prune(self, study, trial):
             return trial.number == 0
-
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import optuna_population
-        import optuna_search
-        self.pop, self.sample_config = optuna_population, optuna_search.sample_config
-        self.tmp = tempfile.mkdtemp(prefix="dqnd-refill-")
-        self.addCleanup(shutil.rmtree, self.tmp)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # PartialFixedSampler
 
     def run_it(self, client, queue=("same", "same"), running=0, prune=True):
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3),
