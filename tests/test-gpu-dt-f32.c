@@ -28,9 +28,7 @@
  * (the tile that ran is asserted). */
 static const char *shape_name[] = {"the 64 x 64 tile", "128 x 128 of 8 x 8", "128 x 128 of 8 x 16", "128 x 32 of 8 x 4"};
 static int rule_shape(int M, int N) {
-  if ((long long)((M + 127) / 128) * ((N + 127) / 128) >= 264) return DT_BIG_WIDE;
-  if ((long long)((M + 127) / 128) * ((N + 31) / 32) >= 264) return DT_BIG_NARROW;
-  return 0;
+  return (long long)((M + 127) / 128) * ((N + 127) / 128) >= 264 ? DT_BIG_SQ : 0;
 }
 static void f32_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int op_in, int cpad) {
   const int op = op_in == DT_EP_RES ? DT_EP_PLAIN : op_in, use_r = op == DT_EP_DGELU || op_in == DT_EP_RES;

@@ -11,6 +11,7 @@
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
+#include "cp_async.cuh"
 #include "dt_gemm_big.cuh"
 #include "gemm_dev.cuh"
 
@@ -230,6 +231,18 @@ struct dtb_dev_ep {
   }
 };
 
+/* the big tile's stages: 2, chunks staged in registers (dtb_mainloop), or
+ * more, a ring of asynchronous copies (dtb_mainloop_ring) */
+#define DTB_STAGES 4
+struct dtb_dev_cp {
+  __device__ void operator()(float *dst, const float *src, int ok) const { cp_async4z(dst, src, ok ? 4 : 0); }
+  __device__ void commit() const { cp_async_commit(); }
+  template <int N>
+  __device__ void wait() const {
+    cp_async_wait<N>();
+  }
+};
+
 /* blocks an SM the compiler plans registers for: two of the 64-sum shapes
  * (~128 registers), and of the wide one (~200); four of the narrow (32 sums) */
 template <class C>
@@ -242,13 +255,19 @@ __global__ void __launch_bounds__(C::NT, dtb_min_blocks<C>::N)
     dt_gemm_big_kernel(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *Cm, int ldc,
                        const float *bias, const float *R, int ldr, int acc, int op, float *G, cuda_pz_t pz) {
   pdl_wait();
-  __shared__ __align__(16) float As[2][DTB_BK][C::LDA], Bs[2][DTB_BK][C::LDB];
+  __shared__ __align__(16) float As[DTB_STAGES][DTB_BK][C::LDA], Bs[DTB_STAGES][DTB_BK][C::LDB];
   const long long mo = dt_moz(pz);
   const int m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
   dtb_dev_sync sync;
   float s[C::TM][C::TN];
-  dtb_mainloop<C, TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0, As, Bs, sync,
-                          s);
+  if (DTB_STAGES == 2) {
+    dtb_mainloop<C, TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0, As, Bs, sync,
+                            s);
+  } else {
+    dtb_dev_cp cp;
+    dtb_mainloop_ring<C, DTB_STAGES, TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0,
+                                             As, Bs, sync, cp, s);
+  }
   pdl_go();
   dtb_dev_ep ep = {dt_off(Cm, mo), ldc, dt_off0(bias, mo), dt_off0(R, mo), ldr, acc, op, dt_off0(G, mo), N, 0};
   ep.vec = dt_ep_vec<4>(ep.C, ldc, ep.bias, ep.R, ldr, ep.G);
@@ -271,9 +290,7 @@ static long long dtb_tiles(const cuda_dt_t *d, int M, int N) {
 static int dt_big_shape(const cuda_dt_t *d, int M, int N, int K, int kper) {
   if (d->tc || !d->big || kper < K) return 0;
   if (d->big_shape) return d->big_shape;
-  if (dtb_tiles<DTB_WIDE>(d, M, N) >= DTB_MIN_BLOCKS) return DT_BIG_WIDE;
-  if (dtb_tiles<DTB_NARROW>(d, M, N) >= DTB_MIN_BLOCKS) return DT_BIG_NARROW;
-  return 0;
+  return dtb_tiles<DTB_SQ>(d, M, N) >= DTB_MIN_BLOCKS ? DT_BIG_SQ : 0;
 }
 
 /* one launch on big tile C */

@@ -140,6 +140,76 @@ DTB_UNROLL
   }
 }
 
+/* the chunk at k0 as asynchronous copies into one stage: cp(dst, src, ok)
+ * copies *src to *dst, or writes 0 where !ok (src then any readable
+ * address) */
+#pragma nv_exec_check_disable
+template <class C, int TA, int TB, class CP>
+DTB_FN void dtb_issue(int tid, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int m0, int n0,
+                      int k0, float (*As)[C::LDA], float (*Bs)[C::LDB], CP &cp) {
+DTB_UNROLL
+  for (int r = 0; r < C::EA; r++) {
+    const int row = dtb_row<TA, C::BM, C::NT>(tid, r), k = dtb_k<TA, C::BM, C::NT>(tid, r);
+    const int m = m0 + row, ka = k0 + k, ok = m < M && ka < K;
+    cp(&As[k][row], ok ? A + (TA ? (size_t)ka * lda + m : (size_t)m * lda + ka) : A, ok);
+  }
+DTB_UNROLL
+  for (int r = 0; r < C::EB; r++) {
+    const int col = dtb_row<!TB, C::BN, C::NT>(tid, r), k = dtb_k<!TB, C::BN, C::NT>(tid, r);
+    const int n = n0 + col, kb = k0 + k, ok = n < N && kb < K;
+    cp(&Bs[k][col], ok ? B + (TB ? (size_t)n * ldb + kb : (size_t)kb * ldb + n) : B, ok);
+  }
+}
+
+/* dtb_mainloop's sums with the chunks in a ring of S shared stages filled by
+ * asynchronous copies (S - 1 chunks in flight while one is multiplied, no
+ * registers held for them), one barrier a chunk: cp as dtb_issue's,
+ * cp.commit() closes a chunk's copies, cp.template wait<n>() waits until at
+ * most n chunks' copies of this thread are outstanding. The same sums in the
+ * same order as dtb_mainloop's. */
+#pragma nv_exec_check_disable
+template <class C, int S, int TA, int TB, class SYNC, class CP>
+DTB_FN void dtb_mainloop_ring(int tid, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int m0,
+                              int n0, float (*As)[DTB_BK][C::LDA], float (*Bs)[DTB_BK][C::LDB], SYNC &sync, CP &cp,
+                              float (&s)[C::TM][C::TN]) {
+  const int tx = tid % C::CT, ty = tid / C::CT, nch = (K + DTB_BK - 1) / DTB_BK;
+DTB_UNROLL
+  for (int i = 0; i < C::TM; i++)
+DTB_UNROLL
+    for (int j = 0; j < C::TN; j++) s[i][j] = 0.0f;
+  for (int c = 0; c < S - 1; c++) {
+    if (c < nch) dtb_issue<C, TA, TB>(tid, M, N, K, A, lda, B, ldb, m0, n0, c * DTB_BK, As[c], Bs[c], cp);
+    cp.commit();
+  }
+  for (int c = 0; c < nch; c++) {
+    cp.template wait<S - 2>(); /* this thread's copies of chunk c have landed */
+    sync();                    /* everyone's have, and everyone is past chunk c - 1's stage */
+    const int f = c + S - 1;
+    if (f < nch) dtb_issue<C, TA, TB>(tid, M, N, K, A, lda, B, ldb, m0, n0, f * DTB_BK, As[f % S], Bs[f % S], cp);
+    cp.commit();
+    const int buf = c % S;
+DTB_UNROLL
+    for (int kk = 0; kk < DTB_BK; kk++) {
+      const float *ar = As[buf][kk], *br = Bs[buf][kk];
+      float av[C::TM], bv[C::TN];
+DTB_UNROLL
+      for (int i = 0; i < C::TM / 4; i++) {
+        const float4 a = *reinterpret_cast<const float4 *>(ar + 4 * ty + 4 * C::RT * i);
+        av[4 * i] = a.x, av[4 * i + 1] = a.y, av[4 * i + 2] = a.z, av[4 * i + 3] = a.w;
+      }
+DTB_UNROLL
+      for (int j = 0; j < C::TN / 4; j++) {
+        const float4 b = *reinterpret_cast<const float4 *>(br + 4 * tx + 4 * C::CT * j);
+        bv[4 * j] = b.x, bv[4 * j + 1] = b.y, bv[4 * j + 2] = b.z, bv[4 * j + 3] = b.w;
+      }
+DTB_UNROLL
+      for (int i = 0; i < C::TM; i++)
+DTB_UNROLL
+        for (int j = 0; j < C::TN; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+    }
+  }
+}
+
 /* ep(m, n, v): the 4 outputs (m, n..n + 3) of row m < M, n a multiple of 4 */
 #pragma nv_exec_check_disable
 template <class C, class EP>
