@@ -53,11 +53,9 @@ typedef struct cuda_dt {
                                            * for TF32 GEMMs are written TF32-rounded (wr, wT, h1, h2, gl) and the
                                            * TMA tile rounds only the others (dt_tf32_ops); 0: every tile rounds
                                            * every operand (the same bits: rounding twice is rounding once) */
-  int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on a
-                                           * big tile (dt_gemm_big.cuh, dt_gemm.cu's dt_big_shape); 0: all on
-                                           * the 64 x 64 tile (the same bits) */
-  int big_shape;                          /* with big, for the tests: 0 the shape by dt_big_shape's rule, else
-                                           * that DT_BIG_* shape for every unsplit launch */
+  int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on the
+                                           * 128 x 128 tile (dt_gemm_big.cuh); 0: all on the 64 x 64 tile (the
+                                           * same bits) */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -143,16 +141,11 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, float *db, int *used);
-/* the big fp32 tiles (dt_gemm_big.cuh): 128 x 128 outputs of 8 x 8 a
- * thread, of 8 x 16, and 128 x 32 of 8 x 4 */
-#define DT_BIG_SQ 1
-#define DT_BIG_WIDE 2
-#define DT_BIG_NARROW 3
 /* for the tests: one fp32 GEMM as the DT makes them (unsplit, dt_gemm_op's
- * arguments): shape -1 on the tile the step's rule picks (dt_big_shape), 0
- * on the 64 x 64 tile, DT_BIG_* on that big tile; *used: the DT_BIG_* shape
- * that ran, or 0 for the 64 tile; synchronised. 0 or a cudaError_t. */
-int cuda_dt_gemm_f32(int shape, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+ * arguments) on the 128 x 128 tile where big and it takes the call, else on
+ * the 64 x 64 tile; *used: 1 where the 128 tile ran; synchronised. 0 or a
+ * cudaError_t. */
+int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                      float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                      int *used);
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,

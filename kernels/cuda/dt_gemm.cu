@@ -11,7 +11,6 @@
 
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
-#include "cp_async.cuh"
 #include "dt_gemm_big.cuh"
 #include "gemm_dev.cuh"
 
@@ -214,8 +213,8 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   }
 }
 
-/* dt_gemm_kernel's unsplit call on a big tile (dt_gemm_big.cuh: the same
- * sums in the same order, so the same bits) */
+/* dt_gemm_kernel's unsplit call on 128 x 128 tiles (dt_gemm_big.cuh: 8 x 8
+ * sums a thread, the same sums in the same order, so the same bits) */
 struct dtb_dev_sync {
   __device__ void operator()() const { __syncthreads(); }
 };
@@ -231,84 +230,33 @@ struct dtb_dev_ep {
   }
 };
 
-/* the big tile's stages: 2, chunks staged in registers (dtb_mainloop), or
- * more, a ring of asynchronous copies (dtb_mainloop_ring) */
-#define DTB_STAGES 4
-struct dtb_dev_cp {
-  __device__ void operator()(float *dst, const float *src, int ok) const { cp_async4z(dst, src, ok ? 4 : 0); }
-  __device__ void commit() const { cp_async_commit(); }
-  template <int N>
-  __device__ void wait() const {
-    cp_async_wait<N>();
-  }
-};
-
-/* blocks an SM the compiler plans registers for: two of the 64-sum shapes
- * (~128 registers), and of the wide one (~200); four of the narrow (32 sums) */
-template <class C>
-struct dtb_min_blocks {
-  enum { N = C::TM * C::TN >= 64 ? 2 : 4 };
-};
-
-template <class C, int TA, int TB>
-__global__ void __launch_bounds__(C::NT, dtb_min_blocks<C>::N)
-    dt_gemm_big_kernel(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *Cm, int ldc,
-                       const float *bias, const float *R, int ldr, int acc, int op, float *G, cuda_pz_t pz) {
+template <int TA, int TB>
+__global__ void __launch_bounds__(DTB_NT, 2) dt_gemm_big_kernel(int M, int N, int K, const float *A, int lda,
+                                                               const float *B, int ldb, float *C, int ldc,
+                                                               const float *bias, const float *R, int ldr, int acc,
+                                                               int op, float *G, cuda_pz_t pz) {
   pdl_wait();
-  __shared__ __align__(16) float As[DTB_STAGES][DTB_BK][C::LDA], Bs[DTB_STAGES][DTB_BK][C::LDB];
+  __shared__ __align__(16) dtb_stage_t As[2], Bs[2];
   const long long mo = dt_moz(pz);
-  const int m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
+  const int m0 = blockIdx.y * DTB_T, n0 = blockIdx.x * DTB_T;
   dtb_dev_sync sync;
-  float s[C::TM][C::TN];
-  if (DTB_STAGES == 2) {
-    dtb_mainloop<C, TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0, As, Bs, sync,
-                            s);
-  } else {
-    dtb_dev_cp cp;
-    dtb_mainloop_ring<C, DTB_STAGES, TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0,
-                                             As, Bs, sync, cp, s);
-  }
+  float s[8][8];
+  dtb_mainloop<TA, TB>((int)threadIdx.x, M, N, K, dt_off(A, mo), lda, dt_off(B, mo), ldb, m0, n0, As, Bs, sync, s);
   pdl_go();
-  dtb_dev_ep ep = {dt_off(Cm, mo), ldc, dt_off0(bias, mo), dt_off0(R, mo), ldr, acc, op, dt_off0(G, mo), N, 0};
+  dtb_dev_ep ep = {dt_off(C, mo), ldc, dt_off0(bias, mo), dt_off0(R, mo), ldr, acc, op, dt_off0(G, mo), N, 0};
   ep.vec = dt_ep_vec<4>(ep.C, ldc, ep.bias, ep.R, ldr, ep.G);
-  dtb_epilogue<C>((int)threadIdx.x, M, m0, n0, s, ep);
+  dtb_epilogue((int)threadIdx.x, M, m0, n0, s, ep);
 }
 
-/* the tiles of a launch on shape C, members included */
-template <class C>
-static long long dtb_tiles(const cuda_dt_t *d, int M, int N) {
-  return (long long)((M + C::BM - 1) / C::BM) * ((N + C::BN - 1) / C::BN) * d->pz.n;
-}
-
-/* the big tile an fp32 launch takes (DT_BIG_*), or 0 for the 64 x 64 tile:
- * unsplit launches only, on the first shape whose tiles (the members'
- * included) are two an SM at least (DTB_MIN_BLOCKS). The 64 tile's 4x the
- * blocks fill the GPU better below that: a lone learner's 15,360-row
- * products at batch 256 (120 tiles of 128 x 128) ran 2% slower on the 8 x 8
- * tile, 8 members' (960) 10% faster (kernels/dev/DEVICE_NOTES.md item 188).
- * Every tile gives the same bits, so members count here. */
-static int dt_big_shape(const cuda_dt_t *d, int M, int N, int K, int kper) {
-  if (d->tc || !d->big || kper < K) return 0;
-  if (d->big_shape) return d->big_shape;
-  return dtb_tiles<DTB_SQ>(d, M, N) >= DTB_MIN_BLOCKS ? DT_BIG_SQ : 0;
-}
-
-/* one launch on big tile C */
-template <class C>
-static void dtb_launch(const cuda_dt_t *d, int ta, int tb, unsigned z, cudaStream_t st, int M, int N, int K,
-                       const float *A, int lda, const float *B, int ldb, float *Cm, int ldc, const float *bias,
-                       const float *R, int ldr, int acc, int op, float *G) {
-  const dim3 gb((unsigned)((N + C::BN - 1) / C::BN), (unsigned)((M + C::BM - 1) / C::BM), z);
-#define DTB_GO(TA, TB) \
-  pdl_launch(dt_gemm_big_kernel<C, TA, TB>, gb, C::NT, 0, st, M, N, K, A, lda, B, ldb, Cm, ldc, bias, R, ldr, acc, op, \
-             G, d->pz)
-  switch (2 * ta + tb) {
-    case 0: DTB_GO(0, 0); break;
-    case 1: DTB_GO(0, 1); break;
-    case 2: DTB_GO(1, 0); break;
-    default: DTB_GO(1, 1); break;
-  }
-#undef DTB_GO
+/* 1 where an fp32 launch takes the 128 tile: unsplit, and its tiles (the
+ * members' included) two an SM at least (DTB_MIN_BLOCKS); the 64 tile's 4x
+ * the blocks fill the GPU better below that: a lone learner's 15,360-row
+ * products at batch 256 (120 tiles) ran 2% slower on the 128 tile, 8
+ * members' (960) 10% faster (kernels/dev/DEVICE_NOTES.md item 188). Either
+ * tile gives the same bits, so members count here. */
+static int dt_big_takes(const cuda_dt_t *d, int M, int N, int K, int kper) {
+  const long long tiles = (long long)((M + DTB_T - 1) / DTB_T) * ((N + DTB_T - 1) / DTB_T) * d->pz.n;
+  return !d->tc && d->big && kper >= K && tiles >= DTB_MIN_BLOCKS;
 }
 
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
@@ -359,17 +307,18 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
-  switch (dt_big_shape(d, M, N, K, kper)) {
-    case DT_BIG_SQ:
-      dtb_launch<DTB_SQ>(d, ta, tb, grid.z, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G);
-      return;
-    case DT_BIG_WIDE:
-      dtb_launch<DTB_WIDE>(d, ta, tb, grid.z, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G);
-      return;
-    case DT_BIG_NARROW:
-      dtb_launch<DTB_NARROW>(d, ta, tb, grid.z, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G);
-      return;
-    default: break;
+  if (dt_big_takes(d, M, N, K, kper)) {
+    const dim3 gb((unsigned)((N + DTB_T - 1) / DTB_T), (unsigned)((M + DTB_T - 1) / DTB_T), grid.z);
+#define DTB_GO(TA, TB) \
+  pdl_launch(dt_gemm_big_kernel<TA, TB>, gb, DTB_NT, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz)
+    switch (2 * ta + tb) {
+      case 0: DTB_GO(0, 0); break;
+      case 1: DTB_GO(0, 1); break;
+      case 2: DTB_GO(1, 0); break;
+      default: DTB_GO(1, 1); break;
+    }
+#undef DTB_GO
+    return;
   }
 #define DG_GO(KER, TA, TB) \
   pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
@@ -489,13 +438,13 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_dt_gemm_f32(int shape, int M, int N, int K, const float *A, int lda, int ta, const float *B,
-                                int ldb, int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R,
-                                int ldr, float *G, int *used) {
+extern "C" int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                                int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
+                                float *G, int *used) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
-  d.pz = cuda_pz_t{1, 0}, d.big = shape != 0, d.big_shape = shape > 0 ? shape : 0;
-  *used = dt_big_shape(&d, M, N, K, K);
+  d.pz = cuda_pz_t{1, 0}, d.big = big;
+  *used = dt_big_takes(&d, M, N, K, K);
   const int e = dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;
   return (int)cudaDeviceSynchronize();
