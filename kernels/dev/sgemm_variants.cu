@@ -13,6 +13,8 @@
  *   v2  64 x 64 tiles of 8 x 8 sums, 64 threads (4x the blocks of v0)
  *   v3  128 x 64, 128 threads;  v4  64 x 128, 128 threads
  *   v5  v2 with 16-k chunks
+ *   v6  128 x 128 of 8 x 16 sums, 128 threads (cuBLAS's 128x128x8 shape);
+ *   v7  the same as 16 x 8;  v8  128 x 64 of 8 x 16, 64 threads
  * Lost here earlier (session 44, H100, kernels/dev/DEVICE_NOTES.md item 195):
  * 16-k chunks on the 128 tile (+14%), fragments double-buffered in registers
  * with the barrier inside the chunk's last k (CUTLASS's pipelined SIMT
@@ -129,6 +131,96 @@ __device__ __forceinline__ void main_gen(int tid, int M, int N, int K, const flo
   }
 }
 
+/* main_gen with TM x TN sums a thread (TM / 4 groups of 4 rows BM / (TM /
+ * 4) apart, TN / 4 groups of 4 columns likewise; NT = (BM / TM) (BN / TN)) */
+template <int BM, int BN, int TM, int TN>
+struct vt2 {
+  static constexpr int NT = (BM / TM) * (BN / TN);
+};
+template <int TA, int TB, int BM, int BN, int BK, int TM, int TN>
+__device__ __forceinline__ void main_gen2(int tid, int M, int N, int K, const float *A, int lda, const float *B,
+                                          int ldb, int m0, int n0, float (*As)[BK][BM + 4], float (*Bs)[BK][BN + 4],
+                                          float (&s)[TM][TN]) {
+  constexpr int NT = vt2<BM, BN, TM, TN>::NT, GA = TM / 4, GB = TN / 4, RA = BM * BK / NT, RB = BN * BK / NT;
+  const int tx = tid % (BN / TN), ty = tid / (BN / TN);
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++) s[i][j] = 0.0f;
+  float ra[RA], rb[RB];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int r = 0; r < RA; r++) {
+      const int e = tid + NT * r, m = m0 + vrow<TA, BM, BK>(e), ka = k0 + vk<TA, BM, BK>(e);
+      ra[r] = m < M && ka < K ? A[TA ? (size_t)ka * lda + m : (size_t)m * lda + ka] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+      const int e = tid + NT * r, n = n0 + vrow<!TB, BN, BK>(e), kb = k0 + vk<!TB, BN, BK>(e);
+      rb[r] = n < N && kb < K ? B[TB ? (size_t)n * ldb + kb : (size_t)kb * ldb + n] : 0.0f;
+    }
+  };
+  auto store = [&](int b) {
+#pragma unroll
+    for (int r = 0; r < RA; r++) {
+      const int e = tid + NT * r;
+      As[b][vk<TA, BM, BK>(e)][vrow<TA, BM, BK>(e)] = ra[r];
+    }
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+      const int e = tid + NT * r;
+      Bs[b][vk<!TB, BN, BK>(e)][vrow<!TB, BN, BK>(e)] = rb[r];
+    }
+  };
+  load(0);
+  store(0);
+  __syncthreads();
+  int buf = 0;
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    const int more = k0 + BK < K;
+    if (more) load(k0 + BK);
+#pragma unroll
+    for (int kk = 0; kk < BK; kk++) {
+      const float *ar = As[buf][kk], *br = Bs[buf][kk];
+      float av[TM], bv[TN];
+#pragma unroll
+      for (int g = 0; g < GA; g++) {
+        const float4 a = *reinterpret_cast<const float4 *>(ar + g * (BM / GA) + 4 * ty);
+        av[4 * g] = a.x, av[4 * g + 1] = a.y, av[4 * g + 2] = a.z, av[4 * g + 3] = a.w;
+      }
+#pragma unroll
+      for (int g = 0; g < GB; g++) {
+        const float4 b = *reinterpret_cast<const float4 *>(br + g * (BN / GB) + 4 * tx);
+        bv[4 * g] = b.x, bv[4 * g + 1] = b.y, bv[4 * g + 2] = b.z, bv[4 * g + 3] = b.w;
+      }
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+    }
+    if (more) store(buf ^ 1);
+    __syncthreads();
+    buf ^= 1;
+  }
+}
+
+template <int BM, int BN, int TM, int TN>
+__device__ __forceinline__ void store_tile2(int tid, int M, int N, int m0, int n0, float (&s)[TM][TN], float *C,
+                                            int ldc) {
+  constexpr int GA = TM / 4, GB = TN / 4;
+  const int tx = tid % (BN / TN), ty = tid / (BN / TN);
+#pragma unroll
+  for (int i = 0; i < TM; i++) {
+    const int m = m0 + 4 * ty + i % 4 + BM / GA * (i / 4);
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < TN; j++) {
+      const int n = n0 + 4 * tx + j % 4 + BN / GB * (j / 4);
+      if (n < N) C[(size_t)m * ldc + n] = s[i][j];
+    }
+  }
+}
+
 template <int BM, int BN>
 __device__ __forceinline__ void store_tile(int tid, int M, int N, int m0, int n0, float (&s)[8][8], float *C, int ldc) {
   const int tx = tid % (BN / 8), ty = tid / (BN / 8);
@@ -153,24 +245,44 @@ template <> struct vform<2> { enum { BM = 64, BN = 64, BK = 8, MINB = 6 }; };
 template <> struct vform<3> { enum { BM = 128, BN = 64, BK = 8, MINB = 3 }; };
 template <> struct vform<4> { enum { BM = 64, BN = 128, BK = 8, MINB = 3 }; };
 template <> struct vform<5> { enum { BM = 64, BN = 64, BK = 16, MINB = 4 }; };
-#define NV 6
+template <> struct vform<6> { enum { BM = 128, BN = 128, BK = 8, MINB = 2, TM = 8, TN = 16 }; };
+template <> struct vform<7> { enum { BM = 128, BN = 128, BK = 8, MINB = 2, TM = 16, TN = 8 }; };
+template <> struct vform<8> { enum { BM = 128, BN = 64, BK = 8, MINB = 2, TM = 8, TN = 16 }; };
+template <int V, class = void>
+struct vnt {
+  static constexpr int NT = vt<vform<V>::BM, vform<V>::BN>::NT, TM = 8, TN = 8;
+};
+template <int V>
+struct vnt<V, decltype((void)vform<V>::TM)> {
+  static constexpr int NT = vt2<vform<V>::BM, vform<V>::BN, vform<V>::TM, vform<V>::TN>::NT, TM = vform<V>::TM,
+                       TN = vform<V>::TN;
+};
+#define NV 9
 static const char *names[NV] = {"v0 library 128x128", "v1 generic 128x128", "v2 64x64 (64 thr)",
-                                "v3 128x64 (128 thr)", "v4 64x128 (128 thr)", "v5 64x64 BK 16"};
+                                "v3 128x64 (128 thr)", "v4 64x128 (128 thr)", "v5 64x64 BK 16",
+                                "v6 128x128 8x16 (128)", "v7 128x128 16x8 (128)", "v8 128x64 8x16 (64)"};
 
 template <int V, int TA, int TB>
-__global__ void __launch_bounds__(vt<vform<V>::BM, vform<V>::BN>::NT, vform<V>::MINB)
+__global__ void __launch_bounds__(vnt<V>::NT, vform<V>::MINB)
     vkernel(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
   constexpr int BM = vform<V>::BM, BN = vform<V>::BN, BK = vform<V>::BK;
   __shared__ __align__(16) float As[2][BK][BM + 4], Bs[2][BK][BN + 4];
   const int tid = threadIdx.x, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float s[8][8];
-  if constexpr (V == 0) {
-    dev_sync sync;
-    dtb_mainloop<TA, TB>(tid, M, N, K, A, lda, B, ldb, m0, n0, (dtb_stage_t *)As, (dtb_stage_t *)Bs, sync, s);
+  if constexpr (V >= 6) {
+    constexpr int TM = vnt<V>::TM, TN = vnt<V>::TN;
+    float s[TM][TN];
+    main_gen2<TA, TB, BM, BN, BK, TM, TN>(tid, M, N, K, A, lda, B, ldb, m0, n0, As, Bs, s);
+    store_tile2<BM, BN, TM, TN>(tid, M, N, m0, n0, s, C, ldc);
   } else {
-    main_gen<TA, TB, BM, BN, BK>(tid, M, N, K, A, lda, B, ldb, m0, n0, As, Bs, s);
+    float s[8][8];
+    if constexpr (V == 0) {
+      dev_sync sync;
+      dtb_mainloop<TA, TB>(tid, M, N, K, A, lda, B, ldb, m0, n0, (dtb_stage_t *)As, (dtb_stage_t *)Bs, sync, s);
+    } else {
+      main_gen<TA, TB, BM, BN, BK>(tid, M, N, K, A, lda, B, ldb, m0, n0, As, Bs, s);
+    }
+    store_tile<BM, BN>(tid, M, N, m0, n0, s, C, ldc);
   }
-  store_tile<BM, BN>(tid, M, N, m0, n0, s, C, ldc);
 }
 
 typedef void (*kfn)(int, int, int, const float *, int, const float *, int, float *, int);
@@ -185,7 +297,7 @@ static vlaunch pick(int ta, int tb, int M, int N) {
   vlaunch l;
   l.k = ta ? (tb ? vkernel<V, 1, 1> : vkernel<V, 1, 0>) : (tb ? vkernel<V, 0, 1> : vkernel<V, 0, 0>);
   l.grid = dim3((N + BN - 1) / BN, (M + BM - 1) / BM);
-  l.block = dim3(vt<BM, BN>::NT);
+  l.block = dim3(vnt<V>::NT);
   return l;
 }
 
@@ -221,7 +333,8 @@ int main(int argc, char **argv) {
     const double gf = 2.0 * M * N * K * 1e-9;
     printf("%d x %d x %d (ta %d, tb %d) %s:\n", M, N, K, sh.ta, sh.tb, sh.what);
     const vlaunch ls[NV] = {pick<0>(sh.ta, sh.tb, M, N), pick<1>(sh.ta, sh.tb, M, N), pick<2>(sh.ta, sh.tb, M, N),
-                            pick<3>(sh.ta, sh.tb, M, N), pick<4>(sh.ta, sh.tb, M, N), pick<5>(sh.ta, sh.tb, M, N)};
+                            pick<3>(sh.ta, sh.tb, M, N), pick<4>(sh.ta, sh.tb, M, N), pick<5>(sh.ta, sh.tb, M, N),
+                            pick<6>(sh.ta, sh.tb, M, N), pick<7>(sh.ta, sh.tb, M, N), pick<8>(sh.ta, sh.tb, M, N)};
     float *hc = (float *)malloc(nc * 4), *h0 = (float *)malloc(nc * 4);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
