@@ -1,7 +1,7 @@
 """kernels/dev: what a vendor fp32 GEMM (cuBLAS through torch, TF32 off) takes
 for the DT step's products at batch 256 (DEVICE_NOTES 193), beside which the
 DT's own FFMA tiles are read. µs a product (median of 5 runs of 200), random
-operands, and the kernels cuBLAS picked (torch.profiler). Run on the GPU machine: /usr/bin/python3 kernels/dev/sgemm-torch.py"""
+operands, and the kernels cuBLAS picked (torch.profiler). Run on the GPU machine with the python3 that has torch there (its PATH's, not /usr/bin/python3): python3 kernels/dev/sgemm-torch.py [T]"""
 import sys
 import torch
 
