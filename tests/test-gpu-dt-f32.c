@@ -1,7 +1,8 @@
 /*
  * test-gpu-dt-f32.c — the DT's fp32 GEMM tiles (kernels/cuda/dt_gemm.cu):
  * the 128 x 128 tile (dt_gemm_big.cuh) bit for bit the 64 x 64 tile where
- * both sum each output alike (unsplit, every operand layout and epilogue).
+ * both sum each output alike (unsplit, every operand layout and epilogue),
+ * and the split weight gradient with its bias sums fused into the 64 tile.
  * Exits 77 without a usable GPU.
  */
 #include <check.h>
@@ -86,12 +87,78 @@ START_TEST(test_f32_big_tile) {
 }
 END_TEST
 
+/* a weight gradient as lin_bwd_params makes it (dt_gemm_wgrad: dW += dy^T x
+ * split over the tokens; A = dy [K][M], ta 1; B = x [K][N], tb 0) with the
+ * bias gradient db += dy's column sums fused into the FFMA tile: C and db
+ * against the sums in double, reruns bit for bit */
+static void f32_wgrad_case(int M, int N, int K) {
+  const int lda = M + 4, ldb = N + 4, ldc = N;
+  const size_t nc = (size_t)M * ldc, cap = (size_t)4 << 20;
+  float *A = malloc(sizeof(float) * K * lda), *B = malloc(sizeof(float) * K * ldb), *C0 = malloc(sizeof(float) * nc);
+  float *db0 = malloc(sizeof(float) * M), *C[2], *db[2];
+  tu_fill_uniform_f32(A, (size_t)K * lda, -1, 1, 41, 3);
+  tu_fill_uniform_f32(B, (size_t)K * ldb, -1, 1, 42, 3);
+  tu_fill_uniform_f32(C0, nc, -1, 1, 43, 3);
+  tu_fill_uniform_f32(db0, M, -1, 1, 44, 3);
+  float *dA, *dB, *dC, *dpart, *ddb;
+  CK(cudaMalloc((void **)&dA, sizeof(float) * K * lda));
+  CK(cudaMalloc((void **)&dB, sizeof(float) * K * ldb));
+  CK(cudaMalloc((void **)&dC, sizeof(float) * nc));
+  CK(cudaMalloc((void **)&dpart, sizeof(float) * cap));
+  CK(cudaMalloc((void **)&ddb, sizeof(float) * M));
+  CK(cudaMemcpy(dA, A, sizeof(float) * K * lda, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, B, sizeof(float) * K * ldb, cudaMemcpyHostToDevice));
+  for (int run = 0; run < 2; run++) {
+    C[run] = malloc(sizeof(float) * nc), db[run] = malloc(sizeof(float) * M);
+    CK(cudaMemcpy(dC, C0, sizeof(float) * nc, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ddb, db0, sizeof(float) * M, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dpart, 0xff, sizeof(float) * cap)); /* NaNs: a part or bias part not written shows */
+    int fused = -1;
+    CK((cudaError_t)cuda_dt_gemm_f32_wgrad(M, N, K, dA, lda, 1, dB, ldb, 0, dC, ldc, dpart, cap, ddb, &fused));
+    ck_assert_int_eq(fused, 1);
+    CK(cudaMemcpy(C[run], dC, sizeof(float) * nc, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(db[run], ddb, sizeof(float) * M, cudaMemcpyDeviceToHost));
+  }
+  ck_assert_msg(!memcmp(C[0], C[1], sizeof(float) * nc) && !memcmp(db[0], db[1], sizeof(float) * M),
+                "%d x %d x %d: a rerun differs", M, N, K);
+  for (int m = 0; m < M; m++) {
+    double s = db0[m], mag = fabs(db0[m]);
+    for (int k = 0; k < K; k++) s += A[(size_t)k * lda + m], mag += fabs(A[(size_t)k * lda + m]);
+    ck_assert_msg(fabs(db[0][m] - s) <= (K * 6e-8 + 1e-6) * mag, "%d x %d x %d: db[%d] %.9g, want %.9g", M, N, K, m,
+                  db[0][m], s);
+  }
+  for (int m = 0; m < M; m += 37)
+    for (int n = 0; n < N; n += 29) {
+      double s = C0[(size_t)m * ldc + n], mag = fabs(s);
+      for (int k = 0; k < K; k++) {
+        const double t = (double)A[(size_t)k * lda + m] * B[(size_t)k * ldb + n];
+        s += t, mag += fabs(t);
+      }
+      const float c = C[0][(size_t)m * ldc + n];
+      ck_assert_msg(fabs(c - s) <= (K * 6e-8 + 1e-6) * mag, "%d x %d x %d: C[%d][%d] %.9g, want %.9g", M, N, K, m, n, c,
+                    s);
+    }
+  printf("fp32 weight gradient %d x %d x %d with the bias fused: C and db against double, reruns bit for bit\n", M, N,
+         K);
+  for (int run = 0; run < 2; run++) free(C[run]), free(db[run]);
+  cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dpart), cudaFree(ddb);
+  free(A), free(B), free(C0), free(db0);
+}
+
+START_TEST(test_f32_wgrad_bias) {
+  f32_wgrad_case(128, 512, 15360); /* W_1's at batch 256 (out 128 of the MLP's second layer) */
+  f32_wgrad_case(512, 128, 3840);  /* W_1's at batch 64 */
+  f32_wgrad_case(100, 70, 3001);   /* partial row and column tiles, a part's last chunk short */
+}
+END_TEST
+
 int main(void) {
   tu_gpu_or_skip();
   Suite *s = suite_create("gpu-dt-f32");
   TCase *tc = tcase_create("gpu-dt-f32");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_f32_big_tile);
+  tcase_add_test(tc, test_f32_wgrad_bias);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

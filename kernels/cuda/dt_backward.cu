@@ -253,8 +253,9 @@ static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *
 
 /* a linear layer's parameter gradients over T tokens: dW += dy^T x on
  * DT_SIDE_W (its split-K scratch d->tmp), db += colsum dy there too where
- * the transposing TMA tile sums dy's columns as it reads them
- * (dt_wgrad_fuses), else on DT_SIDE_B; each marked as reads of slot rs
+ * the split tile sums dy's columns as it reads them (the transposing TMA
+ * tile in TF32, the FFMA tile in fp32: dt_wgrad_fuses), else on DT_SIDE_B;
+ * each marked as reads of slot rs
  * (dy's) */
 static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in, int out,
                           int rs, cudaStream_t st) {

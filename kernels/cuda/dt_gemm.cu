@@ -102,13 +102,23 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, const float *A, int lda,
                                                       const float *B, int ldb, float *C, int ldc,
                                                       const float *bias, const float *R, int ldr, int acc,
-                                                      int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
+                                                      int op, float *G, int kper, size_t cz, float *bpart,
+                                                      cuda_pz_t pz) {
   pdl_wait();
   __shared__ __align__(16) float As[DG_S][DG_BK][DG_LD], Bs[DG_S][DG_BK][DG_LD];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * DG_BM, n0 = blockIdx.x * DG_BM, z = dt_z(pz), klo = z * kper;
   K = K - klo < kper ? K : klo + kper;
   float s[4][4] = {{0}}, ra[DG_S][4], rb[DG_S][4];
+  /* with bpart (a split weight gradient), the blocks of column block 0 also
+   * sum op(A)'s rows over the part's k (the bias gradient's part: dy's
+   * columns over the part's tokens): thread tid the row tid % 64 over the
+   * quarter tid / 64 of each round's DG_S chunks (8 k, in order), the four
+   * quarters added in order at the end; part z's row m0 + r at bpart[z M +
+   * m0 + r] */
+  static_assert(DG_S * DG_BK == 4 * 8, "a round is four quarters of 8 k");
+  const int bsum = bpart != NULL && blockIdx.x == 0, bq = tid / DG_BM, br = tid % DG_BM;
+  float bs = 0.0f;
   dg_plan<TA, TB> pl;
   dg_plan_init<TA, TB, DG_LD>(pl, M, N, dt_off(A, dt_moz(pz)), lda, dt_off(B, dt_moz(pz)), ldb, m0, n0, klo);
 #pragma unroll
@@ -123,6 +133,9 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
 #pragma unroll
     for (int u = 0; u < DG_S; u++)
       if (nx + u * DG_BK < K) dg_load(pl, K, lda, ldb, nx + u * DG_BK, nx + u * DG_BK - klo, ra[u], rb[u]);
+    if (bsum && k0 + (bq >> 1) * DG_BK < K)
+#pragma unroll
+      for (int kk = 0; kk < 8; kk++) bs += As[bq >> 1][(bq & 1) * 8 + kk][br];
 #pragma unroll
     for (int u = 0; u < DG_S; u++) {
       if (k0 + u * DG_BK >= K) break;
@@ -137,6 +150,14 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
       }
     }
     __syncthreads();
+  }
+  if (bsum) { /* the stages are free after the loop's last barrier */
+    float *q = &As[0][0][0];
+    q[bq * DG_BM + br] = bs;
+    __syncthreads();
+    if (tid < DG_BM && m0 + tid < M)
+      dt_off(bpart, dt_moz(pz))[(size_t)z * M + m0 + tid] =
+          ((q[tid] + q[DG_BM + tid]) + q[2 * DG_BM + tid]) + q[3 * DG_BM + tid];
   }
   /* the member's pointers from the parameters here, not held through the loop */
   pdl_go();
@@ -166,7 +187,9 @@ template <int TA, int TB>
 __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda,
                                                          const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
-                                                         int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
+                                                         int op, float *G, int kper, size_t cz, float *bpart,
+                                                         cuda_pz_t pz) {
+  (void)bpart; /* dt_gemm_kernel's bias sums: never given here (dt_wgrad_fuses) */
   pdl_wait();
   __shared__ __align__(16) float As[2][DG_BK][DT_TLD], Bs[2][DG_BK][DT_TLD];
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, t4 = lane % 4;
@@ -294,7 +317,7 @@ int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B) {
 /* one launch of the tile for tc, ta, tb */
 static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K,
                       const float *A, int lda, const float *B, int ldb, float *C, int ldc, const float *bias,
-                      const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz) {
+                      const float *R, int ldr, int acc, int op, float *G, int kper, size_t cz, float *bpart) {
   const int tc = d->tc, tile = dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, kper < K);
   grid = dt_grid(d, grid);
   if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz,
@@ -321,7 +344,8 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
     return;
   }
 #define DG_GO(KER, TA, TB) \
-  pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz)
+  pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, \
+             bpart, d->pz)
   switch (4 * tc + 2 * ta + tb) {
     case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
     case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
@@ -377,7 +401,7 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
     const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((mm + DG_BM - 1) / DG_BM));
     const float *a = ta ? A + m0 : A + (size_t)m0 * lda, *r = R ? R + (size_t)m0 * ldr : NULL;
     dg_launch(d, ta, tb, grid, st, mm, N, K, a, lda, B, ldb, C + (size_t)m0 * ldc, ldc, bias, r, ldr, acc, op,
-              G ? G + (size_t)m0 * ldc : NULL, K, 0);
+              G ? G + (size_t)m0 * ldc : NULL, K, 0, NULL);
     CUDA_RET(cudaGetLastError());
   }
   return 0;
@@ -409,7 +433,7 @@ int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int 
   const long long parts = dt_wgrad_split(d, M, N, K, cap, &kper);
   /* the bias parts after the product's, and room for dt_colsum's 64 chunks
    * there should the tile's maps not encode */
-  return parts > 1 && dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3 &&
+  return parts > 1 && (!d->tc || dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3) &&
          parts * ((long long)M * N + M) + 64LL * M <= (long long)cap;
 }
 
@@ -422,11 +446,15 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   if (parts <= 1) return dt_gemm(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, NULL, NULL, 0, 1, st);
   const dim3 grid((unsigned)((N + DG_BM - 1) / DG_BM), (unsigned)((M + DG_BM - 1) / DG_BM), (unsigned)parts);
   float *bpart = db ? part + parts * MN : NULL;
-  if (!db || dt_tmt_launch(d->tma, dt_grid(d, grid), st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0,
-                           DT_EP_PLAIN, NULL, (int)kper, (size_t)MN, bpart, d->pz)) {
+  /* TF32 with db: the transposing TMA tile, which sums the bias parts as it
+   * reads; fp32: the FFMA tile sums them as it multiplies (dt_wgrad_fuses) */
+  if (!db || !d->tc ||
+      dt_tmt_launch(d->tma, dt_grid(d, grid), st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN,
+                    NULL, (int)kper, (size_t)MN, bpart, d->pz)) {
+    const int fuse = db && !d->tc;
     dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
-              (size_t)MN);
-    if (db) { /* the maps did not encode: the bias by column sums, in the scratch after the parts */
+              (size_t)MN, fuse ? bpart : NULL);
+    if (db && !fuse) { /* the maps did not encode: the bias by column sums, in the scratch after the parts */
       CUDA_RET(dt_colsum(d, A, NULL, K, M, lda, db, 1, bpart, cap - (size_t)(parts * MN), st));
       db = NULL;
     }
@@ -447,5 +475,17 @@ extern "C" int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, in
   *used = dt_big_takes(&d, M, N, K, K);
   const int e = dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;
+  return (int)cudaDeviceSynchronize();
+}
+
+extern "C" int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+                                      int tb, float *C, int ldc, float *part, size_t cap, float *db, int *fused) {
+  cuda_dt_t d;
+  memset(&d, 0, sizeof d);
+  d.pz = cuda_pz_t{1, 0};
+  *fused = db && dt_wgrad_fuses(&d, M, N, K, A, lda, ta, B, ldb, tb, cap);
+  const int e = dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, *fused ? db : NULL, part, cap, 0);
+  if (e) return e;
+  if (db && !*fused) CUDA_RET(dt_colsum(&d, A, NULL, K, M, lda, db, 1, part, cap, 0));
   return (int)cudaDeviceSynchronize();
 }
