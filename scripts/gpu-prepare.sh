@@ -40,7 +40,7 @@ tar -C .devcarry -cf - lib | xz -T2 -6 > .devcarry/lib.tar.xz
 # stripped copies of the gpu suite and the GPU benchmarks: what gpu-run.sh runs
 # (the debug builds together with the libraries exceed what one call carries)
 rm -rf .devcarry/bin && mkdir -p .devcarry/bin  # no binary left from another build
-for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-bitflip build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd build/kernels/bench-grid-barrier build/kernels/bench-persist-chain build/kernels/bench-cluster-fwd build/kernels/bench-cluster-fwd-tf32; do
+for b in build/tests/test-gpu-* build/tests/bench/bench-gpu-* build/tests/bench/bench-bitflip build/tests/bench/bench-rpc build/client/dqn-demo build/client/dqnctl build/daemon/dqnd build/kernels/bench-grid-barrier build/kernels/bench-persist-chain build/kernels/bench-cluster-fwd build/kernels/bench-cluster-fwd-tf32 build/kernels/bench-sgemm-variants; do
   [ -f "$b" ] && [ -x "$b" ] && strip -o ".devcarry/bin/$(basename "$b")" "$b"
 done
 # and compressed, for calls whose carry limit the uncompressed set would pass:
