@@ -35,15 +35,7 @@
 
 #include "../cuda/dt_gemm_big.cuh"
 #include "../cuda/dt_cuda.cuh"
-
-#define CK(x)                                                                                              \
-  do {                                                                                                     \
-    cudaError_t e_ = (x);                                                                                  \
-    if (e_ != cudaSuccess) {                                                                               \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                   \
-      exit(1);                                                                                             \
-    }                                                                                                      \
-  } while (0)
+#include "dev_check.h"
 
 struct dev_sync {
   __device__ void operator()() const { __syncthreads(); }
