@@ -151,10 +151,10 @@ int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int 
 /* for the tests: one fp32 weight gradient as the DT makes them (dt_gemm_wgrad:
  * C += op(A) op(B) split over k, part cap floats of scratch) and, with db (M
  * floats), db += op(A)'s row sums, fused into the FFMA tile where
- * dt_wgrad_fuses (*fused 1), else by dt_colsum; synchronised. 0 or a
- * cudaError_t. */
+ * dt_wgrad_fuses (*fused 1), else by dt_colsum; *kper: the k a split part
+ * takes (K unsplit); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
-                           float *C, int ldc, float *part, size_t cap, float *db, int *fused);
+                           float *C, int ldc, float *part, size_t cap, float *db, int *fused, int *kper);
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
  * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
  * *ws: 0 on the FFMA kernels, else on dt_attn_tc.cu's TF32 kernels with
@@ -507,8 +507,8 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                   int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st);
 /* 1 where dt_gemm_wgrad takes db for such a call: split, on the transposing
- * TMA tile (TF32) or the FFMA tile (fp32), and part's cap floats hold the
- * bias parts too */
+ * TMA tile (TF32) or the FFMA tile (fp32, op(A) = A^T: ta 1), and part's
+ * cap floats hold the bias parts too */
 int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                    int tb, size_t cap);
 /* the parts dt_gemm_wgrad splits such a call into (1 or less: unsplit) */

@@ -115,9 +115,10 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
    * columns over the part's tokens): thread tid the row tid % 64 over the
    * quarter tid / 64 of each round's DG_S chunks (8 k, in order), the four
    * quarters added in order at the end; part z's row m0 + r at bpart[z M +
-   * m0 + r] */
-  static_assert(DG_S * DG_BK == 4 * 8, "a round is four quarters of 8 k");
-  const int bsum = bpart != NULL && blockIdx.x == 0, bq = tid / DG_BM, br = tid % DG_BM;
+   * m0 + r]. Only the weight gradients' form (TA 1) compiles it: the
+   * others keep their registers (the sums cost TA 0, TB 0 a spill). */
+  static_assert(DG_S == 2 && DG_BK == 16, "a round is four quarters of 8 k: two 16-k chunks");
+  const int bsum = TA == 1 && bpart != NULL && blockIdx.x == 0, bq = tid / DG_BM, br = tid % DG_BM;
   float bs = 0.0f;
   dg_plan<TA, TB> pl;
   dg_plan_init<TA, TB, DG_LD>(pl, M, N, dt_off(A, dt_moz(pz)), lda, dt_off(B, dt_moz(pz)), ldb, m0, n0, klo);
@@ -330,6 +331,8 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
     dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
+  /* bpart (the bias parts) is for dt_gemm_kernel's split weight gradients
+   * alone: a split launch never takes the tiles above or below */
   if (dt_big_takes(d, M, N, K, kper)) {
     const dim3 gb((unsigned)((N + DTB_T - 1) / DTB_T), (unsigned)((M + DTB_T - 1) / DTB_T), grid.z);
 #define DTB_GO(TA, TB) \
@@ -433,7 +436,7 @@ int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int 
   const long long parts = dt_wgrad_split(d, M, N, K, cap, &kper);
   /* the bias parts after the product's, and room for dt_colsum's 64 chunks
    * there should the tile's maps not encode */
-  return parts > 1 && (!d->tc || dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3) &&
+  return parts > 1 && (d->tc ? dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, 1) == 3 : ta) &&
          parts * ((long long)M * N + M) + 64LL * M <= (long long)cap;
 }
 
@@ -451,7 +454,7 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   if (!db || !d->tc ||
       dt_tmt_launch(d->tma, dt_grid(d, grid), st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN,
                     NULL, (int)kper, (size_t)MN, bpart, d->pz)) {
-    const int fuse = db && !d->tc;
+    const int fuse = db && !d->tc && ta; /* dt_gemm_kernel sums op(A)'s rows in its TA 1 form */
     dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
               (size_t)MN, fuse ? bpart : NULL);
     if (db && !fuse) { /* the maps did not encode: the bias by column sums, in the scratch after the parts */
@@ -479,10 +482,13 @@ extern "C" int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, in
 }
 
 extern "C" int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
-                                      int tb, float *C, int ldc, float *part, size_t cap, float *db, int *fused) {
+                                      int tb, float *C, int ldc, float *part, size_t cap, float *db, int *fused,
+                                      int *kper) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
   d.pz = cuda_pz_t{1, 0};
+  long long kp = K;
+  *kper = dt_wgrad_split(&d, M, N, K, cap, &kp) > 1 ? (int)kp : K;
   *fused = db && dt_wgrad_fuses(&d, M, N, K, A, lda, ta, B, ldb, tb, cap);
   const int e = dt_gemm_wgrad(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, *fused ? db : NULL, part, cap, 0);
   if (e) return e;
