@@ -52,7 +52,7 @@ static void run_blocks(gemm *g, int tid) {
       float s[8][8];
       dtb_mainloop<TA, TB>(tid, g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb, by * DTB_T, bx * DTB_T, g->As, g->Bs,
                            sync, s);
-      dtb_epilogue(tid, g->M, by * DTB_T, bx * DTB_T, s, ep);
+      dtb_epilogue(tid, g->M, by * DTB_T, bx * DTB_T, s, g->As, g->Bs, sync, ep);
     }
 }
 

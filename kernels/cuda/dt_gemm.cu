@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(DTB_NT, 2) dt_gemm_big_kernel(int M, int N, in
   pdl_go();
   dtb_dev_ep ep = {dt_off(C, mo), ldc, dt_off0(bias, mo), dt_off0(R, mo), ldr, acc, op, dt_off0(G, mo), N, 0};
   ep.vec = dt_ep_vec<4>(ep.C, ldc, ep.bias, ep.R, ldr, ep.G);
-  dtb_epilogue((int)threadIdx.x, M, m0, n0, s, ep);
+  dtb_epilogue((int)threadIdx.x, M, m0, n0, s, As, Bs, sync, ep);
 }
 
 /* 1 where an fp32 launch takes the 128 tile: unsplit, and its tiles (the

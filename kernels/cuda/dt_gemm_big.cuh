@@ -36,7 +36,9 @@
 #define DTB_FN __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__
 #define DTB_UNROLL _Pragma("unroll")
+#define DTB_ONCE _Pragma("unroll 1")
 #else
+#define DTB_ONCE
 #define DTB_UNROLL /* the host pass (the CPU test) leaves loops to the compiler */
 #endif
 
@@ -114,20 +116,62 @@ DTB_UNROLL
   }
 }
 
-/* ep(m, n, v): the 4 outputs (m, n..n + 3) of row m < M, n a multiple of 4 */
+/* ep(m, n, v): the 4 outputs (m, n..n + 3) of row m < M, n a multiple of 4.
+ * The tile leaves through the shared stages in four bands of 32 rows (band
+ * rows 0-15 in As, 16-31 in Bs, 128 floats a row): the threads that hold a
+ * band's sums write them, and then every thread hands ep four of the band's
+ * 16-byte pieces, a warp a row. ep's code is in the binary once, inside a
+ * loop: inlined for each of a thread's 16 pieces, with every form of the
+ * epilogue beside it, it came to ~9,000 instructions that each warp ran
+ * straight through once, and its launches waited on instruction fetch for
+ * as long as they multiplied (kernels/dev/DEVICE_NOTES.md item 200). The
+ * same ep on the same sums: the same bits. Call after dtb_mainloop, whose
+ * last barrier frees the stages. */
 #pragma nv_exec_check_disable
-template <class EP>
-DTB_FN void dtb_epilogue(int tid, int M, int m0, int n0, float (&s)[8][8], EP &ep) {
+template <class SYNC, class EP>
+DTB_FN void dtb_epilogue(int tid, int M, int m0, int n0, float (&s)[8][8], dtb_stage_t *As, dtb_stage_t *Bs,
+                         SYNC &sync, EP &ep) {
+  static_assert(16 * DTB_T <= 2 * DTB_BK * DTB_LD, "half a band in each of As and Bs");
   const int tx = tid % 16, ty = tid / 16;
+  float *const ha = &As[0][0][0], *const hb = &Bs[0][0][0];
+DTB_ONCE
+  for (int p = 0; p < 4; p++) {
+    /* band p is tile rows 32 p..: rows 4 ty + i % 4 + 64 (i / 4) of the
+     * threads with ty / 8 == p % 2 and i / 4 == p / 2 */
+    if (ty / 8 == p % 2) {
 DTB_UNROLL
-  for (int i = 0; i < 8; i++) {
-    const int m = m0 + 4 * ty + i % 4 + 64 * (i / 4);
-    if (m >= M) continue;
+      for (int i = 0; i < 4; i++) {
+        const int r = 4 * (ty % 8) + i;
+        float *row = (r < 16 ? ha : hb) + (r % 16) * DTB_T + 4 * tx;
 DTB_UNROLL
-    for (int h = 0; h < 2; h++) {
-      float v[4] = {s[i][4 * h], s[i][4 * h + 1], s[i][4 * h + 2], s[i][4 * h + 3]};
-      ep(m, n0 + 4 * tx + 64 * h, v);
+        for (int h = 0; h < 2; h++) {
+          float x[4]; /* values, not a pointer into s: s stays in registers */
+DTB_UNROLL
+          for (int j = 0; j < 4; j++) x[j] = p < 2 ? s[i][4 * h + j] : s[i + 4][4 * h + j];
+#ifdef __CUDA_ARCH__
+          *reinterpret_cast<float4 *>(row + 64 * h) = make_float4(x[0], x[1], x[2], x[3]);
+#else
+          for (int j = 0; j < 4; j++) row[64 * h + j] = x[j];
+#endif
+        }
+      }
     }
+    sync();
+DTB_ONCE
+    for (int q = 0; q < 4; q++) {
+      const int e = tid + DTB_NT * q, r = e / 32, c = 4 * (e % 32), m = m0 + 32 * p + r;
+      if (m < M) {
+        const float *row = (r < 16 ? ha : hb) + (r % 16) * DTB_T + c;
+#ifdef __CUDA_ARCH__
+        const float4 x = *reinterpret_cast<const float4 *>(row);
+        float v[4] = {x.x, x.y, x.z, x.w};
+#else
+        float v[4] = {row[0], row[1], row[2], row[3]};
+#endif
+        ep(m, n0 + c, v);
+      }
+    }
+    if (p < 3) sync();
   }
 }
 
