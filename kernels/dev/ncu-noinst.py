@@ -2,7 +2,7 @@
 """ncu-noinst.py — each kernel launch of an ncu-phases.sh log in one line:
 its time, instructions, and the share of its stall samples that waited on
 instruction fetch (no_instruction) against the whole (the stall ratios the
-log kept, those above 0.3 a issue). Usage: ncu-noinst.py ncu.log"""
+log kept, those above 0.3 an issue: ncu-phases.sh drops the smaller ones, so a share is approximate). Usage: ncu-noinst.py ncu.log"""
 import re
 import sys
 
