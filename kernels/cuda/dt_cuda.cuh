@@ -56,6 +56,9 @@ typedef struct cuda_dt {
   int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on the
                                            * 128 x 128 tile (dt_gemm_big.cuh); 0: all on the 64 x 64 tile (the
                                            * same bits) */
+  int big_one, nsm;                       /* the dynamic shared bytes that keep a 128 tile block alone on its SM
+                                           * (dt_big_init); the device's SMs */
+  int fwd;                                /* 1 while dt_forward issues the forward: dt_big_takes' forward rule */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -143,7 +146,8 @@ int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int 
                       float *part, size_t cap, float *db, int *used);
 /* for the tests: one fp32 GEMM as the DT makes them (unsplit, dt_gemm_op's
  * arguments) on the 128 x 128 tile where big and it takes the call, else on
- * the 64 x 64 tile; *used: 1 where the 128 tile ran; synchronised. 0 or a
+ * the 64 x 64 tile (big 2: by the forward's rule, as dt_forward issues it);
+ * *used: 1 where the 128 tile ran; synchronised. 0 or a
  * cudaError_t. */
 int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                      float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
@@ -601,6 +605,7 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */
 int dt_pre(const cuda_dt_t *d);
+int dt_big_init(int *one, int *nsm);
 int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
