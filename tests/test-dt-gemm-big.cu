@@ -53,6 +53,7 @@ static void run_blocks(gemm *g, int tid) {
       dtb_mainloop<TA, TB>(tid, g->M, g->N, g->K, g->A, g->lda, g->B, g->ldb, by * DTB_T, bx * DTB_T, g->As, g->Bs,
                            sync, s);
       dtb_epilogue(tid, g->M, by * DTB_T, bx * DTB_T, s, g->As, g->Bs, sync, ep);
+      sync(); /* the last band read from the stages before the next tile's mainloop stores into them */
     }
 }
 

@@ -126,7 +126,9 @@ DTB_UNROLL
  * straight through once, and its launches waited on instruction fetch for
  * as long as they multiplied (kernels/dev/DEVICE_NOTES.md item 200). The
  * same ep on the same sums: the same bits. Call after dtb_mainloop, whose
- * last barrier frees the stages. */
+ * last barrier frees the stages; they stay in use (the last band's reads)
+ * until the caller's next barrier, so a block that goes on to another tile
+ * calls sync() first (the kernel does one tile a block and just exits). */
 #pragma nv_exec_check_disable
 template <class SYNC, class EP>
 DTB_FN void dtb_epilogue(int tid, int M, int m0, int n0, float (&s)[8][8], dtb_stage_t *As, dtb_stage_t *Bs,
