@@ -24,13 +24,15 @@
  * over k in order, one fmaf a k), at sizes with enough tiles to take it
  * (264, two an SM: DTB_MIN_BLOCKS), partial tiles along both, K short of a
  * chunk; rows of C of odd and even length. A launch of fewer tiles keeps the
- * 64 tile (the tile that ran is asserted). */
+ * 64 tile (the tile that ran is asserted), but for the forward's rule (big 2:
+ * one tile column of DTB_FWD_MIN_BLOCKS to an SM count of tiles, one block
+ * an SM). */
 static void f32_case(int M, int N, int K, int ta, int tb, int acc, int with_bias, int op_in, int cpad) {
   const int op = op_in == DT_EP_RES ? DT_EP_PLAIN : op_in, use_r = op == DT_EP_DGELU || op_in == DT_EP_RES;
   const int ldc = N + cpad, lda = (ta ? M : K) + 4, ldb = (tb ? K : N) + 4, ar = ta ? K : M, br = tb ? N : K;
   const size_t nc = (size_t)M * ldc;
   float *A = malloc(sizeof(float) * ar * lda), *B = malloc(sizeof(float) * br * ldb), *bias = malloc(sizeof(float) * N);
-  float *C0 = malloc(sizeof(float) * nc), *R = malloc(sizeof(float) * nc), *C[2], *G[2];
+  float *C0 = malloc(sizeof(float) * nc), *R = malloc(sizeof(float) * nc), *C[3], *G[3];
   tu_fill_uniform_f32(A, (size_t)ar * lda, -1, 1, 31, 3);
   tu_fill_uniform_f32(B, (size_t)br * ldb, -1, 1, 32, 3);
   tu_fill_uniform_f32(bias, N, -1, 1, 33, 3);
@@ -47,20 +49,27 @@ static void f32_case(int M, int N, int K, int ta, int tb, int acc, int with_bias
   CK(cudaMemcpy(dB, B, sizeof(float) * br * ldb, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dbias, bias, sizeof(float) * N, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dR, R, sizeof(float) * nc, cudaMemcpyHostToDevice));
-  for (int big = 0; big < 2; big++) {
+  int nsm = 0;
+  CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+  const long long tiles = (long long)((M + 127) / 128) * ((N + 127) / 128);
+  const int fwd = N <= 128 && tiles >= 120 && tiles <= nsm; /* the forward's rule */
+  for (int big = 0; big < 3; big++) {
     C[big] = malloc(sizeof(float) * nc), G[big] = malloc(sizeof(float) * nc);
     CK(cudaMemcpy(dC, C0, sizeof(float) * nc, cudaMemcpyHostToDevice));
     CK(cudaMemset(dG, 0, sizeof(float) * nc));
     int used = -1;
     CK((cudaError_t)cuda_dt_gemm_f32(big, M, N, K, dA, lda, ta, dB, ldb, tb, dC, ldc, with_bias ? dbias : NULL, acc,
                                      op, use_r ? dR : NULL, ldc, op == DT_EP_GELU ? dG : NULL, &used));
-    ck_assert_int_eq(used, big && ((M + 127) / 128) * ((N + 127) / 128) >= 264);
+    ck_assert_int_eq(used, big && (tiles >= 264 || (big == 2 && fwd)));
     CK(cudaMemcpy(C[big], dC, sizeof(float) * nc, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(G[big], dG, sizeof(float) * nc, cudaMemcpyDeviceToHost));
   }
-  ck_assert_msg(!memcmp(C[0], C[1], sizeof(float) * nc), "%d x %d x %d (ta %d, tb %d, op %d): the 128 tile's C "
-                "differs from the 64 tile's", M, N, K, ta, tb, op_in);
-  ck_assert_msg(!memcmp(G[0], G[1], sizeof(float) * nc), "%d x %d x %d: the 128 tile's G differs", M, N, K);
+  for (int big = 1; big < 3; big++) {
+    ck_assert_msg(!memcmp(C[0], C[big], sizeof(float) * nc), "%d x %d x %d (ta %d, tb %d, op %d, big %d): the 128 "
+                  "tile's C differs from the 64 tile's", M, N, K, ta, tb, op_in, big);
+    ck_assert_msg(!memcmp(G[0], G[big], sizeof(float) * nc), "%d x %d x %d (big %d): the 128 tile's G differs", M, N,
+                  K, big);
+  }
   /* one output against the product in double, so the two cannot agree on something else */
   double s = 0;
   for (int k = 0; k < K; k++)
@@ -70,8 +79,9 @@ static void f32_case(int M, int N, int K, int ta, int tb, int acc, int with_bias
     ck_assert_msg(fabs(C[1][0] - s) <= 1e-5 * (1 + fabs(s)), "C[0][0] %.9g, want %.9g", C[1][0], s);
   }
   printf("fp32 GEMM %d x %d x %d (ta %d, tb %d, op %d, ldc %d): %s bit for bit the 64 x 64 tile\n", M, N, K, ta, tb,
-         op_in, ldc, ((M + 127) / 128) * ((N + 127) / 128) >= 264 ? "the 128 x 128 tile" : "the tile it takes (64)");
-  for (int big = 0; big < 2; big++) free(C[big]), free(G[big]);
+         op_in, ldc, tiles >= 264 ? "the 128 x 128 tile" : fwd ? "the 128 x 128 tile by the forward's rule" :
+         "the tile it takes (64)");
+  for (int big = 0; big < 3; big++) free(C[big]), free(G[big]);
   cudaFree(dA), cudaFree(dB), cudaFree(dbias), cudaFree(dC), cudaFree(dR), cudaFree(dG);
   free(A), free(B), free(bias), free(C0), free(R);
 }
@@ -84,6 +94,9 @@ START_TEST(test_f32_big_tile) {
   f32_case(8448, 512, 36, 0, 1, 1, 1, DT_EP_PLAIN, 4);  /* an accumulation */
   f32_case(8448, 520, 12, 0, 1, 0, 1, DT_EP_RES, 3);    /* a residual; K under two chunks */
   f32_case(15360, 128, 128, 0, 1, 0, 1, DT_EP_PLAIN, 4); /* a lone learner's batch 256: 120 tiles keep the 64 tile */
+  f32_case(15360, 128, 512, 0, 1, 0, 1, DT_EP_RES, 3);   /* but W_2's forward there takes it by the forward's rule */
+  f32_case(15300, 100, 128, 0, 1, 1, 1, DT_EP_PLAIN, 4); /* and partial tiles: 120 of them, accumulating */
+  f32_case(3840, 512, 128, 0, 1, 0, 1, DT_EP_GELU, 3);   /* W_1's at batch 64: 120 tiles of 4 columns keep the 64 tile */
 }
 END_TEST
 

@@ -417,6 +417,11 @@ START_TEST(test_tf32_gemm) {
   gemm_case(132, 68, 1000, 1, 0, 0, 0, 1, 136, 72, 1, P);   /* a weight gradient: dW += dy^T x, split over k */
   gemm_case(132, 68, 300, 1, 0, 1, 1, 0, 136, 72, 1, P);    /* the same form unsplit, with acc and a bias */
   gemm_case(128, 128, 3840, 1, 0, 0, 0, 1, 128, 128, 1, P); /* the reference sizes' q weight gradient at batch 64 */
+  /* k of DW_TMT_STAGED (8,192) or more: the transposing TMA tile's staged
+   * epilogue, bit for bit the register-staged tile's; the reference sizes'
+   * q weight gradient at batch 256, then partial tiles unsplit with acc */
+  gemm_case(128, 128, 15360, 1, 0, 0, 0, 1, 128, 128, 1, P);
+  gemm_case(132, 68, 8200, 1, 0, 1, 1, 0, 136, 72, 1, P);
   gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1, P);     /* both transposed */
   gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1, P); /* the reference sizes' q at batch 64 */
   gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */

@@ -10,6 +10,7 @@
 #include "arena.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
+#include "dt_gemm_big.cuh"
 
 // kernels
 
@@ -295,6 +296,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc);
   if (e == cudaSuccess) e = (cudaError_t)dt_head_init(L, &d->head_wpb);
+  if (e == cudaSuccess) e = (cudaError_t)dt_big_init(&d->big_one, &d->nsm);
   d->wg = dt_wg_setup();
   d->tma = dt_tma_setup();
   d->pre = 1;
@@ -356,7 +358,18 @@ int dt_zero(const cuda_dt_t *d, void *p, size_t bytes, cudaStream_t st) {
   return (int)cudaMemset2DAsync(p, (size_t)d->pz.stride, 0, bytes, (size_t)d->pz.n, st);
 }
 
+static int dt_forward_body(cuda_dt_t *d, cudaStream_t st);
+
+/* the forward, with dt_big_takes' forward rule on (d->fwd): no side
+ * stream runs beside its launches */
 int dt_forward(cuda_dt_t *d, cudaStream_t st) {
+  d->fwd = 1;
+  const int e = dt_forward_body(d, st);
+  d->fwd = 0;
+  return e;
+}
+
+static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;

@@ -56,6 +56,9 @@ typedef struct cuda_dt {
   int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on the
                                            * 128 x 128 tile (dt_gemm_big.cuh); 0: all on the 64 x 64 tile (the
                                            * same bits) */
+  int big_one, nsm;                       /* the dynamic shared bytes that keep a 128 tile block alone on its SM
+                                           * (dt_big_init); the device's SMs */
+  int fwd;                                /* 1 while dt_forward issues the forward: dt_big_takes' forward rule */
   float *p, *g;                           /* parameters, gradient [n_params] (device) */
   /* the batch (device): states [B, K, S], rtg [B, K] (scaled), mask [B, K]; actions, timesteps [B, K] */
   float *states, *rtg, *mask;
@@ -143,7 +146,8 @@ int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int 
                       float *part, size_t cap, float *db, int *used);
 /* for the tests: one fp32 GEMM as the DT makes them (unsplit, dt_gemm_op's
  * arguments) on the 128 x 128 tile where big and it takes the call, else on
- * the 64 x 64 tile; *used: 1 where the 128 tile ran; synchronised. 0 or a
+ * the 64 x 64 tile (big 2: by the forward's rule, as dt_forward issues it);
+ * *used: 1 where the 128 tile ran; synchronised. 0 or a
  * cudaError_t. */
 int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                      float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
@@ -436,6 +440,35 @@ static __device__ __forceinline__ void dt_wg_epilogue(const float (&d)[32], int 
     if (m < M) dt_ep_storev<2>(v, m, n, N, vec, C, ldc, bias, R, ldr, acc, op, G);
   }
 }
+/* dt_wg_epilogue through shared memory (dt_wgmma.cu's tiles, whose op is a
+ * runtime value): the accumulators into stage [64][DT_WG_SLD] (a pair a
+ * store; rows 72 floats apart, so a half warp's 16 pairs fall in 32
+ * banks), then each thread's 8 float4 of the tile, rows m0 + p / 16, by
+ * one dt_ep_storev<4> in a loop kept rolled: the epilogue's code once in
+ * the kernel, where dt_wg_epilogue inlines it, every op's form, for each
+ * of 16 pairs (kernels/dev/DEVICE_NOTES.md item 200: instruction fetch).
+ * Each output gets dt_ep_store's arithmetic, so the same bits. stage:
+ * 16-byte aligned, free: the caller's barrier before. */
+#define DT_WG_SLD 72
+static __device__ __forceinline__ void dt_wg_epilogue_staged(const float (&d)[32], float *stage, int m0, int n0,
+                                                             int M, int N, float *C, int ldc, const float *bias,
+                                                             const float *R, int ldr, int acc, int op, float *G) {
+  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+#pragma unroll
+  for (int e = 0; e < 32; e += 2) {
+    const int r = 16 * w + lane / 4 + 8 * (e % 4 / 2), c = 8 * (e / 4) + 2 * (lane % 4);
+    *reinterpret_cast<float2 *>(stage + r * DT_WG_SLD + c) = make_float2(d[e], d[e + 1]);
+  }
+  __syncthreads();
+  const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G), rows = M - m0;
+#pragma unroll 1
+  for (int p = tid; p < 64 * 16 && p / 16 < rows; p += 128) {
+    const int r = p / 16, c = 4 * (p % 16);
+    const float4 x = *reinterpret_cast<const float4 *>(stage + r * DT_WG_SLD + c);
+    float v[4] = {x.x, x.y, x.z, x.w};
+    dt_ep_storev<4>(v, m0 + r, n0 + c, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+  }
+}
 /* The epilogue's reads issued before the mainloop (dt_tma.cu's tile): its
  * R pairs, or with acc and no R its old C pairs (x), and its bias pairs
  * (b), where the tile is whole along n and the rows vector-aligned (on).
@@ -572,6 +605,7 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */
 int dt_pre(const cuda_dt_t *d);
+int dt_big_init(int *one, int *nsm);
 int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,

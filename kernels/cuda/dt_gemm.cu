@@ -13,6 +13,7 @@
 #include "dt_cuda.cuh"
 #include "dt_gemm_big.cuh"
 #include "gemm_dev.cuh"
+#include "smem_optin.cuh"
 
 // kernels
 
@@ -277,10 +278,16 @@ __global__ void __launch_bounds__(DTB_NT, 2) dt_gemm_big_kernel(int M, int N, in
  * the blocks fill the GPU better below that: a lone learner's 15,360-row
  * products at batch 256 (120 tiles) ran 2% slower on the 128 tile, 8
  * members' (960) 10% faster (kernels/dev/DEVICE_NOTES.md item 188). Either
- * tile gives the same bits, so members count here. */
+ * tile gives the same bits, so members count here. The forward's rule (d->fwd:
+ * no side stream's blocks beside it) also takes launches of one tile column
+ * and DTB_FWD_MIN_BLOCKS to nsm tiles, one block an SM (dg_launch asks
+ * d->big_one of dynamic shared memory): batch 256's products of N = 128,
+ * -2.2 to -2.6% a step; W_1's forward at batch 64 (120 tiles, N = 512) lost
+ * +1.6 to +2.0% on it (kernels/dev/DEVICE_NOTES.md items 203, 205). */
 static int dt_big_takes(const cuda_dt_t *d, int M, int N, int K, int kper) {
   const long long tiles = (long long)((M + DTB_T - 1) / DTB_T) * ((N + DTB_T - 1) / DTB_T) * d->pz.n;
-  return !d->tc && d->big && kper >= K && tiles >= DTB_MIN_BLOCKS;
+  if (d->tc || !d->big || kper < K) return 0;
+  return tiles >= DTB_MIN_BLOCKS || (d->fwd && N <= DTB_T && tiles >= DTB_FWD_MIN_BLOCKS && tiles <= d->nsm);
 }
 
 int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
@@ -296,6 +303,24 @@ int dt_wg_takes(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda
   /* the weight gradients' form, split or not: the transposing TMA tile
    * (dt_gemm_tmt_kernel; kernels/dev/DEVICE_NOTES.md item 137) */
   return ta && !tb ? 3 : 1;
+}
+
+/* the dynamic shared memory (one) that a launch of at most nsm 128 tiles
+ * asks, so that the block scheduler cannot stack two blocks on one SM while
+ * others idle (the tile's own is static; half an SM's more leaves room for
+ * one block); the opt-in that allows it on each of the tile's forms */
+int dt_big_init(int *one, int *nsm) {
+  int dev, optin = 0, per_sm = 0;
+  CUDA_RET(cudaGetDevice(&dev));
+  CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_RET(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  CUDA_RET(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_RET(cuda_allow_optin(dt_gemm_big_kernel<0, 0>, optin));
+  CUDA_RET(cuda_allow_optin(dt_gemm_big_kernel<0, 1>, optin));
+  CUDA_RET(cuda_allow_optin(dt_gemm_big_kernel<1, 0>, optin));
+  CUDA_RET(cuda_allow_optin(dt_gemm_big_kernel<1, 1>, optin));
+  *one = per_sm / 2;
+  return 0;
 }
 
 int dt_pre(const cuda_dt_t *d) { return d->tc && d->tma && d->pre; }
@@ -335,8 +360,9 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
    * alone: a split launch never takes the tiles above or below */
   if (dt_big_takes(d, M, N, K, kper)) {
     const dim3 gb((unsigned)((N + DTB_T - 1) / DTB_T), (unsigned)((M + DTB_T - 1) / DTB_T), grid.z);
+    const size_t one = (long long)gb.x * gb.y * gb.z <= d->nsm ? (size_t)d->big_one : 0;
 #define DTB_GO(TA, TB) \
-  pdl_launch(dt_gemm_big_kernel<TA, TB>, gb, DTB_NT, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz)
+  pdl_launch(dt_gemm_big_kernel<TA, TB>, gb, DTB_NT, one, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz)
     switch (2 * ta + tb) {
       case 0: DTB_GO(0, 0); break;
       case 1: DTB_GO(0, 1); break;
@@ -474,7 +500,8 @@ extern "C" int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, in
                                 float *G, int *used) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
-  d.pz = cuda_pz_t{1, 0}, d.big = big;
+  d.pz = cuda_pz_t{1, 0}, d.big = big > 0, d.fwd = big == 2; /* 2: as dt_forward issues it */
+  if (d.fwd) CUDA_RET(dt_big_init(&d.big_one, &d.nsm));
   *used = dt_big_takes(&d, M, N, K, K);
   const int e = dt_gemm_op(&d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, bias, R, ldr, acc, op, G, 0);
   if (e) return e;

@@ -32,6 +32,7 @@
 #define DTB_LD (DTB_T + 4)   /* a stage row's floats: 16-byte aligned rows */
 #define DTB_NT 256           /* threads a block */
 #define DTB_MIN_BLOCKS 264   /* tiles a launch needs (members included) to take this tile: two an SM */
+#define DTB_FWD_MIN_BLOCKS 120 /* the forward's: one tile column, one block an SM (dt_big_takes) */
 
 #define DTB_FN __host__ __device__ __forceinline__
 #ifdef __CUDA_ARCH__

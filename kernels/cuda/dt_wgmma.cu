@@ -46,6 +46,13 @@
 #define DW_NS 4                   /* dt_gemm_tmt_kernel's TMA ring: chunks landed or in flight */
 #define DW_BOX (32 * 128)         /* bytes: a TMA box of 32 k x 32 rows */
 #define DW_TMT_SMEM ((DW_NS + 2) * DW_STAGE + 1024 + 8 * DW_NS) /* the ring, two stages, slack, mbarriers */
+static_assert(64 * DT_WG_SLD * 4 <= 2 * DW_STAGE, "the staged epilogue fits the first two stages");
+/* tokens (k, all members') from which dt_gemm_tmt_kernel leaves through
+ * the staged epilogue: a weight gradient of a step whose work fills the GPU
+ * (batch 256 alone, populations: fewer instructions pay), not of a lone
+ * step at batch 64, where the side streams' blocks should leave the SMs to
+ * the critical path soonest (kernels/dev/DEVICE_NOTES.md item 205) */
+#define DW_TMT_STAGED 8192
 
 // kernels
 
@@ -145,6 +152,7 @@ static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, 
  * gives it, each chunk waited for its loads (kernels/dev/DEVICE_NOTES.md
  * items 123, 137). The ring's slot s is refilled once every thread has
  * read it (the barrier before the stage's stores). */
+template <int STAGED>
 __global__ void __launch_bounds__(DW_NT, 2)
     dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
@@ -233,7 +241,12 @@ __global__ void __launch_bounds__(DW_NT, 2)
   }
   pdl_go();
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo) + z * cz, G = dt_off0(G, mo);
-  dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+  if (STAGED) {
+    __syncthreads(); /* every warp past the ring's last reads: its first slot is the epilogue's stage */
+    dt_wg_epilogue_staged(d, reinterpret_cast<float *>(sm), m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+  } else {
+    dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+  }
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
   (void)op, (void)G, (void)kper, (void)cz, (void)bpart, (void)pz;
@@ -314,8 +327,10 @@ int dt_wg_setup(void) {
   }
   const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
                      (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
-  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
-      cudaSuccess) {
+  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -359,8 +374,13 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
   if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, N, K, ldb, 32, DW_BK, pz.n, pz.stride))
     return 1;
-  pdl_launch(dt_gemm_tmt_kernel, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G, kper,
-             cz, bpart, pz);
+  /* the staged epilogue where the step's work fills the GPU (DW_TMT_STAGED) */
+  if ((long long)K * pz.n >= DW_TMT_STAGED)
+    pdl_launch(dt_gemm_tmt_kernel<1>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G,
+               kper, cz, bpart, pz);
+  else
+    pdl_launch(dt_gemm_tmt_kernel<0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G,
+               kper, cz, bpart, pz);
   return 0;
 }
 
