@@ -49,8 +49,8 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   }
   for (int i = 0; i < B * K; i++) mask[i] = i % K >= (i / K) % K;
   CK(cudaMemcpy(d.mask, mask, sizeof(float) * B * K, cudaMemcpyHostToDevice));
-  int used;
-  ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
+  int used, one;
+  ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &one), 0);
   ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: %d warps a slab ran, want %d (0: FFMA)", K, E, nh, tc,
                 used, want_tc);
   float *out[6], *dout[6] = {d.P, d.att, d.dS, d.dq, d.dk, d.dv};
@@ -154,15 +154,29 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
       "attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
       "dv %.2g; dk's column sums %.2g\n",
       K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
-  /* a rerun bit for bit */
-  ck_assert_int_eq(cuda_dt_attn_run(&d, &used), 0);
-  for (int i = 0; i < 6; i++) {
-    float *again = malloc(sizeof(float) * sz[i]);
-    CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
-    ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]), "K %d, E %d, tc %d: output %d differs on a rerun", K,
-                  E, tc, i);
-    free(again), free(out[i]);
+  /* a rerun bit for bit; then, where the TF32 backward's one-launch form
+   * fits, that form and the two launches against each other bit for bit
+   * (the rule picks one where the windows are at most the SM count) */
+  const int fits = d.attn_one, forms = used && fits ? 3 : 1;
+  if (used && fits)
+    ck_assert_msg(one == (B * nh <= d.nsm), "K %d, E %d, %d heads, %d windows: one launch %d, want %d (%d SMs)", K, E,
+                  nh, B, one, B * nh <= d.nsm, d.nsm);
+  for (int f = 0; f < forms; f++) {
+    if (f) d.attn_one = f == 1 ? 0 : 2;
+    int one_f;
+    ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &one_f), 0);
+    if (f) ck_assert_int_eq(one_f, f == 2);
+    for (int i = 0; i < 6; i++) {
+      float *again = malloc(sizeof(float) * sz[i]);
+      CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
+      ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]),
+                    "K %d, E %d, tc %d: output %d differs on a rerun (%s)", K, E, tc, i,
+                    f == 0 ? "the same form" : f == 1 ? "two launches" : "one launch");
+      free(again);
+    }
   }
+  if (forms > 1) printf("  the backward in one launch and in two: bit for bit\n");
+  for (int i = 0; i < 6; i++) free(out[i]);
   for (int i = 0; i < 4; i++) free(in[i]);
   free(mask), free(Pr), free(dP), free(Sr), free(dPm), free(pm);
   cuda_dt_free(&d);

@@ -53,15 +53,17 @@ static __host__ __device__ __forceinline__ int ldt_(int c) { return (c / 8) % 2 
 /* the shared floats of each kernel (dh: the head's width); red: the row
  * partials the slab's warps exchange (two [NS WS][16]) */
 #define ATC_RED (2 * DT_ATC_WS * DT_ATC_NP)
-static size_t fwd_floats(int NP, int dh) {
+static __host__ __device__ size_t fwd_floats(int NP, int dh) {
   /* Q, K [NP][lda(dh)], V [NP][ldt(dh)], the mask, red, the slabs' P
    * [NP][lda(NP)] (in Q's rows where those are wide enough) */
   return (size_t)NP * (2 * lda_(dh) + ldt_(dh)) + NP + ATC_RED + (dh >= NP ? 0 : (size_t)NP * lda_(NP));
 }
 /* dO, V [NP][lda(dh)], K [NP][ldt(dh)], the rest as the forward's */
-static size_t bq_floats(int NP, int dh) { return fwd_floats(NP, dh); }
+static __host__ __device__ size_t bq_floats(int NP, int dh) { return fwd_floats(NP, dh); }
 /* Q, dO [NP][ldt(dh)], P, dS [NP][ldt(NP)] */
 static size_t bkv_floats(int NP, int dh) { return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP)); }
+/* the one-launch backward: the first half's, then the second's */
+static size_t bwd_floats(int NP, int dh) { return bq_floats(NP, dh) + bkv_floats(NP, dh); }
 
 /* a thread's walk over an [rows][w] array in steps of blockDim.x elements:
  * (r, c) without a division a step */
@@ -235,7 +237,7 @@ static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *
  * (fp32; those within the window) and rounded to TF32 into the slab Sw
  * (rows lp apart) for the product that takes it */
 static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], float *Xg, int N, int NP, float *Sw,
-                                                int lp, const atc_warp_t &W) {
+                                                int lp, const atc_warp_t &W, float *Sf = nullptr, int lf = 0) {
 #pragma unroll
   for (int m = 0; m < DT_ATC_MT; m++) {
     const int j = W.hf + DT_ATC_WS * m;
@@ -245,6 +247,7 @@ static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], 
       const int c = 8 * j + 2 * W.t + (e & 1), r = e < 2 ? W.g : W.g + 8, i = W.r0 + r;
       if (i < N && c < N) Xg[(size_t)i * N + c] = x[m][e];
       Sw[r * lp + c] = __uint_as_float(f2tf32(x[m][e]));
+      if (Sf) Sf[i * lf + c] = x[m][e]; /* fp32, the whole [NP][NP] (zeros outside the window) */
     }
   }
 }
@@ -325,28 +328,23 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   out_rows(Pw, lp, Vs, lv, 1.0f, att, E, w, W);
 }
 
-/* grid (nh, B), warps as the forward's, slab r0 of queries: dP = dO V^T, dS =
- * P (dP - sum_j P dP) (fp32) into dS, dq = scale dS K */
-__global__ void __launch_bounds__(DT_ATC_NT)
-    dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
-                            float scale, float *dS, float *dq, cuda_pz_t pz) {
-  PDL_ENTER();
-  extern __shared__ float4 sm4[];
-  float *sm = reinterpret_cast<float *>(sm4);
-  const atc_win_t w(K, E, nh, pz);
+/* the backward's first half for the block's window, dO, V (rows la apart)
+ * and K (lt) staged and rounded at sm as dt_attn_tc_bwd_q_kernel lays them
+ * out: dP = dO V^T, dS = P (dP - sum_j P dP) (fp32) into dS (and, ONE, into
+ * Sf [NP][lf] in fp32 for the second half), dq = scale dS K. P's rows from
+ * P in global memory, or (ONE) from Pf ([NP][lf], fp32, zeros outside the
+ * window): the same floats. With ONE the block barrier after dS also ends
+ * every read of Pf; fin (every thread) then runs before dq's product. */
+template <int ONE, typename Fin>
+static __device__ __forceinline__ void bwd_q_body(float *sm, const float *P, const float *Pf, float *Sf, int lf,
+                                                  float scale, float *dS, float *dq, int E, const atc_win_t &w,
+                                                  const atc_warp_t &W, Fin fin) {
   const int N = w.N, NP = w.NP, dh = w.dh;
-  const size_t base = w.base, pb = w.pb;
-  const atc_warp_t W(NP);
+  const size_t pb = w.pb;
   const int la = lda_(dh), lt = ldt_(dh), g = W.g, t = W.t, r0 = W.r0;
   float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la, *red = Ks + NP * lt;
   const int wide = dh >= NP, lp = wide ? la : lda_(NP);
   float *Sw = wide ? Ds + r0 * la : red + ATC_RED + NP + r0 * lp; /* the slab's dS */
-  copy_rows(datt, base, N, NP, dh, E, Ds, la);
-  copy_rows(v, base, N, NP, dh, E, Vs, la);
-  copy_rows(k, base, N, NP, dh, E, Ks, lt);
-  landed();
-  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
-  __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8);
   float s[DT_ATC_MT][4];
   prod_abt(Ds + r0 * la, la, Vs, la, dh, jn, W, s);
@@ -357,7 +355,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int j = W.hf + DT_ATC_WS * m, c = 8 * j + 2 * t + (e & 1), i = r0 + (e < 2 ? g : g + 8);
-      pr[m][e] = j < jn && i < N && c < N ? P[pb + (size_t)i * N + c] : 0.0f;
+      pr[m][e] = j < jn && i < N && c < N ? (ONE ? Pf[i * lf + c] : P[pb + (size_t)i * N + c]) : 0.0f;
       const float d = pr[m][e] * s[m][e];
       if (e < 2)
         dot0 += d;
@@ -369,9 +367,47 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) s[m][e] = pr[m][e] * (s[m][e] - (e < 2 ? dot0 : dot1));
-  put_slab(s, dS + pb, N, NP, Sw, lp, W);
+  put_slab(s, dS + pb, N, NP, Sw, lp, W, ONE ? Sf : nullptr, lf);
   __syncthreads(); /* the slab's dS from its WS warps */
+  fin();
   out_rows(Sw, lp, Ks, lt, scale, dq, E, w, W);
+}
+
+/* the second half for the block's window, Q and dO (rows lt apart) and P
+ * (ln) staged and rounded, dS (ln) in fp32: dk = scale dS^T Q, dv = P^T dO,
+ * each key slab r0 over the queries from r0 on */
+static __device__ __forceinline__ void bwd_kv_body(const float *Qs, const float *Ds, const float *Ps, const float *Ss,
+                                                   int lt, int ln, float scale, float *dk, float *dv, int E,
+                                                   const atc_win_t &w, const atc_warp_t &W) {
+  const int k0 = W.r0 / 8, k1 = w.NP / 8; /* queries from the slab's first key on */
+  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < w.dh; u0 += 4) {
+    float o[4][4];
+    prod_av<1, 1>(Ss, ln, Qs, lt, w.dh, u0, k0, k1, W, o);
+    store_rows(o, dk, w.base, E, w.N, w.dh, u0, scale, W);
+    prod_av<1, 0>(Ps, ln, Ds, lt, w.dh, u0, k0, k1, W, o);
+    store_rows(o, dv, w.base, E, w.N, w.dh, u0, 1.0f, W);
+  }
+}
+
+/* grid (nh, B), warps as the forward's, slab r0 of queries: bwd_q_body */
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
+                            float scale, float *dS, float *dq, cuda_pz_t pz) {
+  PDL_ENTER();
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const atc_win_t w(K, E, nh, pz);
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const atc_warp_t W(NP);
+  const int la = lda_(dh), lt = ldt_(dh);
+  float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la;
+  copy_rows(datt, w.base, N, NP, dh, E, Ds, la);
+  copy_rows(v, w.base, N, NP, dh, E, Vs, la);
+  copy_rows(k, w.base, N, NP, dh, E, Ks, lt);
+  landed();
+  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+  __syncthreads();
+  bwd_q_body<0>(sm, P, nullptr, nullptr, 0, scale, dS, dq, E, w, W, [] {});
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of keys: dk = scale dS^T Q,
@@ -395,20 +431,45 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   landed();
   round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt), round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
   __syncthreads();
-  const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
-  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
-    float o[4][4];
-    prod_av<1, 1>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
-    store_rows(o, dk, base, E, N, dh, u0, scale, W);
-    prod_av<1, 0>(Ps, ln, Ds, lt, dh, u0, k0, k1, W, o);
-    store_rows(o, dv, base, E, N, dh, u0, 1.0f, W);
-  }
+  bwd_kv_body(Qs, Ds, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
+}
+
+/* both halves in one launch (dt_attn_tc_bwd's rule): the window's operands
+ * all staged at once (dO twice, in each half's layout), dS handed from the
+ * first half to the second in shared memory; the same products on the same
+ * staged floats as the two launches, so the same bits */
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_bwd_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v, int K,
+                          int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv, cuda_pz_t pz) {
+  PDL_ENTER();
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const atc_win_t w(K, E, nh, pz);
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const atc_warp_t W(NP);
+  const int la = lda_(dh), lt = ldt_(dh), ln = ldt_(NP);
+  float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la; /* the first half's, as dt_attn_tc_bwd_q_kernel's */
+  float *Qs = sm + bq_floats(NP, dh), *Dt = Qs + NP * lt, *Ps = Dt + NP * lt, *Ss = Ps + NP * ln; /* the second's */
+  copy_rows(datt, w.base, N, NP, dh, E, Ds, la);
+  copy_rows(v, w.base, N, NP, dh, E, Vs, la);
+  copy_rows(k, w.base, N, NP, dh, E, Ks, lt);
+  copy_rows(q, w.base, N, NP, dh, E, Qs, lt);
+  copy_rows(datt, w.base, N, NP, dh, E, Dt, lt);
+  copy_nn(P, w.pb, N, NP, Ps, ln);
+  landed();
+  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+  round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt);
+  __syncthreads();
+  /* P in fp32 for the first half, then rounded in place for dv's product */
+  bwd_q_body<1>(sm, P, Ps, Ss, ln, scale, dS, dq, E, w, W, [&] { round_nn(NP, Ps, ln); });
+  __syncthreads(); /* Ps rounded, Ss whole */
+  bwd_kv_body(Qs, Dt, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
 
 // launchers
 
-int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
-  *fits = 0;
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one) {
+  *fits = 0, *one = 0;
   const int N = 3 * L->K, NP = atc_np(N), dh = L->E / L->nh;
   if (NP > DT_ATC_NP || dh % 8) return 0;
   int dev, optin = 0;
@@ -423,6 +484,10 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits) {
   CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel, optin));
   CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel, optin));
   *fits = 1;
+  if (sizeof(float) * bwd_floats(NP, dh) <= (size_t)optin) {
+    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel, optin));
+    *one = 1;
+  }
   return 0;
 }
 
@@ -443,6 +508,11 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
+  if (dt_attn_tc_bwd_one(d)) {
+    pdl_launch(dt_attn_tc_bwd_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bwd_floats(NP, dh), st, P, datt,
+               q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz);
+    return (int)cudaGetLastError();
+  }
   pdl_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
              v, K, E, nh, scale, dS, dq, d->pz);
   CUDA_RET(cudaGetLastError());
@@ -451,8 +521,17 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   return (int)cudaGetLastError();
 }
 
-extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws) {
+/* the backward in one launch where its windows (members' included) are at
+ * most one a multiprocessor: its ~210 KB of shared memory at the reference
+ * sizes allow one block an SM, where each half alone allows two (measured:
+ * kernels/dev/DEVICE_NOTES.md item 209) */
+int dt_attn_tc_bwd_one(const cuda_dt_t *d) {
+  return d->attn_one == 2 || (d->attn_one == 1 && (long long)d->L.nh * d->B * d->pz.n <= d->nsm);
+}
+
+extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *one) {
   *ws = dt_attn_uses_tc(d) ? DT_ATC_WS : 0;
+  *one = *ws && dt_attn_tc_bwd_one(d);
   CUDA_RET(dt_attn(d, d->q, d->k, d->v, d->P, d->att, 0));
   CUDA_RET(dt_attn_bwd(d, d->P, d->datt, d->q, d->k, d->v, d->dS, d->dq, d->dk, d->dv, 0));
   return (int)cudaDeviceSynchronize();

@@ -86,6 +86,10 @@ typedef struct cuda_dt {
   size_t csum_cap;                        /* floats each */
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   int attn_tc;                            /* the shapes fit dt_attn_tc.cu's mma.sync kernels (run with tc) */
+  int attn_one;                           /* with attn_tc, 1 where the backward's one-launch form fits the
+                                           * device's shared memory (cuda_dt_alloc): dt_attn_tc_bwd_one's rule;
+                                           * the tests set 0 (always its two launches) or 2 (always one where
+                                           * it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
@@ -162,8 +166,9 @@ int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta,
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
  * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
  * *ws: 0 on the FFMA kernels, else on dt_attn_tc.cu's TF32 kernels with
- * *ws warps a slab; synchronised. 0 or a cudaError_t. */
-int cuda_dt_attn_run(cuda_dt_t *d, int *ws);
+ * *ws warps a slab; *one: 1 where their backward ran as one launch;
+ * synchronised. 0 or a cudaError_t. */
+int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *one);
 #ifdef __cplusplus
 }
 #endif
@@ -632,7 +637,10 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
 /* dt_attn_tc.cu: the same with TF32 operands on mma.sync, for windows of up
  * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
  * dt_attn_bwd call them where tc and the shapes allow */
-int dt_attn_tc_init(const dt_layout_t *L, int *fits);
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one);
+/* 1 where dt_attn_tc_bwd runs the backward as one launch: attn_one, and at
+ * most an SM's worth of windows (members' included) */
+int dt_attn_tc_bwd_one(const cuda_dt_t *d);
 /* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
  * member's buffers keep their rows 16-byte aligned */
 int dt_attn_uses_tc(const cuda_dt_t *d);
