@@ -184,21 +184,6 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
                   "%s: the step with pre-rounded operands differs from the one rounding in the tiles (loss %.9g, "
                   "%.9g)", what, loss, loss0);
     d.pre = 1;
-    /* the attention's one-launch forms (the forward with W_o where one
-     * head, the backward's two halves; by their rules where the windows are
-     * at most the SM count) all off, then on at every size where they fit:
-     * the same bits as the step above */
-    const int fo = d.attn_o, fone = d.attn_one;
-    for (int f = 0; f < 2; f++) {
-      d.attn_o = f && fo ? 2 : 0, d.attn_one = f && fone ? 2 : 0;
-      const double lf = run_gpu(&d, p, &bt, g2, NULL, NULL);
-      ck_assert_msg(lf == loss && !memcmp(g, g2, sizeof(float) * P),
-                    "%s: the step with the attention's one-launch forms %s differs (loss %.9g, %.9g)", what,
-                    f ? "everywhere" : "off", loss, lf);
-    }
-    printf("  the attention's one-launch forms (forward with W_o: %s, backward: %s) and the two-launch ones: bit for "
-           "bit\n", fo ? "fits" : "does not fit", fone ? "fits" : "does not fit");
-    d.attn_o = fo, d.attn_one = fone;
   }
   cuda_dt_free(&d);
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);

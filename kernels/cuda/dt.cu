@@ -294,7 +294,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
-  if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc, &d->attn_one, &d->attn_o);
+  if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc, &d->attn_one);
   if (e == cudaSuccess) e = (cudaError_t)dt_head_init(L, &d->head_wpb);
   if (e == cudaSuccess) e = (cudaError_t)dt_big_init(&d->big_one, &d->nsm);
   d->wg = dt_wg_setup();
@@ -406,12 +406,8 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
-    if (dt_attn_o_takes(d)) { /* both in one launch (the same bits) */
-      CUDA_RET(dt_attn_tc_o(d, q, k, v, d->P + l * NN, att, fw(d, o->o_w, wl + DT_WT_O * EE), p + o->o_b, Xl, xm, st));
-    } else {
-      CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
-      CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
-    }
+    CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
+    CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
     /* u = W_1 h2 + b_1, gl = gelu(u) and gd = gelu'(u), one GEMM (gl rounded under dt_pre) */
     CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, fw(d, o->m1_w, wl + DT_WT_1 * EE), E, 1, gd, F, p + o->m1_b,

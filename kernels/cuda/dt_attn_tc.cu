@@ -64,8 +64,6 @@ static __host__ __device__ size_t bq_floats(int NP, int dh) { return fwd_floats(
 static size_t bkv_floats(int NP, int dh) { return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP)); }
 /* the one-launch backward: the first half's, then the second's */
 static size_t bwd_floats(int NP, int dh) { return bq_floats(NP, dh) + bkv_floats(NP, dh); }
-/* the forward with W_o's product (one head: dh = E): the forward's, then W [E][lda(E)] */
-static size_t o_floats(int NP, int dh) { return fwd_floats(NP, dh) + (size_t)dh * lda_(dh); }
 
 /* a thread's walk over an [rows][w] array in steps of blockDim.x elements:
  * (r, c) without a division a step */
@@ -256,79 +254,19 @@ static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], 
 
 /* X's slab rows (window w) = scale Sw V over the keys the slab's queries see */
 static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const float *V, int lv, float scale, float *X,
-                                                int E, const atc_win_t &w, const atc_warp_t &W, float *Xs = nullptr,
-                                                int lx = 0) {
+                                                int E, const atc_win_t &w, const atc_warp_t &W) {
   const int kn = min(w.NP, W.r0 + 16) / 8;
   for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < w.dh; u0 += 4) {
     float o[4][4];
     prod_av<0, 0>(Sw, lp, V, lv, w.dh, u0, 0, kn, W, o);
     store_rows(o, X, w.base, E, w.N, w.dh, u0, scale, W);
-    if (Xs) /* and the slab's rows (all 16) rounded to TF32 into Xs, rows lx apart */
-#pragma unroll
-      for (int u = 0; u < 4; u++) {
-        const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u)) + 2 * W.t;
-        if (c >= w.dh) break;
-#pragma unroll
-        for (int e = 0; e < 4; e++) Xs[(W.g + (e < 2 ? 0 : 8)) * lx + c + (e & 1)] = __uint_as_float(f2tf32(o[u][e] * scale));
-      }
   }
 }
 
-/* the forward's next linear layer in the same launch (dt_attn_tc_o): y = x
- * + att W^T + b with W [E][E] rounded to TF32 already (wr), one head */
-struct dt_attn_o_t {
-  const float *w, *b, *x;
-  float *y;
-};
-
-/* the slab's rows of y = x + As W^T + b (As: the slab's att rows, rounded,
- * rows la apart; Ws: W's rows, lw apart), each warp the output's 8-column
- * tiles hf + WS u, every 8-k step in k order from zero (as the wgmma tiles
- * sum it) and the epilogue's (v + b) + x (dt_ep_store's): the same bits as
- * the TMA tile on att and W */
-static __device__ __forceinline__ void o_rows(const float *As, int la, const float *Ws, int lw, const dt_attn_o_t &o,
-                                              int E, const atc_win_t &w, const atc_warp_t &W) {
-  const int g = W.g, t = W.t, i0 = W.r0 + g, i1 = i0 + 8;
-  for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < E; u0 += 4) {
-    float acc[4][4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0;
-    for (int kk = 0; kk < E; kk += 8) {
-      const unsigned a[4] = {__float_as_uint(As[g * la + kk + t]), __float_as_uint(As[(g + 8) * la + kk + t]),
-                             __float_as_uint(As[g * la + kk + t + 4]), __float_as_uint(As[(g + 8) * la + kk + t + 4])};
-#pragma unroll
-      for (int u = 0; u < 4; u++) {
-        const int j = W.hf + DT_ATC_WS * (u0 + u);
-        if (8 * j < E)
-          mma_tf32(acc[u], a, __float_as_uint(Ws[(8 * j + g) * lw + kk + t]),
-                   __float_as_uint(Ws[(8 * j + g) * lw + kk + t + 4]));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u)) + 2 * t;
-      if (c >= E) break;
-      const float b0 = o.b[w.mf + c], b1 = o.b[w.mf + c + 1];
-      if (i0 < w.N) {
-        const size_t r = w.base + (size_t)i0 * E + c;
-        const float2 x = *reinterpret_cast<const float2 *>(o.x + r);
-        *reinterpret_cast<float2 *>(o.y + r) = make_float2(acc[u][0] + b0 + x.x, acc[u][1] + b1 + x.y);
-      }
-      if (i1 < w.N) {
-        const size_t r = w.base + (size_t)i1 * E + c;
-        const float2 x = *reinterpret_cast<const float2 *>(o.x + r);
-        *reinterpret_cast<float2 *>(o.y + r) = make_float2(acc[u][2] + b0 + x.x, acc[u][3] + b1 + x.y);
-      }
-    }
-  }
-}
-
-/* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E]; O:
- * also o's product (one head), W staged beside the window from the start */
-template <int O>
+/* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
-                      float scale, float *P, float *att, dt_attn_o_t o, cuda_pz_t pz) {
+                      float scale, float *P, float *att, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
@@ -344,9 +282,6 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_rows(q, base, N, NP, dh, E, Qs, lq);
   copy_rows(k, base, N, NP, dh, E, Ks, lq);
   copy_rows(v, base, N, NP, dh, E, Vs, lv);
-  const int lw = lda_(E);
-  float *Ws = sm + fwd_floats(NP, dh); /* O: W's rows */
-  if (O) copy_rows(o.w, w.mf, E, E, E, E, Ws, lw);
   for (int j = threadIdx.x; j < NP; j += blockDim.x) Mv[j] = j < N && mask[w.mf + (size_t)w.b * K + j / 3] != 0;
   landed();
   round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
@@ -389,14 +324,8 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     for (int e = 0; e < 4; e++) s[m][e] = (e < 2 ? q0 : q1) ? s[m][e] / (e < 2 ? sum0 : sum1) : 0.0f;
   put_slab(s, P + w.pb, N, NP, Pw, lp, W);
   __syncthreads(); /* the slab's P from its WS warps */
-  /* att rows = P V (a padded query's P row is zeros, so its row is zeros);
-   * O: the slab's att rows also rounded into its rows of K (free since the
-   * scores: slab_reduce's barrier), then y's rows */
-  out_rows(Pw, lp, Vs, lv, 1.0f, att, E, w, W, O ? Ks + r0 * lq : nullptr, lq);
-  if (O) {
-    __syncthreads(); /* the slab's att rows from its WS warps */
-    o_rows(Ks + r0 * lq, lq, Ws, lw, o, E, w, W);
-  }
+  /* att rows = P V (a padded query's P row is zeros, so its row is zeros) */
+  out_rows(Pw, lp, Vs, lv, 1.0f, att, E, w, W);
 }
 
 /* the backward's first half for the block's window, dO, V (rows la apart)
@@ -539,8 +468,8 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 
 // launchers
 
-int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *fo) {
-  *fits = 0, *one = 0, *fo = 0;
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one) {
+  *fits = 0, *one = 0;
   const int N = 3 * L->K, NP = atc_np(N), dh = L->E / L->nh;
   if (NP > DT_ATC_NP || dh % 8) return 0;
   int dev, optin = 0;
@@ -551,17 +480,13 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *fo) {
                           : sizeof(float) * bq_floats(NP, dh);
   if (most > (size_t)optin || sizeof(float) * bkv_floats(NP, dh) > (size_t)optin) return 0;
   /* the device's whole opt-in, as dt_attn_init sets its kernels' */
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel<0>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel, optin));
   CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel, optin));
   CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel, optin));
   *fits = 1;
   if (sizeof(float) * bwd_floats(NP, dh) <= (size_t)optin) {
     CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel, optin));
     *one = 1;
-  }
-  if (L->nh == 1 && sizeof(float) * o_floats(NP, dh) <= (size_t)optin) {
-    CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel<1>, optin));
-    *fo = 1;
   }
   return 0;
 }
@@ -572,31 +497,8 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  const dt_attn_o_t none = {NULL, NULL, NULL, NULL};
-  pdl_launch(dt_attn_tc_kernel<0>, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
-             d->mask, K, E, nh, scale, P, att, none, d->pz);
-  return (int)cudaGetLastError();
-}
-
-/* the forward's attention and W_o in one launch where its windows (members'
- * included) are at most one an SM: a block's ~170 KB of shared memory at the
- * reference sizes allow one an SM (kernels/dev/DEVICE_NOTES.md item 210);
- * one head, W_o's TF32 copy (dt_pre) and the wgmma tiles W_o would take
- * otherwise (the same bits) */
-int dt_attn_o_takes(const cuda_dt_t *d) {
-  if (!d->attn_o || !dt_attn_uses_tc(d) || !d->wg || !dt_pre(d)) return 0;
-  return d->attn_o == 2 || (long long)d->B * d->pz.n <= d->nsm;
-}
-
-int dt_attn_tc_o(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
-                 const float *wo, const float *bo, const float *x, float *y, cudaStream_t st) {
-  const dt_layout_t *L = &d->L;
-  const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
-  const float scale = 1.0f / sqrtf((float)dh);
-  const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  const dt_attn_o_t o = {wo, bo, x, y};
-  pdl_launch(dt_attn_tc_kernel<1>, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * o_floats(NP, dh), st, q, k, v,
-             d->mask, K, E, nh, scale, P, att, o, d->pz);
+  pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
+             d->mask, K, E, nh, scale, P, att, d->pz);
   return (int)cudaGetLastError();
 }
 

@@ -90,9 +90,6 @@ typedef struct cuda_dt {
                                            * device's shared memory (cuda_dt_alloc): dt_attn_tc_bwd_one's rule;
                                            * the tests set 0 (always its two launches) or 2 (always one where
                                            * it fits): the same bits */
-  int attn_o;                             /* with attn_tc, 1 where the forward's attention and W_o fit one
-                                           * launch (one head; cuda_dt_alloc): dt_attn_o_takes' rule; the tests
-                                           * set 0 (never) or 2 (always where it may): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
@@ -640,18 +637,10 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
 /* dt_attn_tc.cu: the same with TF32 operands on mma.sync, for windows of up
  * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
  * dt_attn_bwd call them where tc and the shapes allow */
-int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *fo);
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one);
 /* 1 where dt_attn_tc_bwd runs the backward as one launch: attn_one, and at
  * most an SM's worth of windows (members' included) */
 int dt_attn_tc_bwd_one(const cuda_dt_t *d);
-/* 1 where dt_forward runs a layer's attention and W_o as one launch
- * (dt_attn_tc_o): attn_o, tensor cores with dt_pre on wgmma, and at most an
- * SM's worth of windows (members' included) */
-int dt_attn_o_takes(const cuda_dt_t *d);
-/* the attention (P, att) and y = x + att wo^T + bo in one launch; wo W_o's
- * TF32 copy ([E][E], dt_pre's wr) */
-int dt_attn_tc_o(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
-                 const float *wo, const float *bo, const float *x, float *y, cudaStream_t st);
 /* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
  * member's buffers keep their rows 16-byte aligned */
 int dt_attn_uses_tc(const cuda_dt_t *d);
