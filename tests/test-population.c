@@ -481,9 +481,14 @@ END_TEST
  * the bytes of a lone twin that saw the same calls. DT config 0: small
  * windows in fp32 (the attention a block a window); on CUDA also 1: the
  * reference DT sizes (context 20, embed 128, 3 layers, batch 64) in TF32,
- * and 2: context 80, whose windows take the block-a-query attention. */
+ * 2: context 80, whose windows take the block-a-query attention, and 3:
+ * config 1 at batch 140, whose 8,400 tokens a member put the weight
+ * gradients on the transposing TMA tile's register-operand form (its own
+ * bias-sum order, chosen by a member's shapes alone: dt_wgmma.cu's
+ * DW_TMT_RS; config 1, whose members together pass that count, checks
+ * that the rule counts a member's tokens alone). */
 #ifdef POP_TEST_CUDA
-#define DT_CONFIGS 3
+#define DT_CONFIGS 4
 #else
 #define DT_CONFIGS 1
 #endif
@@ -492,11 +497,12 @@ static learner_config_t dt_config(int which) {
   c.noisy = 0, c.prioritized = 0, c.replay_capacity = 400;
   c.dt_layers = 2, c.dt_context = 4, c.dt_embed = 16, c.dt_heads = 2, c.dt_max_ep_len = 30, c.dt_batch = 12;
   c.dt_rtg_scale = 4, c.hp.dt_lr = 3e-3f, c.hp.dt_warmup = 6;
-  if (which == 1) { /* the reference network, whose shapes the TF32 step covers */
+  if (which == 1 || which == 3) { /* the reference network, whose shapes the TF32 step covers */
     learner_config_default(&c);
     c.replay_capacity = 3000, c.seed = 40, c.tensor_cores = 1;
     c.dt_layers = 3, c.dt_context = 20, c.dt_embed = 128, c.dt_heads = 1, c.dt_max_ep_len = 200, c.dt_batch = 64;
     c.dt_rtg_scale = 4, c.hp.dt_lr = 3e-3f, c.hp.dt_warmup = 6;
+    if (which == 3) c.dt_batch = 140;
   } else if (which == 2) {
     c.dt_layers = 1, c.dt_context = 80, c.dt_max_ep_len = 120, c.dt_batch = 4;
   }

@@ -53,6 +53,11 @@ static_assert(64 * DT_WG_SLD * 4 <= 2 * DW_STAGE, "the staged epilogue fits the 
  * step at batch 64, where the side streams' blocks should leave the SMs to
  * the critical path soonest (kernels/dev/DEVICE_NOTES.md item 205) */
 #define DW_TMT_STAGED 8192
+/* a member's tokens (k) from which dt_gemm_tmt_kernel takes op(A) as
+ * wgmma's register operand (batch 256: 15,360; kernels/dev/DEVICE_NOTES.md
+ * item 212). Its bias sums run in their own order, so the rule reads the
+ * shapes alone: a member in a population takes the form it takes alone. */
+#define DW_TMT_RS 8192
 
 // kernels
 
@@ -140,6 +145,56 @@ static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, 
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* op(A)'s chunk as wgmma's register operand, from the boxes TMA landed
+ * (dw_lds's layout): a[4 kk + q] is row 16 w + lane / 4 + 8 (q % 2), k 8 kk
+ * + lane % 4 + 4 (q / 2), rounded to TF32 (f2tf32, as dw_store rounds:
+ * the same operands); k >= kn zeros. A quarter warp's 8 loads fall in 4
+ * banks twice over (two ways), where dw_lds's float4s and dw_store's
+ * transposing stores took two passes and wgmma a third. With BS, s[0] and
+ * s[1] also add the unrounded floats of the thread's two rows in k order
+ * (the bias gradient's sums: this form's own order, so a rule that picks
+ * it may depend on the shapes alone, never on the members). */
+template <int BS>
+static __device__ __forceinline__ void dw_frag(const unsigned char *box, int kn, uint32_t (&a)[16], float *s) {
+  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
+  const unsigned char *b = box + (w / 2) * DW_BOX;
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int r = 16 * (w % 2) + g + 8 * (q % 2), k = 8 * kk + t + 4 * (q / 2);
+      const float v = k < kn ? *reinterpret_cast<const float *>(b + k * 128 + (((r / 4) ^ (k % 8)) << 4) + 4 * (r % 4))
+                             : 0.0f;
+      a[4 * kk + q] = f2tf32(v);
+      if (BS) s[q % 2] += v;
+    }
+}
+
+/* a fragment's registers held (live, unmoved) across an asynchronous wgmma */
+static __device__ __forceinline__ void dw_pin_a(uint32_t (&a)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+/* chunk c's wgmma group, op(A) from registers and op(B) on the stage at sb */
+static __device__ __forceinline__ void dw_mma_chunk_rs(float (&d)[32], uint32_t (&a)[16], uint32_t sb) {
+  fence_proxy_async(); /* this thread's stores of op(B)'s chunk, for wgmma */
+  __syncthreads();
+  wgmma_fence();
+  dw_pin(d);
+  const unsigned long long db = wg_desc(sb);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    const uint32_t ak[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+    wgmma_tf32_m64n64k8_rs(d, ak, db + 2 * kk);
+  }
+  wgmma_commit();
+  dw_pin(d);
+  dw_pin_a(a);
+}
+#endif
+
 /* dt_gemm_wg_kernel<1, 0>'s call (the weight gradients: both operands'
  * rows contiguous) with the chunks brought by TMA instead of each thread's
  * loads: thread 0 keeps DW_NS chunks landed or in flight in a ring (boxes of
@@ -151,8 +206,18 @@ static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, 
  * flight a block, and at the two blocks an SM the weight gradients' split
  * gives it, each chunk waited for its loads (kernels/dev/DEVICE_NOTES.md
  * items 123, 137). The ring's slot s is refilled once every thread has
- * read it (the barrier before the stage's stores). */
-template <int STAGED>
+ * read it (the barrier before the stage's stores).
+ * STAGED: the staged epilogue (DW_TMT_STAGED). RS (DW_TMT_RS, with
+ * STAGED): op(A) as wgmma's register operand straight from the landed
+ * boxes (dw_frag: no transposing stores for it, and wgmma reads only op(B)
+ * from shared memory), the same rounded operands in the same k8 steps, so
+ * the same product bits (test-gpu-dt); its bias sums add the fragments'
+ * floats, in their own order. Where the weight gradients share the GPU
+ * with the critical path (a lone step at batch 64) the fragments' loads,
+ * which wait for the group two chunks back, lengthen each chunk: +2%;
+ * where the work fills the GPU, -0.5 to -1.2% (kernels/dev/DEVICE_NOTES.md
+ * item 212). */
+template <int STAGED, int RS>
 __global__ void __launch_bounds__(DW_NT, 2)
     dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
@@ -196,36 +261,89 @@ __global__ void __launch_bounds__(DW_NT, 2)
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
   dw_pin(d);
-  for (int c = 0; c < nk; c++) {
-    const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
-    while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
-    }
-    const unsigned char *slot = sm + s * DW_STAGE;
-    dw_lds(slot, kn, ra);
-    dw_lds(slot + DW_OP, kn, rb);
-    if (bsum)
+  /* slot s's op(A) floats into the bias sums: bs[4 h + j] += rows 4 (lane /
+   * 16) + 8 w + 32 h + j at k lane % 16 (+ 16), in chunk order */
+  if (RS) {
+    /* op(A) as wgmma's register operand (dw_frag), op(B) through the
+     * transposing stores: chunk c's fragments in a, free once chunk c - 2's
+     * group, which read them and the B stage chunk c goes to, completed */
+    uint32_t fa0[16], fa1[16]; /* the even chunks' and the odd chunks' */
 #pragma unroll
-      for (int i = 0; i < DW_NL; i++) {
-        float *b = bs + 4 * (i / 2);
-        b[0] += ra[i].x, b[1] += ra[i].y, b[2] += ra[i].z, b[3] += ra[i].w;
+    for (int i = 0; i < 16; i++) fa0[i] = 0u, fa1[i] = 0u;
+    auto chunk = [&](int c, uint32_t(&a)[16]) {
+      const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
+      while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
       }
-    /* chunk c - 2's group read the stage chunk c goes to */
-    wgmma_wait<1>();
-    dw_pin(d);
-    __syncthreads(); /* every thread past slot s's reads and that group */
-    if (tid == 0 && c + DW_NS < nk) {
-      fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
-      issue(c + DW_NS);
+      const unsigned char *slot = sm + s * DW_STAGE;
+      dw_lds(slot + DW_OP, kn, rb);
+      wgmma_wait<1>();
+      dw_pin(d);
+      dw_pin_a(a);
+      if (bsum)
+        dw_frag<1>(slot, kn, a, bs);
+      else
+        dw_frag<0>(slot, kn, a, bs);
+      __syncthreads(); /* every thread past slot s's reads and that group */
+      if (tid == 0 && c + DW_NS < nk) {
+        fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
+        issue(c + DW_NS);
+      }
+      dw_store<0>(sm + DW_NS * DW_STAGE + (c & 1) * DW_OP, rb);
+      dw_mma_chunk_rs(d, a, ops + (uint32_t)((c & 1) * DW_OP));
+    };
+    for (int c = 0; c < nk; c += 2) {
+      chunk(c, fa0);
+      if (c + 1 < nk) chunk(c + 1, fa1);
     }
-    unsigned char *stg = sm + DW_NS * DW_STAGE + (c & 1) * DW_STAGE;
-    dw_store<0>(stg, ra);
-    dw_store<0>(stg + DW_OP, rb);
-    dw_mma_chunk(d, ops + (uint32_t)((c & 1) * DW_STAGE));
+    wgmma_wait<0>();
+    dw_pin(d);
+    dw_pin_a(fa0);
+    dw_pin_a(fa1);
+  } else {
+    for (int c = 0; c < nk; c++) {
+      const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
+      while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
+      }
+      const unsigned char *slot = sm + s * DW_STAGE;
+      dw_lds(slot, kn, ra);
+      dw_lds(slot + DW_OP, kn, rb);
+      if (bsum)
+#pragma unroll
+        for (int i = 0; i < DW_NL; i++) {
+          float *b = bs + 4 * (i / 2);
+          b[0] += ra[i].x, b[1] += ra[i].y, b[2] += ra[i].z, b[3] += ra[i].w;
+        }
+      /* chunk c - 2's group read the stage chunk c goes to */
+      wgmma_wait<1>();
+      dw_pin(d);
+      __syncthreads(); /* every thread past slot s's reads and that group */
+      if (tid == 0 && c + DW_NS < nk) {
+        fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
+        issue(c + DW_NS);
+      }
+      unsigned char *stg = sm + DW_NS * DW_STAGE + (c & 1) * DW_STAGE;
+      dw_store<0>(stg, ra);
+      dw_store<0>(stg + DW_OP, rb);
+      dw_mma_chunk(d, ops + (uint32_t)((c & 1) * DW_STAGE));
+    }
+    wgmma_wait<0>();
+    dw_pin(d);
   }
-  wgmma_wait<0>();
-  dw_pin(d);
   const long long mo = dt_moz(pz);
-  if (bsum) { /* the 16 lanes of a row set (lane / 16) summed in a fixed tree; part z's row m0 + r at bpart[z M + m0 + r] */
+  if (bsum && RS) { /* the 4 lanes of a row (lane % 4) summed in a fixed tree; part z's row m0 + r at bpart[z M + m0 + r] */
+    const int lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) bs[i] += __shfl_xor_sync(0xffffffffu, bs[i], o);
+    float *bp = dt_off(bpart, mo) + (size_t)z * M + m0;
+    if (lane % 4 == 0)
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const int r = 16 * (tid / 32) + lane / 4 + 8 * i;
+        if (m0 + r < M) bp[r] = bs[i];
+      }
+  } else if (bsum) { /* the 16 lanes of a row set (lane / 16) summed in a fixed tree */
     const int lane = tid % 32;
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -327,9 +445,11 @@ int dt_wg_setup(void) {
   }
   const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
                      (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
-  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
           cudaSuccess ||
-      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
           cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -374,13 +494,17 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
   if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, N, K, ldb, 32, DW_BK, pz.n, pz.stride))
     return 1;
-  /* the staged epilogue where the step's work fills the GPU (DW_TMT_STAGED) */
-  if ((long long)K * pz.n >= DW_TMT_STAGED)
-    pdl_launch(dt_gemm_tmt_kernel<1>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G,
-               kper, cz, bpart, pz);
+  /* the staged epilogue where the step's work fills the GPU (DW_TMT_STAGED),
+   * op(A) from registers where a member's own tokens do (DW_TMT_RS) */
+  if (K >= DW_TMT_RS)
+    pdl_launch(dt_gemm_tmt_kernel<1, 1>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
+  else if ((long long)K * pz.n >= DW_TMT_STAGED)
+    pdl_launch(dt_gemm_tmt_kernel<1, 0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
   else
-    pdl_launch(dt_gemm_tmt_kernel<0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op, G,
-               kper, cz, bpart, pz);
+    pdl_launch(dt_gemm_tmt_kernel<0, 0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
   return 0;
 }
 

@@ -54,6 +54,24 @@ __device__ __forceinline__ void wgmma_tf32_m64n64k8(float (&d)[32], unsigned lon
         "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db));
 }
+/* wgmma_tf32_m64n64k8 with A from registers: a[q] (TF32 bit patterns) is
+ * row 16 w + lane / 4 + 8 (q % 2), k lane % 4 + 4 (q / 2) of warp w's
+ * rows (the layout of mma.sync's m16n8k8 A, a warp a 16-row slab); the
+ * registers are read asynchronously, so they must hold until the group's
+ * wait */
+__device__ __forceinline__ void wgmma_tf32_m64n64k8_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                       unsigned long long db) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 /* before a warpgroup's first wgmma on registers it wrote; after its wgmma
  * (one group); wait until at most n groups are in flight */
 __device__ __forceinline__ void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
