@@ -91,6 +91,7 @@ typedef struct cuda_dt {
                                            * the tests set 0 (always its two launches) or 2 (always one where
                                            * it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
+  int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -653,8 +654,9 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
  * cross-entropy) from the last block's output X, into xs, xhf, rf, z, dz
  * and loss_step; its backward (dxs, and dX: LN_f's input gradient);
  * dt_head_init: the warps a block for L's rows (cudaErrorInvalidValue where
- * one row does not fit shared memory) */
-int dt_head_init(const dt_layout_t *L, int *wpb);
+ * one row does not fit shared memory), and whether the heads' weights are
+ * staged beside them (sw) */
+int dt_head_init(const dt_layout_t *L, int *wpb, int *sw);
 int dt_head_fwd(const cuda_dt_t *d, const float *X, cudaStream_t st);
 int dt_head_bwd(const cuda_dt_t *d, cudaStream_t st);
 /* dt.cu: the forward without the loss's sum (cuda_dt_loss_grad's; the

@@ -23,6 +23,19 @@
 
 // kernels
 
+/* the heads' weights (every branch's rows, branch d's row c at (off_d + c)
+ * E) into shared memory at w, by the block's threads in turn: each
+ * warp's logits then read them there instead of one L2 round trip a
+ * logit (the same floats, the same sums) */
+static __device__ __forceinline__ void dt_head_stage(const dt_layout_t &L, const float *p, float *w) {
+  for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
+    const float *src = p + L.head_w[d];
+    float *dst = w + (size_t)off * L.E;
+    for (int i = threadIdx.x; i < L.n[d] * L.E; i += blockDim.x) dst[i] = src[i];
+  }
+  __syncthreads();
+}
+
 /* The forward's end at the state tokens, one warp a step (the heads read
  * nothing else): LN_f of the step's state token (3t + 1 of its window) into
  * xs, xhf and rf; the logits z = xs W_d^T + b_d of every branch d, each an
@@ -32,21 +45,24 @@
  * A padded step's z, dz and CE are 0, as the CPU's. One launch where LN_f
  * over every token, the state tokens' gather, a GEMM a branch and the
  * cross-entropy were six on the step's critical path
- * (kernels/dev/DEVICE_NOTES.md item 150). Shared memory: a warp's y (E
- * floats) and z (A floats). */
+ * (kernels/dev/DEVICE_NOTES.md item 150). Shared memory: with sw, the heads'
+ * weights (A x E floats, dt_head_stage); then a warp's y (E floats) and z
+ * (A floats). */
 __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float *p, const float *mask,
                                const int32_t *actions, int BK, float *xs, float *xhf, float *rf, float *z, float *dz,
-                               float *loss_step, const float *sums, cuda_pz_t pz) {
+                               float *loss_step, const float *sums, int sw, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float dth_sh[];
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
-  if (s >= BK) return;
   const long long mo = dt_mo(pz);
-  X = dt_off(X, mo), p = dt_off(p, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo), xs = dt_off(xs, mo);
+  p = dt_off(p, mo);
+  const int E = L.E, A = L.A, K = L.K;
+  if (sw) dt_head_stage(L, p, dth_sh);
+  if (s >= BK) return;
+  X = dt_off(X, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo), xs = dt_off(xs, mo);
   xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), z = dt_off(z, mo), dz = dt_off(dz, mo);
   loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
-  const int E = L.E, A = L.A, K = L.K;
-  float *y = dth_sh + (size_t)w * (E + A), *zs = y + E;
+  float *y = dth_sh + (sw ? (size_t)A * E : 0) + (size_t)w * (E + A), *zs = y + E;
   const size_t tok = (size_t)(s / K) * 3 * K + 3 * (s % K) + 1, row = (size_t)s * E;
   const float r = dt_ln_row(X + tok * E, E, lane, p + L.lnf_w, p + L.lnf_b, xhf + row, y, 0);
   if (lane == 0) rf[s] = r;
@@ -59,7 +75,7 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
   }
   for (int d = 0, off = 0; d < L.D; off += L.n[d], d++)
     for (int c = 0; c < L.n[d]; c++) {
-      const float *wr = p + L.head_w[d] + (size_t)c * E;
+      const float *wr = sw ? dth_sh + (size_t)(off + c) * E : p + L.head_w[d] + (size_t)c * E;
       float a = 0;
       for (int e = lane; e < E; e += 32) a += y[e] * wr[e];
       for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
@@ -87,26 +103,29 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
 /* dxs = sum over the branches d of dz_d W_d (each element an fp32 sum
  * over the A logits in order), and dX = LN_f's input gradient of dxs at the
  * step's state token, zeros at its return and action tokens (res NULL: dX
- * is the gradient alone); one warp a step. Shared memory: a warp's dy (E
- * floats) and dz (A floats). */
+ * is the gradient alone); one warp a step. Shared memory: with sw, the
+ * heads' weights (dt_head_stage); then a warp's dy (E floats) and dz (A
+ * floats). */
 __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const float *dz, const float *xhf,
-                                   const float *rf, int BK, float *dxs, float *dX, cuda_pz_t pz) {
+                                   const float *rf, int BK, float *dxs, float *dX, int sw, cuda_pz_t pz) {
   PDL_ENTER();
   extern __shared__ float dth_sh[];
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
-  if (s >= BK) return;
   const long long mo = dt_mo(pz);
-  p = dt_off(p, mo), dz = dt_off(dz, mo), xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), dxs = dt_off(dxs, mo);
-  dX = dt_off(dX, mo);
+  p = dt_off(p, mo);
   const int E = L.E, A = L.A, K = L.K;
-  float *dy = dth_sh + (size_t)w * (E + A), *dzs = dy + E;
+  if (sw) dt_head_stage(L, p, dth_sh);
+  if (s >= BK) return;
+  dz = dt_off(dz, mo), xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), dxs = dt_off(dxs, mo);
+  dX = dt_off(dX, mo);
+  float *dy = dth_sh + (sw ? (size_t)A * E : 0) + (size_t)w * (E + A), *dzs = dy + E;
   for (int c = lane; c < A; c += 32) dzs[c] = dz[(size_t)s * A + c];
   __syncwarp();
   const size_t tok = (size_t)(s / K) * 3 * K + 3 * (s % K) + 1, row = (size_t)s * E;
   for (int e = lane; e < E; e += 32) {
     float a = 0;
     for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
-      const float *wd = p + L.head_w[d] + e;
+      const float *wd = sw ? dth_sh + (size_t)off * E + e : p + L.head_w[d] + e;
       for (int c = 0; c < L.n[d]; c++) a += dzs[off + c] * wd[(size_t)c * E];
     }
     dy[e] = a, dxs[row + e] = a;
@@ -118,18 +137,26 @@ __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const fl
 
 // launchers
 
-static size_t head_smem(int wpb, const dt_layout_t *L) { return sizeof(float) * (size_t)wpb * (L->E + L->A); }
+static size_t head_smem(int wpb, int sw, const dt_layout_t *L) {
+  return sizeof(float) * ((size_t)wpb * (L->E + L->A) + (sw ? (size_t)L->A * L->E : 0));
+}
 
-int dt_head_init(const dt_layout_t *L, int *wpb) {
+int dt_head_init(const dt_layout_t *L, int *wpb, int *sw) {
   int dev, optin = 0;
   CUDA_RET(cudaGetDevice(&dev));
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  /* four steps a block where their rows fit the default 48 KB, fewer
-   * otherwise; a row past that takes the device's opt-in, as dt_attn_init */
-  *wpb = 4;
-  while (*wpb > 1 && head_smem(*wpb, L) > 48 * 1024) *wpb /= 2;
-  if (head_smem(1, L) > (size_t)optin) return (int)cudaErrorInvalidValue; /* a row (E + A floats) past shared memory */
-  if (head_smem(1, L) > 48 * 1024) {
+  /* eight steps a block where their rows fit the default 48 KB, fewer
+   * otherwise; a row past that takes the device's opt-in, as dt_attn_init.
+   * The heads' weights staged beside them where all of it fits the
+   * default 48 KB (the reference heads: 7.5 KB), read from L2 otherwise.
+   * Eight steps with the weights staged: -0.9% a TF32 step at batch 64;
+   * four with them, or eight without, a tie or worse
+   * (kernels/dev/DEVICE_NOTES.md item 213) */
+  *wpb = 8;
+  while (*wpb > 1 && head_smem(*wpb, 0, L) > 48 * 1024) *wpb /= 2;
+  if (head_smem(1, 0, L) > (size_t)optin) return (int)cudaErrorInvalidValue; /* a row (E + A floats) past shared memory */
+  *sw = head_smem(*wpb, 1, L) <= 48 * 1024;
+  if (head_smem(1, 0, L) > 48 * 1024) {
     CUDA_RET(cuda_allow_optin(dt_head_kernel, optin));
     CUDA_RET(cuda_allow_optin(dt_head_bwd_kernel, optin));
   }
@@ -139,15 +166,16 @@ int dt_head_init(const dt_layout_t *L, int *wpb) {
 int dt_head_fwd(const cuda_dt_t *d, const float *X, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int BK = d->B * L->K, wpb = d->head_wpb;
-  pdl_launch(dt_head_kernel, dt_grid(d, dim3((unsigned)((BK + wpb - 1) / wpb))), 32 * wpb, head_smem(wpb, L), st, *L,
-             X, d->p, d->mask, d->actions, BK, d->xs, d->xhf, d->rf, d->z, d->dz, d->loss_step, d->sums, d->pz);
+  pdl_launch(dt_head_kernel, dt_grid(d, dim3((unsigned)((BK + wpb - 1) / wpb))), 32 * wpb,
+             head_smem(wpb, d->head_sw, L), st, *L, X, d->p, d->mask, d->actions, BK, d->xs, d->xhf, d->rf, d->z,
+             d->dz, d->loss_step, d->sums, d->head_sw, d->pz);
   return (int)cudaGetLastError();
 }
 
 int dt_head_bwd(const cuda_dt_t *d, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int BK = d->B * L->K, wpb = d->head_wpb;
-  pdl_launch(dt_head_bwd_kernel, dt_grid(d, dim3((unsigned)((BK + wpb - 1) / wpb))), 32 * wpb, head_smem(wpb, L), st,
-             *L, d->p, d->dz, d->xhf, d->rf, BK, d->dxs, d->dX, d->pz);
+  pdl_launch(dt_head_bwd_kernel, dt_grid(d, dim3((unsigned)((BK + wpb - 1) / wpb))), 32 * wpb,
+             head_smem(wpb, d->head_sw, L), st, *L, d->p, d->dz, d->xhf, d->rf, BK, d->dxs, d->dX, d->head_sw, d->pz);
   return (int)cudaGetLastError();
 }
