@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(DW_NT, 2)
   /* with bpart, the blocks of column block 0 also sum op(A)'s rows (the
    * bias gradient's part: dy's columns over the part's tokens) in fp32 from
    * the landed floats: this thread's 8 rows (4 (lane / 16) + 8 w + 32 h +
-   * j, h < 2, j < 4) over its k, in chunk order */
+   * j, h < 2, j < 4) over its k, in chunk order; under RS its fragments'
+   * two rows (16 w + lane / 4 (+ 8), bs[0] and bs[1]) over theirs */
   const int bsum = bpart != NULL && blockIdx.x == 0;
   float bs[8];
 #pragma unroll
@@ -261,8 +262,6 @@ __global__ void __launch_bounds__(DW_NT, 2)
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
   dw_pin(d);
-  /* slot s's op(A) floats into the bias sums: bs[4 h + j] += rows 4 (lane /
-   * 16) + 8 w + 32 h + j at k lane % 16 (+ 16), in chunk order */
   if (RS) {
     /* op(A) as wgmma's register operand (dw_frag), op(B) through the
      * transposing stores: chunk c's fragments in a, free once chunk c - 2's
