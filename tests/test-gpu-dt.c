@@ -172,6 +172,16 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
   ck_assert_msg(fabs(loss - want) <= tl * fabs(want), "%s: loss %.9g, cpu %.9g", what, loss, want);
   run_gpu(&d, p, &bt, g2, NULL, NULL);
   ck_assert_msg(!memcmp(g, g2, sizeof(float) * P), "%s: a rerun's gradient differs", what);
+  /* the heads' kernels reading the heads' weights from L2 (head_sw 0: the
+   * form for heads too large for shared memory) against their staged copy
+   * (every shape here stages them): the same floats in the same sums, so
+   * the same bits */
+  ck_assert_int_eq(d.head_sw, 1);
+  d.head_sw = 0;
+  const double lossw = run_gpu(&d, p, &bt, g2, NULL, NULL);
+  ck_assert_msg(lossw == loss && !memcmp(g, g2, sizeof(float) * P),
+                "%s: the heads read from L2 differ from the staged heads (loss %.9g, %.9g)", what, loss, lossw);
+  d.head_sw = 1;
   if (tc) {
     /* every tile rounding every operand itself (pre 0) against the
      * producers' rounded h1, h2, gl and weights that the TMA tile does not
