@@ -23,17 +23,55 @@
 
 // kernels
 
+/* floats of shared memory the staged heads take (dt_head_stage) */
+static __host__ __device__ __forceinline__ size_t dt_head_wsz(const dt_layout_t &L) {
+  return (size_t)L.A * L.E + L.A;
+}
+
 /* the heads' weights (every branch's rows, branch d's row c at (off_d + c)
- * E) into shared memory at w, by the block's threads in turn: each
- * warp's logits then read them there instead of one L2 round trip a
- * logit (the same floats, the same sums) */
+ * E) and then their biases (logit off_d + c at A E + off_d + c) into
+ * shared memory at w, by the block's threads in turn: each warp's logits
+ * then read them there instead of one L2 round trip a logit (the same
+ * floats, the same sums) */
 static __device__ __forceinline__ void dt_head_stage(const dt_layout_t &L, const float *p, float *w) {
   for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
     const float *src = p + L.head_w[d];
     float *dst = w + (size_t)off * L.E;
     for (int i = threadIdx.x; i < L.n[d] * L.E; i += blockDim.x) dst[i] = src[i];
+    for (int i = threadIdx.x; i < L.n[d]; i += blockDim.x) w[(size_t)L.A * L.E + off + i] = p[L.head_b[d] + i];
   }
   __syncthreads();
+}
+
+/* the logits zs[j] = y . W_j + b_j of every branch from the staged heads
+ * (W_j at w + j E, b_j at w + A E + j), DT_HEAD_G at a time: each lane's
+ * partial sums (elements lane, lane + 32, .. in turn) of the group side by
+ * side, then their trees level by level, so the group's dot products
+ * overlap where one after another each waited out its own chain. Each
+ * logit is the same sum in the same order as one at a time: the same
+ * bits. */
+#define DT_HEAD_G 8
+static __device__ __forceinline__ void dt_head_logits(const float *w, const float *y, int A, int E, int lane,
+                                                      float *zs) {
+  for (int j0 = 0; j0 < A; j0 += DT_HEAD_G) {
+    float a[DT_HEAD_G];
+#pragma unroll
+    for (int u = 0; u < DT_HEAD_G; u++) a[u] = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+      const float ye = y[e];
+#pragma unroll
+      for (int u = 0; u < DT_HEAD_G; u++)
+        if (j0 + u < A) a[u] += ye * w[(size_t)(j0 + u) * E + e];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < DT_HEAD_G; u++) a[u] += __shfl_xor_sync(0xffffffffu, a[u], o);
+    if (lane == 0)
+#pragma unroll
+      for (int u = 0; u < DT_HEAD_G; u++)
+        if (j0 + u < A) zs[j0 + u] = a[u] + w[(size_t)A * E + j0 + u];
+  }
 }
 
 /* The forward's end at the state tokens, one warp a step (the heads read
@@ -62,7 +100,7 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
   X = dt_off(X, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo), xs = dt_off(xs, mo);
   xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), z = dt_off(z, mo), dz = dt_off(dz, mo);
   loss_step = dt_off(loss_step, mo), sums = dt_off(sums, mo);
-  float *y = dth_sh + (sw ? (size_t)A * E : 0) + (size_t)w * (E + A), *zs = y + E;
+  float *y = dth_sh + (sw ? dt_head_wsz(L) : 0) + (size_t)w * (E + A), *zs = y + E;
   const size_t tok = (size_t)(s / K) * 3 * K + 3 * (s % K) + 1, row = (size_t)s * E;
   const float r = dt_ln_row(X + tok * E, E, lane, p + L.lnf_w, p + L.lnf_b, xhf + row, y, 0);
   if (lane == 0) rf[s] = r;
@@ -73,31 +111,41 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
     if (lane == 0) loss_step[s] = 0;
     return;
   }
-  for (int d = 0, off = 0; d < L.D; off += L.n[d], d++)
-    for (int c = 0; c < L.n[d]; c++) {
-      const float *wr = sw ? dth_sh + (size_t)(off + c) * E : p + L.head_w[d] + (size_t)c * E;
-      float a = 0;
-      for (int e = lane; e < E; e += 32) a += y[e] * wr[e];
-      for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-      if (lane == 0) zs[off + c] = a + p[L.head_b[d] + c];
-    }
+  if (sw) {
+    dt_head_logits(dth_sh, y, A, E, lane, zs);
+  } else {
+    for (int d = 0, off = 0; d < L.D; off += L.n[d], d++)
+      for (int c = 0; c < L.n[d]; c++) {
+        const float *wr = p + L.head_w[d] + (size_t)c * E;
+        float a = 0;
+        for (int e = lane; e < E; e += 32) a += y[e] * wr[e];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0) zs[off + c] = a + p[L.head_b[d] + c];
+      }
+  }
   __syncwarp();
   for (int c = lane; c < A; c += 32) zr[c] = zs[c];
-  if (lane != 0) return;
+  /* the cross-entropy: every lane the same branch maxima, sums and ce (the
+   * same floats in the same order, so the same values in every lane), the
+   * exps of a round of 32 actions one a lane, handed to the sums in order
+   * by shuffles */
   const float inv = 1.0f / ((float)L.D * sums[1]);
   const int32_t a = actions[s];
   float ce = 0;
   for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
-    const int ad = (a / L.radix_after[d]) % L.n[d];
+    const int nd = L.n[d], ad = (a / L.radix_after[d]) % nd;
     float mx = -INFINITY;
-    for (int c = 0; c < L.n[d]; c++) mx = fmaxf(mx, zs[off + c]);
+    for (int c = 0; c < nd; c++) mx = fmaxf(mx, zs[off + c]);
     float se = 0;
-    for (int c = 0; c < L.n[d]; c++) se += expf(zs[off + c] - mx);
+    for (int c0 = 0; c0 < nd; c0 += 32) {
+      const float ez = c0 + lane < nd ? expf(zs[off + c0 + lane] - mx) : 0.0f;
+      for (int c = 0; c < 32 && c0 + c < nd; c++) se += __shfl_sync(0xffffffffu, ez, c);
+    }
     const float lse = mx + logf(se);
     ce += lse - zs[off + ad];
-    for (int c = 0; c < L.n[d]; c++) dr[off + c] = (expf(zs[off + c] - lse) - (c == ad ? 1.0f : 0.0f)) * inv;
+    for (int c = lane; c < nd; c += 32) dr[off + c] = (expf(zs[off + c] - lse) - (c == ad ? 1.0f : 0.0f)) * inv;
   }
-  loss_step[s] = ce / (float)L.D;
+  if (lane == 0) loss_step[s] = ce / (float)L.D;
 }
 
 /* dxs = sum over the branches d of dz_d W_d (each element an fp32 sum
@@ -118,7 +166,7 @@ __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const fl
   if (s >= BK) return;
   dz = dt_off(dz, mo), xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), dxs = dt_off(dxs, mo);
   dX = dt_off(dX, mo);
-  float *dy = dth_sh + (sw ? (size_t)A * E : 0) + (size_t)w * (E + A), *dzs = dy + E;
+  float *dy = dth_sh + (sw ? dt_head_wsz(L) : 0) + (size_t)w * (E + A), *dzs = dy + E;
   for (int c = lane; c < A; c += 32) dzs[c] = dz[(size_t)s * A + c];
   __syncwarp();
   const size_t tok = (size_t)(s / K) * 3 * K + 3 * (s % K) + 1, row = (size_t)s * E;
@@ -138,7 +186,7 @@ __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const fl
 // launchers
 
 static size_t head_smem(int wpb, int sw, const dt_layout_t *L) {
-  return sizeof(float) * ((size_t)wpb * (L->E + L->A) + (sw ? (size_t)L->A * L->E : 0));
+  return sizeof(float) * ((size_t)wpb * (L->E + L->A) + (sw ? dt_head_wsz(*L) : 0));
 }
 
 int dt_head_init(const dt_layout_t *L, int *wpb, int *sw) {
