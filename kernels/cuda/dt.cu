@@ -276,7 +276,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
            {&d->xs, BK * E},    {&d->z, BK * L->A},  {&d->dz, BK * L->A},     {&d->loss_step, BK},
            {&d->dX, NE},        {&d->dxm, NE},       {&d->dh, NE},            {&d->dq, NE},          {&d->dk, NE},
            {&d->dv, NE},        {&d->datt, NE},      {&d->du, d->tmp_cap},     {&d->dS, NN},
-           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4},
+           {&d->dxf, NE},       {&d->dxs, BK * E},   {&d->tmp, d->tmp_cap},   {&d->sums, 4}, {&d->dhkv, 2 * NE},
            {&d->st_real, BK * L->S},            {&d->csum[0], d->csum_cap},              {&d->csum[1], d->csum_cap},
            {&d->csum[2], d->csum_cap},          {&d->wT, NL * DT_WT_FLOATS * E * E},
            {&d->wr, NL * DT_WT_FLOATS * E * E}};
@@ -318,7 +318,7 @@ extern "C" void cuda_dt_free(cuda_dt_t *d) {
                  &d->xh1, &d->r1,  &d->q,      &d->k,    &d->v,    &d->P,    &d->att, &d->xm, &d->h2,  &d->xh2,
                  &d->r2,  &d->gd,  &d->gl,     &d->xhf,  &d->rf,   &d->xs,  &d->z,  &d->dz,  &d->loss_step,
                  &d->dX,  &d->dxm, &d->dh,     &d->dq,   &d->dk,   &d->dv,   &d->datt, &d->du, &d->dS,
-                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT,
+                 &d->dxf, &d->dxs, &d->tmp,    &d->sums, &d->dhkv, &d->st_real, &d->csum[0], &d->csum[1], &d->csum[2], &d->wT,
                  &d->wr};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) dev_free(*f[i]), *f[i] = NULL;
   dev_free(d->actions), dev_free(d->timesteps);

@@ -361,13 +361,16 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
     CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
     /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by
-     * side into dh and du's first two T x E (free once LN2's sums and W_1's
-     * gradient have read them), added in that order by LN1's backward */
+     * side into dh and dhkv's two T x E (free once LN2's sums and the layer
+     * above's LN1 sums have read them), added in that order by LN1's
+     * backward. dhkv is theirs alone: in du, the products waited for W_1's
+     * weight gradient on DT_SIDE_W, and the next layer's W_2 input gradient
+     * (du's writer) for LN1's sums (kernels/dev/DEVICE_NOTES.md item 218) */
     CUDA_RET(after_reads(d, DT_RD_DH, st));
-    CUDA_RET(after_reads(d, DT_RD_DU, st));
+    CUDA_RET(after_reads(d, DT_RD_HKV, st));
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_V));
-    float *dhk = d->du, *dhv = d->du + NE;
+    float *dhk = d->dhkv, *dhv = d->dhkv + NE;
     CUDA_RET(lin_dx(d, p + o->q_w, wt + DT_WT_Q * EE, d->dq, T, E, E, d->dh, NULL, st));
     CUDA_RET(lin_dx(d, p + o->k_w, wt + DT_WT_K * EE, d->dk, T, E, E, dhk, NULL, d->side[DT_SIDE_K]));
     CUDA_RET(lin_dx(d, p + o->v_w, wt + DT_WT_V * EE, d->dv, T, E, E, dhv, NULL, d->side[DT_SIDE_V]));
@@ -376,7 +379,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     /* dX = dxm (the residual) + LN1's input gradient */
     CUDA_RET(after_reads(d, DT_RD_DX, st));
     CUDA_RET(ln_bwd(d, d->dh, dhk, dhv, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, d->dxm,
-                    g + o->ln1_w, g + o->ln1_b, 1u << DT_RD_DH | 1u << DT_RD_DU, st));
+                    g + o->ln1_w, g + o->ln1_b, 1u << DT_RD_DH | 1u << DT_RD_HKV, st));
   }
   /* LN_embed, then the embeddings (dx0 in dxf), beside the weight
    * gradients still on DT_SIDE_W: the scratch here is du's two halves (a

@@ -41,7 +41,7 @@
 #define DT_SIDES 5
 /* the buffers the backward's side streams read that its own stream writes
  * again (cuda_dt_t.rd) */
-enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXS, DT_RD_N };
+enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXS, DT_RD_HKV, DT_RD_N };
 
 typedef struct cuda_dt {
   dt_layout_t L;
@@ -74,6 +74,7 @@ typedef struct cuda_dt {
   float *z, *dz;                          /* logits and their gradient [B K, A] */
   float *loss_step;                       /* [B K]: each real step's branch-mean CE (0 for padding) */
   float *dX, *dxm, *dh, *dq, *dk, *dv, *datt, *du, *dS, *dxf, *dxs, *tmp; /* the backward's */
+  float *dhkv;                            /* [2][T, E]: h1's gradient's k and v terms (dk W_k, dv W_v) */
   float *st_real;                         /* [B K, S]: the real steps' states (zeros for padding), W_s's gradient */
   float *wT;                              /* [L][12 E^2]: each block's W_q, W_k, W_v, W_o, W_1, W_2 transposed (DT_WT_*),
                                            * made at the backward's start where the TMA tile runs (tc, tma): the
