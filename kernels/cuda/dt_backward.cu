@@ -295,6 +295,19 @@ static int lin_bwd(cuda_dt_t *d, int64_t w, const float *wt, int64_t b, const fl
   return lin_dx(d, d->p + w, wt, dy, T, in, out, dx, gu, st);
 }
 
+/* W_v's weight gradient on DT_SIDE_LN after LN1's sums, its split-K
+ * scratch in dhkv (cap floats), instead of last on DT_SIDE_W: at batch 64
+ * that stream's weight gradients run back to back through the backward and
+ * end it (kernels/dev/DEVICE_NOTES.md item 220). Only where dhkv gives the
+ * split and the fused bias sums that d->tmp gives, so the same bits; the
+ * shapes alone decide, so a member is its lone twin */
+static int v_wgrad_on_ln(const cuda_dt_t *d, const float *h1, int T, int E, size_t cap) {
+  const int depth = dt_wgrad_depth(d->tc);
+  return dt_wgrad_parts(E, E, T, cap, depth) == dt_wgrad_parts(E, E, T, d->tmp_cap, depth) &&
+         dt_wgrad_fuses(d, E, E, T, d->dv, E, 1, h1, E, 0, cap) &&
+         dt_wgrad_fuses(d, E, E, T, d->dv, E, 1, h1, E, 0, d->tmp_cap);
+}
+
 /* every side stream's work, for st */
 static int join_all(cuda_dt_t *d, cudaStream_t st) {
   for (int i = 0; i < DT_SIDES; i++) CUDA_RET(dt_join(d, st, i));
@@ -359,7 +372,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
     CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
     CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
-    CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
+    const int v_ln = v_wgrad_on_ln(d, h1, T, E, 2 * NE);
+    if (!v_ln) CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
     /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by
      * side into dh and dhkv's two T x E (free once LN2's sums and the layer
      * above's LN1 sums have read them), added in that order by LN1's
@@ -380,6 +394,13 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(after_reads(d, DT_RD_DX, st));
     CUDA_RET(ln_bwd(d, d->dh, dhk, dhv, d->xh1 + l * NE, d->r1 + (size_t)l * T, p + o->ln1_w, T, E, d->dX, d->dxm,
                     g + o->ln1_w, g + o->ln1_b, 1u << DT_RD_DH | 1u << DT_RD_HKV, st));
+    if (v_ln) { /* after LN1's backward and sums have read dhkv, its split-K scratch */
+      CUDA_RET(dt_fork_one(d, st, DT_SIDE_LN));
+      CUDA_RET(dt_gemm_wgrad(d, E, E, T, d->dv, E, 1, h1, E, 0, g + o->v_w, E, g + o->v_b, d->dhkv, 2 * NE,
+                             d->side[DT_SIDE_LN]));
+      CUDA_RET(mark(d, DT_RD_HKV, DT_SIDE_LN));
+      CUDA_RET(mark(d, DT_RD_QKV, DT_SIDE_LN));
+    }
   }
   /* LN_embed, then the embeddings (dx0 in dxf), beside the weight
    * gradients still on DT_SIDE_W: the scratch here is du's two halves (a
