@@ -27,8 +27,9 @@
  * gradients off its critical path: the weight gradients (and their split-K
  * scratch d->tmp) on DT_SIDE_W, the biases' column sums (and the loss's
  * sum) on DT_SIDE_B, the LayerNorms' gamma and beta sums (one pass,
- * dt_colsum_pair) on DT_SIDE_LN, each in the order it always had, so the
- * same sums; k's and v's input gradients on DT_SIDE_K and DT_SIDE_V beside
+ * dt_colsum_pair) on DT_SIDE_LN, and there too each layer's W_v gradient
+ * after LN1's sums (its split-K scratch dhkv, dt_backward.cu), each in the
+ * order it always had, so the same sums; k's and v's input gradients on DT_SIDE_K and DT_SIDE_V beside
  * q's, and at the end the state embedding's and the time rows' gradients
  * there beside the other rows'. The first DT_READERS are the ones that read
  * what the backward's own stream writes again (cuda_dt_t.rd). */
