@@ -356,8 +356,8 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     const float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE;
     const float *att = d->att + l * NE, *h2 = d->h2 + l * NE, *gd = d->gd + l * NF, *gl = d->gl + l * NF;
     const float *P = d->P + l * NN;
-    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM (du's readers: the
-     * layer above's W_1 gradient and LN1 sums) */
+    /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM (du's reader: the
+     * layer above's W_1 gradient; LN1 reads dhkv) */
     CUDA_RET(after_reads(d, DT_RD_DU, st));
     CUDA_RET(lin_bwd(d, o->m2_w, wt + DT_WT_2 * EE, o->m2_b, gl, d->dX, T, F, E, d->du, gd, DT_RD_DX, st));
     CUDA_RET(after_reads(d, DT_RD_DH, st));
@@ -405,7 +405,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
   /* LN_embed, then the embeddings (dx0 in dxf), beside the weight
    * gradients still on DT_SIDE_W: the scratch here is du's two halves (a
    * split that depends on the shapes alone), free once the last layer's W_1
-   * gradient and LN1 sums have read it */
+   * gradient has read it */
   CUDA_RET(after_reads(d, DT_RD_DU, st));
   const size_t half = d->tmp_cap / 2 / 64 * 64; /* du's two halves: the chunked rows', the state GEMM's */
   float *scr = d->du, *scr2 = d->du + half;
