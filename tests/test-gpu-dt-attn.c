@@ -49,8 +49,8 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   }
   for (int i = 0; i < B * K; i++) mask[i] = i % K >= (i / K) % K;
   CK(cudaMemcpy(d.mask, mask, sizeof(float) * B * K, cudaMemcpyHostToDevice));
-  int used, one;
-  ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &one), 0);
+  int used, form;
+  ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &form), 0);
   ck_assert_msg(used == want_tc, "K %d, E %d, %d heads, tc %d: %d warps a slab ran, want %d (0: FFMA)", K, E, nh, tc,
                 used, want_tc);
   float *out[6], *dout[6] = {d.P, d.att, d.dS, d.dq, d.dk, d.dv};
@@ -154,28 +154,39 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
       "attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
       "dv %.2g; dk's column sums %.2g\n",
       K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
-  /* a rerun bit for bit; then, where the TF32 backward's one-launch form
-   * fits, that form and the two launches against each other bit for bit
-   * (the rule picks one where the windows are at most the SM count) */
-  const int fits = d.attn_one, forms = used && fits ? 3 : 1;
-  if (used && fits)
-    ck_assert_msg(one == (B * nh <= d.nsm), "K %d, E %d, %d heads, %d windows: one launch %d, want %d (%d SMs)", K, E,
-                  nh, B, one, B * nh <= d.nsm, d.nsm);
-  for (int f = 0; f < forms; f++) {
-    if (f) d.attn_one = f == 1 ? 0 : 2;
-    int one_f;
-    ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &one_f), 0);
-    if (f) ck_assert_int_eq(one_f, f == 2);
+  /* a rerun bit for bit; then, with the TF32 kernels, each backward form
+   * that fits (two launches, one, the pair of blocks a window) against the
+   * first run bit for bit. The rule: the pair where two blocks a window are
+   * at most the SM count, else one launch where the windows are, else two. */
+  const int windows = B * nh;
+  if (used) {
+    const int want = d.attn_pair && 2 * windows <= d.nsm ? DT_ATC_PAIR
+                     : d.attn_one && windows <= d.nsm    ? DT_ATC_ONE
+                                                         : DT_ATC_TWO;
+    ck_assert_msg(form == want, "K %d, E %d, %d heads, %d windows: form %d, want %d (%d SMs, one %d, pair %d)", K, E,
+                  nh, B, form, want, d.nsm, d.attn_one, d.attn_pair);
+  }
+  const int fits[4] = {1, 1, d.attn_one, d.attn_pair};
+  int ran = 0;
+  for (int f = 0; f < (used ? 4 : 1); f++) {
+    if (!fits[f]) continue;
+    if (f) d.attn_form = f - 1;
+    int form_f;
+    ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &form_f), 0);
+    if (f) ck_assert_int_eq(form_f, f - 1);
     for (int i = 0; i < 6; i++) {
       float *again = malloc(sizeof(float) * sz[i]);
       CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
       ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]),
                     "K %d, E %d, tc %d: output %d differs on a rerun (%s)", K, E, tc, i,
-                    f == 0 ? "the same form" : f == 1 ? "two launches" : "one launch");
+                    f == 0 ? "the same form" : f == 1 ? "two launches" : f == 2 ? "one launch" : "the pair");
       free(again);
     }
+    ran += f > 0;
   }
-  if (forms > 1) printf("  the backward in one launch and in two: bit for bit\n");
+  if (used)
+    printf("  the backward's forms (two launches%s%s): %d, bit for bit\n", d.attn_one ? ", one" : "",
+           d.attn_pair ? ", the pair" : "", ran);
   for (int i = 0; i < 6; i++) free(out[i]);
   for (int i = 0; i < 4; i++) free(in[i]);
   free(mask), free(Pr), free(dP), free(Sr), free(dPm), free(pm);

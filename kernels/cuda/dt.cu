@@ -294,7 +294,8 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = cudaMemset(d->actions, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = cudaMemset(d->timesteps, 0, sizeof(int32_t) * BK);
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_init(L, &d->attn_win);
-  if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc, &d->attn_one);
+  if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc, &d->attn_one, &d->attn_pair);
+  d->attn_form = -1;
   if (e == cudaSuccess) e = (cudaError_t)dt_head_init(L, &d->head_wpb, &d->head_sw);
   if (e == cudaSuccess) e = (cudaError_t)dt_big_init(&d->big_one, &d->nsm);
   d->wg = dt_wg_setup();

@@ -35,6 +35,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <cooperative_groups.h>
+
 #include "smem_optin.cuh"
 #include "cp_async.cuh"
 #include "cuda_check.h"
@@ -64,6 +66,12 @@ static __host__ __device__ size_t bq_floats(int NP, int dh) { return fwd_floats(
 static size_t bkv_floats(int NP, int dh) { return (size_t)NP * (2 * ldt_(dh) + 2 * ldt_(NP)); }
 /* the one-launch backward: the first half's, then the second's */
 static size_t bwd_floats(int NP, int dh) { return bq_floats(NP, dh) + bkv_floats(NP, dh); }
+/* the pair's blocks (one size for both): the first half's and P in fp32
+ * [NP][ldt(NP)], or the second half's */
+static size_t pair_floats(int NP, int dh) {
+  const size_t a = bq_floats(NP, dh) + (size_t)NP * ldt_(NP), b = bkv_floats(NP, dh);
+  return a > b ? a : b;
+}
 
 /* a thread's walk over an [rows][w] array in steps of blockDim.x elements:
  * (r, c) without a division a step */
@@ -123,14 +131,14 @@ struct atc_warp_t {
   }
 };
 
-/* the block's window: b of head h (grid (nh, B)), N tokens padded to NP,
+/* the block's window: b of head h (grid (nh, B), or h_ given), N tokens padded to NP,
  * head width dh; mf the member's offset (floats), base its head's first
  * element in [T, E] rows, pb its [N, N] block in [B, nh, N, N] */
 struct atc_win_t {
   int N, NP, h, b, dh;
   size_t mf, base, pb;
-  __device__ __forceinline__ atc_win_t(int K, int E, int nh, cuda_pz_t pz) {
-    N = 3 * K, NP = atc_np(N), h = (int)blockIdx.x, b = (int)blockIdx.y, dh = E / nh;
+  __device__ __forceinline__ atc_win_t(int K, int E, int nh, cuda_pz_t pz, int h_ = -1) {
+    N = 3 * K, NP = atc_np(N), h = h_ < 0 ? (int)blockIdx.x : h_, b = (int)blockIdx.y, dh = E / nh;
     mf = dt_mf(pz), base = mf + (size_t)b * N * E + (size_t)h * dh, pb = mf + ((size_t)b * nh + h) * N * N;
   }
 };
@@ -466,15 +474,101 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   bwd_kv_body(Qs, Dt, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
 
+/* the thread-block cluster's barrier (every thread of both blocks), in two
+ * halves: arrive (release: this thread's writes, shared memory of the
+ * other block's included, seen by the threads that wait) and wait
+ * (acquire); each thread waits once between two arrivals */
+static __device__ __forceinline__ void pair_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pair_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+/* the backward as a pair of blocks a window (a cluster of 2 along x: grid
+ * (2 nh, B), block 2 h + r): block 0 stages dO, V, K and P (fp32) and runs
+ * the first half (dS, dq) as the one-launch form does, writing dS in fp32
+ * straight into block 1's shared memory; block 1 stages Q, dO and P
+ * (rounded), runs dv = P^T dO meanwhile (it needs no dS), then waits for dS
+ * and runs dk = scale dS^T Q. The same products on the same staged floats
+ * as both other forms, so the same bits; the window's four products run as
+ * two chains of two on two SMs, each staging half of what the one-launch
+ * form stages. The cluster's first barrier (both blocks started) comes
+ * before any write into the other block's shared memory, its second
+ * between dS's writes and block 1's reads (and before block 0 leaves). */
+__global__ void __launch_bounds__(DT_ATC_NT)
+    dt_attn_tc_bwd_pair_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v,
+                               int K, int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv,
+                               cuda_pz_t pz) {
+  PDL_ENTER();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float4 sm4[];
+  float *sm = reinterpret_cast<float *>(sm4);
+  const int r = (int)(blockIdx.x & 1u);
+  const atc_win_t w(K, E, nh, pz, (int)(blockIdx.x >> 1));
+  const int N = w.N, NP = w.NP, dh = w.dh;
+  const atc_warp_t W(NP);
+  const int la = lda_(dh), lt = ldt_(dh), ln = ldt_(NP);
+  if (r == 0) {
+    float *Ds = sm, *Vs = Ds + NP * la, *Ks = Vs + NP * la, *Pf = sm + bq_floats(NP, dh);
+    copy_rows(datt, w.base, N, NP, dh, E, Ds, la);
+    copy_rows(v, w.base, N, NP, dh, E, Vs, la);
+    copy_rows(k, w.base, N, NP, dh, E, Ks, lt);
+    copy_nn(P, w.pb, N, NP, Pf, ln);
+    pair_arrive(); /* this block started */
+    landed();
+    round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+    __syncthreads();
+    pair_wait(); /* both started: block 1's shared memory is there */
+    namespace cg = cooperative_groups;
+    float *Sf = cg::this_cluster().map_shared_rank(sm + 2 * NP * lt + NP * ln, 1); /* block 1's Ss */
+    bwd_q_body<1>(sm, P, Pf, Sf, ln, scale, dS, dq, E, w, W, [] { pair_arrive(); });
+    pair_wait();
+  } else {
+    float *Qs = sm, *Dt = Qs + NP * lt, *Ps = Dt + NP * lt, *Ss = Ps + NP * ln;
+    copy_rows(q, w.base, N, NP, dh, E, Qs, lt);
+    copy_rows(datt, w.base, N, NP, dh, E, Dt, lt);
+    copy_nn(P, w.pb, N, NP, Ps, ln);
+    pair_arrive();
+    landed();
+    round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt), round_nn(NP, Ps, ln);
+    __syncthreads();
+    const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
+    for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
+      float o[4][4];
+      prod_av<1, 0>(Ps, ln, Dt, lt, dh, u0, k0, k1, W, o);
+      store_rows(o, dv, w.base, E, N, dh, u0, 1.0f, W);
+    }
+    pair_wait();
+    pair_arrive();
+    pair_wait(); /* block 0's dS in Ss */
+    for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
+      float o[4][4];
+      prod_av<1, 1>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
+      store_rows(o, dk, w.base, E, N, dh, u0, scale, W);
+    }
+  }
+#else
+  (void)P, (void)datt, (void)q, (void)k, (void)v, (void)K, (void)E, (void)nh, (void)scale, (void)dS, (void)dq;
+  (void)dk, (void)dv, (void)pz;
+  __trap(); /* never launched: dt_attn_tc_init leaves attn_pair 0 without sm_90 code */
+#endif
+}
+
 // launchers
 
-int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one) {
-  *fits = 0, *one = 0;
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair) {
+  *fits = 0, *one = 0, *pair = 0;
   const int N = 3 * L->K, NP = atc_np(N), dh = L->E / L->nh;
   if (NP > DT_ATC_NP || dh % 8) return 0;
-  int dev, optin = 0;
+  int dev, optin = 0, major = 0;
   CUDA_RET(cudaGetDevice(&dev));
   CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_RET(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   const size_t most = sizeof(float) * fwd_floats(NP, dh) > sizeof(float) * bq_floats(NP, dh)
                           ? sizeof(float) * fwd_floats(NP, dh)
                           : sizeof(float) * bq_floats(NP, dh);
@@ -487,6 +581,21 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one) {
   if (sizeof(float) * bwd_floats(NP, dh) <= (size_t)optin) {
     CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel, optin));
     *one = 1;
+  }
+  /* the pair: thread-block clusters (sm_90 on), and a cluster of two such
+   * blocks the device can place */
+  if (major >= 9 && sizeof(float) * pair_floats(NP, dh) <= (size_t)optin) {
+    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_pair_kernel, optin));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 2, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(2, 1, 1), cfg.blockDim = dim3(DT_ATC_WS * 32 * NP / 16);
+    cfg.dynamicSmemBytes = sizeof(float) * pair_floats(NP, dh), cfg.attrs = at, cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, dt_attn_tc_bwd_pair_kernel, &cfg) == cudaSuccess && clusters > 0)
+      *pair = 1;
+    (void)cudaGetLastError(); /* no cluster support: the other forms, no error left pending */
   }
   return 0;
 }
@@ -508,7 +617,21 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  if (dt_attn_tc_bwd_one(d)) {
+  const int form = dt_attn_tc_bwd_form(d);
+  if (form == DT_ATC_PAIR) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = 2, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(2 * grid.x, grid.y, grid.z), cfg.blockDim = dim3(DT_ATC_WS * 32 * NP / 16);
+    cfg.dynamicSmemBytes = sizeof(float) * pair_floats(NP, dh), cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 2;
+    (void)cudaLaunchKernelEx(&cfg, dt_attn_tc_bwd_pair_kernel, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv,
+                             d->pz);
+    return (int)cudaGetLastError();
+  }
+  if (form == DT_ATC_ONE) {
     pdl_launch(dt_attn_tc_bwd_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bwd_floats(NP, dh), st, P, datt,
                q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz);
     return (int)cudaGetLastError();
@@ -521,17 +644,25 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   return (int)cudaGetLastError();
 }
 
-/* the backward in one launch where its windows (members' included) are at
- * most one a multiprocessor: its ~210 KB of shared memory at the reference
- * sizes allow one block an SM, where each half alone allows two (measured:
- * kernels/dev/DEVICE_NOTES.md item 209) */
-int dt_attn_tc_bwd_one(const cuda_dt_t *d) {
-  return d->attn_one == 2 || (d->attn_one == 1 && (long long)d->L.nh * d->B * d->pz.n <= d->nsm);
+/* the backward's form (dt_attn_tc_bwd): the pair where its blocks, two a
+ * window (members' included), are at most the SM count (a lone learner at
+ * batch 64); else one launch where the windows are at most the SM count
+ * (its ~210 KB of shared memory at the reference sizes allow one block an
+ * SM, where each half alone allows two: kernels/dev/DEVICE_NOTES.md item
+ * 209); else two launches. The tests force each (attn_form). */
+int dt_attn_tc_bwd_form(const cuda_dt_t *d) {
+  if (d->attn_form >= 0) {
+    if (d->attn_form == DT_ATC_PAIR && d->attn_pair) return DT_ATC_PAIR;
+    return d->attn_form != DT_ATC_TWO && d->attn_one ? DT_ATC_ONE : DT_ATC_TWO;
+  }
+  const long long windows = (long long)d->L.nh * d->B * d->pz.n;
+  if (d->attn_pair && 2 * windows <= d->nsm) return DT_ATC_PAIR;
+  return d->attn_one && windows <= d->nsm ? DT_ATC_ONE : DT_ATC_TWO;
 }
 
-extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *one) {
+extern "C" int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *form) {
   *ws = dt_attn_uses_tc(d) ? DT_ATC_WS : 0;
-  *one = *ws && dt_attn_tc_bwd_one(d);
+  *form = *ws ? dt_attn_tc_bwd_form(d) : DT_ATC_TWO;
   CUDA_RET(dt_attn(d, d->q, d->k, d->v, d->P, d->att, 0));
   CUDA_RET(dt_attn_bwd(d, d->P, d->datt, d->q, d->k, d->v, d->dS, d->dq, d->dk, d->dv, 0));
   return (int)cudaDeviceSynchronize();

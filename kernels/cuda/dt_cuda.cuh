@@ -89,9 +89,11 @@ typedef struct cuda_dt {
   int attn_win;                           /* the attention's way (dt_attn.cu): a block a window, or a query */
   int attn_tc;                            /* the shapes fit dt_attn_tc.cu's mma.sync kernels (run with tc) */
   int attn_one;                           /* with attn_tc, 1 where the backward's one-launch form fits the
-                                           * device's shared memory (cuda_dt_alloc): dt_attn_tc_bwd_one's rule;
-                                           * the tests set 0 (always its two launches) or 2 (always one where
-                                           * it fits): the same bits */
+                                           * device's shared memory (cuda_dt_alloc) */
+  int attn_pair;                          /* with attn_tc, 1 where its pair form (a cluster of two blocks a
+                                           * window) fits and the device runs clusters */
+  int attn_form;                          /* -1: dt_attn_tc_bwd_form's rule (cuda_dt_alloc); the tests force a
+                                           * form (DT_ATC_TWO, _ONE, _PAIR; where it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
@@ -166,12 +168,17 @@ int cuda_dt_gemm_f32(int big, int M, int N, int K, const float *A, int lda, int 
  * takes (K unsplit); synchronised. 0 or a cudaError_t. */
 int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                            float *C, int ldc, float *part, size_t cap, float *db, int *fused, int *kper);
+/* dt_attn_tc_bwd's forms: two launches, one, or a pair of blocks a window
+ * (thread-block clusters) */
+#define DT_ATC_TWO 0
+#define DT_ATC_ONE 1
+#define DT_ATC_PAIR 2
 /* for the tests: the attention of layer 0's buffers (q, k, v, mask -> P,
  * att) and its backward (datt -> dS, dq, dk, dv) as the step runs them;
  * *ws: 0 on the FFMA kernels, else on dt_attn_tc.cu's TF32 kernels with
- * *ws warps a slab; *one: 1 where their backward ran as one launch;
- * synchronised. 0 or a cudaError_t. */
-int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *one);
+ * *ws warps a slab; *form: their backward's form (DT_ATC_TWO with the FFMA
+ * kernels); synchronised. 0 or a cudaError_t. */
+int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *form);
 #ifdef __cplusplus
 }
 #endif
@@ -640,10 +647,10 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
 /* dt_attn_tc.cu: the same with TF32 operands on mma.sync, for windows of up
  * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
  * dt_attn_bwd call them where tc and the shapes allow */
-int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one);
-/* 1 where dt_attn_tc_bwd runs the backward as one launch: attn_one, and at
- * most an SM's worth of windows (members' included) */
-int dt_attn_tc_bwd_one(const cuda_dt_t *d);
+int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair);
+/* the form dt_attn_tc_bwd runs: attn_form where forced and it fits, else
+ * by the windows (members' included) against the SM count */
+int dt_attn_tc_bwd_form(const cuda_dt_t *d);
 /* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
  * member's buffers keep their rows 16-byte aligned */
 int dt_attn_uses_tc(const cuda_dt_t *d);
