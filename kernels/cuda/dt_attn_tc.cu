@@ -22,6 +22,13 @@
  * kept in fp32 for the backward; dk's product takes dS as two TF32 terms:
  * prod_av).
  *
+ * The backward runs in one of three forms with the same products on the
+ * same staged floats (so the same bits): two launches (dS and dq, then dk
+ * and dv), one (both halves a block), or a pair of blocks a window (a
+ * cluster: dS handed over in distributed shared memory, dv made meanwhile);
+ * dt_attn_tc_bwd_form picks one by the windows against the SM count
+ * (docs/learner.md §16).
+ *
  * Causality prunes whole tiles: a slab's queries r0 .. r0 + 15 see keys up
  * to r0 + 15, so its score tiles stop there, and key slab r0's gradients sum
  * queries from r0 on. Every term pruned is a product with an exact zero.
@@ -476,11 +483,17 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 
 /* the thread-block cluster's barrier (every thread of both blocks), in two
  * halves: arrive (release: this thread's writes, shared memory of the
- * other block's included, seen by the threads that wait) and wait
- * (acquire); each thread waits once between two arrivals */
+ * other block's included, seen by the threads that wait; relaxed: no
+ * writes to hand over, no fence) and wait (acquire); each thread waits
+ * once between two arrivals */
 static __device__ __forceinline__ void pair_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pair_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 #endif
 }
 static __device__ __forceinline__ void pair_wait() {
@@ -519,7 +532,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     copy_rows(v, w.base, N, NP, dh, E, Vs, la);
     copy_rows(k, w.base, N, NP, dh, E, Ks, lt);
     copy_nn(P, w.pb, N, NP, Pf, ln);
-    pair_arrive(); /* this block started */
+    pair_arrive_relaxed(); /* this block started */
     landed();
     round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
     __syncthreads();
@@ -533,7 +546,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     copy_rows(q, w.base, N, NP, dh, E, Qs, lt);
     copy_rows(datt, w.base, N, NP, dh, E, Dt, lt);
     copy_nn(P, w.pb, N, NP, Ps, ln);
-    pair_arrive();
+    pair_arrive_relaxed();
     landed();
     round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt), round_nn(NP, Ps, ln);
     __syncthreads();
@@ -544,7 +557,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
       store_rows(o, dv, w.base, E, N, dh, u0, 1.0f, W);
     }
     pair_wait();
-    pair_arrive();
+    pair_arrive_relaxed();
     pair_wait(); /* block 0's dS in Ss */
     for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
       float o[4][4];
