@@ -37,6 +37,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   cuda_dt_t d;
   ck_assert_int_eq(cuda_dt_alloc(&d, &L, B), 0);
   d.tc = tc;
+  d.pre = 0; /* the inputs as given: the TF32 kernels round them (the step's producers may round them first) */
   const size_t NE = (size_t)T * E, NN = (size_t)B * nh * N * N;
   float *in[4], *mask = malloc(sizeof(float) * B * K);
   float *dev[4] = {d.q, d.k, d.v, d.datt};
@@ -187,6 +188,23 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   if (used)
     printf("  the backward's forms (two launches%s%s): %d, bit for bit\n", d.attn_one ? ", one" : "",
            d.attn_pair ? ", the pair" : "", ran);
+  /* q, k, v and dO rounded to TF32 before they arrive (as the step's
+   * producers write them under dt_attn_pre), which the kernels then stage
+   * without rounding: the same bits */
+  d.attn_form = -1, d.pre = 1;
+  if (used && cuda_dt_attn_pre(&d)) { /* dt_pre: the TMA tiles run (sm_90a) */
+    for (int i = 0; i < 4; i++) CK(cudaMemcpy(dev[i], in[i], sizeof(float) * NE, cudaMemcpyHostToDevice));
+    int form_p;
+    ck_assert_int_eq(cuda_dt_attn_run(&d, &used, &form_p), 0);
+    for (int i = 0; i < 6; i++) {
+      float *again = malloc(sizeof(float) * sz[i]);
+      CK(cudaMemcpy(again, dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
+      ck_assert_msg(!memcmp(again, out[i], sizeof(float) * sz[i]),
+                    "K %d, E %d: output %d differs with the inputs rounded before they arrive", K, E, i);
+      free(again);
+    }
+    printf("  the inputs rounded before they arrive: bit for bit\n");
+  }
   for (int i = 0; i < 6; i++) free(out[i]);
   for (int i = 0; i < 4; i++) free(in[i]);
   free(mask), free(Pr), free(dP), free(Sr), free(dPm), free(pm);

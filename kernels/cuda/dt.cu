@@ -221,6 +221,13 @@ static int lin(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const fl
                float *y, const float *res, cudaStream_t st) {
   return dt_gemm(d, T, out, in, x, in, 0, fw(d, w, wr_off), in, 1, y, out, d->p + b, res, out, 0, st);
 }
+/* lin for q, k and v: written TF32-rounded where the attention reads them
+ * so (dt_attn_pre) */
+static int lin_qkv(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const float *x, int T, int E, float *y,
+                   cudaStream_t st) {
+  return dt_gemm_op(d, T, E, E, x, E, 0, fw(d, w, wr_off), E, 1, y, E, d->p + b, NULL, 0, 0,
+                    dt_attn_pre(d) ? DT_EP_PLAIN_T : DT_EP_PLAIN, NULL, st);
+}
 
 /* wr: each block's six weights (offsets src, as dt_transpose_kernel's)
  * rounded to TF32 in wr's DT_WT_* places: blockIdx.y is block y / 6's
@@ -402,9 +409,9 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
       CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
-    CUDA_RET(lin(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, E, q, NULL, st));
-    CUDA_RET(lin(d, o->k_w, wl + DT_WT_K * EE, o->k_b, h1, T, E, E, k, NULL, d->side[0]));
-    CUDA_RET(lin(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, E, v, NULL, d->side[1]));
+    CUDA_RET(lin_qkv(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, q, st));
+    CUDA_RET(lin_qkv(d, o->k_w, wl + DT_WT_K * EE, o->k_b, h1, T, E, k, d->side[0]));
+    CUDA_RET(lin_qkv(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, v, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));

@@ -499,6 +499,10 @@ int dt_attn_init(const dt_layout_t *L, int *win) {
 
 int dt_attn_uses_tc(const cuda_dt_t *d) { return d->tc && d->attn_tc && d->pz.stride % 16 == 0; }
 
+int dt_attn_pre(const cuda_dt_t *d) { return dt_pre(d) && dt_attn_uses_tc(d); }
+
+extern "C" int cuda_dt_attn_pre(const cuda_dt_t *d) { return dt_attn_pre(d); }
+
 int dt_attn(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att, cudaStream_t st) {
   const dt_layout_t *L = &d->L;
   const int K = L->K, N = 3 * K, E = L->E, nh = L->nh;

@@ -281,7 +281,7 @@ static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const f
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
-                      float scale, float *P, float *att, cuda_pz_t pz) {
+                      float scale, float *P, float *att, cuda_pz_t pz, int rin) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_rows(v, base, N, NP, dh, E, Vs, lv);
   for (int j = threadIdx.x; j < NP; j += blockDim.x) Mv[j] = j < N && mask[w.mf + (size_t)w.b * K + j / 3] != 0;
   landed();
-  round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
+  if (!rin) round_rows(NP, dh, Qs, lq), round_rows(NP, dh, Ks, lq), round_rows(NP, dh, Vs, lv);
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8); /* the key tiles the slab's queries see */
   float s[DT_ATC_MT][4];
@@ -407,7 +407,7 @@ static __device__ __forceinline__ void bwd_kv_body(const float *Qs, const float 
 /* grid (nh, B), warps as the forward's, slab r0 of queries: bwd_q_body */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
-                            float scale, float *dS, float *dq, cuda_pz_t pz) {
+                            float scale, float *dS, float *dq, cuda_pz_t pz, int rin) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_rows(v, w.base, N, NP, dh, E, Vs, la);
   copy_rows(k, w.base, N, NP, dh, E, Ks, lt);
   landed();
-  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+  if (!rin) round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
   __syncthreads();
   bwd_q_body<0>(sm, P, nullptr, nullptr, 0, scale, dS, dq, E, w, W, [] {});
 }
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
  * dv = P^T dO, over the queries from r0 on */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E, int nh,
-                             float scale, float *dk, float *dv, cuda_pz_t pz) {
+                             float scale, float *dk, float *dv, cuda_pz_t pz, int rin) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
@@ -444,7 +444,8 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_nn(P, pb, N, NP, Ps, ln);
   copy_nn(dS, pb, N, NP, Ss, ln);
   landed();
-  round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt), round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
+  if (!rin) round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt);
+  round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
   __syncthreads();
   bwd_kv_body(Qs, Ds, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
@@ -455,7 +456,8 @@ __global__ void __launch_bounds__(DT_ATC_NT)
  * staged floats as the two launches, so the same bits */
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v, int K,
-                          int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv, cuda_pz_t pz) {
+                          int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv, cuda_pz_t pz,
+                          int rin) {
   PDL_ENTER();
   extern __shared__ float4 sm4[];
   float *sm = reinterpret_cast<float *>(sm4);
@@ -472,8 +474,10 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_rows(datt, w.base, N, NP, dh, E, Dt, lt);
   copy_nn(P, w.pb, N, NP, Ps, ln);
   landed();
-  round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
-  round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt);
+  if (!rin) {
+    round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+    round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt);
+  }
   __syncthreads();
   /* P in fp32 for the first half, then rounded in place for dv's product */
   bwd_q_body<1>(sm, P, Ps, Ss, ln, scale, dS, dq, E, w, W, [&] { round_nn(NP, Ps, ln); });
@@ -516,7 +520,7 @@ static __device__ __forceinline__ void pair_wait() {
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_pair_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v,
                                int K, int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv,
-                               cuda_pz_t pz) {
+                               cuda_pz_t pz, int rin) {
   PDL_ENTER();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float4 sm4[];
@@ -534,7 +538,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     copy_nn(P, w.pb, N, NP, Pf, ln);
     pair_arrive_relaxed(); /* this block started */
     landed();
-    round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
+    if (!rin) round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
     __syncthreads();
     pair_wait(); /* both started: block 1's shared memory is there */
     namespace cg = cooperative_groups;
@@ -548,7 +552,8 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     copy_nn(P, w.pb, N, NP, Ps, ln);
     pair_arrive_relaxed();
     landed();
-    round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt), round_nn(NP, Ps, ln);
+    if (!rin) round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt);
+    round_nn(NP, Ps, ln);
     __syncthreads();
     const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
     for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
@@ -567,7 +572,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   }
 #else
   (void)P, (void)datt, (void)q, (void)k, (void)v, (void)K, (void)E, (void)nh, (void)scale, (void)dS, (void)dq;
-  (void)dk, (void)dv, (void)pz;
+  (void)dk, (void)dv, (void)pz, (void)rin;
   __trap(); /* never launched: dt_attn_tc_init leaves attn_pair 0 without sm_90 code */
 #endif
 }
@@ -620,7 +625,7 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
   pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
-             d->mask, K, E, nh, scale, P, att, d->pz);
+             d->mask, K, E, nh, scale, P, att, d->pz, dt_attn_pre(d));
   return (int)cudaGetLastError();
 }
 
@@ -630,7 +635,7 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  const int form = dt_attn_tc_bwd_form(d);
+  const int form = dt_attn_tc_bwd_form(d), rin = dt_attn_pre(d);
   if (form == DT_ATC_PAIR) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
@@ -641,19 +646,19 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
     cfg.gridDim = dim3(2 * grid.x, grid.y, grid.z), cfg.blockDim = dim3(DT_ATC_WS * 32 * NP / 16);
     cfg.dynamicSmemBytes = sizeof(float) * pair_floats(NP, dh), cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 2;
     (void)cudaLaunchKernelEx(&cfg, dt_attn_tc_bwd_pair_kernel, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv,
-                             d->pz);
+                             d->pz, rin);
     return (int)cudaGetLastError();
   }
   if (form == DT_ATC_ONE) {
     pdl_launch(dt_attn_tc_bwd_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bwd_floats(NP, dh), st, P, datt,
-               q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz);
+               q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz, rin);
     return (int)cudaGetLastError();
   }
   pdl_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
-             v, K, E, nh, scale, dS, dq, d->pz);
+             v, K, E, nh, scale, dS, dq, d->pz, rin);
   CUDA_RET(cudaGetLastError());
   pdl_launch(dt_attn_tc_bwd_kv_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q,
-             datt, K, E, nh, scale, dk, dv, d->pz);
+             datt, K, E, nh, scale, dk, dv, d->pz, rin);
   return (int)cudaGetLastError();
 }
 

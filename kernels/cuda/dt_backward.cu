@@ -282,17 +282,18 @@ static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, co
 static int use_wt(const cuda_dt_t *d) { return d->tc && d->tma; }
 
 static int lin_dx(cuda_dt_t *d, const float *w, const float *wt, const float *dy, int T, int in, int out, float *dx,
-                  const float *gu, cudaStream_t st) {
-  const int op = gu ? DT_EP_DGELU : DT_EP_PLAIN;
+                  const float *gu, int rnd, cudaStream_t st) {
+  const int op = gu ? DT_EP_DGELU : rnd ? DT_EP_PLAIN_T : DT_EP_PLAIN;
   if (use_wt(d)) return dt_gemm_op(d, T, in, out, dy, out, 0, wt, out, 1, dx, in, NULL, gu, in, 0, op, NULL, st);
   return dt_gemm_op(d, T, in, out, dy, out, 0, w, in, 0, dx, in, NULL, gu, in, 0, op, NULL, st);
 }
 
-/* a linear layer's backward: its parameters' gradients, then dx */
+/* a linear layer's backward: its parameters' gradients, then dx (rnd:
+ * written TF32-rounded, DT_EP_PLAIN_T) */
 static int lin_bwd(cuda_dt_t *d, int64_t w, const float *wt, int64_t b, const float *x, const float *dy, int T, int in,
-                   int out, float *dx, const float *gu, int rs, cudaStream_t st) {
+                   int out, float *dx, const float *gu, int rs, int rnd, cudaStream_t st) {
   CUDA_RET(lin_bwd_params(d, w, b, x, dy, T, in, out, rs, st));
-  return lin_dx(d, d->p + w, wt, dy, T, in, out, dx, gu, st);
+  return lin_dx(d, d->p + w, wt, dy, T, in, out, dx, gu, rnd, st);
 }
 
 /* W_v's weight gradient on DT_SIDE_LN after LN1's sums, its split-K
@@ -359,15 +360,17 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     /* X_{l+1} = xm + W_2 gelu(W_1 LN2(xm) + b_1) + b_2: du = (dX W_2) gelu'(u) in one GEMM (du's reader: the
      * layer above's W_1 gradient; LN1 reads dhkv) */
     CUDA_RET(after_reads(d, DT_RD_DU, st));
-    CUDA_RET(lin_bwd(d, o->m2_w, wt + DT_WT_2 * EE, o->m2_b, gl, d->dX, T, F, E, d->du, gd, DT_RD_DX, st));
+    CUDA_RET(lin_bwd(d, o->m2_w, wt + DT_WT_2 * EE, o->m2_b, gl, d->dX, T, F, E, d->du, gd, DT_RD_DX, 0, st));
     CUDA_RET(after_reads(d, DT_RD_DH, st));
-    CUDA_RET(lin_bwd(d, o->m1_w, wt + DT_WT_1 * EE, o->m1_b, h2, d->du, T, E, F, d->dh, NULL, DT_RD_DU, st));
+    CUDA_RET(lin_bwd(d, o->m1_w, wt + DT_WT_1 * EE, o->m1_b, h2, d->du, T, E, F, d->dh, NULL, DT_RD_DU, 0, st));
     /* dxm = dX (the residual) + LN2's input gradient */
     CUDA_RET(after_reads(d, DT_RD_DXM, st));
     CUDA_RET(ln_bwd(d, d->dh, NULL, NULL, d->xh2 + l * NE, d->r2 + (size_t)l * T, p + o->ln2_w, T, E, d->dxm, d->dX,
                     g + o->ln2_w, g + o->ln2_b, 1u << DT_RD_DH, st));
-    /* xm = X_l + W_o att + b_o */
-    CUDA_RET(lin_bwd(d, o->o_w, wt + DT_WT_O * EE, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM, st));
+    /* xm = X_l + W_o att + b_o; dO (datt), read by the attention's backward
+     * alone, written rounded where it stages it so (dt_attn_pre) */
+    CUDA_RET(lin_bwd(d, o->o_w, wt + DT_WT_O * EE, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM,
+                     dt_attn_pre(d), st));
     CUDA_RET(after_reads(d, DT_RD_QKV, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
     CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
@@ -385,9 +388,9 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_K));
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_V));
     float *dhk = d->dhkv, *dhv = d->dhkv + NE;
-    CUDA_RET(lin_dx(d, p + o->q_w, wt + DT_WT_Q * EE, d->dq, T, E, E, d->dh, NULL, st));
-    CUDA_RET(lin_dx(d, p + o->k_w, wt + DT_WT_K * EE, d->dk, T, E, E, dhk, NULL, d->side[DT_SIDE_K]));
-    CUDA_RET(lin_dx(d, p + o->v_w, wt + DT_WT_V * EE, d->dv, T, E, E, dhv, NULL, d->side[DT_SIDE_V]));
+    CUDA_RET(lin_dx(d, p + o->q_w, wt + DT_WT_Q * EE, d->dq, T, E, E, d->dh, NULL, 0, st));
+    CUDA_RET(lin_dx(d, p + o->k_w, wt + DT_WT_K * EE, d->dk, T, E, E, dhk, NULL, 0, d->side[DT_SIDE_K]));
+    CUDA_RET(lin_dx(d, p + o->v_w, wt + DT_WT_V * EE, d->dv, T, E, E, dhv, NULL, 0, d->side[DT_SIDE_V]));
     CUDA_RET(dt_join(d, st, DT_SIDE_K));
     CUDA_RET(dt_join(d, st, DT_SIDE_V));
     /* dX = dxm (the residual) + LN1's input gradient */

@@ -52,7 +52,9 @@ typedef struct cuda_dt {
   void *tma;                              /* with wg, the TMA tile's map encoder (dt_tma.cu), or NULL */
   int pre;                                /* with tc and tma, 1 (cuda_dt_alloc's default): the operands made only
                                            * for TF32 GEMMs are written TF32-rounded (wr, wT, h1, h2, gl) and the
-                                           * TMA tile rounds only the others (dt_tf32_ops); 0: every tile rounds
+                                           * TMA tile rounds only the others (dt_tf32_ops), and where the TF32
+                                           * attention runs (dt_attn_pre) so are its q, k, v and dO, which it
+                                           * then stages without rounding; 0: every tile and the attention round
                                            * every operand (the same bits: rounding twice is rounding once) */
   int big;                                /* 1 (cuda_dt_alloc's default): fp32 launches with enough tiles on the
                                            * 128 x 128 tile (dt_gemm_big.cuh); 0: all on the 64 x 64 tile (the
@@ -124,6 +126,7 @@ typedef struct cuda_dt {
                        * derivative for the backward, from one tanh) */
 #define DT_EP_DGELU 2 /* C = v R: the MLP's input gradient through the GELU whose derivative R holds */
 #define DT_EP_GELU_T 3 /* DT_EP_GELU with G rounded to TF32 (dt_pre: G is read by TF32 GEMMs alone) */
+#define DT_EP_PLAIN_T 4 /* DT_EP_PLAIN with C rounded to TF32 (dt_attn_pre: C is read by the TF32 attention alone) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -179,6 +182,8 @@ int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta,
  * *ws warps a slab; *form: their backward's form (DT_ATC_TWO with the FFMA
  * kernels); synchronised. 0 or a cudaError_t. */
 int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *form);
+/* for the tests: dt_attn_pre (the attention's inputs arrive rounded) */
+int cuda_dt_attn_pre(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
 #endif
@@ -370,7 +375,8 @@ static __device__ __forceinline__ void dt_ep_store(float v, int m, int n, float 
     G[(size_t)m * ldc + n] = op == DT_EP_GELU_T ? dt_tf32(g) : g;
     return;
   }
-  *o = acc ? *o + v : v;
+  v = acc ? *o + v : v;
+  *o = op == DT_EP_PLAIN_T ? dt_tf32(v) : v;
 }
 /* 1 where an epilogue may write (and read) each thread's W adjacent outputs
  * (m, n) .. (m, n + W - 1) of an n that is a multiple of W as one float2 (W
@@ -436,7 +442,7 @@ static __device__ __forceinline__ void dt_ep_storev(float (&v)[W], int m, int n,
     for (int i = 0; i < W; i++) v[i] = yf[i] + v[i];
   }
 #pragma unroll
-  for (int i = 0; i < W; i++) xf[i] = v[i];
+  for (int i = 0; i < W; i++) xf[i] = op == DT_EP_PLAIN_T ? dt_tf32(v[i]) : v[i];
   *reinterpret_cast<V *>(o) = x;
 }
 /* the epilogue of a 64 x 64 tile of m64n64 wgmma accumulators, dt_wgmma.cu's
@@ -519,7 +525,7 @@ static __device__ __forceinline__ void dt_wg_prefetch(dt_wg_pf &f, int m0, int n
     f.b[j] = bias ? *reinterpret_cast<const float2 *>(bias + n0 + 8 * j + 2 * (lane % 4)) : make_float2(0.0f, 0.0f);
 }
 /* dt_wg_epilogue from f's loads (f.on): DGELU v R; else v + bias, + R,
- * or old C + that with acc, in dt_ep_storev's order */
+ * or old C + that with acc, in dt_ep_storev's order (rounded: PLAIN_T) */
 static __device__ __forceinline__ void dt_wg_epilogue_pf(const dt_wg_pf &f, const float (&d)[32], int m0, int n0,
                                                          int M, float *C, int ldc, const float *bias, const float *R,
                                                          int acc, int op) {
@@ -534,6 +540,7 @@ static __device__ __forceinline__ void dt_wg_epilogue_pf(const dt_wg_pf &f, cons
       if (bias) v.x += f.b[p / 2].x, v.y += f.b[p / 2].y;
       if (R) v.x += f.x[p].x, v.y += f.x[p].y;
       if (acc) v.x = f.x[p].x + v.x, v.y = f.x[p].y + v.y;
+      if (op == DT_EP_PLAIN_T) v.x = dt_tf32(v.x), v.y = dt_tf32(v.y);
     }
     if (m < M) *reinterpret_cast<float2 *>(C + (size_t)m * ldc + n) = v;
   }
@@ -654,6 +661,10 @@ int dt_attn_tc_bwd_form(const cuda_dt_t *d);
 /* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
  * member's buffers keep their rows 16-byte aligned */
 int dt_attn_uses_tc(const cuda_dt_t *d);
+/* 1 where q, k, v and the attention's output gradient dO are written
+ * TF32-rounded by their producers and the attention does not round them
+ * again: dt_pre and dt_attn_uses_tc (they are read by that attention alone) */
+int dt_attn_pre(const cuda_dt_t *d);
 int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *v, float *P, float *att,
                cudaStream_t st);
 int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const float *q, const float *k,

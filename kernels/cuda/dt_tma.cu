@@ -140,9 +140,10 @@ void *dt_tma_setup(void) {
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
   const void *k[] = {(const void *)dt_gemm_tma_kernel<DT_EP_PLAIN>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU>,
-                     (const void *)dt_gemm_tma_kernel<DT_EP_DGELU>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU_T>};
+                     (const void *)dt_gemm_tma_kernel<DT_EP_DGELU>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU_T>,
+                     (const void *)dt_gemm_tma_kernel<DT_EP_PLAIN_T>};
   int ok = 1;
-  for (int i = 0; i < 4; i++)
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) /* every OP's instance dt_tma_launch may take */
     ok = ok && cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_TMA_SMEM) == cudaSuccess;
   if (!ok ||
       cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -186,6 +187,7 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
     case DT_EP_GELU: DTM_GO(DT_EP_GELU); break;
     case DT_EP_DGELU: DTM_GO(DT_EP_DGELU); break;
     case DT_EP_GELU_T: DTM_GO(DT_EP_GELU_T); break;
+    case DT_EP_PLAIN_T: DTM_GO(DT_EP_PLAIN_T); break;
     default: DTM_GO(DT_EP_PLAIN); break;
   }
 #undef DTM_GO
