@@ -182,6 +182,17 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
   ck_assert_msg(lossw == loss && !memcmp(g, g2, sizeof(float) * P),
                 "%s: the heads read from L2 differ from the staged heads (loss %.9g, %.9g)", what, loss, lossw);
   d.head_sw = 1;
+  /* each layer's W_v weight gradient on the LayerNorm sums' stream, in
+   * dhkv's scratch (v_ln 1, where that gives the same split and fused
+   * bias sums), against last on the weight-gradient stream in d->tmp: the
+   * same sums in the same order, so the same bits */
+  ck_assert_int_eq(d.v_ln, 1);
+  d.v_ln = 0;
+  const double lossv = run_gpu(&d, p, &bt, g2, NULL, NULL);
+  ck_assert_msg(lossv == loss && !memcmp(g, g2, sizeof(float) * P),
+                "%s: W_v's gradient on the weight-gradient stream differs from it on the LayerNorm stream (loss "
+                "%.9g, %.9g)", what, loss, lossv);
+  d.v_ln = 1;
   if (tc) {
     /* every tile rounding every operand itself (pre 0) against the
      * producers' rounded h1, h2, gl and weights that the TMA tile does not

@@ -375,7 +375,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
     CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
     CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
-    const int v_ln = v_wgrad_on_ln(d, h1, T, E, 2 * NE);
+    const int v_ln = d->v_ln && v_wgrad_on_ln(d, h1, T, E, 2 * NE);
     if (!v_ln) CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
     /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by
      * side into dh and dhkv's two T x E (free once LN2's sums and the layer

@@ -98,6 +98,9 @@ typedef struct cuda_dt {
                                            * form (DT_ATC_TWO, _ONE, _PAIR; where it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
+  int v_ln;                               /* 1 (cuda_dt_alloc's default): each layer's W_v weight gradient on
+                                           * DT_SIDE_LN where v_wgrad_on_ln allows (dt_backward.cu); 0: last on
+                                           * DT_SIDE_W (the tests: the same bits) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
