@@ -133,6 +133,18 @@ START_TEST(test_golden) {
 }
 END_TEST
 
+/* the step rerun with the form *knob (1, the default) set to 0 against
+ * loss and g from the default: the same loss and gradient bit for bit;
+ * *knob restored */
+static void same_step(cuda_dt_t *d, int *knob, const float *p, const dt_batch_t *bt, const float *g, float *g2,
+                      int64_t P, double loss, const char *what, const char *form) {
+  ck_assert_int_eq(*knob, 1);
+  *knob = 0;
+  const double l0 = run_gpu(d, p, bt, g2, NULL, NULL);
+  ck_assert_msg(l0 == loss && !memcmp(g, g2, sizeof(float) * (size_t)P), "%s: %s differs (loss %.9g, %.9g)", what,
+                form, loss, l0);
+  *knob = 1;
+}
 /* a batch of B windows of K steps with padding (window b: b % K padded steps
  * on the left, some timesteps beyond max_ep_len) against the CPU spec (loss
  * within tl relative, every tensor within tg in norm, the key biases kabs),
@@ -176,36 +188,17 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
    * form for heads too large for shared memory) against their staged copy
    * (every shape here stages them): the same floats in the same sums, so
    * the same bits */
-  ck_assert_int_eq(d.head_sw, 1);
-  d.head_sw = 0;
-  const double lossw = run_gpu(&d, p, &bt, g2, NULL, NULL);
-  ck_assert_msg(lossw == loss && !memcmp(g, g2, sizeof(float) * P),
-                "%s: the heads read from L2 differ from the staged heads (loss %.9g, %.9g)", what, loss, lossw);
-  d.head_sw = 1;
+  same_step(&d, &d.head_sw, p, &bt, g, g2, P, loss, what, "the heads read from L2 (head_sw 0)");
   /* each layer's W_v weight gradient on the LayerNorm sums' stream, in
    * dhkv's scratch (v_ln 1, where that gives the same split and fused
    * bias sums), against last on the weight-gradient stream in d->tmp: the
    * same sums in the same order, so the same bits */
-  ck_assert_int_eq(d.v_ln, 1);
-  d.v_ln = 0;
-  const double lossv = run_gpu(&d, p, &bt, g2, NULL, NULL);
-  ck_assert_msg(lossv == loss && !memcmp(g, g2, sizeof(float) * P),
-                "%s: W_v's gradient on the weight-gradient stream differs from it on the LayerNorm stream (loss "
-                "%.9g, %.9g)", what, loss, lossv);
-  d.v_ln = 1;
-  if (tc) {
-    /* every tile rounding every operand itself (pre 0) against the
-     * producers' rounded h1, h2, gl and weights that the TMA tile does not
-     * round again (pre 1, the default): rounding twice is rounding once,
-     * so the same bits */
-    ck_assert_int_eq(d.pre, 1);
-    d.pre = 0;
-    const double loss0 = run_gpu(&d, p, &bt, g2, NULL, NULL);
-    ck_assert_msg(loss0 == loss && !memcmp(g, g2, sizeof(float) * P),
-                  "%s: the step with pre-rounded operands differs from the one rounding in the tiles (loss %.9g, "
-                  "%.9g)", what, loss, loss0);
-    d.pre = 1;
-  }
+  same_step(&d, &d.v_ln, p, &bt, g, g2, P, loss, what, "W_v's gradient on the weight-gradient stream (v_ln 0)");
+  /* every tile rounding every operand itself (pre 0) against the
+   * producers' rounded h1, h2, gl, q, k, v, dO and weights that the TMA
+   * tile and the attention do not round again (pre 1, the default):
+   * rounding twice is rounding once, so the same bits */
+  if (tc) same_step(&d, &d.pre, p, &bt, g, g2, P, loss, what, "every operand rounded where it is read (pre 0)");
   cuda_dt_free(&d);
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
 }
