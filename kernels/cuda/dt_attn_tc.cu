@@ -13,7 +13,9 @@
  * at batch 64, 11 with four; eight tied with four: kernels/dev/
  * DEVICE_NOTES.md item 142.) The block stages the window's rows of its
  * operands in shared memory by cp.async and rounds them to TF32 in place
- * (rows N .. NP - 1 zeros), so every product is a run of m16n8k8 mma.sync
+ * (rows N .. NP - 1 zeros), or, where their producers wrote them rounded
+ * already (q, k, v and dO under dt_attn_pre: the kernels' `rin`), stages
+ * them as they are, so every product is a run of m16n8k8 mma.sync
  * steps over fragments read from there, with fp32 sums in the hardware's
  * fixed order: reruns are bit for bit. The softmax and dS = P (dP - sum P
  * dP) are fp32 on the accumulators, as the FFMA kernels compute them, with
@@ -573,7 +575,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
 #else
   (void)P, (void)datt, (void)q, (void)k, (void)v, (void)K, (void)E, (void)nh, (void)scale, (void)dS, (void)dq;
   (void)dk, (void)dv, (void)pz, (void)rin;
-  __trap(); /* never launched: dt_attn_tc_init leaves attn_pair 0 without sm_90 code */
+  __trap(); /* never launched: dt_attn_tc_init leaves attn_pair 0 where this kernel has no sm_90 code */
 #endif
 }
 
@@ -600,9 +602,12 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair) {
     CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel, optin));
     *one = 1;
   }
-  /* the pair: thread-block clusters (sm_90 on), and a cluster of two such
-   * blocks the device can place */
-  if (major >= 9 && sizeof(float) * pair_floats(NP, dh) <= (size_t)optin) {
+  /* the pair: thread-block clusters (an sm_90 device running this
+   * kernel's sm_90 code, not its trap), and a cluster of two such blocks
+   * the device can place */
+  cudaFuncAttributes fa;
+  CUDA_RET(cudaFuncGetAttributes(&fa, dt_attn_tc_bwd_pair_kernel));
+  if (major >= 9 && fa.binaryVersion >= 90 && sizeof(float) * pair_floats(NP, dh) <= (size_t)optin) {
     CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_pair_kernel, optin));
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
@@ -664,7 +669,8 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
 
 /* the backward's form (dt_attn_tc_bwd): the pair where its blocks, two a
  * window (members' included), are at most the SM count (a lone learner at
- * batch 64); else one launch where the windows are at most the SM count
+ * batch 64; measured there, DEVICE_NOTES.md item 223: a device whose GPCs
+ * place fewer clusters than half its SMs would run a second wave); else one launch where the windows are at most the SM count
  * (its ~210 KB of shared memory at the reference sizes allow one block an
  * SM, where each half alone allows two: kernels/dev/DEVICE_NOTES.md item
  * 209); else two launches. The tests force each (attn_form). */

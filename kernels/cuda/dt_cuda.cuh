@@ -658,8 +658,9 @@ int dt_attn_bwd(const cuda_dt_t *d, const float *P, const float *datt, const flo
  * to 64 tokens and head widths a multiple of 8 (*fits); dt_attn and
  * dt_attn_bwd call them where tc and the shapes allow */
 int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair);
-/* the form dt_attn_tc_bwd runs: attn_form where forced and it fits, else
- * by the windows (members' included) against the SM count */
+/* the form dt_attn_tc_bwd runs: by the windows (members' included)
+ * against the SM count; or attn_form where forced (a forced pair that does
+ * not fit: one launch where that fits, else two) */
 int dt_attn_tc_bwd_form(const cuda_dt_t *d);
 /* 1 where dt_attn and dt_attn_bwd run them: tc, the shapes fit, and a
  * member's buffers keep their rows 16-byte aligned */
