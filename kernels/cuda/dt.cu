@@ -218,15 +218,8 @@ static const float *fw(const cuda_dt_t *d, int64_t w, size_t wr_off) { return dt
 
 /* y = x W^T + b (+ res), W = fw(d, w, wr_off) */
 static int lin(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const float *x, int T, int in, int out,
-               float *y, const float *res, cudaStream_t st) {
-  return dt_gemm(d, T, out, in, x, in, 0, fw(d, w, wr_off), in, 1, y, out, d->p + b, res, out, 0, st);
-}
-/* lin for q, k and v: written TF32-rounded where the attention reads them
- * so (dt_attn_pre) */
-static int lin_qkv(const cuda_dt_t *d, int64_t w, size_t wr_off, int64_t b, const float *x, int T, int E, float *y,
-                   cudaStream_t st) {
-  return dt_gemm_op(d, T, E, E, x, E, 0, fw(d, w, wr_off), E, 1, y, E, d->p + b, NULL, 0, 0,
-                    dt_attn_pre(d) ? DT_EP_PLAIN_T : DT_EP_PLAIN, NULL, st);
+               float *y, const float *res, int op, cudaStream_t st) {
+  return dt_gemm_op(d, T, out, in, x, in, 0, fw(d, w, wr_off), in, 1, y, out, d->p + b, res, out, 0, op, NULL, st);
 }
 
 /* wr: each block's six weights (offsets src, as dt_transpose_kernel's)
@@ -387,6 +380,8 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
   CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
   /* the real steps (the cross-entropy's divisor) and under dt_pre wr, beside the embeddings */
   const int pre = dt_pre(d);
+  /* q, k and v written TF32-rounded where the attention reads them so */
+  const int qkv_op = dt_attn_pre(d) ? DT_EP_PLAIN_T : DT_EP_PLAIN;
   CUDA_RET(dt_fork_one(d, st, 0));
   pdl_launch(dt_count_kernel, dt_grid(d, dim3(1)), 256, 0, d->side[0], d->mask, BK, d->sums, d->pz);
   CUDA_RET(cudaGetLastError());
@@ -410,18 +405,19 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
       CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
-    CUDA_RET(lin_qkv(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, q, st));
-    CUDA_RET(lin_qkv(d, o->k_w, wl + DT_WT_K * EE, o->k_b, h1, T, E, k, d->side[0]));
-    CUDA_RET(lin_qkv(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, v, d->side[1]));
+    CUDA_RET(lin(d, o->q_w, wl + DT_WT_Q * EE, o->q_b, h1, T, E, E, q, NULL, qkv_op, st));
+    CUDA_RET(lin(d, o->k_w, wl + DT_WT_K * EE, o->k_b, h1, T, E, E, k, NULL, qkv_op, d->side[0]));
+    CUDA_RET(lin(d, o->v_w, wl + DT_WT_V * EE, o->v_b, h1, T, E, E, v, NULL, qkv_op, d->side[1]));
     CUDA_RET(dt_join(d, st, 0));
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
-    CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, st)); /* x + W_o c + b_o */
+    CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, DT_EP_PLAIN, st)); /* x + W_o c + b_o */
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
     /* u = W_1 h2 + b_1, gl = gelu(u) and gd = gelu'(u), one GEMM (gl rounded under dt_pre) */
     CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, fw(d, o->m1_w, wl + DT_WT_1 * EE), E, 1, gd, F, p + o->m1_b,
                         NULL, 0, 0, pre ? DT_EP_GELU_T : DT_EP_GELU, gl, st));
-    CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, st));
+    CUDA_RET(lin(d, o->m2_w, wl + DT_WT_2 * EE, o->m2_b, gl, T, F, E, d->X + (size_t)(l + 1) * NE, xm, DT_EP_PLAIN,
+                 st));
   }
   /* LN_f, the heads and the cross-entropy at the state tokens */
   return dt_head_fwd(d, d->X + (size_t)L->L * NE, st);

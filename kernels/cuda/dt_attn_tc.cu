@@ -642,16 +642,9 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
   const int form = dt_attn_tc_bwd_form(d), rin = dt_attn_pre(d);
   if (form == DT_ATC_PAIR) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = 2, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(2 * grid.x, grid.y, grid.z), cfg.blockDim = dim3(DT_ATC_WS * 32 * NP / 16);
-    cfg.dynamicSmemBytes = sizeof(float) * pair_floats(NP, dh), cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 2;
-    (void)cudaLaunchKernelEx(&cfg, dt_attn_tc_bwd_pair_kernel, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv,
-                             d->pz, rin);
+    pdl_launch_cluster(dt_attn_tc_bwd_pair_kernel, 2u, dim3(2 * grid.x, grid.y, grid.z), DT_ATC_WS * 32 * NP / 16,
+                       sizeof(float) * pair_floats(NP, dh), st, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv,
+                       d->pz, rin);
     return (int)cudaGetLastError();
   }
   if (form == DT_ATC_ONE) {
@@ -670,8 +663,8 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
 /* the backward's form (dt_attn_tc_bwd): the pair where its blocks, two a
  * window (members' included), are at most the SM count (a lone learner at
  * batch 64; measured there, DEVICE_NOTES.md item 223: a device whose GPCs
- * place fewer clusters than half its SMs would run a second wave); else one launch where the windows are at most the SM count
- * (its ~210 KB of shared memory at the reference sizes allow one block an
+ * place fewer clusters than half its SMs would run a second wave); else
+ * one launch where the windows are at most the SM count (its ~210 KB of shared memory at the reference sizes allow one block an
  * SM, where each half alone allows two: kernels/dev/DEVICE_NOTES.md item
  * 209); else two launches. The tests force each (attn_form). */
 int dt_attn_tc_bwd_form(const cuda_dt_t *d) {

@@ -309,6 +309,11 @@ static int v_wgrad_on_ln(const cuda_dt_t *d, const float *h1, int T, int E, size
          dt_wgrad_fuses(d, E, E, T, d->dv, E, 1, h1, E, 0, d->tmp_cap);
 }
 
+extern "C" int cuda_dt_v_ln_takes(const cuda_dt_t *d) {
+  const int T = d->B * 3 * d->L.K, E = d->L.E;
+  return v_wgrad_on_ln(d, d->h1, T, E, 2 * (size_t)T * E);
+}
+
 /* every side stream's work, for st */
 static int join_all(cuda_dt_t *d, cudaStream_t st) {
   for (int i = 0; i < DT_SIDES; i++) CUDA_RET(dt_join(d, st, i));

@@ -187,6 +187,9 @@ int cuda_dt_gemm_f32_wgrad(int M, int N, int K, const float *A, int lda, int ta,
 int cuda_dt_attn_run(cuda_dt_t *d, int *ws, int *form);
 /* for the tests: dt_attn_pre (the attention's inputs arrive rounded) */
 int cuda_dt_attn_pre(const cuda_dt_t *d);
+/* for the tests: 1 where the backward puts W_v's weight gradient on the
+ * LayerNorm sums' stream (with v_ln: dt_backward.cu's v_wgrad_on_ln) */
+int cuda_dt_v_ln_takes(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
 #endif

@@ -29,16 +29,26 @@ static __device__ __forceinline__ void pdl_go() {
 #endif
 }
 #define PDL_ENTER() (pdl_wait(), pdl_go())
+/* pdl_launch (below) in thread-block clusters of cx blocks along x (g.x
+ * a multiple of cx; cx 1: no clusters, pdl_launch itself) */
 template <typename... P, typename... A>
-static inline void pdl_launch(void (*k)(P...), dim3 g, dim3 b, size_t sm, cudaStream_t st, A &&...a) {
+static inline void pdl_launch_cluster(void (*k)(P...), unsigned cx, dim3 g, dim3 b, size_t sm, cudaStream_t st,
+                                      A &&...a) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
+  cudaLaunchAttribute at[2];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = g, cfg.blockDim = b, cfg.dynamicSmemBytes = sm, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = 1;
+  at[1].id = cudaLaunchAttributeClusterDimension;
+  at[1].val.clusterDim.x = cx, at[1].val.clusterDim.y = 1, at[1].val.clusterDim.z = 1;
+  cfg.gridDim = g, cfg.blockDim = b, cfg.dynamicSmemBytes = sm, cfg.stream = st, cfg.attrs = at;
+  cfg.numAttrs = cx > 1 ? 2 : 1;
   /* a launch error reaches cudaGetLastError, as a <<< >>> launch's does (a
    * null pointer argument is nullptr: NULL would deduce an integer) */
   (void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(a)...);
+}
+template <typename... P, typename... A>
+static inline void pdl_launch(void (*k)(P...), dim3 g, dim3 b, size_t sm, cudaStream_t st, A &&...a) {
+  pdl_launch_cluster(k, 1u, g, b, sm, st, static_cast<A &&>(a)...);
 }
 
 #endif
