@@ -448,6 +448,18 @@ START_TEST(test_tf32_gemm) {
   gemm_case(132, 68, 8200, 1, 0, 1, 1, 0, 136, 72, 1, P);
   gemm_case(68, 72, 100, 1, 1, 1, 1, 0, 68, 100, 1, P);     /* both transposed */
   gemm_case(3840, 128, 128, 0, 1, 0, 1, 0, 128, 128, 1, P); /* the reference sizes' q at batch 64 */
+  /* the TMA tile's ring: W_2 at batch 64 (120 tiles, 16 chunks) takes the
+   * deep ring, a launch of more tiles than SMs the default; the same bits
+   * as the register-staged tile either way (gemm_case_ld) */
+  const int deep = cuda_dt_tma_stages(3840, 128, 512), shallow = cuda_dt_tma_stages(8192, 128, 160);
+  int nsm = 0;
+  CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
+  printf("the TMA tile's ring on %d SMs: %d stages for 3840 x 128 x 512, %d for 8192 x 128 x 160\n", nsm, deep,
+         shallow);
+  ck_assert_int_eq(shallow, 3);
+  ck_assert_int_eq(deep, nsm >= 120 ? 6 : 3);
+  gemm_case(3840, 128, 512, 0, 1, 0, 1, 0, 512, 512, 1, P);
+  gemm_case(8192, 128, 160, 0, 1, 0, 1, 0, 160, 160, 1, P);
   gemm_case(50, 9, 15, 0, 1, 0, 1, 0, 15, 15, 0, P);        /* a head's forward over rows of 15 */
   gemm_case(200, 132, 36, 0, 1, 0, 1, 0, 36, 40, 1, DT_EP_GELU);  /* u = W_1 h + b_1: gelu'(u), gl = gelu(u) */
   gemm_case(200, 132, 36, 0, 0, 0, 0, 0, 40, 132, 1, DT_EP_DGELU); /* du = (dX W_2) gelu'(u) */

@@ -159,6 +159,9 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
 int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, float *db, int *used);
+/* for the tests: the stages of the TMA tile's ring in a lone launch of an
+ * M x N product over K on this device (dt_tma_stages); 0 on an error */
+int cuda_dt_tma_stages(int M, int N, int K);
 /* for the tests: one fp32 GEMM as the DT makes them (unsplit, dt_gemm_op's
  * arguments) on the 128 x 128 tile where big and it takes the call, else on
  * the 64 x 64 tile (big 2: by the forward's rule, as dt_forward issues it);
@@ -625,10 +628,12 @@ int dt_tma_map(void *enc, void *map, const float *p, int inner, int outer, int l
 int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                   int kper, size_t cz, float *bpart, cuda_pz_t pz);
-/* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops) */
+/* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops); nsm: the
+ * device's SMs (the ring's depth: dt_tma_stages, 0 = the default depth) */
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  cuda_pz_t pz, int rnd);
+                  cuda_pz_t pz, int rnd, int nsm);
+int dt_tma_stages(long long tiles, int nk, int nsm);
 /* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */

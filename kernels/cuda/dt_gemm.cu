@@ -347,7 +347,7 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
   const int tc = d->tc, tile = dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, kper < K);
   grid = dt_grid(d, grid);
   if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz,
-                                  dt_tf32_ops(d, A, B)))
+                                  dt_tf32_ops(d, A, B), d->nsm))
     return;
   if (tile == 3 && !dt_tmt_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
                                   NULL, d->pz))
