@@ -507,10 +507,17 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
   return 0;
 }
 
+/* the current device's SMs into *nsm: the count the learner's launches give
+ * dt_tma_stages (d->nsm), for the test entry points below */
+static int dw_sms(int *nsm) {
+  int dev = 0;
+  CUDA_RET(cudaGetDevice(&dev));
+  return (int)cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev);
+}
+
 extern "C" int cuda_dt_tma_stages(int M, int N, int K) {
-  int dev = 0, nsm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev))
-    return 0;
+  int nsm = 0;
+  if (dw_sms(&nsm)) return 0;
   const long long tiles = (long long)((N + DW_T - 1) / DW_T) * ((M + DW_T - 1) / DW_T);
   return dt_tma_stages(tiles, (K + DW_BK - 1) / DW_BK, nsm);
 }
@@ -523,9 +530,7 @@ extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, in
   d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
   d.tma = wg >= 2 ? dt_tma_setup() : NULL;
-  int dev = 0; /* the SMs: the TMA tile's ring as deep as the learner's launches take it (dt_tma_stages) */
-  CUDA_RET(cudaGetDevice(&dev));
-  CUDA_RET(cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_RET(dw_sms(&d.nsm)); /* the TMA tile's ring as deep as the learner's launches take it (dt_tma_stages) */
   *used = dt_wg_takes(&d, M, N, K, A, lda, ta, B, ldb, tb, part != NULL && dt_wgrad_parts(M, N, K, cap, dt_wgrad_depth(1)) > 1);
   if (wg == 3) { /* the TMA tile alone, rounding nothing (rnd 0) */
     const dim3 grid((unsigned)((N + DW_T - 1) / DW_T), (unsigned)((M + DW_T - 1) / DW_T));
