@@ -136,6 +136,8 @@ END_TEST
 /* the parity cases that put W_v's weight gradient on the LayerNorm
  * stream (cuda_dt_v_ln_takes) and compared it both ways */
 static int v_ln_cases;
+/* the parity cases that ran the MLP in one launch (cuda_dt_mlp_takes) */
+static int mlp_cases;
 
 /* the step rerun with the form *knob (1, the default) set to 0 against
  * loss and g from the default: the same loss and gradient bit for bit;
@@ -207,6 +209,14 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
    * tile and the attention do not round again (pre 1, the default):
    * rounding twice is rounding once, so the same bits */
   if (tc) same_step(&d, &d.pre, p, &bt, g, g2, P, loss, what, "every operand rounded where it is read (pre 0)");
+  /* each block's LN2, MLP and next LN1 in one launch (dt_mlp.cu, mlp 1)
+   * against their launches one by one: the same arithmetic on the same
+   * rounded operands in the same order, so the same bits (counted: the
+   * TF32 reference sizes must take it on an sm_90 device) */
+  if (cuda_dt_mlp_takes(&d)) {
+    same_step(&d, &d.mlp, p, &bt, g, g2, P, loss, what, "the MLP's launches one by one (mlp 0)");
+    mlp_cases++;
+  }
   cuda_dt_free(&d);
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
 }
@@ -244,9 +254,13 @@ END_TEST
 #define TF32_KABS 1e-3
 START_TEST(test_tf32_parity) {
   const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
-  int win;
+  int win, sm90 = 0;
+  struct cudaDeviceProp pr;
+  if (DQN_SM90A && cudaGetDeviceProperties(&pr, 0) == cudaSuccess) sm90 = pr.major == 9 && pr.minor == 0;
+  mlp_cases = 0;
   parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
   parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
+  ck_assert_msg(!sm90 || mlp_cases > 0, "the TF32 reference sizes did not run the MLP in one launch on an sm_90 device");
 }
 END_TEST
 

@@ -101,6 +101,9 @@ typedef struct cuda_dt {
   int v_ln;                               /* 1 (cuda_dt_alloc's default): each layer's W_v weight gradient on
                                            * DT_SIDE_LN where v_wgrad_on_ln allows (dt_backward.cu); 0: last on
                                            * DT_SIDE_W (the tests: the same bits) */
+  int mlp;                                /* 1 (cuda_dt_alloc's default where dt_mlp_setup runs): a block's LN2,
+                                           * MLP and the next block's LN1 in one launch where dt_mlp_takes
+                                           * (dt_mlp.cu); 0: their three launches (the tests: the same bits) */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -193,6 +196,9 @@ int cuda_dt_attn_pre(const cuda_dt_t *d);
 /* for the tests: 1 where the backward puts W_v's weight gradient on the
  * LayerNorm sums' stream (with v_ln: dt_backward.cu's v_wgrad_on_ln) */
 int cuda_dt_v_ln_takes(const cuda_dt_t *d);
+/* for the tests: 1 where the forward runs each block's LN2, MLP and the
+ * next LN1 in one launch (dt_mlp_takes) */
+int cuda_dt_mlp_takes(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
 #endif
@@ -259,23 +265,18 @@ static __device__ __forceinline__ float dt_tf32(float x) {
 /* the kernels that give each warp one row (a token, a step, a column):
  * this warp's row across the grid */
 static __device__ __forceinline__ int dt_warp_row() { return (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); }
-/* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
- * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
- * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,
- * then a fixed tree over the lanes (dt_ln_kernel, dt_embed_kernel's two and
- * LN_f in dt_head.cu: the same bits). Rows of up to 32 R elements load
- * every element, gamma and beta a lane's first, in flight together (R 4: up
- * to E = 128), and sum the same terms in the same order as the loop below
- * (kernels/dev/DEVICE_NOTES.md item 152). */
+/* this lane's R elements (lane + 32 j) of a row at v: zeros past E */
 template <int R>
-static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int lane, const float *gam,
-                                                    const float *bet, float *xh, float *y, int rnd) {
-  float x[R], g[R], b[R];
+static __device__ __forceinline__ void dt_ln_load(const float *v, int E, int lane, float (&x)[R]) {
 #pragma unroll
-  for (int j = 0; j < R; j++) {
-    const int e = lane + 32 * j;
-    x[j] = e < E ? xr[e] : 0.0f, g[j] = e < E ? gam[e] : 0.0f, b[j] = e < E ? bet[e] : 0.0f;
-  }
+  for (int j = 0; j < R; j++) x[j] = lane + 32 * j < E ? v[lane + 32 * j] : 0.0f;
+}
+/* dt_ln_row_r's arithmetic on a row already loaded (x, gamma g and beta b
+ * as dt_ln_load gives them): xhat into xh, y = xhat gamma + beta (rounded
+ * with rnd) to put(e, y) for each element e; returns 1/std */
+template <int R, typename Y>
+static __device__ __forceinline__ float dt_ln_row_core(const float (&x)[R], const float (&g)[R], const float (&b)[R],
+                                                       int E, int lane, float *xh, Y put, int rnd) {
   float s = 0;
 #pragma unroll
   for (int j = 0; j < R; j++)
@@ -295,9 +296,24 @@ static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int 
     const float h = (x[j] - mean) * r;
     xh[e] = h;
     const float o = h * g[j] + b[j];
-    y[e] = rnd ? dt_tf32(o) : o;
+    put(e, rnd ? dt_tf32(o) : o);
   }
   return r;
+}
+/* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
+ * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
+ * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,
+ * then a fixed tree over the lanes (dt_ln_kernel, dt_embed_kernel's two and
+ * LN_f in dt_head.cu: the same bits). Rows of up to 32 R elements load
+ * every element, gamma and beta a lane's first, in flight together (R 4: up
+ * to E = 128), and sum the same terms in the same order as the loop below
+ * (kernels/dev/DEVICE_NOTES.md item 152). */
+template <int R>
+static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int lane, const float *gam,
+                                                    const float *bet, float *xh, float *y, int rnd) {
+  float x[R], g[R], b[R];
+  dt_ln_load<R>(xr, E, lane, x), dt_ln_load<R>(gam, E, lane, g), dt_ln_load<R>(bet, E, lane, b);
+  return dt_ln_row_core<R>(x, g, b, E, lane, xh, [y](int e, float o) { y[e] = o; }, rnd);
 }
 static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int lane, const float *gam, const float *bet,
                                                   float *xh, float *y, int rnd) {
@@ -634,6 +650,15 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                   cuda_pz_t pz, int rnd, int nsm);
 int dt_tma_stages(long long tiles, int nk, int nsm);
+/* dt_mlp.cu: 1 where this build and device run dt_mlp_kernel (its shared
+ * memory set); dt_mlp_takes: 1 where d's forward takes it (d->mlp, dt_pre,
+ * E = 128); dt_mlp_launch: block l's LN2, MLP and (below the last block)
+ * block l + 1's LN1 in one launch, *done 1; *done 0 where a weight's map
+ * could not be encoded (nothing queued: the caller runs the three
+ * launches). 0 or a cudaError_t. */
+int dt_mlp_setup(void);
+int dt_mlp_takes(const cuda_dt_t *d);
+int dt_mlp_launch(const cuda_dt_t *d, int l, int *done, cudaStream_t st);
 /* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */
