@@ -103,7 +103,11 @@ typedef struct cuda_dt {
                                            * DT_SIDE_W (the tests: the same bits) */
   int mlp;                                /* 1 (cuda_dt_alloc's default where dt_mlp_setup runs): a block's LN2,
                                            * MLP and the next block's LN1 in one launch where dt_mlp_takes
-                                           * (dt_mlp.cu); 0: their three launches (the tests: the same bits) */
+                                           * (dt_mlp.cu); 0: their four launches (the tests: the same bits) */
+  int mlp_pair;                           /* with mlp, 1 where its pair form (a cluster of two blocks a 64
+                                           * tokens) runs on this device */
+  int mlp_form;                           /* -1: dt_mlp_pair's rule; the tests force 0 (one block a 64 tokens)
+                                           * or 1 (the pair, where mlp_pair): the same bits */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -197,7 +201,7 @@ int cuda_dt_attn_pre(const cuda_dt_t *d);
  * LayerNorm sums' stream (with v_ln: dt_backward.cu's v_wgrad_on_ln) */
 int cuda_dt_v_ln_takes(const cuda_dt_t *d);
 /* for the tests: 1 where the forward runs each block's LN2, MLP and the
- * next LN1 in one launch (dt_mlp_takes) */
+ * next LN1 in one launch (dt_mlp_takes), 2 where as the pair (dt_mlp_pair) */
 int cuda_dt_mlp_takes(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
@@ -651,13 +655,15 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
                   cuda_pz_t pz, int rnd, int nsm);
 int dt_tma_stages(long long tiles, int nk, int nsm);
 /* dt_mlp.cu: 1 where this build and device run dt_mlp_kernel (its shared
- * memory set); dt_mlp_takes: 1 where d's forward takes it (d->mlp, dt_pre,
- * E = 128); dt_mlp_launch: block l's LN2, MLP and (below the last block)
- * block l + 1's LN1 in one launch, *done 1; *done 0 where a weight's map
- * could not be encoded (nothing queued: the caller runs the three
- * launches). 0 or a cudaError_t. */
-int dt_mlp_setup(void);
+ * memory set; *pair 1 where its pair form's clusters run too);
+ * dt_mlp_takes: 1 where d's forward takes it (d->mlp, dt_pre, E = 128);
+ * dt_mlp_pair: 1 where it runs as the pair; dt_mlp_launch: block l's LN2,
+ * MLP and (below the last block) block l + 1's LN1 in one launch, *done 1;
+ * *done 0 where a weight's map could not be encoded (nothing queued: the
+ * caller runs the four launches). 0 or a cudaError_t. */
+int dt_mlp_setup(int *pair);
 int dt_mlp_takes(const cuda_dt_t *d);
+int dt_mlp_pair(const cuda_dt_t *d);
 int dt_mlp_launch(const cuda_dt_t *d, int l, int *done, cudaStream_t st);
 /* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
