@@ -29,7 +29,7 @@
  * into the same sums, so the same bits, with the GELU epilogues of the
  * two halves side by side on two SMs.
  *
- * The same bits as the three launches (dt_ln_kernel, the TMA tile's W_1
+ * The same bits as the four launches (dt_ln_kernel, the TMA tile's W_1
  * and W_2 products, dt_ln_kernel): the LayerNorms are dt_ln_row_r's
  * arithmetic, u's tile is the TMA tile's four m64n64k8 a chunk over the
  * same rounded operands, X_{l+1}'s tiles sum W_2's 32-k chunks in the same
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
         to[q * 128 + tid] = make_float4(dy[q / 8][4 * (q % 8)], dy[q / 8][4 * (q % 8) + 1],
                                         dy[q / 8][4 * (q % 8) + 2], dy[q / 8][4 * (q % 8) + 3]);
       pair_arrive();
-      pair_wait(); /* block 1 read them: this block may leave */
+      pair_wait(); /* block 1 arrived to read them (it reads none of this block's shared memory) */
       pdl_go();
       return;
     }
@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
 #pragma unroll 1
     for (int j = 0; j < 4; j++)
       dtm_u(sA, ring, bars, sm + (4 + 2 * j) * DTM_BOX, 4 + j, 4 * j, nb, 1, &m1, &m2, z, m0, M, b1, gd, gl);
-    fence_proxy_async(); /* gl's tiles visible to wgmma */
+    fence_proxy_async(); /* gl's tiles visible to wgmma, */
+    __syncthreads();     /* every thread's (the cluster's relaxed arrival orders no writes) */
     pair_wait();
     pair_arrive_relaxed();
     pair_wait(); /* block 0's sums in hand */
@@ -362,6 +363,7 @@ int dt_mlp_launch(const cuda_dt_t *d, int l, int *done, cudaStream_t st) {
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, EE = (size_t)E * E;
   const float *wl = d->wr + (size_t)l * DT_WT_FLOATS * EE, *p = d->p;
   *done = 0;
+  if (((uintptr_t)(p + o->m1_b) | (uintptr_t)(p + o->m2_b)) % 8) return 0; /* the epilogues' bias pairs */
   CUtensorMap m1, m2;
   /* W_1 [F][E] and W_2 [E][F], TF32-rounded (dt_pre's wr), in boxes of 32 k x 64 rows */
   if (!dt_tma_map(d->tma, &m1, wl + DT_WT_1 * EE, E, F, E, 32, 64, d->pz.n, d->pz.stride) ||
