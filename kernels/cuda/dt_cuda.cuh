@@ -275,34 +275,48 @@ static __device__ __forceinline__ void dt_ln_load(const float *v, int E, int lan
 #pragma unroll
   for (int j = 0; j < R; j++) x[j] = lane + 32 * j < E ? v[lane + 32 * j] : 0.0f;
 }
-/* dt_ln_row_r's arithmetic on a row already loaded (x, gamma g and beta b
- * as dt_ln_load gives them): xhat into xh, y = xhat gamma + beta (rounded
- * with rnd) to put(e, y) for each element e; returns 1/std */
-template <int R, typename Y>
-static __device__ __forceinline__ float dt_ln_row_core(const float (&x)[R], const float (&g)[R], const float (&b)[R],
-                                                       int E, int lane, float *xh, Y put, int rnd) {
-  float s = 0;
+/* dt_ln_row_r's arithmetic on NR rows already loaded (x[i], gamma g and
+ * beta b as dt_ln_load gives them): put(i, e, xhat, y) for each element e
+ * of row i (y = xhat gamma + beta, rounded with rnd), 1/std into r[i].
+ * Each row's sums in dt_ln_row_r's order (the same bits); the rows' shuffle
+ * trees level by level across the rows, so their round trips overlap
+ * where a warp has several rows (dt_mlp.cu) */
+template <int R, int NR, typename Y>
+static __device__ __forceinline__ void dt_ln_rows_core(const float (&x)[NR][R], const float (&g)[R],
+                                                       const float (&b)[R], int E, int lane, Y put, float (&r)[NR],
+                                                       int rnd) {
+  float s[NR], mean[NR];
 #pragma unroll
-  for (int j = 0; j < R; j++)
-    if (lane + 32 * j < E) s += x[j];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  const float mean = s / (float)E;
-  float v = 0;
+  for (int i = 0; i < NR; i++) {
+    s[i] = 0;
 #pragma unroll
-  for (int j = 0; j < R; j++)
-    if (lane + 32 * j < E) v += (x[j] - mean) * (x[j] - mean);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
-#pragma unroll
-  for (int j = 0; j < R; j++) {
-    const int e = lane + 32 * j;
-    if (e >= E) break;
-    const float h = (x[j] - mean) * r;
-    xh[e] = h;
-    const float o = h * g[j] + b[j];
-    put(e, rnd ? dt_tf32(o) : o);
+    for (int j = 0; j < R; j++)
+      if (lane + 32 * j < E) s[i] += x[i][j];
   }
-  return r;
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < NR; i++) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+#pragma unroll
+  for (int i = 0; i < NR; i++) {
+    mean[i] = s[i] / (float)E, s[i] = 0;
+#pragma unroll
+    for (int j = 0; j < R; j++)
+      if (lane + 32 * j < E) s[i] += (x[i][j] - mean[i]) * (x[i][j] - mean[i]);
+  }
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < NR; i++) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+#pragma unroll
+  for (int i = 0; i < NR; i++) {
+    r[i] = 1.0f / sqrtf(s[i] / (float)E + DT_LN_EPS);
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+      const int e = lane + 32 * j;
+      if (e >= E) break;
+      const float h = (x[i][j] - mean[i]) * r[i], o = h * g[j] + b[j];
+      put(i, e, h, rnd ? dt_tf32(o) : o);
+    }
+  }
 }
 /* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
  * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
@@ -315,9 +329,10 @@ static __device__ __forceinline__ float dt_ln_row_core(const float (&x)[R], cons
 template <int R>
 static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int lane, const float *gam,
                                                     const float *bet, float *xh, float *y, int rnd) {
-  float x[R], g[R], b[R];
-  dt_ln_load<R>(xr, E, lane, x), dt_ln_load<R>(gam, E, lane, g), dt_ln_load<R>(bet, E, lane, b);
-  return dt_ln_row_core<R>(x, g, b, E, lane, xh, [y](int e, float o) { y[e] = o; }, rnd);
+  float x[1][R], g[R], b[R], r[1];
+  dt_ln_load<R>(xr, E, lane, x[0]), dt_ln_load<R>(gam, E, lane, g), dt_ln_load<R>(bet, E, lane, b);
+  dt_ln_rows_core<R, 1>(x, g, b, E, lane, [xh, y](int, int e, float h, float o) { xh[e] = h, y[e] = o; }, r, rnd);
+  return r[0];
 }
 static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int lane, const float *gam, const float *bet,
                                                   float *xh, float *y, int rnd) {

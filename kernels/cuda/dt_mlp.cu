@@ -14,7 +14,7 @@
  * a two-box A tile), and gl's 64 k of the product with W_2, summed into
  * two 64 x 64 accumulators (X_{l+1}'s columns 0-63 and 64-127) that live
  * across the chunks. W_1's and W_2's boxes (32 k x 64 rows, 8 KB) come by
- * TMA through a ring of DTM_NS stages in the order they are used; the
+ * TMA through a ring of stages (DTM_NS) in the order they are used; the
  * ring's first boxes are asked for before the block waits for the kernel
  * before it (the weights were written before that kernel began: pdl.cuh).
  * The epilogue stages X_{l+1}'s rows in shared memory for LN1.
@@ -51,14 +51,19 @@
 #define DTM_E 128                                  /* the embedding the launch takes */
 #define DTM_F (4 * DTM_E)                          /* the MLP's width */
 #define DTM_BOX 8192                               /* bytes: 64 rows x 32 k, one TMA box, one wgmma operand */
-#define DTM_NS 7                                   /* the weights' ring, in boxes: two blocks an SM */
+/* the weights' ring, in boxes: two chunks' worth in one block a 64
+ * tokens, the rest of the opt-in in the pair (a stage's refill waits for
+ * its box's use, and each chunk uses eight: a ring shorter than a chunk
+ * left every chunk waiting for two L2 round trips, DEVICE_NOTES.md item
+ * 234) */
+#define DTM_NS(PAIR) ((PAIR) ? 11 : 16)
 #define DTM_NB (DTM_F / 64 * 8)                    /* boxes a block: a chunk's 4 of W_1 and 4 of W_2 (a pair's: half) */
 #define DTM_SLD 136                                /* floats between X_{l+1}'s staged rows (no bank conflicts) */
 /* shared memory: h2's 4 boxes, gl's 2 (a pair's block 1: 4 chunks' 8, then
  * the handed-over accumulators' 4), the ring, slack, the mbarriers */
 #define DTM_GLB(PAIR) ((PAIR) ? 8 : 2)
 #define DTM_RING(PAIR) (4 + DTM_GLB(PAIR) + ((PAIR) ? 4 : 0))
-#define DTM_SMEM(PAIR) ((DTM_RING(PAIR) + DTM_NS) * DTM_BOX + 1024 + 8 * DTM_NS)
+#define DTM_SMEM(PAIR) ((DTM_RING(PAIR) + DTM_NS(PAIR)) * DTM_BOX + 1024 + 8 * DTM_NS(PAIR))
 
 /* the launch's buffers (member 0's; NULL g1n: no LN1 after, the last block) */
 struct dtm_args {
@@ -81,9 +86,10 @@ static __device__ __forceinline__ uint32_t dtm_sw(int r, int c) {
  * kk.. for its rows 0-63 and 64-127, i = 4 + 2 kk + h); chunk after chunk
  * (b = 8 j + i), or in a pair's block 1 (hi) the W_1 boxes of chunks 4-7,
  * then their W_2 boxes */
+template <int NS>
 static __device__ __forceinline__ void dtm_issue(uint32_t ring, uint32_t bars, const CUtensorMap *m1,
                                                  const CUtensorMap *m2, int b, int z, int hi) {
-  const int s = b % DTM_NS, j = hi ? 4 + ((b & 15) >> 2) : b >> 3, i = hi ? (b & 3) + (b & 16) / 4 : b & 7;
+  const int s = b % NS, j = hi ? 4 + ((b & 15) >> 2) : b >> 3, i = hi ? (b & 3) + (b & 16) / 4 : b & 7;
   const uint32_t dst = ring + (uint32_t)s * DTM_BOX, bar = bars + 8 * s;
   mbar_expect_tx(bar, DTM_BOX);
   if (i < 4)
@@ -91,13 +97,15 @@ static __device__ __forceinline__ void dtm_issue(uint32_t ring, uint32_t bars, c
   else
     tma_load_3d(dst, m2, 64 * j + 32 * ((i - 4) >> 1), 64 * ((i - 4) & 1), z, bar);
 }
+template <int NS>
 static __device__ __forceinline__ void dtm_wait(uint32_t bars, int b) {
-  while (!mbar_try(bars + 8 * (b % DTM_NS), (unsigned)(b / DTM_NS) & 1u)) {
+  while (!mbar_try(bars + 8 * (b % NS), (unsigned)(b / NS) & 1u)) {
   }
 }
 /* u's 64 x 64 tile of chunk j (its W_1 boxes b0 .. b0 + 3), its GELU
  * epilogue (dt_ep_storev's: u = v + b_1; gd, gl rounded) and gl's tile at
  * g for W_2; the stages refilled with the boxes NS on */
+template <int NS>
 static __device__ __forceinline__ void dtm_u(uint32_t sA, uint32_t ring, uint32_t bars, unsigned char *g, int j,
                                              int b0, int nb, int hi, const CUtensorMap *m1, const CUtensorMap *m2,
                                              int z, int m0, int M, const float *b1, float *gd, float *gl) {
@@ -105,12 +113,12 @@ static __device__ __forceinline__ void dtm_u(uint32_t sA, uint32_t ring, uint32_
   float du[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) du[i] = 0.0f;
-  for (int i = 0; i < 4; i++) dtm_wait(bars, b0 + i);
+  for (int i = 0; i < 4; i++) dtm_wait<NS>(bars, b0 + i);
   wgmma_fence();
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const unsigned long long da = wg_desc(sA + i * DTM_BOX);
-    const unsigned long long db = wg_desc(ring + (uint32_t)((b0 + i) % DTM_NS) * DTM_BOX);
+    const unsigned long long db = wg_desc(ring + (uint32_t)((b0 + i) % NS) * DTM_BOX);
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_tf32_m64n64k8(du, da + 2 * q, db + 2 * q);
   }
@@ -119,7 +127,7 @@ static __device__ __forceinline__ void dtm_u(uint32_t sA, uint32_t ring, uint32_
   __syncthreads(); /* every warp past these stages before they are refilled */
   if (tid == 0)
     for (int i = 0; i < 4; i++)
-      if (b0 + i + DTM_NS < nb) dtm_issue(ring, bars, m1, m2, b0 + i + DTM_NS, z, hi);
+      if (b0 + i + NS < nb) dtm_issue<NS>(ring, bars, m1, m2, b0 + i + NS, z, hi);
 #pragma unroll
   for (int e = 0; e < 32; e += 2) {
     const int r = 16 * w + lane / 4 + 8 * (e % 4 / 2), c = 8 * (e / 4) + 2 * (lane % 4), n = 64 * j + c, m = m0 + r;
@@ -137,16 +145,17 @@ static __device__ __forceinline__ void dtm_u(uint32_t sA, uint32_t ring, uint32_
 }
 /* X_{l+1}'s two tiles += gl's 64 k of a chunk (its tile at sg, its W_2
  * boxes b0 .. b0 + 3), 32 at a time; the stages refilled */
+template <int NS>
 static __device__ __forceinline__ void dtm_y(float (&dy)[2][32], uint32_t sg, uint32_t ring, uint32_t bars, int b0,
                                              int nb, int hi, const CUtensorMap *m1, const CUtensorMap *m2, int z) {
-  for (int i = 0; i < 4; i++) dtm_wait(bars, b0 + i);
+  for (int i = 0; i < 4; i++) dtm_wait<NS>(bars, b0 + i);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 2; kk++) {
     const unsigned long long da = wg_desc(sg + kk * DTM_BOX);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const unsigned long long db = wg_desc(ring + (uint32_t)((b0 + 2 * kk + h) % DTM_NS) * DTM_BOX);
+      const unsigned long long db = wg_desc(ring + (uint32_t)((b0 + 2 * kk + h) % NS) * DTM_BOX);
 #pragma unroll
       for (int q = 0; q < 4; q++) wgmma_tf32_m64n64k8(dy[h], da + 2 * q, db + 2 * q);
     }
@@ -156,7 +165,7 @@ static __device__ __forceinline__ void dtm_y(float (&dy)[2][32], uint32_t sg, ui
   __syncthreads(); /* the stages and gl's tile free */
   if (threadIdx.x == 0)
     for (int i = 0; i < 4; i++)
-      if (b0 + i + DTM_NS < nb) dtm_issue(ring, bars, m1, m2, b0 + i + DTM_NS, z, hi);
+      if (b0 + i + NS < nb) dtm_issue<NS>(ring, bars, m1, m2, b0 + i + NS, z, hi);
 }
 #endif
 
@@ -166,19 +175,20 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
                                                         cuda_pz_t pz) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 dtm_sh[];
+  constexpr int NS = DTM_NS(PAIR);
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dtm_sh), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(dtm_sh) + (base - raw);
   const uint32_t sA = base, sG = base + 4 * DTM_BOX, ring = base + DTM_RING(PAIR) * DTM_BOX;
-  const uint32_t bars = ring + DTM_NS * DTM_BOX;
+  const uint32_t bars = ring + NS * DTM_BOX;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, z = (int)blockIdx.z, m0 = (int)blockIdx.y * DTM_BM;
   const int M = a.M, E = DTM_E, hi = PAIR ? (int)(blockIdx.x & 1u) : 0, nb = PAIR ? DTM_NB / 2 : DTM_NB;
   if (tid == 0) {
-    for (int s = 0; s < DTM_NS; s++) mbar_init(bars + 8 * s, 1);
+    for (int s = 0; s < NS; s++) mbar_init(bars + 8 * s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
   if (tid == 0)
-    for (int b = 0; b < DTM_NS; b++) dtm_issue(ring, bars, &m1, &m2, b, z, hi);
+    for (int b = 0; b < NS; b++) dtm_issue<NS>(ring, bars, &m1, &m2, b, z, hi);
   if (PAIR) pair_arrive_relaxed(); /* this block started */
   pdl_wait();
   const long long mo = (long long)z * pz.stride;
@@ -203,20 +213,16 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
 #pragma unroll
           for (int q = 0; q < 4; q++) x[i][q] = 0.0f;
       }
+      float rs[8];
+      dt_ln_rows_core<4, 8>(x, g, be, E, lane, [&](int i, int e, float hx, float y) {
+        const int r = 16 * w + 8 * h + i, m = m0 + r;
+        if (m < M) xh2[(size_t)m * E + e] = hx, h2[(size_t)m * E + e] = y;
+        *reinterpret_cast<float *>(sm + dtm_sw(r, e)) = m < M ? y : 0.0f;
+      }, rs, 1);
 #pragma unroll
       for (int i = 0; i < 8; i++) {
-        const int r = 16 * w + 8 * h + i, m = m0 + r;
-        if (m < M) {
-          float *hr = h2 + (size_t)m * E;
-          const float rs = dt_ln_row_core<4>(x[i], g, be, E, lane, xh2 + (size_t)m * E, [&](int e, float o) {
-            hr[e] = o;
-            *reinterpret_cast<float *>(sm + dtm_sw(r, e)) = o;
-          }, 1);
-          if (lane == 0) r2[m] = rs;
-        } else {
-#pragma unroll
-          for (int q = 0; q < 4; q++) *reinterpret_cast<float *>(sm + dtm_sw(r, lane + 32 * q)) = 0.0f;
-        }
+        const int m = m0 + 16 * w + 8 * h + i;
+        if (lane == 0 && m < M) r2[m] = rs[i];
       }
     }
   }
@@ -229,10 +235,10 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
     /* chunk after chunk: u's tile, its GELU, gl's 64 k into X_{l+1}'s tiles */
 #pragma unroll 1
     for (int j = 0; j < nb / 8; j++) {
-      dtm_u(sA, ring, bars, sm + 4 * DTM_BOX, j, 8 * j, nb, 0, &m1, &m2, z, m0, M, b1, gd, gl);
+      dtm_u<NS>(sA, ring, bars, sm + 4 * DTM_BOX, j, 8 * j, nb, 0, &m1, &m2, z, m0, M, b1, gd, gl);
       fence_proxy_async(); /* gl's tile visible to wgmma */
       __syncthreads();
-      dtm_y(dy, sG, ring, bars, 8 * j + 4, nb, 0, &m1, &m2, z);
+      dtm_y<NS>(dy, sG, ring, bars, 8 * j + 4, nb, 0, &m1, &m2, z);
     }
   }
   if constexpr (PAIR) {
@@ -254,7 +260,7 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
     /* block 1: chunks 4-7's u, gd and gl meanwhile, gl's tiles kept */
 #pragma unroll 1
     for (int j = 0; j < 4; j++)
-      dtm_u(sA, ring, bars, sm + (4 + 2 * j) * DTM_BOX, 4 + j, 4 * j, nb, 1, &m1, &m2, z, m0, M, b1, gd, gl);
+      dtm_u<NS>(sA, ring, bars, sm + (4 + 2 * j) * DTM_BOX, 4 + j, 4 * j, nb, 1, &m1, &m2, z, m0, M, b1, gd, gl);
     fence_proxy_async(); /* gl's tiles visible to wgmma, */
     __syncthreads();     /* every thread's (the cluster's relaxed arrival orders no writes) */
     pair_wait();
@@ -267,7 +273,7 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
       dy[q / 8][4 * (q % 8) + 2] = v.z, dy[q / 8][4 * (q % 8) + 3] = v.w;
     }
 #pragma unroll 1
-    for (int j = 0; j < 4; j++) dtm_y(dy, sG + 2 * j * DTM_BOX, ring, bars, 16 + 4 * j, nb, 1, &m1, &m2, z);
+    for (int j = 0; j < 4; j++) dtm_y<NS>(dy, sG + 2 * j * DTM_BOX, ring, bars, 16 + 4 * j, nb, 1, &m1, &m2, z);
   }
   pdl_go();
   /* X_{l+1} = v + b_2 + xm (dt_wg_epilogue_pf's order), staged for LN1
@@ -299,16 +305,20 @@ __global__ void __launch_bounds__(128, 2) dt_mlp_kernel(const __grid_constant__ 
   float *xh1n = dt_off(a.xh1n, mo), *h1n = dt_off(a.h1n, mo), *r1n = dt_off(a.r1n, mo);
   float g[4], be[4];
   dt_ln_load<4>(g1n, E, lane, g), dt_ln_load<4>(be1n, E, lane, be);
-#pragma unroll 4
-  for (int i = 0; i < 16; i++) {
-    const int r = 16 * w + i, m = m0 + r;
-    if (m >= M) break;
-    float x[4];
-    dt_ln_load<4>(stg + r * DTM_SLD, E, lane, x);
-    float *hr = h1n + (size_t)m * E;
-    const float rs =
-        dt_ln_row_core<4>(x, g, be, E, lane, xh1n + (size_t)m * E, [hr](int e, float o) { hr[e] = o; }, 1);
-    if (lane == 0) r1n[m] = rs;
+#pragma unroll 1
+  for (int h = 0; h < 2; h++) { /* eight rows at a time */
+    float x[8][4], rs[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) dt_ln_load<4>(stg + (16 * w + 8 * h + i) * DTM_SLD, E, lane, x[i]);
+    dt_ln_rows_core<4, 8>(x, g, be, E, lane, [&](int i, int e, float hx, float y) {
+      const int m = m0 + 16 * w + 8 * h + i;
+      if (m < M) xh1n[(size_t)m * E + e] = hx, h1n[(size_t)m * E + e] = y;
+    }, rs, 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int m = m0 + 16 * w + 8 * h + i;
+      if (lane == 0 && m < M) r1n[m] = rs[i];
+    }
   }
 #else
   (void)m1, (void)m2, (void)a, (void)pz;
