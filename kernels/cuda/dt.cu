@@ -302,8 +302,6 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   d->tma = dt_tma_setup();
   d->pre = 1;
   d->v_ln = 1;
-  d->mlp = dt_mlp_setup(&d->mlp_pair);
-  d->mlp_form = -1;
   d->big = 1;
   for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);
@@ -397,17 +395,13 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
              d->actions, d->timesteps, T, d->x0, d->X, d->xh0, d->r0, d->h1, d->xh1, d->r1, pre, d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_join(d, st, 0));
-  /* each block's LN2, MLP and the next block's LN1 in one launch where
-   * dt_mlp_takes (ln1: block l's LN1 made by block l - 1's) */
-  const int mlp = dt_mlp_takes(d);
-  int ln1 = 0;
   for (int l = 0; l < L->L; l++) {
     const dt_block_off_t *o = &L->blk[l];
     const float *Xl = d->X + (size_t)l * NE;
     float *h1 = d->h1 + l * NE, *q = d->q + l * NE, *k = d->k + l * NE, *v = d->v + l * NE, *att = d->att + l * NE;
     float *xm = d->xm + l * NE, *h2 = d->h2 + l * NE, *gd = d->gd + l * NF, *gl = d->gl + l * NF;
     const size_t wl = (size_t)l * DT_WT_FLOATS * E * E, EE = (size_t)E * E; /* block l's weights in wr */
-    if (l > 0 && !ln1) /* block 0's in dt_embed_kernel */
+    if (l > 0) /* block 0's in dt_embed_kernel */
       CUDA_RET(ln(d, Xl, T, E, p + o->ln1_w, p + o->ln1_b, h1, d->xh1 + l * NE, d->r1 + (size_t)l * T, pre, st));
     /* q, k and v side by side */
     CUDA_RET(dt_fork(d, st, 2));
@@ -418,10 +412,6 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(dt_join(d, st, 1));
     CUDA_RET(dt_attn(d, q, k, v, d->P + l * NN, att, st));
     CUDA_RET(lin(d, o->o_w, wl + DT_WT_O * EE, o->o_b, att, T, E, E, xm, Xl, DT_EP_PLAIN, st)); /* x + W_o c + b_o */
-    int done = 0;
-    if (mlp) CUDA_RET(dt_mlp_launch(d, l, &done, st));
-    ln1 = done && l + 1 < L->L;
-    if (done) continue;
     CUDA_RET(ln(d, xm, T, E, p + o->ln2_w, p + o->ln2_b, h2, d->xh2 + l * NE, d->r2 + (size_t)l * T, pre, st));
     /* u = W_1 h2 + b_1, gl = gelu(u) and gd = gelu'(u), one GEMM (gl rounded under dt_pre) */
     CUDA_RET(dt_gemm_op(d, T, F, E, h2, E, 0, fw(d, o->m1_w, wl + DT_WT_1 * EE), E, 1, gd, F, p + o->m1_b,

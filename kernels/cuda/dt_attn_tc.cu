@@ -487,6 +487,27 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   bwd_kv_body(Qs, Dt, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
 
+/* the thread-block cluster's barrier (every thread of both blocks), in two
+ * halves: arrive (release: this thread's writes, shared memory of the
+ * other block's included, seen by the threads that wait; relaxed: no
+ * writes to hand over, no fence) and wait (acquire); each thread waits
+ * once between two arrivals */
+static __device__ __forceinline__ void pair_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pair_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pair_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
 /* the backward as a pair of blocks a window (a cluster of 2 along x: grid
  * (2 nh, B), block 2 h + r): block 0 stages dO, V, K and P (fp32) and runs
  * the first half (dS, dq) as the one-launch form does, writing dS in fp32

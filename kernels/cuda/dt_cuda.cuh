@@ -101,13 +101,6 @@ typedef struct cuda_dt {
   int v_ln;                               /* 1 (cuda_dt_alloc's default): each layer's W_v weight gradient on
                                            * DT_SIDE_LN where v_wgrad_on_ln allows (dt_backward.cu); 0: last on
                                            * DT_SIDE_W (the tests: the same bits) */
-  int mlp;                                /* 1 (cuda_dt_alloc's default where dt_mlp_setup runs): a block's LN2,
-                                           * MLP and the next block's LN1 in one launch where dt_mlp_takes
-                                           * (dt_mlp.cu); 0: their four launches (the tests: the same bits) */
-  int mlp_pair;                           /* with mlp, 1 where its pair form (a cluster of two blocks a 64
-                                           * tokens) runs on this device */
-  int mlp_form;                           /* -1: dt_mlp_pair's rule; the tests force 0 (one block a 64 tokens)
-                                           * or 1 (the pair, where mlp_pair): the same bits */
   cudaStream_t side[DT_SIDES];            /* work beside the caller's stream (branches of the graph; DT_SIDE_*) */
   cudaEvent_t fork, join[DT_SIDES];
   /* the backward's reads on the side streams (dt_backward.cu): rd[s][i] is
@@ -200,9 +193,6 @@ int cuda_dt_attn_pre(const cuda_dt_t *d);
 /* for the tests: 1 where the backward puts W_v's weight gradient on the
  * LayerNorm sums' stream (with v_ln: dt_backward.cu's v_wgrad_on_ln) */
 int cuda_dt_v_ln_takes(const cuda_dt_t *d);
-/* for the tests: 1 where the forward runs each block's LN2, MLP and the
- * next LN1 in one launch (dt_mlp_takes), 2 where as the pair (dt_mlp_pair) */
-int cuda_dt_mlp_takes(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
 #endif
@@ -269,55 +259,6 @@ static __device__ __forceinline__ float dt_tf32(float x) {
 /* the kernels that give each warp one row (a token, a step, a column):
  * this warp's row across the grid */
 static __device__ __forceinline__ int dt_warp_row() { return (int)(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); }
-/* this lane's R elements (lane + 32 j) of a row at v: zeros past E */
-template <int R>
-static __device__ __forceinline__ void dt_ln_load(const float *v, int E, int lane, float (&x)[R]) {
-#pragma unroll
-  for (int j = 0; j < R; j++) x[j] = lane + 32 * j < E ? v[lane + 32 * j] : 0.0f;
-}
-/* dt_ln_row_r's arithmetic on NR rows already loaded (x[i], gamma g and
- * beta b as dt_ln_load gives them): put(i, e, xhat, y) for each element e
- * of row i (y = xhat gamma + beta, rounded with rnd), 1/std into r[i].
- * Each row's sums in dt_ln_row_r's order (the same bits); the rows' shuffle
- * trees level by level across the rows, so their round trips overlap
- * where a warp has several rows (dt_mlp.cu) */
-template <int R, int NR, typename Y>
-static __device__ __forceinline__ void dt_ln_rows_core(const float (&x)[NR][R], const float (&g)[R],
-                                                       const float (&b)[R], int E, int lane, Y put, float (&r)[NR],
-                                                       int rnd) {
-  float s[NR], mean[NR];
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    s[i] = 0;
-#pragma unroll
-    for (int j = 0; j < R; j++)
-      if (lane + 32 * j < E) s[i] += x[i][j];
-  }
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < NR; i++) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    mean[i] = s[i] / (float)E, s[i] = 0;
-#pragma unroll
-    for (int j = 0; j < R; j++)
-      if (lane + 32 * j < E) s[i] += (x[i][j] - mean[i]) * (x[i][j] - mean[i]);
-  }
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int i = 0; i < NR; i++) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
-#pragma unroll
-  for (int i = 0; i < NR; i++) {
-    r[i] = 1.0f / sqrtf(s[i] / (float)E + DT_LN_EPS);
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-      const int e = lane + 32 * j;
-      if (e >= E) break;
-      const float h = (x[i][j] - mean[i]) * r[i], o = h * g[j] + b[j];
-      put(i, e, h, rnd ? dt_tf32(o) : o);
-    }
-  }
-}
 /* LayerNorm of one token's row xr by one warp (lane: this thread's lane):
  * xhat into xh, y = xhat gamma + beta into y (rounded to TF32 with rnd);
  * returns 1/std. Each lane takes the elements lane, lane + 32, .. in turn,
@@ -329,10 +270,34 @@ static __device__ __forceinline__ void dt_ln_rows_core(const float (&x)[NR][R], 
 template <int R>
 static __device__ __forceinline__ float dt_ln_row_r(const float *xr, int E, int lane, const float *gam,
                                                     const float *bet, float *xh, float *y, int rnd) {
-  float x[1][R], g[R], b[R], r[1];
-  dt_ln_load<R>(xr, E, lane, x[0]), dt_ln_load<R>(gam, E, lane, g), dt_ln_load<R>(bet, E, lane, b);
-  dt_ln_rows_core<R, 1>(x, g, b, E, lane, [xh, y](int, int e, float h, float o) { xh[e] = h, y[e] = o; }, r, rnd);
-  return r[0];
+  float x[R], g[R], b[R];
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    const int e = lane + 32 * j;
+    x[j] = e < E ? xr[e] : 0.0f, g[j] = e < E ? gam[e] : 0.0f, b[j] = e < E ? bet[e] : 0.0f;
+  }
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < R; j++)
+    if (lane + 32 * j < E) s += x[j];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float mean = s / (float)E;
+  float v = 0;
+#pragma unroll
+  for (int j = 0; j < R; j++)
+    if (lane + 32 * j < E) v += (x[j] - mean) * (x[j] - mean);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const float r = 1.0f / sqrtf(v / (float)E + DT_LN_EPS);
+#pragma unroll
+  for (int j = 0; j < R; j++) {
+    const int e = lane + 32 * j;
+    if (e >= E) break;
+    const float h = (x[j] - mean) * r;
+    xh[e] = h;
+    const float o = h * g[j] + b[j];
+    y[e] = rnd ? dt_tf32(o) : o;
+  }
+  return r;
 }
 static __device__ __forceinline__ float dt_ln_row(const float *xr, int E, int lane, const float *gam, const float *bet,
                                                   float *xh, float *y, int rnd) {
@@ -669,17 +634,6 @@ int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
                   cuda_pz_t pz, int rnd, int nsm);
 int dt_tma_stages(long long tiles, int nk, int nsm);
-/* dt_mlp.cu: 1 where this build and device run dt_mlp_kernel (its shared
- * memory set; *pair 1 where its pair form's clusters run too);
- * dt_mlp_takes: 1 where d's forward takes it (d->mlp, dt_pre, E = 128);
- * dt_mlp_pair: 1 where it runs as the pair; dt_mlp_launch: block l's LN2,
- * MLP and (below the last block) block l + 1's LN1 in one launch, *done 1;
- * *done 0 where a weight's map could not be encoded (nothing queued: the
- * caller runs the four launches). 0 or a cudaError_t. */
-int dt_mlp_setup(int *pair);
-int dt_mlp_takes(const cuda_dt_t *d);
-int dt_mlp_pair(const cuda_dt_t *d);
-int dt_mlp_launch(const cuda_dt_t *d, int l, int *done, cudaStream_t st);
 /* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
  * bit 1: those not in wr, wT, h1, h2, gl under dt_pre) */

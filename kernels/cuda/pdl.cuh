@@ -29,27 +29,6 @@ static __device__ __forceinline__ void pdl_go() {
 #endif
 }
 #define PDL_ENTER() (pdl_wait(), pdl_go())
-/* the thread-block cluster's barrier (every thread of a pair's two
- * blocks: dt_attn_tc.cu, dt_mlp.cu), in two halves: arrive (release: this
- * thread's writes, shared memory of the other block's included, seen by
- * the threads that wait; relaxed: no writes to hand over, no fence) and
- * wait (acquire); each thread waits once between two arrivals */
-static __device__ __forceinline__ void pair_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void pair_arrive_relaxed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void pair_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
 /* pdl_launch (below) in thread-block clusters of cx blocks along x (g.x
  * a multiple of cx; cx 1: no clusters, pdl_launch itself) */
 template <typename... P, typename... A>
