@@ -6,7 +6,10 @@
 # under .devcarry (bin/bench-gpu-dt, x/<variant>/bench-gpu-dt), the regex
 # matched against the demangled name (template arguments included), the
 # bench's arguments comma-free words separated by '+'. Each spec's lines go
-# to $OUT/ncu-kernels.log and stdout.
+# to $OUT/ncu-kernels.log and stdout. A regex with a template argument
+# (dt_gemm_tma_kernel<3) matched no launch in session 54 where the base
+# name alone did (dt_mlp_kernel): match the base name and pick the launch
+# by its skip (DEVICE_NOTES.md item 236).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -d .devcarry/bin ] || tar -C .devcarry -xJf .devcarry/bin.tar.xz
