@@ -19,13 +19,14 @@ done; done
 # bin/bench-gpu-dt by default, or an A/B variant's x/<name>/bench-gpu-dt,
 # so a variant's kernel and the library's are read in one call; with
 # NCU_DT_TC= the per-kernel times above are skipped). The regex is matched
-# against the kernel's base name: a template argument in it matched nothing
-# (DEVICE_NOTES.md item 236), so pick the launch by its skip.
+# against the demangled name, whose template arguments read "(int)3, ": e.g.
+# tma_kernel<.int.3,..int.3> for the TMA tile's GELU instance (no space in
+# a spec: the specs are split on spaces; DEVICE_NOTES.md items 236, 238).
 . scripts/ncu-detail.sh
 for spec in ${NCU_DT_DETAIL:-}; do
   IFS=: read -r b tc kre sk cn bin <<< "$spec"
   bin=${bin:-bin/bench-gpu-dt}
   echo "== ncu detail DT $bin batch $b tc $tc kernels $kre" | tee -a "$OUT/ncu-dt-detail.log"
-  $ncu --clock-control none --cache-control none -k "regex:$kre" --launch-skip "$sk" --launch-count "$cn" \
+  $ncu --clock-control none --cache-control none --kernel-name-base demangled -k "regex:$kre" --launch-skip "$sk" --launch-count "$cn" \
     --metrics "$ncu_detail_metrics" ".devcarry/$bin" $b $tc 2>&1 | ncu_detail_filter | tee -a "$OUT/ncu-dt-detail.log"
 done
