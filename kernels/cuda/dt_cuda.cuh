@@ -484,19 +484,28 @@ static __device__ __forceinline__ void dt_wg_epilogue_staged(const float (&d)[32
                                                              int M, int N, float *C, int ldc, const float *bias,
                                                              const float *R, int ldr, int acc, int op, float *G) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+  const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G), rows = M - m0, cb = 4 * (tid % 16);
+  /* a thread's column (4 (p % 16), p = tid + 128 i) is the same every
+   * iteration, so its bias float4 is loaded once, here, before the stores
+   * it could not pass (bias may alias C and G for the compiler: each
+   * iteration waited a round trip for it, kernels/dev/DEVICE_NOTES.md
+   * item 236), and added as dt_ep_storev adds it, first: the same bits */
+  const int b1 = bias && vec && op != DT_EP_DGELU && n0 + cb + 4 <= N;
+  const float4 bv = b1 ? *reinterpret_cast<const float4 *>(bias + n0 + cb) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float *bl = b1 ? NULL : bias;
 #pragma unroll
   for (int e = 0; e < 32; e += 2) {
     const int r = 16 * w + lane / 4 + 8 * (e % 4 / 2), c = 8 * (e / 4) + 2 * (lane % 4);
     *reinterpret_cast<float2 *>(stage + r * DT_WG_SLD + c) = make_float2(d[e], d[e + 1]);
   }
   __syncthreads();
-  const int vec = dt_ep_vec<4>(C, ldc, bias, R, ldr, G), rows = M - m0;
 #pragma unroll 1
   for (int p = tid; p < 64 * 16 && p / 16 < rows; p += 128) {
     const int r = p / 16, c = 4 * (p % 16);
     const float4 x = *reinterpret_cast<const float4 *>(stage + r * DT_WG_SLD + c);
     float v[4] = {x.x, x.y, x.z, x.w};
-    dt_ep_storev<4>(v, m0 + r, n0 + c, N, vec, C, ldc, bias, R, ldr, acc, op, G);
+    if (b1) v[0] += bv.x, v[1] += bv.y, v[2] += bv.z, v[3] += bv.w;
+    dt_ep_storev<4>(v, m0 + r, n0 + c, N, vec, C, ldc, bl, R, ldr, acc, op, G);
   }
 }
 /* The epilogue's reads issued before the mainloop (dt_tma.cu's tile): its

@@ -123,7 +123,15 @@ __global__ void __launch_bounds__(128, 4)
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
   pdl_go(); /* the next kernel's blocks may start beside this epilogue */
-  if (pf.on)
+  if (OP == DT_EP_GELU || OP == DT_EP_GELU_T) {
+    /* the GELU's epilogue staged through the ring's first stage (free: the
+     * last chunk's barrier is past every wgmma read, and no load is in
+     * flight) and run in dt_wg_epilogue_staged's rolled loop: its 32
+     * tanhs a thread once in the kernel, where the unrolled epilogue held
+     * them 16 times over (kernels/dev/DEVICE_NOTES.md item 241); each
+     * output with dt_ep_store's arithmetic, so the same bits */
+    dt_wg_epilogue_staged(d, reinterpret_cast<float *>(sm), m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+  } else if (pf.on)
     dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
   else
     dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
