@@ -123,18 +123,17 @@ __global__ void __launch_bounds__(128, 4)
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
   pdl_go(); /* the next kernel's blocks may start beside this epilogue */
-  if (OP == DT_EP_GELU || OP == DT_EP_GELU_T) {
-    /* the GELU's epilogue staged through the ring's first stage (free: the
-     * last chunk's barrier is past every wgmma read, and no load is in
-     * flight) and run in dt_wg_epilogue_staged's rolled loop: its 32
-     * tanhs a thread once in the kernel, where the unrolled epilogue held
-     * them 16 times over (kernels/dev/DEVICE_NOTES.md item 241); each
-     * output with dt_ep_store's arithmetic, so the same bits */
-    dt_wg_epilogue_staged(d, reinterpret_cast<float *>(sm), m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
-  } else if (pf.on)
+  if (pf.on) /* a bias or a residual, read before the mainloop (never the GELU's) */
     dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
   else
-    dt_wg_epilogue(d, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
+    /* staged through the ring's first stage (free: the last chunk's
+     * barrier is past every wgmma read, and no load is in flight) and run
+     * in dt_wg_epilogue_staged's rolled loop, each output with
+     * dt_ep_store's arithmetic, so the same bits. Unrolled, the GELU's 32
+     * tanhs a thread stood 16 times in the kernel (4,816 SASS instructions
+     * against 1,016) and its launch took 13.7 µs against 10.0; the plain
+     * instances shrink by half (kernels/dev/DEVICE_NOTES.md items 243-245) */
+    dt_wg_epilogue_staged(d, reinterpret_cast<float *>(sm), m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
 #else
   (void)ma, (void)mb, (void)M, (void)N, (void)K, (void)C, (void)ldc, (void)bias, (void)R, (void)ldr, (void)acc;
   (void)G, (void)pz, (void)rnd, (void)ns_arg;
