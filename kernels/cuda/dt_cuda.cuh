@@ -471,7 +471,8 @@ static __device__ __forceinline__ void dt_wg_epilogue(const float (&d)[32], int 
   }
 }
 /* dt_wg_epilogue through shared memory (dt_wgmma.cu's tiles, whose op is a
- * runtime value): the accumulators into stage [64][DT_WG_SLD] (a pair a
+ * runtime value, and dt_tma.cu's where nothing was read before the
+ * mainloop): the accumulators into stage [64][DT_WG_SLD] (a pair a
  * store; rows 72 floats apart, so a half warp's 16 pairs fall in 32
  * banks), then each thread's 8 float4 of the tile, rows m0 + p / 16, by
  * one dt_ep_storev<4> in a loop kept rolled: the epilogue's code once in

@@ -39,6 +39,8 @@
 #define DT_TMA_OP (DT_TMA_T * 128)           /* bytes: one operand's chunk */
 #define DT_TMA_STAGE (2 * DT_TMA_OP)         /* A's and B's */
 #define DT_TMA_SMEM(ns) ((ns) * DT_TMA_STAGE + 1024 + 8 * (ns)) /* ns stages + alignment slack, the mbarriers */
+/* the staged epilogue's 64 rows of DT_WG_SLD floats fit the ring's first two stages, and every ring has at least 3 */
+static_assert(64 * DT_WG_SLD * 4 <= 2 * DT_TMA_STAGE && DT_TMA_NS >= 2, "the staged epilogue fits the ring");
 
 // kernels
 
@@ -123,10 +125,10 @@ __global__ void __launch_bounds__(128, 4)
     if (tid == 0 && nx < nk) dtm_issue(sa, bars + 8 * s, &ma, &mb, nx, m0, n0, z);
   }
   pdl_go(); /* the next kernel's blocks may start beside this epilogue */
-  if (pf.on) /* a bias or a residual, read before the mainloop (never the GELU's) */
+  if (pf.on) /* a bias, a residual or an accumulation's old C, read before the mainloop (never the GELU's) */
     dt_wg_epilogue_pf(pf, d, m0, n0, M, C, ldc, bias, R, acc, op);
   else
-    /* staged through the ring's first stage (free: the last chunk's
+    /* staged through the ring's first two stages (free: the last chunk's
      * barrier is past every wgmma read, and no load is in flight) and run
      * in dt_wg_epilogue_staged's rolled loop, each output with
      * dt_ep_store's arithmetic, so the same bits. Unrolled, the GELU's 32
