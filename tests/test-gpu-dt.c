@@ -587,10 +587,12 @@ END_TEST
 /* windows from episodes of 300 steps: the returns-to-go sum up to 300
  * rewards, which the sample kernel stages in rounds of 128 (dt_train.cu);
  * each of 5 steps' losses within 1e-5 of the CPU's (the same windows: a
- * wrong return-to-go moves the loss by far more) */
-START_TEST(test_long_episodes) {
+ * wrong return-to-go moves the loss by far more). States of S floats: at
+ * 520, a window's 4 x 520 states pass the sample kernel's first round of
+ * loads (DT_SAMPLE_SV x DT_SAMPLE_NT = 2,048), so its loop for the rest runs */
+static void long_episodes(int state_dim) {
   learner_config_t c = lcfg();
-  c.dt_max_ep_len = 400, c.replay_capacity = 1200;
+  c.dt_max_ep_len = 400, c.replay_capacity = 1200, c.state_dim = state_dim;
   char err[512];
   learner_t *cpu, *gpu;
   ck_assert_msg(learner_create(&c, LEARNER_BACKEND_CPU, &cpu, err, sizeof err) == 0, "%s", err);
@@ -611,13 +613,18 @@ START_TEST(test_long_episodes) {
     ck_assert_msg(learner_pretrain_dt(cpu, 1, NULL, &sc, err, sizeof err) == 0, "cpu: %s", err);
     ck_assert_msg(learner_pretrain_dt(gpu, 1, NULL, &sg, err, sizeof err) == 0, "cuda: %s", err);
     const double rl = fabs(sg.loss_last - sc.loss_last) / fabs(sc.loss_last);
-    printf("episodes of 300 steps, step %d: loss cpu %.7f cuda %.7f (%.2g)\n", k + 1, (double)sc.loss_last,
-           (double)sg.loss_last, rl);
+    printf("episodes of 300 steps, states of %d, step %d: loss cpu %.7f cuda %.7f (%.2g)\n", state_dim, k + 1,
+           (double)sc.loss_last, (double)sg.loss_last, rl);
     ck_assert_msg(rl <= 1e-5, "step %d: the CUDA loss %.7f, the CPU's %.7f", k + 1, (double)sg.loss_last,
                   (double)sc.loss_last);
   }
   free(s), free(s2), free(r), free(a), free(d);
   learner_destroy(cpu), learner_destroy(gpu);
+}
+
+START_TEST(test_long_episodes) {
+  long_episodes(6);
+  long_episodes(520);
 }
 END_TEST
 

@@ -22,16 +22,22 @@
 #define DT_NORM_BLOCKS 256
 
 #define DT_SAMPLE_NT 128 /* the sample kernel's threads, and the rewards staged a round */
+#define DT_SAMPLE_SV 16  /* states a thread in the sample kernel's first round of loads */
 
 /* row i's window (one block a row): thread 0 draws the window's end (the
  * Philox draws), then the block loads in parallel what the CPU's loop reads
  * one after another (each a round trip to memory when thread 0 read them
- * alone: 17.8 us a step, kernels/dev/DEVICE_NOTES.md item 145): the
- * episode's rewards from its last step back to the window's end, a round
- * of DT_SAMPLE_NT at a time, which thread 0 sums from shared memory in the
- * CPU's order (dt_rtg_from: rtg_c = r_c + rtg_{c+1}, so the same bits);
- * then each window step's slot, reward and action, whose returns-to-go
- * thread 0 chains as the CPU does; then the states */
+ * alone: 17.8 us a step, kernels/dev/DEVICE_NOTES.md item 145). Once the
+ * window is known every slot it reads is known (her_slot of a count), so
+ * the first round of each read is issued before any is used: the episode's
+ * last DT_SAMPLE_NT rewards (the return-to-go at the window's end), each
+ * window step's reward and action, and DT_SAMPLE_SV states a thread; one
+ * round trip where these had been one after another, and the states one a
+ * thread at a time (kernels/dev/DEVICE_NOTES.md item 247). Thread 0 sums
+ * the rewards from shared memory in the CPU's order (dt_rtg_from: rtg_c =
+ * r_c + rtg_{c+1}, so the same bits) and chains the window's returns-to-go
+ * as the CPU does; what is left past the first round (episodes' tails
+ * longer than DT_SAMPLE_NT, windows of more states) follows in loops */
 __global__ void __launch_bounds__(DT_SAMPLE_NT)
     dt_sample_kernel(cuda_dt_replay_t rp, const unsigned long long *seedp, const unsigned long long *ctr, int K,
                      float rtg_scale, float *states, float *rtg, int32_t *actions, int32_t *timesteps, float *mask,
@@ -46,14 +52,16 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
   rp.ep_last = dt_off(rp.ep_last, mo), rp.ring = dt_off(rp.ring, mo), ctr = dt_off(ctr, mo);
   states = dt_off(states, mo), rtg = dt_off(rtg, mo), actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo);
   mask = dt_off(mask, mo), sums = dt_off(sums, mo);
-  const int i = blockIdx.x, S = rp.S, tid = threadIdx.x;
+  const int i = blockIdx.x, S = rp.S, tid = threadIdx.x, KS = K * S;
   const long long size = rp.ring[0], head = rp.ring[1], total = rp.ring[2];
   const size_t row = (size_t)i * K;
   if (tid == 0) {
+    /* the seed and the step beside the ring's counts: one round trip */
+    const unsigned long long seed = *dt_off(seedp, mo), step = *ctr;
     int64_t first = 0, last = 0, j = -1;
     if (size > 0)
-      j = dt_window_end(*dt_off(seedp, mo), *ctr, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total,
-                        size, &first, &last);
+      j = dt_window_end(seed, step, i, (const int64_t *)rp.ep_first, (const int64_t *)rp.ep_last, total, size, &first,
+                        &last);
     wnd[0] = wnd[1] = 0, wnd[2] = -1;
     if (j >= 0) {
       long long back = head - 1 - j;
@@ -66,24 +74,45 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
   if (end < 0) { /* no eligible draw: the row is padding */
     for (int q = tid; q < K; q += blockDim.x)
       rtg[row + q] = 0, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0;
-    for (int x = tid; x < K * S; x += blockDim.x) states[row * S + x] = 0.0f;
+    for (int x = tid; x < KS; x += blockDim.x) states[row * S + x] = 0.0f;
     return;
   }
-  /* the return-to-go at the window's end: counts last down to end */
-  float g = 0;
-  for (long long x0 = last; x0 >= end; x0 -= DT_SAMPLE_NT) {
-    const long long x = x0 - tid;
-    if (x >= end) rbuf[tid] = rp.r[her_slot(x, head, total, rp.cap)];
-    __syncthreads();
-    if (tid == 0) {
-      const int n = (int)(x0 - end + 1 < DT_SAMPLE_NT ? x0 - end + 1 : DT_SAMPLE_NT);
-      for (int k = 0; k < n; k++) g = rbuf[k] + g;
-    }
-    __syncthreads();
+  /* the first round of every read, into registers: the reward of count
+   * last - tid (the return-to-go's), window step tid's reward and action
+   * (count c = end - (K - 1 - q); before the episode's first: padding),
+   * and the states x = tid + u DT_SAMPLE_NT */
+  float r0 = 0.0f, wr = 0.0f, sv[DT_SAMPLE_SV];
+  int32_t wa = 0;
+  long long wsl = -1;
+  if (last - tid >= end) r0 = rp.r[her_slot(last - tid, head, total, rp.cap)];
+  if (tid < K) {
+    const long long c = end - (K - 1 - tid);
+    if (c >= first) wsl = her_slot(c, head, total, rp.cap), wr = rp.r[wsl], wa = rp.a[wsl];
   }
-  /* each window step's slot (count c = end - (K - 1 - q); before the
-   * episode's first: padding), action, time and reward */
-  for (int q = tid; q < K; q += blockDim.x) {
+  /* state x = tid + u DT_SAMPLE_NT is window step xq's float xr, stepped
+   * along without a division a load */
+  int xq = tid / S, xr = tid % S;
+  const int dq = DT_SAMPLE_NT / S, dr = DT_SAMPLE_NT % S;
+#pragma unroll
+  for (int u = 0; u < DT_SAMPLE_SV; u++) {
+    const long long c = end - (K - 1 - xq);
+    sv[u] = xq < K && c >= first ? rp.s[(size_t)her_slot(c, head, total, rp.cap) * S + xr] : 0.0f;
+    xq += dq, xr += dr;
+    if (xr >= S) xq++, xr -= S;
+  }
+  if (last - tid >= end) rbuf[tid] = r0;
+  if (tid < K) {
+    const long long c = end - (K - 1 - tid);
+    slot[tid] = wsl, rw[tid] = wr, mask[row + tid] = wsl >= 0;
+    actions[row + tid] = wa, timesteps[row + tid] = wsl >= 0 ? (int32_t)(c - first) : 0;
+    if (wsl < 0) rtg[row + tid] = 0;
+  }
+#pragma unroll
+  for (int u = 0; u < DT_SAMPLE_SV; u++)
+    if (tid + u * DT_SAMPLE_NT < KS) states[row * S + tid + u * DT_SAMPLE_NT] = sv[u];
+  /* what the first round left: window steps past DT_SAMPLE_NT, states past
+   * DT_SAMPLE_SV rounds */
+  for (int q = tid + DT_SAMPLE_NT; q < K; q += DT_SAMPLE_NT) {
     const long long c = end - (K - 1 - q);
     if (c < first) {
       slot[q] = -1, actions[row + q] = 0, timesteps[row + q] = 0, mask[row + q] = 0, rtg[row + q] = 0;
@@ -93,17 +122,32 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
     slot[q] = sl, rw[q] = rp.r[sl];
     actions[row + q] = rp.a[sl], timesteps[row + q] = (int32_t)(c - first), mask[row + q] = 1;
   }
+  for (int x = tid + DT_SAMPLE_SV * DT_SAMPLE_NT; x < KS; x += DT_SAMPLE_NT) {
+    const long long c = end - (K - 1 - x / S);
+    states[row * S + x] = c < first ? 0.0f : rp.s[(size_t)her_slot(c, head, total, rp.cap) * S + x % S];
+  }
   __syncthreads();
+  /* the return-to-go at the window's end: counts last down to end, the
+   * first round's from rbuf, later rounds loaded as before */
+  float g = 0;
+  for (long long x0 = last; x0 >= end; x0 -= DT_SAMPLE_NT) {
+    if (x0 != last) {
+      const long long x = x0 - tid;
+      if (x >= end) rbuf[tid] = rp.r[her_slot(x, head, total, rp.cap)];
+      __syncthreads();
+    }
+    if (tid == 0) {
+      const int n = (int)(x0 - end + 1 < DT_SAMPLE_NT ? x0 - end + 1 : DT_SAMPLE_NT);
+      for (int k = 0; k < n; k++) g = rbuf[k] + g;
+    }
+    __syncthreads();
+  }
   if (tid == 0) {
     for (int q = K - 1; q >= 0 && slot[q] >= 0; q--) {
       if (q < K - 1) g = rw[q] + g; /* c < end */
       rtg[row + q] = g / rtg_scale;
     }
     sums[DT_SUM_ROWS_ANY + i] = 1; /* this row drew a window */
-  }
-  for (int x = tid; x < K * S; x += blockDim.x) {
-    const long long sl = slot[x / S];
-    states[row * S + x] = sl < 0 ? 0.0f : rp.s[(size_t)sl * S + x % S];
   }
 }
 
@@ -178,23 +222,45 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
 }
 
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
- * warm-up's lr, and the step counted, when the step applies */
-__global__ void dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
-                                unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
+ * warm-up's lr, and the step counted, when the step applies. A thread takes
+ * DT_ADAMW_U elements a pass (blockDim.x apart), every p, g, m and v of them
+ * loaded before any is used, and the step's scalars beside them: one round
+ * trip a pass, where the loop an element at a time waited for g and m, then
+ * v (after m's store), then p (after v's), and for the scalars before all
+ * (kernels/dev/DEVICE_NOTES.md item 248). The same expressions, so the same
+ * bits. */
+#define DT_ADAMW_U 4
+__global__ void __launch_bounds__(256)
+    dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
+                    unsigned long long *ctr, const float *sums, cuda_pz_t pz) {
   PDL_ENTER();
   const long long mo = dt_mo(pz);
   sums = dt_off(sums, mo);
-  if (sums[DT_SUM_APPLY] == 0) return;
   p = dt_off(p, mo), g = dt_off(g, mo), m = dt_off(m, mo), v = dt_off(v, mo), hp = dt_off(hp, mo), ctr = dt_off(ctr, mo);
-  const float scale = sums[DT_SUM_SCALE], step_size = sums[DT_SUM_STEP_SIZE], decay = sums[DT_SUM_DECAY];
-  const float bc2_sqrt = sums[DT_SUM_BC2_SQRT], b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *ctr += 1; /* the step is counted (no thread here reads it) */
-  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x) {
-    const float gi = g[k] * scale;
-    m[k] = b1 * m[k] + (1.0f - b1) * gi;
-    v[k] = b2 * v[k] + (1.0f - b2) * gi * gi;
-    const float denom = sqrtf(v[k]) / bc2_sqrt + eps;
-    p[k] = p[k] * decay - step_size * m[k] / denom;
+  const long long pass = (long long)gridDim.x * blockDim.x * DT_ADAMW_U;
+  for (long long k0 = blockIdx.x * (long long)blockDim.x * DT_ADAMW_U + threadIdx.x; k0 < n; k0 += pass) {
+    float pv[DT_ADAMW_U], gv[DT_ADAMW_U], mv[DT_ADAMW_U], vv[DT_ADAMW_U];
+#pragma unroll
+    for (int u = 0; u < DT_ADAMW_U; u++) {
+      const long long k = k0 + (long long)u * blockDim.x;
+      const int in = k < n;
+      pv[u] = in ? p[k] : 0.0f, gv[u] = in ? g[k] : 0.0f, mv[u] = in ? m[k] : 0.0f, vv[u] = in ? v[k] : 0.0f;
+    }
+    if (sums[DT_SUM_APPLY] == 0) return;
+    const float scale = sums[DT_SUM_SCALE], step_size = sums[DT_SUM_STEP_SIZE], decay = sums[DT_SUM_DECAY];
+    const float bc2_sqrt = sums[DT_SUM_BC2_SQRT], b1 = hp->adam_beta1, b2 = hp->adam_beta2, eps = hp->adam_eps;
+    if (k0 == 0) *ctr += 1; /* the step is counted, once (no thread here reads it) */
+#pragma unroll
+    for (int u = 0; u < DT_ADAMW_U; u++) {
+      const long long k = k0 + (long long)u * blockDim.x;
+      if (k >= n) break;
+      const float gi = gv[u] * scale;
+      const float mi = b1 * mv[u] + (1.0f - b1) * gi;
+      const float vi = b2 * vv[u] + (1.0f - b2) * gi * gi;
+      const float denom = sqrtf(vi) / bc2_sqrt + eps;
+      m[k] = mi, v[k] = vi;
+      p[k] = pv[u] * decay - step_size * mi / denom;
+    }
   }
 }
 
@@ -261,7 +327,8 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
   const long long n = d->L.n_params;
   pdl_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, t->fin, B, hp,
              t->ctr, d->sums, t->sums, t->acc, pz);
-  pdl_launch(dt_adamw_kernel, dt_grid(d, dim3((unsigned)((n + 255) / 256 < 2048 ? (n + 255) / 256 : 2048))), 256, 0, st,
+  const long long ab = (n + 256 * DT_ADAMW_U - 1) / (256 * DT_ADAMW_U);
+  pdl_launch(dt_adamw_kernel, dt_grid(d, dim3((unsigned)(ab < 2048 ? ab : 2048))), 256, 0, st,
              d->p, d->g, t->m, t->v, n, hp, t->ctr, t->sums, pz);
   return (int)cudaGetLastError();
 }
