@@ -227,8 +227,12 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
  * loaded before any is used, and the step's scalars beside them: one round
  * trip a pass, where the loop an element at a time waited for g and m, then
  * v (after m's store), then p (after v's), and for the scalars before all
- * (kernels/dev/DEVICE_NOTES.md item 248). The same expressions, so the same
- * bits. */
+ * (kernels/dev/DEVICE_NOTES.md item 248). The same expressions, though not
+ * the same bits as that loop: nvcc contracts v's update into the FMA with
+ * b2 v exact and the squared gradient's term rounded, where the loop's FMA
+ * rounded b2 v, so v and p can differ from it in the last bit. Neither is
+ * the CPU's order (no FMA); reruns, and a member against its lone twin, are
+ * bit for bit as before (one kernel for both). */
 #define DT_ADAMW_U 4
 __global__ void __launch_bounds__(256)
     dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
