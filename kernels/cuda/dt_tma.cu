@@ -39,7 +39,7 @@
 #define DT_TMA_OP (DT_TMA_T * 128)           /* bytes: one operand's chunk */
 #define DT_TMA_STAGE (2 * DT_TMA_OP)         /* A's and B's */
 #define DT_TMA_SMEM(ns) ((ns) * DT_TMA_STAGE + 1024 + 8 * (ns)) /* ns stages + alignment slack, the mbarriers */
-/* the staged epilogue's 64 rows of DT_WG_SLD floats fit the ring's first two stages, and every ring has at least 3 */
+/* the staged epilogue's 64 rows of DT_WG_SLD floats fit the ring's first two stages, and no ring is shallower than two */
 static_assert(64 * DT_WG_SLD * 4 <= 2 * DT_TMA_STAGE && DT_TMA_NS >= 2, "the staged epilogue fits the ring");
 
 // kernels
