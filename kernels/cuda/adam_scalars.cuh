@@ -1,7 +1,8 @@
 /*
  * adam_scalars.cuh — the training step's AdamW scalars, shared by optim.cu
  * and the learner's sample kernel (which computes the norm-free ones beside
- * its sampling, off the critical path). Included by .cu files only.
+ * its sampling, off the critical path), and AdamW's element update, shared
+ * by optim.cu and the DT's dt_train.cu. Included by .cu files only.
  */
 #ifndef DQN_CUDA_ADAM_SCALARS_CUH
 #define DQN_CUDA_ADAM_SCALARS_CUH
@@ -48,6 +49,21 @@ static __device__ __forceinline__ void adam_prep(unsigned *fin, const unsigned l
   float *out = (float *)(fin + 1);
   for (int k = 1; k < 6; k++) out[k] = sc[k];
   out[6] = __int_as_float(mode);
+}
+
+/* One element of kernels/cpu/optim.c's adamw_update: the moments m and v
+ * and the parameter p from the clipped gradient gi (g x the clip's scale),
+ * given the step's bc2_sqrt (sqrt(1 - beta2^t)), step_size (lr / (1 -
+ * beta1^t)) and decay (1 - lr weight_decay). The CPU's expressions in the
+ * CPU's order with every product and sum rounded on its own (no fused
+ * multiply-adds; the CPU build does not fuse), so the two agree bit for bit
+ * (docs/learner.md's optimiser section). */
+static __device__ __forceinline__ void adamw_element(float gi, float b1, float b2, float bc2_sqrt, float step_size,
+                                                     float decay, float eps, float &p, float &m, float &v) {
+  m = __fadd_rn(__fmul_rn(b1, m), __fmul_rn(1.0f - b1, gi));
+  v = __fadd_rn(__fmul_rn(b2, v), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
+  const float denom = __fadd_rn(__fdiv_rn(sqrtf(v), bc2_sqrt), eps);
+  p = __fsub_rn(__fmul_rn(p, decay), __fdiv_rn(__fmul_rn(step_size, m), denom));
 }
 
 #endif

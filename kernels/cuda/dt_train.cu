@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "adam_scalars.cuh"
 #include "arena.cuh"
 #include "arrive.cuh"
 #include "cuda_check.h"
@@ -227,12 +228,10 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
  * loaded before any is used, and the step's scalars beside them: one round
  * trip a pass, where the loop an element at a time waited for g and m, then
  * v (after m's store), then p (after v's), and for the scalars before all
- * (kernels/dev/DEVICE_NOTES.md item 248). The same expressions, though not
- * the same bits as that loop: nvcc contracts v's update into the FMA with
- * b2 v exact and the squared gradient's term rounded, where the loop's FMA
- * rounded b2 v, so v and p can differ from it in the last bit. Neither is
- * the CPU's order (no FMA); reruns, and a member against its lone twin, are
- * bit for bit as before (one kernel for both). */
+ * (kernels/dev/DEVICE_NOTES.md item 248). Each element's update is
+ * adamw_element (adam_scalars.cuh), the CPU's order with no fused
+ * multiply-adds, as the DQN's AdamW: given the same gradient, scale and
+ * step, p, m and v are the CPU's bit for bit (tests/test-gpu-dt-adamw.c). */
 #define DT_ADAMW_U 4
 __global__ void __launch_bounds__(256)
     dt_adamw_kernel(float *p, const float *g, float *m, float *v, long long n, const learner_hparams_t *hp,
@@ -258,12 +257,8 @@ __global__ void __launch_bounds__(256)
     for (int u = 0; u < DT_ADAMW_U; u++) {
       const long long k = k0 + (long long)u * blockDim.x;
       if (k >= n) break;
-      const float gi = gv[u] * scale;
-      const float mi = b1 * mv[u] + (1.0f - b1) * gi;
-      const float vi = b2 * vv[u] + (1.0f - b2) * gi * gi;
-      const float denom = sqrtf(vi) / bc2_sqrt + eps;
-      m[k] = mi, v[k] = vi;
-      p[k] = pv[u] * decay - step_size * mi / denom;
+      adamw_element(gv[u] * scale, b1, b2, bc2_sqrt, step_size, decay, eps, pv[u], mv[u], vv[u]);
+      m[k] = mv[u], v[k] = vv[u], p[k] = pv[u];
     }
   }
 }
@@ -328,6 +323,13 @@ extern "C" int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp
              *rp, seed, t->ctr, K, rtg_scale, d->states, d->rtg, d->actions, d->timesteps, d->mask, t->sums, pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(cuda_dt_loss_grad(d, st));
+  return cuda_dt_train_apply(t, hp, st);
+}
+
+extern "C" int cuda_dt_train_apply(cuda_dt_train_t *t, const learner_hparams_t *hp, cudaStream_t st) {
+  cuda_dt_t *d = &t->dt;
+  const int B = d->B;
+  const cuda_pz_t pz = d->pz;
   const long long n = d->L.n_params;
   pdl_launch(dt_norm_partial_kernel, dt_grid(d, dim3(DT_NORM_BLOCKS)), 256, 0, st, d->g, n, t->part, t->fin, B, hp,
              t->ctr, d->sums, t->sums, t->acc, pz);

@@ -65,6 +65,11 @@ int cuda_dt_call_begin(cuda_dt_train_t *t, cudaStream_t st);
  * member of t->dt.pz (the pointers member 0's) */
 int cuda_dt_train_step(cuda_dt_train_t *t, const cuda_dt_replay_t *rp, const unsigned long long *seed,
                        float rtg_scale, const learner_hparams_t *hp, cudaStream_t st);
+/* the step's end alone, on the gradient in t->dt.g and the loss's sums in
+ * t->dt.sums: the norm, whether the step applies (a row of t->sums'
+ * DT_SUM_ROWS_ANY set, the loss and norm finite, the call not halted), the
+ * clip, AdamW, the count (cuda_dt_train_step's last two launches) */
+int cuda_dt_train_apply(cuda_dt_train_t *t, const learner_hparams_t *hp, cudaStream_t st);
 #ifdef __cplusplus
 }
 #endif

@@ -109,13 +109,11 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
   const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, scale = sc[0], bc2_sqrt = sc[1], step_size = sc[2];
   const float decay = sc[3];
   float gi = g[i] * scale;
-  /* the CPU's expressions, with no fused multiply-adds, so the two agree */
-  float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
-  float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
+  float mi = m[i], vi = v[i], pi = p[i];
+  adamw_element(gi, b1, b2, bc2_sqrt, step_size, decay, hp->adam_eps, pi, mi, vi); /* the CPU's order */
   m[i] = mi;
   v[i] = vi;
-  float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), bc2_sqrt), hp->adam_eps);
-  p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+  p[i] = pi;
 }
 
 /* four floats at s (16-byte aligned) into x, and back */
@@ -170,12 +168,7 @@ __global__ void adamw_target_kernel(float *__restrict__ p, const float *__restri
   const float b1 = hp->adam_beta1, b2 = hp->adam_beta2, tau = sc[4];
 #pragma unroll
   for (int u = 0; u < V; u++) {
-    const float gi = gv[u] * sc[0];
-    const float mi = __fadd_rn(__fmul_rn(b1, mv[u]), __fmul_rn(1.0f - b1, gi));
-    const float vi = __fadd_rn(__fmul_rn(b2, vv[u]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
-    const float denom = __fadd_rn(__fdiv_rn(sqrtf(vi), sc[1]), sc[5]);
-    pv[u] = __fsub_rn(__fmul_rn(pv[u], sc[3]), __fdiv_rn(__fmul_rn(sc[2], mi), denom));
-    mv[u] = mi, vv[u] = vi;
+    adamw_element(gv[u] * sc[0], b1, b2, sc[1], sc[2], sc[3], sc[5], pv[u], mv[u], vv[u]); /* the CPU's order */
   }
   if (mode == 1 && tau < 1.0f) {
     if (full) {
