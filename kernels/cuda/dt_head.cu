@@ -17,6 +17,7 @@
  */
 #include <math.h>
 
+#include "cp_async.cuh"
 #include "smem_optin.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
@@ -32,14 +33,24 @@ static __host__ __device__ __forceinline__ size_t dt_head_wsz(const dt_layout_t 
  * E) and then their biases (logit off_d + c at A E + off_d + c) into
  * shared memory at w, by the block's threads in turn: each warp's logits
  * then read them there instead of one L2 round trip a logit (the same
- * floats, the same sums) */
+ * floats, the same sums). Issued as 4-byte asynchronous copies, every one
+ * before any lands, and before the launch waits on the kernel before it:
+ * only AdamW, at a step's end, writes p, and it has completed before this
+ * launch's blocks are placed (pdl.cuh: a kernel waits before it lets the
+ * next start, so every kernel but the one just before has completed), so
+ * the copies run beside that kernel's tail. dt_head_stage_wait after the
+ * launch's wait. */
 static __device__ __forceinline__ void dt_head_stage(const dt_layout_t &L, const float *p, float *w) {
   for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
     const float *src = p + L.head_w[d];
     float *dst = w + (size_t)off * L.E;
-    for (int i = threadIdx.x; i < L.n[d] * L.E; i += blockDim.x) dst[i] = src[i];
-    for (int i = threadIdx.x; i < L.n[d]; i += blockDim.x) w[(size_t)L.A * L.E + off + i] = p[L.head_b[d] + i];
+    for (int i = threadIdx.x; i < L.n[d] * L.E; i += blockDim.x) cp_async4(dst + i, src + i);
+    for (int i = threadIdx.x; i < L.n[d]; i += blockDim.x) cp_async4(w + (size_t)L.A * L.E + off + i, p + L.head_b[d] + i);
   }
+  cp_async_commit();
+}
+static __device__ __forceinline__ void dt_head_stage_wait() {
+  cp_async_wait<0>();
   __syncthreads();
 }
 
@@ -89,13 +100,14 @@ static __device__ __forceinline__ void dt_head_logits(const float *w, const floa
 __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float *p, const float *mask,
                                const int32_t *actions, int BK, float *xs, float *xhf, float *rf, float *z, float *dz,
                                float *loss_step, const float *sums, int sw, cuda_pz_t pz) {
-  PDL_ENTER();
   extern __shared__ float dth_sh[];
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo);
   const int E = L.E, A = L.A, K = L.K;
-  if (sw) dt_head_stage(L, p, dth_sh);
+  if (sw) dt_head_stage(L, p, dth_sh); /* before the wait: p is not the kernel before's */
+  PDL_ENTER();
+  if (sw) dt_head_stage_wait();
   if (s >= BK) return;
   X = dt_off(X, mo), mask = dt_off(mask, mo), actions = dt_off(actions, mo), xs = dt_off(xs, mo);
   xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), z = dt_off(z, mo), dz = dt_off(dz, mo);
@@ -156,13 +168,14 @@ __global__ void dt_head_kernel(const dt_layout_t L, const float *X, const float 
  * floats). */
 __global__ void dt_head_bwd_kernel(const dt_layout_t L, const float *p, const float *dz, const float *xhf,
                                    const float *rf, int BK, float *dxs, float *dX, int sw, cuda_pz_t pz) {
-  PDL_ENTER();
   extern __shared__ float dth_sh[];
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31, s = dt_warp_row();
   const long long mo = dt_mo(pz);
   p = dt_off(p, mo);
   const int E = L.E, A = L.A, K = L.K;
-  if (sw) dt_head_stage(L, p, dth_sh);
+  if (sw) dt_head_stage(L, p, dth_sh); /* before the wait: p is not the kernel before's */
+  PDL_ENTER();
+  if (sw) dt_head_stage_wait();
   if (s >= BK) return;
   dz = dt_off(dz, mo), xhf = dt_off(xhf, mo), rf = dt_off(rf, mo), dxs = dt_off(dxs, mo);
   dX = dt_off(dX, mo);

@@ -152,48 +152,60 @@ __global__ void __launch_bounds__(DT_SAMPLE_NT)
   }
 }
 
+/* what the norm's last block reads besides the partial sums, loaded by
+ * thread 0 of every block at the launch's start (none of it is written in
+ * the step after the loss's sum, which the programmatic wait covers) */
+typedef struct {
+  float loss;  /* dsums[0], the loss's sum */
+  int halted;  /* sums[DT_SUM_HALT] */
+  unsigned long long step; /* *ctr: this step is step + 1 */
+  int64_t warmup;
+  float lr, clip, wd;
+} dt_norm_in_t;
+
 /* the norm, and whether the step applies: a window was drawn, the loss
- * (dsums[0], the loss's sum) and norm are finite, the call has not halted;
- * the step's scalars into sums, an applied step's into the call's stats (as
+ * (in.loss) and norm are finite, the call has not halted; the step's
+ * scalars into sums, an applied step's into the call's stats (as
  * dt_train_step's loop keeps them: a halting step's go only to its
  * message). By the whole block (blockDim.x 256, as the launch had when this
- * was its own kernel: the same sums) */
-static __device__ void dt_norm_final(const double *part, int B, const learner_hparams_t *hp,
-                                     const unsigned long long *ctr, const float *dsums, float *sums, double *acc) {
+ * was its own kernel: the same sums); rows: this thread's sum of its
+ * sums[DT_SUM_ROWS_ANY + k] (k = threadIdx.x, + blockDim.x, ..), loaded at
+ * the start. Warp 1's and warp 2's first lanes raise beta1 and beta2 to the
+ * step (pw: theirs, loaded at the start) while the block sums the parts. */
+static __device__ void dt_norm_final(const double *part, int B, float rows, double pw, const dt_norm_in_t &in,
+                                     float *sums, double *acc) {
   __shared__ double red[32];
   __shared__ float redf[32];
+  __shared__ double bpow[2]; /* beta1^t, beta2^t */
+  if (threadIdx.x == 32 || threadIdx.x == 64) bpow[threadIdx.x / 64] = pow(pw, (double)(in.step + 1));
   double s = 0;
   for (int k = threadIdx.x; k < DT_NORM_BLOCKS; k += blockDim.x) s += __ldcg(part + k);
   s = dt_block_sum(s, red);
-  float rows = 0;
-  for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
   rows = dt_block_sum(rows, redf);
   if (threadIdx.x) return;
   for (int k = 0; k < B; k++) sums[DT_SUM_ROWS_ANY + k] = 0; /* for the next step's draw */
   const double norm = sqrt(s);
-  const float loss = sums[DT_SUM_LOSS] = dsums[0];
-  const int halted = sums[DT_SUM_HALT] != 0;
-  int apply = !halted;
+  const float loss = sums[DT_SUM_LOSS] = in.loss;
+  int apply = !in.halted;
   if (apply && rows == 0) sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 1, apply = 0; /* no window */
   if (apply && !(isfinite(loss) && isfinite(norm))) {                               /* diverged */
     sums[DT_SUM_HALT] = 1, sums[DT_SUM_WHY] = 2, apply = 0;
     sums[DT_SUM_LOSS_HALT] = loss, sums[DT_SUM_NORM_HALT] = (float)norm;
   }
   /* dt_lr_at (kernels/cpu/dt_train.c) */
-  const double f = hp->dt_warmup <= 0 ? 1.0 : (double)(*ctr + 1) / (double)hp->dt_warmup;
-  const float lr = f >= 1 ? hp->dt_lr : (float)((double)hp->dt_lr * f);
+  const double f = in.warmup <= 0 ? 1.0 : (double)(in.step + 1) / (double)in.warmup;
+  const float lr = f >= 1 ? in.lr : (float)((double)in.lr * f);
   sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = (float)norm, sums[DT_SUM_LR] = lr;
   /* AdamW's scalars (kernels/cpu/optim.c's adamw_update), here once rather
    * than in each of its threads (a double pow each): the same values */
   float scale = 1.0f;
-  if (hp->dt_clip > 0) {
-    const double c = hp->dt_clip / ((double)(float)norm + 1e-6);
+  if (in.clip > 0) {
+    const double c = in.clip / ((double)(float)norm + 1e-6);
     scale = c < 1 ? (float)c : 1.0f;
   }
-  const double t = (double)(*ctr + 1);
-  const float bc1 = (float)(1.0 - pow((double)hp->adam_beta1, t));
-  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1, sums[DT_SUM_DECAY] = 1.0f - lr * hp->dt_weight_decay;
-  sums[DT_SUM_BC2_SQRT] = (float)sqrt(1.0 - pow((double)hp->adam_beta2, t));
+  const float bc1 = (float)(1.0 - bpow[0]);
+  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1, sums[DT_SUM_DECAY] = 1.0f - lr * in.wd;
+  sums[DT_SUM_BC2_SQRT] = (float)sqrt(1.0 - bpow[1]);
   if (apply) {
     sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = (float)norm, sums[DT_SUM_LR_LAST] = lr;
     acc[0] += loss, acc[1] += (float)norm, sums[DT_SUM_STEPS] += 1;
@@ -201,10 +213,12 @@ static __device__ void dt_norm_final(const double *part, int B, const learner_hp
 }
 
 /* partial sums of g^2 in double (the CPU's grad_norm sums in double),
- * DT_NORM_BLOCKS blocks of 256, each its stride in order; the last block to
- * finish (fin, reset by it) takes the norm (dt_norm_final): one launch
- * where the final sum was a kernel of its own on the step's critical path
- * (kernels/dev/DEVICE_NOTES.md item 154) */
+ * DT_NORM_BLOCKS blocks of 256, each its stride in order, four of its
+ * elements loaded at a time; the last block to finish (fin, reset by it)
+ * takes the norm (dt_norm_final): one launch where the final sum was a
+ * kernel of its own on the step's critical path (kernels/dev/DEVICE_NOTES.md
+ * item 154). What the final reads besides the parts is loaded at the start,
+ * beside the gradient (dt_norm_in_t; item 249). */
 __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part, unsigned *fin, int B,
                                        const learner_hparams_t *hp, const unsigned long long *ctr, const float *dsums,
                                        float *sums, double *acc, cuda_pz_t pz) {
@@ -212,14 +226,30 @@ __global__ void dt_norm_partial_kernel(const float *g, long long n, double *part
   __shared__ double red[32];
   const long long mo = dt_mo(pz);
   g = dt_off(g, mo), part = dt_off(part, mo), fin = dt_off(fin, mo);
+  hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), dsums = dt_off(dsums, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
+  dt_norm_in_t in = {};
+  double pw = 0;
+  if (threadIdx.x == 0)
+    in.loss = dsums[0], in.halted = sums[DT_SUM_HALT] != 0, in.step = *ctr, in.warmup = hp->dt_warmup,
+    in.lr = hp->dt_lr, in.clip = hp->dt_clip, in.wd = hp->dt_weight_decay;
+  if (threadIdx.x == 32 || threadIdx.x == 64)
+    pw = threadIdx.x == 32 ? hp->adam_beta1 : hp->adam_beta2, in.step = *ctr;
+  float rows = 0;
+  for (int k = threadIdx.x; k < B; k += blockDim.x) rows += sums[DT_SUM_ROWS_ANY + k];
   double s = 0;
-  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += (long long)gridDim.x * blockDim.x)
-    s += (double)g[k] * g[k];
+  const long long st = (long long)gridDim.x * blockDim.x;
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < n; k += 4 * st) {
+    float x[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) x[u] = k + u * st < n ? g[k + u * st] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+      if (k + u * st < n) s += (double)x[u] * x[u];
+  }
   s = dt_block_sum(s, red);
   if (threadIdx.x == 0) part[blockIdx.x] = s;
   if (!arrive_last(fin, gridDim.x)) return;
-  hp = dt_off(hp, mo), ctr = dt_off(ctr, mo), dsums = dt_off(dsums, mo), sums = dt_off(sums, mo), acc = dt_off(acc, mo);
-  dt_norm_final(part, B, hp, ctr, dsums, sums, acc);
+  dt_norm_final(part, B, rows, pw, in, sums, acc);
 }
 
 /* AdamW (kernels/cpu/optim.c's adamw_update) on the clipped gradient at the
