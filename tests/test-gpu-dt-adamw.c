@@ -3,14 +3,17 @@
  * (kernels/cuda/dt_train.cu: dt_norm_partial_kernel, dt_adamw_kernel, run by
  * cuda_dt_train_apply) against the CPU spec's (kernels/cpu/dt_train.c:
  * grad_norm, dt_lr_at, grad_clip_scale, adamw_update) on the same
- * gradients: the norm within 1e-6 relative; the warm-up's lr and the clip's
- * scale (taken from the CUDA norm) equal; then p, m and v bit for bit over
- * several steps, since both backends update each element in the same order
- * with no fused multiply-adds (adam_scalars.cuh's adamw_element). A small
- * layout (a partial last block) and one of over 2,097,152 parameters (the
- * kernel's grid of 2,048 blocks takes that many a pass, so two passes); the
- * warm-up, weight decay, the clip on and off. A step with no window drawn
- * changes nothing and is not counted. Exits 77 with no usable GPU.
+ * gradients: the norm within 1e-6 relative; the warm-up's lr, the clip's
+ * scale (taken from the CUDA norm), the step size, sqrt(1 - beta2^t) and
+ * the decay equal; then p, m and v bit for bit over several steps, since
+ * both backends update each element in the same order with no fused
+ * multiply-adds (adam_scalars.cuh's adamw_element). A small layout (a
+ * partial last block) and one of over 2,097,152 parameters (the kernel's
+ * grid of 2,048 blocks takes that many a pass, so two passes); the warm-up,
+ * weight decay, the clip on and off; an lr and weight decay whose decay a
+ * fused multiply-add would round differently. A step with no window drawn,
+ * and one after the call halted, change nothing and are not counted. Exits
+ * 77 with no usable GPU.
  */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -35,8 +38,10 @@ static long long differing(const float *a, const float *b, long long n) {
 }
 
 /* steps of the step end on layers x embed (at least min_params parameters),
- * the gradient uniform in [-gmax, gmax], clip dt_clip */
-static void apply_case(int layers, int embed, long long min_params, float gmax, float clip, uint64_t seed) {
+ * the gradient uniform in [-gmax, gmax], clip dt_clip, lr, weight decay wd,
+ * warm-up */
+static void apply_case(int layers, int embed, long long min_params, float gmax, float clip, float lr0, float wd,
+                       int64_t warmup, uint64_t seed) {
   static model_t reg;
   dt_layout_t L;
   const int n[2] = {3, 4}, B = 4, steps = 4;
@@ -48,7 +53,7 @@ static void apply_case(int layers, int embed, long long min_params, float gmax, 
   learner_config_t c;
   learner_config_default(&c);
   learner_hparams_t hp = c.hp;
-  hp.dt_lr = 1e-3f, hp.dt_warmup = 3, hp.dt_weight_decay = 0.01f, hp.dt_clip = clip;
+  hp.dt_lr = lr0, hp.dt_warmup = warmup, hp.dt_weight_decay = wd, hp.dt_clip = clip;
   const dt_hparams_t dh = {hp.dt_lr, hp.dt_weight_decay, hp.dt_clip, hp.adam_beta1, hp.adam_beta2, hp.adam_eps,
                            1.0f, hp.dt_warmup};
   learner_hparams_t *dhp;
@@ -81,6 +86,15 @@ static void apply_case(int layers, int embed, long long min_params, float gmax, 
     ck_assert_msg(sc[DT_SUM_SCALE] == scale, "step %d: scale %.9g, the CPU's %.9g", s + 1, (double)sc[DT_SUM_SCALE],
                   (double)scale);
     ck_assert_msg(clip == 0 || scale < 1, "step %d: the clip was meant to act (norm %g)", s + 1, norm);
+    /* the step's scalars as kernels/cpu/optim.c's adamw_update takes them */
+    const uint64_t t1 = (uint64_t)s + 1;
+    const float bc1 = (float)(1.0 - pow(hp.adam_beta1, (double)t1));
+    const float wsc[3] = {lr / bc1, (float)sqrt(1.0 - pow(hp.adam_beta2, (double)t1)), 1.0f - lr * wd};
+    const int at[3] = {DT_SUM_STEP_SIZE, DT_SUM_BC2_SQRT, DT_SUM_DECAY};
+    const char *name[3] = {"step size", "sqrt(1 - beta2^t)", "decay"};
+    for (int k = 0; k < 3; k++)
+      ck_assert_msg(sc[at[k]] == wsc[k], "step %d: %s %.9g, the CPU's %.9g", s + 1, name[k], (double)sc[at[k]],
+                    (double)wsc[k]);
     adamw_update(p, g, m, v, P, scale, lr, hp.adam_beta1, hp.adam_beta2, hp.adam_eps, hp.dt_weight_decay,
                  (uint64_t)s + 1);
   }
@@ -106,8 +120,22 @@ static void apply_case(int layers, int embed, long long min_params, float gmax, 
   ck_assert_msg(sc[DT_SUM_APPLY] == 0 && sc[DT_SUM_HALT] == 1 && sc[DT_SUM_WHY] == 1,
                 "no window: apply %g, halt %g, why %g", (double)sc[DT_SUM_APPLY], (double)sc[DT_SUM_HALT],
                 (double)sc[DT_SUM_WHY]);
+  for (int k = 0; k < 3; k++) {
+    CK(cudaMemcpy(back, got[k], bytes, cudaMemcpyDeviceToHost));
+    ck_assert_msg(differing(back, want[k], P) == 0, "a step with no window changed %s", what[k]);
+  }
+  CK(cudaMemcpy(&ctr, t.ctr, sizeof ctr, cudaMemcpyDeviceToHost));
+  ck_assert_int_eq((int)ctr, steps);
+  /* a window drawn, but the call has halted: nothing applies until the next call */
+  CK(cudaMemcpy(t.sums + DT_SUM_ROWS_ANY, &one, sizeof one, cudaMemcpyHostToDevice));
+  ck_assert_int_eq(cuda_dt_train_apply(&t, dhp, 0), 0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(sc, t.sums, sizeof sc, cudaMemcpyDeviceToHost));
+  ck_assert_msg(sc[DT_SUM_APPLY] == 0 && sc[DT_SUM_HALT] == 1 && sc[DT_SUM_WHY] == 1,
+                "halted: apply %g, halt %g, why %g", (double)sc[DT_SUM_APPLY], (double)sc[DT_SUM_HALT],
+                (double)sc[DT_SUM_WHY]);
   CK(cudaMemcpy(back, t.dt.p, bytes, cudaMemcpyDeviceToHost));
-  ck_assert_msg(differing(back, p, P) == 0, "a step with no window changed the parameters");
+  ck_assert_msg(differing(back, p, P) == 0, "a step after the call halted changed the parameters");
   CK(cudaMemcpy(&ctr, t.ctr, sizeof ctr, cudaMemcpyDeviceToHost));
   ck_assert_int_eq((int)ctr, steps);
   cudaFree(dhp);
@@ -115,11 +143,20 @@ static void apply_case(int layers, int embed, long long min_params, float gmax, 
   free(p), free(g), free(m), free(v), free(back);
 }
 
-START_TEST(test_small_clip) { apply_case(1, 16, 0, 1.0f, 0.25f, 1); }
+START_TEST(test_small_clip) { apply_case(1, 16, 0, 1.0f, 0.25f, 1e-3f, 0.01f, 3, 1); }
 END_TEST
-START_TEST(test_small_noclip) { apply_case(1, 16, 0, 1.0f, 0.0f, 2); }
+START_TEST(test_small_noclip) { apply_case(1, 16, 0, 1.0f, 0.0f, 1e-3f, 0.01f, 3, 2); }
 END_TEST
-START_TEST(test_two_passes) { apply_case(4, 256, 2097153, 0.05f, 0.25f, 3); }
+START_TEST(test_two_passes) { apply_case(4, 256, 2097153, 0.05f, 0.25f, 1e-3f, 0.01f, 3, 3); }
+END_TEST
+/* an lr and weight decay whose decay 1 - lr wd rounds differently when the
+ * product is fused into the subtraction (one FMA) than when it is rounded
+ * first, as the CPU does: a contracted decay fails here */
+START_TEST(test_decay_unfused) {
+  const float lr = 0.00085945718f, wd = 0.04379547f;
+  ck_assert_msg(fmaf(-lr, wd, 1.0f) != 1.0f - lr * wd, "this lr and weight decay no longer tell the two apart");
+  apply_case(1, 16, 0, 1.0f, 0.25f, lr, wd, 0, 4);
+}
 END_TEST
 
 int main(void) {
@@ -130,6 +167,7 @@ int main(void) {
   tcase_add_test(tc, test_small_clip);
   tcase_add_test(tc, test_small_noclip);
   tcase_add_test(tc, test_two_passes);
+  tcase_add_test(tc, test_decay_unfused);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

@@ -30,7 +30,7 @@ static __device__ __forceinline__ void adam_scalars(float nrm, const unsigned lo
   sc[0] = scale;
   sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
   sc[2] = hp->lr / bc1;
-  sc[3] = 1.0f - hp->lr * hp->weight_decay;
+  sc[3] = __fsub_rn(1.0f, __fmul_rn(hp->lr, hp->weight_decay)); /* as the CPU rounds it: no FMA */
   sc[4] = hp->tau;
   sc[5] = hp->adam_eps;
   *mode = hp->tau > 0 ? 1

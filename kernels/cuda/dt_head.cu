@@ -35,11 +35,14 @@ static __host__ __device__ __forceinline__ size_t dt_head_wsz(const dt_layout_t 
  * then read them there instead of one L2 round trip a logit (the same
  * floats, the same sums). Issued as 4-byte asynchronous copies, every one
  * before any lands, and before the launch waits on the kernel before it:
- * only AdamW, at a step's end, writes p, and it has completed before this
- * launch's blocks are placed (pdl.cuh: a kernel waits before it lets the
- * next start, so every kernel but the one just before has completed), so
- * the copies run beside that kernel's tail. dt_head_stage_wait after the
- * launch's wait. */
+ * of the kernels only AdamW, at a step's end, writes p, and it has completed
+ * before this launch's blocks are placed (pdl.cuh: a kernel waits before it
+ * lets the next start, so every kernel but the one just before has
+ * completed; a head follows W_2's GEMM or g's clearing, never AdamW); the
+ * other writes of p (the initial upload, a checkpoint's load, Act's copy)
+ * are copies, which a programmatic launch never overlaps. So the copies run
+ * beside the kernel before's tail. dt_head_stage_wait after the launch's
+ * wait. */
 static __device__ __forceinline__ void dt_head_stage(const dt_layout_t &L, const float *p, float *w) {
   for (int d = 0, off = 0; d < L.D; off += L.n[d], d++) {
     const float *src = p + L.head_w[d];

@@ -204,7 +204,8 @@ static __device__ void dt_norm_final(const double *part, int B, float rows, doub
     scale = c < 1 ? (float)c : 1.0f;
   }
   const float bc1 = (float)(1.0 - bpow[0]);
-  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1, sums[DT_SUM_DECAY] = 1.0f - lr * in.wd;
+  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1;
+  sums[DT_SUM_DECAY] = __fsub_rn(1.0f, __fmul_rn(lr, in.wd)); /* as the CPU rounds it: no FMA */
   sums[DT_SUM_BC2_SQRT] = (float)sqrt(1.0 - bpow[1]);
   if (apply) {
     sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = (float)norm, sums[DT_SUM_LR_LAST] = lr;

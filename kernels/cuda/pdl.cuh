@@ -17,7 +17,9 @@
  * (launch_dependents) at its start (PDL_ENTER: its wait, then that), or,
  * in the GEMM tiles, once its mainloop is done, so the next kernel's launch
  * and placement overlap its epilogue. Since each kernel waits before it
- * lets the next start, all the kernels before it have completed too. */
+ * lets the next start, all the kernels before it have completed too: what
+ * only an earlier kernel wrote may be read before the wait (dt_head.cu's
+ * staged weights; docs/learner.md §16, "Launches"). */
 static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
