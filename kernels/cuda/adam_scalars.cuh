@@ -1,8 +1,9 @@
 /*
  * adam_scalars.cuh — the training step's AdamW scalars, shared by optim.cu
  * and the learner's sample kernel (which computes the norm-free ones beside
- * its sampling, off the critical path), and AdamW's element update, shared
- * by optim.cu and the DT's dt_train.cu. Included by .cu files only.
+ * its sampling, off the critical path); the clip's scale, the decay and
+ * AdamW's element update, shared by optim.cu and the DT's dt_train.cu.
+ * Included by .cu files only.
  */
 #ifndef DQN_CUDA_ADAM_SCALARS_CUH
 #define DQN_CUDA_ADAM_SCALARS_CUH
@@ -18,6 +19,15 @@ static __device__ __forceinline__ float clip_scale(float nrm, float grad_clip) {
   return c < 1 ? (float)c : 1.0f;
 }
 
+/* the decoupled decay factor 1 - lr weight_decay, the product rounded before
+ * the subtraction as the CPU rounds it (kernels/cpu/optim.c): written as one
+ * expression, ptxas fuses the two into an FFMA, which differs for some lr
+ * and weight decay (kernels/dev/DEVICE_NOTES.md item 253). The DQN's scalars
+ * and the DT's (dt_train.cu) both take it */
+static __device__ __forceinline__ float adamw_decay(float lr, float weight_decay) {
+  return __fsub_rn(1.0f, __fmul_rn(lr, weight_decay));
+}
+
 /* The step's AdamW scalars from the norm, the step count and the
  * hyperparameters: clip scale, sqrt of the second bias correction, step
  * size, decay factor, tau, eps; and the target rule (0 none, 1 Polyak, 2 copy). */
@@ -30,7 +40,7 @@ static __device__ __forceinline__ void adam_scalars(float nrm, const unsigned lo
   sc[0] = scale;
   sc[1] = (float)sqrt(1.0 - pow((double)b2, t));
   sc[2] = hp->lr / bc1;
-  sc[3] = __fsub_rn(1.0f, __fmul_rn(hp->lr, hp->weight_decay)); /* as the CPU rounds it: no FMA */
+  sc[3] = adamw_decay(hp->lr, hp->weight_decay);
   sc[4] = hp->tau;
   sc[5] = hp->adam_eps;
   *mode = hp->tau > 0 ? 1

@@ -198,14 +198,9 @@ static __device__ void dt_norm_final(const double *part, int B, float rows, doub
   sums[DT_SUM_APPLY] = apply, sums[DT_SUM_NORM] = (float)norm, sums[DT_SUM_LR] = lr;
   /* AdamW's scalars (kernels/cpu/optim.c's adamw_update), here once rather
    * than in each of its threads (a double pow each): the same values */
-  float scale = 1.0f;
-  if (in.clip > 0) {
-    const double c = in.clip / ((double)(float)norm + 1e-6);
-    scale = c < 1 ? (float)c : 1.0f;
-  }
   const float bc1 = (float)(1.0 - bpow[0]);
-  sums[DT_SUM_SCALE] = scale, sums[DT_SUM_STEP_SIZE] = lr / bc1;
-  sums[DT_SUM_DECAY] = __fsub_rn(1.0f, __fmul_rn(lr, in.wd)); /* as the CPU rounds it: no FMA */
+  sums[DT_SUM_SCALE] = clip_scale((float)norm, in.clip), sums[DT_SUM_STEP_SIZE] = lr / bc1;
+  sums[DT_SUM_DECAY] = adamw_decay(lr, in.wd);
   sums[DT_SUM_BC2_SQRT] = (float)sqrt(1.0 - bpow[1]);
   if (apply) {
     sums[DT_SUM_LOSS_LAST] = loss, sums[DT_SUM_NORM_LAST] = (float)norm, sums[DT_SUM_LR_LAST] = lr;
