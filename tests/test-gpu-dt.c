@@ -136,6 +136,9 @@ END_TEST
 /* the parity cases that put W_v's weight gradient on the LayerNorm
  * stream (cuda_dt_v_ln_takes) and compared it both ways */
 static int v_ln_cases;
+/* the parity cases that reduced W_o's, W_q's and W_k's weight gradients in
+ * one launch (red_oqk 2: cuda_dt_red_oqk_takes) and compared it both ways */
+static int red_oqk_cases;
 
 /* the step rerun with the form *knob (1, the default) set to 0 against
  * loss and g from the default: the same loss and gradient bit for bit;
@@ -207,6 +210,22 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
    * tile and the attention do not round again (pre 1, the default):
    * rounding twice is rounding once, so the same bits */
   if (tc) same_step(&d, &d.pre, p, &bt, g, g2, P, loss, what, "every operand rounded where it is read (pre 0)");
+  /* each layer's W_o, W_q and W_k weight gradients reduced in one launch,
+   * their parts in thirds of the scratch (red_oqk 2: wherever the thirds
+   * give the whole's split; the default, 1, takes it only from 8,192 tokens,
+   * which no case here has), against a reduce after each: the same sums in
+   * the same order, so the same bits (counted) */
+  ck_assert_int_eq(d.red_oqk, 1);
+  ck_assert_msg(!cuda_dt_red_oqk_takes(&d), "%s: the default took red_oqk", what);
+  d.red_oqk = 2;
+  if (cuda_dt_red_oqk_takes(&d)) {
+    const double l2 = run_gpu(&d, p, &bt, g2, NULL, NULL);
+    ck_assert_msg(l2 == loss && !memcmp(g, g2, sizeof(float) * (size_t)P),
+                  "%s: W_o's, W_q's and W_k's reduces in one launch (red_oqk 2) differ (loss %.9g, %.9g)", what, loss,
+                  l2);
+    red_oqk_cases++;
+  }
+  d.red_oqk = 1;
   cuda_dt_free(&d);
   free(p), free(g), free(g2), free(gc), free(st), free(rtg), free(mask), free(act), free(ts);
 }
@@ -219,7 +238,7 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
 START_TEST(test_cpu_parity) {
   const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
   int win;
-  v_ln_cases = 0;
+  v_ln_cases = 0, red_oqk_cases = 0;
   parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(win, "the small case should take a block a window");
   parity_case(144, 6, 7, 3, n3, 2, 24, 3, "small, 144 windows", 0, 1e-5, 1e-4, 1e-5, &win);
@@ -231,6 +250,10 @@ START_TEST(test_cpu_parity) {
   /* embed past 128: the embeddings' backward keeps 32 elements a thread */
   parity_case(6, 4, 5, 3, n3, 1, 136, 2, "embed 136", 0, 1e-5, 1e-4, 1e-5, &win);
   ck_assert_msg(v_ln_cases > 0, "no fp32 parity case put W_v's weight gradient on the LayerNorm stream");
+  /* every case but embed 136's (72 tokens: unsplit) and context 80's (720
+   * tokens: 11 parts, 7 in a third of its scratch) */
+  ck_assert_msg(red_oqk_cases == 3, "%d of 3 fp32 parity cases reduced W_o's, W_q's and W_k's gradients in one launch",
+                red_oqk_cases);
 }
 END_TEST
 
@@ -245,8 +268,11 @@ END_TEST
 START_TEST(test_tf32_parity) {
   const int n3[3] = {4, 3, 2}, nref[3] = {9, 3, 3};
   int win;
+  red_oqk_cases = 0;
   parity_case(24, 6, 7, 3, n3, 2, 24, 3, "small", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
   parity_case(6, 20, 64, 3, nref, 3, 128, 1, "reference sizes", 1, TF32_LOSS, TF32_GRAD, TF32_KABS, &win);
+  ck_assert_msg(red_oqk_cases == 2, "%d of 2 TF32 parity cases reduced W_o's, W_q's and W_k's gradients in one launch",
+                red_oqk_cases);
 }
 END_TEST
 

@@ -302,6 +302,7 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   d->tma = dt_tma_setup();
   d->pre = 1;
   d->v_ln = 1;
+  d->red_oqk = 1;
   d->big = 1;
   for (int i = 0; i < DT_SIDES && e == cudaSuccess; i++) {
     e = cudaStreamCreateWithFlags(&d->side[i], cudaStreamNonBlocking);

@@ -257,20 +257,48 @@ static int ln_bwd(cuda_dt_t *d, const float *dy, const float *dy2, const float *
  * tile in TF32, the FFMA tile in fp32: dt_wgrad_fuses), else on DT_SIDE_B;
  * each marked as reads of slot rs
  * (dy's) */
-static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in, int out,
-                          int rs, cudaStream_t st) {
+static int lin_bwd_params_ex(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in,
+                             int out, int rs, cudaStream_t st, float *scr, size_t cap, dt_red_t *defer) {
   float *g = d->g;
-  if (dt_wgrad_fuses(d, out, in, T, dy, out, 1, x, in, 0, d->tmp_cap)) {
+  if (dt_wgrad_fuses(d, out, in, T, dy, out, 1, x, in, 0, cap)) {
     CUDA_RET(dt_fork_one(d, st, DT_SIDE_W));
-    CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, g + b, d->tmp, d->tmp_cap,
-                           d->side[DT_SIDE_W]));
+    CUDA_RET(dt_gemm_wgrad_ex(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, g + b, scr, cap, d->side[DT_SIDE_W],
+                              defer));
     return mark(d, rs, DT_SIDE_W);
   }
   CUDA_RET(dt_fork(d, st, DT_SIDE_B + 1));
-  CUDA_RET(dt_gemm_wgrad(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, NULL, d->tmp, d->tmp_cap, d->side[DT_SIDE_W]));
+  CUDA_RET(dt_gemm_wgrad_ex(d, out, in, T, dy, out, 1, x, in, 0, g + w, in, NULL, scr, cap, d->side[DT_SIDE_W], defer));
   CUDA_RET(dt_colsum(d, dy, NULL, T, out, out, g + b, 1, d->csum[0], d->csum_cap, d->side[DT_SIDE_B]));
   CUDA_RET(mark(d, rs, DT_SIDE_W));
   return mark(d, rs, DT_SIDE_B);
+}
+
+static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, const float *dy, int T, int in, int out,
+                          int rs, cudaStream_t st) {
+  return lin_bwd_params_ex(d, w, b, x, dy, T, in, out, rs, st, d->tmp, d->tmp_cap, NULL);
+}
+
+/* W_o's, W_q's and W_k's weight gradients (E x E over T tokens) with their
+ * parts in three thirds of d->tmp and one reduce launch after W_k's
+ * (red_oqk), where they are split (parts > 1: reduces to share) and each
+ * third gives the split and the fused bias sums that the whole gives (so
+ * the same bits), and where the tokens of all members together are at
+ * least DT_RED_OQK_TOKENS: there the step's work fills the GPU and two
+ * launches fewer on the weight-gradient stream pay (a lone step at batch
+ * 256 -1.6%, 8 members of 64 -1.0%), while a lone step at batch 64 lost
+ * 2.4% (kernels/dev/DEVICE_NOTES.md item 256). The rule reads the shapes
+ * and the member count, and the bits are the same either way, so a member
+ * is still its lone twin. */
+#define DT_RED_OQK_TOKENS 8192
+static size_t oqk_third(const cuda_dt_t *d) { return d->tmp_cap / 3 / 64 * 64; }
+static int red_oqk(const cuda_dt_t *d, const float *h1, int T, int E) {
+  const int depth = dt_wgrad_depth(d->tc);
+  const size_t third = oqk_third(d);
+  const long long parts = dt_wgrad_parts(E, E, T, d->tmp_cap, depth);
+  const int fits = parts > 1 && dt_wgrad_parts(E, E, T, third, depth) == parts &&
+                   dt_wgrad_fuses(d, E, E, T, d->dq, E, 1, h1, E, 0, third) ==
+                       dt_wgrad_fuses(d, E, E, T, d->dq, E, 1, h1, E, 0, d->tmp_cap);
+  return fits && (d->red_oqk == 2 || (d->red_oqk == 1 && (long long)T * d->pz.n >= DT_RED_OQK_TOKENS));
 }
 
 /* dx = dy W on st, or with gu (gu ? DT_EP_DGELU : plain) (dy W) gu: the
@@ -307,6 +335,10 @@ static int v_wgrad_on_ln(const cuda_dt_t *d, const float *h1, int T, int E, size
   return dt_wgrad_parts(E, E, T, cap, depth) == dt_wgrad_parts(E, E, T, d->tmp_cap, depth) &&
          dt_wgrad_fuses(d, E, E, T, d->dv, E, 1, h1, E, 0, cap) &&
          dt_wgrad_fuses(d, E, E, T, d->dv, E, 1, h1, E, 0, d->tmp_cap);
+}
+
+extern "C" int cuda_dt_red_oqk_takes(const cuda_dt_t *d) {
+  return red_oqk(d, d->h1, d->B * 3 * d->L.K, d->L.E);
 }
 
 extern "C" int cuda_dt_v_ln_takes(const cuda_dt_t *d) {
@@ -374,12 +406,29 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
                     g + o->ln2_w, g + o->ln2_b, 1u << DT_RD_DH, st));
     /* xm = X_l + W_o att + b_o; dO (datt), read by the attention's backward
      * alone, written rounded where it stages it so (dt_attn_pre) */
-    CUDA_RET(lin_bwd(d, o->o_w, wt + DT_WT_O * EE, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM,
-                     dt_attn_pre(d), st));
+    /* with red_oqk, W_o's reduce waits in red for W_q's and W_k's */
+    const int oqk = red_oqk(d, h1, T, E);
+    const size_t third = oqk_third(d);
+    dt_red_t red;
+    red.n = 0;
+    if (oqk) {
+      CUDA_RET(lin_bwd_params_ex(d, o->o_w, o->o_b, att, d->dxm, T, E, E, DT_RD_DXM, st, d->tmp + 2 * third, third,
+                                 &red));
+      CUDA_RET(lin_dx(d, p + o->o_w, wt + DT_WT_O * EE, d->dxm, T, E, E, d->datt, NULL, dt_attn_pre(d), st));
+    } else {
+      CUDA_RET(lin_bwd(d, o->o_w, wt + DT_WT_O * EE, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM,
+                       dt_attn_pre(d), st));
+    }
     CUDA_RET(after_reads(d, DT_RD_QKV, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
-    CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
-    CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
+    if (oqk) {
+      CUDA_RET(lin_bwd_params_ex(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st, d->tmp, third, &red));
+      CUDA_RET(lin_bwd_params_ex(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st, d->tmp + third, third, &red));
+      CUDA_RET(dt_wgrad_flush(d, &red, d->side[DT_SIDE_W]));
+    } else {
+      CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
+      CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
+    }
     const int v_ln = d->v_ln && v_wgrad_on_ln(d, h1, T, E, 2 * NE);
     if (!v_ln) CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
     /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by

@@ -44,6 +44,19 @@
  * again (cuda_dt_t.rd) */
 enum { DT_RD_DX, DT_RD_DU, DT_RD_DH, DT_RD_DXM, DT_RD_QKV, DT_RD_DXS, DT_RD_HKV, DT_RD_N };
 
+/* a weight gradient's split-K reduce, deferred (dt_gemm_wgrad_ex): its
+ * parts, bias parts, outputs, and its blocks (cblocks of C's, nb in all) */
+typedef struct {
+  const float *part, *bpart;
+  float *C, *db;
+  int parts, M, N, ldc, cblocks, nb;
+} dt_red_one_t;
+#define DT_RED_MAX 3
+typedef struct {
+  dt_red_one_t p[DT_RED_MAX];
+  int n;
+} dt_red_t;
+
 typedef struct cuda_dt {
   dt_layout_t L;
   int B;                                  /* windows a batch */
@@ -98,6 +111,11 @@ typedef struct cuda_dt {
                                            * form (DT_ATC_TWO, _ONE, _PAIR; where it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
+  int red_oqk;                            /* each layer's W_o, W_q and W_k weight gradients' split-K reduces in
+                                           * one launch, their parts in thirds of the scratch (the same bits;
+                                           * dt_backward.cu's red_oqk): 1 (cuda_dt_alloc's default) where the
+                                           * step's tokens fill the GPU, 2 wherever the thirds give the whole's
+                                           * split (the tests), 0 never */
   int v_ln;                               /* 1 (cuda_dt_alloc's default): each layer's W_v weight gradient on
                                            * DT_SIDE_LN where v_wgrad_on_ln allows (dt_backward.cu); 0: last on
                                            * DT_SIDE_W (the tests: the same bits) */
@@ -193,6 +211,9 @@ int cuda_dt_attn_pre(const cuda_dt_t *d);
 /* for the tests: 1 where the backward puts W_v's weight gradient on the
  * LayerNorm sums' stream (with v_ln: dt_backward.cu's v_wgrad_on_ln) */
 int cuda_dt_v_ln_takes(const cuda_dt_t *d);
+/* for the tests: 1 where the backward reduces W_o's, W_q's and W_k's weight
+ * gradients in one launch (by red_oqk: dt_backward.cu's red_oqk) */
+int cuda_dt_red_oqk_takes(const cuda_dt_t *d);
 #ifdef __cplusplus
 }
 #endif
@@ -580,6 +601,14 @@ int dt_gemm_op(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda,
  * parts in order) */
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                   int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st);
+/* dt_gemm_wgrad with its split-K reduce, where it has one, added to defer
+ * (up to DT_RED_MAX) instead of launched: dt_wgrad_flush then launches
+ * every deferred reduce at once (each problem's sums as its own launch's:
+ * the same bits) and empties defer. part stays read until the flush. */
+int dt_gemm_wgrad_ex(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B,
+                     int ldb, int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st,
+                     dt_red_t *defer);
+int dt_wgrad_flush(const cuda_dt_t *d, dt_red_t *r, cudaStream_t st);
 /* 1 where dt_gemm_wgrad takes db for such a call: split, on the transposing
  * TMA tile (TF32) or the FFMA tile (fp32, op(A) = A^T: ta 1), and part's
  * cap floats hold the bias parts too */

@@ -389,16 +389,15 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 }
 
 /* C[m, n] += the split-K parts' sums, in part order, by the first cblocks
- * blocks; with db, db[m] += the bias parts' (bpart [parts][M]) the same way
- * by the blocks after them */
-__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, int cblocks,
-                                        const float *bpart, float *db, cuda_pz_t pz) {
-  PDL_ENTER();
+ * of a problem's nb blocks; with db, db[m] += the bias parts' (bpart
+ * [parts][M]) the same way by the blocks after them */
+static __device__ __forceinline__ void dt_reduce_one(const float *part, int parts, int M, int N, float *C, int ldc,
+                                                     int cblocks, int nb, const float *bpart, float *db, cuda_pz_t pz) {
   const size_t MN = (size_t)M * N;
   const long long mo = dt_mo(pz);
   if ((int)blockIdx.x >= cblocks) {
     bpart = dt_off(bpart, mo), db = dt_off(db, mo);
-    for (int i = (blockIdx.x - cblocks) * blockDim.x + threadIdx.x; i < M; i += (gridDim.x - cblocks) * blockDim.x) {
+    for (int i = (blockIdx.x - cblocks) * blockDim.x + threadIdx.x; i < M; i += (nb - cblocks) * blockDim.x) {
       float s = 0;
       for (int z = 0; z < parts; z++) s += bpart[(size_t)z * M + i];
       db[i] += s;
@@ -411,6 +410,22 @@ __global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int
     for (int z = 0; z < parts; z++) s += part[z * MN + i];
     C[(i / N) * ldc + i % N] += s;
   }
+}
+
+__global__ void dt_splitk_reduce_kernel(const float *part, int parts, int M, int N, float *C, int ldc, int cblocks,
+                                        const float *bpart, float *db, cuda_pz_t pz) {
+  PDL_ENTER();
+  dt_reduce_one(part, parts, M, N, C, ldc, cblocks, (int)gridDim.x, bpart, db, pz);
+}
+
+/* several weight gradients' reduces in one launch (dt_wgrad_flush): problem
+ * blockIdx.y, each on its own first nb blocks, each output the sum it has
+ * in a launch of its own */
+__global__ void dt_splitk_reduce_n_kernel(const dt_red_t r, cuda_pz_t pz) {
+  PDL_ENTER();
+  const dt_red_one_t &q = r.p[blockIdx.y];
+  if ((int)blockIdx.x >= q.nb) return;
+  dt_reduce_one(q.part, q.parts, q.M, q.N, q.C, q.ldc, q.cblocks, q.nb, q.bpart, q.db, pz);
 }
 
 // launchers
@@ -468,6 +483,21 @@ int dt_wgrad_fuses(const cuda_dt_t *d, int M, int N, int K, const float *A, int 
 
 int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                   int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st) {
+  return dt_gemm_wgrad_ex(d, M, N, K, A, lda, ta, B, ldb, tb, C, ldc, db, part, cap, st, NULL);
+}
+
+int dt_wgrad_flush(const cuda_dt_t *d, dt_red_t *r, cudaStream_t st) {
+  if (r->n == 0) return 0;
+  int nb = 0;
+  for (int i = 0; i < r->n; i++) nb = r->p[i].nb > nb ? r->p[i].nb : nb;
+  pdl_launch(dt_splitk_reduce_n_kernel, dt_grid(d, dim3((unsigned)nb, (unsigned)r->n)), 256, 0, st, *r, d->pz);
+  r->n = 0;
+  return (int)cudaGetLastError();
+}
+
+int dt_gemm_wgrad_ex(const cuda_dt_t *d, int M, int N, int K, const float *A, int lda, int ta, const float *B,
+                     int ldb, int tb, float *C, int ldc, float *db, float *part, size_t cap, cudaStream_t st,
+                     dt_red_t *defer) {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   const long long MN = (long long)M * N;
   long long kper = 0;
@@ -490,6 +520,10 @@ int dt_gemm_wgrad(const cuda_dt_t *d, int M, int N, int K, const float *A, int l
   }
   CUDA_RET(cudaGetLastError());
   const long long blocks = (MN + 255) / 256 < 1024 ? (MN + 255) / 256 : 1024, bblocks = db ? (M + 255) / 256 : 0;
+  if (defer && defer->n < DT_RED_MAX) {
+    defer->p[defer->n++] = dt_red_one_t{part, bpart, C, db, (int)parts, M, N, ldc, (int)blocks, (int)(blocks + bblocks)};
+    return 0;
+  }
   pdl_launch(dt_splitk_reduce_kernel, dt_grid(d, dim3((unsigned)(blocks + bblocks))), 256, 0, st, part, (int)parts, M,
              N, C, ldc, (int)blocks, bpart, db, d->pz);
   return (int)cudaGetLastError();
