@@ -211,10 +211,10 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
    * rounding twice is rounding once, so the same bits */
   if (tc) same_step(&d, &d.pre, p, &bt, g, g2, P, loss, what, "every operand rounded where it is read (pre 0)");
   /* each layer's W_o, W_q and W_k weight gradients reduced in one launch,
-   * their parts in thirds of the scratch (red_oqk 2: wherever the thirds
-   * give the whole's split; the default, 1, takes it only from 8,192 tokens,
-   * which no case here has), against a reduce after each: the same sums in
-   * the same order, so the same bits (counted) */
+   * their parts in thirds of the scratch (red_oqk 2: wherever the thirds give
+   * the whole's split; the default, 1, only in TF32 from 8,192 tokens, which
+   * no case here has), against a reduce after each: the same sums in the
+   * same order, so the same bits (counted) */
   ck_assert_int_eq(d.red_oqk, 1);
   ck_assert_msg(!cuda_dt_red_oqk_takes(&d), "%s: the default took red_oqk", what);
   d.red_oqk = 2;

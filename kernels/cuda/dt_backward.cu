@@ -280,25 +280,30 @@ static int lin_bwd_params(cuda_dt_t *d, int64_t w, int64_t b, const float *x, co
 
 /* W_o's, W_q's and W_k's weight gradients (E x E over T tokens) with their
  * parts in three thirds of d->tmp and one reduce launch after W_k's
- * (red_oqk), where they are split (parts > 1: reduces to share) and each
- * third gives the split and the fused bias sums that the whole gives (so
- * the same bits), and where the tokens of all members together are at
- * least DT_RED_OQK_TOKENS: there the step's work fills the GPU and two
- * launches fewer on the weight-gradient stream pay (a lone step at batch
- * 256 -1.6%, 8 members of 64 -1.0%), while a lone step at batch 64 lost
- * 2.4% (kernels/dev/DEVICE_NOTES.md item 256). The rule reads the shapes
- * and the member count, and the bits are the same either way, so a member
- * is still its lone twin. */
+ * (red_oqk), where they are split (parts > 1: reduces to share) and a third
+ * gives each of them the split and the fused-bias choice that the whole
+ * gives (so the same bits); by default (red_oqk 1) in TF32 alone and where
+ * the tokens of all members together are at least DT_RED_OQK_TOKENS: there
+ * the step's work fills the GPU and two launches fewer a layer on the
+ * weight-gradient stream paid (measured in TF32 with the form taken at
+ * every size: a lone step at batch 256 -1.6%, 8 members of 64 -1.0%), while
+ * a lone step at batch 64 lost 2.4% (kernels/dev/DEVICE_NOTES.md item 256);
+ * fp32 was not measured. The bits are the same either way, so a member is
+ * still its lone twin. att: the layer's attention output (W_o's x). */
 #define DT_RED_OQK_TOKENS 8192
 static size_t oqk_third(const cuda_dt_t *d) { return d->tmp_cap / 3 / 64 * 64; }
-static int red_oqk(const cuda_dt_t *d, const float *h1, int T, int E) {
+static int oqk_same(const cuda_dt_t *d, const float *dy, const float *x, int T, int E, size_t third) {
+  return dt_wgrad_fuses(d, E, E, T, dy, E, 1, x, E, 0, third) ==
+         dt_wgrad_fuses(d, E, E, T, dy, E, 1, x, E, 0, d->tmp_cap);
+}
+static int red_oqk(const cuda_dt_t *d, const float *h1, const float *att, int T, int E) {
   const int depth = dt_wgrad_depth(d->tc);
   const size_t third = oqk_third(d);
   const long long parts = dt_wgrad_parts(E, E, T, d->tmp_cap, depth);
   const int fits = parts > 1 && dt_wgrad_parts(E, E, T, third, depth) == parts &&
-                   dt_wgrad_fuses(d, E, E, T, d->dq, E, 1, h1, E, 0, third) ==
-                       dt_wgrad_fuses(d, E, E, T, d->dq, E, 1, h1, E, 0, d->tmp_cap);
-  return fits && (d->red_oqk == 2 || (d->red_oqk == 1 && (long long)T * d->pz.n >= DT_RED_OQK_TOKENS));
+                   oqk_same(d, d->dxm, att, T, E, third) && oqk_same(d, d->dq, h1, T, E, third) &&
+                   oqk_same(d, d->dk, h1, T, E, third);
+  return fits && (d->red_oqk == 2 || (d->red_oqk == 1 && d->tc && (long long)T * d->pz.n >= DT_RED_OQK_TOKENS));
 }
 
 /* dx = dy W on st, or with gu (gu ? DT_EP_DGELU : plain) (dy W) gu: the
@@ -338,7 +343,7 @@ static int v_wgrad_on_ln(const cuda_dt_t *d, const float *h1, int T, int E, size
 }
 
 extern "C" int cuda_dt_red_oqk_takes(const cuda_dt_t *d) {
-  return red_oqk(d, d->h1, d->B * 3 * d->L.K, d->L.E);
+  return red_oqk(d, d->h1, d->att, d->B * 3 * d->L.K, d->L.E);
 }
 
 extern "C" int cuda_dt_v_ln_takes(const cuda_dt_t *d) {
@@ -407,7 +412,7 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
     /* xm = X_l + W_o att + b_o; dO (datt), read by the attention's backward
      * alone, written rounded where it stages it so (dt_attn_pre) */
     /* with red_oqk, W_o's reduce waits in red for W_q's and W_k's */
-    const int oqk = red_oqk(d, h1, T, E);
+    const int oqk = red_oqk(d, h1, att, T, E);
     const size_t third = oqk_third(d);
     dt_red_t red;
     red.n = 0;

@@ -113,9 +113,9 @@ typedef struct cuda_dt {
   int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
   int red_oqk;                            /* each layer's W_o, W_q and W_k weight gradients' split-K reduces in
                                            * one launch, their parts in thirds of the scratch (the same bits;
-                                           * dt_backward.cu's red_oqk): 1 (cuda_dt_alloc's default) where the
-                                           * step's tokens fill the GPU, 2 wherever the thirds give the whole's
-                                           * split (the tests), 0 never */
+                                           * dt_backward.cu's red_oqk): 1 (cuda_dt_alloc's default) in TF32
+                                           * where the step's tokens fill the GPU, 2 wherever the thirds give
+                                           * the whole's split (the tests), 0 never */
   int v_ln;                               /* 1 (cuda_dt_alloc's default): each layer's W_v weight gradient on
                                            * DT_SIDE_LN where v_wgrad_on_ln allows (dt_backward.cu); 0: last on
                                            * DT_SIDE_W (the tests: the same bits) */
