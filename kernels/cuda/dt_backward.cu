@@ -411,29 +411,24 @@ int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st) {
                     g + o->ln2_w, g + o->ln2_b, 1u << DT_RD_DH, st));
     /* xm = X_l + W_o att + b_o; dO (datt), read by the attention's backward
      * alone, written rounded where it stages it so (dt_attn_pre) */
-    /* with red_oqk, W_o's reduce waits in red for W_q's and W_k's */
+    /* with red_oqk, W_o's, W_q's and W_k's parts in the scratch's thirds
+     * (2, 0, 1) and their reduces deferred into red, launched at once after
+     * W_k's GEMM; else each in the whole scratch with its own reduce (the
+     * flush then has nothing to launch) */
     const int oqk = red_oqk(d, h1, att, T, E);
-    const size_t third = oqk_third(d);
+    const size_t cap = oqk ? oqk_third(d) : d->tmp_cap;
     dt_red_t red;
     red.n = 0;
-    if (oqk) {
-      CUDA_RET(lin_bwd_params_ex(d, o->o_w, o->o_b, att, d->dxm, T, E, E, DT_RD_DXM, st, d->tmp + 2 * third, third,
-                                 &red));
-      CUDA_RET(lin_dx(d, p + o->o_w, wt + DT_WT_O * EE, d->dxm, T, E, E, d->datt, NULL, dt_attn_pre(d), st));
-    } else {
-      CUDA_RET(lin_bwd(d, o->o_w, wt + DT_WT_O * EE, o->o_b, att, d->dxm, T, E, E, d->datt, NULL, DT_RD_DXM,
-                       dt_attn_pre(d), st));
-    }
+    dt_red_t *defer = oqk ? &red : NULL;
+    CUDA_RET(lin_bwd_params_ex(d, o->o_w, o->o_b, att, d->dxm, T, E, E, DT_RD_DXM, st, d->tmp + (oqk ? 2 * cap : 0),
+                               cap, defer));
+    CUDA_RET(lin_dx(d, p + o->o_w, wt + DT_WT_O * EE, d->dxm, T, E, E, d->datt, NULL, dt_attn_pre(d), st));
     CUDA_RET(after_reads(d, DT_RD_QKV, st));
     CUDA_RET(dt_attn_bwd(d, P, d->datt, q, k, v, d->dS, d->dq, d->dk, d->dv, st));
-    if (oqk) {
-      CUDA_RET(lin_bwd_params_ex(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st, d->tmp, third, &red));
-      CUDA_RET(lin_bwd_params_ex(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st, d->tmp + third, third, &red));
-      CUDA_RET(dt_wgrad_flush(d, &red, d->side[DT_SIDE_W]));
-    } else {
-      CUDA_RET(lin_bwd_params(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st));
-      CUDA_RET(lin_bwd_params(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st));
-    }
+    CUDA_RET(lin_bwd_params_ex(d, o->q_w, o->q_b, h1, d->dq, T, E, E, DT_RD_QKV, st, d->tmp, cap, defer));
+    CUDA_RET(lin_bwd_params_ex(d, o->k_w, o->k_b, h1, d->dk, T, E, E, DT_RD_QKV, st, d->tmp + (oqk ? cap : 0), cap,
+                               defer));
+    CUDA_RET(dt_wgrad_flush(d, &red, d->side[DT_SIDE_W]));
     const int v_ln = d->v_ln && v_wgrad_on_ln(d, h1, T, E, 2 * NE);
     if (!v_ln) CUDA_RET(lin_bwd_params(d, o->v_w, o->v_b, h1, d->dv, T, E, E, DT_RD_QKV, st));
     /* h1's gradient dq W_q + dk W_k + dv W_v, the three products side by
