@@ -196,24 +196,6 @@ static void parity_case(int B, int K, int S, int D, const int *n, int layers, in
    * (every shape here stages them): the same floats in the same sums, so
    * the same bits */
   same_step(&d, &d.head_sw, p, &bt, g, g2, P, loss, what, "the heads read from L2 (head_sw 0)");
-  /* the state embedding W_s s + b_s made in dt_embed_kernel (embed_fold 1,
-   * the default wherever W_s fits shared memory: every shape here) against
-   * the GEMM into xs before it (embed_fold 0, the form for larger states):
-   * in fp32 the same sums in the same order (one fmaf a k from 0, then the
-   * bias), so the same bits; in TF32 the GEMM's operands are rounded and the
-   * fold's are not, so each within the tolerances of the CPU spec */
-  ck_assert_msg(d.embed_fold, "%s: the state embedding should fold into the embeddings' launch", what);
-  if (!tc) {
-    same_step(&d, &d.embed_fold, p, &bt, g, g2, P, loss, what, "the state embedding by its own GEMM (embed_fold 0)");
-  } else {
-    d.embed_fold = 0;
-    const double l0 = run_gpu(&d, p, &bt, g2, NULL, NULL);
-    const double gw0 = check_grads(g2, NULL, gc, tg, kabs, what);
-    printf("parity %s in TF32, the state embedding by its own GEMM: loss %.9g (%.2g); gradients within %.2g\n", what,
-           l0, fabs(l0 - want) / fabs(want), gw0);
-    ck_assert_msg(fabs(l0 - want) <= tl * fabs(want), "%s (embed_fold 0): loss %.9g, cpu %.9g", what, l0, want);
-    d.embed_fold = 1;
-  }
   /* each layer's W_v weight gradient on the LayerNorm sums' stream, in
    * dhkv's scratch (v_ln 1, where that gives the same split and fused
    * bias sums), against last on the weight-gradient stream in d->tmp: the

@@ -8,11 +8,9 @@
 #include <string.h>
 
 #include "arena.cuh"
-#include "cp_async.cuh"
 #include "cuda_check.h"
 #include "dt_cuda.cuh"
 #include "dt_gemm_big.cuh"
-#include "smem_optin.cuh"
 
 // kernels
 
@@ -90,66 +88,28 @@ __global__ void dt_colsum_final_kernel(const float *part, const float *part2, in
 
 /* the tokens (R_t, s_t, a_t, each plus the step's time embedding) of every
  * window into x0, one warp a token; a padded step's tokens are zeros (its
- * inputs are not read). The state tokens' warps come first, wpb a block
- * (blocks 0 .. dt_embed_sblocks - 1: warp i the state token of step i), then
- * the R and a tokens' (warp j: step j / 2, R for j even, a for j odd), so
- * that only the state tokens' blocks hold W_s. With se == NULL (the fold,
- * d->embed_fold) a state token's W_s s_t + b_s is made here: W_s staged in
- * shared memory as [E][S | 1] (an odd stride: lane l's outputs l + 32 j read
- * 32 banks) and
- * b_s after it by asynchronous copies issued before the launch's wait (only
- * AdamW writes p: pdl.cuh, dt_head.cu's dt_head_stage), then each warp's
- * s_t, and every output the sum over s in order by fused multiply-adds from
- * 0, then + b_s: the fp32 GEMM tile's sum (dt_gemm_kernel; the same bits,
- * test-gpu-dt), one launch where the GEMM was one more on the step's chain
- * (kernels/dev/DEVICE_NOTES.md item 259). Otherwise se [B K, E] holds W_s
- * s_t + b_s of every step (a GEMM before). Then, each lane on the elements
- * it wrote, LN_embed of the token into X (xh0, r0) and block 0's LN1 of that
- * into h1 (xh1, r1; h1 rounded to TF32 with rnd, dt_pre), as dt_ln_kernel
- * computes them: one launch for three (DEVICE_NOTES.md item 151). */
-/* warps (tokens) a block: five blocks an SM by registers (48) */
-#define DT_EMBED_WPB 8
-static __host__ __device__ __forceinline__ int dt_embed_sblocks(int BK, int wpb) { return (BK + wpb - 1) / wpb; }
-/* the fold's shared memory, floats: W_s at an odd stride, b_s, a row s_t a warp */
-static __host__ __device__ __forceinline__ size_t dt_embed_smem(const dt_layout_t &L, int wpb) {
-  return (size_t)L.E * (L.S | 1) + L.E + (size_t)wpb * L.S;
-}
-__global__ void __launch_bounds__(32 * DT_EMBED_WPB, 5)
-    dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *states, const float *rtg,
-                    const float *mask, const int32_t *actions, const int32_t *timesteps, int BK, float *x0, float *X,
-                    float *xh0, float *r0, float *h1, float *xh1, float *r1, int rnd, cuda_pz_t pz) {
-  extern __shared__ float dte_sh[];
-  const int wpb = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x & 31, E = L.E, S = L.S;
-  const int sbl = dt_embed_sblocks(BK, wpb), sb = (int)blockIdx.x < sbl;
-  const int i = ((int)blockIdx.x - (sb ? 0 : sbl)) * wpb + w, fold = se == nullptr, ld = S | 1;
-  const long long mo = dt_mo(pz);
-  p = dt_off(p, mo);
-  float *ws = dte_sh, *wb = ws + (size_t)E * ld, *srow = wb + E + (size_t)w * S;
-  if (fold && sb) { /* before the wait: p is not the kernel before's */
-    for (int k = threadIdx.x; k < E * S; k += blockDim.x)
-      cp_async4(ws + (size_t)(k / S) * ld + k % S, p + L.st_w + k);
-    for (int k = threadIdx.x; k < E; k += blockDim.x) cp_async4(wb + k, p + L.st_b + k);
-    cp_async_commit();
-  }
+ * inputs are not read); se [B K, E]: W_s s_t + b_s of every step (a GEMM
+ * before). Then, each lane on the elements it wrote, LN_embed of the token
+ * into X (xh0, r0) and block 0's LN1 of that into h1 (xh1, r1; h1 rounded
+ * to TF32 with rnd, dt_pre), as dt_ln_kernel computes them: one launch for
+ * three (kernels/dev/DEVICE_NOTES.md item 151). */
+__global__ void dt_embed_kernel(const dt_layout_t L, const float *p, const float *se, const float *rtg,
+                                const float *mask, const int32_t *actions, const int32_t *timesteps, int T, float *x0,
+                                float *X, float *xh0, float *r0, float *h1, float *xh1, float *r1, int rnd,
+                                cuda_pz_t pz) {
   PDL_ENTER();
-  if (fold && sb) {
-    cp_async_wait<0>();
-    __syncthreads();
-  }
-  if (i >= (sb ? BK : 2 * BK)) return;
-  se = dt_off0(se, mo), states = dt_off(states, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
+  const int tok = dt_warp_row(), lane = threadIdx.x & 31;
+  if (tok >= T) return;
+  const long long mo = dt_mo(pz);
+  p = dt_off(p, mo), se = dt_off(se, mo), rtg = dt_off(rtg, mo), mask = dt_off(mask, mo);
   actions = dt_off(actions, mo), timesteps = dt_off(timesteps, mo), x0 = dt_off(x0, mo), X = dt_off(X, mo);
   xh0 = dt_off(xh0, mo), r0 = dt_off(r0, mo), h1 = dt_off(h1, mo), xh1 = dt_off(xh1, mo), r1 = dt_off(r1, mo);
-  const int kind = sb ? 1 : (i & 1) * 2, tok = 3 * (sb ? i : i >> 1) + kind; /* N = 3 K: token 3 step + kind */
-  const size_t step = (size_t)(tok / 3), row = (size_t)tok * E;
+  const int N = 3 * L.K, E = L.E, b = tok / N, n = tok % N, t = n / 3, kind = n % 3;
+  const size_t step = (size_t)b * L.K + t, row = (size_t)tok * E;
   float *x = x0 + row;
   const int real = mask[step] != 0;
   int tm = real ? timesteps[step] : 0;
   tm = tm < 0 ? 0 : tm >= L.T ? L.T - 1 : tm;
-  if (fold && sb && real) {
-    for (int k = lane; k < S; k += 32) srow[k] = states[step * S + k];
-    __syncwarp();
-  }
   for (int e = lane; e < E; e += 32) {
     if (!real) {
       x[e] = 0;
@@ -160,14 +120,7 @@ __global__ void __launch_bounds__(32 * DT_EMBED_WPB, 5)
     if (kind == 0) {
       s = p[L.rtg_w + e] * rtg[step] + p[L.rtg_b + e] + te;
     } else if (kind == 1) {
-      if (fold) {
-        const float *wr = ws + (size_t)e * ld;
-        float a = 0;
-        for (int k = 0; k < S; k++) a = fmaf(srow[k], wr[k], a);
-        s = (a + wb[e]) + te;
-      } else {
-        s = se[step * E + e] + te;
-      }
+      s = se[step * E + e] + te;
     } else {
       const int32_t a = actions[step];
       s = 0;
@@ -294,19 +247,6 @@ dt_wt_src_t dt_wt_src(const dt_layout_t *L) {
   return src;
 }
 
-/* the state embedding folded into dt_embed_kernel where its W_s, b_s and the
- * block's state rows fit the device's shared memory (the opt-in past 48 KB),
- * else the GEMM before it */
-static int dt_embed_init(const dt_layout_t *L, int *fold) {
-  int dev, optin = 0;
-  CUDA_RET(cudaGetDevice(&dev));
-  CUDA_RET(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t sm = sizeof(float) * dt_embed_smem(*L, DT_EMBED_WPB);
-  *fold = sm <= (size_t)optin;
-  if (*fold && sm > 48 * 1024) CUDA_RET(cuda_allow_optin(dt_embed_kernel, optin));
-  return 0;
-}
-
 extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   memset(d, 0, sizeof *d);
   d->L = *L, d->B = B;
@@ -357,7 +297,6 @@ extern "C" int cuda_dt_alloc(cuda_dt_t *d, const dt_layout_t *L, int B) {
   if (e == cudaSuccess) e = (cudaError_t)dt_attn_tc_init(L, &d->attn_tc, &d->attn_one, &d->attn_pair);
   d->attn_form = -1;
   if (e == cudaSuccess) e = (cudaError_t)dt_head_init(L, &d->head_wpb, &d->head_sw);
-  if (e == cudaSuccess) e = (cudaError_t)dt_embed_init(L, &d->embed_fold);
   if (e == cudaSuccess) e = (cudaError_t)dt_big_init(&d->big_one, &d->nsm);
   d->wg = dt_wg_setup();
   d->tma = dt_tma_setup();
@@ -438,10 +377,8 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
   const int K = L->K, N = 3 * K, T = d->B * N, E = L->E, F = 4 * E, BK = d->B * K, nh = L->nh;
   const size_t NE = (size_t)T * E, NF = (size_t)T * F, NN = (size_t)d->B * nh * N * N;
   const float *p = d->p;
-  /* the state tokens' W_s s + b_s: in dt_embed_kernel (embed_fold), or
-   * into xs (free until the heads) by a GEMM */
-  if (!d->embed_fold)
-    CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
+  /* the state tokens' W_s s + b_s into xs (free until the heads) */
+  CUDA_RET(dt_gemm(d, BK, E, L->S, d->states, L->S, 0, p + L->st_w, L->S, 1, d->xs, E, p + L->st_b, NULL, 0, 0, st));
   /* the real steps (the cross-entropy's divisor) and under dt_pre wr, beside the embeddings */
   const int pre = dt_pre(d);
   /* q, k and v written TF32-rounded where the attention reads them so */
@@ -455,12 +392,8 @@ static int dt_forward_body(cuda_dt_t *d, cudaStream_t st) {
     CUDA_RET(cudaGetLastError());
   }
   /* the embeddings, LN_embed and block 0's LN1 */
-  const int wpb = DT_EMBED_WPB;
-  const unsigned nb = (unsigned)(dt_embed_sblocks(BK, wpb) + (2 * BK + wpb - 1) / wpb);
-  const size_t esm = d->embed_fold ? sizeof(float) * dt_embed_smem(*L, wpb) : 0;
-  pdl_launch(dt_embed_kernel, dt_grid(d, dim3(nb)), 32 * wpb, esm, st, *L, p, d->embed_fold ? nullptr : d->xs,
-             d->states, d->rtg, d->mask, d->actions, d->timesteps, BK, d->x0, d->X, d->xh0, d->r0, d->h1, d->xh1,
-             d->r1, pre, d->pz);
+  pdl_launch(dt_embed_kernel, dt_grid(d, dim3((unsigned)((T + 7) / 8))), 256, 0, st, *L, p, d->xs, d->rtg, d->mask,
+             d->actions, d->timesteps, T, d->x0, d->X, d->xh0, d->r0, d->h1, d->xh1, d->r1, pre, d->pz);
   CUDA_RET(cudaGetLastError());
   CUDA_RET(dt_join(d, st, 0));
   for (int l = 0; l < L->L; l++) {

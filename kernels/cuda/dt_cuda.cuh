@@ -111,9 +111,6 @@ typedef struct cuda_dt {
                                            * form (DT_ATC_TWO, _ONE, _PAIR; where it fits): the same bits */
   int head_wpb;                           /* dt_head.cu's warps (steps) a block: their rows fit shared memory */
   int head_sw;                            /* dt_head.cu: the heads' weights staged in shared memory (they fit) */
-  int embed_fold;                         /* 1 (cuda_dt_alloc, where it fits shared memory): the state tokens'
-                                           * W_s s + b_s made in dt_embed_kernel; 0: by a GEMM into xs before it
-                                           * (the tests: the same bits in fp32) */
   int red_oqk;                            /* each layer's W_o, W_q and W_k weight gradients' split-K reduces in
                                            * one launch, their parts in thirds of the scratch (the same bits;
                                            * dt_backward.cu's red_oqk): 1 (cuda_dt_alloc's default) in TF32
