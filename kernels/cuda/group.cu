@@ -81,10 +81,8 @@ static void group_free(cuda_group_t *g) {
   if (!g) return;
   if (g->exec) cudaGraphExecDestroy(g->exec);
   if (g->graph) cudaGraphDestroy(g->graph);
-  for (int i = 0; i < 2; i++) {
-    if (g->dt_exec[i]) cudaGraphExecDestroy(g->dt_exec[i]);
-    if (g->dt_graph[i]) cudaGraphDestroy(g->dt_graph[i]);
-  }
+  if (g->dt_exec) cudaGraphExecDestroy(g->dt_exec);
+  if (g->dt_graph) cudaGraphDestroy(g->dt_graph);
   if (g->base) {
     pthread_mutex_lock(&ranges_mu);
     for (arena_range_t **r = &ranges; *r; r = &(*r)->next)

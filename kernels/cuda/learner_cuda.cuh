@@ -75,8 +75,8 @@ typedef struct cuda_learner {
   /* the Decision Transformer (dt_layers > 0; learner_dt_cuda.cu), else NULL */
   struct cuda_dt_train *dt;
   struct cuda_dt *dt_act;            /* Act's forward on one window */
-  cudaGraph_t dt_graph[2];           /* its captured pre-training steps: [0] one, [1] DT_GROUP in a row */
-  cudaGraphExec_t dt_exec[2];
+  cudaGraph_t dt_graph;              /* its captured pre-training step */
+  cudaGraphExec_t dt_exec;
 } cuda_learner_t;
 
 /* A population's members in the same launches (group.cu; step.cu's
@@ -93,8 +93,8 @@ typedef struct cuda_group {
   unsigned char *resets; /* pinned [n][CUDA_GROUP_RESET_BYTES]: each call's per-member sums and halt words */
   int *halts;            /* pinned [n] ones: a stop's halt words */
   int dt_shared;         /* the Decision Transformer's pre-training step runs every member in one launch */
-  cudaGraph_t dt_graph[2]; /* that step, captured on member 0's streams (learner_dt_cuda.cu): [0] one, [1] a group */
-  cudaGraphExec_t dt_exec[2];
+  cudaGraph_t dt_graph;  /* that step, captured on member 0's streams (learner_dt_cuda.cu) */
+  cudaGraphExec_t dt_exec;
 } cuda_group_t;
 /* dev_state_t from loss_sum through halt_next */
 #define CUDA_GROUP_RESET_BYTES (offsetof(dev_state_t, halt_next) + sizeof(int) - offsetof(dev_state_t, loss_sum))

@@ -2,9 +2,8 @@
  * learner_dt_cuda.cu — the CUDA learner's Decision Transformer (backend.h's
  * dt_step and dt_act; docs/learner.md §16): its device state beside the
  * learner's (parameters, moments, step counter: the state's DT sections),
- * PretrainDT as replays of captured steps (dt_train.cu: a group of DT_GROUP
- * steps as one graph, fewer as replays of one step) checked between groups
- * for a stop, a halt or a divergence, and Act's forward on one
+ * PretrainDT as replays of one captured step (dt_train.cu) checked between
+ * groups for a stop, a halt or a divergence, and Act's forward on one
  * window. The parameters start from the CPU's initialisers, so both
  * backends begin alike.
  */
@@ -17,13 +16,8 @@
 #include "learner_cuda.cuh"
 #include "model.h"
 
-/* steps between the checks for a stop (docs/learner.md §16): a stop or a
- * deadline ends the call within this many whole steps. A whole group is one
- * replay of a graph of DT_GROUP steps: a graph's launch places its first node
- * at once and its others ~10 µs later (the step's sampler hides most of it),
- * and consecutive replays leave ~2 µs between them, where inside one graph
- * each step's sampler follows the last step's AdamW as any launch follows
- * the one before it (kernels/dev/DEVICE_NOTES.md items 260-261) */
+/* replays between the checks for a stop (docs/learner.md §16): a stop or a
+ * deadline ends the call within this many whole steps */
 #define DT_GROUP 16
 
 extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t *c, char *err, size_t errlen) {
@@ -57,15 +51,12 @@ extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t 
 }
 
 extern "C" void cuda_learner_dt_free(cuda_learner_t *m) {
-  for (int i = 0; i < 2; i++) {
-    if (m->dt_exec[i]) cudaGraphExecDestroy(m->dt_exec[i]);
-    if (m->dt_graph[i]) cudaGraphDestroy(m->dt_graph[i]);
-    m->dt_exec[i] = NULL, m->dt_graph[i] = NULL;
-  }
+  if (m->dt_exec) cudaGraphExecDestroy(m->dt_exec);
+  if (m->dt_graph) cudaGraphDestroy(m->dt_graph);
   if (m->dt) cuda_dt_train_free(m->dt);
   if (m->dt_act) cuda_dt_free(m->dt_act);
   free(m->dt), free(m->dt_act);
-  m->dt = NULL, m->dt_act = NULL;
+  m->dt = NULL, m->dt_act = NULL, m->dt_exec = NULL, m->dt_graph = NULL;
 }
 
 static cuda_dt_replay_t replay_of(const cuda_learner_t *m) {
@@ -76,20 +67,16 @@ static cuda_dt_replay_t replay_of(const cuda_learner_t *m) {
   return rp;
 }
 
-/* n steps (1 or DT_GROUP) of t's members queued on m->st (member 0's for a
- * group): a replay of the graph of n steps (captured into *graph, *exec the
- * first time), or their launches */
+/* one step of t's members queued on m->st (member 0's for a group): the
+ * captured graph's replay (captured into *graph, *exec the first time), or
+ * its launches */
 static int launch(cuda_learner_t *m, cuda_dt_train_t *t, const cuda_dt_replay_t *rp, cudaGraph_t *graph,
-                  cudaGraphExec_t *exec, int n) {
+                  cudaGraphExec_t *exec) {
   const unsigned long long *seed = &m->ds->seed; /* each member's (t's pz moves it) */
-  if (!m->cfg.cuda_graph) {
-    for (int i = 0; i < n; i++) CUDA_RET(cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st));
-    return 0;
-  }
+  if (!m->cfg.cuda_graph) return cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st);
   if (!*exec) {
     CUDA_RET(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal));
-    int e = 0;
-    for (int i = 0; i < n && !e; i++) e = cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st);
+    int e = cuda_dt_train_step(t, rp, seed, m->cfg.dt_rtg_scale, m->hp, m->st);
     cudaGraph_t g = NULL;
     const cudaError_t e2 = cudaStreamEndCapture(m->st, &g);
     if (e || e2 != cudaSuccess) {
@@ -138,8 +125,7 @@ static int call_result(cuda_learner_t *m, int has, const float *sums, int stoppe
 
 /* a call's loop, for a lone learner (nm 1) or a group's nm members (their
  * sums stride bytes apart from m's): up to n steps of t in rounds of
- * DT_GROUP (graph, exec: [0] one step's, [1] a group's, captured when
- * first run), each round's sums of every member into sums (DT_SUM_ROWS_ANY
+ * DT_GROUP, each round's sums of every member into sums (DT_SUM_ROWS_ANY
  * floats a member) once it has run; it ends at a stop (*stopped:
  * learner_should_stop's) or once every member has halted (a member's halt
  * ends its own steps, not the others') */
@@ -151,10 +137,7 @@ static cudaError_t run_steps(cuda_learner_t *m, cuda_dt_train_t *t, const cuda_d
   for (int done = 0; done < n && e == cudaSuccess;) {
     if ((*stopped = learner_should_stop(stop))) break;
     const int k = n - done < DT_GROUP ? n - done : DT_GROUP;
-    if (k == DT_GROUP) /* a whole group: one replay */
-      e = (cudaError_t)launch(m, t, rp, &graph[1], &exec[1], DT_GROUP);
-    else
-      for (int i = 0; i < k && e == cudaSuccess; i++) e = (cudaError_t)launch(m, t, rp, &graph[0], &exec[0], 1);
+    for (int i = 0; i < k && e == cudaSuccess; i++) e = (cudaError_t)launch(m, t, rp, graph, exec);
     done += k;
     if (e == cudaSuccess)
       e = cudaMemcpy2DAsync(sums, R, m->dt->sums, nm > 1 ? stride : R, R, (size_t)nm, cudaMemcpyDeviceToHost, m->st);
@@ -179,7 +162,7 @@ extern "C" int cuda_dt_step(void *impl, int n, learner_stop_ctl_t *stop, learner
   float sums[DT_SUM_ROWS_ANY];
   memset(sums, 0, sizeof sums);
   int stopped = 0;
-  if (has) CUDA_TRY(run_steps(m, m->dt, &rp, m->dt_graph, m->dt_exec, n, 1, 0, stop, sums, &stopped), err, errlen);
+  if (has) CUDA_TRY(run_steps(m, m->dt, &rp, &m->dt_graph, &m->dt_exec, n, 1, 0, stop, sums, &stopped), err, errlen);
   return call_result(m, has, sums, stopped, n, st, err, errlen);
 }
 
@@ -199,7 +182,7 @@ extern "C" int cuda_group_dt_step(void *group, int n, learner_stop_ctl_t *stop, 
   float *sums = (float *)calloc((size_t)g->n, sizeof(float) * DT_SUM_ROWS_ANY);
   if (!sums) return snprintf(err, errlen, "out of memory"), LEARNER_ENOMEM;
   int stopped = 0;
-  const cudaError_t e = run_steps(m, &t, &rp, g->dt_graph, g->dt_exec, n, g->n, g->stride, stop, sums, &stopped);
+  const cudaError_t e = run_steps(m, &t, &rp, &g->dt_graph, &g->dt_exec, n, g->n, g->stride, stop, sums, &stopped);
   if (e != cudaSuccess) {
     free(sums);
     snprintf(err, errlen, "cuda: %s", cudaGetErrorString(e));
