@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# kernels/dev: DEVICE_NOTES.md items 270-271's queued calls, on the GPU
+# machine after (here)
+#   AB_PATCHES="kernels/dev/patches/dt-w1-dx-split.patch
+#     kernels/dev/patches/dt-w1-dx-split.patch+kernels/dev/patches/dt-w2-fwd-split.patch
+#     kernels/dev/patches/dt-3xtf32.patch" AB_BENCHES=bench-gpu-dt
+#     AB_TESTS=test-gpu-dt bash scripts/gpu-prepare.sh
+# carrying .devcarry/{lib,bin,x}.tar.xz and .devcarry/COMMIT. PART 1: every
+# build's test-gpu-dt (the library's from bin/, logs whole under $OUT), then
+# the library and dt-3xtf32 alternating twice at 64 and 256, lone and 8
+# members, TF32 (the probe's 3xTF32) and fp32, and dt-3xtf32's timeline at
+# 64. PART 2: the library and the two split forms alternating twice at 64,
+# lone and 8 members, TF32 and fp32, and their timelines at 64 in both.
+# Each part fits one call (~4-5 minutes).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/.devcarry/lib:${LD_LIBRARY_PATH:-}
+tar -C .devcarry -xJf .devcarry/lib.tar.xz
+rm -rf .devcarry/bin .devcarry/x
+tar -C .devcarry -xJf .devcarry/bin.tar.xz
+tar -C .devcarry -xJf .devcarry/x.tar.xz
+echo "commit $(cat .devcarry/COMMIT 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+export DQND_GOLDEN_DIR=$PWD/tests/golden OPENBLAS_NUM_THREADS=1
+trace() { # build dir, batch, tc, name
+  CUDA_INJECTION64_PATH=$PWD/.devcarry/lib/libtrace_inject.so TRACE_OUT=/tmp/t.csv "$1/bench-gpu-dt" "$2" "$3" "" 1 \
+    > /dev/null 2>&1
+  python3 kernels/dev/trace-step.py /tmp/t.csv > "$out/trace-$4.txt" 2>&1
+}
+case "${PART:-1}" in
+  1)
+    for t in .devcarry/bin/test-gpu-dt .devcarry/x/*/test-gpu-dt; do
+      v=$(basename "$(dirname "$t")")
+      timeout 300 "$t" > "$out/test-gpu-dt-$v.log" 2>&1
+      echo "== $v test-gpu-dt: rc $?"
+      grep -E "^accuracy|Checks|parity reference sizes|tensor_cores DT|DT parameters after" "$out/test-gpu-dt-$v.log"
+    done
+    AB_ROUNDS=2 AB_VARIANTS="new dt-3xtf32" AB_PREC="tf32 fp32" AB_DT=64,256 AB_DT_POPS=1,8 AB_BATCHES= AB_POPS= \
+      bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-3xtf32.txt"
+    trace .devcarry/x/dt-3xtf32 64 1 dt-3xtf32-64
+    ;;
+  2)
+    AB_ROUNDS=2 AB_VARIANTS="new dt-w1-dx-split dt-w2-fwd-split" AB_PREC="tf32 fp32" AB_DT=64 AB_DT_POPS=1,8 \
+      AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-split.txt"
+    for v in dt-w1-dx-split dt-w2-fwd-split; do
+      for tc in 1 0; do trace .devcarry/x/$v 64 $tc "$v-tc$tc"; done
+    done
+    ;;
+esac
+exit 0
