@@ -3,14 +3,17 @@
 # machine after (here)
 #   AB_PATCHES="kernels/dev/patches/dt-w1-dx-split.patch
 #     kernels/dev/patches/dt-w1-dx-split.patch+kernels/dev/patches/dt-w2-fwd-split.patch
-#     kernels/dev/patches/dt-3xtf32.patch" AB_BENCHES=bench-gpu-dt
+#     kernels/dev/patches/dt-3xtf32.patch
+#     kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-trunc.patch"
+#     AB_BENCHES=bench-gpu-dt
 #     AB_TESTS=test-gpu-dt bash scripts/gpu-prepare.sh
-# carrying .devcarry/{lib,bin,x}.tar.xz and .devcarry/COMMIT. PART 1: every
-# build's test-gpu-dt (the library's from bin/, logs whole under $OUT), then
-# the library and dt-3xtf32 alternating twice at 64 and 256, lone and 8
-# members, TF32 (the probe's 3xTF32) and fp32, and dt-3xtf32's timeline at
-# 64. PART 2: the library and the two split forms alternating twice at 64,
-# lone and 8 members, TF32 and fp32, and their timelines at 64 in both.
+# carrying .devcarry/{lib,bin,x}.tar.xz and .devcarry/COMMIT. PART 1:
+# test-gpu-dt of the library (from bin/) and of both 3xTF32 probes (logs
+# whole under $OUT), then the library and the probes alternating twice at
+# 64 and 256, lone and 8 members, TF32 (the probes' 3xTF32) and fp32, and
+# the probes' timelines at 64. PART 2: the two split forms' test-gpu-dt,
+# the library and them alternating twice at 64, lone and 8 members, TF32
+# and fp32, and their timelines at 64 in both.
 # Each part fits one call (~4-5 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,19 +32,24 @@ trace() { # build dir, batch, tc, name
     > /dev/null 2>&1
   python3 kernels/dev/trace-step.py /tmp/t.csv > "$out/trace-$4.txt" 2>&1
 }
+tests() { # each test-gpu-dt given, its log whole under $OUT and its figures here
+  for t in "$@"; do
+    v=$(basename "$(dirname "$t")")
+    timeout 300 "$t" > "$out/test-gpu-dt-$v.log" 2>&1
+    echo "== $v test-gpu-dt: rc $?"
+    grep -E "^accuracy|Checks|parity reference sizes|tensor_cores DT|DT parameters after|differs|rror" \
+      "$out/test-gpu-dt-$v.log" | head -20
+  done
+}
 case "${PART:-1}" in
   1)
-    for t in .devcarry/bin/test-gpu-dt .devcarry/x/*/test-gpu-dt; do
-      v=$(basename "$(dirname "$t")")
-      timeout 300 "$t" > "$out/test-gpu-dt-$v.log" 2>&1
-      echo "== $v test-gpu-dt: rc $?"
-      grep -E "^accuracy|Checks|parity reference sizes|tensor_cores DT|DT parameters after" "$out/test-gpu-dt-$v.log"
-    done
-    AB_ROUNDS=2 AB_VARIANTS="new dt-3xtf32" AB_PREC="tf32 fp32" AB_DT=64,256 AB_DT_POPS=1,8 AB_BATCHES= AB_POPS= \
-      bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-3xtf32.txt"
-    trace .devcarry/x/dt-3xtf32 64 1 dt-3xtf32-64
+    tests .devcarry/bin/test-gpu-dt .devcarry/x/dt-3xtf32/test-gpu-dt .devcarry/x/dt-3xtf32-trunc/test-gpu-dt
+    AB_ROUNDS=2 AB_VARIANTS="new dt-3xtf32 dt-3xtf32-trunc" AB_PREC="tf32 fp32" AB_DT=64,256 AB_DT_POPS=1,8 \
+      AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-3xtf32.txt"
+    for v in dt-3xtf32 dt-3xtf32-trunc; do trace .devcarry/x/$v 64 1 "$v-64"; done
     ;;
   2)
+    tests .devcarry/x/dt-w1-dx-split/test-gpu-dt .devcarry/x/dt-w2-fwd-split/test-gpu-dt
     AB_ROUNDS=2 AB_VARIANTS="new dt-w1-dx-split dt-w2-fwd-split" AB_PREC="tf32 fp32" AB_DT=64 AB_DT_POPS=1,8 \
       AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-split.txt"
     for v in dt-w1-dx-split dt-w2-fwd-split; do
