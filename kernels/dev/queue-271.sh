@@ -56,5 +56,12 @@ case "${PART:-1}" in
       for tc in 1 0; do trace .devcarry/x/$v 64 $tc "$v-tc$tc"; done
     done
     ;;
+  3) # item 273: where the 3xTF32 step's error comes from (each tensor, each GEMM tile)
+    for v in dt-3xtf32 dt-3xtf32-trunc; do
+      timeout 300 .devcarry/x/$v/test-gpu-dt > "$out/test-gpu-dt-$v.log" 2>&1
+      echo "== $v test-gpu-dt: rc $?"
+      grep -E "^accuracy|^PROBE|Checks" "$out/test-gpu-dt-$v.log" | head -150
+    done
+    ;;
 esac
 exit 0
