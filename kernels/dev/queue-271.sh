@@ -59,7 +59,7 @@ case "${PART:-1}" in
   3) # item 273: where the 3xTF32 step's error comes from (each tensor, each GEMM tile), and the
     # promoted sums' error and cost (built with AB_PATCHES="kernels/dev/patches/dt-3xtf32.patch
     # kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-promote.patch")
-    for v in dt-3xtf32 dt-3xtf32-promote; do
+    for v in dt-3xtf32-promote dt-3xtf32; do
       timeout 300 .devcarry/x/$v/test-gpu-dt > "$out/test-gpu-dt-$v.log" 2>&1
       echo "== $v test-gpu-dt: rc $?"
       grep -E "^accuracy|^PROBE|Checks" "$out/test-gpu-dt-$v.log" | head -150
