@@ -57,15 +57,23 @@ case "${PART:-1}" in
     done
     ;;
   3) # item 273: where the 3xTF32 step's error comes from (each tensor, each GEMM tile), and the
-    # promoted sums' error and cost (built with AB_PATCHES="kernels/dev/patches/dt-3xtf32.patch
-    # kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-promote.patch")
-    for v in dt-3xtf32-promote dt-3xtf32; do
+    # promoted sums' error and cost. Built (here) with
+    #   AB_PATCHES="kernels/dev/patches/dt-3xtf32.patch
+    #     kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-promote.patch
+    #     kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-promote.patch+kernels/dev/patches/dt-3xtf32-trunc.patch"
+    #   AB_BENCHES=bench-gpu-dt AB_TESTS=test-gpu-dt bash scripts/gpu-prepare.sh
+    # (x/dt-3xtf32-trunc is then promote and trunc together). ~4 minutes.
+    for v in dt-3xtf32-promote dt-3xtf32-trunc dt-3xtf32; do
       timeout 300 .devcarry/x/$v/test-gpu-dt > "$out/test-gpu-dt-$v.log" 2>&1
       echo "== $v test-gpu-dt: rc $?"
       grep -E "^accuracy|^PROBE|Checks" "$out/test-gpu-dt-$v.log" | head -150
     done
-    AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32 dt-3xtf32-promote" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1 \
-      AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-promote.txt"
+    for r in 1 2; do
+      AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32 dt-3xtf32-promote dt-3xtf32-trunc" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1,8 \
+        AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-promote.txt"
+      AB_ROUNDS=1 AB_VARIANTS="new" AB_PREC="fp32 tf32" AB_DT=64,256 AB_DT_POPS=1,8 \
+        AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-promote.txt"
+    done
     ;;
 esac
 exit 0
