@@ -37,8 +37,8 @@ tests() { # each test-gpu-dt given, its log whole under $OUT and its figures her
     v=$(basename "$(dirname "$t")")
     timeout 300 "$t" > "$out/test-gpu-dt-$v.log" 2>&1
     echo "== $v test-gpu-dt: rc $?"
-    grep -E "^accuracy|Checks|parity reference sizes|tensor_cores DT|DT parameters after|differs|rror" \
-      "$out/test-gpu-dt-$v.log" | head -20
+    grep -E "^accuracy|^PROBE|Checks|parity reference sizes|tensor_cores DT|DT parameters after|differs|rror" \
+      "$out/test-gpu-dt-$v.log" | head -${TEST_LINES:-20}
   done
 }
 case "${PART:-1}" in
@@ -63,11 +63,8 @@ case "${PART:-1}" in
     #     kernels/dev/patches/dt-3xtf32.patch+kernels/dev/patches/dt-3xtf32-promote.patch+kernels/dev/patches/dt-3xtf32-trunc.patch"
     #   AB_BENCHES=bench-gpu-dt AB_TESTS=test-gpu-dt bash scripts/gpu-prepare.sh
     # (x/dt-3xtf32-trunc is then promote and trunc together). ~4 minutes.
-    for v in dt-3xtf32-promote dt-3xtf32-trunc dt-3xtf32; do
-      timeout 300 .devcarry/x/$v/test-gpu-dt > "$out/test-gpu-dt-$v.log" 2>&1
-      echo "== $v test-gpu-dt: rc $?"
-      grep -E "^accuracy|^PROBE|Checks" "$out/test-gpu-dt-$v.log" | head -150
-    done
+    TEST_LINES=150 tests .devcarry/x/dt-3xtf32-promote/test-gpu-dt .devcarry/x/dt-3xtf32-trunc/test-gpu-dt \
+      .devcarry/x/dt-3xtf32/test-gpu-dt
     for r in 1 2; do
       AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32 dt-3xtf32-promote dt-3xtf32-trunc" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1,8 \
         AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-promote.txt"
