@@ -89,5 +89,21 @@ case "${PART:-1}" in
         AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-slab.txt"
     done
     ;;
+  5) # item 276: the landing (bin/: tensor_cores 2, fp32 on the tensor cores) and item 275's probes.
+    # Carry built at the landing's commit with gpu-prepare.sh (no AB_PATCHES), x.tar.xz kept from
+    # PART=4's prepare. ~6 minutes.
+    TEST_LINES=8 tests .devcarry/x/dt-3xtf32-slab/test-gpu-dt .devcarry/x/dt-3xtf32-promote/test-gpu-dt \
+      .devcarry/x/dt-3xtf32-trunc/test-gpu-dt
+    for t in test-gpu-dt test-gpu-dt-attn test-gpu-learner; do
+      timeout 300 .devcarry/bin/$t > "$out/land-$t.log" 2>&1
+      echo "== landing $t: rc $?"
+      grep -E "^accuracy|Checks|3xTF32|tensor_cores|:F:|:E:" "$out/land-$t.log" | head -40
+    done
+    # the probes' time (their tf32 slot is 3xTF32) beside the landing's three precisions below
+    AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32-promote dt-3xtf32-trunc" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1 \
+      AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-land.txt"
+    SKIP_SUITE=1 DT_PEER_MODES=compile_graph DT_POPS=1,8 bash scripts/gpu-run.sh --dt 2>&1 | grep -aE "^B=|^[0-9]|commit" |
+      tee "$out/dt-table.txt"
+    ;;
 esac
 exit 0
