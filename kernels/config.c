@@ -174,8 +174,7 @@ int learner_config_set(learner_config_t *c, const char *name, const char *value,
     seterr(err, errlen, "%s: '%s' is not one of %s", f->name, value, list);
     return LEARNER_EINVAL;
   }
-  /* tensor_cores was a boolean before its 2 (fp32 on the tensor cores): true still means 1 */
-  if ((f->type == LCF_BOOL || f->offset == CF(tensor_cores)) && (!strcmp(value, "true") || !strcmp(value, "false"))) {
+  if (f->type == LCF_BOOL && (!strcmp(value, "true") || !strcmp(value, "false"))) {
     *(int32_t *)p = value[0] == 't';
     return LEARNER_OK;
   }

@@ -100,10 +100,9 @@
 /* randomness and the backends' arithmetic (the CUDA step: cuda/step.cu) */
 #define BACKEND_ROWS(R)                                                                                          \
   R("seed", LCF_UINT64, CF(seed), 0, 1.8446744073709552e19, 0, "1", "Philox key: init, sampling, noise")         \
-  R("tensor_cores", LCF_INT32, CF(tensor_cores), 0, 2, 0, "0",                                                   \
-    "CUDA: 1 = TF32 operands on the tensor cores, fp32 accumulation, in the DQN's and the Decision "             \
-    "Transformer's GEMMs (gradients within ~5e-2 of fp32); 2 = fp32 on the tensor cores (3xTF32) in the "       \
-    "Decision Transformer, fp32 accuracy, the DQN step in fp32; the CPU backend runs fp32")                       \
+  R("tensor_cores", LCF_BOOL, CF(tensor_cores), 0, 1, 0, "0",                                                    \
+    "CUDA: TF32 operands on the tensor cores, fp32 accumulation, in the DQN's and the Decision Transformer's "  \
+    "GEMMs (gradients within ~5e-2 of fp32; the CPU backend runs fp32)")                                         \
   R("cuda_graph", LCF_BOOL, CF(cuda_graph), 0, 1, 0, "1",                                                        \
     "CUDA: replay each step as one captured graph (0: plain stream launches, for debugging)")                   \
   R("cuda_gemm_occupancy", LCF_INT32, CF(cuda_gemm_occupancy), 1, 4, 0, "2",                                     \

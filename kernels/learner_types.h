@@ -124,7 +124,7 @@ typedef struct learner_config {
   int32_t prioritized;  /* PER sum-tree (1) or uniform (0) replay */
   float per_alpha;
   uint64_t seed;
-  int32_t tensor_cores; /* CUDA: 0 = fp32, 1 = TF32 operands (fp32 accumulate), 2 = 3xTF32 (fp32 on the tensor cores: the DT) */
+  int32_t tensor_cores; /* CUDA: 0 = fp32, 1 = TF32 operands (fp32 accumulate) */
   int32_t cuda_graph;   /* CUDA: 1 = the step replays one captured graph; 0 = plain stream launches */
   int32_t cuda_gemm_occupancy; /* CUDA: blocks per SM the split-K planner aims for (1..4; 1 suits
                                 * four or more trainers sharing a GPU) */

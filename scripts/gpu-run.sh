@@ -76,14 +76,14 @@ if [ "${1:-}" = --pop ] && [ -x "$bin/bench-gpu-pop" ]; then
   fi
 fi
 # issue 30: the Decision Transformer's pre-training step, dqnd's (bench-gpu-dt,
-# fp32, TF32 and fp32 on the tensor cores: tensor_cores 2, "fp32x3") and the PyTorch peer's (tests/bench/peers/dt_torch.py) at the
+# fp32 and TF32) and the PyTorch peer's (tests/bench/peers/dt_torch.py) at the
 # reference sizes, fp32 and TF32, in the same call; DT_PEER_MODES: the
 # peer's modes (eager, graph and compile_graph by default); DT_POPS: the
 # population sizes of dqnd's runs (1: one trainer; e.g. 1,8,32 adds
 # populations of 8 and 32 members in shared launches, µs per member-step)
 if [ "${1:-}" = --dt ] && [ -f .devcarry/dt_torch.py ]; then
   echo "commit: $(cat .devcarry/COMMIT 2>/dev/null || echo unknown)" | tee "$out/dt.log"
-  for tc in 0 1 2; do
+  for tc in 0 1; do
     [ -x "$bin/bench-gpu-dt" ] && "$bin/bench-gpu-dt" "${DT_BATCHES:-64,256}" $tc "$out/dt_dqnd_$tc.json" \
       "${DT_POPS:-1}" 2>&1 | tee -a "$out/dt.log"
   done

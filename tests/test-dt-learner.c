@@ -91,14 +91,6 @@ START_TEST(test_config_fields) {
   ck_assert(d.dt_rtg_scale == 4.0f);
   ck_assert_int_eq(learner_config_set(&d, "dt_handover", "trunk1", err, sizeof err), 0);
   ck_assert_int_eq(d.dt_handover, LEARNER_DT_HANDOVER_TRUNK1);
-  /* tensor_cores: 2 is fp32 on the tensor cores (the DT's 3xTF32); true,
-   * from when it was a boolean, still 1 */
-  ck_assert_int_eq(learner_config_set(&d, "tensor_cores", "2", err, sizeof err), 0);
-  ck_assert_int_eq(d.tensor_cores, 2);
-  ck_assert_int_eq(learner_config_set(&d, "tensor_cores", "true", err, sizeof err), 0);
-  ck_assert_int_eq(d.tensor_cores, 1);
-  ck_assert_int_eq(learner_config_set(&d, "tensor_cores", "false", err, sizeof err), 0);
-  ck_assert_int_eq(d.tensor_cores, 0);
   /* bad fields, each named */
   struct {
     const char *field, *value, *want;
@@ -106,9 +98,7 @@ START_TEST(test_config_fields) {
              {"dt_handover", "trunk1", "dt_handover: trunk1 needs dt_embed (16) = trunk_h1 (32)"},
              {"dt_context", "0", "dt_context: 0 is outside"},
              {"dt_layers", "17", "dt_layers: 17 is outside"},
-             {"dt_handover", "trunk2", "dt_handover: 'trunk2' is not one of none, trunk1"},
-             {"tensor_cores", "3", "tensor_cores: 3 is outside"},
-             {"tensor_cores", "yes", "tensor_cores: 'yes' is not a valid integer"}};
+             {"dt_handover", "trunk2", "dt_handover: 'trunk2' is not one of none, trunk1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     learner_config_t b = dt_config();
     b.trunk_h1 = 32;

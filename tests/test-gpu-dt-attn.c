@@ -56,16 +56,14 @@ static int same_forms(cuda_dt_t *d, float *const *out, float *const *dout, const
  * TF32, as those kernels stage them, with P and dS rounded again before the
  * products that take them (2^-11 of the terms' magnitudes), except dk, whose
  * product takes dS as two TF32 terms (1e-5, as fp32; measured <= 8.6e-7),
- * and a rerun bit for bit. tc 2 (fp32 on the tensor cores): the same
- * kernels in 3xTF32 on the inputs as given, every output within fp32's
- * bounds (1e-5) */
+ * and a rerun bit for bit */
 static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   const int n3[3] = {4, 3, 2}, N = 3 * K, dh = E / nh, T = B * N;
   dt_layout_t L;
   dtu_build(&reg, &L, 5, 3, n3, 1, E, 12, K, nh);
   cuda_dt_t d;
   ck_assert_int_eq(cuda_dt_alloc(&d, &L, B), 0);
-  d.tc = tc ? 1 : 0, d.x3 = tc == 2;
+  d.tc = tc;
   d.pre = 0; /* the inputs as given: the TF32 kernels round them (the step's producers may round them first) */
   const size_t NE = (size_t)T * E, NN = (size_t)B * nh * N * N;
   float *in[4], *mask = malloc(sizeof(float) * B * K);
@@ -74,7 +72,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
     in[i] = malloc(sizeof(float) * NE);
     tu_fill_uniform_f32(in[i], NE, -2, 2, 21 + i, 7);
     CK(cudaMemcpy(dev_in[i], in[i], sizeof(float) * NE, cudaMemcpyHostToDevice));
-    if (want_tc && tc == 1) /* as dt_attn_tc.cu stages them in TF32 (want_tc: its warps a slab) */
+    if (want_tc) /* as dt_attn_tc.cu stages them (want_tc: its warps a slab) */
       for (size_t x = 0; x < NE; x++) in[i][x] = dtu_tf32(in[i][x]);
   }
   for (int i = 0; i < B * K; i++) mask[i] = i % K >= (i / K) % K;
@@ -90,8 +88,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
     CK(cudaMemcpy(out[i], dout[i], sizeof(float) * sz[i], cudaMemcpyDeviceToHost));
   }
   const float *q = in[0], *k = in[1], *v = in[2], *da = in[3];
-  /* TF32: P, dS rounded for their products */
-  const double scale = 1 / sqrt((double)dh), rt = used && tc == 1 ? 1.0 / 2048 : 0;
+  const double scale = 1 / sqrt((double)dh), rt = used ? 1.0 / 2048 : 0; /* P, dS rounded for their products */
   double *Pr = malloc(sizeof(double) * N * N), *dP = malloc(sizeof(double) * N * N),
          *Sr = malloc(sizeof(double) * N * N);
   double *dPm = malloc(sizeof(double) * N * N), *pm = malloc(sizeof(double) * N), worst[6] = {0};
@@ -184,7 +181,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
   printf(
       "attention K %d, E %d, %d heads, %s kernels: worst relative errors P %.2g, att %.2g, dq %.2g, dk %.2g, "
       "dv %.2g; dk's column sums %.2g\n",
-      K, E, nh, used ? (tc == 2 ? "3xTF32" : "TF32") : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
+      K, E, nh, used ? "TF32" : "fp32", worst[0], worst[1], worst[3], worst[4], worst[5], worst[2]);
   /* a rerun bit for bit; then, with the TF32 kernels, each backward form
    * that fits (two launches, one, the pair of blocks a window) against the
    * first run bit for bit. The rule: the pair where two blocks a window are
@@ -212,7 +209,7 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
    * producers write them under dt_attn_pre), which the kernels then stage
    * without rounding, in every form: the same bits */
   d.attn_form = -1, d.pre = 1;
-  if (used && tc == 1 && cuda_dt_attn_pre(&d)) { /* dt_pre: the TMA tiles run (sm_90a) */
+  if (used && cuda_dt_attn_pre(&d)) { /* dt_pre: the TMA tiles run (sm_90a) */
     for (int i = 0; i < 4; i++) CK(cudaMemcpy(dev_in[i], in[i], sizeof(float) * NE, cudaMemcpyHostToDevice));
     same_forms(&d, out, dout, sz, used, "the inputs rounded before they arrive");
     printf("  the inputs rounded before they arrive, every form: bit for bit\n");
@@ -227,16 +224,14 @@ static void attn_case(int B, int K, int E, int nh, int tc, int want_tc) {
  * 128), heads of 8 and of 64 with windows padded to 32 and 16 tokens, on 6
  * windows and on more than an SM each (140 of the reference sizes, 72 x 3
  * heads of 8), and a window past 64 tokens (the FFMA kernels even with
- * tensor_cores); in fp32, TF32 and 3xTF32 */
+ * tensor_cores) */
 START_TEST(test_attention) {
   const int shapes[4][3] = {{20, 128, 1}, {6, 24, 3}, {7, 128, 2}, {5, 64, 4}};
   for (int i = 0; i < 4; i++) {
     attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 0, 0);
     attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 1, 4);
-    attn_case(6, shapes[i][0], shapes[i][1], shapes[i][2], 2, 4);
   }
   attn_case(140, 20, 128, 1, 1, 4);
-  attn_case(140, 20, 128, 1, 2, 4);
   attn_case(72, 6, 24, 3, 1, 4);
   attn_case(3, 22, 32, 1, 1, 0); /* 66 tokens */
 }

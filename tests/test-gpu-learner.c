@@ -530,26 +530,6 @@ START_TEST(test_tensor_cores) {
 }
 END_TEST
 
-/* tensor_cores = 2 (fp32 on the tensor cores) is the Decision
- * Transformer's; the DQN step keeps its fp32 kernels: 10 steps bit for bit
- * tensor_cores = 0's (every loss, the final parameters) */
-START_TEST(test_tensor_cores_2_dqn) {
-  learner_config_t c0 = config(0, 0, 0), c2 = c0;
-  c2.tensor_cores = 2;
-  learner_t *g0 = make(&c0, LEARNER_BACKEND_CUDA), *g2 = make(&c2, LEARNER_BACKEND_CUDA);
-  char err[256];
-  for (int k = 0; k < 10; k++) {
-    learner_stats_t a, b;
-    ck_assert_msg(learner_step(g0, 1, &a, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(learner_step(g2, 1, &b, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(!memcmp(&a.loss_last, &b.loss_last, sizeof a.loss_last), "step %d: loss %.9g, tensor_cores 2 %.9g",
-                  k, a.loss_last, b.loss_last);
-  }
-  ck_assert_msg(params_identical(g0, g2), "tensor_cores 2: the DQN's parameters differ from fp32's");
-  learner_destroy(g0), learner_destroy(g2);
-}
-END_TEST
-
 START_TEST(test_act_and_cross_backend_checkpoint) {
   learner_config_t c = config(1, 1, 1);
   learner_t *cpu = make(&c, LEARNER_BACKEND_CPU), *gpu = make(&c, LEARNER_BACKEND_CUDA);
@@ -769,7 +749,6 @@ int main(void) {
   tcase_add_loop_test(tc, test_act_rows, 0, 2);
   tcase_add_loop_test(tc, test_step_stops_whole, 0, 3);
   tcase_add_loop_test(tc, test_tensor_cores, 0, 2);
-  tcase_add_test(tc, test_tensor_cores_2_dqn);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

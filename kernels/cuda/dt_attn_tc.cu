@@ -155,28 +155,18 @@ struct atc_win_t {
 /* s[m] = A B^T for the slab's 16 rows of A (rows la apart) and the tiles j
  * = hf + WS m < jn of B (rows lb apart, B [key][c]) over c < dh: [row g][col
  * t] reads of both */
-template <int X3>
 static __device__ __forceinline__ void prod_abt(const float *A, int la, const float *B, int lb, int dh, int jn,
                                                 const atc_warp_t &W, float (&s)[DT_ATC_MT][4]) {
   const int g = W.g, t = W.t;
 #pragma unroll
   for (int m = 0; m < DT_ATC_MT; m++) s[m][0] = s[m][1] = s[m][2] = s[m][3] = 0;
   for (int kk = 0; kk < dh; kk += 8) {
-    const float x[4] = {A[g * la + kk + t], A[(g + 8) * la + kk + t], A[g * la + kk + t + 4],
-                        A[(g + 8) * la + kk + t + 4]};
-    unsigned a[4], al[4];
-    if (X3) /* 3xTF32: both operands as hi + lo (mma_tf32x3 splits B) */
-      tf32_split4(x, a, al);
-    else
-#pragma unroll
-      for (int e = 0; e < 4; e++) a[e] = __float_as_uint(x[e]), al[e] = 0u;
+    const unsigned a[4] = {__float_as_uint(A[g * la + kk + t]), __float_as_uint(A[(g + 8) * la + kk + t]),
+                           __float_as_uint(A[g * la + kk + t + 4]), __float_as_uint(A[(g + 8) * la + kk + t + 4])};
 #pragma unroll
     for (int m = 0; m < DT_ATC_MT; m++) {
       const int j = W.hf + DT_ATC_WS * m;
-      if (j >= jn) continue;
-      if (X3)
-        mma_tf32x3(s[m], a, al, B[(8 * j + g) * lb + kk + t], B[(8 * j + g) * lb + kk + t + 4]);
-      else
+      if (j < jn)
         mma_tf32(s[m], a, __float_as_uint(B[(8 * j + g) * lb + kk + t]),
                  __float_as_uint(B[(8 * j + g) * lb + kk + t + 4]));
     }
@@ -195,7 +185,7 @@ static __device__ __forceinline__ void prod_abt(const float *A, int la, const fl
  * TF32 would leave 2^-12 of its row's magnitude there, which AdamW turns
  * into full-size steps of the key bias (measured: the 100-step learner
  * test's parameters 6.6e-3 from the CPU's, 1.3e-4 with the FFMA attention). */
-template <int TA, int SPLIT, int X3>
+template <int TA, int SPLIT>
 static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const float *V, int lv, int dh, int u0, int k0,
                                                int k1, const atc_warp_t &W, float (&o)[4][4]) {
   const int g = W.g, t = W.t, r0 = W.r0;
@@ -210,16 +200,13 @@ static __device__ __forceinline__ void prod_av(const float *Aw, int lw, const fl
     unsigned a[4], lo[4];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      a[e] = SPLIT || X3 ? f2tf32(x[e]) : __float_as_uint(x[e]);
-      lo[e] = SPLIT || X3 ? f2tf32(x[e] - __uint_as_float(a[e])) : 0u;
+      a[e] = SPLIT ? f2tf32(x[e]) : __float_as_uint(x[e]);
+      lo[e] = SPLIT ? f2tf32(x[e] - __uint_as_float(a[e])) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < 4; u++) {
       const int c = 8 * (W.hf + DT_ATC_WS * (u0 + u));
-      if (c >= dh) continue;
-      if (X3) { /* 3xTF32: V as hi + lo too */
-        mma_tf32x3(o[u], a, lo, V[(kk + t) * lv + c + g], V[(kk + t + 4) * lv + c + g]);
-      } else {
+      if (c < dh) {
         const unsigned b0 = __float_as_uint(V[(kk + t) * lv + c + g]),
                        b1 = __float_as_uint(V[(kk + t + 4) * lv + c + g]);
         if (SPLIT) mma_tf32(o[u], lo, b0, b1);
@@ -264,10 +251,8 @@ static __device__ __forceinline__ void slab_reduce(float &x0, float &x1, float *
 }
 
 /* the warp's tiles x of a score-sized [16][NP] slab: into Xg's [N, N] rows
- * (fp32; those within the window) and rounded to TF32 (X3: in fp32, which
- * prod_av splits) into the slab Sw (rows lp apart) for the product that
- * takes it */
-template <int X3>
+ * (fp32; those within the window) and rounded to TF32 into the slab Sw
+ * (rows lp apart) for the product that takes it */
 static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], float *Xg, int N, int NP, float *Sw,
                                                 int lp, const atc_warp_t &W, float *Sf = nullptr, int lf = 0) {
 #pragma unroll
@@ -278,26 +263,24 @@ static __device__ __forceinline__ void put_slab(const float (&x)[DT_ATC_MT][4], 
     for (int e = 0; e < 4; e++) {
       const int c = 8 * j + 2 * W.t + (e & 1), r = e < 2 ? W.g : W.g + 8, i = W.r0 + r;
       if (i < N && c < N) Xg[(size_t)i * N + c] = x[m][e];
-      Sw[r * lp + c] = X3 ? x[m][e] : __uint_as_float(f2tf32(x[m][e]));
+      Sw[r * lp + c] = __uint_as_float(f2tf32(x[m][e]));
       if (Sf) Sf[i * lf + c] = x[m][e]; /* fp32, the whole [NP][NP] (zeros outside the window) */
     }
   }
 }
 
 /* X's slab rows (window w) = scale Sw V over the keys the slab's queries see */
-template <int X3>
 static __device__ __forceinline__ void out_rows(const float *Sw, int lp, const float *V, int lv, float scale, float *X,
                                                 int E, const atc_win_t &w, const atc_warp_t &W) {
   const int kn = min(w.NP, W.r0 + 16) / 8;
   for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < w.dh; u0 += 4) {
     float o[4][4];
-    prod_av<0, 0, X3>(Sw, lp, V, lv, w.dh, u0, 0, kn, W, o);
+    prod_av<0, 0>(Sw, lp, V, lv, w.dh, u0, 0, kn, W, o);
     store_rows(o, X, w.base, E, w.N, w.dh, u0, scale, W);
   }
 }
 
 /* grid (nh, B), NP / 16 x WS warps. P [B, nh, N, N] fp32, att [T, E] */
-template <int X3>
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_kernel(const float *q, const float *k, const float *v, const float *mask, int K, int E, int nh,
                       float scale, float *P, float *att, cuda_pz_t pz, int rin) {
@@ -322,7 +305,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   __syncthreads();
   const int jn = min(2 * W.s + 2, NP / 8); /* the key tiles the slab's queries see */
   float s[DT_ATC_MT][4];
-  prod_abt<X3>(Qs + r0 * lq, lq, Ks, lq, dh, jn, W, s);
+  prod_abt(Qs + r0 * lq, lq, Ks, lq, dh, jn, W, s);
   /* each row's softmax over the keys it sees (-inf elsewhere), in fp32 */
   const int i0 = r0 + g, i1 = i0 + 8, q0 = Mv[i0], q1 = Mv[i1];
   float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -356,10 +339,10 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) s[m][e] = (e < 2 ? q0 : q1) ? s[m][e] / (e < 2 ? sum0 : sum1) : 0.0f;
-  put_slab<X3>(s, P + w.pb, N, NP, Pw, lp, W);
+  put_slab(s, P + w.pb, N, NP, Pw, lp, W);
   __syncthreads(); /* the slab's P from its WS warps */
   /* att rows = P V (a padded query's P row is zeros, so its row is zeros) */
-  out_rows<X3>(Pw, lp, Vs, lv, 1.0f, att, E, w, W);
+  out_rows(Pw, lp, Vs, lv, 1.0f, att, E, w, W);
 }
 
 /* the backward's first half for the block's window, dO, V (rows la apart)
@@ -369,7 +352,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
  * P in global memory, or (ONE) from Pf ([NP][lf], fp32, zeros outside the
  * window): the same floats. With ONE the block barrier after dS also ends
  * every read of Pf; fin (every thread) then runs before dq's product. */
-template <int ONE, int X3, typename Fin>
+template <int ONE, typename Fin>
 static __device__ __forceinline__ void bwd_q_body(float *sm, const float *P, const float *Pf, float *Sf, int lf,
                                                   float scale, float *dS, float *dq, int E, const atc_win_t &w,
                                                   const atc_warp_t &W, Fin fin) {
@@ -381,7 +364,7 @@ static __device__ __forceinline__ void bwd_q_body(float *sm, const float *P, con
   float *Sw = wide ? Ds + r0 * la : red + ATC_RED + NP + r0 * lp; /* the slab's dS */
   const int jn = min(2 * W.s + 2, NP / 8);
   float s[DT_ATC_MT][4];
-  prod_abt<X3>(Ds + r0 * la, la, Vs, la, dh, jn, W, s);
+  prod_abt(Ds + r0 * la, la, Vs, la, dh, jn, W, s);
   /* P's rows (zeros outside the window), each row's sum of P dP */
   float pr[DT_ATC_MT][4], dot0 = 0, dot1 = 0;
 #pragma unroll
@@ -401,31 +384,29 @@ static __device__ __forceinline__ void bwd_q_body(float *sm, const float *P, con
   for (int m = 0; m < DT_ATC_MT; m++)
 #pragma unroll
     for (int e = 0; e < 4; e++) s[m][e] = pr[m][e] * (s[m][e] - (e < 2 ? dot0 : dot1));
-  put_slab<X3>(s, dS + pb, N, NP, Sw, lp, W, ONE ? Sf : nullptr, lf);
+  put_slab(s, dS + pb, N, NP, Sw, lp, W, ONE ? Sf : nullptr, lf);
   __syncthreads(); /* the slab's dS from its WS warps */
   fin();
-  out_rows<X3>(Sw, lp, Ks, lt, scale, dq, E, w, W);
+  out_rows(Sw, lp, Ks, lt, scale, dq, E, w, W);
 }
 
 /* the second half for the block's window, Q and dO (rows lt apart) and P
  * (ln) staged and rounded, dS (ln) in fp32: dk = scale dS^T Q, dv = P^T dO,
  * each key slab r0 over the queries from r0 on */
-template <int X3>
 static __device__ __forceinline__ void bwd_kv_body(const float *Qs, const float *Ds, const float *Ps, const float *Ss,
                                                    int lt, int ln, float scale, float *dk, float *dv, int E,
                                                    const atc_win_t &w, const atc_warp_t &W) {
   const int k0 = W.r0 / 8, k1 = w.NP / 8; /* queries from the slab's first key on */
   for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < w.dh; u0 += 4) {
     float o[4][4];
-    prod_av<1, 1, X3>(Ss, ln, Qs, lt, w.dh, u0, k0, k1, W, o);
+    prod_av<1, 1>(Ss, ln, Qs, lt, w.dh, u0, k0, k1, W, o);
     store_rows(o, dk, w.base, E, w.N, w.dh, u0, scale, W);
-    prod_av<1, 0, X3>(Ps, ln, Ds, lt, w.dh, u0, k0, k1, W, o);
+    prod_av<1, 0>(Ps, ln, Ds, lt, w.dh, u0, k0, k1, W, o);
     store_rows(o, dv, w.base, E, w.N, w.dh, u0, 1.0f, W);
   }
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of queries: bwd_q_body */
-template <int X3>
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_q_kernel(const float *P, const float *datt, const float *k, const float *v, int K, int E, int nh,
                             float scale, float *dS, float *dq, cuda_pz_t pz, int rin) {
@@ -443,12 +424,11 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   landed();
   if (!rin) round_rows(NP, dh, Ds, la), round_rows(NP, dh, Vs, la), round_rows(NP, dh, Ks, lt);
   __syncthreads();
-  bwd_q_body<0, X3>(sm, P, nullptr, nullptr, 0, scale, dS, dq, E, w, W, [] {});
+  bwd_q_body<0>(sm, P, nullptr, nullptr, 0, scale, dS, dq, E, w, W, [] {});
 }
 
 /* grid (nh, B), warps as the forward's, slab r0 of keys: dk = scale dS^T Q,
  * dv = P^T dO, over the queries from r0 on */
-template <int X3>
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kv_kernel(const float *P, const float *dS, const float *q, const float *datt, int K, int E, int nh,
                              float scale, float *dk, float *dv, cuda_pz_t pz, int rin) {
@@ -467,16 +447,15 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   copy_nn(dS, pb, N, NP, Ss, ln);
   landed();
   if (!rin) round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Ds, lt);
-  if (!X3) round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
+  round_nn(NP, Ps, ln); /* dS stays fp32 (SPLIT) */
   __syncthreads();
-  bwd_kv_body<X3>(Qs, Ds, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
+  bwd_kv_body(Qs, Ds, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
 
 /* both halves in one launch (dt_attn_tc_bwd's rule): the window's operands
  * all staged at once (dO twice, in each half's layout), dS handed from the
  * first half to the second in shared memory; the same products on the same
  * staged floats as the two launches, so the same bits */
-template <int X3>
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v, int K,
                           int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv, cuda_pz_t pz,
@@ -503,11 +482,9 @@ __global__ void __launch_bounds__(DT_ATC_NT)
   }
   __syncthreads();
   /* P in fp32 for the first half, then rounded in place for dv's product */
-  bwd_q_body<1, X3>(sm, P, Ps, Ss, ln, scale, dS, dq, E, w, W, [&] {
-    if (!X3) round_nn(NP, Ps, ln);
-  });
+  bwd_q_body<1>(sm, P, Ps, Ss, ln, scale, dS, dq, E, w, W, [&] { round_nn(NP, Ps, ln); });
   __syncthreads(); /* Ps rounded, Ss whole */
-  bwd_kv_body<X3>(Qs, Dt, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
+  bwd_kv_body(Qs, Dt, Ps, Ss, lt, ln, scale, dk, dv, E, w, W);
 }
 
 /* the thread-block cluster's barrier (every thread of both blocks), in two
@@ -542,7 +519,6 @@ static __device__ __forceinline__ void pair_wait() {
  * form stages. The cluster's first barrier (both blocks started) comes
  * before any write into the other block's shared memory, its second
  * between dS's writes and block 1's reads (and before block 0 leaves). */
-template <int X3>
 __global__ void __launch_bounds__(DT_ATC_NT)
     dt_attn_tc_bwd_pair_kernel(const float *P, const float *datt, const float *q, const float *k, const float *v,
                                int K, int E, int nh, float scale, float *dS, float *dq, float *dk, float *dv,
@@ -569,7 +545,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     pair_wait(); /* both started: block 1's shared memory is there */
     namespace cg = cooperative_groups;
     float *Sf = cg::this_cluster().map_shared_rank(sm + 2 * NP * lt + NP * ln, 1); /* block 1's Ss */
-    bwd_q_body<1, X3>(sm, P, Pf, Sf, ln, scale, dS, dq, E, w, W, [] { pair_arrive(); });
+    bwd_q_body<1>(sm, P, Pf, Sf, ln, scale, dS, dq, E, w, W, [] { pair_arrive(); });
     pair_wait();
   } else {
     float *Qs = sm, *Dt = Qs + NP * lt, *Ps = Dt + NP * lt, *Ss = Ps + NP * ln;
@@ -579,12 +555,12 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     pair_arrive_relaxed();
     landed();
     if (!rin) round_rows(NP, dh, Qs, lt), round_rows(NP, dh, Dt, lt);
-    if (!X3) round_nn(NP, Ps, ln);
+    round_nn(NP, Ps, ln);
     __syncthreads();
     const int k0 = W.r0 / 8, k1 = NP / 8; /* queries from the slab's first key on */
     for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
       float o[4][4];
-      prod_av<1, 0, X3>(Ps, ln, Dt, lt, dh, u0, k0, k1, W, o);
+      prod_av<1, 0>(Ps, ln, Dt, lt, dh, u0, k0, k1, W, o);
       store_rows(o, dv, w.base, E, N, dh, u0, 1.0f, W);
     }
     pair_wait();
@@ -592,7 +568,7 @@ __global__ void __launch_bounds__(DT_ATC_NT)
     pair_wait(); /* block 0's dS in Ss */
     for (int u0 = 0; 8 * (W.hf + DT_ATC_WS * u0) < dh; u0 += 4) {
       float o[4][4];
-      prod_av<1, 1, X3>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
+      prod_av<1, 1>(Ss, ln, Qs, lt, dh, u0, k0, k1, W, o);
       store_rows(o, dk, w.base, E, N, dh, u0, scale, W);
     }
   }
@@ -618,27 +594,21 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair) {
                           : sizeof(float) * bq_floats(NP, dh);
   if (most > (size_t)optin || sizeof(float) * bkv_floats(NP, dh) > (size_t)optin) return 0;
   /* the device's whole opt-in, as dt_attn_init sets its kernels' */
-  /* each kernel in TF32 and in 3xTF32 (X3): the same shared memory */
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel<0>, optin));
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel<1>, optin));
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel<0>, optin));
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel<1>, optin));
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel<0>, optin));
-  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel<1>, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_kernel, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_q_kernel, optin));
+  CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kv_kernel, optin));
   *fits = 1;
   if (sizeof(float) * bwd_floats(NP, dh) <= (size_t)optin) {
-    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel<0>, optin));
-    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel<1>, optin));
+    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_kernel, optin));
     *one = 1;
   }
   /* the pair: thread-block clusters (an sm_90 device running this
    * kernel's sm_90 code, not its trap), and a cluster of two such blocks
    * the device can place */
   cudaFuncAttributes fa;
-  CUDA_RET(cudaFuncGetAttributes(&fa, dt_attn_tc_bwd_pair_kernel<0>));
+  CUDA_RET(cudaFuncGetAttributes(&fa, dt_attn_tc_bwd_pair_kernel));
   if (major >= 9 && fa.binaryVersion >= 90 && sizeof(float) * pair_floats(NP, dh) <= (size_t)optin) {
-    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_pair_kernel<0>, optin));
-    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_pair_kernel<1>, optin));
+    CUDA_RET(cuda_allow_optin(dt_attn_tc_bwd_pair_kernel, optin));
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -646,10 +616,7 @@ int dt_attn_tc_init(const dt_layout_t *L, int *fits, int *one, int *pair) {
     cfg.gridDim = dim3(2, 1, 1), cfg.blockDim = dim3(DT_ATC_WS * 32 * NP / 16);
     cfg.dynamicSmemBytes = sizeof(float) * pair_floats(NP, dh), cfg.attrs = at, cfg.numAttrs = 1;
     int clusters = 0;
-    int clusters3 = 0; /* X3's instance: more registers, so checked too */
-    if (cudaOccupancyMaxActiveClusters(&clusters, dt_attn_tc_bwd_pair_kernel<0>, &cfg) == cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters3, dt_attn_tc_bwd_pair_kernel<1>, &cfg) == cudaSuccess &&
-        clusters > 0 && clusters3 > 0)
+    if (cudaOccupancyMaxActiveClusters(&clusters, dt_attn_tc_bwd_pair_kernel, &cfg) == cudaSuccess && clusters > 0)
       *pair = 1;
     (void)cudaGetLastError(); /* no cluster support: the other forms, no error left pending */
   }
@@ -662,13 +629,8 @@ int dt_attn_tc(const cuda_dt_t *d, const float *q, const float *k, const float *
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  /* rin: the inputs staged as given: rounded by their producers (dt_attn_pre), or X3's fp32 */
-  if (d->x3)
-    pdl_launch(dt_attn_tc_kernel<1>, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
-               d->mask, K, E, nh, scale, P, att, d->pz, 1);
-  else
-    pdl_launch(dt_attn_tc_kernel<0>, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
-               d->mask, K, E, nh, scale, P, att, d->pz, dt_attn_pre(d));
+  pdl_launch(dt_attn_tc_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * fwd_floats(NP, dh), st, q, k, v,
+             d->mask, K, E, nh, scale, P, att, d->pz, dt_attn_pre(d));
   return (int)cudaGetLastError();
 }
 
@@ -678,24 +640,23 @@ int dt_attn_tc_bwd(const cuda_dt_t *d, const float *P, const float *datt, const 
   const int K = L->K, NP = atc_np(3 * K), E = L->E, nh = L->nh, dh = E / nh;
   const float scale = 1.0f / sqrtf((float)dh);
   const dim3 grid = dt_grid(d, dim3((unsigned)nh, (unsigned)d->B));
-  const int form = dt_attn_tc_bwd_form(d), rin = d->x3 || dt_attn_pre(d), x3 = d->x3;
-  const unsigned nt = DT_ATC_WS * 32 * NP / 16;
+  const int form = dt_attn_tc_bwd_form(d), rin = dt_attn_pre(d);
   if (form == DT_ATC_PAIR) {
-    pdl_launch_cluster(x3 ? dt_attn_tc_bwd_pair_kernel<1> : dt_attn_tc_bwd_pair_kernel<0>, 2u,
-                       dim3(2 * grid.x, grid.y, grid.z), nt, sizeof(float) * pair_floats(NP, dh), st, P, datt, q, k, v,
-                       K, E, nh, scale, dS, dq, dk, dv, d->pz, rin);
+    pdl_launch_cluster(dt_attn_tc_bwd_pair_kernel, 2u, dim3(2 * grid.x, grid.y, grid.z), DT_ATC_WS * 32 * NP / 16,
+                       sizeof(float) * pair_floats(NP, dh), st, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv,
+                       d->pz, rin);
     return (int)cudaGetLastError();
   }
   if (form == DT_ATC_ONE) {
-    pdl_launch(x3 ? dt_attn_tc_bwd_kernel<1> : dt_attn_tc_bwd_kernel<0>, grid, nt, sizeof(float) * bwd_floats(NP, dh),
-               st, P, datt, q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz, rin);
+    pdl_launch(dt_attn_tc_bwd_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bwd_floats(NP, dh), st, P, datt,
+               q, k, v, K, E, nh, scale, dS, dq, dk, dv, d->pz, rin);
     return (int)cudaGetLastError();
   }
-  pdl_launch(x3 ? dt_attn_tc_bwd_q_kernel<1> : dt_attn_tc_bwd_q_kernel<0>, grid, nt, sizeof(float) * bq_floats(NP, dh),
-             st, P, datt, k, v, K, E, nh, scale, dS, dq, d->pz, rin);
+  pdl_launch(dt_attn_tc_bwd_q_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bq_floats(NP, dh), st, P, datt, k,
+             v, K, E, nh, scale, dS, dq, d->pz, rin);
   CUDA_RET(cudaGetLastError());
-  pdl_launch(x3 ? dt_attn_tc_bwd_kv_kernel<1> : dt_attn_tc_bwd_kv_kernel<0>, grid, nt,
-             sizeof(float) * bkv_floats(NP, dh), st, P, dS, q, datt, K, E, nh, scale, dk, dv, d->pz, rin);
+  pdl_launch(dt_attn_tc_bwd_kv_kernel, grid, DT_ATC_WS * 32 * NP / 16, sizeof(float) * bkv_floats(NP, dh), st, P, dS, q,
+             datt, K, E, nh, scale, dk, dv, d->pz, rin);
   return (int)cudaGetLastError();
 }
 

@@ -61,9 +61,6 @@ typedef struct cuda_dt {
   dt_layout_t L;
   int B;                                  /* windows a batch */
   int tc;                                 /* the GEMMs' arithmetic: 0 fp32, 1 TF32 operands (tensor_cores) */
-  int x3;                                 /* with tc, 1: fp32 on the tensor cores (tensor_cores 2): every tile and
-                                           * the attention take each operand as two TF32 terms (3xTF32) and never
-                                           * round one (pre is 0); docs/learner.md, "fp32 on the tensor cores" */
   int wg;                                 /* 1: TF32 GEMMs on wgmma where they fit (dt_wgmma.cu; sm_90a) */
   void *tma;                              /* with wg, the TMA tile's map encoder (dt_tma.cu), or NULL */
   int pre;                                /* with tc and tma, 1 (cuda_dt_alloc's default): the operands made only
@@ -176,9 +173,8 @@ int cuda_dt_forward(cuda_dt_t *d, cudaStream_t st);
  * (dt_wg_takes's 0 to 3, or 4 for wg 3); op, R, ldr, G as dt_gemm_op's
  * (unsplit only); with part, db (NULL, or M floats) += op(A)'s row sums
  * (dt_gemm_wgrad's fused bias gradient where dt_wgrad_fuses, else
- * dt_colsum's); x3: in 3xTF32 (cuda_dt_t.x3; never with wg 3);
- * synchronised. 0 or a cudaError_t. */
-int cuda_dt_gemm_tf32(int wg, int x3, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
+ * dt_colsum's); synchronised. 0 or a cudaError_t. */
+int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb,
                       float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr, float *G,
                       float *part, size_t cap, float *db, int *used);
 /* for the tests: the stages of the TMA tile's ring in a lone launch of an
@@ -666,19 +662,16 @@ int dt_tma_map(void *enc, void *map, const float *p, int inner, int outer, int l
 /* dt_wgmma.cu: the weight gradients' form (op(A) = A^T, op(B) = B: both
  * operands' rows contiguous, split over k or not) with both brought by TMA
  * and transposed into the register-staged tile's layout (dt_gemm_tmt_kernel:
- * the same bits as it; with x3 each chunk's sums are added in fp32, which
- * the register-staged tile does not do); dt_wg_launch's arguments; 0, or 1
- * where a map could not be encoded (nothing launched) */
+ * the same bits as it); dt_wg_launch's arguments; 0, or 1 where a map could
+ * not be encoded (nothing launched) */
 int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  int kper, size_t cz, float *bpart, cuda_pz_t pz, int x3);
-/* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops); x3: 3xTF32
- * instead (cuda_dt_t.x3; rnd ignored; 1 for the rounded-output ops, which
- * x3 never asks); nsm: the device's SMs (the ring's depth: dt_tma_stages,
- * 0 = the default depth) */
+                  int kper, size_t cz, float *bpart, cuda_pz_t pz);
+/* rnd: bit 0 round A's chunks to TF32, bit 1 B's (dt_tf32_ops); nsm: the
+ * device's SMs (the ring's depth: dt_tma_stages, 0 = the default depth) */
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  cuda_pz_t pz, int rnd, int x3, int nsm);
+                  cuda_pz_t pz, int rnd, int nsm);
 int dt_tma_stages(long long tiles, int nk, int nsm);
 /* dt_gemm.cu: 1 where d's producers write TF32-rounded operands (d->pre, tc and
  * the TMA tile); dt_tf32_ops: which of A, B the TMA tile must round (bit 0,
@@ -689,7 +682,7 @@ int dt_tf32_ops(const cuda_dt_t *d, const float *A, const float *B);
 int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb, int tb);
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
-                  int op, float *G, int kper, size_t cz, cuda_pz_t pz, int x3);
+                  int op, float *G, int kper, size_t cz, cuda_pz_t pz);
 int cuda_dt_backward(cuda_dt_t *d, cudaStream_t st);
 /* the offsets in p of each block's six weights (W_q, W_k, W_v, W_o [E][E],
  * W_1 [4E][E], W_2 [E][4E]): block l's j-th at off[6 l + j] */

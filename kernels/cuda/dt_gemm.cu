@@ -185,10 +185,7 @@ __global__ void __launch_bounds__(256, 3) dt_gemm_kernel(int M, int N, int K, co
  * at batch 64 / 256, this 1,491 / 3,324 (kernels/dev/DEVICE_NOTES.md item 91). */
 #define DT_TLD (DG_BM + 8)
 
-/* X3 (tensor_cores 2, 3xTF32): the stages hold the raw fp32 operands and
- * each fragment read splits them into hi and lo (tf32_split), three mma.sync
- * a fragment (mma_tf32x3; docs/learner.md, "fp32 on the tensor cores") */
-template <int X3, int TA, int TB>
+template <int TA, int TB>
 __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K, const float *A, int lda,
                                                          const float *B, int ldb, float *C, int ldc,
                                                          const float *bias, const float *R, int ldr, int acc,
@@ -207,7 +204,7 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
   int buf = 0;
   if (klo < K) {
     dg_load(pl, K, lda, ldb, klo, 0, ra, rb);
-    dg_store<!X3, TA, TB, DT_TLD>(pl, ra, rb, &As[0][0][0], &Bs[0][0][0]);
+    dg_store<1, TA, TB, DT_TLD>(pl, ra, rb, &As[0][0][0], &Bs[0][0][0]);
   }
   __syncthreads();
   for (int k0 = klo; k0 < K; k0 += DG_BK) {
@@ -215,25 +212,17 @@ __global__ void __launch_bounds__(256, 4) dt_gemm_tc_kernel(int M, int N, int K,
     if (more) dg_load(pl, K, lda, ldb, k0 + DG_BK, k0 + DG_BK - klo, ra, rb);
 #pragma unroll
     for (int k8 = 0; k8 < DG_BK; k8 += 8) {
-      const float x[4] = {As[buf][k8 + t4][wr + g], As[buf][k8 + t4][wr + g + 8], As[buf][k8 + t4 + 4][wr + g],
-                          As[buf][k8 + t4 + 4][wr + g + 8]};
-      unsigned a[4], al[4];
-      if (X3)
-        tf32_split4(x, a, al);
-      else
-#pragma unroll
-        for (int e = 0; e < 4; e++) a[e] = __float_as_uint(x[e]), al[e] = 0u;
+      const unsigned a[4] = {__float_as_uint(As[buf][k8 + t4][wr + g]), __float_as_uint(As[buf][k8 + t4][wr + g + 8]),
+                             __float_as_uint(As[buf][k8 + t4 + 4][wr + g]),
+                             __float_as_uint(As[buf][k8 + t4 + 4][wr + g + 8])};
 #pragma unroll
       for (int j = 0; j < 4; j++) {
         const int n = wc + 8 * j + g;
-        float(&sj)[4] = *reinterpret_cast<float(*)[4]>(&s[4 * j]);
-        if (X3)
-          mma_tf32x3(sj, a, al, Bs[buf][k8 + t4][n], Bs[buf][k8 + t4 + 4][n]);
-        else
-          mma_tf32(sj, a, __float_as_uint(Bs[buf][k8 + t4][n]), __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
+        mma_tf32(*reinterpret_cast<float(*)[4]>(&s[4 * j]), a, __float_as_uint(Bs[buf][k8 + t4][n]),
+                 __float_as_uint(Bs[buf][k8 + t4 + 4][n]));
       }
     }
-    if (more) dg_store<!X3, TA, TB, DT_TLD>(pl, ra, rb, &As[buf ^ 1][0][0], &Bs[buf ^ 1][0][0]);
+    if (more) dg_store<1, TA, TB, DT_TLD>(pl, ra, rb, &As[buf ^ 1][0][0], &Bs[buf ^ 1][0][0]);
     __syncthreads();
     buf ^= 1;
   }
@@ -334,7 +323,7 @@ int dt_big_init(int *one, int *nsm) {
   return 0;
 }
 
-int dt_pre(const cuda_dt_t *d) { return d->tc && d->tma && d->pre && !d->x3; }
+int dt_pre(const cuda_dt_t *d) { return d->tc && d->tma && d->pre; }
 
 /* 1 where p lies in [b, b + n) */
 static int dt_in(const float *p, const float *b, size_t n) { return b && p >= b && p < b + n; }
@@ -358,13 +347,13 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
   const int tc = d->tc, tile = dt_wg_takes(d, M, N, K, A, lda, ta, B, ldb, tb, kper < K);
   grid = dt_grid(d, grid);
   if (tile == 2 && !dt_tma_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d->pz,
-                                  dt_tf32_ops(d, A, B), d->x3, d->nsm))
+                                  dt_tf32_ops(d, A, B), d->nsm))
     return;
   if (tile == 3 && !dt_tmt_launch(d->tma, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz,
-                                  NULL, d->pz, d->x3))
+                                  NULL, d->pz))
     return;
   if (tile) {
-    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz, d->x3);
+    dt_wg_launch(ta, tb, grid, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, d->pz);
     return;
   }
   /* bpart (the bias parts) is for dt_gemm_kernel's split weight gradients
@@ -383,21 +372,18 @@ static void dg_launch(const cuda_dt_t *d, int ta, int tb, dim3 grid, cudaStream_
 #undef DTB_GO
     return;
   }
-#define DG_GO(KER) \
-  pdl_launch(KER, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, bpart, d->pz)
-  switch (4 * (tc ? 1 + d->x3 : 0) + 2 * ta + tb) {
-    case 0: DG_GO((dt_gemm_kernel<0, 0>)); break;
-    case 1: DG_GO((dt_gemm_kernel<0, 1>)); break;
-    case 2: DG_GO((dt_gemm_kernel<1, 0>)); break;
-    case 3: DG_GO((dt_gemm_kernel<1, 1>)); break;
-    case 4: DG_GO((dt_gemm_tc_kernel<0, 0, 0>)); break;
-    case 5: DG_GO((dt_gemm_tc_kernel<0, 0, 1>)); break;
-    case 6: DG_GO((dt_gemm_tc_kernel<0, 1, 0>)); break;
-    case 7: DG_GO((dt_gemm_tc_kernel<0, 1, 1>)); break;
-    case 8: DG_GO((dt_gemm_tc_kernel<1, 0, 0>)); break;
-    case 9: DG_GO((dt_gemm_tc_kernel<1, 0, 1>)); break;
-    case 10: DG_GO((dt_gemm_tc_kernel<1, 1, 0>)); break;
-    default: DG_GO((dt_gemm_tc_kernel<1, 1, 1>)); break;
+#define DG_GO(KER, TA, TB) \
+  pdl_launch(KER<TA, TB>, grid, 256, 0, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, kper, cz, \
+             bpart, d->pz)
+  switch (4 * tc + 2 * ta + tb) {
+    case 0: DG_GO(dt_gemm_kernel, 0, 0); break;
+    case 1: DG_GO(dt_gemm_kernel, 0, 1); break;
+    case 2: DG_GO(dt_gemm_kernel, 1, 0); break;
+    case 3: DG_GO(dt_gemm_kernel, 1, 1); break;
+    case 4: DG_GO(dt_gemm_tc_kernel, 0, 0); break;
+    case 5: DG_GO(dt_gemm_tc_kernel, 0, 1); break;
+    case 6: DG_GO(dt_gemm_tc_kernel, 1, 0); break;
+    default: DG_GO(dt_gemm_tc_kernel, 1, 1); break;
   }
 #undef DG_GO
 }
@@ -523,7 +509,7 @@ int dt_gemm_wgrad_ex(const cuda_dt_t *d, int M, int N, int K, const float *A, in
    * reads; fp32: the FFMA tile sums them as it multiplies (dt_wgrad_fuses) */
   if (!db || !d->tc ||
       dt_tmt_launch(d->tma, dt_grid(d, grid), st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN,
-                    NULL, (int)kper, (size_t)MN, bpart, d->pz, d->x3)) {
+                    NULL, (int)kper, (size_t)MN, bpart, d->pz)) {
     const int fuse = db && !d->tc && ta; /* dt_gemm_kernel sums op(A)'s rows in its TA 1 form */
     dg_launch(d, ta, tb, grid, st, M, N, K, A, lda, B, ldb, part, N, NULL, NULL, 0, 0, DT_EP_PLAIN, NULL, (int)kper,
               (size_t)MN, fuse ? bpart : NULL);

@@ -37,9 +37,8 @@
 #define DT_TMA_NS 3                          /* stages: 3 x 16 KB, four blocks an SM as dt_wgmma.cu's tile */
 #define DT_TMA_DEEP 6                        /* the most stages: a launch of one block an SM at most (dt_tma_stages) */
 #define DT_TMA_OP (DT_TMA_T * 128)           /* bytes: one operand's chunk */
-#define DT_TMA_STAGE (2 * DT_TMA_OP)         /* A's and B's: the bytes TMA brings a chunk */
-#define DT_TMA_SSTR(x3) ((x3) ? 2 * DT_TMA_STAGE : DT_TMA_STAGE) /* a stage: X3 adds A's and B's lo terms */
-#define DT_TMA_SMEM(ns, x3) ((ns) * DT_TMA_SSTR(x3) + 1024 + 8 * (ns)) /* ns stages + alignment slack, the mbarriers */
+#define DT_TMA_STAGE (2 * DT_TMA_OP)         /* A's and B's */
+#define DT_TMA_SMEM(ns) ((ns) * DT_TMA_STAGE + 1024 + 8 * (ns)) /* ns stages + alignment slack, the mbarriers */
 /* the staged epilogue's 64 rows of DT_WG_SLD floats fit the ring's first two stages, and no ring is shallower than two */
 static_assert(64 * DT_WG_SLD * 4 <= 2 * DT_TMA_STAGE && DT_TMA_NS >= 2, "the staged epilogue fits the ring");
 
@@ -64,7 +63,7 @@ static __device__ __forceinline__ void dtm_issue(uint32_t st, uint32_t bar, cons
  * ring's count is a constant, as before the deep ring: with a runtime count
  * in every launch a TF32 step at batch 256 measured +0.6%, with the
  * constant +0.3% (kernels/dev/DEVICE_NOTES.md items 229-230) */
-template <int OP, int NS, int X3>
+template <int OP, int NS>
 __global__ void __launch_bounds__(128, 4)
     dt_gemm_tma_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, float *G,
@@ -74,7 +73,7 @@ __global__ void __launch_bounds__(128, 4)
   extern __shared__ float4 dtm_sh[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dtm_sh), base = (raw + 1023u) & ~1023u;
   unsigned char *sm = reinterpret_cast<unsigned char *>(dtm_sh) + (base - raw);
-  const uint32_t bars = base + ns * DT_TMA_SSTR(X3); /* stage s's chunk has landed */
+  const uint32_t bars = base + ns * DT_TMA_STAGE; /* stage s's chunk has landed */
   const int m0 = blockIdx.y * DT_TMA_T, n0 = blockIdx.x * DT_TMA_T, z = (int)blockIdx.z, tid = threadIdx.x;
   const int nk = (K + DT_TMA_BK - 1) / DT_TMA_BK;
   if (tid == 0) {
@@ -85,41 +84,19 @@ __global__ void __launch_bounds__(128, 4)
   pdl_wait(); /* the mbarriers set up beside the kernel before */
   if (tid == 0)
     for (int q = 0; q < ns && q < nk; q++)
-      dtm_issue(base + q * DT_TMA_SSTR(X3), bars + 8 * q, &ma, &mb, q, m0, n0, z);
+      dtm_issue(base + q * DT_TMA_STAGE, bars + 8 * q, &ma, &mb, q, m0, n0, z);
   const long long mo = (long long)z * pz.stride;
   bias = dt_off0(bias, mo), R = dt_off0(R, mo), C = dt_off(C, mo), G = dt_off0(G, mo);
   dt_wg_pf pf;
   dt_wg_prefetch(pf, m0, n0, M, N, C, ldc, bias, R, ldr, acc, op, G);
-  /* X3: each chunk's products summed on the tensor cores in t and added to
-   * d in fp32 after the chunk's wait (the tensor cores' accumulator adds
-   * truncate: over a long k they cost 3xTF32 its accuracy; docs/learner.md,
-   * "fp32 on the tensor cores") */
-  float d[32], t[32];
+  float d[32];
 #pragma unroll
   for (int i = 0; i < 32; i++) d[i] = 0.0f;
   for (int c = 0; c < nk; c++) {
     const int s = c % ns; /* chunk c's stage, on its mbarrier's phase (c / ns) & 1 */
     while (!mbar_try(bars + 8 * s, (unsigned)(c / ns) & 1u)) {
     }
-    if (X3) {
-      /* every landed float x as hi = tf32(x) in place and lo = tf32(x - hi)
-       * at the same place of the stage's second half (this thread's 4 of
-       * each operand's 512 16-byte pieces, as the rounding below) */
-      float4 *pc = reinterpret_cast<float4 *>(sm + s * DT_TMA_SSTR(X3));
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const float4 v = pc[tid + 128 * i];
-        unsigned h[4], l[4];
-        tf32_split(v.x, h[0], l[0]), tf32_split(v.y, h[1], l[1]);
-        tf32_split(v.z, h[2], l[2]), tf32_split(v.w, h[3], l[3]);
-        pc[tid + 128 * i] = make_float4(__uint_as_float(h[0]), __uint_as_float(h[1]), __uint_as_float(h[2]),
-                                        __uint_as_float(h[3]));
-        pc[tid + 128 * i + DT_TMA_STAGE / 16] = make_float4(__uint_as_float(l[0]), __uint_as_float(l[1]),
-                                                            __uint_as_float(l[2]), __uint_as_float(l[3]));
-      }
-      fence_proxy_async(); /* hi and lo visible to wgmma */
-      __syncthreads();
-    } else if (rnd) {
+    if (rnd) {
       /* round this thread's 4 of each operand's 512 16-byte pieces (pieces
        * 0-511 A's, 512-1,023 B's; the swizzle moves pieces within a row,
        * rounding does not care where) */
@@ -135,29 +112,13 @@ __global__ void __launch_bounds__(128, 4)
       fence_proxy_async(); /* the rounded operands visible to wgmma */
       __syncthreads();
     }
-    const uint32_t sa = base + (uint32_t)(s * DT_TMA_SSTR(X3));
+    const uint32_t sa = base + (uint32_t)(s * DT_TMA_STAGE);
     const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DT_TMA_OP);
-    if (X3)
+    wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < 32; i++) t[i] = 0.0f;
-    wgmma_fence(); /* after every write of the accumulators */
-    if (X3) {
-      const unsigned long long dal = wg_desc(sa + DT_TMA_STAGE), dbl = wg_desc(sa + DT_TMA_STAGE + DT_TMA_OP);
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) { /* the small terms first */
-        wgmma_tf32_m64n64k8(t, dal + 2 * kk, db + 2 * kk);
-        wgmma_tf32_m64n64k8(t, da + 2 * kk, dbl + 2 * kk);
-        wgmma_tf32_m64n64k8(t, da + 2 * kk, db + 2 * kk);
-      }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
-    }
+    for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
     wgmma_commit();
     wgmma_wait<0>();
-    if (X3)
-#pragma unroll
-      for (int i = 0; i < 32; i++) d[i] += t[i];
     /* every warp past this chunk's wgmma before its stage is refilled */
     __syncthreads();
     const int nx = c + ns;
@@ -194,24 +155,16 @@ void *dt_tma_setup(void) {
   void *fn = NULL;
   cudaDriverEntryPointQueryResult q;
 #define DTM_K(NS)                                                                                             \
-  {(const void *)dt_gemm_tma_kernel<DT_EP_PLAIN, NS, 0>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU, NS, 0>, \
-   (const void *)dt_gemm_tma_kernel<DT_EP_DGELU, NS, 0>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU_T, NS, 0>, \
-   (const void *)dt_gemm_tma_kernel<DT_EP_PLAIN_T, NS, 0>}
-#define DTM_K3(NS)                                                                                            \
-  {(const void *)dt_gemm_tma_kernel<DT_EP_PLAIN, NS, 1>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU, NS, 1>, \
-   (const void *)dt_gemm_tma_kernel<DT_EP_DGELU, NS, 1>}
-  const void *k[2][5] = {DTM_K(DT_TMA_NS), DTM_K(0)}, *k3[2][3] = {DTM_K3(DT_TMA_NS), DTM_K3(0)};
+  {(const void *)dt_gemm_tma_kernel<DT_EP_PLAIN, NS>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU, NS>,       \
+   (const void *)dt_gemm_tma_kernel<DT_EP_DGELU, NS>, (const void *)dt_gemm_tma_kernel<DT_EP_GELU_T, NS>,     \
+   (const void *)dt_gemm_tma_kernel<DT_EP_PLAIN_T, NS>}
+  const void *k[2][5] = {DTM_K(DT_TMA_NS), DTM_K(0)};
 #undef DTM_K
-#undef DTM_K3
   int ok = 1;
-  for (int r = 0; r < 2; r++) { /* every instance dt_tma_launch may take: each ring's shared memory */
+  for (int r = 0; r < 2; r++) /* every instance dt_tma_launch may take: each ring's shared memory */
     for (int i = 0; i < 5; i++)
       ok = ok && cudaFuncSetAttribute(k[r][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)DT_TMA_SMEM(r ? DT_TMA_DEEP : DT_TMA_NS, 0)) == cudaSuccess;
-    for (int i = 0; i < 3; i++)
-      ok = ok && cudaFuncSetAttribute(k3[r][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)DT_TMA_SMEM(r ? DT_TMA_DEEP : DT_TMA_NS, 1)) == cudaSuccess;
-  }
+                                      (int)DT_TMA_SMEM(r ? DT_TMA_DEEP : DT_TMA_NS)) == cudaSuccess;
   if (!ok ||
       cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
       q != cudaDriverEntryPointSuccess) {
@@ -252,30 +205,26 @@ int dt_tma_stages(long long tiles, int nk, int nsm) {
 
 int dt_tma_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  cuda_pz_t pz, int rnd, int x3, int nsm) {
+                  cuda_pz_t pz, int rnd, int nsm) {
   const int ns = dt_tma_stages((long long)grid.x * grid.y * grid.z, (K + DT_TMA_BK - 1) / DT_TMA_BK, nsm);
-  if (x3 && (op == DT_EP_GELU_T || op == DT_EP_PLAIN_T)) return 1; /* rounded outputs: never asked with x3 (no pre) */
   CUtensorMap ma, mb;
   /* each operand K-major, [rows][K], in boxes of 32 k x 64 rows */
   if (!dt_tma_map(enc, &ma, A, K, M, lda, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride) ||
       !dt_tma_map(enc, &mb, B, K, N, ldb, DT_TMA_BK, DT_TMA_T, pz.n, pz.stride))
     return 1; /* not encodable: the caller takes the register-staged tile */
-#define DTM_GO(OP, X3)                                                                                              \
+#define DTM_GO(OP)                                                                                                  \
   if (ns == DT_TMA_NS)                                                                                              \
-    pdl_launch(dt_gemm_tma_kernel<OP, DT_TMA_NS, X3>, grid, 128, DT_TMA_SMEM(ns, X3), st, ma, mb, M, N, K, C, ldc,  \
-               bias, R, ldr, acc, G, pz, rnd, ns);                                                                  \
+    pdl_launch(dt_gemm_tma_kernel<OP, DT_TMA_NS>, grid, 128, DT_TMA_SMEM(ns), st, ma, mb, M, N, K, C, ldc, bias, R, ldr, \
+               acc, G, pz, rnd, ns);                                                                                \
   else                                                                                                              \
-    pdl_launch(dt_gemm_tma_kernel<OP, 0, X3>, grid, 128, DT_TMA_SMEM(ns, X3), st, ma, mb, M, N, K, C, ldc, bias, R, \
-               ldr, acc, G, pz, rnd, ns)
-  switch (op + 8 * x3) {
-    case DT_EP_GELU: DTM_GO(DT_EP_GELU, 0); break;
-    case DT_EP_DGELU: DTM_GO(DT_EP_DGELU, 0); break;
-    case DT_EP_GELU_T: DTM_GO(DT_EP_GELU_T, 0); break;
-    case DT_EP_PLAIN_T: DTM_GO(DT_EP_PLAIN_T, 0); break;
-    case 8 + DT_EP_GELU: DTM_GO(DT_EP_GELU, 1); break;
-    case 8 + DT_EP_DGELU: DTM_GO(DT_EP_DGELU, 1); break;
-    case 8 + DT_EP_PLAIN: DTM_GO(DT_EP_PLAIN, 1); break;
-    default: DTM_GO(DT_EP_PLAIN, 0); break;
+    pdl_launch(dt_gemm_tma_kernel<OP, 0>, grid, 128, DT_TMA_SMEM(ns), st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, G, \
+               pz, rnd, ns)
+  switch (op) {
+    case DT_EP_GELU: DTM_GO(DT_EP_GELU); break;
+    case DT_EP_DGELU: DTM_GO(DT_EP_DGELU); break;
+    case DT_EP_GELU_T: DTM_GO(DT_EP_GELU_T); break;
+    case DT_EP_PLAIN_T: DTM_GO(DT_EP_PLAIN_T); break;
+    default: DTM_GO(DT_EP_PLAIN); break;
   }
 #undef DTM_GO
   return 0;

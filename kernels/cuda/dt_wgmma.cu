@@ -42,15 +42,10 @@
 #define DW_NT 128                 /* one warpgroup */
 #define DW_OP (DW_T * 128)        /* bytes: one operand's chunk, 64 rows of 32 k */
 #define DW_STAGE (2 * DW_OP)      /* A's and B's */
-/* a wgmma stage: with X3 (3xTF32) A's and B's hi terms, then their lo terms */
-#define DW_SSTR(x3) ((x3) ? 2 * DW_STAGE : DW_STAGE)
-#define DW_SMEM(x3) (2 * DW_SSTR(x3) + 1024) /* two stages, + the slack to align them to 1,024 bytes */
-/* dt_gemm_tmt_kernel's TMA ring: chunks landed or in flight (X3: 2, so that
- * two blocks an SM fit beside the wider stages) */
-#define DW_NS(x3) ((x3) ? 2 : 4)
+#define DW_SMEM (2 * DW_STAGE + 1024) /* two stages, + the slack to align them to 1,024 bytes */
+#define DW_NS 4                   /* dt_gemm_tmt_kernel's TMA ring: chunks landed or in flight */
 #define DW_BOX (32 * 128)         /* bytes: a TMA box of 32 k x 32 rows */
-/* the ring, two wgmma stages, slack, mbarriers */
-#define DW_TMT_SMEM(x3) (DW_NS(x3) * DW_STAGE + 2 * DW_SSTR(x3) + 1024 + 8 * DW_NS(x3))
+#define DW_TMT_SMEM ((DW_NS + 2) * DW_STAGE + 1024 + 8 * DW_NS) /* the ring, two stages, slack, mbarriers */
 static_assert(64 * DT_WG_SLD * 4 <= 2 * DW_STAGE, "the staged epilogue fits the first two stages");
 /* tokens (k, all members') from which dt_gemm_tmt_kernel leaves through
  * the staged epilogue: a weight gradient of a step whose work fills the GPU
@@ -96,22 +91,14 @@ static __device__ __forceinline__ void dw_pin(float (&d)[32]) {
 static __device__ __forceinline__ float dw_tf32(float x) { return __uint_as_float(f2tf32(x)); }
 /* chunk c's wgmma group on the stage at sa, once every thread's stores of it
  * are fenced for the async proxy and past the block's barrier */
-template <int X3>
 static __device__ __forceinline__ void dw_mma_chunk(float (&d)[32], uint32_t sa) {
   fence_proxy_async(); /* this thread's stores of the chunk, for wgmma */
   __syncthreads();
   wgmma_fence();
   dw_pin(d);
   const unsigned long long da = wg_desc(sa), db = wg_desc(sa + DW_OP);
-  const unsigned long long dal = wg_desc(sa + DW_STAGE), dbl = wg_desc(sa + DW_STAGE + DW_OP);
 #pragma unroll
-  for (int kk = 0; kk < 4; kk++) {
-    if (X3) { /* the small terms first */
-      wgmma_tf32_m64n64k8(d, dal + 2 * kk, db + 2 * kk);
-      wgmma_tf32_m64n64k8(d, da + 2 * kk, dbl + 2 * kk);
-    }
-    wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
-  }
+  for (int kk = 0; kk < 4; kk++) wgmma_tf32_m64n64k8(d, da + 2 * kk, db + 2 * kk);
   wgmma_commit();
   dw_pin(d);
 }
@@ -119,10 +106,8 @@ static __device__ __forceinline__ void dw_mma_chunk(float (&d)[32], uint32_t sa)
 
 /* dw_load's floats, rounded to TF32, into the operand's chunk at op (64
  * K-major rows: element (row, k) at row 128 + 16 (k / 4 ^ row % 8) + 4 (k %
- * 4)); with X3 as hi there and lo = tf32(x - hi) at the same place DW_STAGE
- * on (tf32_split) */
-static __device__ __forceinline__ float dw_lo(float x) { return __uint_as_float(f2tf32(x - dw_tf32(x))); }
-template <int KC, int X3>
+ * 4)) */
+template <int KC>
 static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 (&r)[DW_NL]) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
 #pragma unroll
@@ -131,19 +116,13 @@ static __device__ __forceinline__ void dw_store(unsigned char *op, const float4 
       const int row = tid / 8 + 16 * i, c = tid % 8;
       const float4 v = make_float4(dw_tf32(r[i].x), dw_tf32(r[i].y), dw_tf32(r[i].z), dw_tf32(r[i].w));
       *reinterpret_cast<float4 *>(op + row * 128 + ((c ^ (row % 8)) << 4)) = v;
-      if (X3)
-        *reinterpret_cast<float4 *>(op + DW_STAGE + row * 128 + ((c ^ (row % 8)) << 4)) =
-            make_float4(dw_lo(r[i].x), dw_lo(r[i].y), dw_lo(r[i].z), dw_lo(r[i].w));
     } else {
       const int row = 4 * (lane / 16) + 8 * (w + 4 * (i / 2)), k = lane % 16 + 16 * (i % 2);
       unsigned char *a = op + 4 * (k % 4);
       const float v[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        float *q = reinterpret_cast<float *>(a + (row + j) * 128 + (((k / 4) ^ ((row + j) % 8)) << 4));
-        q[0] = dw_tf32(v[j]);
-        if (X3) q[DW_STAGE / 4] = dw_lo(v[j]);
-      }
+      for (int j = 0; j < 4; j++)
+        *reinterpret_cast<float *>(a + (row + j) * 128 + (((k / 4) ^ ((row + j) % 8)) << 4)) = dw_tf32(v[j]);
     }
   }
 }
@@ -176,9 +155,8 @@ static __device__ __forceinline__ void dw_lds(const unsigned char *box, int kn, 
  * s[1] also add the unrounded floats of the thread's two rows in k order
  * (the bias gradient's sums: this form's own order, so a rule that picks
  * it may depend on the shapes alone, never on the members). */
-template <int BS, int X3>
-static __device__ __forceinline__ void dw_frag(const unsigned char *box, int kn, uint32_t (&a)[16], uint32_t (&al)[16],
-                                               float *s) {
+template <int BS>
+static __device__ __forceinline__ void dw_frag(const unsigned char *box, int kn, uint32_t (&a)[16], float *s) {
   const int tid = threadIdx.x, lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
   const unsigned char *b = box + (w / 2) * DW_BOX;
 #pragma unroll
@@ -188,10 +166,7 @@ static __device__ __forceinline__ void dw_frag(const unsigned char *box, int kn,
       const int r = 16 * (w % 2) + g + 8 * (q % 2), k = 8 * kk + t + 4 * (q / 2);
       const float v = k < kn ? *reinterpret_cast<const float *>(b + k * 128 + (((r / 4) ^ (k % 8)) << 4) + 4 * (r % 4))
                              : 0.0f;
-      if (X3)
-        tf32_split(v, a[4 * kk + q], al[4 * kk + q]);
-      else
-        a[4 * kk + q] = f2tf32(v);
+      a[4 * kk + q] = f2tf32(v);
       if (BS) s[q % 2] += v;
     }
 }
@@ -203,28 +178,20 @@ static __device__ __forceinline__ void dw_pin_a(uint32_t (&a)[16]) {
 }
 
 /* chunk c's wgmma group, op(A) from registers and op(B) on the stage at sb */
-template <int X3>
-static __device__ __forceinline__ void dw_mma_chunk_rs(float (&d)[32], uint32_t (&a)[16], uint32_t (&al)[16],
-                                                       uint32_t sb) {
+static __device__ __forceinline__ void dw_mma_chunk_rs(float (&d)[32], uint32_t (&a)[16], uint32_t sb) {
   fence_proxy_async(); /* this thread's stores of op(B)'s chunk, for wgmma */
   __syncthreads();
   wgmma_fence();
   dw_pin(d);
-  const unsigned long long db = wg_desc(sb), dbl = wg_desc(sb + DW_STAGE);
+  const unsigned long long db = wg_desc(sb);
 #pragma unroll
   for (int kk = 0; kk < 4; kk++) {
     const uint32_t ak[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
-    if (X3) { /* the small terms first */
-      const uint32_t akl[4] = {al[4 * kk], al[4 * kk + 1], al[4 * kk + 2], al[4 * kk + 3]};
-      wgmma_tf32_m64n64k8_rs(d, akl, db + 2 * kk);
-      wgmma_tf32_m64n64k8_rs(d, ak, dbl + 2 * kk);
-    }
     wgmma_tf32_m64n64k8_rs(d, ak, db + 2 * kk);
   }
   wgmma_commit();
   dw_pin(d);
   dw_pin_a(a);
-  if (X3) dw_pin_a(al);
 }
 #endif
 
@@ -250,7 +217,7 @@ static __device__ __forceinline__ void dw_mma_chunk_rs(float (&d)[32], uint32_t 
  * which wait for the group two chunks back, lengthen each chunk: +2%;
  * where the work fills the GPU, -0.5 to -1.2% (kernels/dev/DEVICE_NOTES.md
  * item 212). */
-template <int STAGED, int RS, int X3>
+template <int STAGED, int RS>
 __global__ void __launch_bounds__(DW_NT, 2)
     dt_gemm_tmt_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb, int M, int N,
                        int K, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
@@ -269,19 +236,18 @@ __global__ void __launch_bounds__(DW_NT, 2)
   float bs[8];
 #pragma unroll
   for (int i = 0; i < 8; i++) bs[i] = 0.0f;
-  constexpr int NS = DW_NS(X3);
-  const uint32_t ops = base + NS * DW_STAGE, bars = ops + 2 * DW_SSTR(X3); /* the two wgmma stages; slot s landed */
+  const uint32_t ops = base + DW_NS * DW_STAGE, bars = ops + 2 * DW_STAGE; /* the two wgmma stages; slot s landed */
   const int m0 = blockIdx.y * DW_T, n0 = blockIdx.x * DW_T, z = dt_z(pz), klo = z * kper, tid = threadIdx.x;
   const int mz = pz.n == 1 ? 0 : (int)(blockIdx.z % (unsigned)pz.n); /* the member: the maps' third coordinate */
   const int kend = K - klo < kper ? K : klo + kper, nk = (kend - klo + DW_BK - 1) / DW_BK;
   if (tid == 0) {
-    for (int s = 0; s < NS; s++) mbar_init(bars + 8 * s, 1);
+    for (int s = 0; s < DW_NS; s++) mbar_init(bars + 8 * s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  /* chunk q into slot q % NS: op(A)'s rows m0.. and op(B)'s n0.., k from klo + 32 q */
+  /* chunk q into slot q % DW_NS: op(A)'s rows m0.. and op(B)'s n0.., k from klo + 32 q */
   auto issue = [&](int q) {
-    const uint32_t st = base + (uint32_t)((q % NS) * DW_STAGE), bar = bars + 8 * (q % NS);
+    const uint32_t st = base + (uint32_t)((q % DW_NS) * DW_STAGE), bar = bars + 8 * (q % DW_NS);
     const int k = klo + q * DW_BK;
     mbar_expect_tx(bar, DW_STAGE);
     tma_load_3d(st, &ma, m0, k, mz, bar);
@@ -290,80 +256,52 @@ __global__ void __launch_bounds__(DW_NT, 2)
     tma_load_3d(st + DW_OP + DW_BOX, &mb, n0 + 32, k, mz, bar);
   };
   if (tid == 0)
-    for (int q = 0; q < NS && q < nk; q++) issue(q);
+    for (int q = 0; q < DW_NS && q < nk; q++) issue(q);
   float4 ra[DW_NL], rb[DW_NL];
   float d[32];
-  /* X3: chunk c's products summed on the tensor cores in t[c & 1] and added
-   * to d in fp32 once its group completed (at chunk c + 2's wait, the last
-   * two after the loop, in chunk order): the tensor cores' truncating adds
-   * over 32 k instead of all of the part's (docs/learner.md, "fp32 on the
-   * tensor cores"). Without X3 the groups accumulate in d (t0 is d) */
-  float t0[32], t1[32];
 #pragma unroll
-  for (int i = 0; i < 32; i++) d[i] = 0.0f, t0[i] = 0.0f, t1[i] = 0.0f;
+  for (int i = 0; i < 32; i++) d[i] = 0.0f;
   dw_pin(d);
-  auto promote = [&](float(&t)[32]) {
-#pragma unroll
-    for (int i = 0; i < 32; i++) d[i] += t[i], t[i] = 0.0f;
-  };
-  auto drain = [&]() { /* every group completed; with X3 the last two chunks' sums added, in chunk order */
-    wgmma_wait<0>();
-    dw_pin(d);
-    if (X3) {
-      dw_pin(t0);
-      dw_pin(t1);
-      if (nk % 2)
-        promote(t1), promote(t0);
-      else
-        promote(t0), promote(t1);
-    }
-  };
   if (RS) {
     /* op(A) as wgmma's register operand (dw_frag), op(B) through the
-     * transposing stores: chunk c's fragments in a (X3: and al), free once
-     * chunk c - 2's group, which read them and the B stage chunk c goes to,
-     * completed */
-    uint32_t fa0[16], fa1[16], fl0[16], fl1[16]; /* the even chunks' and the odd chunks' */
+     * transposing stores: chunk c's fragments in a, free once chunk c - 2's
+     * group, which read them and the B stage chunk c goes to, completed */
+    uint32_t fa0[16], fa1[16]; /* the even chunks' and the odd chunks' */
 #pragma unroll
-    for (int i = 0; i < 16; i++) fa0[i] = 0u, fa1[i] = 0u, fl0[i] = 0u, fl1[i] = 0u;
-    auto chunk = [&](int c, uint32_t(&a)[16], uint32_t(&al)[16], float(&t)[32]) {
-      const int s = c % NS, kn = kend - (klo + c * DW_BK);
-      while (!mbar_try(bars + 8 * s, (unsigned)(c / NS) & 1u)) {
+    for (int i = 0; i < 16; i++) fa0[i] = 0u, fa1[i] = 0u;
+    auto chunk = [&](int c, uint32_t(&a)[16]) {
+      const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
+      while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
       }
       const unsigned char *slot = sm + s * DW_STAGE;
       dw_lds(slot + DW_OP, kn, rb);
       wgmma_wait<1>();
       dw_pin(d);
-      if (X3) {
-        dw_pin(t);
-        promote(t); /* chunk c - 2's sums (zeros before chunk 2) */
-        dw_pin_a(al);
-      }
       dw_pin_a(a);
       if (bsum)
-        dw_frag<1, X3>(slot, kn, a, al, bs);
+        dw_frag<1>(slot, kn, a, bs);
       else
-        dw_frag<0, X3>(slot, kn, a, al, bs);
+        dw_frag<0>(slot, kn, a, bs);
       __syncthreads(); /* every thread past slot s's reads and that group */
-      if (tid == 0 && c + NS < nk) {
+      if (tid == 0 && c + DW_NS < nk) {
         fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
-        issue(c + NS);
+        issue(c + DW_NS);
       }
-      dw_store<0, X3>(sm + NS * DW_STAGE + (c & 1) * DW_OP, rb);
-      dw_mma_chunk_rs<X3>(X3 ? t : d, a, al, ops + (uint32_t)((c & 1) * DW_OP));
+      dw_store<0>(sm + DW_NS * DW_STAGE + (c & 1) * DW_OP, rb);
+      dw_mma_chunk_rs(d, a, ops + (uint32_t)((c & 1) * DW_OP));
     };
     for (int c = 0; c < nk; c += 2) {
-      chunk(c, fa0, fl0, t0);
-      if (c + 1 < nk) chunk(c + 1, fa1, fl1, t1);
+      chunk(c, fa0);
+      if (c + 1 < nk) chunk(c + 1, fa1);
     }
-    drain();
+    wgmma_wait<0>();
+    dw_pin(d);
     dw_pin_a(fa0);
     dw_pin_a(fa1);
-    if (X3) dw_pin_a(fl0), dw_pin_a(fl1);
   } else {
     for (int c = 0; c < nk; c++) {
-      const int s = c % NS, kn = kend - (klo + c * DW_BK);
-      while (!mbar_try(bars + 8 * s, (unsigned)(c / NS) & 1u)) {
+      const int s = c % DW_NS, kn = kend - (klo + c * DW_BK);
+      while (!mbar_try(bars + 8 * s, (unsigned)(c / DW_NS) & 1u)) {
       }
       const unsigned char *slot = sm + s * DW_STAGE;
       dw_lds(slot, kn, ra);
@@ -377,31 +315,18 @@ __global__ void __launch_bounds__(DW_NT, 2)
       /* chunk c - 2's group read the stage chunk c goes to */
       wgmma_wait<1>();
       dw_pin(d);
-      if (X3) { /* chunk c - 2's sums (zeros before chunk 2) */
-        dw_pin(t0);
-        dw_pin(t1);
-        if (c & 1)
-          promote(t1);
-        else
-          promote(t0);
-      }
       __syncthreads(); /* every thread past slot s's reads and that group */
-      if (tid == 0 && c + NS < nk) {
+      if (tid == 0 && c + DW_NS < nk) {
         fence_proxy_async(); /* the slot's generic reads before the async proxy's refill */
-        issue(c + NS);
+        issue(c + DW_NS);
       }
-      unsigned char *stg = sm + NS * DW_STAGE + (c & 1) * DW_SSTR(X3);
-      dw_store<0, X3>(stg, ra);
-      dw_store<0, X3>(stg + DW_OP, rb);
-      const uint32_t so = ops + (uint32_t)((c & 1) * DW_SSTR(X3));
-      if (!X3)
-        dw_mma_chunk<X3>(d, so);
-      else if (c & 1)
-        dw_mma_chunk<X3>(t1, so);
-      else
-        dw_mma_chunk<X3>(t0, so);
+      unsigned char *stg = sm + DW_NS * DW_STAGE + (c & 1) * DW_STAGE;
+      dw_store<0>(stg, ra);
+      dw_store<0>(stg + DW_OP, rb);
+      dw_mma_chunk(d, ops + (uint32_t)((c & 1) * DW_STAGE));
     }
-    drain();
+    wgmma_wait<0>();
+    dw_pin(d);
   }
   const long long mo = dt_moz(pz);
   if (bsum && RS) { /* the 4 lanes of a row (lane % 4) summed in a fixed tree; part z's row m0 + r at bpart[z M + m0 + r] */
@@ -448,7 +373,7 @@ __global__ void __launch_bounds__(DW_NT, 2)
 
 /* dt_gemm_kernel's call (dt_gemm.cu: C (=, +=) op(A) op(B) + bias + R over k in
  * [z kper, (z + 1) kper) into C + z cz) on wgmma; TA, TB: ta, tb */
-template <int TA, int TB, int X3>
+template <int TA, int TB>
 __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int K, const float *A, int lda,
                                                             const float *B, int ldb, float *C, int ldc,
                                                             const float *bias, const float *R, int ldr, int acc,
@@ -473,20 +398,20 @@ __global__ void __launch_bounds__(DW_NT, 4) dt_gemm_wg_kernel(int M, int N, int 
   if (nk > 0) {
     dw_load<!TA>(as, lda, ma, klo, kend, ra);
     dw_load<TB>(bs, ldb, nb, klo, kend, rb);
-    dw_store<!TA, X3>(sm, ra);
-    dw_store<TB, X3>(sm + DW_OP, rb);
+    dw_store<!TA>(sm, ra);
+    dw_store<TB>(sm + DW_OP, rb);
     if (nk > 1) dw_load<!TA>(as, lda, ma, klo + DW_BK, kend, ra), dw_load<TB>(bs, ldb, nb, klo + DW_BK, kend, rb);
   }
   for (int c = 0; c < nk; c++) {
-    dw_mma_chunk<X3>(d, base + (uint32_t)((c & 1) * DW_SSTR(X3)));
+    dw_mma_chunk(d, base + (uint32_t)((c & 1) * DW_STAGE));
     if (c + 1 < nk) {
       /* chunk c - 1's group read the other stage: every warp past it before
        * any thread writes there */
       wgmma_wait<1>();
       __syncthreads();
-      unsigned char *nx = sm + ((c + 1) & 1) * DW_SSTR(X3);
-      dw_store<!TA, X3>(nx, ra);
-      dw_store<TB, X3>(nx + DW_OP, rb);
+      unsigned char *nx = sm + ((c + 1) & 1) * DW_STAGE;
+      dw_store<!TA>(nx, ra);
+      dw_store<TB>(nx + DW_OP, rb);
       if (c + 2 < nk) {
         const int k2 = klo + (c + 2) * DW_BK;
         dw_load<!TA>(as, lda, ma, k2, kend, ra), dw_load<TB>(bs, ldb, nb, k2, kend, rb);
@@ -517,21 +442,19 @@ int dt_wg_setup(void) {
     (void)cudaGetLastError();
     return 0;
   }
-  /* every instance the launchers may take, X3's (index / 4, / 3) with its wider stages */
-  const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0, 0>, (const void *)dt_gemm_wg_kernel<0, 1, 0>,
-                     (const void *)dt_gemm_wg_kernel<1, 0, 0>, (const void *)dt_gemm_wg_kernel<1, 1, 0>,
-                     (const void *)dt_gemm_wg_kernel<0, 0, 1>, (const void *)dt_gemm_wg_kernel<0, 1, 1>,
-                     (const void *)dt_gemm_wg_kernel<1, 0, 1>, (const void *)dt_gemm_wg_kernel<1, 1, 1>};
-  const void *kt[] = {(const void *)dt_gemm_tmt_kernel<0, 0, 0>, (const void *)dt_gemm_tmt_kernel<1, 0, 0>,
-                      (const void *)dt_gemm_tmt_kernel<1, 1, 0>, (const void *)dt_gemm_tmt_kernel<0, 0, 1>,
-                      (const void *)dt_gemm_tmt_kernel<1, 0, 1>, (const void *)dt_gemm_tmt_kernel<1, 1, 1>};
-  for (int i = 0; i < 6; i++)
-    if (cudaFuncSetAttribute(kt[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM(i / 3)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-  for (int i = 0; i < 8; i++)
-    if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM(i / 4)) != cudaSuccess) {
+  const void *k[] = {(const void *)dt_gemm_wg_kernel<0, 0>, (const void *)dt_gemm_wg_kernel<0, 1>,
+                     (const void *)dt_gemm_wg_kernel<1, 0>, (const void *)dt_gemm_wg_kernel<1, 1>};
+  if (cudaFuncSetAttribute(dt_gemm_tmt_kernel<0, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess ||
+      cudaFuncSetAttribute(dt_gemm_tmt_kernel<1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, DW_TMT_SMEM) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  for (int i = 0; i < 4; i++)
+    if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, DW_SMEM) != cudaSuccess) {
       (void)cudaGetLastError(); /* the mma.sync tile takes every call: no error left pending */
       return 0;
     }
@@ -549,26 +472,22 @@ int dt_wg_fits(int M, int N, int K, const float *A, int lda, int ta, const float
 
 void dt_wg_launch(int ta, int tb, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc,
-                  int op, float *G, int kper, size_t cz, cuda_pz_t pz, int x3) {
-#define DW_GO(TA, TB, X3)                                                                                         \
-  pdl_launch(dt_gemm_wg_kernel<TA, TB, X3>, grid, DW_NT, DW_SMEM(X3), st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, \
-             ldr, acc, op, G, kper, cz, pz)
-  switch (4 * x3 + 2 * ta + tb) {
-    case 0: DW_GO(0, 0, 0); break;
-    case 1: DW_GO(0, 1, 0); break;
-    case 2: DW_GO(1, 0, 0); break;
-    case 3: DW_GO(1, 1, 0); break;
-    case 4: DW_GO(0, 0, 1); break;
-    case 5: DW_GO(0, 1, 1); break;
-    case 6: DW_GO(1, 0, 1); break;
-    default: DW_GO(1, 1, 1); break;
+                  int op, float *G, int kper, size_t cz, cuda_pz_t pz) {
+#define DW_GO(TA, TB)                                                                                                 \
+  pdl_launch(dt_gemm_wg_kernel<TA, TB>, grid, DW_NT, DW_SMEM, st, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, \
+             op, G, kper, cz, pz)
+  switch (2 * ta + tb) {
+    case 0: DW_GO(0, 0); break;
+    case 1: DW_GO(0, 1); break;
+    case 2: DW_GO(1, 0); break;
+    default: DW_GO(1, 1); break;
   }
 #undef DW_GO
 }
 
 int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, const float *A, int lda, const float *B,
                   int ldb, float *C, int ldc, const float *bias, const float *R, int ldr, int acc, int op, float *G,
-                  int kper, size_t cz, float *bpart, cuda_pz_t pz, int x3) {
+                  int kper, size_t cz, float *bpart, cuda_pz_t pz) {
   CUtensorMap ma, mb;
   /* A [K][lda] (op(A) = A^T: M along a row), B [K][ldb] (N along a row), in boxes of 32 x 32 k */
   if (!dt_tma_map(enc, &ma, A, M, K, lda, 32, DW_BK, pz.n, pz.stride) ||
@@ -576,19 +495,15 @@ int dt_tmt_launch(void *enc, dim3 grid, cudaStream_t st, int M, int N, int K, co
     return 1;
   /* the staged epilogue where the step's work fills the GPU (DW_TMT_STAGED),
    * op(A) from registers where a member's own tokens do (DW_TMT_RS) */
-#define DW_TMT_GO(STAGED, RS, X3)                                                                                 \
-  pdl_launch(dt_gemm_tmt_kernel<STAGED, RS, X3>, grid, DW_NT, DW_TMT_SMEM(X3), st, ma, mb, M, N, K, C, ldc, bias, R, \
-             ldr, acc, op, G, kper, cz, bpart, pz)
-  const int form = K >= DW_TMT_RS ? 2 : (long long)K * pz.n >= DW_TMT_STAGED ? 1 : 0;
-  switch (3 * x3 + form) {
-    case 0: DW_TMT_GO(0, 0, 0); break;
-    case 1: DW_TMT_GO(1, 0, 0); break;
-    case 2: DW_TMT_GO(1, 1, 0); break;
-    case 3: DW_TMT_GO(0, 0, 1); break;
-    case 4: DW_TMT_GO(1, 0, 1); break;
-    default: DW_TMT_GO(1, 1, 1); break;
-  }
-#undef DW_TMT_GO
+  if (K >= DW_TMT_RS)
+    pdl_launch(dt_gemm_tmt_kernel<1, 1>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
+  else if ((long long)K * pz.n >= DW_TMT_STAGED)
+    pdl_launch(dt_gemm_tmt_kernel<1, 0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
+  else
+    pdl_launch(dt_gemm_tmt_kernel<0, 0>, grid, DW_NT, DW_TMT_SMEM, st, ma, mb, M, N, K, C, ldc, bias, R, ldr, acc, op,
+               G, kper, cz, bpart, pz);
   return 0;
 }
 
@@ -607,20 +522,20 @@ extern "C" int cuda_dt_tma_stages(int M, int N, int K) {
   return dt_tma_stages(tiles, (K + DW_BK - 1) / DW_BK, nsm);
 }
 
-extern "C" int cuda_dt_gemm_tf32(int wg, int x3, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
+extern "C" int cuda_dt_gemm_tf32(int wg, int M, int N, int K, const float *A, int lda, int ta, const float *B, int ldb,
                                  int tb, float *C, int ldc, const float *bias, int acc, int op, const float *R, int ldr,
                                  float *G, float *part, size_t cap, float *db, int *used) {
   cuda_dt_t d;
   memset(&d, 0, sizeof d);
-  d.tc = 1, d.x3 = x3, d.pz = cuda_pz_t{1, 0};
+  d.tc = 1, d.pz = cuda_pz_t{1, 0};
   d.wg = wg ? dt_wg_setup() : 0;
   d.tma = wg >= 2 ? dt_tma_setup() : NULL;
   CUDA_RET(dw_sms(&d.nsm)); /* the TMA tile's ring as deep as the learner's launches take it (dt_tma_stages) */
   *used = dt_wg_takes(&d, M, N, K, A, lda, ta, B, ldb, tb, part != NULL && dt_wgrad_parts(M, N, K, cap, dt_wgrad_depth(1)) > 1);
   if (wg == 3) { /* the TMA tile alone, rounding nothing (rnd 0) */
     const dim3 grid((unsigned)((N + DW_T - 1) / DW_T), (unsigned)((M + DW_T - 1) / DW_T));
-    if (part || x3 || *used != 2 || M > 65535 * DW_T ||
-        dt_tma_launch(d.tma, grid, 0, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d.pz, 0, 0, d.nsm))
+    if (part || *used != 2 || M > 65535 * DW_T ||
+        dt_tma_launch(d.tma, grid, 0, M, N, K, A, lda, B, ldb, C, ldc, bias, R, ldr, acc, op, G, d.pz, 0, d.nsm))
       return (int)cudaErrorNotSupported;
     *used = 4;
     CUDA_RET(cudaGetLastError());

@@ -55,29 +55,6 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* fp32 on the tensor cores (3xTF32, tensor_cores 2; docs/learner.md,
- * "fp32 on the tensor cores"): x as hi = tf32(x) and lo = tf32(x - hi)
- * (x - hi is exact in fp32), x to about 2^-22 */
-__device__ __forceinline__ void tf32_split(float x, unsigned &hi, unsigned &lo) {
-  hi = f2tf32(x);
-  lo = f2tf32(x - __uint_as_float(hi));
-}
-__device__ __forceinline__ void tf32_split4(const float (&x)[4], unsigned (&hi)[4], unsigned (&lo)[4]) {
-#pragma unroll
-  for (int e = 0; e < 4; e++) tf32_split(x[e], hi[e], lo[e]);
-}
-/* mma_tf32's D += A B in 3xTF32: A given as hi a and lo al, B's fp32 b0, b1
- * split here; the small terms first (lo hi, hi lo, then hi hi: lo lo,
- * 2^-22 of a product, is dropped) */
-__device__ __forceinline__ void mma_tf32x3(float (&d)[4], const unsigned (&a)[4], const unsigned (&al)[4], float b0,
-                                           float b1) {
-  unsigned h0, l0, h1, l1;
-  tf32_split(b0, h0, l0), tf32_split(b1, h1, l1);
-  mma_tf32(d, al, h0, h1);
-  mma_tf32(d, a, l0, l1);
-  mma_tf32(d, a, h0, h1);
-}
-
 /* gemm.cu: every layer-GEMM kernel's shared-memory limit set (once a plan) */
 cudaError_t gemm_kernel_attrs(void);
 

@@ -122,8 +122,7 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
     return LEARNER_ENOMEM;
   }
   /* (each message is written before cuda_learner_destroy frees m) */
-  /* tensor_cores 2 (fp32 on the tensor cores) is the DT's: the DQN step runs its fp32 kernels */
-  if (cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores == 1, c->cuda_gemm_occupancy)) {
+  if (cuda_dqn_ws_alloc(&m->ws, &m->L, (int)B, c->tensor_cores, c->cuda_gemm_occupancy)) {
     snprintf(err, errlen, "batch: GPU allocation of the step's workspace (~%lld MiB for batch %d) failed",
              (long long)(cuda_dqn_ws_floats(&m->L, (int)B) * 4 >> 20), (int)B);
     cuda_learner_destroy(m);
@@ -144,7 +143,7 @@ extern "C" int cuda_learner_create(const learner_config_t *c, void **impl, char 
     f->idx = m->idx, f->ring = &m->ds->head, f->cap = c->replay_capacity;
     f->p_on = m->on, f->p_tg = m->tg;
   }
-  if (c->tensor_cores == 1 && !(m->ws.fused.ok && m->ws.fused.tc == 1)) {
+  if (c->tensor_cores && !(m->ws.fused.ok && m->ws.fused.tc == 1)) {
     /* refused rather than silently run in fp32 */
     cuda_learner_destroy(m);
     snprintf(err, errlen, "tensor_cores: the TF32 kernels do not cover this network's shapes; use tensor_cores=0");

@@ -33,7 +33,6 @@ extern "C" int cuda_learner_dt_create(cuda_learner_t *m, const learner_config_t 
   if (!e) e = cuda_dt_train_alloc(m->dt, &L, c->dt_batch);
   if (!e) e = cuda_dt_alloc(m->dt_act, &L, 1);
   if (!e) m->dt->dt.tc = m->dt_act->tc = c->tensor_cores ? 1 : 0; /* the GEMMs in TF32 too */
-  if (!e) m->dt->dt.x3 = m->dt_act->x3 = c->tensor_cores == 2; /* or fp32 on the tensor cores (3xTF32) */
   /* Act's one window: rounding every weight each call (dt_pre) would cost
    * more than its GEMMs' own rounding of them; the logits are the same bits
    * either way */

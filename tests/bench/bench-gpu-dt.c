@@ -6,8 +6,7 @@
  * multiply-adds x 2, forward and twice that backward: the same count as
  * tests/bench/peers/dt_torch.py prints). The replay holds 2,000 episodes of
  * 100 steps. Arguments: the batches (default 64,256), tensor_cores (0 fp32,
- * 1 the GEMMs with TF32 operands, 2 fp32 on the tensor cores: 3xTF32, shown
- * as fp32x3), a JSON file, and the population sizes
+ * 1 the GEMMs with TF32 operands), a JSON file, and the population sizes
  * (default 1: one trainer; N > 1: a population of N members, every
  * member's step in the same launches, reported as µs per member-step and
  * the aggregate against one trainer of the same batch and precision). A
@@ -69,7 +68,7 @@ int main(int argc, char **argv) {
   bench_gpu_or_skip(dev, sizeof dev);
   const char *batches = argc > 1 ? argv[1] : "64,256";
   const int tc = argc > 2 ? atoi(argv[2]) : 0;
-  const char *prec = tc == 2 ? "fp32x3" : tc ? "tf32" : "fp32"; /* 2: fp32 on the tensor cores (3xTF32) */
+  const char *prec = tc ? "tf32" : "fp32";
   FILE *js = argc > 3 && argv[3][0] ? fopen(argv[3], "w") : NULL;
   const char *pops = argc > 4 ? argv[4] : "1";
   printf("device: %s; Decision Transformer, context 20, embed 128, 3 layers, 1 head, state 64, branches 9,3,3, %s\n",
