@@ -89,21 +89,30 @@ case "${PART:-1}" in
         AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-slab.txt"
     done
     ;;
-  5) # item 276: the landing (bin/: tensor_cores 2, fp32 on the tensor cores) and item 275's probes.
-    # Carry built at the landing's commit with gpu-prepare.sh (no AB_PATCHES), x.tar.xz kept from
-    # PART=4's prepare. ~6 minutes.
-    TEST_LINES=8 tests .devcarry/x/dt-3xtf32-slab/test-gpu-dt .devcarry/x/dt-3xtf32-promote/test-gpu-dt \
-      .devcarry/x/dt-3xtf32-trunc/test-gpu-dt
+  5) # item 276: the landing of tensor_cores 2 (fp32 on the tensor cores), kernels/dev/patches/
+    # x3-land.patch, as variant x/x3-land, beside item 275's probes. Built (here) with
+    #   P=kernels/dev/patches AB_PATCHES="$P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch
+    #     $P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch+$P/dt-3xtf32-promote.patch $P/x3-land.patch"
+    #   AB_BENCHES=bench-gpu-dt AB_TESTS="test-gpu-dt test-gpu-dt-attn test-gpu-learner" bash scripts/gpu-prepare.sh
+    # carry [lib, bin, COMMIT, x, dt_torch.py]. ~7 minutes.
+    TEST_LINES=8 tests .devcarry/x/dt-3xtf32-slab/test-gpu-dt .devcarry/x/dt-3xtf32-promote/test-gpu-dt
     for t in test-gpu-dt test-gpu-dt-attn test-gpu-learner; do
-      timeout 300 .devcarry/bin/$t > "$out/land-$t.log" 2>&1
-      echo "== landing $t: rc $?"
+      timeout 300 .devcarry/x/x3-land/$t > "$out/land-$t.log" 2>&1
+      echo "== x3-land $t: rc $?"
       grep -E "^accuracy|Checks|3xTF32|tensor_cores|:F:|:E:" "$out/land-$t.log" | head -40
     done
-    # the probes' time (their tf32 slot is 3xTF32) beside the landing's three precisions below
-    AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32-promote dt-3xtf32-trunc" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1 \
-      AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-land.txt"
-    SKIP_SUITE=1 DT_PEER_MODES=compile_graph DT_POPS=1,8 bash scripts/gpu-run.sh --dt 2>&1 | grep -aE "^B=|^[0-9]|commit" |
-      tee "$out/dt-table.txt"
+    # time: the library and the landing in TF32 and fp32 (the same bits: the same losses), the
+    # landing in fp32x3, the probe (its tf32 slot is 3xTF32); then the peer in the same call
+    AB_ROUNDS=1 AB_VARIANTS="new x3-land" AB_PREC="tf32 fp32" AB_DT=64,256 AB_DT_POPS=1,8 AB_BATCHES= AB_POPS= \
+      bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee "$out/ab-land.txt"
+    AB_ROUNDS=1 AB_VARIANTS="x3-land" AB_PREC="fp32x3" AB_DT=64,256 AB_DT_POPS=1,8 AB_BATCHES= AB_POPS= \
+      bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-land.txt"
+    AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32-promote" AB_PREC="tf32" AB_DT=64,256 AB_DT_POPS=1 AB_BATCHES= AB_POPS= \
+      bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-land.txt"
+    for p in fp32 tf32; do
+      PYTHONUNBUFFERED=1 python3 .devcarry/dt_torch.py --batches 64,256 --steps 100 --modes compile_graph \
+        $([ $p = tf32 ] && echo --tf32) --json "$out/dt_torch_$p.json" 2>&1 | grep -E '^B=|^[0-9]' | tee -a "$out/ab-land.txt"
+    done
     ;;
 esac
 exit 0
