@@ -3,7 +3,8 @@
 # float64, summed four ways: fp32 in k order (FFMA's sums; the model rounds
 # each product too), plain TF32 on the tensor cores, 3xTF32 (three products a
 # k8 step: al bh, ah bl, ah bh), and 3xTF32 with each 32-k chunk summed apart
-# and added in fp32 (promote). The tensor cores' model: a k8 step's products
+# and added in fp32 (promote), and that with lo rounded to TF32 rather than
+# read truncated (x3-land.patch). The tensor cores' model: a k8 step's products
 # summed exactly, then added to the fp32 accumulator rounding toward zero.
 # Run: /usr/bin/python3 kernels/dev/sim_tc_accum.py
 import numpy as np
@@ -62,3 +63,6 @@ print("fp32 sums in k order (FFMA)  %.2e" % err(ffma()))
 print("TF32 on the tensor cores     %.2e" % err(tensor_cores([(trunc10(ah), trunc10(bh))])))
 print("3xTF32                       %.2e" % err(tensor_cores([(al, bh), (ah, bl), (ah, bh)])))
 print("3xTF32, promoted every 32 k  %.2e" % err(tensor_cores([(al, bh), (ah, bl), (ah, bh)], 32)))
+# x3-land.patch (item 277): lo rounded to TF32 (tf32(x - hi)) instead of read truncated
+alr, blr = tf32(A - ah), tf32(B - bh)
+print("3xTF32, lo rounded, promoted %.2e" % err(tensor_cores([(alr, bh), (ah, blr), (ah, bh)], 32)))
