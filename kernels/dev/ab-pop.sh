@@ -30,7 +30,7 @@ if [ "${AB_RUN_TESTS:-0}" = 1 ]; then
 fi
 for r in $(seq ${AB_ROUNDS:-2}); do
   for prec in ${AB_PREC:-tf32 fp32}; do
-    tc=$([ $prec = tf32 ] && echo 1 || { [ $prec = fp32x3 ] && echo 2; } || echo 0) # fp32x3: tensor_cores 2
+    case $prec in tf32) tc=1 ;; fp32x3) tc=2 ;; *) tc=0 ;; esac # fp32x3: tensor_cores 2
     for v in ${AB_VARIANTS:-base new}; do
       d=.devcarry/x/$v; [ $v = new ] && d=.devcarry/bin
       for m in ${AB_MODES:-0}; do

@@ -72,23 +72,7 @@ case "${PART:-1}" in
         AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-promote.txt"
     done
     ;;
-  4) # item 275: P and dS no longer rounded to TF32 in the attention's slab (dt-3xtf32-slab.patch),
-    # alone and under promote (and trunc). Built (here) with
-    #   AB_PATCHES="$P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch
-    #     $P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch+$P/dt-3xtf32-promote.patch
-    #     $P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch+$P/dt-3xtf32-promote.patch+$P/dt-3xtf32-trunc.patch"
-    #   (P=kernels/dev/patches) AB_BENCHES=bench-gpu-dt AB_TESTS=test-gpu-dt bash scripts/gpu-prepare.sh
-    # (x/dt-3xtf32-promote is slab + promote, x/dt-3xtf32-trunc slab + promote + trunc). ~3 minutes.
-    TEST_LINES=80 tests .devcarry/x/dt-3xtf32-slab/test-gpu-dt .devcarry/x/dt-3xtf32-promote/test-gpu-dt \
-      .devcarry/x/dt-3xtf32-trunc/test-gpu-dt
-    for r in 1 2; do
-      AB_ROUNDS=1 AB_VARIANTS="dt-3xtf32-slab dt-3xtf32-promote dt-3xtf32-trunc" AB_PREC="tf32" AB_DT=64,256 \
-        AB_DT_POPS=1,8 AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" |
-        tee -a "$out/ab-slab.txt"
-      AB_ROUNDS=1 AB_VARIANTS="new" AB_PREC="fp32 tf32" AB_DT=64,256 AB_DT_POPS=1,8 \
-        AB_BATCHES= AB_POPS= bash kernels/dev/ab-pop.sh 2>&1 | grep -a "round\|B=\|rror\|FAIL" | tee -a "$out/ab-slab.txt"
-    done
-    ;;
+  # PART=4 (item 275: the slab probes alone) was folded into PART=5 before it ran
   5) # item 276: the landing of tensor_cores 2 (fp32 on the tensor cores), kernels/dev/patches/
     # x3-land.patch, as variant x/x3-land, beside item 275's probes. Built (here) with
     #   P=kernels/dev/patches AB_PATCHES="$P/dt-3xtf32.patch+$P/dt-3xtf32-slab.patch
